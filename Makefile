@@ -1,0 +1,48 @@
+# gojob developer tasks. `make help` lists them.
+GO      ?= go
+PKGS    := ./...
+BIN     := bin/gojob
+
+.PHONY: help build test test/unit test/race deps lint vet fmt bench fuzz tidy verify fixtures
+
+help: ## Show this help
+	@grep -E '^[a-zA-Z/_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
+
+build: ## Build bin/gojob
+	$(GO) build -o $(BIN) ./cmd/gojob
+
+deps: ## Install what the tests need (redis-server, Ruby Sidekiq 6.4.1) when missing
+	bash scripts/deps.sh
+
+test: deps ## Run every test (unit, fuzz seeds, real Redis, Ruby compat) with the race detector
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+test/unit: ## Fast tests only (no Ruby compat tests)
+	$(GO) test -count=1 -short $(PKGS)
+
+test/race: deps ## Same as test
+	$(GO) test -race -count=1 $(PKGS)
+
+vet: ## go vet
+	$(GO) vet $(PKGS)
+
+fmt: ## gofmt -w
+	gofmt -w $$(git ls-files '*.go')
+
+lint: vet ## gofmt check + go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
+
+bench: ## Go benchmarks
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+fuzz: ## Fuzz the payload round trip for 60s
+	$(GO) test -run '^$$' -fuzz FuzzJobRoundTrip -fuzztime 60s ./sidekiq/
+
+fixtures: deps ## Regenerate testdata/ruby-fixtures with real Ruby Sidekiq 6.4.1
+	bash testdata/ruby-fixtures/capture.sh
+
+tidy: ## go mod tidy
+	$(GO) mod tidy
+
+verify: lint test ## lint + test

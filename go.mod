@@ -1,0 +1,12 @@
+module github.com/gojob/gojob
+
+go 1.26.8
+
+require github.com/stretchr/testify v1.12.1
+
+require (
+	github.com/alicebob/miniredis/v2 v2.40.0 // indirect
+	github.com/gomodule/redigo v1.9.3 // indirect
+	github.com/yuin/gopher-lua v1.1.1 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+)

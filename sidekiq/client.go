@@ -1,0 +1,329 @@
+package sidekiq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/internal/clock"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
+)
+
+// ClientMiddleware wraps a push, as Sidekiq's client middleware does. It may
+// change the job, and it stops the push by returning without calling next
+// (the job is then reported with an empty jid). An error aborts the push.
+type ClientMiddleware func(ctx context.Context, job *Job, next func(context.Context) error) error
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// Pool is the Redis connection pool. Required.
+	Pool *redis.Pool
+	// Version is the Sidekiq release whose format is written (timestamps).
+	// Default DefaultVersion.
+	Version Version
+	// Clock is the time source. Default the system clock.
+	Clock clock.Clock
+	// Middleware runs around every push, first added first.
+	Middleware []ClientMiddleware
+	// DefaultQueue replaces "default" as the queue of jobs that have none.
+	DefaultQueue string
+}
+
+func (c *ClientConfig) validate() error {
+	if c.Pool == nil {
+		return errors.New("sidekiq: ClientConfig.Pool is required")
+	}
+	return nil
+}
+
+// Client pushes jobs into Redis exactly as Ruby's Sidekiq::Client does.
+// It is safe for concurrent use.
+type Client struct {
+	pool    *redis.Pool
+	version Version
+	clock   clock.Clock
+	mw      []ClientMiddleware
+	queue   string
+}
+
+// NewClient returns a client.
+func NewClient(cfg *ClientConfig) (*Client, error) {
+	if cfg == nil {
+		return nil, errors.New("sidekiq: nil ClientConfig")
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	v := cfg.Version
+	if v.IsZero() {
+		v = DefaultVersion
+	}
+	q := cfg.DefaultQueue
+	if q == "" {
+		q = "default"
+	}
+	return &Client{pool: cfg.Pool, version: v, clock: clock.Or(cfg.Clock), mw: cfg.Middleware, queue: q}, nil
+}
+
+// Version returns the wire format the client writes.
+func (c *Client) Version() Version { return c.version }
+
+// Pool returns the client's Redis pool.
+func (c *Client) Pool() *redis.Pool { return c.pool }
+
+// Use appends client middleware. Call it before the client is shared.
+func (c *Client) Use(mw ...ClientMiddleware) { c.mw = append(c.mw, mw...) }
+
+// PushOpts are per-push settings. A nil *PushOpts means "now".
+type PushOpts struct {
+	// At schedules the job for that time (Ruby's perform_at). A time not in
+	// the future pushes the job at once.
+	At time.Time
+	// In schedules the job after this delay (perform_in). Ignored when At is
+	// set.
+	In time.Duration
+}
+
+func (o *PushOpts) runAt(now time.Time) (time.Time, bool) {
+	if o == nil {
+		return time.Time{}, false
+	}
+	at := o.At
+	if at.IsZero() && o.In > 0 {
+		at = now.Add(o.In)
+	}
+	if at.IsZero() || !at.After(now) {
+		return time.Time{}, false
+	}
+	return at, true
+}
+
+// PushResult reports a push.
+type PushResult struct {
+	// JID is the job's jid, or "" when middleware stopped the push.
+	JID string
+	// Payload is the JSON written to Redis (nil when stopped).
+	Payload []byte
+	// Scheduled is true when the job went to the schedule set.
+	Scheduled bool
+}
+
+// Push enqueues job. It normalizes the payload as Ruby's normalize_item does
+// (defaults "retry": true and "queue" first, "jid" and "created_at" when
+// missing), runs the client middleware, then in one pipelined round trip
+// either SADD queues + LPUSH queue:<q> (with a fresh enqueued_at) or ZADD
+// schedule (without enqueued_at). The job is modified in place.
+func (c *Client) Push(ctx context.Context, job *Job, opts *PushOpts) (*PushResult, error) {
+	now := c.clock.Now()
+	if err := c.normalize(job, now, true); err != nil {
+		return nil, err
+	}
+	at, scheduled := opts.runAt(now)
+	ok, err := c.runMiddleware(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return &PushResult{}, nil
+	}
+	conn, err := c.pool.GetContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sidekiq: push %s: %w", job.JID(), err)
+	}
+	defer conn.Close()
+	var payload []byte
+	if scheduled {
+		job.Delete("enqueued_at")
+		payload = job.Encode()
+		conn.Send("ZADD", KeySchedule, Score(at), payload)
+	} else {
+		job.SetTime("enqueued_at", now, c.version)
+		payload = job.Encode()
+		q := job.Queue()
+		conn.Send("SADD", KeyQueues, q)
+		conn.Send("LPUSH", QueueKey(q), payload)
+	}
+	if _, err := redis.DoContext(conn, ctx, ""); err != nil {
+		return nil, fmt.Errorf("sidekiq: push %s: %w", job.JID(), err)
+	}
+	return &PushResult{JID: job.JID(), Payload: payload, Scheduled: scheduled}, nil
+}
+
+// Enqueue builds a job of class with args and pushes it: the Go form of
+// Ruby's `Class.perform_async(*args)` (use Push for other options).
+func (c *Client) Enqueue(ctx context.Context, queue, class string, args ...any) (*PushResult, error) {
+	job, err := NewJob(class, args...)
+	if err != nil {
+		return nil, err
+	}
+	if queue != "" {
+		job.SetQueue(queue)
+	}
+	return c.Push(ctx, job, nil)
+}
+
+// BulkResult reports a bulk push.
+type BulkResult struct {
+	// JIDs holds one jid per job in order; "" where middleware stopped it.
+	JIDs []string
+}
+
+// PushBulk pushes many jobs, 1000 per pipelined round trip (as Sidekiq 7.1+
+// does). All jobs share one created_at (when they have none) and, per
+// round trip, one enqueued_at, as in Ruby. Jobs are grouped by queue: one
+// SADD queues for all of them and one LPUSH per queue. With opts.At or In,
+// all jobs go to the schedule set.
+func (c *Client) PushBulk(ctx context.Context, jobs []*Job, opts *PushOpts) (*BulkResult, error) {
+	now := c.clock.Now()
+	created := TimestampValue(now, c.version)
+	for i, j := range jobs {
+		if err := c.normalize(j, now, false); err != nil {
+			return nil, fmt.Errorf("sidekiq: bulk job %d: %w", i, err)
+		}
+		if !j.Has("created_at") {
+			j.Set("created_at", created)
+		}
+	}
+	at, scheduled := opts.runAt(now)
+	res := &BulkResult{JIDs: make([]string, len(jobs))}
+	conn, err := c.pool.GetContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sidekiq: push bulk: %w", err)
+	}
+	defer conn.Close()
+	batch := c.version.BulkBatchSize()
+	for start := 0; start < len(jobs); start += batch {
+		end := min(start+batch, len(jobs))
+		enq := TimestampValue(c.clock.Now(), c.version)
+		var queues []any
+		byQueue := map[string][]any{}
+		var zadd []any
+		for i := start; i < end; i++ {
+			j := jobs[i]
+			ok, err := c.runMiddleware(ctx, j)
+			if err != nil {
+				return res, fmt.Errorf("sidekiq: bulk job %d: %w", i, err)
+			}
+			if !ok {
+				continue
+			}
+			res.JIDs[i] = j.JID()
+			if scheduled {
+				j.Delete("enqueued_at")
+				zadd = append(zadd, Score(at), j.Encode())
+				continue
+			}
+			j.Set("enqueued_at", enq)
+			q := j.Queue()
+			if _, seen := byQueue[q]; !seen {
+				queues = append(queues, q)
+			}
+			byQueue[q] = append(byQueue[q], j.Encode())
+		}
+		n := 0
+		if len(zadd) > 0 {
+			conn.Send("ZADD", append([]any{KeySchedule}, zadd...)...)
+			n++
+		}
+		if len(queues) > 0 {
+			conn.Send("SADD", append([]any{KeyQueues}, queues...)...)
+			n++
+			for _, q := range queues {
+				conn.Send("LPUSH", append([]any{QueueKey(q.(string))}, byQueue[q.(string)]...)...)
+				n++
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		if _, err := redis.DoContext(conn, ctx, ""); err != nil {
+			return res, fmt.Errorf("sidekiq: push bulk: %w", err)
+		}
+	}
+	return res, nil
+}
+
+// Repush pushes a job taken from the retry or schedule set, or retried from
+// the API, through the normal client path: defaults filled, middleware run,
+// a new enqueued_at, SADD + LPUSH to its queue.
+func (c *Client) Repush(ctx context.Context, job *Job) (*PushResult, error) {
+	return c.Push(ctx, job, nil)
+}
+
+// normalize applies Ruby's normalize_item and validate.
+func (c *Client) normalize(job *Job, now time.Time, setCreated bool) error {
+	if job == nil || job.m == nil {
+		return errors.New("sidekiq: nil job")
+	}
+	defaults := rubyjson.NewMap()
+	defaults.Set("retry", rubyjson.BoolValue(true))
+	defaults.Set("queue", rubyjson.StringValue(c.queue))
+	job.m = job.m.MergeFront(defaults)
+	job.dirty = true
+	job.m.Delete("at")
+	if err := validateJob(job); err != nil {
+		return err
+	}
+	if !job.Has("jid") {
+		job.SetJID(NewJID())
+	}
+	if setCreated && !job.Has("created_at") {
+		job.SetTime("created_at", now, c.version)
+	}
+	return nil
+}
+
+// validateJob mirrors Sidekiq's JobUtil#validate.
+func validateJob(job *Job) error {
+	cls, _ := job.Get("class")
+	if s, ok := cls.Str(); !ok || s == "" {
+		return errors.New("sidekiq: job must have a class name (\"class\")")
+	}
+	args, _ := job.Get("args")
+	if _, ok := args.Array(); !ok {
+		return fmt.Errorf("sidekiq: job %s: args must be an array", job.Class())
+	}
+	q, _ := job.Get("queue")
+	if s, ok := q.Str(); !ok || s == "" {
+		return fmt.Errorf("sidekiq: job %s must have a valid queue name", job.Class())
+	}
+	if tags, ok := job.Get("tags"); ok {
+		if _, isArr := tags.Array(); !isArr {
+			return fmt.Errorf("sidekiq: job %s: tags must be an array", job.Class())
+		}
+	}
+	if rf, ok := job.Get("retry_for"); ok && !rf.IsNull() {
+		f, isNum := rf.Float()
+		if !isNum {
+			return fmt.Errorf("sidekiq: job %s: retry_for must be a number of seconds", job.Class())
+		}
+		if f > 1_000_000_000 {
+			return fmt.Errorf("sidekiq: job %s: retry_for must be a relative amount of time", job.Class())
+		}
+	}
+	return nil
+}
+
+func (c *Client) runMiddleware(ctx context.Context, job *Job) (bool, error) {
+	if len(c.mw) == 0 {
+		return true, nil
+	}
+	reached := false
+	var call func(i int) func(context.Context) error
+	call = func(i int) func(context.Context) error {
+		return func(ctx context.Context) error {
+			if i == len(c.mw) {
+				reached = true
+				return nil
+			}
+			return c.mw[i](ctx, job, call(i+1))
+		}
+	}
+	if err := call(0)(ctx); err != nil {
+		return false, err
+	}
+	return reached, nil
+}

@@ -1,0 +1,90 @@
+package sidekiq_test
+
+import (
+	"context"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/clock"
+	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/sidekiq"
+)
+
+var fixedNow = time.Unix(1795296573, 165170700)
+
+func newClient(t *testing.T, v sidekiq.Version) (*sidekiq.Client, *redis.Pool, *clock.Fake) {
+	t.Helper()
+	srv := redistest.Start(t)
+	pool := srv.Pool(t)
+	clk := clock.NewFake(fixedNow)
+	c, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: v, Clock: clk})
+	require.NoError(t, err)
+	return c, pool, clk
+}
+
+func TestPushImmediate(t *testing.T) {
+	t.Parallel()
+	c, pool, _ := newClient(t, sidekiq.Version6)
+	job, err := sidekiq.NewJob("HardJob", 1, "two", map[string]any{"three": 3.5})
+	require.NoError(t, err)
+	res, err := c.Push(context.Background(), job, nil)
+	require.NoError(t, err)
+	require.Regexp(t, regexp.MustCompile(`^[0-9a-f]{24}$`), res.JID)
+	conn := pool.Get()
+	defer conn.Close()
+	got, err := redis.String(conn.Do("LINDEX", "queue:default", 0))
+	require.NoError(t, err)
+	require.Equal(t, `{"retry":true,"queue":"default","class":"HardJob","args":[1,"two",{"three":3.5}],"jid":"`+res.JID+`","created_at":1795296573.1651707,"enqueued_at":1795296573.1651707}`, got)
+	members, err := redis.Strings(conn.Do("SMEMBERS", "queues"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"default"}, members)
+}
+
+func TestPushScheduledV8(t *testing.T) {
+	t.Parallel()
+	c, pool, _ := newClient(t, sidekiq.Version8)
+	job, _ := sidekiq.NewJob("Later", "x")
+	job.SetQueue("low")
+	res, err := c.Push(context.Background(), job, &sidekiq.PushOpts{In: time.Hour})
+	require.NoError(t, err)
+	require.True(t, res.Scheduled)
+	conn := pool.Get()
+	defer conn.Close()
+	vals, err := redis.Strings(conn.Do("ZRANGE", "schedule", 0, -1, "WITHSCORES"))
+	require.NoError(t, err)
+	require.Equal(t, `{"retry":true,"queue":"low","class":"Later","args":["x"],"jid":"`+res.JID+`","created_at":1795296573165}`, vals[0])
+	require.Equal(t, "1795300173.1651707", vals[1])
+	n, _ := redis.Int(conn.Do("SCARD", "queues"))
+	require.Zero(t, n)
+}
+
+func TestPushBulkAndMiddleware(t *testing.T) {
+	t.Parallel()
+	c, pool, _ := newClient(t, sidekiq.Version7)
+	c.Use(func(ctx context.Context, job *sidekiq.Job, next func(context.Context) error) error {
+		if a := job.Args(); len(a) > 0 {
+			if n, _ := a[0].Int(); n%2 == 1 {
+				return nil // stop odd ones
+			}
+		}
+		return next(ctx)
+	})
+	var jobs []*sidekiq.Job
+	for i := 0; i < 2500; i++ {
+		j, _ := sidekiq.NewJob("Bulk", i)
+		jobs = append(jobs, j)
+	}
+	res, err := c.PushBulk(context.Background(), jobs, nil)
+	require.NoError(t, err)
+	require.Len(t, res.JIDs, 2500)
+	require.Empty(t, res.JIDs[1])
+	require.NotEmpty(t, res.JIDs[2])
+	conn := pool.Get()
+	defer conn.Close()
+	n, _ := redis.Int(conn.Do("LLEN", "queue:default"))
+	require.Equal(t, 1250, n)
+}

@@ -1,0 +1,379 @@
+package rubyjson
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+)
+
+// SyntaxError describes where JSON text is malformed.
+type SyntaxError struct {
+	Offset int
+	Msg    string
+}
+
+func (e *SyntaxError) Error() string {
+	return fmt.Sprintf("rubyjson: %s at offset %d", e.Msg, e.Offset)
+}
+
+// maxDepth matches Ruby's JSON.parse default max_nesting of 100.
+const maxDepth = 100
+
+// Parse decodes one JSON document as Ruby's JSON.parse does: numbers keep
+// their Integer/Float lexical type, objects keep their key order, a repeated
+// key keeps its first position and its last value.
+func Parse(data []byte) (Value, error) {
+	p := parser{data: data}
+	p.skipSpace()
+	v, err := p.value(0)
+	if err != nil {
+		return Value{}, err
+	}
+	p.skipSpace()
+	if p.pos != len(p.data) {
+		return Value{}, p.errorf("unexpected data after the value")
+	}
+	return v, nil
+}
+
+// ParseObject decodes a JSON document that must be an object.
+func ParseObject(data []byte) (*Map, error) {
+	v, err := Parse(data)
+	if err != nil {
+		return nil, err
+	}
+	m, ok := v.Map()
+	if !ok {
+		return nil, fmt.Errorf("rubyjson: expected an object, got %s", v.Kind())
+	}
+	return m, nil
+}
+
+type parser struct {
+	data []byte
+	pos  int
+}
+
+func (p *parser) errorf(format string, args ...any) error {
+	return &SyntaxError{Offset: p.pos, Msg: fmt.Sprintf(format, args...)}
+}
+
+func (p *parser) skipSpace() {
+	for p.pos < len(p.data) {
+		switch p.data[p.pos] {
+		case ' ', '\t', '\n', '\r':
+			p.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (p *parser) value(depth int) (Value, error) {
+	if p.pos >= len(p.data) {
+		return Value{}, p.errorf("unexpected end of input")
+	}
+	switch c := p.data[p.pos]; {
+	case c == '{':
+		if depth >= maxDepth {
+			return Value{}, p.errorf("nesting of %d is too deep", depth+1)
+		}
+		return p.object(depth + 1)
+	case c == '[':
+		if depth >= maxDepth {
+			return Value{}, p.errorf("nesting of %d is too deep", depth+1)
+		}
+		return p.array(depth + 1)
+	case c == '"':
+		s, err := p.str()
+		if err != nil {
+			return Value{}, err
+		}
+		return Value{kind: String, s: s}, nil
+	case c == '-' || (c >= '0' && c <= '9'):
+		v, n, err := parseNumber(p.data, p.pos)
+		if err != nil {
+			return Value{}, err
+		}
+		p.pos = n
+		return v, nil
+	case c == 't':
+		return p.literal("true", BoolValue(true))
+	case c == 'f':
+		return p.literal("false", BoolValue(false))
+	case c == 'n':
+		return p.literal("null", Value{})
+	}
+	return Value{}, p.errorf("unexpected character %q", p.data[p.pos])
+}
+
+func (p *parser) literal(word string, v Value) (Value, error) {
+	if len(p.data)-p.pos < len(word) || string(p.data[p.pos:p.pos+len(word)]) != word {
+		return Value{}, p.errorf("invalid literal")
+	}
+	p.pos += len(word)
+	return v, nil
+}
+
+func (p *parser) object(depth int) (Value, error) {
+	p.pos++ // {
+	m := &Map{}
+	p.skipSpace()
+	if p.pos < len(p.data) && p.data[p.pos] == '}' {
+		p.pos++
+		return Value{kind: Object, obj: m}, nil
+	}
+	for {
+		p.skipSpace()
+		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
+			return Value{}, p.errorf("expected an object key")
+		}
+		k, err := p.str()
+		if err != nil {
+			return Value{}, err
+		}
+		p.skipSpace()
+		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
+			return Value{}, p.errorf("expected ':'")
+		}
+		p.pos++
+		p.skipSpace()
+		v, err := p.value(depth)
+		if err != nil {
+			return Value{}, err
+		}
+		m.Set(k, v)
+		p.skipSpace()
+		if p.pos >= len(p.data) {
+			return Value{}, p.errorf("unexpected end of input in object")
+		}
+		if p.data[p.pos] == ',' {
+			p.pos++
+			continue
+		}
+		if p.data[p.pos] == '}' {
+			p.pos++
+			return Value{kind: Object, obj: m}, nil
+		}
+		return Value{}, p.errorf("expected ',' or '}'")
+	}
+}
+
+func (p *parser) array(depth int) (Value, error) {
+	p.pos++ // [
+	arr := []Value{}
+	p.skipSpace()
+	if p.pos < len(p.data) && p.data[p.pos] == ']' {
+		p.pos++
+		return Value{kind: Array, arr: arr}, nil
+	}
+	for {
+		p.skipSpace()
+		v, err := p.value(depth)
+		if err != nil {
+			return Value{}, err
+		}
+		arr = append(arr, v)
+		p.skipSpace()
+		if p.pos >= len(p.data) {
+			return Value{}, p.errorf("unexpected end of input in array")
+		}
+		if p.data[p.pos] == ',' {
+			p.pos++
+			continue
+		}
+		if p.data[p.pos] == ']' {
+			p.pos++
+			return Value{kind: Array, arr: arr}, nil
+		}
+		return Value{}, p.errorf("expected ',' or ']'")
+	}
+}
+
+// str reads a string starting at the opening quote.
+func (p *parser) str() (string, error) {
+	p.pos++ // "
+	start := p.pos
+	// Fast path: no escapes.
+	for p.pos < len(p.data) {
+		c := p.data[p.pos]
+		if c == '"' {
+			s := string(p.data[start:p.pos])
+			p.pos++
+			return s, nil
+		}
+		if c == '\\' {
+			break
+		}
+		if c < 0x20 {
+			return "", p.errorf("control character in string")
+		}
+		p.pos++
+	}
+	buf := make([]byte, 0, p.pos-start+16)
+	buf = append(buf, p.data[start:p.pos]...)
+	for p.pos < len(p.data) {
+		c := p.data[p.pos]
+		switch {
+		case c == '"':
+			p.pos++
+			return string(buf), nil
+		case c < 0x20:
+			return "", p.errorf("control character in string")
+		case c != '\\':
+			buf = append(buf, c)
+			p.pos++
+			continue
+		}
+		// escape
+		p.pos++
+		if p.pos >= len(p.data) {
+			break
+		}
+		e := p.data[p.pos]
+		p.pos++
+		switch e {
+		case 'b':
+			buf = append(buf, '\b')
+		case 'f':
+			buf = append(buf, '\f')
+		case 'n':
+			buf = append(buf, '\n')
+		case 'r':
+			buf = append(buf, '\r')
+		case 't':
+			buf = append(buf, '\t')
+		case 'u':
+			r, ok := p.hex4()
+			if !ok {
+				return "", p.errorf("invalid \\u escape")
+			}
+			if r >= 0xD800 && r < 0xDC00 && p.pos+1 < len(p.data) && p.data[p.pos] == '\\' && p.data[p.pos+1] == 'u' {
+				save := p.pos
+				p.pos += 2
+				lo, ok := p.hex4()
+				if ok && lo >= 0xDC00 && lo < 0xE000 {
+					r = 0x10000 + (r-0xD800)<<10 + (lo - 0xDC00)
+				} else {
+					p.pos = save
+				}
+			}
+			buf = appendRune(buf, r)
+		default:
+			// Ruby keeps the escaped character for \" \\ \/ and any other.
+			if e >= 0x80 {
+				// keep a multi-byte character whole
+				p.pos--
+				_, n := utf8.DecodeRune(p.data[p.pos:])
+				buf = append(buf, p.data[p.pos:p.pos+n]...)
+				p.pos += n
+			} else {
+				buf = append(buf, e)
+			}
+		}
+	}
+	return "", p.errorf("unterminated string")
+}
+
+func (p *parser) hex4() (rune, bool) {
+	if len(p.data)-p.pos < 4 {
+		return 0, false
+	}
+	var r rune
+	for i := 0; i < 4; i++ {
+		c := p.data[p.pos+i]
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	p.pos += 4
+	return r, true
+}
+
+// appendRune writes r as UTF-8, and a lone surrogate in its 3-byte form (as
+// Ruby's parser does) rather than replacing it.
+func appendRune(buf []byte, r rune) []byte {
+	if r >= 0xD800 && r < 0xE000 {
+		return append(buf, byte(0xE0|r>>12), byte(0x80|(r>>6)&0x3F), byte(0x80|r&0x3F))
+	}
+	return utf8.AppendRune(buf, r)
+}
+
+var errNumber = errors.New("invalid number")
+
+// parseNumber reads a JSON number at data[pos:] and returns it normalized as
+// Ruby's parse and generate would write it, and the position after it.
+func parseNumber(data []byte, pos int) (Value, int, error) {
+	start := pos
+	bad := func() (Value, int, error) {
+		return Value{}, pos, &SyntaxError{Offset: start, Msg: errNumber.Error()}
+	}
+	if pos < len(data) && data[pos] == '-' {
+		pos++
+	}
+	if pos >= len(data) {
+		return bad()
+	}
+	switch {
+	case data[pos] == '0':
+		pos++
+	case data[pos] >= '1' && data[pos] <= '9':
+		for pos < len(data) && data[pos] >= '0' && data[pos] <= '9' {
+			pos++
+		}
+	default:
+		return bad()
+	}
+	isFloat := false
+	if pos < len(data) && data[pos] == '.' {
+		pos++
+		d := pos
+		for pos < len(data) && data[pos] >= '0' && data[pos] <= '9' {
+			pos++
+		}
+		if pos == d {
+			return bad()
+		}
+		isFloat = true
+	}
+	if pos < len(data) && (data[pos] == 'e' || data[pos] == 'E') {
+		pos++
+		if pos < len(data) && (data[pos] == '+' || data[pos] == '-') {
+			pos++
+		}
+		d := pos
+		for pos < len(data) && data[pos] >= '0' && data[pos] <= '9' {
+			pos++
+		}
+		if pos == d {
+			return bad()
+		}
+		isFloat = true
+	}
+	text := string(data[start:pos])
+	if !isFloat {
+		if text == "-0" {
+			text = "0"
+		} else if len(text) > 1 && text[0] == '0' {
+			return bad()
+		} else if len(text) > 2 && text[0] == '-' && text[1] == '0' {
+			return bad()
+		}
+		return Value{kind: Integer, s: text}, pos, nil
+	}
+	f, err := strconv.ParseFloat(text, 64)
+	if err != nil {
+		// Out of float64 range: Ruby would parse an infinity and refuse to
+		// write it. Keep the text so nothing is lost.
+		return Value{kind: Float, s: text}, pos, nil
+	}
+	return Value{kind: Float, s: FormatFloat(f)}, pos, nil
+}

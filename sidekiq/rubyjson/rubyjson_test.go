@@ -1,0 +1,81 @@
+package rubyjson
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestFormatFloat(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		f    float64
+		want string
+	}{
+		{1, "1.0"}, {3.5, "3.5"}, {0, "0.0"}, {-0.5, "-0.5"},
+		{1795296573.1664987, "1795296573.1664987"},
+		{1e15, "1.0e+15"}, {999999999999999, "999999999999999.0"}, {1e16, "1.0e+16"}, {1.5e-7, "1.5e-07"},
+		{0.0001, "0.0001"}, {0.00001, "1.0e-05"}, {123456789012345678, "1.2345678901234568e+17"},
+		{1e100, "1.0e+100"}, {-2.5e-300, "-2.5e-300"}, {0.1, "0.1"}, {100, "100.0"},
+		{9007199254740993, "9.007199254740992e+15"},
+	}
+	for _, c := range cases {
+		require.Equal(t, c.want, FormatFloat(c.f), "%v", c.f)
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	t.Parallel()
+	in := `{"retry":true,"queue":"default","args":[1,"two",{"three":3.5},null,false,-0.0,12345678901234567890123,"é /<>&","a\"b\\c\n\u0001"],"class":"HardJob","jid":"2192851646718f18b780163c","created_at":1795296573.1651707,"enqueued_at":1795296573.165405}`
+	v, err := Parse([]byte(in))
+	require.NoError(t, err)
+	require.Equal(t, in, string(v.Encode()))
+}
+
+func TestNormalize(t *testing.T) {
+	t.Parallel()
+	cases := map[string]string{
+		` { "a" : 1E3 , "b":[ ] ,"c":{}}`: `{"a":1000.0,"b":[],"c":{}}`,
+		`{"a":1,"b":2,"a":3}`:             `{"a":3,"b":2}`,
+		`"\u00e9\/\ud83d\ude00"`:          `"é/😀"`,
+		`-0`:                              `0`,
+		`1e400`:                           `1e400`,
+		`1.7468303847678468e+9`:           `1746830384.7678468`,
+		`1e+11`:                           `100000000000.0`,
+	}
+	for in, want := range cases {
+		v, err := Parse([]byte(in))
+		require.NoError(t, err, in)
+		require.Equal(t, want, string(v.Encode()), in)
+	}
+	for _, bad := range []string{``, `{`, `[1,]`, `01`, `1.`, `-`, `"a`, "\"\x01\"", `{"a" 1}`, `nul`, `{} x`} {
+		_, err := Parse([]byte(bad))
+		require.Error(t, err, bad)
+	}
+}
+
+func TestMapOrder(t *testing.T) {
+	t.Parallel()
+	m := NewMap()
+	m.Set("b", IntValue(1))
+	m.Set("a", IntValue(2))
+	m.Set("b", IntValue(3))
+	require.Equal(t, `{"b":3,"a":2}`, string(m.Encode()))
+	m.Delete("b")
+	m.Set("b", IntValue(4))
+	require.Equal(t, `{"a":2,"b":4}`, string(m.Encode()))
+	d := NewMap()
+	d.Set("retry", BoolValue(true))
+	d.Set("queue", StringValue("default"))
+	m2 := NewMap()
+	m2.Set("class", StringValue("X"))
+	m2.Set("queue", StringValue("q"))
+	require.Equal(t, `{"retry":true,"queue":"q","class":"X"}`, string(m2.MergeFront(d).Encode()))
+	for i := 0; i < 40; i++ {
+		m.Set(string(rune('a'+i%26))+string(rune('0'+i/26)), IntValue(int64(i)))
+	}
+	v, ok := m.Get("c1")
+	require.True(t, ok)
+	i, _ := v.Int()
+	require.EqualValues(t, 28, i)
+}

@@ -1,0 +1,373 @@
+package rubyjson
+
+import (
+	"fmt"
+	"math"
+	"math/big"
+	"sort"
+	"strconv"
+)
+
+// Kind is the JSON type of a Value.
+type Kind uint8
+
+// The JSON kinds. Numbers are split by their lexical type, as Ruby's
+// JSON.parse splits them: a literal with a fraction or an exponent is a Float,
+// any other is an Integer (of any size).
+const (
+	Null Kind = iota
+	Bool
+	Integer
+	Float
+	String
+	Array
+	Object
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Null:
+		return "null"
+	case Bool:
+		return "bool"
+	case Integer:
+		return "integer"
+	case Float:
+		return "float"
+	case String:
+		return "string"
+	case Array:
+		return "array"
+	case Object:
+		return "object"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// Value is one JSON value as Ruby sees it. The zero Value is null.
+//
+// Numbers keep their text in the form Ruby's generator writes them (integers
+// exactly, floats in Float#to_s form), so decoding and re-encoding never
+// changes a number that Ruby wrote.
+type Value struct {
+	kind Kind
+	b    bool
+	s    string // string value, or number text
+	arr  []Value
+	obj  *Map
+}
+
+// NullValue returns the JSON null.
+func NullValue() Value { return Value{} }
+
+// BoolValue returns a JSON boolean.
+func BoolValue(b bool) Value { return Value{kind: Bool, b: b} }
+
+// StringValue returns a JSON string.
+func StringValue(s string) Value { return Value{kind: String, s: s} }
+
+// IntValue returns a JSON integer.
+func IntValue(i int64) Value { return Value{kind: Integer, s: strconv.FormatInt(i, 10)} }
+
+// BigIntValue returns a JSON integer of any size.
+func BigIntValue(i *big.Int) Value { return Value{kind: Integer, s: i.String()} }
+
+// FloatValue returns a JSON float written as Ruby's Float#to_s writes it
+// (always with a fraction or an exponent). NaN and infinities, which Ruby's
+// generator refuses, are written as null.
+func FloatValue(f float64) Value {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return Value{}
+	}
+	return Value{kind: Float, s: FormatFloat(f)}
+}
+
+// ArrayValue returns a JSON array of the given values.
+func ArrayValue(vs ...Value) Value {
+	if vs == nil {
+		vs = []Value{}
+	}
+	return Value{kind: Array, arr: vs}
+}
+
+// ObjectValue returns a JSON object backed by m (not copied).
+func ObjectValue(m *Map) Value {
+	if m == nil {
+		m = NewMap()
+	}
+	return Value{kind: Object, obj: m}
+}
+
+// NumberValue returns a number from its JSON text, normalized as Ruby's
+// parse-then-generate would (for example "1E3" becomes 1000.0).
+func NumberValue(text string) (Value, error) {
+	v, n, err := parseNumber([]byte(text), 0)
+	if err != nil {
+		return Value{}, err
+	}
+	if n != len(text) {
+		return Value{}, fmt.Errorf("rubyjson: invalid number %q", text)
+	}
+	return v, nil
+}
+
+// Kind returns the JSON kind of v.
+func (v Value) Kind() Kind { return v.kind }
+
+// IsNull reports whether v is null.
+func (v Value) IsNull() bool { return v.kind == Null }
+
+// IsNumber reports whether v is an Integer or a Float.
+func (v Value) IsNumber() bool { return v.kind == Integer || v.kind == Float }
+
+// Truthy reports whether Ruby treats v as true: everything but null and false.
+func (v Value) Truthy() bool { return !(v.kind == Null || (v.kind == Bool && !v.b)) }
+
+// Bool returns the boolean and whether v is one.
+func (v Value) Bool() (bool, bool) { return v.b, v.kind == Bool }
+
+// Str returns the string and whether v is one.
+func (v Value) Str() (string, bool) {
+	if v.kind != String {
+		return "", false
+	}
+	return v.s, true
+}
+
+// NumberText returns the number's JSON text ("" when v is not a number).
+func (v Value) NumberText() string {
+	if !v.IsNumber() {
+		return ""
+	}
+	return v.s
+}
+
+// Int returns v as an int64 when it is an Integer that fits, or a Float with
+// no fractional part that fits.
+func (v Value) Int() (int64, bool) {
+	switch v.kind {
+	case Integer:
+		i, err := strconv.ParseInt(v.s, 10, 64)
+		return i, err == nil
+	case Float:
+		f, err := strconv.ParseFloat(v.s, 64)
+		if err != nil || f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
+			return 0, false
+		}
+		return int64(f), true
+	}
+	return 0, false
+}
+
+// Float returns v as a float64 when it is a number.
+func (v Value) Float() (float64, bool) {
+	if !v.IsNumber() {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(v.s, 64)
+	if err != nil && !isRangeErr(err) {
+		return 0, false
+	}
+	return f, true
+}
+
+// BigInt returns an Integer of any size.
+func (v Value) BigInt() (*big.Int, bool) {
+	if v.kind != Integer {
+		return nil, false
+	}
+	return new(big.Int).SetString(v.s, 10)
+}
+
+// Array returns the elements and whether v is an array. The slice is shared.
+func (v Value) Array() ([]Value, bool) { return v.arr, v.kind == Array }
+
+// Map returns the object and whether v is one. The Map is shared.
+func (v Value) Map() (*Map, bool) { return v.obj, v.kind == Object }
+
+// Clone returns a deep copy of v.
+func (v Value) Clone() Value {
+	switch v.kind {
+	case Array:
+		out := make([]Value, len(v.arr))
+		for i, e := range v.arr {
+			out[i] = e.Clone()
+		}
+		return Value{kind: Array, arr: out}
+	case Object:
+		return Value{kind: Object, obj: v.obj.Clone()}
+	}
+	return v
+}
+
+// Equal reports whether a and b encode to the same JSON.
+func Equal(a, b Value) bool {
+	if a.kind != b.kind {
+		return false
+	}
+	switch a.kind {
+	case Null:
+		return true
+	case Bool:
+		return a.b == b.b
+	case Integer, Float, String:
+		return a.s == b.s
+	case Array:
+		if len(a.arr) != len(b.arr) {
+			return false
+		}
+		for i := range a.arr {
+			if !Equal(a.arr[i], b.arr[i]) {
+				return false
+			}
+		}
+		return true
+	case Object:
+		if a.obj.Len() != b.obj.Len() {
+			return false
+		}
+		for i := range a.obj.keys {
+			if a.obj.keys[i] != b.obj.keys[i] || !Equal(a.obj.vals[i], b.obj.vals[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// Interface converts v to plain Go values: nil, bool, int64 (or *big.Int when
+// it does not fit), float64, string, []any and map[string]any. The key order of
+// objects is lost; use Map to keep it.
+func (v Value) Interface() any {
+	switch v.kind {
+	case Bool:
+		return v.b
+	case Integer:
+		if i, err := strconv.ParseInt(v.s, 10, 64); err == nil {
+			return i
+		}
+		b, _ := new(big.Int).SetString(v.s, 10)
+		return b
+	case Float:
+		f, _ := v.Float()
+		return f
+	case String:
+		return v.s
+	case Array:
+		out := make([]any, len(v.arr))
+		for i, e := range v.arr {
+			out[i] = e.Interface()
+		}
+		return out
+	case Object:
+		out := make(map[string]any, v.obj.Len())
+		for i, k := range v.obj.keys {
+			out[k] = v.obj.vals[i].Interface()
+		}
+		return out
+	}
+	return nil
+}
+
+// FromGo converts a Go value to a Value. It accepts nil, bool, all integer and
+// float types, string, []byte (as a string), *big.Int, json-like slices and
+// maps with string keys (map keys are sorted, since Go maps have no order),
+// Value, *Map, and any type implementing Valuer. Other types are an error.
+func FromGo(x any) (Value, error) {
+	switch t := x.(type) {
+	case nil:
+		return Value{}, nil
+	case Value:
+		return t, nil
+	case *Map:
+		return ObjectValue(t), nil
+	case Valuer:
+		return t.RubyJSON()
+	case bool:
+		return BoolValue(t), nil
+	case string:
+		return StringValue(t), nil
+	case []byte:
+		return StringValue(string(t)), nil
+	case int:
+		return IntValue(int64(t)), nil
+	case int8:
+		return IntValue(int64(t)), nil
+	case int16:
+		return IntValue(int64(t)), nil
+	case int32:
+		return IntValue(int64(t)), nil
+	case int64:
+		return IntValue(t), nil
+	case uint:
+		return Value{kind: Integer, s: strconv.FormatUint(uint64(t), 10)}, nil
+	case uint8:
+		return IntValue(int64(t)), nil
+	case uint16:
+		return IntValue(int64(t)), nil
+	case uint32:
+		return IntValue(int64(t)), nil
+	case uint64:
+		return Value{kind: Integer, s: strconv.FormatUint(t, 10)}, nil
+	case float32:
+		return FloatValue(float64(t)), nil
+	case float64:
+		return FloatValue(t), nil
+	case *big.Int:
+		return BigIntValue(t), nil
+	case []any:
+		out := make([]Value, len(t))
+		for i, e := range t {
+			v, err := FromGo(e)
+			if err != nil {
+				return Value{}, err
+			}
+			out[i] = v
+		}
+		return ArrayValue(out...), nil
+	case []string:
+		out := make([]Value, len(t))
+		for i, e := range t {
+			out[i] = StringValue(e)
+		}
+		return ArrayValue(out...), nil
+	case map[string]any:
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		m := NewMap()
+		for _, k := range keys {
+			v, err := FromGo(t[k])
+			if err != nil {
+				return Value{}, fmt.Errorf("key %q: %w", k, err)
+			}
+			m.Set(k, v)
+		}
+		return ObjectValue(m), nil
+	case map[string]string:
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		m := NewMap()
+		for _, k := range keys {
+			m.Set(k, StringValue(t[k]))
+		}
+		return ObjectValue(m), nil
+	}
+	return Value{}, fmt.Errorf("rubyjson: cannot convert %T to JSON", x)
+}
+
+// Valuer is implemented by Go types that know their Ruby JSON form.
+type Valuer interface {
+	RubyJSON() (Value, error)
+}
+
+func isRangeErr(err error) bool {
+	ne, ok := err.(*strconv.NumError)
+	return ok && ne.Err == strconv.ErrRange
+}
