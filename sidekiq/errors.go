@@ -1,0 +1,133 @@
+package sidekiq
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+)
+
+// ErrorClasser is implemented by errors that name their Ruby-style class,
+// which becomes the job's error_class (shown by the Web UI).
+type ErrorClasser interface {
+	ErrorClass() string
+}
+
+// StackTracer is implemented by errors that carry a stack trace; its lines
+// become error_backtrace when the job asks for backtraces.
+type StackTracer interface {
+	StackTrace() []string
+}
+
+type classedError struct {
+	class string
+	err   error
+}
+
+func (e *classedError) Error() string      { return e.err.Error() }
+func (e *classedError) Unwrap() error      { return e.err }
+func (e *classedError) ErrorClass() string { return e.class }
+
+// WithErrorClass gives err a Ruby-style class name for error_class, for
+// example "ArgumentError".
+func WithErrorClass(class string, err error) error { return &classedError{class: class, err: err} }
+
+// NameError is the failure of a job whose class has no handler, as Ruby's
+// constantize raises it.
+type NameError struct{ Class string }
+
+func (e *NameError) Error() string      { return "uninitialized constant " + e.Class }
+func (e *NameError) ErrorClass() string { return "NameError" }
+
+// PanicError is a recovered panic in a handler or middleware.
+type PanicError struct {
+	Value any
+	Stack []string
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// ErrorClass returns "Panic", or the class of a panicked error value.
+func (e *PanicError) ErrorClass() string {
+	if err, ok := e.Value.(error); ok {
+		return ErrorClassOf(err)
+	}
+	return "Panic"
+}
+
+// StackTrace returns the goroutine stack at the panic.
+func (e *PanicError) StackTrace() []string { return e.Stack }
+
+// Unwrap returns the panic value when it is an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// outcome wraps a handler error with a retry decision.
+type outcome struct {
+	err      error
+	discard  bool
+	kill     bool
+	retryIn  time.Duration
+	hasDelay bool
+}
+
+func (o *outcome) Error() string {
+	if o.err == nil {
+		return "job failed"
+	}
+	return o.err.Error()
+}
+func (o *outcome) Unwrap() error { return o.err }
+
+// Discard fails the job without a retry and without the dead set (death
+// handlers are not called either). The failure is counted.
+func Discard(err error) error { return &outcome{err: err, discard: true} }
+
+// Kill sends the failed job straight to the dead set, skipping its retries.
+func Kill(err error) error { return &outcome{err: err, kill: true} }
+
+// RetryIn fails the job and schedules its retry after d instead of the
+// default backoff (jitter is still added, as Sidekiq adds it to custom
+// delays).
+func RetryIn(d time.Duration, err error) error {
+	return &outcome{err: err, retryIn: d, hasDelay: true}
+}
+
+// ErrorClassOf returns the error_class gojob writes for err: the class an
+// ErrorClasser names; "RuntimeError" (Ruby's class for a plain raise) for
+// errors.New and fmt.Errorf errors; otherwise the Go type name without the
+// pointer star, such as "myapp.PaymentError".
+func ErrorClassOf(err error) string {
+	for {
+		o, ok := err.(*outcome)
+		if !ok {
+			break
+		}
+		err = o.err
+	}
+	if err == nil {
+		return "RuntimeError"
+	}
+	var c ErrorClasser
+	if errors.As(err, &c) {
+		return c.ErrorClass()
+	}
+	t := reflect.TypeOf(err)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	name := t.String()
+	switch name {
+	case "errors.errorString", "fmt.wrapError", "fmt.wrapErrors", "errors.joinError":
+		return "RuntimeError"
+	case "context.deadlineExceededError":
+		return "Timeout::Error"
+	}
+	if strings.HasPrefix(name, "struct") || name == "" {
+		return "RuntimeError"
+	}
+	return name
+}

@@ -1,0 +1,279 @@
+package sidekiq
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/zerolog"
+)
+
+// fetchTimeout is BasicFetch's BRPOP timeout in seconds.
+const fetchTimeout = 2
+
+// fetchOrder builds the BRPOP key list as Sidekiq's BasicFetch does (§4):
+// strict (config order) when no queue has a weight, otherwise a fresh
+// weighted shuffle with duplicates removed on every fetch.
+type fetchOrder struct {
+	strict   bool
+	unique   []string // queue names in config order, unique
+	weighted []string // "queue:<name>" repeated max(weight,1) times
+	fixed    []any    // BRPOP args for strict mode, timeout included
+}
+
+func newFetchOrder(qs []QueueWeight) fetchOrder {
+	f := fetchOrder{strict: true}
+	seen := map[string]bool{}
+	for _, q := range qs {
+		if q.Weight > 0 {
+			f.strict = false
+		}
+		n := max(q.Weight, 1)
+		for i := 0; i < n; i++ {
+			f.weighted = append(f.weighted, QueueKey(q.Name))
+		}
+		if !seen[q.Name] {
+			seen[q.Name] = true
+			f.unique = append(f.unique, q.Name)
+		}
+	}
+	for _, q := range f.unique {
+		f.fixed = append(f.fixed, QueueKey(q))
+	}
+	f.fixed = append(f.fixed, fetchTimeout)
+	return f
+}
+
+// args returns the BRPOP arguments for one fetch.
+func (f *fetchOrder) args(r *rand.Rand) []any {
+	if f.strict {
+		return f.fixed
+	}
+	keys := make([]string, len(f.weighted))
+	copy(keys, f.weighted)
+	r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	out := make([]any, 0, len(f.unique)+1)
+	seen := make(map[string]bool, len(f.unique))
+	for _, k := range keys {
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return append(out, fetchTimeout)
+}
+
+func (f *fetchOrder) String() string {
+	if f.strict {
+		return strings.Join(f.unique, ",") + " (strict)"
+	}
+	return strings.Join(f.unique, ",") + " (weighted)"
+}
+
+// fetchLoop is one concurrency slot: it owns a connection, BRPOPs a job,
+// runs it, and repeats until the server is quiet.
+func (s *Server) fetchLoop(slot int) {
+	defer s.wg.Done()
+	r := newRand(uint64(slot))
+	tid := tidFor(slot)
+	var conn redis.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	backoff := newBackoff()
+	for {
+		if s.IsQuiet() {
+			return
+		}
+		if conn == nil {
+			c, err := s.dialFetch()
+			if err != nil {
+				s.outage.failed(err)
+				if !s.sleepOrQuiet(backoff.next()) {
+					return
+				}
+				continue
+			}
+			conn = c
+		}
+		reply, err := redis.ByteSlices(conn.Do("BRPOP", s.fetchQ.args(r)...))
+		if err != nil {
+			if errors.Is(err, redis.ErrNil) {
+				s.outage.ok()
+				backoff.reset()
+				continue // timeout, nothing to do
+			}
+			conn.Close()
+			conn = nil
+			s.outage.failed(err)
+			if !s.sleepOrQuiet(backoff.next()) {
+				return
+			}
+			continue
+		}
+		s.outage.ok()
+		backoff.reset()
+		if len(reply) != 2 {
+			continue
+		}
+		queue := QueueName(string(reply[0]))
+		if s.IsQuiet() {
+			// Fetched after we were told to stop: put it back (UnitOfWork#requeue).
+			s.requeue(queue, reply[1])
+			return
+		}
+		s.process(tid, queue, reply[1])
+	}
+}
+
+func (s *Server) dialFetch() (redis.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return s.cfg.Dial(ctx)
+}
+
+// requeue pushes one job back to the pop end of its queue, retrying through
+// an outage until the hard-shutdown deadline.
+func (s *Server) requeue(queue string, raw []byte) {
+	err := s.withRetry(func(conn redis.Conn) error {
+		_, err := conn.Do("RPUSH", QueueKey(queue), raw)
+		return err
+	})
+	if err != nil {
+		s.log.Error().Err(err).Str("queue", queue).Bytes("payload", raw).Msg("could not requeue job")
+	}
+}
+
+// sleepOrQuiet sleeps d and reports false when the server went quiet.
+func (s *Server) sleepOrQuiet(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.quietCh:
+		return false
+	}
+}
+
+// withRetry runs f on a pooled connection, retrying with backoff through a
+// Redis outage until it succeeds or the hard-shutdown context ends. It is
+// used for writes that must not be lost (retry and dead entries, requeues).
+func (s *Server) withRetry(f func(redis.Conn) error) error {
+	return s.retryOutage(func() error {
+		conn, err := s.cfg.Pool.GetContext(s.hardCtx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		return f(conn)
+	})
+}
+
+// retryOutage runs f until it succeeds, fails with a Redis error reply, or
+// the hard-shutdown context ends, backing off while Redis is unreachable.
+func (s *Server) retryOutage(f func() error) error {
+	b := newBackoff()
+	for {
+		err := f()
+		if err == nil {
+			s.outage.ok()
+			return nil
+		}
+		if !isConnError(err) || s.hardCtx.Err() != nil {
+			return err
+		}
+		s.outage.failed(err)
+		t := time.NewTimer(b.next())
+		select {
+		case <-t.C:
+		case <-s.hardCtx.Done():
+			t.Stop()
+			return err
+		}
+	}
+}
+
+// isConnError reports whether err is a network/connection failure (worth
+// retrying) rather than a Redis error reply.
+func isConnError(err error) bool {
+	var re redis.Error
+	return !errors.As(err, &re)
+}
+
+// backoff is an exponential backoff from 100 ms to 5 s with jitter.
+type backoff struct{ d time.Duration }
+
+func newBackoff() *backoff { return &backoff{} }
+
+func (b *backoff) next() time.Duration {
+	if b.d == 0 {
+		b.d = 100 * time.Millisecond
+	} else {
+		b.d = min(b.d*2, 5*time.Second)
+	}
+	return b.d/2 + rand.N(b.d/2+1)
+}
+
+func (b *backoff) reset() { b.d = 0 }
+
+// outageLog logs a Redis outage once when it starts and once when it ends,
+// however many goroutines see it.
+type outageLog struct {
+	mu    sync.Mutex
+	down  bool
+	since time.Time
+	log   *zerolog.Logger
+}
+
+func (o *outageLog) failed(err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.down {
+		return
+	}
+	o.down = true
+	o.since = time.Now()
+	o.log.Error().Err(err).Str("component", "redis").Msg("redis unavailable; retrying with backoff")
+}
+
+func (o *outageLog) ok() {
+	o.mu.Lock()
+	if !o.down {
+		o.mu.Unlock()
+		return
+	}
+	o.down = false
+	d := time.Since(o.since)
+	o.mu.Unlock()
+	o.log.Info().Dur("outage", d).Str("component", "redis").Msg("redis is back")
+}
+
+// tidFor returns a short base-36 thread id for a slot, like Ruby's
+// (Thread#object_id ^ pid).to_s(36).
+func tidFor(slot int) string {
+	n := uint64(slot+1)*2654435761 ^ uint64(os.Getpid())
+	const digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+	var b [13]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = digits[n%36]
+		n /= 36
+		if n == 0 {
+			break
+		}
+	}
+	return string(b[i:])
+}
+
+func newRand(seed uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), seed))
+}

@@ -1,0 +1,211 @@
+package sidekiq
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/sidekiq/rubyjson"
+)
+
+// workItem is one running job, shown in the work hash of the heartbeat.
+type workItem struct {
+	queue string
+	raw   []byte
+	runAt time.Time
+	state atomic.Int32 // workRunning, workFinished, workAbandoned
+}
+
+const (
+	workRunning int32 = iota
+	workFinished
+	workAbandoned
+)
+
+// abandon marks a running job as given up at hard shutdown; it reports
+// false when the job had already finished.
+func (w *workItem) abandon() bool { return w.state.CompareAndSwap(workRunning, workAbandoned) }
+
+// finish marks a job finished; it reports false when shutdown abandoned
+// (and requeued) it first.
+func (w *workItem) finish() bool { return w.state.CompareAndSwap(workRunning, workFinished) }
+
+// workJSON is the work-hash value of §7.4: the payload as a JSON string.
+func (w *workItem) workJSON() []byte {
+	m := rubyjson.NewMap()
+	m.Set("queue", rubyjson.StringValue(w.queue))
+	m.Set("payload", rubyjson.StringValue(string(w.raw)))
+	m.Set("run_at", rubyjson.IntValue(w.runAt.Unix()))
+	return m.Encode()
+}
+
+// ActiveJob wrapper class names (spec §3.1).
+const (
+	ActiveJobWrapperClass   = "ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper"
+	ActiveJobWrapperClass8  = "Sidekiq::ActiveJob::Wrapper"
+	activeJobArgJobClassKey = "job_class"
+)
+
+// IsActiveJobWrapper reports whether class is one of the ActiveJob wrapper
+// class names.
+func IsActiveJobWrapper(class string) bool {
+	return class == ActiveJobWrapperClass || class == ActiveJobWrapperClass8
+}
+
+// handlerFor finds the handler of a job: by class, and for ActiveJob
+// payloads by the wrapped class (`wrapped`, else args[0].job_class).
+func (s *Server) handlerFor(job *Job) (*registration, string) {
+	class := job.Class()
+	if r, ok := s.handlers[class]; ok {
+		return r, class
+	}
+	if IsActiveJobWrapper(class) {
+		name := job.Wrapped()
+		if name == "" {
+			if a := job.Args(); len(a) > 0 {
+				if m, ok := a[0].Map(); ok {
+					v, _ := m.Get(activeJobArgJobClassKey)
+					name, _ = v.Str()
+				}
+			}
+		}
+		if r, ok := s.handlers[name]; ok {
+			return r, name
+		}
+		if name != "" {
+			return nil, name
+		}
+	}
+	return nil, class
+}
+
+// process runs one fetched job to completion (spec §5.1).
+func (s *Server) process(tid, queue string, raw []byte) {
+	job, err := ParseJob(raw)
+	if err != nil {
+		// Unparsable: to the dead set unchanged, no stats (spec §5.1 step 1).
+		s.log.Error().Err(err).Str("component", "processor").Str("queue", queue).
+			Msg("unparsable job payload moved to the dead set unchanged")
+		s.bury(raw)
+		return
+	}
+	w := &workItem{queue: queue, raw: raw, runAt: s.cfg.Clock.Now()}
+	s.work.Store(tid, w)
+	s.busy.Add(1)
+	defer func() {
+		s.work.Delete(tid)
+		s.busy.Add(-1)
+	}()
+
+	reg, _ := s.handlerFor(job)
+	ctx := s.hardCtx
+	var cancel context.CancelFunc
+	if s.cfg.JobTimeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.JobTimeout)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	err = s.execute(ctx, job, reg)
+	cancel()
+	if !w.finish() {
+		// Hard shutdown requeued it while it ran; whatever happened is moot.
+		return
+	}
+	s.processed.Add(1)
+	if err == nil {
+		return
+	}
+	s.failed.Add(1)
+	s.log.Warn().Err(err).Str("component", "processor").Str("queue", queue).
+		Str("jid", job.JID()).Str("class", job.Class()).Msg("job failed")
+	s.handleFailure(queue, raw, reg, err)
+}
+
+// execute runs the middleware chain and the handler, turning panics into
+// *PanicError.
+func (s *Server) execute(ctx context.Context, job *Job, reg *registration) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &PanicError{Value: p, Stack: goStack(3)}
+		}
+	}()
+	var call func(i int) func(context.Context) error
+	call = func(i int) func(context.Context) error {
+		return func(ctx context.Context) error {
+			if i < len(s.mw) {
+				return s.mw[i](ctx, job, call(i+1))
+			}
+			if reg == nil {
+				return &NameError{Class: job.Class()}
+			}
+			return reg.h.Perform(ctx, job)
+		}
+	}
+	if reg == nil {
+		// Ruby fails in constantize before the server middleware runs.
+		_, name := s.handlerFor(job)
+		return &NameError{Class: name}
+	}
+	return call(0)(ctx)
+}
+
+// goStack returns the current goroutine's stack in Ruby's backtrace style
+// ("file:line:in `function'").
+func goStack(skip int) []string {
+	pcs := make([]uintptr, 64)
+	n := runtime.Callers(skip, pcs)
+	frames := runtime.CallersFrames(pcs[:n])
+	var out []string
+	for {
+		f, more := frames.Next()
+		if !strings.HasPrefix(f.Function, "runtime.") {
+			out = append(out, fmt.Sprintf("%s:%d:in `%s'", f.File, f.Line, f.Function))
+		}
+		if !more {
+			break
+		}
+	}
+	return out
+}
+
+// bury sends a payload to the dead set with the trims, retrying through an
+// outage.
+func (s *Server) bury(payload []byte) {
+	err := s.withRetry(func(conn redis.Conn) error {
+		return buryPayload(s.hardCtx, conn, payload, s.cfg.Clock.Now())
+	})
+	if err != nil {
+		s.log.Error().Err(err).Str("component", "processor").Bytes("payload", payload).
+			Msg("could not add job to the dead set")
+	}
+}
+
+// death calls the death handlers.
+func (s *Server) death(job *Job, err error) {
+	for _, h := range s.cfg.DeathHandlers {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					s.log.Error().Interface("panic", p).Msg("death handler panicked")
+				}
+			}()
+			h(s.hardCtx, job, err)
+		}()
+	}
+}
+
+// buryPayload is a stand-in for the admin API's morgue write, to be merged
+// with it: MULTI ZADD dead + both trims (spec §5.4).
+func buryPayload(ctx context.Context, conn redis.Conn, payload []byte, now time.Time) error {
+	conn.Send("MULTI")
+	conn.Send("ZADD", KeyDead, Score(now), payload)
+	conn.Send("ZREMRANGEBYSCORE", KeyDead, "-inf", Score(now.Add(-DeadTimeoutInSeconds*time.Second)))
+	conn.Send("ZREMRANGEBYRANK", KeyDead, 0, -DeadMaxJobs)
+	_, err := redis.DoContext(conn, ctx, "EXEC")
+	return err
+}

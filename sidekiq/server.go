@@ -1,0 +1,424 @@
+package sidekiq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/zerolog"
+
+	"github.com/gojob/gojob/internal/clock"
+)
+
+// Handler runs jobs of one class.
+type Handler interface {
+	Perform(ctx context.Context, job *Job) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, job *Job) error
+
+// Perform calls f.
+func (f HandlerFunc) Perform(ctx context.Context, job *Job) error { return f(ctx, job) }
+
+// ServerMiddleware wraps the execution of a job, first added outermost, as
+// Sidekiq's server middleware chain.
+type ServerMiddleware func(ctx context.Context, job *Job, next func(context.Context) error) error
+
+// DeathHandler is called when a job dies: retries exhausted (whether or not
+// it goes to the dead set), or a failure of a job with retry disabled.
+type DeathHandler func(ctx context.Context, job *Job, err error)
+
+// QueueWeight is one -q entry: a queue and its weight (0 = no weight given).
+type QueueWeight struct {
+	Name   string
+	Weight int
+}
+
+// ParseQueueWeight reads "name" or "name,weight".
+func ParseQueueWeight(s string) (QueueWeight, error) {
+	name, w, found := strings.Cut(s, ",")
+	if name == "" {
+		return QueueWeight{}, fmt.Errorf("sidekiq: empty queue name in %q", s)
+	}
+	q := QueueWeight{Name: name}
+	if found {
+		if _, err := fmt.Sscan(w, &q.Weight); err != nil || q.Weight < 0 {
+			return QueueWeight{}, fmt.Errorf("sidekiq: bad queue weight in %q", s)
+		}
+	}
+	return q, nil
+}
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// Pool is the Redis pool for everything but the fetchers. Required.
+	Pool *redis.Pool
+	// Dial opens the dedicated connections of the fetchers (one per
+	// concurrency slot). Default: Pool.DialContext / Pool.Dial.
+	Dial func(ctx context.Context) (redis.Conn, error)
+	// Queues to fetch from, in order, with optional weights (spec §4).
+	// Default: [default].
+	Queues []QueueWeight
+	// Concurrency is the number of jobs run at once. Default 10 (Sidekiq 6.4
+	// uses 10 too).
+	Concurrency int
+	// ShutdownTimeout bounds the wait for running jobs at stop (-t). Default
+	// 25 s.
+	ShutdownTimeout time.Duration
+	// JobTimeout, when set, cancels each job's context after it.
+	JobTimeout time.Duration
+	// Version is the Sidekiq release whose format is written. Default
+	// DefaultVersion.
+	Version Version
+	// MaxRetries is the retry count for `"retry": true`. Default 25.
+	MaxRetries int
+	// Tag is the process tag shown in the Web UI (-g).
+	Tag string
+	// Labels are shown in the Web UI.
+	Labels []string
+	// Hostname overrides the host name in the identity.
+	Hostname string
+	// Client pushes the poller's and the API's re-enqueues. Default: a client
+	// on Pool with Version.
+	Client *Client
+	// Clock is the time source. Default the system clock.
+	Clock clock.Clock
+	// Logger receives the runtime's logs. Default: none.
+	Logger zerolog.Logger
+	// DeathHandlers run when a job dies.
+	DeathHandlers []DeathHandler
+	// PollIntervalAverage, when set, replaces the scaled scheduled-poll
+	// interval (Sidekiq's average_scheduled_poll_interval × processes).
+	PollIntervalAverage time.Duration
+	// DisablePoller turns off the scheduled/retry poller.
+	DisablePoller bool
+	// HeartbeatInterval overrides the version's beat (5 s for 6.x, 10 s for
+	// 7.x/8.x). For tests.
+	HeartbeatInterval time.Duration
+	// OnSignal is called for every signal read from the signals list or sent
+	// with Signal (after the Server acted on it).
+	OnSignal func(sig string)
+}
+
+func (c *ServerConfig) withDefaults() *ServerConfig {
+	out := *c
+	if len(out.Queues) == 0 {
+		out.Queues = []QueueWeight{{Name: "default"}}
+	}
+	if out.Concurrency <= 0 {
+		out.Concurrency = 10
+	}
+	if out.ShutdownTimeout <= 0 {
+		out.ShutdownTimeout = 25 * time.Second
+	}
+	if out.Version.IsZero() {
+		out.Version = DefaultVersion
+	}
+	if out.MaxRetries <= 0 {
+		out.MaxRetries = 25
+	}
+	out.Clock = clock.Or(out.Clock)
+	if out.Hostname == "" {
+		out.Hostname = os.Getenv("DYNO")
+	}
+	if out.Hostname == "" {
+		out.Hostname, _ = os.Hostname()
+	}
+	if out.Dial == nil && out.Pool != nil {
+		p := out.Pool
+		out.Dial = func(ctx context.Context) (redis.Conn, error) {
+			if p.DialContext != nil {
+				return p.DialContext(ctx)
+			}
+			return p.Dial()
+		}
+	}
+	return &out
+}
+
+func (c *ServerConfig) validate() error {
+	if c.Pool == nil {
+		return errors.New("sidekiq: ServerConfig.Pool is required")
+	}
+	for _, q := range c.Queues {
+		if q.Name == "" {
+			return errors.New("sidekiq: empty queue name")
+		}
+	}
+	return nil
+}
+
+// ErrClosed is returned by Start on a server that has already run.
+var ErrClosed = errors.New("sidekiq: server closed")
+
+// Server is a Sidekiq processing node: it fetches jobs from its queues,
+// runs their handlers, retries and buries failures, polls the retry and
+// schedule sets, and keeps a heartbeat so the Web UI shows it like a Ruby
+// process. A Server runs once: Start, then Stop (or Run).
+type Server struct {
+	cfg      *ServerConfig
+	log      zerolog.Logger
+	client   *Client
+	handlers map[string]*registration
+	mw       []ServerMiddleware
+
+	identity  string
+	startedAt time.Time
+	fetchQ    fetchOrder
+
+	processed atomic.Int64 // not yet flushed
+	failed    atomic.Int64
+	busy      atomic.Int64
+	work      sync.Map // tid string → *workItem
+
+	quietCh  chan struct{} // closed when quiet (fetching stops)
+	quietOne sync.Once
+	stopCh   chan struct{} // closed when a stop is requested
+	stopOne  sync.Once
+	hardCtx  context.Context // cancelled at hard shutdown
+	hardStop context.CancelFunc
+	state    atomic.Int32
+	wg       sync.WaitGroup // fetchers
+	bg       sync.WaitGroup // heartbeat, poller
+	done     chan struct{}  // closed when fully stopped
+	outage   outageLog
+	stopErr  error
+}
+
+const (
+	stateNew int32 = iota
+	stateRunning
+	stateStopped
+)
+
+type registration struct {
+	h    Handler
+	opts HandlerOptions
+}
+
+// HandlerOptions are per-class settings, the Go form of sidekiq_options and
+// the class-level retry hooks.
+type HandlerOptions struct {
+	// Retry is used when a payload has no "retry" key: nil means true (the
+	// Sidekiq default), otherwise a bool or an int.
+	Retry any
+	// RetryIn is sidekiq_retry_in: it returns the delay before the next
+	// retry, or a RetryDecision. A zero delay with RetryDefault means the
+	// default backoff.
+	RetryIn func(count int, err error, job *Job) (time.Duration, RetryDecision)
+	// RetriesExhausted is sidekiq_retries_exhausted. Returning RetryDiscard
+	// keeps the job out of the dead set.
+	RetriesExhausted func(ctx context.Context, job *Job, err error) RetryDecision
+}
+
+// RetryDecision is what a retry hook asks for.
+type RetryDecision int
+
+// Retry hook decisions.
+const (
+	RetryDefault RetryDecision = iota
+	RetryKill                  // send to the dead set now (:kill)
+	RetryDiscard               // drop the job (:discard)
+)
+
+// NewServer returns a server.
+func NewServer(cfg *ServerConfig) (*Server, error) {
+	if cfg == nil {
+		return nil, errors.New("sidekiq: nil ServerConfig")
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := cfg.withDefaults()
+	client := c.Client
+	if client == nil {
+		var err error
+		client, err = NewClient(&ClientConfig{Pool: c.Pool, Version: c.Version, Clock: c.Clock})
+		if err != nil {
+			return nil, err
+		}
+	}
+	hard, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		cfg:      c,
+		log:      c.Logger,
+		client:   client,
+		handlers: map[string]*registration{},
+		identity: fmt.Sprintf("%s:%d:%s", c.Hostname, os.Getpid(), NewJID()[:12]),
+		fetchQ:   newFetchOrder(c.Queues),
+		quietCh:  make(chan struct{}),
+		stopCh:   make(chan struct{}),
+		hardCtx:  hard,
+		hardStop: cancel,
+		done:     make(chan struct{}),
+	}
+	s.outage.log = &s.log
+	return s, nil
+}
+
+// Handle registers h for jobs whose class (or, for ActiveJob payloads, whose
+// wrapped job class) is class. Call it before Start.
+func (s *Server) Handle(class string, h Handler, opts *HandlerOptions) {
+	r := &registration{h: h}
+	if opts != nil {
+		r.opts = *opts
+	}
+	s.handlers[class] = r
+}
+
+// HandleFunc registers a function.
+func (s *Server) HandleFunc(class string, f func(ctx context.Context, job *Job) error) {
+	s.Handle(class, HandlerFunc(f), nil)
+}
+
+// Use appends server middleware. Call it before Start.
+func (s *Server) Use(mw ...ServerMiddleware) { s.mw = append(s.mw, mw...) }
+
+// Identity returns the process identity ("host:pid:nonce").
+func (s *Server) Identity() string { return s.identity }
+
+// Client returns the client the server re-pushes with.
+func (s *Server) Client() *Client { return s.client }
+
+// Done is closed when the server has stopped.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Start starts fetching, the heartbeat and the poller, and returns.
+func (s *Server) Start(ctx context.Context) error {
+	if !s.state.CompareAndSwap(stateNew, stateRunning) {
+		return ErrClosed
+	}
+	s.startedAt = s.cfg.Clock.Now()
+	if err := s.heartbeat(ctx); err != nil {
+		s.log.Warn().Err(err).Str("component", "heartbeat").Msg("first heartbeat failed; retrying in the background")
+	}
+	for i := 0; i < s.cfg.Concurrency; i++ {
+		s.wg.Add(1)
+		go s.fetchLoop(i)
+	}
+	s.bg.Add(1)
+	go s.heartbeatLoop()
+	if !s.cfg.DisablePoller {
+		s.bg.Add(1)
+		go s.pollLoop()
+	}
+	s.log.Info().Str("identity", s.identity).Int("concurrency", s.cfg.Concurrency).
+		Str("queues", s.fetchQ.String()).Str("sidekiq_version", s.cfg.Version.String()).Msg("gojob started")
+	return nil
+}
+
+// Run starts the server and blocks until ctx is done or a TERM signal
+// arrives through Redis, then stops it gracefully.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-s.stopCh:
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout+10*time.Second)
+	defer cancel()
+	return s.Stop(stopCtx)
+}
+
+// Quiet stops fetching new jobs and polling, as TSTP does. Running jobs
+// finish; the heartbeat goes on and reports quiet.
+func (s *Server) Quiet() {
+	s.quietOne.Do(func() {
+		s.log.Info().Str("identity", s.identity).Msg("quiet: no new jobs will be fetched")
+		close(s.quietCh)
+	})
+}
+
+// IsQuiet reports whether the server is quiet.
+func (s *Server) IsQuiet() bool {
+	select {
+	case <-s.quietCh:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Server) requestStop() {
+	s.stopOne.Do(func() { close(s.stopCh) })
+}
+
+// Stop shuts down gracefully: quiet, wait up to ShutdownTimeout (or ctx) for
+// running jobs, push the unfinished ones back to their queues with their
+// original bytes, flush stats, and remove the process from the registry.
+func (s *Server) Stop(ctx context.Context) error {
+	if s.state.Load() == stateNew {
+		return errors.New("sidekiq: server not started")
+	}
+	if !s.state.CompareAndSwap(stateRunning, stateStopped) {
+		<-s.done
+		return s.stopErr
+	}
+	s.Quiet()
+	s.requestStop()
+	fetchersDone := make(chan struct{})
+	go func() { s.wg.Wait(); close(fetchersDone) }()
+	timer := time.NewTimer(s.cfg.ShutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-fetchersDone:
+	case <-timer.C:
+		s.log.Warn().Int64("busy", s.busy.Load()).Msg("shutdown timeout: requeueing unfinished jobs")
+	case <-ctx.Done():
+		s.log.Warn().Int64("busy", s.busy.Load()).Msg("shutdown cancelled: requeueing unfinished jobs")
+	}
+	s.hardStop()
+	var errs []error
+	if err := s.requeueUnfinished(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	s.bg.Wait()
+	if err := s.unregister(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	s.stopErr = errors.Join(errs...)
+	close(s.done)
+	s.log.Info().Str("identity", s.identity).Msg("gojob stopped")
+	return s.stopErr
+}
+
+// requeueUnfinished pushes every job still running back to the right end of
+// its queue (Sidekiq's bulk_requeue), so it runs next.
+func (s *Server) requeueUnfinished(ctx context.Context) error {
+	var items []*workItem
+	s.work.Range(func(_, v any) bool {
+		w := v.(*workItem)
+		if w.abandon() {
+			items = append(items, w)
+		}
+		return true
+	})
+	if len(items) == 0 {
+		return nil
+	}
+	conn, err := s.cfg.Pool.GetContext(ctx)
+	if err != nil {
+		return fmt.Errorf("sidekiq: requeue %d jobs: %w", len(items), err)
+	}
+	defer conn.Close()
+	for _, w := range items {
+		conn.Send("RPUSH", QueueKey(w.queue), w.raw)
+	}
+	if _, err := redis.DoContext(conn, ctx, ""); err != nil {
+		for _, w := range items {
+			s.log.Error().Str("queue", w.queue).Bytes("payload", w.raw).Msg("could not requeue job at shutdown")
+		}
+		return fmt.Errorf("sidekiq: requeue %d jobs: %w", len(items), err)
+	}
+	s.log.Info().Int("jobs", len(items)).Msg("requeued unfinished jobs")
+	return nil
+}
