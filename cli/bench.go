@@ -1,0 +1,391 @@
+package cli
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/zerolog"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/gojob/gojob/sidekiq"
+)
+
+//go:embed bench_worker.rb
+var benchWorkerRuby string
+
+// BenchResult is what `gojob bench --json` prints.
+type BenchResult struct {
+	Jobs          int     `json:"jobs"`
+	Concurrency   int     `json:"concurrency"`
+	PushPerSec    float64 `json:"push_jobs_per_sec"`
+	Seconds       float64 `json:"seconds"`
+	JobsPerSec    float64 `json:"jobs_per_sec"`
+	LatencySample int     `json:"latency_sample"`
+	LatencyP50ms  float64 `json:"pickup_latency_p50_ms"`
+	LatencyP99ms  float64 `json:"pickup_latency_p99_ms"`
+	PeakRSSKB     int64   `json:"peak_rss_kb"`
+	RedisCalls    float64 `json:"redis_commands_per_job"`
+
+	RubySeconds    float64 `json:"ruby_seconds,omitempty"`
+	RubyJobsPerSec float64 `json:"ruby_jobs_per_sec,omitempty"`
+	RubyRatio      float64 `json:"ratio_vs_ruby,omitempty"`
+
+	RedisBenchmarkRPOP  float64 `json:"redis_benchmark_rpop_per_sec,omitempty"`
+	RedisBenchmarkRatio float64 `json:"ratio_vs_redis_benchmark,omitempty"`
+}
+
+func benchCommand(_ *options) *ucli.Command {
+	return &ucli.Command{
+		Name:  "bench",
+		Usage: "measure throughput: push N no-op jobs, drain them with an in-process server",
+		Description: `Pushes N no-op jobs to a fresh queue, drains them with an in-process gojob
+server at concurrency C and reports jobs/s (from server start to the last job
+done), pickup latency (push to start, measured on a trickle of single pushes
+afterwards), peak RSS, and Redis commands per job (from INFO commandstats).
+--ruby runs Debian's Ruby Sidekiq 6.4.1 on the same number of jobs (timed from
+its first fetch until its queue is empty, as bin/sidekiqload does) and prints
+the ratio; --redis-benchmark runs redis-benchmark -t rpop at the same -c.
+It only touches its own keys, never flushes, and removes them when done.`,
+		Flags: []ucli.Flag{
+			redisFlag,
+			&ucli.IntFlag{Name: "jobs", Aliases: []string{"n"}, Value: 100000, Usage: "jobs to process"},
+			&ucli.IntFlag{Name: "concurrency", Aliases: []string{"c"}, Value: 25, Usage: "server concurrency"},
+			&ucli.IntFlag{Name: "latency-jobs", Value: 500, Usage: "single pushes for the pickup latency"},
+			&ucli.BoolFlag{Name: "ruby", Usage: "also run Ruby Sidekiq 6.4.1 (Debian ruby-sidekiq) and print the ratio"},
+			&ucli.BoolFlag{Name: "redis-benchmark", Usage: "also run redis-benchmark -t rpop -c C and print the ratio"},
+			jsonFlag,
+		},
+		Action: func(c *ucli.Context) error {
+			n, conc := c.Int("jobs"), c.Int("concurrency")
+			if n <= 0 || conc <= 0 {
+				return ucli.Exit("--jobs and --concurrency must be positive", 2)
+			}
+			pool, err := openPool(c.Context, c.String("redis"), 0)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			res, err := runBench(c.Context, pool, n, conc, c.Int("latency-jobs"))
+			if err != nil {
+				return err
+			}
+			if c.Bool("ruby") {
+				rs, err := runRubyBench(c.Context, pool, c.String("redis"), n, conc, c.App.ErrWriter)
+				if err != nil {
+					return err
+				}
+				res.RubySeconds = rs
+				res.RubyJobsPerSec = float64(n) / rs
+				res.RubyRatio = res.JobsPerSec / res.RubyJobsPerSec
+			}
+			if c.Bool("redis-benchmark") {
+				rps, err := runRedisBenchmark(c.Context, c.String("redis"), n, conc)
+				if err != nil {
+					return err
+				}
+				res.RedisBenchmarkRPOP = rps
+				res.RedisBenchmarkRatio = res.JobsPerSec / rps
+			}
+			return printBench(c.App.Writer, res, c.Bool("json"))
+		},
+	}
+}
+
+func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int) (*BenchResult, error) {
+	queue := "gojob-bench-" + sidekiq.NewJID()[:8]
+	defer cleanupBench(pool, queue)
+	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: sidekiq.Version6})
+	if err != nil {
+		return nil, err
+	}
+	res := &BenchResult{Jobs: n, Concurrency: conc, LatencySample: latencyJobs}
+
+	pushStart := time.Now()
+	if err := pushBenchJobs(ctx, client, queue, n); err != nil {
+		return nil, err
+	}
+	res.PushPerSec = float64(n) / time.Since(pushStart).Seconds()
+
+	var done atomic.Int64
+	finished := make(chan struct{})
+	var latMu sync.Mutex
+	var latencies []time.Duration
+	measuring := atomic.Bool{}
+	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{
+		Pool: pool, Queues: []sidekiq.QueueWeight{{Name: queue}}, Concurrency: conc,
+		Version: sidekiq.Version6, DisablePoller: true, Logger: zerolog.Nop(), Client: client,
+		ShutdownTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		return nil, err
+	}
+	srv.HandleFunc("BenchJob", func(ctx context.Context, job *sidekiq.Job) error {
+		if measuring.Load() {
+			if t, ok := job.EnqueuedAt(); ok {
+				d := time.Since(t)
+				latMu.Lock()
+				latencies = append(latencies, d)
+				latMu.Unlock()
+			}
+			return nil
+		}
+		if done.Add(1) == int64(n) {
+			close(finished)
+		}
+		return nil
+	})
+	cmdsBefore, _ := commandCount(pool)
+	start := time.Now()
+	if err := srv.Start(ctx); err != nil {
+		return nil, err
+	}
+	select {
+	case <-finished:
+	case <-ctx.Done():
+		srv.Stop(context.Background())
+		return nil, ctx.Err()
+	}
+	elapsed := time.Since(start)
+	cmdsAfter, _ := commandCount(pool)
+	res.Seconds = elapsed.Seconds()
+	res.JobsPerSec = float64(n) / res.Seconds
+	if cmdsBefore > 0 && cmdsAfter > cmdsBefore {
+		res.RedisCalls = float64(cmdsAfter-cmdsBefore) / float64(n)
+	}
+
+	// Pickup latency: single pushes with a short gap, measured push → start.
+	measuring.Store(true)
+	for i := 0; i < latencyJobs; i++ {
+		j, _ := sidekiq.NewJob("BenchJob", i)
+		j.SetQueue(queue)
+		if _, err := client.Push(ctx, j, nil); err != nil {
+			return nil, err
+		}
+		time.Sleep(time.Millisecond)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		latMu.Lock()
+		got := len(latencies)
+		latMu.Unlock()
+		if got >= latencyJobs {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv.Stop(stopCtx)
+	latMu.Lock()
+	slices.Sort(latencies)
+	if len(latencies) > 0 {
+		res.LatencyP50ms = float64(latencies[len(latencies)/2].Microseconds()) / 1000
+		res.LatencyP99ms = float64(latencies[len(latencies)*99/100].Microseconds()) / 1000
+	}
+	latMu.Unlock()
+	res.PeakRSSKB = peakRSSKB()
+	return res, nil
+}
+
+func pushBenchJobs(ctx context.Context, client *sidekiq.Client, queue string, n int) error {
+	const batch = 1000
+	for i := 0; i < n; i += batch {
+		jobs := make([]*sidekiq.Job, 0, batch)
+		for k := i; k < min(i+batch, n); k++ {
+			j, err := sidekiq.NewJob("BenchJob", k)
+			if err != nil {
+				return err
+			}
+			j.SetQueue(queue)
+			jobs = append(jobs, j)
+		}
+		if _, err := client.PushBulk(ctx, jobs, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func cleanupBench(pool *redis.Pool, queue string) {
+	conn := pool.Get()
+	defer conn.Close()
+	conn.Do("DEL", sidekiq.QueueKey(queue))
+	conn.Do("SREM", sidekiq.KeyQueues, queue)
+}
+
+// commandCount sums INFO commandstats calls (0 when unavailable).
+func commandCount(pool *redis.Pool) (int64, error) {
+	conn := pool.Get()
+	defer conn.Close()
+	info, err := redis.String(conn.Do("INFO", "commandstats"))
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		if i := strings.Index(line, "calls="); i >= 0 {
+			rest := line[i+6:]
+			if j := strings.IndexByte(rest, ','); j >= 0 {
+				rest = rest[:j]
+			}
+			v, _ := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+			total += v
+		}
+	}
+	return total, nil
+}
+
+func peakRSSKB() int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				v, _ := strconv.ParseInt(f[1], 10, 64)
+				return v
+			}
+		}
+	}
+	return 0
+}
+
+// runRubyBench runs Debian's Ruby Sidekiq on n no-op jobs and returns the
+// seconds from its first fetch until its queue is empty.
+func runRubyBench(ctx context.Context, pool *redis.Pool, redisURL string, n, conc int, stderr io.Writer) (float64, error) {
+	bin, err := exec.LookPath("sidekiq")
+	if err != nil {
+		return 0, ucli.Exit("--ruby needs Debian's ruby-sidekiq (apt-get install ruby-sidekiq)", 3)
+	}
+	queue := "gojob-bench-ruby-" + sidekiq.NewJID()[:8]
+	defer cleanupBench(pool, queue)
+	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: sidekiq.Version6})
+	if err != nil {
+		return 0, err
+	}
+	if err := pushBenchJobs(ctx, client, queue, n); err != nil {
+		return 0, err
+	}
+	dir, err := os.MkdirTemp("", "gojob-bench-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	worker := filepath.Join(dir, "bench_worker.rb")
+	if err := os.WriteFile(worker, []byte(benchWorkerRuby), 0o644); err != nil {
+		return 0, err
+	}
+	cmd := exec.CommandContext(ctx, bin, "-r", worker, "-q", queue, "-c", strconv.Itoa(conc), "-t", "5")
+	cmd.Env = append(os.Environ(), "REDIS_URL="+redisURL)
+	cmd.Dir = dir
+	cmd.Stdout = io.Discard
+	var errBuf strings.Builder
+	cmd.Stderr = &errBuf
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	conn := pool.Get()
+	defer conn.Close()
+	var start time.Time
+	deadline := time.Now().Add(30 * time.Minute)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			exited <- err
+			return 0, fmt.Errorf("ruby sidekiq exited early: %v\n%s", err, errBuf.String())
+		default:
+		}
+		l, err := redis.Int(conn.Do("LLEN", sidekiq.QueueKey(queue)))
+		if err != nil {
+			return 0, err
+		}
+		now := time.Now()
+		if start.IsZero() && l < n {
+			start = now
+		}
+		if l == 0 {
+			return now.Sub(start).Seconds(), nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("ruby sidekiq did not drain the queue in 30 minutes")
+}
+
+var rpopRE = regexp.MustCompile(`RPOP: ([0-9.]+) requests per second`)
+
+// runRedisBenchmark runs redis-benchmark -t rpop at the same concurrency.
+func runRedisBenchmark(ctx context.Context, redisURL string, n, conc int) (float64, error) {
+	u, err := url.Parse(redisURL)
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "unix") {
+		return 0, ucli.Exit("--redis-benchmark needs a redis:// or unix:// URL", 2)
+	}
+	args := []string{"-t", "rpop", "-c", strconv.Itoa(conc), "-n", strconv.Itoa(max(n, 100000)), "-q"}
+	if u.Scheme == "unix" {
+		args = append(args, "-s", u.Path)
+	} else {
+		args = append(args, "-h", u.Hostname())
+		if p := u.Port(); p != "" {
+			args = append(args, "-p", p)
+		}
+	}
+	out, err := exec.CommandContext(ctx, "redis-benchmark", args...).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("redis-benchmark: %v: %s", err, out)
+	}
+	m := rpopRE.FindAllSubmatch(out, -1)
+	if len(m) == 0 {
+		return 0, fmt.Errorf("redis-benchmark: unexpected output: %s", out)
+	}
+	return strconv.ParseFloat(string(m[len(m)-1][1]), 64)
+}
+
+func printBench(w io.Writer, r *BenchResult, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	fmt.Fprintf(w, "jobs:            %d at concurrency %d\n", r.Jobs, r.Concurrency)
+	fmt.Fprintf(w, "push:            %.0f jobs/s (bulk, 1000 per round trip)\n", r.PushPerSec)
+	fmt.Fprintf(w, "gojob:           %.0f jobs/s (%.2f s)\n", r.JobsPerSec, r.Seconds)
+	fmt.Fprintf(w, "pickup latency:  p50 %.2f ms, p99 %.2f ms (%d single pushes)\n", r.LatencyP50ms, r.LatencyP99ms, r.LatencySample)
+	fmt.Fprintf(w, "peak RSS:        %.1f MB\n", float64(r.PeakRSSKB)/1024)
+	if r.RedisCalls > 0 {
+		fmt.Fprintf(w, "redis commands:  %.3f per job while draining (all clients)\n", r.RedisCalls)
+	}
+	if r.RubyJobsPerSec > 0 {
+		fmt.Fprintf(w, "ruby sidekiq:    %.0f jobs/s (%.2f s) → gojob is %.1fx\n", r.RubyJobsPerSec, r.RubySeconds, r.RubyRatio)
+	}
+	if r.RedisBenchmarkRPOP > 0 {
+		fmt.Fprintf(w, "redis-benchmark: RPOP %.0f/s → gojob reaches %.0f%% of it\n", r.RedisBenchmarkRPOP, r.RedisBenchmarkRatio*100)
+	}
+	return nil
+}

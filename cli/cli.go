@@ -1,0 +1,170 @@
+// Package cli is gojob's command line. The stock binary (cmd/gojob) calls
+// Run; a Go program that has its own handlers calls Run with options that
+// register them, and gets the same commands:
+//
+//	func main() {
+//		os.Exit(cli.Run(context.Background(), os.Args, os.Stdout, os.Stderr,
+//			cli.WithHandler("HardJob", sidekiq.HandlerFunc(hardJob), nil)))
+//	}
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/zerolog"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/gojob/gojob/sidekiq"
+)
+
+// Option customizes Run.
+type Option func(*options)
+
+type options struct {
+	handlers []handlerReg
+	setup    []func(*sidekiq.Server) error
+}
+
+type handlerReg struct {
+	class string
+	h     sidekiq.Handler
+	opts  *sidekiq.HandlerOptions
+}
+
+// WithHandler registers a Go handler for a job class in `gojob work`,
+// `gojob dev` and `gojob bench`.
+func WithHandler(class string, h sidekiq.Handler, opts *sidekiq.HandlerOptions) Option {
+	return func(o *options) { o.handlers = append(o.handlers, handlerReg{class, h, opts}) }
+}
+
+// WithServerSetup runs f on every server the CLI builds, before it starts
+// (to add middleware, death handlers, or handlers that need the server).
+func WithServerSetup(f func(*sidekiq.Server) error) Option {
+	return func(o *options) { o.setup = append(o.setup, f) }
+}
+
+// Run runs the command line and returns the process exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...Option) int {
+	o := &options{}
+	for _, f := range opts {
+		f(o)
+	}
+	app := NewApp(stdout, stderr, o)
+	if err := app.RunContext(ctx, args); err != nil {
+		var ec ucli.ExitCoder
+		if errors.As(err, &ec) {
+			if msg := err.Error(); msg != "" {
+				fmt.Fprintln(stderr, "gojob:", msg)
+			}
+			return ec.ExitCode()
+		}
+		fmt.Fprintln(stderr, "gojob:", err)
+		return 1
+	}
+	return 0
+}
+
+// NewApp builds the urfave/cli application; tests drive it directly.
+func NewApp(stdout, stderr io.Writer, o *options) *ucli.App {
+	if o == nil {
+		o = &options{}
+	}
+	return &ucli.App{
+		Name:                      "gojob",
+		Usage:                     "run and inspect Sidekiq jobs from Go, sharing Redis with Ruby Sidekiq",
+		Writer:                    stdout,
+		ErrWriter:                 stderr,
+		DisableSliceFlagSeparator: true,
+		ExitErrHandler:            func(*ucli.Context, error) {}, // Run reports errors
+		Commands: append([]*ucli.Command{
+			workCommand(o),
+			devCommand(o),
+			benchCommand(o),
+		}, adminCommands()...),
+	}
+}
+
+var redisFlag = &ucli.StringFlag{
+	Name:    "redis",
+	Aliases: []string{"r"},
+	Usage:   "Redis URL (redis://host:port/db, rediss://…, unix:///path)",
+	EnvVars: []string{"REDIS_URL"},
+	Value:   "redis://127.0.0.1:6379/0",
+}
+
+var versionFlag = &ucli.StringFlag{
+	Name:  "sidekiq-version",
+	Usage: "Sidekiq wire format to write: 6, 7, 8, x.y.z, or auto (oldest live Ruby process; 6 when none)",
+	Value: "auto",
+}
+
+var jsonFlag = &ucli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}
+
+// newLogger returns a human-readable logger on w (JSON with --log-json).
+func newLogger(w io.Writer, jsonLogs bool, level string) zerolog.Logger {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil || level == "" {
+		lvl = zerolog.InfoLevel
+	}
+	if jsonLogs {
+		return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+	}
+	cw := zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !isTerminal(w)}
+	return zerolog.New(cw).Level(lvl).With().Timestamp().Logger()
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// openPool opens a pool for the --redis flag and checks it answers.
+func openPool(ctx context.Context, url string, maxActive int) (*redis.Pool, error) {
+	pool, err := sidekiq.NewPool(url, &sidekiq.PoolOptions{MaxActive: maxActive})
+	if err != nil {
+		return nil, ucli.Exit(err.Error(), 2)
+	}
+	conn, err := pool.GetContext(ctx)
+	if err == nil {
+		_, err = redis.DoContext(conn, ctx, "PING")
+		conn.Close()
+	}
+	if err != nil {
+		pool.Close()
+		return nil, ucli.Exit(fmt.Sprintf("cannot reach Redis at %s: %v", url, err), 3)
+	}
+	return pool, nil
+}
+
+// resolveVersion turns the --sidekiq-version flag into a Version, reading
+// live processes for "auto".
+func resolveVersion(ctx context.Context, pool *redis.Pool, flag string, log zerolog.Logger) (sidekiq.Version, error) {
+	if flag == "" || strings.EqualFold(flag, "auto") {
+		v, found, err := sidekiq.DetectVersion(ctx, pool)
+		if err != nil {
+			return sidekiq.Version{}, err
+		}
+		if len(found) == 0 {
+			log.Info().Str("sidekiq_version", v.String()).Msg("no live Sidekiq process reports a version; writing the 6.x format")
+		} else {
+			log.Info().Str("sidekiq_version", v.String()).Strs("processes", found).Msg("writing the format of the oldest live Sidekiq process")
+		}
+		return v, nil
+	}
+	v, err := sidekiq.ParseVersion(flag)
+	if err != nil {
+		return sidekiq.Version{}, ucli.Exit(err.Error(), 2)
+	}
+	return v, nil
+}

@@ -1,0 +1,132 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/rs/zerolog"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/gojob/gojob/sidekiq"
+)
+
+func devCommand(o *options) *ucli.Command {
+	return &ucli.Command{
+		Name:  "dev",
+		Usage: "start an embedded Redis-protocol server with a worker and demo jobs",
+		Description: `Starts an in-process Redis-protocol server (miniredis; nothing is saved),
+a gojob worker on it, and pushes a few demo jobs (DemoJob succeeds, FlakyJob
+fails now and then and goes to the retry set, LaterJob is scheduled). Point
+the Sidekiq Web UI or any gojob command at the printed URL. Use --redis to
+run the worker and demo against a real Redis instead.`,
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "addr", Value: "127.0.0.1:6379", Usage: "address of the embedded server"},
+			&ucli.StringFlag{Name: "redis", Aliases: []string{"r"}, Usage: "use this Redis instead of an embedded one"},
+			&ucli.StringSliceFlag{Name: "queue", Aliases: []string{"q"}, Usage: "queue to process, `NAME[,WEIGHT]` (default: default)"},
+			&ucli.IntFlag{Name: "concurrency", Aliases: []string{"c"}, Value: 5, Usage: "jobs run at once"},
+			&ucli.IntFlag{Name: "timeout", Aliases: []string{"t"}, Value: 25, Usage: "shutdown timeout in seconds"},
+			&ucli.StringFlag{Name: "tag", Aliases: []string{"g"}, Value: "gojob-dev", Usage: "process tag"},
+			&ucli.StringSliceFlag{Name: "label", Usage: "process label"},
+			&ucli.StringFlag{Name: "sidekiq-version", Value: "6", Usage: "wire format: 6, 7 or 8"},
+			&ucli.StringSliceFlag{Name: "exec", Usage: "run `CLASS=COMMAND` for each job of CLASS"},
+			&ucli.StringSliceFlag{Name: "http", Usage: "POST each job of CLASS to URL: `CLASS=URL`"},
+			&ucli.DurationFlag{Name: "job-timeout", Usage: "cancel a job after this long"},
+			&ucli.IntFlag{Name: "max-retries", Value: 25, Usage: "retries for retry: true"},
+			&ucli.BoolFlag{Name: "no-demo", Usage: "do not push demo jobs"},
+			&ucli.BoolFlag{Name: "log-json", Usage: "log JSON lines"},
+			&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn, error"},
+		},
+		Action: func(c *ucli.Context) error {
+			log := newLogger(c.App.ErrWriter, c.Bool("log-json"), c.String("log-level"))
+			url := c.String("redis")
+			if url == "" {
+				mr := miniredis.NewMiniRedis()
+				if err := mr.StartAddr(c.String("addr")); err != nil {
+					return ucli.Exit(fmt.Sprintf("cannot listen on %s: %v (is a Redis already there? use --addr 127.0.0.1:0 or --redis URL)", c.String("addr"), err), 3)
+				}
+				defer mr.Close()
+				url = "redis://" + mr.Addr() + "/0"
+				fmt.Fprintf(c.App.Writer, "embedded Redis-protocol server listening on %s (nothing is saved)\n", url)
+				fmt.Fprintf(c.App.Writer, "try: gojob stats -r %s    or point the Sidekiq Web UI at it\n", url)
+			}
+			cfg, err := serverConfigFromFlags(c, log)
+			if err != nil {
+				return err
+			}
+			if cfg.Version, err = sidekiq.ParseVersion(c.String("sidekiq-version")); err != nil {
+				return ucli.Exit(err.Error(), 2)
+			}
+			cfg.PollIntervalAverage = 2 * time.Second
+			pool, err := openPool(c.Context, url, 0)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			cfg.Pool = pool
+			srv, err := buildServer(cfg, o, c.StringSlice("exec"), c.StringSlice("http"), log)
+			if err != nil {
+				return err
+			}
+			if !c.Bool("no-demo") {
+				registerDemo(srv, log)
+				if err := pushDemo(c.Context, srv.Client()); err != nil {
+					return err
+				}
+			}
+			return runServer(c.Context, srv, log)
+		},
+	}
+}
+
+// registerDemo adds the demo handlers.
+func registerDemo(srv *sidekiq.Server, log zerolog.Logger) {
+	srv.HandleFunc("DemoJob", func(ctx context.Context, job *sidekiq.Job) error {
+		log.Info().Str("jid", job.JID()).RawJSON("args", argsJSON(job)).Msg("DemoJob ran")
+		return nil
+	})
+	srv.HandleFunc("FlakyJob", func(ctx context.Context, job *sidekiq.Job) error {
+		if rand.IntN(2) == 0 {
+			return errors.New("flaky: failed this time, will be retried")
+		}
+		log.Info().Str("jid", job.JID()).Msg("FlakyJob succeeded")
+		return nil
+	})
+	srv.HandleFunc("LaterJob", func(ctx context.Context, job *sidekiq.Job) error {
+		log.Info().Str("jid", job.JID()).Msg("LaterJob ran (it was scheduled)")
+		return nil
+	})
+}
+
+func argsJSON(job *sidekiq.Job) []byte {
+	v, _ := job.Get("args")
+	return v.Encode()
+}
+
+// pushDemo pushes the demo jobs.
+func pushDemo(ctx context.Context, c *sidekiq.Client) error {
+	for i := 1; i <= 3; i++ {
+		if _, err := c.Enqueue(ctx, "", "DemoJob", i, "hello from gojob", map[string]any{"n": float64(i) / 2}); err != nil {
+			return err
+		}
+	}
+	for i := 0; i < 3; i++ {
+		j, err := sidekiq.NewJob("FlakyJob", i)
+		if err != nil {
+			return err
+		}
+		j.SetRetry(3)
+		if _, err := c.Push(ctx, j, nil); err != nil {
+			return err
+		}
+	}
+	j, err := sidekiq.NewJob("LaterJob")
+	if err != nil {
+		return err
+	}
+	_, err = c.Push(ctx, j, &sidekiq.PushOpts{In: 10 * time.Second})
+	return err
+}

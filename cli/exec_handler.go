@@ -1,0 +1,159 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gojob/gojob/sidekiq"
+)
+
+// ExecHandler runs a shell command per job: the payload JSON on stdin,
+// GOJOB_JID, GOJOB_CLASS and GOJOB_QUEUE in the environment. Exit status 0
+// is success; otherwise the job fails with the last non-empty line of
+// stderr as its error message. A cancelled job (hard shutdown, job timeout)
+// kills the command's process group.
+type ExecHandler struct {
+	Command string
+	Log     zerolog.Logger
+}
+
+// ExecError is the failure of an --exec command.
+type ExecError struct {
+	ExitCode int
+	Message  string
+}
+
+func (e *ExecError) Error() string { return e.Message }
+
+// ErrorClass names the failure for the Web UI.
+func (e *ExecError) ErrorClass() string { return "Gojob::ExecError" }
+
+// Perform runs the command.
+func (h *ExecHandler) Perform(ctx context.Context, job *sidekiq.Job) error {
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", h.Command)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	cmd.Stdin = bytes.NewReader(job.Bytes())
+	cmd.Env = append(os.Environ(),
+		"GOJOB_JID="+job.JID(), "GOJOB_CLASS="+job.Class(), "GOJOB_QUEUE="+job.Queue())
+	stderr := &tailBuffer{max: 64 << 10}
+	cmd.Stderr = stderr
+	cmd.Stdout = &logWriter{log: h.Log, jid: job.JID()}
+	err := cmd.Run()
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("command cancelled: %w", ctx.Err())
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		msg := lastLine(stderr.Bytes())
+		if msg == "" {
+			msg = fmt.Sprintf("command exited with status %d", ee.ExitCode())
+		}
+		return &ExecError{ExitCode: ee.ExitCode(), Message: msg}
+	}
+	return fmt.Errorf("run %q: %w", h.Command, err)
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\r\n\t "), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" {
+			return l
+		}
+	}
+	return ""
+}
+
+// tailBuffer keeps the last max bytes written.
+type tailBuffer struct {
+	max int
+	buf []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = t.buf[len(t.buf)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) Bytes() []byte { return t.buf }
+
+// logWriter logs a command's stdout at debug level.
+type logWriter struct {
+	log zerolog.Logger
+	jid string
+}
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	for _, l := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		w.log.Debug().Str("jid", w.jid).Msg(l)
+	}
+	return len(p), nil
+}
+
+// HTTPHandler POSTs each job's payload JSON to URL, with X-Gojob-Jid,
+// X-Gojob-Class and X-Gojob-Queue headers. A 2xx answer is success;
+// anything else fails the job with the status and the start of the body.
+type HTTPHandler struct {
+	URL    string
+	Client *http.Client
+}
+
+// HTTPError is the failure of an --http call.
+type HTTPError struct {
+	Status int
+	Body   string
+}
+
+func (e *HTTPError) Error() string {
+	if e.Body == "" {
+		return fmt.Sprintf("HTTP %d", e.Status)
+	}
+	return fmt.Sprintf("HTTP %d: %s", e.Status, e.Body)
+}
+
+// ErrorClass names the failure for the Web UI.
+func (e *HTTPError) ErrorClass() string { return "Gojob::HTTPError" }
+
+// Perform posts the job.
+func (h *HTTPHandler) Perform(ctx context.Context, job *sidekiq.Job) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(job.Bytes()))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Gojob-Jid", job.JID())
+	req.Header.Set("X-Gojob-Class", job.Class())
+	req.Header.Set("X-Gojob-Queue", job.Queue())
+	c := h.Client
+	if c == nil {
+		c = http.DefaultClient
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+	return &HTTPError{Status: resp.StatusCode, Body: lastLine(body)}
+}

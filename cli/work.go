@@ -1,0 +1,159 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/gojob/gojob/sidekiq"
+)
+
+func workCommand(o *options) *ucli.Command {
+	return &ucli.Command{
+		Name:  "work",
+		Usage: "process jobs from Sidekiq queues, as a Ruby Sidekiq process would",
+		Description: `Fetches jobs from the given queues (BRPOP, as Sidekiq's BasicFetch), runs
+them, retries failures with Sidekiq's algorithm, polls the retry and schedule
+sets and keeps a heartbeat so the Sidekiq Web UI shows this process on its Busy
+page (Quiet and Stop work from there). SIGTSTP quiets, SIGTERM/SIGINT stop
+gracefully (unfinished jobs go back to their queue), SIGTTIN dumps goroutines.
+
+A stock binary has no Go handlers: use --exec CLASS=COMMAND (the payload JSON on
+stdin; GOJOB_JID, GOJOB_CLASS, GOJOB_QUEUE in the environment; exit 0 = success,
+otherwise the last line of stderr is the error message) or --http CLASS=URL
+(POST of the payload; 2xx = success).`,
+		Flags: []ucli.Flag{
+			redisFlag,
+			&ucli.StringSliceFlag{Name: "queue", Aliases: []string{"q"}, Usage: "queue to process, `NAME[,WEIGHT]`; repeat for several (default: default)"},
+			&ucli.IntFlag{Name: "concurrency", Aliases: []string{"c"}, Value: 10, Usage: "jobs run at once"},
+			&ucli.IntFlag{Name: "timeout", Aliases: []string{"t"}, Value: 25, Usage: "shutdown timeout in seconds"},
+			&ucli.StringFlag{Name: "tag", Aliases: []string{"g"}, Usage: "process tag shown in the Web UI"},
+			&ucli.StringSliceFlag{Name: "label", Usage: "process label shown in the Web UI (repeat)"},
+			versionFlag,
+			&ucli.StringSliceFlag{Name: "exec", Usage: "run `CLASS=COMMAND` (sh -c) for each job of CLASS; repeat"},
+			&ucli.StringSliceFlag{Name: "http", Usage: "POST each job of CLASS to URL: `CLASS=URL`; repeat"},
+			&ucli.DurationFlag{Name: "job-timeout", Usage: "cancel a job after this long (0 = never)"},
+			&ucli.IntFlag{Name: "max-retries", Value: 25, Usage: "retries for jobs with retry: true"},
+			&ucli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text"},
+			&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn, error"},
+		},
+		Action: func(c *ucli.Context) error {
+			log := newLogger(c.App.ErrWriter, c.Bool("log-json"), c.String("log-level"))
+			cfg, err := serverConfigFromFlags(c, log)
+			if err != nil {
+				return err
+			}
+			pool, err := openPool(c.Context, c.String("redis"), 0)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			cfg.Pool = pool
+			if cfg.Version, err = resolveVersion(c.Context, pool, c.String("sidekiq-version"), log); err != nil {
+				return err
+			}
+			srv, err := buildServer(cfg, o, c.StringSlice("exec"), c.StringSlice("http"), log)
+			if err != nil {
+				return err
+			}
+			return runServer(c.Context, srv, log)
+		},
+	}
+}
+
+// serverConfigFromFlags reads the flags shared by work and dev.
+func serverConfigFromFlags(c *ucli.Context, log zerolog.Logger) (*sidekiq.ServerConfig, error) {
+	cfg := &sidekiq.ServerConfig{
+		Concurrency:     c.Int("concurrency"),
+		ShutdownTimeout: time.Duration(c.Int("timeout")) * time.Second,
+		Tag:             c.String("tag"),
+		Labels:          c.StringSlice("label"),
+		JobTimeout:      c.Duration("job-timeout"),
+		MaxRetries:      c.Int("max-retries"),
+		Logger:          log,
+	}
+	if cfg.Concurrency <= 0 {
+		return nil, ucli.Exit("--concurrency must be at least 1", 2)
+	}
+	for _, q := range c.StringSlice("queue") {
+		qw, err := sidekiq.ParseQueueWeight(q)
+		if err != nil {
+			return nil, ucli.Exit(err.Error(), 2)
+		}
+		cfg.Queues = append(cfg.Queues, qw)
+	}
+	return cfg, nil
+}
+
+// buildServer creates the server and registers Go, --exec and --http
+// handlers.
+func buildServer(cfg *sidekiq.ServerConfig, o *options, execs, https []string, log zerolog.Logger) (*sidekiq.Server, error) {
+	srv, err := sidekiq.NewServer(cfg)
+	if err != nil {
+		return nil, ucli.Exit(err.Error(), 2)
+	}
+	for _, h := range o.handlers {
+		srv.Handle(h.class, h.h, h.opts)
+	}
+	for _, spec := range execs {
+		class, command, ok := strings.Cut(spec, "=")
+		if !ok || class == "" || command == "" {
+			return nil, ucli.Exit(fmt.Sprintf("--exec %q: want CLASS=COMMAND", spec), 2)
+		}
+		srv.Handle(class, &ExecHandler{Command: command, Log: log}, nil)
+	}
+	for _, spec := range https {
+		class, url, ok := strings.Cut(spec, "=")
+		if !ok || class == "" || url == "" {
+			return nil, ucli.Exit(fmt.Sprintf("--http %q: want CLASS=URL", spec), 2)
+		}
+		srv.Handle(class, &HTTPHandler{URL: url}, nil)
+	}
+	for _, f := range o.setup {
+		if err := f(srv); err != nil {
+			return nil, err
+		}
+	}
+	return srv, nil
+}
+
+// runServer runs srv until ctx ends, a TERM/INT arrives (OS or Redis), and
+// routes OS signals as Sidekiq does.
+func runServer(ctx context.Context, srv *sidekiq.Server, log zerolog.Logger) error {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGTSTP, syscall.SIGTTIN)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case sig := <-sigs:
+				switch sig {
+				case syscall.SIGTSTP:
+					srv.Signal("TSTP")
+				case syscall.SIGTTIN:
+					srv.Signal("TTIN")
+				case syscall.SIGTERM:
+					srv.Signal("TERM")
+				case syscall.SIGINT:
+					srv.Signal("INT")
+				}
+			}
+		}
+	}()
+	if err := srv.Run(ctx); err != nil {
+		log.Error().Err(err).Msg("shutdown finished with errors")
+		return ucli.Exit("", 1)
+	}
+	return nil
+}
