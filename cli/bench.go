@@ -32,6 +32,7 @@ var benchWorkerRuby string
 type BenchResult struct {
 	Jobs          int     `json:"jobs"`
 	Concurrency   int     `json:"concurrency"`
+	Fetch         string  `json:"fetch"`
 	PushPerSec    float64 `json:"push_jobs_per_sec"`
 	Seconds       float64 `json:"seconds"`
 	JobsPerSec    float64 `json:"jobs_per_sec"`
@@ -66,6 +67,7 @@ It only touches its own keys, never flushes, and removes them when done.`,
 			&ucli.IntFlag{Name: "jobs", Aliases: []string{"n"}, Value: 100000, Usage: "jobs to process"},
 			&ucli.IntFlag{Name: "concurrency", Aliases: []string{"c"}, Value: 25, Usage: "server concurrency"},
 			&ucli.IntFlag{Name: "latency-jobs", Value: 500, Usage: "single pushes for the pickup latency"},
+			&ucli.StringFlag{Name: "fetch", Value: "brpop", Usage: "fetch mode: brpop (Sidekiq's BasicFetch) or batch (BLMPOP for idle slots, Redis 7+)"},
 			&ucli.BoolFlag{Name: "ruby", Usage: "also run Ruby Sidekiq 6.4.1 (Debian ruby-sidekiq) and print the ratio"},
 			&ucli.BoolFlag{Name: "redis-benchmark", Usage: "also run redis-benchmark -t rpop -c C and print the ratio"},
 			jsonFlag,
@@ -80,7 +82,11 @@ It only touches its own keys, never flushes, and removes them when done.`,
 				return err
 			}
 			defer pool.Close()
-			res, err := runBench(c.Context, pool, n, conc, c.Int("latency-jobs"))
+			mode, err := sidekiq.ParseFetchMode(c.String("fetch"))
+			if err != nil {
+				return ucli.Exit(err.Error(), 2)
+			}
+			res, err := runBench(c.Context, pool, n, conc, c.Int("latency-jobs"), mode)
 			if err != nil {
 				return err
 			}
@@ -106,14 +112,14 @@ It only touches its own keys, never flushes, and removes them when done.`,
 	}
 }
 
-func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int) (*BenchResult, error) {
+func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, mode sidekiq.FetchMode) (*BenchResult, error) {
 	queue := "gojob-bench-" + sidekiq.NewJID()[:8]
 	defer cleanupBench(pool, queue)
 	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: sidekiq.Version6})
 	if err != nil {
 		return nil, err
 	}
-	res := &BenchResult{Jobs: n, Concurrency: conc, LatencySample: latencyJobs}
+	res := &BenchResult{Jobs: n, Concurrency: conc, LatencySample: latencyJobs, Fetch: map[sidekiq.FetchMode]string{sidekiq.FetchBRPOP: "brpop", sidekiq.FetchBatch: "batch"}[mode]}
 
 	pushStart := time.Now()
 	if err := pushBenchJobs(ctx, client, queue, n); err != nil {
@@ -129,7 +135,7 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int) (
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{
 		Pool: pool, Queues: []sidekiq.QueueWeight{{Name: queue}}, Concurrency: conc,
 		Version: sidekiq.Version6, DisablePoller: true, Logger: zerolog.Nop(), Client: client,
-		ShutdownTimeout: 5 * time.Second,
+		ShutdownTimeout: 5 * time.Second, Fetch: mode,
 	})
 	if err != nil {
 		return nil, err
@@ -373,7 +379,7 @@ func printBench(w io.Writer, r *BenchResult, asJSON bool) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(r)
 	}
-	fmt.Fprintf(w, "jobs:            %d at concurrency %d\n", r.Jobs, r.Concurrency)
+	fmt.Fprintf(w, "jobs:            %d at concurrency %d, fetch %s\n", r.Jobs, r.Concurrency, r.Fetch)
 	fmt.Fprintf(w, "push:            %.0f jobs/s (bulk, 1000 per round trip)\n", r.PushPerSec)
 	fmt.Fprintf(w, "gojob:           %.0f jobs/s (%.2f s)\n", r.JobsPerSec, r.Seconds)
 	fmt.Fprintf(w, "pickup latency:  p50 %.2f ms, p99 %.2f ms (%d single pushes)\n", r.LatencyP50ms, r.LatencyP99ms, r.LatencySample)

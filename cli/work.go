@@ -39,6 +39,7 @@ otherwise the last line of stderr is the error message) or --http CLASS=URL
 			versionFlag,
 			&ucli.StringSliceFlag{Name: "exec", Usage: "run `CLASS=COMMAND` (sh -c) for each job of CLASS; repeat"},
 			&ucli.StringSliceFlag{Name: "http", Usage: "POST each job of CLASS to URL: `CLASS=URL`; repeat"},
+			&ucli.StringFlag{Name: "fetch", Value: "brpop", Usage: "brpop (Sidekiq's BasicFetch, default) or batch (one BLMPOP for all idle slots; Redis 7+; same loss on crash, far fewer round trips)"},
 			&ucli.DurationFlag{Name: "job-timeout", Usage: "cancel a job after this long (0 = never)"},
 			&ucli.IntFlag{Name: "max-retries", Value: 25, Usage: "retries for jobs with retry: true"},
 			&ucli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text"},
@@ -78,6 +79,13 @@ func serverConfigFromFlags(c *ucli.Context, log zerolog.Logger) (*sidekiq.Server
 		JobTimeout:      c.Duration("job-timeout"),
 		MaxRetries:      c.Int("max-retries"),
 		Logger:          log,
+	}
+	if c.IsSet("fetch") || c.String("fetch") != "" {
+		mode, err := sidekiq.ParseFetchMode(c.String("fetch"))
+		if err != nil {
+			return nil, ucli.Exit(err.Error(), 2)
+		}
+		cfg.Fetch = mode
 	}
 	if cfg.Concurrency <= 0 {
 		return nil, ucli.Exit("--concurrency must be at least 1", 2)

@@ -177,7 +177,7 @@ func goStack(skip int) []string {
 // outage.
 func (s *Server) bury(payload []byte) {
 	err := s.withRetry(func(conn redis.Conn) error {
-		return buryPayload(s.hardCtx, conn, payload, s.cfg.Clock.Now())
+		return sendToMorgue(s.hardCtx, conn, morgueParams{Payload: payload, Now: s.cfg.Clock.Now()})
 	})
 	if err != nil {
 		s.log.Error().Err(err).Str("component", "processor").Bytes("payload", payload).
@@ -197,15 +197,4 @@ func (s *Server) death(job *Job, err error) {
 			h(s.hardCtx, job, err)
 		}()
 	}
-}
-
-// buryPayload is a stand-in for the admin API's morgue write, to be merged
-// with it: MULTI ZADD dead + both trims (spec §5.4).
-func buryPayload(ctx context.Context, conn redis.Conn, payload []byte, now time.Time) error {
-	conn.Send("MULTI")
-	conn.Send("ZADD", KeyDead, Score(now), payload)
-	conn.Send("ZREMRANGEBYSCORE", KeyDead, "-inf", Score(now.Add(-DeadTimeoutInSeconds*time.Second)))
-	conn.Send("ZREMRANGEBYRANK", KeyDead, 0, -DeadMaxJobs)
-	_, err := redis.DoContext(conn, ctx, "EXEC")
-	return err
 }

@@ -69,6 +69,8 @@ type ServerConfig struct {
 	// Concurrency is the number of jobs run at once. Default 10 (Sidekiq 6.4
 	// uses 10 too).
 	Concurrency int
+	// Fetch selects BasicFetch's BRPOP (default) or batched BLMPOP.
+	Fetch FetchMode
 	// ShutdownTimeout bounds the wait for running jobs at stop (-t). Default
 	// 25 s.
 	ShutdownTimeout time.Duration
@@ -299,10 +301,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.heartbeat(ctx); err != nil {
 		s.log.Warn().Err(err).Str("component", "heartbeat").Msg("first heartbeat failed; retrying in the background")
 	}
-	for i := 0; i < s.cfg.Concurrency; i++ {
-		s.wg.Add(1)
-		go s.fetchLoop(i)
-	}
+	s.startFetchers()
 	s.bg.Add(1)
 	go s.heartbeatLoop()
 	if !s.cfg.DisablePoller {
