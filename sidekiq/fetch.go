@@ -92,6 +92,7 @@ func (s *Server) fetchLoop(slot int) {
 		if s.IsQuiet() {
 			return
 		}
+		fresh := false
 		if conn == nil {
 			c, err := s.dialFetch()
 			if err != nil {
@@ -101,7 +102,7 @@ func (s *Server) fetchLoop(slot int) {
 				}
 				continue
 			}
-			conn = c
+			conn, fresh = c, true
 		}
 		reply, err := redis.ByteSlices(conn.Do("BRPOP", s.fetchQ.args(r)...))
 		if err != nil {
@@ -112,6 +113,9 @@ func (s *Server) fetchLoop(slot int) {
 			}
 			conn.Close()
 			conn = nil
+			if !fresh && isConnError(err) {
+				continue // stale connection (Redis restarted while we ran a job): redial now
+			}
 			s.outage.failed(err)
 			if !s.sleepOrQuiet(backoff.next()) {
 				return
@@ -181,7 +185,7 @@ func (s *Server) withRetry(f func(redis.Conn) error) error {
 // the hard-shutdown context ends, backing off while Redis is unreachable.
 func (s *Server) retryOutage(f func() error) error {
 	b := newBackoff()
-	for {
+	for attempt := 1; ; attempt++ {
 		err := f()
 		if err == nil {
 			s.outage.ok()
@@ -189,6 +193,9 @@ func (s *Server) retryOutage(f func() error) error {
 		}
 		if !isConnError(err) || s.hardCtx.Err() != nil {
 			return err
+		}
+		if attempt <= staleRetries {
+			continue // a stale pooled connection; the pool drops it
 		}
 		s.outage.failed(err)
 		t := time.NewTimer(b.next())
@@ -200,6 +207,11 @@ func (s *Server) retryOutage(f func() error) error {
 		}
 	}
 }
+
+// staleRetries is how many connection errors are retried at once before an
+// outage is declared: after a Redis restart the pool still holds dead
+// connections, which fail once each.
+const staleRetries = 3
 
 // isConnError reports whether err is a network/connection failure (worth
 // retrying) rather than a Redis error reply.

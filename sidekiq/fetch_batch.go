@@ -79,6 +79,7 @@ func (s *Server) batchFetchLoop(jobs chan<- fetched, idle chan struct{}) {
 		if s.IsQuiet() {
 			return
 		}
+		fresh := false
 		if conn == nil {
 			c, err := s.dialFetch()
 			if err != nil {
@@ -89,7 +90,7 @@ func (s *Server) batchFetchLoop(jobs chan<- fetched, idle chan struct{}) {
 				}
 				continue
 			}
-			conn = c
+			conn, fresh = c, true
 		}
 		keys := s.fetchQ.args(r)
 		args := make([]any, 0, len(keys)+4)
@@ -106,6 +107,9 @@ func (s *Server) batchFetchLoop(jobs chan<- fetched, idle chan struct{}) {
 			}
 			conn.Close()
 			conn = nil
+			if !fresh && isConnError(err) {
+				continue // stale connection: redial at once
+			}
 			s.outage.failed(err)
 			if !s.sleepOrQuiet(b.next()) {
 				return

@@ -40,10 +40,16 @@ func (s *Server) heartbeatLoop() {
 		case <-t.C:
 		}
 		err := s.heartbeat(s.hardCtx)
-		if err != nil && !failing {
+		for i := 0; i < staleRetries && err != nil && isConnError(err) && s.hardCtx.Err() == nil; i++ {
+			err = s.heartbeat(s.hardCtx)
+		}
+		switch {
+		case err != nil && isConnError(err):
+			s.outage.failed(err) // one line per outage, shared with the fetchers
+		case err != nil && !failing:
 			s.log.Error().Err(err).Str("component", "heartbeat").Msg("heartbeat failed")
-		} else if err == nil && failing {
-			s.log.Info().Str("component", "heartbeat").Msg("heartbeat recovered")
+		case err == nil:
+			s.outage.ok()
 		}
 		failing = err != nil
 	}

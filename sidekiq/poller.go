@@ -27,7 +27,9 @@ func (s *Server) pollLoop() {
 	failing := false
 	for {
 		_, err := s.pollOnce(s.hardCtx)
-		if err != nil && !failing {
+		if err != nil && isConnError(err) {
+			s.outage.failed(err)
+		} else if err != nil && !failing {
 			s.log.Error().Err(err).Str("component", "poller").Msg("scheduled poll failed")
 		}
 		failing = err != nil

@@ -46,7 +46,9 @@ func NewPool(rawURL string, o *PoolOptions) (*redis.Pool, error) {
 		Wait:        o.MaxActive > 0,
 		DialContext: dial,
 		TestOnBorrow: func(c redis.Conn, t time.Time) error {
-			if time.Since(t) < 30*time.Second {
+			// Cheap: the fetchers own their connections, so the pool only
+			// serves heartbeats, retries and the poller.
+			if time.Since(t) < time.Second {
 				return nil
 			}
 			_, err := c.Do("PING")
