@@ -16,13 +16,38 @@ else
   need+=(ruby-sidekiq ruby-activejob ruby-webrick ruby-rack-test)
 fi
 
-if [ ${#need[@]} -eq 0 ]; then
-  exit 0
-fi
+command -v pg_ctlcluster >/dev/null 2>&1 || need+=(postgresql)
+command -v psql >/dev/null 2>&1 || need+=(postgresql-client)
 
-echo "deps: installing ${need[*]}"
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+
+if [ ${#need[@]} -gt 0 ]; then
+  echo "deps: installing ${need[*]}"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# PostgreSQL for the durable tests: a running cluster that lets the postgres
+# role in over TCP from 127.0.0.1 without a password (the tests create and
+# drop their own databases). Override with TEST_DATABASE_URL.
+if [ -z "${TEST_DATABASE_URL:-}" ]; then
+  if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+    ver=$(ls /etc/postgresql 2>/dev/null | sort -n | tail -1)
+    if [ -n "$ver" ]; then
+      echo "deps: starting PostgreSQL $ver"
+      $SUDO pg_ctlcluster --skip-systemctl-redirect "$ver" main start || true
+    fi
+    for _ in $(seq 1 50); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.2; done
+  fi
+  if ! psql -h 127.0.0.1 -U postgres -d postgres -tAc 'select 1' >/dev/null 2>&1; then
+    ver=$(ls /etc/postgresql 2>/dev/null | sort -n | tail -1)
+    hba="/etc/postgresql/$ver/main/pg_hba.conf"
+    if [ -f "$hba" ] && ! grep -q '^# gojob-tests' "$hba"; then
+      echo "deps: allowing the postgres role from 127.0.0.1 without a password (test machine)"
+      $SUDO sed -i '1i # gojob-tests\nhost all postgres 127.0.0.1/32 trust' "$hba"
+      $SUDO pg_ctlcluster --skip-systemctl-redirect "$ver" main reload || true
+    fi
+  fi
+fi

@@ -1,0 +1,64 @@
+// Command push-inspect pushes a job the way Ruby's HardJob.perform_async
+// would, schedules another, and reads them back through the admin API.
+// Run it against any Redis: go run ./examples/push-inspect redis://127.0.0.1:6379/0
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/gojob/gojob/sidekiq"
+)
+
+func main() {
+	ctx := context.Background()
+	url := "redis://127.0.0.1:6379/0"
+	if len(os.Args) > 1 {
+		url = os.Args[1]
+	}
+	pool, err := sidekiq.NewPool(url, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	// Write the format of the oldest Sidekiq that reads this Redis.
+	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: sidekiq.Version6})
+	if err != nil {
+		log.Fatal(err)
+	}
+	res, err := client.Enqueue(ctx, "default", "HardJob", 1, "two", map[string]any{"three": 3.5})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("pushed %s: %s\n", res.JID, res.Payload)
+
+	later, err := sidekiq.NewJob("ReportJob", "daily")
+	if err != nil {
+		log.Fatal(err)
+	}
+	later.SetRetry(3)
+	if _, err := client.Push(ctx, later, &sidekiq.PushOpts{In: time.Hour}); err != nil {
+		log.Fatal(err)
+	}
+
+	api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: pool, Client: client})
+	if err != nil {
+		log.Fatal(err)
+	}
+	stats, err := api.Stats(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("enqueued=%d scheduled=%d retries=%d dead=%d\n", stats.Enqueued, stats.Scheduled, stats.Retries, stats.Dead)
+	err = api.ScheduledSet().Each(ctx, func(e *sidekiq.SortedEntry) error {
+		fmt.Printf("scheduled %s %s at %s\n", e.JID(), e.Class(), e.At().Format(time.RFC3339))
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
