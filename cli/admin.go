@@ -1,6 +1,448 @@
 package cli
 
-import ucli "github.com/urfave/cli/v2"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
+)
 
 // adminCommands returns the commands built on the admin API.
-func adminCommands() []*ucli.Command { return nil }
+func adminCommands() []*ucli.Command {
+	pageFlags := []ucli.Flag{redisFlag, jsonFlag,
+		&ucli.IntFlag{Name: "limit", Value: 25, Usage: "entries to show"},
+		&ucli.IntFlag{Name: "offset", Usage: "entries to skip"},
+	}
+	return []*ucli.Command{
+		{
+			Name:      "push",
+			Usage:     "push a job (each ARG is JSON; text that is not JSON is a string)",
+			ArgsUsage: "CLASS [ARG...]",
+			Flags: []ucli.Flag{redisFlag, versionFlag, jsonFlag,
+				&ucli.StringFlag{Name: "queue", Aliases: []string{"q"}, Value: "default", Usage: "queue"},
+				&ucli.StringFlag{Name: "retry", Usage: "true, false or a number of retries (default true)"},
+				&ucli.DurationFlag{Name: "in", Usage: "schedule after this delay"},
+				&ucli.StringFlag{Name: "at", Usage: "schedule at this time (RFC 3339 or epoch seconds)"},
+			},
+			Action: withAPI(pushAction),
+		},
+		{Name: "stats", Usage: "dashboard numbers (processed, failed, enqueued, …)", Flags: []ucli.Flag{redisFlag, jsonFlag,
+			&ucli.IntFlag{Name: "days", Value: 7, Usage: "days of history"}}, Action: withAPI(statsAction)},
+		{Name: "queues", Usage: "queues with size and latency", Flags: []ucli.Flag{redisFlag, jsonFlag}, Action: withAPI(queuesAction)},
+		{Name: "retries", Usage: "list the retry set (next retry first)", Flags: pageFlags, Action: withAPI(setAction(sidekiq.KeyRetry))},
+		{Name: "scheduled", Usage: "list the schedule set (next due first)", Flags: pageFlags, Action: withAPI(setAction(sidekiq.KeySchedule))},
+		{Name: "dead", Usage: "list the dead set (newest first)", Flags: pageFlags, Action: withAPI(setAction(sidekiq.KeyDead))},
+		{Name: "retry", Usage: "retry a job of the retry or dead set now", ArgsUsage: "JID", Flags: []ucli.Flag{redisFlag, jsonFlag}, Action: withAPI(entryAction("retry"))},
+		{Name: "kill", Usage: "move a job of the retry or schedule set to the dead set", ArgsUsage: "JID", Flags: []ucli.Flag{redisFlag, jsonFlag}, Action: withAPI(entryAction("kill"))},
+		{Name: "delete", Usage: "delete a job from the retry, schedule or dead set", ArgsUsage: "JID", Flags: []ucli.Flag{redisFlag, jsonFlag}, Action: withAPI(entryAction("delete"))},
+		{Name: "processes", Usage: "live Sidekiq and gojob processes", Flags: []ucli.Flag{redisFlag, jsonFlag}, Action: withAPI(processesAction)},
+		{Name: "quiet", Usage: "quiet a process (stop fetching), as the Web UI's Quiet button", ArgsUsage: "IDENTITY|all", Flags: []ucli.Flag{redisFlag, jsonFlag}, Action: withAPI(signalAction("TSTP"))},
+		{Name: "stop", Usage: "stop a process gracefully, as the Web UI's Stop button", ArgsUsage: "IDENTITY|all", Flags: []ucli.Flag{redisFlag, jsonFlag}, Action: withAPI(signalAction("TERM"))},
+	}
+}
+
+type adminEnv struct {
+	c    *ucli.Context
+	api  *sidekiq.API
+	pool *redis.Pool
+	out  io.Writer
+	json bool
+}
+
+func withAPI(f func(ctx context.Context, e *adminEnv) error) ucli.ActionFunc {
+	return func(c *ucli.Context) error {
+		pool, err := openPool(c.Context, c.String("redis"), 4)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		v := sidekiq.DefaultVersion
+		if c.IsSet("sidekiq-version") || c.String("sidekiq-version") != "" {
+			log := newLogger(c.App.ErrWriter, false, "warn")
+			if v, err = resolveVersion(c.Context, pool, c.String("sidekiq-version"), log); err != nil {
+				return err
+			}
+		} else if dv, _, err := sidekiq.DetectVersion(c.Context, pool); err == nil {
+			v = dv
+		}
+		client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: v})
+		if err != nil {
+			return err
+		}
+		api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: pool, Version: v, Client: client})
+		if err != nil {
+			return err
+		}
+		return f(c.Context, &adminEnv{c: c, api: api, pool: pool, out: c.App.Writer, json: c.Bool("json")})
+	}
+}
+
+func (e *adminEnv) printJSON(v any) error {
+	enc := json.NewEncoder(e.out)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+func pushAction(ctx context.Context, e *adminEnv) error {
+	args := e.c.Args().Slice()
+	if len(args) == 0 {
+		return ucli.Exit("push: CLASS is required", 2)
+	}
+	job, err := sidekiq.NewJob(args[0])
+	if err != nil {
+		return err
+	}
+	vals := make([]rubyjson.Value, 0, len(args)-1)
+	for _, a := range args[1:] {
+		v, err := rubyjson.Parse([]byte(a))
+		if err != nil {
+			v = rubyjson.StringValue(a)
+		}
+		vals = append(vals, v)
+	}
+	job.SetArgs(vals...)
+	job.SetQueue(e.c.String("queue"))
+	if r := e.c.String("retry"); r != "" {
+		switch r {
+		case "true":
+			job.SetRetry(true)
+		case "false":
+			job.SetRetry(false)
+		default:
+			n, err := strconv.Atoi(r)
+			if err != nil || n < 0 {
+				return ucli.Exit("push: --retry must be true, false or a number", 2)
+			}
+			job.SetRetry(n)
+		}
+	}
+	opts := &sidekiq.PushOpts{In: e.c.Duration("in")}
+	if at := e.c.String("at"); at != "" {
+		t, err := parseTime(at)
+		if err != nil {
+			return ucli.Exit("push: --at: "+err.Error(), 2)
+		}
+		opts.At = t
+	}
+	res, err := e.api.Client().Push(ctx, job, opts)
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return e.printJSON(map[string]any{"jid": res.JID, "scheduled": res.Scheduled, "payload": json.RawMessage(res.Payload)})
+	}
+	where := "queue " + job.Queue()
+	if res.Scheduled {
+		where = "the schedule set"
+	}
+	fmt.Fprintf(e.out, "pushed %s to %s\n", res.JID, where)
+	return nil
+}
+
+func parseTime(s string) (time.Time, error) {
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		return sidekiq.FromEpochSeconds(f), nil
+	}
+	return time.Parse(time.RFC3339, s)
+}
+
+func statsAction(ctx context.Context, e *adminEnv) error {
+	st, err := e.api.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	hist, err := e.api.History(ctx, &sidekiq.HistoryParams{Days: e.c.Int("days")})
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return e.printJSON(map[string]any{
+			"processed": st.Processed, "failed": st.Failed, "enqueued": st.Enqueued, "scheduled": st.Scheduled,
+			"retries": st.Retries, "dead": st.Dead, "processes": st.Processes, "busy": st.Busy,
+			"default_latency": st.DefaultQueueLatency.Seconds(), "queues": st.Queues, "history": hist.Days,
+		})
+	}
+	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "processed\t%d\nfailed\t%d\nenqueued\t%d\nscheduled\t%d\nretries\t%d\ndead\t%d\nprocesses\t%d\nbusy\t%d\ndefault latency\t%s\n",
+		st.Processed, st.Failed, st.Enqueued, st.Scheduled, st.Retries, st.Dead, st.Processes, st.Busy,
+		st.DefaultQueueLatency.Round(time.Millisecond))
+	tw.Flush()
+	if len(hist.Days) > 0 {
+		fmt.Fprintln(e.out, "\nday         processed  failed")
+		for _, d := range hist.Days {
+			fmt.Fprintf(e.out, "%s  %9d  %6d\n", d.Date, d.Processed, d.Failed)
+		}
+	}
+	return nil
+}
+
+func queuesAction(ctx context.Context, e *adminEnv) error {
+	qs, err := e.api.Queues(ctx)
+	if err != nil {
+		return err
+	}
+	type row struct {
+		Name    string  `json:"name"`
+		Size    int64   `json:"size"`
+		Latency float64 `json:"latency"`
+	}
+	rows := make([]row, 0, len(qs))
+	for _, q := range qs {
+		size, err := q.Size(ctx)
+		if err != nil {
+			return err
+		}
+		lat, err := q.Latency(ctx)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, row{q.Name(), size, lat.Seconds()})
+	}
+	if e.json {
+		return e.printJSON(rows)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(e.out, "no queues")
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUEUE\tSIZE\tLATENCY")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", r.Name, r.Size, time.Duration(r.Latency*float64(time.Second)).Round(time.Millisecond))
+	}
+	return tw.Flush()
+}
+
+func (e *adminEnv) set(name string) *sidekiq.JobSet {
+	switch name {
+	case sidekiq.KeyRetry:
+		return e.api.RetrySet().JobSet
+	case sidekiq.KeySchedule:
+		return e.api.ScheduledSet().JobSet
+	}
+	return e.api.DeadSet().JobSet
+}
+
+// entryJSON is how an entry is printed with --json.
+type entryJSON struct {
+	Set          string          `json:"set"`
+	Score        float64         `json:"score"`
+	At           time.Time       `json:"at"`
+	JID          string          `json:"jid"`
+	Class        string          `json:"class"`
+	Queue        string          `json:"queue"`
+	ErrorClass   string          `json:"error_class,omitempty"`
+	ErrorMessage string          `json:"error_message,omitempty"`
+	RetryCount   *int            `json:"retry_count,omitempty"`
+	Payload      json.RawMessage `json:"payload,omitempty"`
+	Raw          string          `json:"raw,omitempty"`
+}
+
+func toEntryJSON(set string, en *sidekiq.SortedEntry) entryJSON {
+	out := entryJSON{Set: set, Score: en.Score, At: en.At().UTC(), JID: en.JID(), Class: en.Class(), Queue: en.Queue}
+	if en.Job == nil {
+		out.Raw = string(en.Value)
+		return out
+	}
+	out.Payload = json.RawMessage(en.Value)
+	out.ErrorClass = en.Job.ErrorClass()
+	out.ErrorMessage = en.Job.ErrorMessage()
+	if c, ok := en.Job.RetryCount(); ok {
+		out.RetryCount = &c
+	}
+	return out
+}
+
+func setAction(name string) func(ctx context.Context, e *adminEnv) error {
+	return func(ctx context.Context, e *adminEnv) error {
+		set := e.set(name)
+		page, err := set.Page(ctx, &sidekiq.PageParams{Offset: e.c.Int("offset"), Limit: e.c.Int("limit")})
+		if err != nil {
+			return err
+		}
+		entries := page.Entries
+		if name != sidekiq.KeyDead {
+			// Retries and Scheduled read next-due first, as in the Web UI.
+			for i, j := 0, len(entries)-1; i < j; i, j = i+1, j-1 {
+				entries[i], entries[j] = entries[j], entries[i]
+			}
+		}
+		if e.json {
+			rows := make([]entryJSON, 0, len(entries))
+			for _, en := range entries {
+				rows = append(rows, toEntryJSON(name, en))
+			}
+			return e.printJSON(map[string]any{"size": page.Size, "entries": rows})
+		}
+		fmt.Fprintf(e.out, "%s: %d\n", name, page.Size)
+		if len(entries) == 0 {
+			return nil
+		}
+		tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "WHEN\tJID\tCLASS\tQUEUE\tERROR")
+		for _, en := range entries {
+			errText := ""
+			if en.Job != nil && en.Job.ErrorClass() != "" {
+				errText = en.Job.ErrorClass() + ": " + firstLine(en.Job.ErrorMessage(), 60)
+			} else if en.Job == nil {
+				errText = "(unparsable payload)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", en.At().Local().Format("2006-01-02 15:04:05"), en.JID(), en.Class(), en.Queue, errText)
+		}
+		return tw.Flush()
+	}
+}
+
+func firstLine(s string, max int) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if r := []rune(s); len(r) > max {
+		return string(r[:max]) + "…"
+	}
+	return s
+}
+
+// entryAction finds a job by jid in the sets the action applies to and acts
+// on it.
+func entryAction(action string) func(ctx context.Context, e *adminEnv) error {
+	sets := map[string][]string{
+		"retry":  {sidekiq.KeyRetry, sidekiq.KeyDead},
+		"kill":   {sidekiq.KeyRetry, sidekiq.KeySchedule},
+		"delete": {sidekiq.KeyRetry, sidekiq.KeySchedule, sidekiq.KeyDead},
+	}[action]
+	return func(ctx context.Context, e *adminEnv) error {
+		jid := e.c.Args().First()
+		if jid == "" {
+			return ucli.Exit(action+": JID is required", 2)
+		}
+		for _, name := range sets {
+			en, err := e.set(name).FindJob(ctx, jid)
+			if errors.Is(err, sidekiq.ErrJobNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			switch action {
+			case "retry":
+				_, err = en.Retry(ctx)
+			case "kill":
+				err = en.Kill(ctx, nil)
+			case "delete":
+				_, err = en.Delete(ctx)
+			}
+			if err != nil {
+				return err
+			}
+			if e.json {
+				return e.printJSON(map[string]any{"action": action, "jid": jid, "from": name})
+			}
+			fmt.Fprintf(e.out, "%s %s (%s) from %s\n", pastTense(action), jid, en.Class(), name)
+			return nil
+		}
+		return ucli.Exit(fmt.Sprintf("%s: no job %s in %s", action, jid, strings.Join(sets, ", ")), 4)
+	}
+}
+
+func pastTense(a string) string {
+	switch a {
+	case "retry":
+		return "retried"
+	case "kill":
+		return "killed"
+	}
+	return "deleted"
+}
+
+func processesAction(ctx context.Context, e *adminEnv) error {
+	list, err := e.api.Processes(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if e.json {
+		type row struct {
+			Identity    string    `json:"identity"`
+			Hostname    string    `json:"hostname"`
+			PID         int64     `json:"pid"`
+			Tag         string    `json:"tag"`
+			Labels      []string  `json:"labels"`
+			Queues      []string  `json:"queues"`
+			Concurrency int64     `json:"concurrency"`
+			Busy        int64     `json:"busy"`
+			Quiet       bool      `json:"quiet"`
+			Beat        time.Time `json:"beat"`
+			StartedAt   time.Time `json:"started_at"`
+			RSSKB       int64     `json:"rss_kb"`
+			Version     string    `json:"version,omitempty"`
+		}
+		rows := []row{}
+		for _, p := range list.Processes {
+			v, _ := p.Attributes.Get("version")
+			vs, _ := v.Str()
+			rows = append(rows, row{p.Identity, p.Hostname, p.PID, p.Tag, p.Labels, p.Queues, p.Concurrency, p.Busy,
+				p.Stopping(), p.Beat.UTC(), p.StartedAt.UTC(), p.RSS, vs})
+		}
+		return e.printJSON(rows)
+	}
+	if len(list.Processes) == 0 {
+		fmt.Fprintln(e.out, "no live processes")
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "IDENTITY\tTAG\tQUEUES\tBUSY\tSTATE\tRSS\tBEAT")
+	for _, p := range list.Processes {
+		state := "running"
+		if p.Stopping() {
+			state = "quiet"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%.1f MB\t%s ago\n", p.Identity, p.Tag, strings.Join(p.Queues, ","),
+			p.Busy, p.Concurrency, state, float64(p.RSS)/1024, time.Since(p.Beat).Round(time.Second))
+	}
+	return tw.Flush()
+}
+
+func signalAction(sig string) func(ctx context.Context, e *adminEnv) error {
+	return func(ctx context.Context, e *adminEnv) error {
+		id := e.c.Args().First()
+		if id == "" {
+			return ucli.Exit("IDENTITY (or all) is required; see gojob processes", 2)
+		}
+		var ids []string
+		if id == "all" {
+			list, err := e.api.Processes(ctx, nil)
+			if err != nil {
+				return err
+			}
+			for _, p := range list.Processes {
+				if !p.Embedded {
+					ids = append(ids, p.Identity)
+				}
+			}
+		} else {
+			ids = []string{id}
+		}
+		for _, id := range ids {
+			if err := e.api.SignalProcess(ctx, id, sig); err != nil {
+				return err
+			}
+		}
+		if e.json {
+			return e.printJSON(map[string]any{"signal": sig, "identities": ids})
+		}
+		for _, id := range ids {
+			fmt.Fprintf(e.out, "sent %s to %s (it acts on it at its next heartbeat)\n", sig, id)
+		}
+		return nil
+	}
+}

@@ -90,8 +90,10 @@ func AppendString(dst []byte, s string) []byte {
 
 // FormatFloat formats f as Ruby's Float#to_s does: the shortest digits that
 // round-trip, in fixed notation with at least one fractional digit when the
-// decimal exponent is in (-4, 15] (that is, for magnitudes in [1e-4, 1e15)), otherwise as d.ddde+XX with an exponent of
-// at least two digits ("1.0e+16", "1.5e-07").
+// decimal exponent is in (-4, 15] (that is, for magnitudes in [1e-4, 1e15)),
+// and also in [1e15, 1e16) when the shortest digits have a fraction
+// ("1000000000000000.1"), otherwise as d.ddde+XX with an exponent of at least
+// two digits ("1.0e+15", "1.0e+16", "1.5e-07").
 func FormatFloat(f float64) string {
 	return string(AppendFloat(nil, f))
 }
@@ -130,7 +132,10 @@ func AppendFloat(dst []byte, f float64) []byte {
 		dst = append(dst, '-')
 	}
 	switch {
-	case decpt > 0 && decpt <= 15:
+	case decpt > 0 && (decpt <= 15 || (decpt == 16 && nd > decpt)):
+		// Ruby's flo_to_s keeps fixed notation up to 16 integer digits
+		// when the shortest digits also have a fraction (17 significant
+		// digits: 1000000000000000.1), but not 1e15 or 1234567890123456.0.
 		if nd <= decpt {
 			dst = append(dst, digits[:nd]...)
 			for j := nd; j < decpt; j++ {
