@@ -24,6 +24,11 @@ func (s *Server) pollLoop() {
 	if !s.sleepOrQuiet(initial) {
 		return
 	}
+	// As the 6.5.7+ poller: prune processes that died without a goodbye,
+	// under the cluster-wide process_cleanup lock.
+	if _, err := s.api.CleanupProcesses(s.hardCtx); err != nil && !isConnError(err) {
+		s.log.Warn().Err(err).Str("component", "poller").Msg("process cleanup failed")
+	}
 	failing := false
 	for {
 		_, err := s.pollOnce(s.hardCtx)

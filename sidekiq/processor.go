@@ -58,21 +58,23 @@ func IsActiveJobWrapper(class string) bool {
 }
 
 // handlerFor finds the handler of a job: by class, and for ActiveJob
-// payloads by the wrapped class (`wrapped`, else args[0].job_class).
+// payloads by the job class ActiveJob itself runs (args[0].job_class, else
+// `wrapped`).
 func (s *Server) handlerFor(job *Job) (*registration, string) {
 	class := job.Class()
 	if r, ok := s.handlers[class]; ok {
 		return r, class
 	}
 	if IsActiveJobWrapper(class) {
-		name := job.Wrapped()
-		if name == "" {
-			if a := job.Args(); len(a) > 0 {
-				if m, ok := a[0].Map(); ok {
-					v, _ := m.Get(activeJobArgJobClassKey)
-					name, _ = v.Str()
-				}
+		name := ""
+		if a := job.Args(); len(a) > 0 {
+			if m, ok := a[0].Map(); ok {
+				v, _ := m.Get(activeJobArgJobClassKey)
+				name, _ = v.Str()
 			}
+		}
+		if name == "" {
+			name = job.Wrapped()
 		}
 		if r, ok := s.handlers[name]; ok {
 			return r, name
@@ -82,6 +84,21 @@ func (s *Server) handlerFor(job *Job) (*registration, string) {
 		}
 	}
 	return nil, class
+}
+
+// setProviderJobID does what the ActiveJob wrapper does before it runs a
+// job: job_data.merge("provider_job_id" => jid). Only the in-memory job the
+// handler sees changes.
+func setProviderJobID(job *Job) {
+	if !IsActiveJobWrapper(job.Class()) {
+		return
+	}
+	if a := job.Args(); len(a) > 0 {
+		if m, ok := a[0].Map(); ok {
+			m.Set("provider_job_id", rubyjson.StringValue(job.JID()))
+			job.dirty = true
+		}
+	}
 }
 
 // process runs one fetched job to completion (spec §5.1).
@@ -103,6 +120,7 @@ func (s *Server) process(tid, queue string, raw []byte) {
 	}()
 
 	reg, _ := s.handlerFor(job)
+	setProviderJobID(job)
 	ctx := s.hardCtx
 	var cancel context.CancelFunc
 	if s.cfg.JobTimeout > 0 {

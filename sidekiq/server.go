@@ -168,6 +168,7 @@ type Server struct {
 	cfg      *ServerConfig
 	log      zerolog.Logger
 	client   *Client
+	api      *API
 	handlers map[string]*registration
 	mw       []ServerMiddleware
 
@@ -247,8 +248,13 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 			return nil, err
 		}
 	}
+	api, err := NewAPI(&APIConfig{Pool: c.Pool, Version: c.Version, Clock: c.Clock, Client: client})
+	if err != nil {
+		return nil, err
+	}
 	hard, cancel := context.WithCancel(context.Background())
 	s := &Server{
+		api:      api,
 		cfg:      c,
 		log:      c.Logger,
 		client:   client,

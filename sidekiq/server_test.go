@@ -387,3 +387,25 @@ func TestFetchOrder(t *testing.T) {
 	// a is first with probability 3/4.
 	require.InDelta(t, 3000, first["queue:a"], 200)
 }
+
+func TestServerRoutesActiveJob(t *testing.T) {
+	t.Parallel()
+	b := newTestServer(t, ServerConfig{})
+	got := make(chan *Job, 2)
+	b.srv.HandleFunc("MyAjJob", func(ctx context.Context, job *Job) error {
+		got <- job
+		return nil
+	})
+	b.start(t)
+	for _, wrapper := range []string{ActiveJobWrapperClass, ActiveJobWrapperClass8} {
+		b.push(t, "default", `{"retry":true,"queue":"default","class":"`+wrapper+`","wrapped":"MyAjJob","args":[{"job_class":"MyAjJob","job_id":"2a9e29a2-a6ef-44aa-b262-1774d5db212d","provider_job_id":null,"queue_name":"default","arguments":[1]}],"jid":"c1361047e1fbb605ada036ad"}`)
+		select {
+		case j := <-got:
+			aj, err := j.ActiveJob()
+			require.NoError(t, err)
+			require.Equal(t, "c1361047e1fbb605ada036ad", aj.ProviderJobID)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("ActiveJob payload with %s did not run", wrapper)
+		}
+	}
+}
