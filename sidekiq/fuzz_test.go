@@ -2,6 +2,8 @@ package sidekiq_test
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/gojob/gojob/sidekiq"
@@ -22,6 +24,16 @@ func FuzzJobRoundTrip(f *testing.F) {
 		`{"a":1,"a":2}`, `{"x":1E3,"y":[],"z":{}}`, `{"s":"\ud83d\ude00\/"}`, `[]`, `1e400`,
 	} {
 		f.Add([]byte(s))
+	}
+	// Every payload captured from Ruby is a seed too.
+	files, _ := filepath.Glob("../testdata/ruby-fixtures/*/*.json")
+	for _, file := range files {
+		if filepath.Base(file) == "manifest.json" {
+			continue
+		}
+		if data, err := os.ReadFile(file); err == nil {
+			f.Add(data)
+		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		job, err := sidekiq.ParseJob(data)
