@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/gojob/gojob/internal/procstat"
 	"github.com/gojob/gojob/sidekiq"
 )
 
@@ -204,7 +205,7 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 		res.LatencyP99ms = float64(latencies[len(latencies)*99/100].Microseconds()) / 1000
 	}
 	latMu.Unlock()
-	res.PeakRSSKB = peakRSSKB()
+	res.PeakRSSKB = procstat.KB("VmHWM")
 	return res, nil
 }
 
@@ -254,23 +255,6 @@ func commandCount(pool *redis.Pool) (int64, error) {
 		}
 	}
 	return total, nil
-}
-
-func peakRSSKB() int64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmHWM:") {
-			f := strings.Fields(line)
-			if len(f) >= 2 {
-				v, _ := strconv.ParseInt(f[1], 10, 64)
-				return v
-			}
-		}
-	}
-	return 0
 }
 
 // runRubyBench runs Debian's Ruby Sidekiq on n no-op jobs and returns the

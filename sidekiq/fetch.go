@@ -81,49 +81,24 @@ func (s *Server) fetchLoop(slot int) {
 	defer s.wg.Done()
 	r := newRand(uint64(slot))
 	tid := tidFor(slot)
-	var conn redis.Conn
-	defer func() {
-		if conn != nil {
-			conn.Close()
-		}
-	}()
-	backoff := newBackoff()
+	fc := &fetchConn{s: s}
+	defer fc.close()
 	for {
-		if s.IsQuiet() {
+		if s.IsQuiet() || !fc.ready() {
 			return
 		}
-		fresh := false
-		if conn == nil {
-			c, err := s.dialFetch()
-			if err != nil {
-				s.outage.failed(err)
-				if !s.sleepOrQuiet(backoff.next()) {
-					return
-				}
-				continue
-			}
-			conn, fresh = c, true
+		reply, err := redis.ByteSlices(fc.conn.Do("BRPOP", s.fetchQ.args(r)...))
+		if errors.Is(err, redis.ErrNil) {
+			fc.ok() // timeout, nothing to do
+			continue
 		}
-		reply, err := redis.ByteSlices(conn.Do("BRPOP", s.fetchQ.args(r)...))
 		if err != nil {
-			if errors.Is(err, redis.ErrNil) {
-				s.outage.ok()
-				backoff.reset()
-				continue // timeout, nothing to do
-			}
-			conn.Close()
-			conn = nil
-			if !fresh && isConnError(err) {
-				continue // stale connection (Redis restarted while we ran a job): redial now
-			}
-			s.outage.failed(err)
-			if !s.sleepOrQuiet(backoff.next()) {
+			if !fc.failed(err) {
 				return
 			}
 			continue
 		}
-		s.outage.ok()
-		backoff.reset()
+		fc.ok()
 		if len(reply) != 2 {
 			continue
 		}
@@ -134,6 +109,60 @@ func (s *Server) fetchLoop(slot int) {
 			return
 		}
 		s.process(tid, queue, reply[1])
+	}
+}
+
+// fetchConn is a fetcher's dedicated connection and its reconnect policy.
+type fetchConn struct {
+	s     *Server
+	conn  redis.Conn
+	fresh bool // dialled for the coming command
+	b     backoff
+}
+
+// ready makes sure there is a connection, dialling with backoff through an
+// outage; it reports false when the server went quiet meanwhile.
+func (f *fetchConn) ready() bool {
+	if f.conn != nil {
+		f.fresh = false
+		return true
+	}
+	for {
+		c, err := f.s.dialFetch()
+		if err == nil {
+			f.conn, f.fresh = c, true
+			return true
+		}
+		f.s.outage.failed(err)
+		if !f.s.sleepOrQuiet(f.b.next()) {
+			return false
+		}
+	}
+}
+
+// failed drops the connection after an error. A connection error on a
+// connection that had been idle (Redis restarted while we ran a job) is
+// retried at once; anything else is an outage, with backoff. It reports
+// false when the server went quiet meanwhile.
+func (f *fetchConn) failed(err error) bool {
+	f.close()
+	if !f.fresh && isConnError(err) {
+		return true
+	}
+	f.s.outage.failed(err)
+	return f.s.sleepOrQuiet(f.b.next())
+}
+
+// ok records a successful command.
+func (f *fetchConn) ok() {
+	f.s.outage.ok()
+	f.b.reset()
+}
+
+func (f *fetchConn) close() {
+	if f.conn != nil {
+		f.conn.Close()
+		f.conn = nil
 	}
 }
 

@@ -47,13 +47,13 @@ func (s *Server) batchFetchLoop(jobs chan<- fetched, idle chan struct{}) {
 	defer s.wg.Done()
 	defer close(jobs)
 	r := newRand(uint64(s.cfg.Concurrency))
-	var conn redis.Conn
-	defer func() {
-		if conn != nil {
-			conn.Close()
+	fc := &fetchConn{s: s}
+	defer fc.close()
+	giveBack := func(n int) {
+		for i := 0; i < n; i++ {
+			idle <- struct{}{}
 		}
-	}()
-	b := newBackoff()
+	}
 	for {
 		// Wait for one free slot, then take every other free one.
 		select {
@@ -71,53 +71,28 @@ func (s *Server) batchFetchLoop(jobs chan<- fetched, idle chan struct{}) {
 				break more
 			}
 		}
-		giveBack := func(n int) {
-			for i := 0; i < n; i++ {
-				idle <- struct{}{}
-			}
-		}
-		if s.IsQuiet() {
+		if s.IsQuiet() || !fc.ready() {
 			return
-		}
-		fresh := false
-		if conn == nil {
-			c, err := s.dialFetch()
-			if err != nil {
-				giveBack(k)
-				s.outage.failed(err)
-				if !s.sleepOrQuiet(b.next()) {
-					return
-				}
-				continue
-			}
-			conn, fresh = c, true
 		}
 		keys := s.fetchQ.args(r)
 		args := make([]any, 0, len(keys)+4)
 		args = append(args, fetchTimeout, len(keys)-1)
 		args = append(args, keys[:len(keys)-1]...)
 		args = append(args, "RIGHT", "COUNT", k)
-		reply, err := redis.Values(conn.Do("BLMPOP", args...))
+		reply, err := redis.Values(fc.conn.Do("BLMPOP", args...))
+		if errors.Is(err, redis.ErrNil) {
+			giveBack(k)
+			fc.ok()
+			continue
+		}
 		if err != nil {
 			giveBack(k)
-			if errors.Is(err, redis.ErrNil) {
-				s.outage.ok()
-				b.reset()
-				continue
-			}
-			conn.Close()
-			conn = nil
-			if !fresh && isConnError(err) {
-				continue // stale connection: redial at once
-			}
-			s.outage.failed(err)
-			if !s.sleepOrQuiet(b.next()) {
+			if !fc.failed(err) {
 				return
 			}
 			continue
 		}
-		s.outage.ok()
-		b.reset()
+		fc.ok()
 		if len(reply) != 2 {
 			giveBack(k)
 			continue

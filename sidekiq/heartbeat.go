@@ -7,12 +7,11 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/procstat"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
@@ -209,7 +208,7 @@ func (s *Server) heartbeat(ctx context.Context) error {
 		"beat", rubyjson.FormatFloat(EpochSeconds(s.cfg.Clock.Now())),
 		"rtt_us", rtt,
 		"quiet", quiet,
-		"rss", rssKB())
+		"rss", procstat.KB("VmRSS"))
 	conn.Send("EXPIRE", s.identity, 60)
 	conn.Send("RPOP", SignalsKey(s.identity))
 	reply, err := redis.Values(conn.Do("EXEC"))
@@ -277,24 +276,6 @@ func (s *Server) unregister(ctx context.Context) error {
 		return fmt.Errorf("sidekiq: unregister: %w", err)
 	}
 	return nil
-}
-
-// rssKB reads VmRSS from /proc/self/status, in KB (0 when unavailable).
-func rssKB() int64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			f := strings.Fields(line)
-			if len(f) >= 2 {
-				n, _ := strconv.ParseInt(f[1], 10, 64)
-				return n
-			}
-		}
-	}
-	return 0
 }
 
 // sendStats queues the six stat commands of a flush (spec §7.7).
