@@ -20,16 +20,18 @@ import (
 
 // adminCommands returns the commands built on the admin API.
 func adminCommands() []*ucli.Command {
-	pageFlags := []ucli.Flag{redisFlag, jsonFlag,
-		&ucli.IntFlag{Name: "limit", Value: 25, Usage: "entries to show"},
-		&ucli.IntFlag{Name: "offset", Usage: "entries to skip"},
+	pageFlags := func() []ucli.Flag {
+		return []ucli.Flag{newRedisFlag(), newJSONFlag(),
+			&ucli.IntFlag{Name: "limit", Value: 25, Usage: "entries to show"},
+			&ucli.IntFlag{Name: "offset", Usage: "entries to skip"},
+		}
 	}
 	return []*ucli.Command{
 		{
 			Name:      "push",
 			Usage:     "push a job (each ARG is JSON; text that is not JSON is a string)",
 			ArgsUsage: "CLASS [ARG...]",
-			Flags: []ucli.Flag{redisFlag, versionFlag, jsonFlag,
+			Flags: []ucli.Flag{newRedisFlag(), newVersionFlag(), newJSONFlag(),
 				&ucli.StringFlag{Name: "queue", Aliases: []string{"q"}, Value: "default", Usage: "queue"},
 				&ucli.StringFlag{Name: "retry", Usage: "true, false or a number of retries (default true)"},
 				&ucli.DurationFlag{Name: "in", Usage: "schedule after this delay"},
@@ -37,18 +39,18 @@ func adminCommands() []*ucli.Command {
 			},
 			Action: withAPI(pushAction),
 		},
-		{Name: "stats", Usage: "dashboard numbers (processed, failed, enqueued, …)", Flags: []ucli.Flag{redisFlag, jsonFlag,
+		{Name: "stats", Usage: "dashboard numbers (processed, failed, enqueued, …)", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag(),
 			&ucli.IntFlag{Name: "days", Value: 7, Usage: "days of history"}}, Action: withAPI(statsAction)},
-		{Name: "queues", Usage: "queues with size and latency", Flags: []ucli.Flag{redisFlag, jsonFlag}, Action: withAPI(queuesAction)},
-		{Name: "retries", Usage: "list the retry set (next retry first)", Flags: pageFlags, Action: withAPI(setAction(sidekiq.KeyRetry))},
-		{Name: "scheduled", Usage: "list the schedule set (next due first)", Flags: pageFlags, Action: withAPI(setAction(sidekiq.KeySchedule))},
-		{Name: "dead", Usage: "list the dead set (newest first)", Flags: pageFlags, Action: withAPI(setAction(sidekiq.KeyDead))},
-		{Name: "retry", Usage: "retry a job of the retry or dead set now", ArgsUsage: "JID", Flags: []ucli.Flag{redisFlag, jsonFlag}, Action: withAPI(entryAction("retry"))},
-		{Name: "kill", Usage: "move a job of the retry or schedule set to the dead set", ArgsUsage: "JID", Flags: []ucli.Flag{redisFlag, jsonFlag}, Action: withAPI(entryAction("kill"))},
-		{Name: "delete", Usage: "delete a job from the retry, schedule or dead set", ArgsUsage: "JID", Flags: []ucli.Flag{redisFlag, jsonFlag}, Action: withAPI(entryAction("delete"))},
-		{Name: "processes", Usage: "live Sidekiq and gojob processes", Flags: []ucli.Flag{redisFlag, jsonFlag}, Action: withAPI(processesAction)},
-		{Name: "quiet", Usage: "quiet a process (stop fetching), as the Web UI's Quiet button", ArgsUsage: "IDENTITY|all", Flags: []ucli.Flag{redisFlag, jsonFlag}, Action: withAPI(signalAction("TSTP"))},
-		{Name: "stop", Usage: "stop a process gracefully, as the Web UI's Stop button", ArgsUsage: "IDENTITY|all", Flags: []ucli.Flag{redisFlag, jsonFlag}, Action: withAPI(signalAction("TERM"))},
+		{Name: "queues", Usage: "queues with size and latency", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(queuesAction)},
+		{Name: "retries", Usage: "list the retry set (next retry first)", Flags: pageFlags(), Action: withAPI(setAction(sidekiq.KeyRetry))},
+		{Name: "scheduled", Usage: "list the schedule set (next due first)", Flags: pageFlags(), Action: withAPI(setAction(sidekiq.KeySchedule))},
+		{Name: "dead", Usage: "list the dead set (newest first)", Flags: pageFlags(), Action: withAPI(setAction(sidekiq.KeyDead))},
+		{Name: "retry", Usage: "retry a job of the retry or dead set now", ArgsUsage: "JID", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(entryAction("retry"))},
+		{Name: "kill", Usage: "move a job of the retry or schedule set to the dead set", ArgsUsage: "JID", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(entryAction("kill"))},
+		{Name: "delete", Usage: "delete a job from the retry, schedule or dead set", ArgsUsage: "JID", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(entryAction("delete"))},
+		{Name: "processes", Usage: "live Sidekiq and gojob processes", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(processesAction)},
+		{Name: "quiet", Usage: "quiet a process (stop fetching), as the Web UI's Quiet button", ArgsUsage: "IDENTITY|all", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(signalAction("TSTP"))},
+		{Name: "stop", Usage: "stop a process gracefully, as the Web UI's Stop button", ArgsUsage: "IDENTITY|all", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(signalAction("TERM"))},
 	}
 }
 

@@ -64,14 +64,14 @@ its first fetch until its queue is empty, as bin/sidekiqload does) and prints
 the ratio; --redis-benchmark runs redis-benchmark -t rpop at the same -c.
 It only touches its own keys, never flushes, and removes them when done.`,
 		Flags: []ucli.Flag{
-			redisFlag,
+			newRedisFlag(),
 			&ucli.IntFlag{Name: "jobs", Aliases: []string{"n"}, Value: 100000, Usage: "jobs to process"},
 			&ucli.IntFlag{Name: "concurrency", Aliases: []string{"c"}, Value: 25, Usage: "server concurrency"},
 			&ucli.IntFlag{Name: "latency-jobs", Value: 500, Usage: "single pushes for the pickup latency"},
 			&ucli.StringFlag{Name: "fetch", Value: "brpop", Usage: "fetch mode: brpop (Sidekiq's BasicFetch) or batch (BLMPOP for idle slots, Redis 7+)"},
 			&ucli.BoolFlag{Name: "ruby", Usage: "also run Ruby Sidekiq 6.4.1 (Debian ruby-sidekiq) and print the ratio"},
 			&ucli.BoolFlag{Name: "redis-benchmark", Usage: "also run redis-benchmark -t rpop -c C and print the ratio"},
-			jsonFlag,
+			newJSONFlag(),
 		},
 		Action: func(c *ucli.Context) error {
 			n, conc := c.Int("jobs"), c.Int("concurrency")

@@ -91,21 +91,38 @@ func NewApp(stdout, stderr io.Writer, o *options) *ucli.App {
 	}
 }
 
-var redisFlag = &ucli.StringFlag{
-	Name:    "redis",
-	Aliases: []string{"r"},
-	Usage:   "Redis URL (redis://host:port/db, rediss://…, unix:///path)",
-	EnvVars: []string{"REDIS_URL"},
-	Value:   "redis://127.0.0.1:6379/0",
+// Flags are built fresh for every App: urfave/cli writes into a flag when
+// it parses, so sharing one between concurrent Apps (tests) would race.
+
+func newRedisFlag() *ucli.StringFlag {
+	return &ucli.StringFlag{
+		Name:    "redis",
+		Aliases: []string{"r"},
+		Usage:   "Redis URL (redis://host:port/db, rediss://…, unix:///path)",
+		EnvVars: []string{"REDIS_URL"},
+		Value:   "redis://127.0.0.1:6379/0",
+	}
 }
 
-var versionFlag = &ucli.StringFlag{
-	Name:  "sidekiq-version",
-	Usage: "Sidekiq wire format to write: 6, 7, 8, x.y.z, or auto (oldest live Ruby process; 6 when none)",
-	Value: "auto",
+func newVersionFlag() *ucli.StringFlag {
+	return &ucli.StringFlag{
+		Name:  "sidekiq-version",
+		Usage: "Sidekiq wire format to write: 6, 7, 8, x.y.z, or auto (oldest live Ruby process; 6 when none)",
+		Value: "auto",
+	}
 }
 
-var jsonFlag = &ucli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}
+func newJSONFlag() *ucli.BoolFlag {
+	return &ucli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}
+}
+
+// Deprecated: shared flag values, kept until cli/sidejob.go and
+// cli/durable.go move to the constructors above.
+var (
+	redisFlag   = newRedisFlag()
+	jsonFlag    = newJSONFlag()
+	versionFlag = newVersionFlag()
+)
 
 // newLogger returns a human-readable logger on w (JSON with --log-json).
 func newLogger(w io.Writer, jsonLogs bool, level string) zerolog.Logger {

@@ -39,6 +39,9 @@ func (s *safeBuffer) String() string {
 	return s.b.String()
 }
 
+// runCLI runs the in-process CLI. Tests that do so are not parallel:
+// urfave/cli v2 applies its package-level HelpFlag in every App, so two Apps
+// parsing at once race (a library limitation; one binary runs one App).
 func runCLI(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errb safeBuffer
@@ -58,7 +61,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 }
 
 func TestWorkExecAndHTTPHandlers(t *testing.T) {
-	t.Parallel()
+	// Not parallel: see the note on runCLI.
 	srv := redistest.StartWith(t, redistest.Options{TCP: true})
 	pool := srv.Pool(t)
 	dir := t.TempDir()
@@ -132,7 +135,7 @@ if [ "$GOJOB_CLASS" = "FailJob" ]; then echo "some noise" >&2; echo "disk full o
 }
 
 func TestAdminCommands(t *testing.T) {
-	t.Parallel()
+	// Not parallel: see the note on runCLI.
 	srv := redistest.StartWith(t, redistest.Options{TCP: true})
 	url := srv.URL()
 	out, errOut, code := runCLI(t, "push", "-r", url, "--retry", "2", "HardJob", "1", `{"a":[1.5]}`, "plain text")
@@ -183,7 +186,7 @@ func TestAdminCommands(t *testing.T) {
 }
 
 func TestDevStartsEmbeddedRedis(t *testing.T) {
-	t.Parallel()
+	// Not parallel: see the note on runCLI.
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &safeBuffer{}
 	done := make(chan int)
@@ -216,7 +219,7 @@ func TestDevStartsEmbeddedRedis(t *testing.T) {
 }
 
 func TestBenchSmall(t *testing.T) {
-	t.Parallel()
+	// Not parallel: see the note on runCLI.
 	srv := redistest.StartWith(t, redistest.Options{TCP: true})
 	out, errOut, code := runCLI(t, "bench", "-r", srv.URL(), "-n", "2000", "-c", "4", "--latency-jobs", "20", "--json")
 	require.Equal(t, 0, code, errOut)
@@ -236,7 +239,7 @@ func TestBenchSmall(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
-	t.Parallel()
+	// Not parallel: see the note on runCLI.
 	_, errOut, code := runCLI(t, "work", "-r", "redis://127.0.0.1:1/0", "-q", ",3")
 	require.Equal(t, 2, code, errOut)
 	_, errOut, code = runCLI(t, "work", "-r", "redis://127.0.0.1:1/0")
