@@ -87,6 +87,7 @@ func NewApp(stdout, stderr io.Writer, o *options) *ucli.App {
 			workCommand(o),
 			devCommand(o),
 			benchCommand(o),
+			durableCommand(o),
 		}, adminCommands()...),
 	}
 }

@@ -29,7 +29,7 @@ A stock binary has no Go handlers: use --exec CLASS=COMMAND (the payload JSON on
 stdin; GOJOB_JID, GOJOB_CLASS, GOJOB_QUEUE in the environment; exit 0 = success,
 otherwise the last line of stderr is the error message) or --http CLASS=URL
 (POST of the payload; 2xx = success).`,
-		Flags: []ucli.Flag{
+		Flags: append([]ucli.Flag{
 			newRedisFlag(),
 			&ucli.StringSliceFlag{Name: "queue", Aliases: []string{"q"}, Usage: "queue to process, `NAME[,WEIGHT]`; repeat for several (default: default)"},
 			&ucli.IntFlag{Name: "concurrency", Aliases: []string{"c"}, Value: 10, Usage: "jobs run at once"},
@@ -44,7 +44,7 @@ otherwise the last line of stderr is the error message) or --http CLASS=URL
 			&ucli.IntFlag{Name: "max-retries", Value: 25, Usage: "retries for jobs with retry: true"},
 			&ucli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text"},
 			&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn, error"},
-		},
+		}, durableWorkFlags()...),
 		Action: func(c *ucli.Context) error {
 			log := newLogger(c.App.ErrWriter, c.Bool("log-json"), c.String("log-level"))
 			cfg, err := serverConfigFromFlags(c, log)
@@ -64,6 +64,11 @@ otherwise the last line of stderr is the error message) or --http CLASS=URL
 			if err != nil {
 				return err
 			}
+			stopDurable, err := setupDurable(c, srv, nil, log)
+			if err != nil {
+				return err
+			}
+			defer stopDurable()
 			return runServer(c.Context, srv, log)
 		},
 	}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs what the tests need on a fresh Debian machine: redis-server, and
+# Installs what the tests need on a fresh Debian machine: redis-server;
 # Debian's Ruby Sidekiq 6.4.1 (with ActiveJob and WEBrick for the Web UI) for
-# the compat tests. Does nothing when everything is present.
+# the compat tests; PostgreSQL, and Ruby's Sequel and pg for the durable
+# table's Ruby check. Does nothing when everything is present.
 set -euo pipefail
 
 need=()
@@ -12,8 +13,10 @@ if command -v ruby >/dev/null 2>&1; then
   ruby -e 'require "active_job"' >/dev/null 2>&1 || need+=(ruby-activejob)
   ruby -e 'require "webrick"' >/dev/null 2>&1 || need+=(ruby-webrick)
   ruby -e 'require "rack/test"' >/dev/null 2>&1 || need+=(ruby-rack-test)
+  ruby -e 'require "sequel"' >/dev/null 2>&1 || need+=(ruby-sequel)
+  ruby -e 'require "pg"' >/dev/null 2>&1 || need+=(ruby-pg)
 else
-  need+=(ruby-sidekiq ruby-activejob ruby-webrick ruby-rack-test)
+  need+=(ruby-sidekiq ruby-activejob ruby-webrick ruby-rack-test ruby-sequel ruby-pg)
 fi
 
 command -v pg_ctlcluster >/dev/null 2>&1 || need+=(postgresql)

@@ -80,7 +80,10 @@ func (c *Client) Use(mw ...ClientMiddleware) { c.mw = append(c.mw, mw...) }
 // PushOpts are per-push settings. A nil *PushOpts means "now".
 type PushOpts struct {
 	// At schedules the job for that time (Ruby's perform_at). A time not in
-	// the future pushes the job at once.
+	// the future pushes the job at once. A job whose payload carries a
+	// numeric "at" (Ruby's Client.push form) is scheduled by it when At and
+	// In are unset. Client middleware sees "at" as epoch seconds; it is
+	// never stored.
 	At time.Time
 	// In schedules the job after this delay (perform_in). Ignored when At is
 	// set.
@@ -118,11 +121,26 @@ type PushResult struct {
 // schedule (without enqueued_at). The job is modified in place.
 func (c *Client) Push(ctx context.Context, job *Job, opts *PushOpts) (*PushResult, error) {
 	now := c.clock.Now()
+	at, scheduled := opts.runAt(now)
+	if !scheduled && job != nil && job.m != nil {
+		// Ruby's Client.push("at" => epoch) form.
+		if v, ok := job.Get("at"); ok {
+			if f, isNum := v.Float(); isNum {
+				if t := FromEpochSeconds(f); t.After(now) {
+					at, scheduled = t, true
+				}
+			}
+		}
+	}
 	if err := c.normalize(job, now, true); err != nil {
 		return nil, err
 	}
-	at, scheduled := opts.runAt(now)
+	if scheduled {
+		// Client middleware sees "at", as in Ruby; it is not stored.
+		job.Set("at", rubyjson.FloatValue(EpochSeconds(at)))
+	}
 	ok, err := c.runMiddleware(ctx, job)
+	job.Delete("at")
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +221,11 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*Job, opts *PushOpts) (*Bu
 		var zadd []any
 		for i := start; i < end; i++ {
 			j := jobs[i]
+			if scheduled {
+				j.Set("at", rubyjson.FloatValue(EpochSeconds(at)))
+			}
 			ok, err := c.runMiddleware(ctx, j)
+			j.Delete("at")
 			if err != nil {
 				return res, fmt.Errorf("sidekiq: bulk job %d: %w", i, err)
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/gojob/gojob/internal/clock"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
 var fixedNow = time.Unix(1795296573, 165170700)
@@ -87,4 +88,36 @@ func TestPushBulkAndMiddleware(t *testing.T) {
 	defer conn.Close()
 	n, _ := redis.Int(conn.Do("LLEN", "queue:default"))
 	require.Equal(t, 1250, n)
+}
+
+func TestMiddlewareSeesAt(t *testing.T) {
+	t.Parallel()
+	c, pool, _ := newClient(t, sidekiq.Version6)
+	var seen []string
+	c.Use(func(ctx context.Context, job *sidekiq.Job, next func(context.Context) error) error {
+		v, _ := job.Get("at")
+		seen = append(seen, v.NumberText())
+		return next(ctx)
+	})
+	job, _ := sidekiq.NewJob("Later")
+	_, err := c.Push(context.Background(), job, &sidekiq.PushOpts{In: time.Minute})
+	require.NoError(t, err)
+	// Ruby's Client.push("at" => ...) form.
+	job2, _ := sidekiq.NewJob("Later2")
+	job2.Set("at", rubyjson.FloatValue(1795296573.1651707+120))
+	res, err := c.Push(context.Background(), job2, nil)
+	require.NoError(t, err)
+	require.True(t, res.Scheduled)
+	now, _ := sidekiq.NewJob("Now")
+	_, err = c.Push(context.Background(), now, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"1795296633.1651707", "1795296693.1651707", ""}, seen)
+	conn := pool.Get()
+	defer conn.Close()
+	vals, err := redis.Strings(conn.Do("ZRANGE", "schedule", 0, -1))
+	require.NoError(t, err)
+	require.Len(t, vals, 2)
+	for _, v := range vals {
+		require.NotContains(t, v, `"at"`)
+	}
 }

@@ -292,6 +292,10 @@ func (s *Server) Use(mw ...ServerMiddleware) { s.mw = append(s.mw, mw...) }
 // Identity returns the process identity ("host:pid:nonce").
 func (s *Server) Identity() string { return s.identity }
 
+// DeathHandlers returns the configured death handlers (for components such
+// as the durable reconciler that kill jobs on the server's behalf).
+func (s *Server) DeathHandlers() []DeathHandler { return s.cfg.DeathHandlers }
+
 // Client returns the client the server re-pushes with.
 func (s *Server) Client() *Client { return s.client }
 

@@ -1,0 +1,407 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rs/zerolog"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/gojob/gojob/durable"
+	"github.com/gojob/gojob/sidekiq"
+)
+
+// defaultDurableDB is the embedded store used when no database is given.
+const defaultDurableDB = "sqlite:gojob-durable.db"
+
+// durableDBFlags are the storage flags, named with prefix ("" for `gojob
+// durable …`, "durable-" for `gojob work`).
+func durableDBFlags(prefix string) []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringSliceFlag{Name: prefix + "db", Usage: "storage database `URL`, in order (postgres://… or sqlite:PATH); repeat. " +
+			"Then the space-separated URLs of $DURABLE_JOB_SERVER_URLS, then the --" + prefix + "db-env variables. " +
+			"Default: " + defaultDurableDB},
+		&ucli.StringSliceFlag{Name: prefix + "db-env", Usage: "`NAME` of an environment variable holding a database URL (Amigo's server_env_vars); repeat",
+			Value: ucli.NewStringSlice("DATABASE_URL")},
+		&ucli.StringFlag{Name: prefix + "schema", Value: "public", Usage: "PostgreSQL schema of the table", EnvVars: []string{"DURABLE_JOB_SCHEMA_NAME"}},
+		&ucli.StringFlag{Name: prefix + "table", Value: "durable_jobs", Usage: "table name", EnvVars: []string{"DURABLE_JOB_TABLE_NAME"}},
+	}
+}
+
+// durableClassFlags select the durable classes and their extensions.
+func durableClassFlags(prefix string) []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringSliceFlag{Name: prefix + "class", Usage: "durable job `CLASS[=EXTENSION]` (e.g. Backfill=20m; * for every class); repeat"},
+		&ucli.DurationFlag{Name: prefix + "extension", Value: durable.DefaultExtension, Usage: "default heartbeat extension"},
+	}
+}
+
+// durableURLs collects the storage URLs as Amigo does: explicit URLs, then
+// the values of the named environment variables that are set.
+func durableURLs(c *ucli.Context, prefix string) []string {
+	var urls []string
+	for _, u := range c.StringSlice(prefix + "db") {
+		urls = append(urls, strings.Fields(u)...)
+	}
+	urls = append(urls, strings.Fields(os.Getenv("DURABLE_JOB_SERVER_URLS"))...)
+	names := c.StringSlice(prefix + "db-env")
+	names = append(names, strings.Fields(os.Getenv("DURABLE_JOB_SERVER_ENV_VARS"))...)
+	for _, n := range names {
+		if v := strings.TrimSpace(os.Getenv(n)); v != "" {
+			urls = append(urls, v)
+		}
+	}
+	if len(urls) == 0 {
+		urls = []string{defaultDurableDB}
+	}
+	return urls
+}
+
+// durableClasses parses the --class values.
+func durableClasses(c *ucli.Context, prefix string) (map[string]time.Duration, error) {
+	out := map[string]time.Duration{}
+	for _, spec := range c.StringSlice(prefix + "class") {
+		class, ext, found := strings.Cut(spec, "=")
+		class = strings.TrimSpace(class)
+		if class == "" {
+			return nil, ucli.Exit(fmt.Sprintf("--%sclass %q: want CLASS[=EXTENSION]", prefix, spec), 2)
+		}
+		var d time.Duration
+		if found {
+			var err error
+			if d, err = time.ParseDuration(strings.TrimSpace(ext)); err != nil || d <= 0 {
+				return nil, ucli.Exit(fmt.Sprintf("--%sclass %q: bad extension (want a duration such as 5m)", prefix, spec), 2)
+			}
+		}
+		out[class] = d
+	}
+	return out, nil
+}
+
+func openDurable(c *ucli.Context, prefix string, classes map[string]time.Duration, log zerolog.Logger) (*durable.Durable, error) {
+	d, err := durable.New(&durable.Config{
+		URLs:             durableURLs(c, prefix),
+		Schema:           c.String(prefix + "schema"),
+		Table:            c.String(prefix + "table"),
+		Classes:          classes,
+		DefaultExtension: c.Duration(prefix + "extension"),
+		Logger:           log,
+	})
+	if err != nil {
+		return nil, ucli.Exit(err.Error(), 2)
+	}
+	return d, nil
+}
+
+func durableCommand(o *options) *ucli.Command {
+	_ = o
+	return &ucli.Command{
+		Name:  "durable",
+		Usage: "durable jobs (Amigo::DurableJob's table): create the tables, reconcile lost jobs once, show the rows",
+		Description: `Durable jobs keep a row per job in PostgreSQL (Amigo::DurableJob's table,
+shared with Ruby processes that use it) or in a SQLite file, so that a job
+Redis loses (a killed worker, a crash, a manual deletion) is found by the
+reconciler and moved to the dead set with durable_killed_at, where it can be
+retried. Run workers with gojob work --durable --durable-class CLASS …; the
+reconciler runs inside them (one leader at a time) or once with
+gojob durable poll.`,
+		Subcommands: []*ucli.Command{
+			{
+				Name:  "migrate",
+				Usage: "create the table in every database, or add missing_at to an old one",
+				Flags: append(durableDBFlags(""), newJSONFlag()),
+				Action: func(c *ucli.Context) error {
+					d, err := openDurable(c, "", nil, zerolog.Nop())
+					if err != nil {
+						return err
+					}
+					defer d.Close()
+					res, err := d.Migrate(c.Context)
+					printMigrate(c.App.Writer, res, c.Bool("json"))
+					if err != nil {
+						return ucli.Exit("", 1)
+					}
+					return nil
+				},
+			},
+			{
+				Name:  "poll",
+				Usage: "reconcile once: check every overdue row against Redis, kill lost jobs into the dead set",
+				Flags: append(append(append([]ucli.Flag{newRedisFlag(), newVersionFlag(), newJSONFlag(),
+					&ucli.IntFlag{Name: "page-size", Value: 500, Usage: "overdue rows read at a time"},
+				}, durableDBFlags("")...), durableClassFlags("")...),
+					&ucli.StringFlag{Name: "log-level", Value: "warn", Usage: "debug, info, warn, error"}),
+				Action: func(c *ucli.Context) error {
+					log := newLogger(c.App.ErrWriter, false, c.String("log-level"))
+					classes, err := durableClasses(c, "")
+					if err != nil {
+						return err
+					}
+					d, err := openDurable(c, "", classes, log)
+					if err != nil {
+						return err
+					}
+					defer d.Close()
+					pool, err := openPool(c.Context, c.String("redis"), 4)
+					if err != nil {
+						return err
+					}
+					defer pool.Close()
+					v, err := resolveVersion(c.Context, pool, c.String("sidekiq-version"), log)
+					if err != nil {
+						return err
+					}
+					api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: pool, Version: v})
+					if err != nil {
+						return err
+					}
+					r, err := durable.NewReconciler(&durable.ReconcilerConfig{Durable: d, API: api, PageSize: c.Int("page-size")})
+					if err != nil {
+						return ucli.Exit(err.Error(), 2)
+					}
+					res, err := r.RunOnce(c.Context)
+					if res != nil {
+						printReconcile(c.App.Writer, res, c.Bool("json"))
+					}
+					if err != nil {
+						return err
+					}
+					return nil
+				},
+			},
+			{
+				Name:  "status",
+				Usage: "rows per database by state: locked, waiting, missing, overdue",
+				Flags: append(durableDBFlags(""), newJSONFlag()),
+				Action: func(c *ucli.Context) error {
+					d, err := openDurable(c, "", nil, zerolog.Nop())
+					if err != nil {
+						return err
+					}
+					defer d.Close()
+					st, err := d.Status(c.Context)
+					if err != nil {
+						return err
+					}
+					failed := printStatus(c.App.Writer, st, c.Bool("json"))
+					if failed {
+						return ucli.Exit("", 1)
+					}
+					return nil
+				},
+			},
+		},
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func printMigrate(w io.Writer, res *durable.MigrateResult, asJSON bool) {
+	if res == nil {
+		return
+	}
+	if asJSON {
+		type row struct {
+			Database       string `json:"database"`
+			Created        bool   `json:"created"`
+			AddedMissingAt bool   `json:"added_missing_at"`
+			Error          string `json:"error,omitempty"`
+		}
+		rows := []row{}
+		for _, m := range res.Databases {
+			rows = append(rows, row{m.Database, m.Created, m.AddedMissingAt, errString(m.Err)})
+		}
+		printJSONTo(w, rows)
+		return
+	}
+	for _, m := range res.Databases {
+		switch {
+		case m.Err != nil:
+			fmt.Fprintf(w, "%s: error: %v\n", m.Database, m.Err)
+		case m.Created:
+			fmt.Fprintf(w, "%s: created the table\n", m.Database)
+		case m.AddedMissingAt:
+			fmt.Fprintf(w, "%s: added the missing_at column\n", m.Database)
+		default:
+			fmt.Fprintf(w, "%s: up to date\n", m.Database)
+		}
+	}
+}
+
+func printReconcile(w io.Writer, res *durable.ReconcileResult, asJSON bool) {
+	if asJSON {
+		type db struct {
+			durable.DatabaseReconcile
+			Error string `json:"error,omitempty"`
+		}
+		dbs := []db{}
+		for _, d := range res.Databases {
+			dbs = append(dbs, db{d, errString(d.Err)})
+		}
+		var errs []string
+		for _, e := range res.Errors {
+			errs = append(errs, e.Error())
+		}
+		killed := res.KilledJIDs
+		if killed == nil {
+			killed = []string{}
+		}
+		printJSONTo(w, map[string]any{"totals": res.ReconcileCounts, "databases": dbs, "killed_jids": killed, "errors": errs})
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "DATABASE\tCHECKED\tQUEUED\tRUNNING\tRETRYING\tSCHEDULED\tDEAD\tMISSING\tKILLED\tCHANGED\tFAILED")
+	for _, d := range res.Databases {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", d.Database, d.Checked, d.Queued, d.Running, d.Retrying,
+			d.Scheduled, d.AlreadyDead, d.Marked, d.Killed, d.Changed, d.Failed)
+	}
+	tw.Flush()
+	for _, d := range res.Databases {
+		if d.Err != nil {
+			fmt.Fprintf(w, "%s: error: %v\n", d.Database, d.Err)
+		}
+	}
+	for _, e := range res.Errors {
+		fmt.Fprintln(w, "error:", e)
+	}
+	for _, jid := range res.KilledJIDs {
+		fmt.Fprintln(w, "moved to the dead set:", jid)
+	}
+}
+
+// printStatus prints the status and reports whether a database failed.
+func printStatus(w io.Writer, st *durable.Status, asJSON bool) bool {
+	failed := false
+	for _, d := range st.Databases {
+		failed = failed || d.Err != nil
+	}
+	if asJSON {
+		type db struct {
+			durable.DatabaseStatus
+			Error string `json:"error,omitempty"`
+		}
+		dbs := []db{}
+		for _, d := range st.Databases {
+			dbs = append(dbs, db{d, errString(d.Err)})
+		}
+		printJSONTo(w, map[string]any{"now": st.Now.UTC(), "databases": dbs})
+		return failed
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "DATABASE\tKIND\tTOTAL\tLOCKED\tWAITING\tMISSING\tOVERDUE\tNEXT DUE")
+	for _, d := range st.Databases {
+		if d.Err != nil {
+			fmt.Fprintf(tw, "%s\t%s\terror: %v\n", d.Database, d.Kind, d.Err)
+			continue
+		}
+		next := "-"
+		if d.NextDue != nil {
+			next = d.NextDue.Local().Format("2006-01-02 15:04:05")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", d.Database, d.Kind, d.Total, d.Locked, d.Waiting, d.Missing, d.Overdue, next)
+	}
+	tw.Flush()
+	return failed
+}
+
+func printJSONTo(w io.Writer, v any) {
+	e := &adminEnv{out: w}
+	_ = e.printJSON(v)
+}
+
+// durableWorkFlags are `gojob work`'s durable-job flags.
+func durableWorkFlags() []ucli.Flag {
+	flags := []ucli.Flag{
+		&ucli.BoolFlag{Name: "durable", Usage: "keep a durable row per job of the --durable-class classes and reconcile lost jobs (see gojob durable)"},
+	}
+	flags = append(flags, durableDBFlags("durable-")...)
+	flags = append(flags, durableClassFlags("durable-")...)
+	return append(flags,
+		&ucli.DurationFlag{Name: "durable-poll-interval", Value: durable.DefaultPollInterval, Usage: "time between reconcile passes (one process at a time, elected through Redis)"},
+		&ucli.BoolFlag{Name: "durable-no-poll", Usage: "do not reconcile in this process", EnvVars: []string{"DISABLE_DURABLE_JOBS_POLL"}},
+	)
+}
+
+// setupDurable installs durable jobs on a server and its client when
+// --durable is given: the tables are created when missing, the client
+// middleware goes on client (and on the server's own client, for in-job
+// pushes and the poller's re-pushes), the server middleware on srv, and the
+// reconciler starts with leader election. Call it after every other client
+// middleware was added (the durable one must be last). stop ends the
+// reconciler and closes the databases.
+func setupDurable(c *ucli.Context, srv *sidekiq.Server, client *sidekiq.Client, log zerolog.Logger) (stop func(), err error) {
+	noop := func() {}
+	if !c.Bool("durable") {
+		return noop, nil
+	}
+	classes, err := durableClasses(c, "durable-")
+	if err != nil {
+		return noop, err
+	}
+	if len(classes) == 0 {
+		return noop, ucli.Exit("--durable needs at least one --durable-class CLASS[=EXTENSION] (or '*' for every class)", 2)
+	}
+	d, err := openDurable(c, "durable-", classes, log)
+	if err != nil {
+		return noop, err
+	}
+	if res, err := d.Migrate(c.Context); err != nil {
+		for _, m := range res.Databases {
+			if m.Err != nil {
+				log.Warn().Err(m.Err).Str("component", "durable").Str("database", m.Database).Msg("could not create the durable table; the database is skipped while it fails")
+			}
+		}
+	}
+	if client == nil {
+		client = srv.Client()
+	}
+	mw := d.ClientMiddleware()
+	client.Use(mw)
+	if sc := srv.Client(); sc != client {
+		sc.Use(mw)
+	}
+	srv.Use(d.ServerMiddleware(srv.Identity()))
+	log.Info().Strs("databases", d.Databases()).Int("classes", len(classes)).Msg("durable jobs enabled")
+	if c.Bool("durable-no-poll") {
+		return func() { d.Close() }, nil
+	}
+	api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: client.Pool(), Version: client.Version(), Client: client,
+		DeathHandlers: srv.DeathHandlers()})
+	if err != nil {
+		d.Close()
+		return noop, err
+	}
+	rec, err := durable.NewReconciler(&durable.ReconcilerConfig{Durable: d, API: api})
+	if err != nil {
+		d.Close()
+		return noop, err
+	}
+	poller, err := durable.NewPoller(&durable.PollerConfig{Reconciler: rec, Pool: client.Pool(), Identity: srv.Identity(),
+		Interval: c.Duration("durable-poll-interval")})
+	if err != nil {
+		d.Close()
+		return noop, ucli.Exit(err.Error(), 2)
+	}
+	if err := poller.Start(c.Context); err != nil {
+		d.Close()
+		return noop, err
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := poller.Stop(ctx); err != nil {
+			log.Warn().Err(err).Str("component", "durable").Msg("stopping the reconciler")
+		}
+		d.Close()
+	}, nil
+}

@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/sidekiq"
+)
+
+// durableApp is an app with the durable command and a minimal work
+// command that calls setupDurable (cli.go and work.go wire the real ones).
+func durableApp(out, errw *bytes.Buffer, work ucli.ActionFunc) *ucli.App {
+	return &ucli.App{
+		Name: "gojob", Writer: out, ErrWriter: errw, DisableSliceFlagSeparator: true,
+		ExitErrHandler: func(*ucli.Context, error) {},
+		Commands: []*ucli.Command{
+			durableCommand(&options{}),
+			{Name: "work", Flags: append([]ucli.Flag{newRedisFlag()}, durableWorkFlags()...), Action: work},
+		},
+	}
+}
+
+func TestDurableMigrateStatusPoll(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("DURABLE_JOB_SERVER_URLS", "")
+	db := "sqlite:" + filepath.Join(t.TempDir(), "d.db")
+	rs := redistest.Start(t)
+	var out, errb bytes.Buffer
+	run := func(args ...string) error {
+		out.Reset()
+		errb.Reset()
+		return durableApp(&out, &errb, nil).RunContext(context.Background(), append([]string{"gojob"}, args...))
+	}
+	require.NoError(t, run("durable", "migrate", "--db", db))
+	require.Contains(t, out.String(), "created the table")
+	require.NoError(t, run("durable", "migrate", "--db", db))
+	require.Contains(t, out.String(), "up to date")
+
+	// work --durable installs the middleware: a push writes a row.
+	var pushed string
+	work := func(c *ucli.Context) error {
+		srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: rs.Pool(t), DisablePoller: true, HeartbeatInterval: time.Hour})
+		if err != nil {
+			return err
+		}
+		stop, err := setupDurable(c, srv, srv.Client(), zerolog.New(zerolog.NewTestWriter(t)))
+		if err != nil {
+			return err
+		}
+		defer stop()
+		res, err := srv.Client().Enqueue(c.Context, "", "BillingJob", 1)
+		if err != nil {
+			return err
+		}
+		pushed = res.JID
+		_, err = srv.Client().Enqueue(c.Context, "", "OtherJob", 1)
+		return err
+	}
+	app := durableApp(&out, &errb, work)
+	err := app.RunContext(context.Background(), []string{"gojob", "work", "-r", rs.URL(), "--durable", "--durable-db", db})
+	require.ErrorContains(t, err, "--durable-class")
+	require.NoError(t, app.RunContext(context.Background(), []string{"gojob", "work", "-r", rs.URL(), "--durable", "--durable-db", db,
+		"--durable-class", "BillingJob=10m", "--durable-poll-interval", "1h"}))
+	require.NotEmpty(t, pushed)
+
+	require.NoError(t, run("durable", "status", "--db", db, "--json"))
+	var st struct {
+		Databases []struct {
+			Total   int64 `json:"total"`
+			Waiting int64 `json:"waiting"`
+		} `json:"databases"`
+	}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &st))
+	require.Len(t, st.Databases, 1)
+	require.Equal(t, int64(1), st.Databases[0].Total, "only the durable class has a row")
+	require.Equal(t, int64(1), st.Databases[0].Waiting)
+	require.NoError(t, run("durable", "status", "--db", db))
+	require.Contains(t, out.String(), "WAITING")
+
+	require.NoError(t, run("durable", "poll", "--db", db, "-r", rs.URL(), "--json"))
+	var poll struct {
+		Totals struct {
+			Checked int `json:"checked"`
+		} `json:"totals"`
+		Killed []string `json:"killed_jids"`
+	}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &poll))
+	require.Equal(t, 0, poll.Totals.Checked, "nothing is overdue yet")
+	require.Empty(t, poll.Killed)
+
+	err = run("durable", "status", "--db", "sqlite:/nonexistent-gojob-dir/x.db")
+	require.Error(t, err)
+	require.Contains(t, out.String(), "error")
+}

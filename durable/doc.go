@@ -1,0 +1,103 @@
+// Package durable makes Sidekiq jobs durable the way Amigo::DurableJob
+// (webhookdb) does, sharing its table with Ruby processes that use it, and
+// closes the gaps of the Ruby implementation.
+//
+// Sidekiq's BasicFetch removes a job from Redis when a worker takes it, so
+// a worker that is killed loses the jobs it runs; jobs also vanish when
+// Redis loses data or someone deletes them. A durable job has a shadow row
+// in a SQL table, written before the job reaches Redis and deleted when it
+// succeeds. A Reconciler cross-checks overdue rows with Redis and moves
+// lost jobs to the dead set, where a person can retry them.
+//
+// # Setup
+//
+//	d, err := durable.New(&durable.Config{
+//		URLs:    []string{"postgres://app@db1/app", "postgres://app@db2/app"}, // or "sqlite:jobs.db"
+//		Classes: map[string]time.Duration{"Billing": 0, "Backfill": 20 * time.Minute},
+//	})
+//	_, err = d.Migrate(ctx)                         // CREATE TABLE IF NOT EXISTS, + missing_at
+//	client.Use(d.ClientMiddleware())                 // last in every client chain
+//	srv.Client().Use(d.ClientMiddleware())           // in-job pushes, poller re-pushes
+//	srv.Use(d.ServerMiddleware(srv.Identity()))
+//	rec, _ := durable.NewReconciler(&durable.ReconcilerConfig{Durable: d, API: api})
+//	poller, _ := durable.NewPoller(&durable.PollerConfig{Reconciler: rec, Pool: pool, Identity: srv.Identity()})
+//	poller.Start(ctx)                                // one leader at a time, every 3 minutes
+//
+// A long job calls Heartbeat(ctx) more often than its extension.
+// `gojob work --durable --durable-class CLASS[=EXT] --durable-db URL` does
+// all of this; `gojob durable migrate|poll|status` are the tools.
+//
+// # Storage
+//
+// The table (default public.durable_jobs, schema and name configurable) is
+// exactly Amigo's: job_id text NOT NULL UNIQUE, job_class, job_item_json
+// (the job as JSON text), queue (all text NOT NULL), inserted_at
+// timestamptz NOT NULL DEFAULT now(), assume_dead_at timestamptz NOT NULL
+// (deliberately not indexed), locked_by text, locked_at and missing_at
+// timestamptz. Several databases are used in order: a row is written to
+// the first that accepts it (a database that fails is skipped), looked up
+// in each in turn, and then locked, heartbeated, unlocked and deleted where
+// it was found. The SQLite store (pure Go) keeps the same columns with
+// times as fixed-width UTC text, for one host without a database server.
+//
+// # States of a row
+//
+//	         push (client middleware: upsert, deadline = run time + ext)
+//	               │
+//	               ▼
+//	┌──────────► WAITING ──── lock (server middleware) ────► LOCKED
+//	│  retry/      │  ▲          deadline = now + ext            │  │
+//	│  re-push     │  │ found in queue, retry, schedule          │  │ success: row deleted
+//	│  (upsert)    │  │ or a live work hash: deadline moved      │  │ error: unlock, error
+//	│              ▼  │                                          │  │ fields in job_item_json,
+//	│           OVERDUE (deadline passed) ◄── no heartbeat ──────┘  │ deadline = now + ext
+//	│              │                                                ▼
+//	│              │ not found anywhere: missing_at = now,       WAITING (retry set)
+//	│              ▼ deadline = now + ext
+//	└───────── MISSING ── found again: missing_at cleared ──► WAITING
+//	               │
+//	               │ overdue and still not found (second strike)
+//	               ▼
+//	 dead set (item + jid + durable_killed_at, with the trims),
+//	 failure notifier or death handlers, row deleted
+//
+// A row found in the dead set is deleted (a retry from there pushes a new
+// row). `gojob durable status` counts rows in these four states.
+//
+// # Invariants
+//
+//   - The row is written before the job reaches Redis (the push happens
+//     after the whole client chain), so a worker never runs a durable job
+//     whose row is still to come, and a job is never in Redis without its
+//     row unless no database accepted it (then an error is logged and the
+//     job is pushed anyway: a push never fails because of the databases).
+//   - A job is moved to the dead set only after two reconciler passes,
+//     at least one extension apart, both failed to find it in its queue,
+//     the work hashes of live processes, the retry set, the schedule set
+//     and the dead set.
+//   - Every reconciler change is a compare-and-set on the assume_dead_at
+//     it read. Locking, heartbeating, unlocking and re-pushing all move
+//     assume_dead_at, so a job that started, failed or was pushed again
+//     during a pass is left for the next one, and two reconcilers (or a
+//     Ruby poller) never kill the same job twice.
+//   - The success delete and the error unlock only apply to the lock the
+//     middleware took (locked_by and locked_at unchanged): a push of the
+//     same jid from inside the job (Amigo's retry helper) replaces the lock
+//     and its row survives the job's success.
+//   - A row's failure never stops a pass: an unknown class gets the
+//     default extension, an unreadable job_item_json is reported and left.
+//   - Lookups stream queues and sets by jid (stopping when all are found):
+//     no size disables the reconciler; rows are read in pages.
+//
+// # Differences from Ruby
+//
+// Beyond the gaps above (jobs pushed from inside workers and by the
+// poller get rows; running jobs are never killed; large sets do not
+// disable the poll; unknown classes affect only their row; paging), the
+// upsert also clears missing_at and the lock fields and updates queue, a
+// lock clears missing_at, deletes and unlocks are conditional, and
+// durable_killed_at is written in the Sidekiq timestamp format of the
+// target version (epoch seconds, or milliseconds for 8.x) instead of a
+// Ruby Time string. Ruby's enabled setting is, in Go, whether the
+// middleware is installed.
+package durable

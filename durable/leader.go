@@ -1,0 +1,206 @@
+package durable
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/zerolog"
+
+	"github.com/gojob/gojob/sidekiq"
+)
+
+// DefaultLeaseKey is the Redis key of the reconciler's leader lease.
+const DefaultLeaseKey = "gojob:durable:reconciler-leader"
+
+// DefaultPollInterval is how often the leader reconciles (webhookdb runs
+// its poller every 3 minutes).
+const DefaultPollInterval = 3 * time.Minute
+
+var (
+	//go:embed lua/lease_acquire.lua
+	leaseAcquireLua string
+	//go:embed lua/lease_release.lua
+	leaseReleaseLua string
+
+	leaseAcquire = redis.NewScript(1, leaseAcquireLua)
+	leaseRelease = redis.NewScript(1, leaseReleaseLua)
+)
+
+// PollerConfig configures a Poller.
+type PollerConfig struct {
+	// Reconciler runs the passes. Required.
+	Reconciler *Reconciler
+	// Pool is the Redis pool holding the lease. Required.
+	Pool *redis.Pool
+	// Identity names this process in the lease. Default host:pid:nonce
+	// (pass Server.Identity() to match the Web UI).
+	Identity string
+	// Interval is the time between passes. Default DefaultPollInterval.
+	Interval time.Duration
+	// LeaseKey is the lease's Redis key. Default DefaultLeaseKey.
+	LeaseKey string
+	// Logger receives a line per failed pass. Default the Reconciler's.
+	Logger *zerolog.Logger
+}
+
+func (c *PollerConfig) validate() error {
+	if c.Reconciler == nil {
+		return errors.New("durable: PollerConfig.Reconciler is required")
+	}
+	if c.Pool == nil {
+		return errors.New("durable: PollerConfig.Pool is required")
+	}
+	if c.Interval < 0 {
+		return errors.New("durable: PollerConfig.Interval must not be negative")
+	}
+	return nil
+}
+
+// Poller runs the reconciler periodically in every process that has one,
+// with leader election through a Redis lease, so that one process polls at
+// a time: each interval, a process takes the lease if it is free or renews
+// it if it holds it (time to live: two intervals), and reconciles only
+// while it holds it. A leader that dies is replaced when its lease
+// expires; one that stops releases it.
+type Poller struct {
+	cfg  PollerConfig
+	log  zerolog.Logger
+	ttl  time.Duration
+	mu   sync.Mutex
+	stop chan struct{}
+	done chan struct{}
+}
+
+// NewPoller returns a poller.
+func NewPoller(cfg *PollerConfig) (*Poller, error) {
+	if cfg == nil {
+		return nil, errors.New("durable: nil PollerConfig")
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := *cfg
+	c.Interval = cmp.Or(c.Interval, DefaultPollInterval)
+	c.LeaseKey = cmp.Or(c.LeaseKey, DefaultLeaseKey)
+	if c.Identity == "" {
+		host, _ := os.Hostname()
+		c.Identity = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), sidekiq.NewJID()[:12])
+	}
+	p := &Poller{cfg: c, log: c.Reconciler.log, ttl: 2 * c.Interval}
+	if c.Logger != nil {
+		p.log = *c.Logger
+	}
+	return p, nil
+}
+
+// ErrPollerRunning is returned by Start on a poller already started.
+var ErrPollerRunning = errors.New("durable: poller already started")
+
+// Start starts the loop: a first pass after a random delay of up to 5
+// seconds, then one per interval (±10%).
+func (p *Poller) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stop != nil {
+		return ErrPollerRunning
+	}
+	p.stop, p.done = make(chan struct{}), make(chan struct{})
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		defer close(p.done)
+		defer cancel()
+		go func() {
+			select {
+			case <-p.stop:
+				cancel()
+			case <-loopCtx.Done():
+			}
+		}()
+		wait := time.Duration(rand.Float64() * float64(min(5*time.Second, p.cfg.Interval)))
+		for {
+			t := time.NewTimer(wait)
+			select {
+			case <-loopCtx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if _, err := p.runOnce(loopCtx); err != nil && loopCtx.Err() == nil {
+				p.log.Error().Err(err).Str("component", "durable-reconciler").Msg("reconcile pass failed")
+			}
+			wait = time.Duration(float64(p.cfg.Interval) * (0.9 + 0.2*rand.Float64()))
+		}
+	}()
+	return nil
+}
+
+// Stop ends the loop, waits for a running pass (bounded by ctx) and
+// releases the lease if this process holds it.
+func (p *Poller) Stop(ctx context.Context) error {
+	p.mu.Lock()
+	stop, done := p.stop, p.done
+	p.mu.Unlock()
+	if stop == nil {
+		return nil
+	}
+	select {
+	case <-stop:
+	default:
+		close(stop)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	conn, err := p.cfg.Pool.GetContext(ctx)
+	if err != nil {
+		return fmt.Errorf("durable: release lease: %w", err)
+	}
+	defer conn.Close()
+	if _, err := leaseRelease.DoContext(ctx, conn, p.cfg.LeaseKey, p.cfg.Identity); err != nil {
+		return fmt.Errorf("durable: release lease: %w", err)
+	}
+	return nil
+}
+
+// pollOutcome is one tick of the poller.
+type pollOutcome struct {
+	// leader is true when this process held the lease and reconciled.
+	leader bool
+	result *ReconcileResult
+}
+
+// runOnce takes or renews the lease and, as leader, runs one pass.
+func (p *Poller) runOnce(ctx context.Context) (*pollOutcome, error) {
+	held, err := p.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !held {
+		return &pollOutcome{}, nil
+	}
+	res, err := p.cfg.Reconciler.RunOnce(ctx)
+	return &pollOutcome{leader: true, result: res}, err
+}
+
+func (p *Poller) acquire(ctx context.Context) (bool, error) {
+	conn, err := p.cfg.Pool.GetContext(ctx)
+	if err != nil {
+		return false, fmt.Errorf("durable: lease: %w", err)
+	}
+	defer conn.Close()
+	n, err := redis.Int(leaseAcquire.DoContext(ctx, conn, p.cfg.LeaseKey, p.cfg.Identity, p.ttl.Milliseconds()))
+	if err != nil {
+		return false, fmt.Errorf("durable: lease: %w", err)
+	}
+	return n == 1, nil
+}

@@ -1,0 +1,80 @@
+package durable
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/sidekiq"
+)
+
+func TestPollerLeaderElection(t *testing.T) {
+	t.Parallel()
+	urls := backends[1].urls(t)
+	b := setup(t, bundleOpts{urls: urls[:]})
+	ctx := context.Background()
+	newPoller := func(id string) *Poller {
+		p, err := NewPoller(&PollerConfig{Reconciler: b.reconciler(t, nil), Pool: b.pool, Identity: id, Interval: time.Minute})
+		require.NoError(t, err)
+		return p
+	}
+	p1, p2 := newPoller("one"), newPoller("two")
+
+	o, err := p1.runOnce(ctx)
+	require.NoError(t, err)
+	require.True(t, o.leader)
+	require.NotNil(t, o.result)
+	o, err = p2.runOnce(ctx)
+	require.NoError(t, err)
+	require.False(t, o.leader, "one process polls at a time")
+	o, err = p1.runOnce(ctx)
+	require.NoError(t, err)
+	require.True(t, o.leader, "the leader renews its lease")
+	ttl, err := redis.Int64(b.conn.Do("PTTL", DefaultLeaseKey))
+	require.NoError(t, err)
+	require.InDelta(t, 2*time.Minute.Milliseconds(), ttl, 5000)
+
+	// A stopped leader releases the lease (Stop without Start is fine).
+	require.NoError(t, p1.Stop(ctx))
+	require.NoError(t, p1.Start(ctx))
+	require.ErrorIs(t, p1.Start(ctx), ErrPollerRunning)
+	require.NoError(t, p1.Stop(ctx))
+	n, err := redis.Int(b.conn.Do("EXISTS", DefaultLeaseKey))
+	require.NoError(t, err)
+	require.Equal(t, 0, n)
+	o, err = p2.runOnce(ctx)
+	require.NoError(t, err)
+	require.True(t, o.leader, "another process takes over")
+
+	// A leader that died is replaced once its lease expires.
+	_, err = b.conn.Do("PEXPIRE", DefaultLeaseKey, 1)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		o, err := p1.runOnce(ctx)
+		return err == nil && o.leader
+	}, 5*time.Second, 5*time.Millisecond)
+}
+
+func TestPollerLoopReconciles(t *testing.T) {
+	t.Parallel()
+	urls := backends[1].urls(t)
+	b := setup(t, bundleOpts{urls: urls[:]})
+	job := newJob(t, "DurableJob")
+	b.insert(t, job, ptr(testNow))
+	b.clk.Advance(6 * time.Minute)
+	killed := make(chan string, 1)
+	r := b.reconciler(t, func(_ context.Context, j *sidekiq.Job) { killed <- j.JID() })
+	p, err := NewPoller(&PollerConfig{Reconciler: r, Pool: b.pool, Interval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, p.Start(context.Background()))
+	select {
+	case jid := <-killed:
+		require.Equal(t, job.JID(), jid)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the poller did not reconcile")
+	}
+	require.NoError(t, p.Stop(context.Background()))
+}

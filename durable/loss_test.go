@@ -1,0 +1,223 @@
+package durable
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/clock"
+	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/sidekiq"
+)
+
+// The loss test of issue 5: 1000 durable jobs, a gojob worker process
+// killed with SIGKILL while it runs some of them (BasicFetch loses the
+// jobs in flight), then two reconciler passes. The worker is this test
+// binary re-executed in lossChild mode.
+
+const (
+	lossChildEnv   = "GOJOB_DURABLE_LOSS_CHILD"
+	lossJobs       = 1000
+	lossBlockAfter = 300 // jobs completed before the workers hang
+	lossConc       = 10  // jobs in flight at the kill
+	lossExt        = time.Minute
+	keyLossDone    = "losstest:done"
+	keyLossBlocked = "losstest:blocked"
+)
+
+var lossClasses = map[string]time.Duration{"LossJob": lossExt}
+
+// lossChild is the worker process: it completes lossBlockAfter jobs
+// (recording each in losstest:done), then every slot hangs in its next job
+// and reports it on losstest:blocked, until the parent kills it.
+func lossChild() int {
+	log := zerolog.New(os.Stderr).With().Timestamp().Str("process", "loss-child").Logger()
+	fail := func(err error) int {
+		log.Error().Err(err).Msg("loss child failed")
+		return 2
+	}
+	pool, err := sidekiq.NewPool(os.Getenv("LOSS_REDIS"), nil)
+	if err != nil {
+		return fail(err)
+	}
+	d, err := New(&Config{URLs: []string{os.Getenv("LOSS_DB")}, Table: os.Getenv("LOSS_TABLE"), Classes: lossClasses, Logger: log})
+	if err != nil {
+		return fail(err)
+	}
+	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Middleware: []sidekiq.ClientMiddleware{d.ClientMiddleware()}})
+	if err != nil {
+		return fail(err)
+	}
+	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: pool, Client: client, Concurrency: lossConc, DisablePoller: true, Logger: log})
+	if err != nil {
+		return fail(err)
+	}
+	srv.Use(d.ServerMiddleware(srv.Identity()))
+	var started atomic.Int64
+	srv.HandleFunc("LossJob", func(ctx context.Context, job *sidekiq.Job) error {
+		conn := pool.Get()
+		defer conn.Close()
+		if started.Add(1) > lossBlockAfter {
+			if _, err := conn.Do("LPUSH", keyLossBlocked, job.JID()); err != nil {
+				return err
+			}
+			<-ctx.Done() // the kill comes first
+			return ctx.Err()
+		}
+		_, err := conn.Do("SADD", keyLossDone, job.JID())
+		return err
+	})
+	if err := srv.Start(context.Background()); err != nil {
+		return fail(err)
+	}
+	select {}
+}
+
+func TestLossKill9(t *testing.T) {
+	t.Parallel()
+	dbURL := pgDatabases(t)[0]
+	table := uniqueTable()
+	rs := redistest.Start(t)
+	pool := rs.Pool(t)
+	conn := pool.Get()
+	defer conn.Close()
+	ctx := context.Background()
+	logs := &logBuffer{t: t}
+	log := zerolog.New(logs)
+
+	d, err := New(&Config{URLs: []string{dbURL}, Table: table, Classes: lossClasses, Logger: log})
+	require.NoError(t, err)
+	defer d.Close()
+	_, err = d.Migrate(ctx)
+	require.NoError(t, err)
+	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Middleware: []sidekiq.ClientMiddleware{d.ClientMiddleware()}})
+	require.NoError(t, err)
+	jobs := make([]*sidekiq.Job, lossJobs)
+	for i := range jobs {
+		jobs[i] = newJob(t, "LossJob", i)
+	}
+	_, err = client.PushBulk(ctx, jobs, nil)
+	require.NoError(t, err)
+	pushedAt := time.Now()
+	st, err := d.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(lossJobs), st.Databases[0].Total)
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), lossChildEnv+"=1", "LOSS_REDIS="+rs.URL(), "LOSS_DB="+dbURL, "LOSS_TABLE="+table)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	// Wait until every slot hangs in a job: each earlier job has finished
+	// completely (its row deleted), so the kill catches only hanging jobs.
+	wait, err := redis.Dial("unix", rs.Socket)
+	require.NoError(t, err)
+	defer wait.Close()
+	for range lossConc {
+		_, err := redis.Values(wait.Do("BLPOP", keyLossBlocked, 30))
+		require.NoError(t, err, "the worker did not reach its hanging jobs")
+	}
+	require.NoError(t, cmd.Process.Signal(os.Kill))
+	require.Error(t, <-exited, "killed")
+	exited <- nil
+
+	// The process's heartbeat keys expire 60 s after its last beat, long
+	// before a second strike (two extensions later); expire them now.
+	ids, err := redis.Strings(conn.Do("SMEMBERS", sidekiq.KeyProcesses))
+	require.NoError(t, err)
+	require.Len(t, ids, 1)
+	_, err = conn.Do("DEL", ids[0])
+	require.NoError(t, err)
+
+	done, err := redis.Strings(conn.Do("SMEMBERS", keyLossDone))
+	require.NoError(t, err)
+	require.Len(t, done, lossBlockAfter)
+	queued, err := redis.Strings(conn.Do("LRANGE", sidekiq.QueueKey("default"), 0, -1))
+	require.NoError(t, err)
+	require.Len(t, queued, lossJobs-lossBlockAfter-lossConc)
+	doneSet, queuedSet := map[string]bool{}, map[string]bool{}
+	for _, jid := range done {
+		doneSet[jid] = true
+	}
+	for _, p := range queued {
+		j, err := sidekiq.ParseJob([]byte(p))
+		require.NoError(t, err)
+		queuedSet[j.JID()] = true
+	}
+	var lost []string
+	for _, j := range jobs {
+		if !doneSet[j.JID()] && !queuedSet[j.JID()] {
+			lost = append(lost, j.JID())
+		}
+	}
+	require.Len(t, lost, lossConc, "BasicFetch lost the jobs in flight")
+	require.Equal(t, 0, zcard(t, conn, sidekiq.KeyDead))
+
+	clk := clock.NewFake(pushedAt.Add(lossExt + time.Second))
+	api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: pool, Clock: clk, Client: client})
+	require.NoError(t, err)
+	r, err := NewReconciler(&ReconcilerConfig{Durable: d, API: api, Clock: clk})
+	require.NoError(t, err)
+	first, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, lossConc, first.Marked)
+	require.Equal(t, len(queued), first.Queued)
+	require.Equal(t, 0, first.Killed)
+	clk.Advance(lossExt + time.Second)
+	second, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.ElementsMatch(t, lost, second.KilledJIDs)
+	require.Equal(t, len(queued), second.Queued)
+
+	// Every lost job is in the dead set with durable_killed_at; no completed
+	// job is there; nothing else changed.
+	deadVals, err := redis.ByteSlices(conn.Do("ZRANGE", sidekiq.KeyDead, 0, -1))
+	require.NoError(t, err)
+	var deadJIDs []string
+	for _, v := range deadVals {
+		j, err := sidekiq.ParseJob(v)
+		require.NoError(t, err)
+		require.True(t, j.Has("durable_killed_at"), string(v))
+		require.False(t, doneSet[j.JID()], "a completed job is in the dead set")
+		require.Equal(t, "LossJob", j.Class())
+		deadJIDs = append(deadJIDs, j.JID())
+	}
+	require.ElementsMatch(t, lost, deadJIDs)
+	after, err := redis.Strings(conn.Do("LRANGE", sidekiq.QueueKey("default"), 0, -1))
+	require.NoError(t, err)
+	require.Equal(t, queued, after, "queue unchanged")
+	doneAfter, err := redis.Strings(conn.Do("SMEMBERS", keyLossDone))
+	require.NoError(t, err)
+	require.ElementsMatch(t, done, doneAfter)
+	require.Equal(t, 0, zcard(t, conn, sidekiq.KeyRetry))
+	require.Equal(t, 0, zcard(t, conn, sidekiq.KeySchedule))
+	st, err = d.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, DatabaseStatus{Database: st.Databases[0].Database, Kind: "postgres", Total: int64(len(queued)), Waiting: int64(len(queued)),
+		NextDue: st.Databases[0].NextDue}, st.Databases[0], "only the queued jobs keep rows")
+	for _, jid := range done {
+		r, err := d.Get(ctx, jid)
+		require.NoError(t, err)
+		require.Nil(t, r, fmt.Sprintf("completed job %s has no row", jid))
+	}
+}
+
+func zcard(t testing.TB, conn redis.Conn, key string) int {
+	t.Helper()
+	n, err := redis.Int(conn.Do("ZCARD", key))
+	require.NoError(t, err)
+	return n
+}

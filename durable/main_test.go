@@ -1,0 +1,340 @@
+package durable
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/clock"
+	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/sidekiq"
+)
+
+// The PostgreSQL tests create two databases of their own on the server of
+// TEST_DATABASE_URL (default: local trust auth as user postgres), one
+// table per test inside them, and drop the databases at the end. When the
+// server cannot be reached they fail, they do not skip.
+
+const defaultTestDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+var pg struct {
+	urls [2]string // the two test databases
+	err  error     // why they could not be created
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv(lossChildEnv) != "" {
+		os.Exit(lossChild())
+	}
+	drop := setupPostgres()
+	code := m.Run()
+	drop()
+	os.Exit(code)
+}
+
+func serverURL() string {
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return defaultTestDatabaseURL
+}
+
+// setupPostgres creates gojob_durable_<random>_1 and _2 and returns the
+// function that drops them.
+func setupPostgres() func() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, serverURL())
+	if err != nil {
+		pg.err = fmt.Errorf("cannot reach PostgreSQL at %s (set TEST_DATABASE_URL; `make test` installs and starts a local server): %w", redactURL(serverURL()), err)
+		return func() {}
+	}
+	base := fmt.Sprintf("gojob_durable_%d_%06d", os.Getpid(), rand.IntN(1_000_000))
+	var made []string
+	for i := range pg.urls {
+		name := fmt.Sprintf("%s_%d", base, i+1)
+		if _, err := admin.Exec(ctx, "CREATE DATABASE "+quoteIdent(name)); err != nil {
+			pg.err = fmt.Errorf("cannot create test database %s on %s: %w", name, redactURL(serverURL()), err)
+			break
+		}
+		made = append(made, name)
+		u, _ := url.Parse(serverURL())
+		u.Path = "/" + name
+		pg.urls[i] = u.String()
+	}
+	admin.Close(ctx)
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		admin, err := pgx.Connect(ctx, serverURL())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "durable tests: cannot drop test databases:", err)
+			return
+		}
+		defer admin.Close(ctx)
+		for _, name := range made {
+			if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+quoteIdent(name)+" WITH (FORCE)"); err != nil {
+				fmt.Fprintln(os.Stderr, "durable tests: drop", name+":", err)
+			}
+		}
+	}
+}
+
+// pgDatabases returns the two test databases' URLs, failing the test when
+// PostgreSQL is not available.
+func pgDatabases(t testing.TB) [2]string {
+	t.Helper()
+	if pg.err != nil {
+		t.Fatalf("durable: PostgreSQL is required for this test: %v", pg.err)
+	}
+	return pg.urls
+}
+
+var tableSeq atomic.Int64
+
+// uniqueTable names a table for one test, so tests share the databases.
+func uniqueTable() string {
+	return fmt.Sprintf("dj_%d_%d", os.Getpid()%100000, tableSeq.Add(1))
+}
+
+// backend is a kind of storage database the suites run against.
+type backend struct {
+	name string
+	// urls returns two databases of that kind for a test.
+	urls func(t testing.TB) [2]string
+	// unreachable is a URL of that kind that cannot be connected to.
+	unreachable string
+}
+
+var backends = []backend{
+	{
+		name:        "postgres",
+		urls:        pgDatabases,
+		unreachable: "postgres://postgres@127.0.0.1:1/nowhere?sslmode=disable&connect_timeout=2",
+	},
+	{
+		name: "sqlite",
+		urls: func(t testing.TB) [2]string {
+			dir := t.TempDir()
+			return [2]string{"sqlite:" + filepath.Join(dir, "one.db"), "sqlite:" + filepath.Join(dir, "two.db")}
+		},
+		unreachable: "sqlite:/nonexistent-gojob-dir/durable.db",
+	},
+}
+
+// eachBackend runs f as a parallel subtest per backend.
+func eachBackend(t *testing.T, f func(t *testing.T, be backend)) {
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, be)
+		})
+	}
+}
+
+// logBuffer collects log lines for assertions and also writes them to the
+// test log.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	t   testing.TB
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.t.Logf("%s", bytes.TrimRight(p, "\n"))
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// count returns how many lines have level and contain substr.
+func (l *logBuffer) count(level, substr string) int {
+	n := 0
+	for _, line := range bytes.Split([]byte(l.String()), []byte("\n")) {
+		if bytes.Contains(line, []byte(`"level":"`+level+`"`)) && bytes.Contains(line, []byte(substr)) {
+			n++
+		}
+	}
+	return n
+}
+
+// testBundle is a Durable on fresh tables, a private Redis, a client with
+// the durable middleware and a fake clock.
+type testBundle struct {
+	d      *Durable
+	urls   []string
+	clk    *clock.Fake
+	logs   *logBuffer
+	log    zerolog.Logger
+	rs     *redistest.Server
+	pool   *redis.Pool
+	client *sidekiq.Client
+	api    *sidekiq.API
+	conn   redis.Conn
+	deaths *deathRecorder
+}
+
+type bundleOpts struct {
+	urls    []string
+	classes map[string]time.Duration
+	table   string
+}
+
+var testNow = time.Date(2026, 3, 4, 5, 6, 7, 123456000, time.UTC)
+
+func setup(t *testing.T, o bundleOpts) *testBundle {
+	t.Helper()
+	logs := &logBuffer{t: t}
+	log := zerolog.New(logs).With().Timestamp().Logger()
+	clk := clock.NewFake(testNow)
+	if o.classes == nil {
+		o.classes = map[string]time.Duration{"DurableJob": 0, "ShortJob": 20 * time.Second}
+	}
+	if o.table == "" {
+		o.table = uniqueTable()
+	}
+	d, err := New(&Config{URLs: o.urls, Table: o.table, Classes: o.classes, Clock: clk, Logger: log, ConnectTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close() })
+	ctx := context.Background()
+	if _, err := d.Migrate(ctx); err != nil {
+		// Unreachable databases in the list are expected by some tests;
+		// every reachable one must be migrated.
+		for _, s := range d.stores {
+			if _, err := s.migrate(ctx); err != nil {
+				require.True(t, s.isConnError(err), "migrate %s: %v", s.name(), err)
+			}
+		}
+	}
+	rs := redistest.Start(t)
+	pool := rs.Pool(t)
+	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Clock: clk})
+	require.NoError(t, err)
+	client.Use(d.ClientMiddleware())
+	deaths := &deathRecorder{}
+	api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: pool, Clock: clk, Client: client, DeathHandlers: []sidekiq.DeathHandler{deaths.record}})
+	require.NoError(t, err)
+	conn := pool.Get()
+	t.Cleanup(func() { conn.Close() })
+	return &testBundle{d: d, urls: o.urls, clk: clk, logs: logs, log: log, rs: rs, pool: pool, client: client, api: api, conn: conn, deaths: deaths}
+}
+
+type deathRecorder struct {
+	mu   sync.Mutex
+	jobs []*sidekiq.Job
+	errs []error
+}
+
+func (r *deathRecorder) record(_ context.Context, job *sidekiq.Job, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.jobs = append(r.jobs, job.Clone())
+	r.errs = append(r.errs, err)
+}
+
+func (r *deathRecorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.jobs)
+}
+
+// row returns a job's row, nil when absent.
+func (b *testBundle) row(t testing.TB, jid string) *Row {
+	t.Helper()
+	r, err := b.d.Get(context.Background(), jid)
+	require.NoError(t, err)
+	return r
+}
+
+// rowIn returns a job's row in one database.
+func (b *testBundle) rowIn(t testing.TB, i int, jid string) *row {
+	t.Helper()
+	r, err := b.d.stores[i].get(context.Background(), jid)
+	require.NoError(t, err)
+	return r
+}
+
+// insert writes a row as Amigo's insert_job (through the first database
+// that accepts it).
+func (b *testBundle) insert(t testing.TB, job *sidekiq.Job, missingAt *time.Time) {
+	t.Helper()
+	_, err := b.d.Insert(context.Background(), &InsertParams{Job: job, missingAt: missingAt})
+	require.NoError(t, err)
+}
+
+// newJob builds a normalized job (jid, queue, retry) without pushing it.
+func newJob(t testing.TB, class string, args ...any) *sidekiq.Job {
+	t.Helper()
+	j, err := sidekiq.NewJob(class, args...)
+	require.NoError(t, err)
+	if j.JID() == "" {
+		j.SetJID(sidekiq.NewJID())
+	}
+	if j.Queue() == "" {
+		j.SetQueue("default")
+	}
+	return j
+}
+
+func (b *testBundle) reconciler(t testing.TB, notifier FailureNotifier) *Reconciler {
+	t.Helper()
+	r, err := NewReconciler(&ReconcilerConfig{Durable: b.d, API: b.api, FailureNotifier: notifier})
+	require.NoError(t, err)
+	return r
+}
+
+func (b *testBundle) reconcile(t testing.TB, r *Reconciler) *ReconcileResult {
+	t.Helper()
+	res, err := r.RunOnce(context.Background())
+	require.NoError(t, err)
+	return res
+}
+
+func (b *testBundle) zcard(t testing.TB, key string) int {
+	t.Helper()
+	n, err := redis.Int(b.conn.Do("ZCARD", key))
+	require.NoError(t, err)
+	return n
+}
+
+func (b *testBundle) llen(t testing.TB, queue string) int {
+	t.Helper()
+	n, err := redis.Int(b.conn.Do("LLEN", sidekiq.QueueKey(queue)))
+	require.NoError(t, err)
+	return n
+}
+
+// deadJobs returns the dead set's jobs.
+func (b *testBundle) deadJobs(t testing.TB) []*sidekiq.Job {
+	t.Helper()
+	vals, err := redis.ByteSlices(b.conn.Do("ZRANGE", sidekiq.KeyDead, 0, -1))
+	require.NoError(t, err)
+	var out []*sidekiq.Job
+	for _, v := range vals {
+		j, err := sidekiq.ParseJob(v)
+		require.NoError(t, err)
+		out = append(out, j)
+	}
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }

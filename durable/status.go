@@ -1,0 +1,57 @@
+package durable
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Status is the state of the rows in every database.
+type Status struct {
+	// Now is the time the states are relative to.
+	Now time.Time
+	// Databases has one entry per database, in order.
+	Databases []DatabaseStatus
+}
+
+// DatabaseStatus counts one database's rows by state. Each row is in
+// exactly one state, so the four counts add up to Total:
+//
+//   - Missing: the reconciler did not find the job once (missing_at set);
+//     it is killed into the dead set at its next check unless found.
+//   - Overdue: assume_dead_at has passed; the next pass checks it.
+//   - Locked: a process runs it (locked_by set), deadline ahead.
+//   - Waiting: queued, scheduled or retrying, deadline ahead.
+type DatabaseStatus struct {
+	// Database is the URL without its password.
+	Database string `json:"database"`
+	// Kind is "postgres" or "sqlite".
+	Kind    string `json:"kind"`
+	Total   int64  `json:"total"`
+	Locked  int64  `json:"locked"`
+	Waiting int64  `json:"waiting"`
+	Missing int64  `json:"missing"`
+	Overdue int64  `json:"overdue"`
+	// NextDue is the earliest assume_dead_at, nil for an empty table.
+	NextDue *time.Time `json:"next_due,omitempty"`
+	// Err is set when the database could not be read; the counts are then
+	// zero.
+	Err error `json:"-"`
+}
+
+// Status counts the rows of every database by state. A database that
+// cannot be read has its Err set; the returned error is nil.
+func (d *Durable) Status(ctx context.Context) (*Status, error) {
+	now := d.cfg.Clock.Now()
+	out := &Status{Now: now}
+	for _, s := range d.stores {
+		st, err := s.status(ctx, now)
+		if err != nil {
+			out.Databases = append(out.Databases, DatabaseStatus{Database: s.name(), Kind: s.kind(),
+				Err: fmt.Errorf("durable: status of %s: %w", s.name(), err)})
+			continue
+		}
+		out.Databases = append(out.Databases, *st)
+	}
+	return out, nil
+}
