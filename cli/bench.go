@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,9 +73,21 @@ It only touches its own keys, never flushes, and removes them when done.`,
 			&ucli.BoolFlag{Name: "ruby", Usage: "also run Ruby Sidekiq 6.4.1 (Debian ruby-sidekiq) and print the ratio"},
 			&ucli.BoolFlag{Name: "redis-benchmark", Usage: "also run redis-benchmark -t rpop -c C and print the ratio"},
 			newJSONFlag(),
+			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the drain to `FILE` (go tool pprof)"},
 		},
 		Action: func(c *ucli.Context) error {
 			n, conc := c.Int("jobs"), c.Int("concurrency")
+			if f := c.String("cpuprofile"); f != "" {
+				out, err := os.Create(f)
+				if err != nil {
+					return err
+				}
+				defer out.Close()
+				if err := pprof.StartCPUProfile(out); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			if n <= 0 || conc <= 0 {
 				return ucli.Exit("--jobs and --concurrency must be positive", 2)
 			}
