@@ -22,8 +22,9 @@ func devCommand(o *options) *ucli.Command {
 a gojob worker on it, and pushes a few demo jobs (DemoJob succeeds, FlakyJob
 fails now and then and goes to the retry set, LaterJob is scheduled). Point
 the Sidekiq Web UI or any gojob command at the printed URL. Use --redis to
-run the worker and demo against a real Redis instead.`,
-		Flags: []ucli.Flag{
+run the worker and demo against a real Redis instead. --durable
+--durable-class '*' keeps durable rows in an SQLite file (gojob-durable.db).`,
+		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "addr", Value: "127.0.0.1:6379", Usage: "address of the embedded server"},
 			&ucli.StringFlag{Name: "redis", Aliases: []string{"r"}, Usage: "use this Redis instead of an embedded one"},
 			&ucli.StringSliceFlag{Name: "queue", Aliases: []string{"q"}, Usage: "queue to process, `NAME[,WEIGHT]` (default: default)"},
@@ -39,7 +40,7 @@ run the worker and demo against a real Redis instead.`,
 			&ucli.BoolFlag{Name: "no-demo", Usage: "do not push demo jobs"},
 			&ucli.BoolFlag{Name: "log-json", Usage: "log JSON lines"},
 			&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn, error"},
-		},
+		}, durableWorkFlags()...),
 		Action: func(c *ucli.Context) error {
 			log := newLogger(c.App.ErrWriter, c.Bool("log-json"), c.String("log-level"))
 			url := c.String("redis")
@@ -71,6 +72,13 @@ run the worker and demo against a real Redis instead.`,
 			if err != nil {
 				return err
 			}
+			// --durable works here too; its default store is an SQLite file,
+			// so no database server is needed.
+			stopDurable, err := setupDurable(c, srv, nil, log)
+			if err != nil {
+				return err
+			}
+			defer stopDurable()
 			if !c.Bool("no-demo") {
 				registerDemo(srv, log)
 				if err := pushDemo(c.Context, srv.Client()); err != nil {
