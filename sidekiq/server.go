@@ -386,12 +386,16 @@ func (s *Server) Stop(ctx context.Context) error {
 		s.log.Warn().Int64("busy", s.busy.Load()).Msg("shutdown cancelled: requeueing unfinished jobs")
 	}
 	s.hardStop()
+	// The caller's ctx may be spent by now; the requeue and the goodbye
+	// still get a few seconds of their own, since skipping them loses jobs.
+	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	var errs []error
-	if err := s.requeueUnfinished(ctx); err != nil {
+	if err := s.requeueUnfinished(final); err != nil {
 		errs = append(errs, err)
 	}
 	s.bg.Wait()
-	if err := s.unregister(ctx); err != nil {
+	if err := s.unregister(final); err != nil {
 		errs = append(errs, err)
 	}
 	s.stopErr = errors.Join(errs...)

@@ -409,3 +409,23 @@ func TestServerRoutesActiveJob(t *testing.T) {
 		}
 	}
 }
+
+func TestServerStopWithSpentContextStillRequeues(t *testing.T) {
+	t.Parallel()
+	b := newTestServer(t, ServerConfig{Concurrency: 1, ShutdownTimeout: time.Minute})
+	started := make(chan struct{})
+	b.srv.HandleFunc("Slow", func(ctx context.Context, job *Job) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	require.NoError(t, b.srv.Start(context.Background()))
+	raw := `{"retry":true,"queue":"default","class":"Slow","args":[],"jid":"slow2"}`
+	b.push(t, "default", raw)
+	<-started
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.NoError(t, b.srv.Stop(ctx))
+	vals, _ := redis.Strings(b.conn.Do("LRANGE", "queue:default", 0, -1))
+	require.Equal(t, []string{raw}, vals)
+}
