@@ -88,6 +88,7 @@ func NewApp(stdout, stderr io.Writer, o *options) *ucli.App {
 			devCommand(o),
 			benchCommand(o),
 			durableCommand(o),
+			sidejobCommand(o),
 		}, adminCommands()...),
 	}
 }
@@ -116,14 +117,6 @@ func newVersionFlag() *ucli.StringFlag {
 func newJSONFlag() *ucli.BoolFlag {
 	return &ucli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}
 }
-
-// Deprecated: shared flag values, kept until cli/sidejob.go and
-// cli/durable.go move to the constructors above.
-var (
-	redisFlag   = newRedisFlag()
-	jsonFlag    = newJSONFlag()
-	versionFlag = newVersionFlag()
-)
 
 // newLogger returns a human-readable logger on w (JSON with --log-json).
 func newLogger(w io.Writer, jsonLogs bool, level string) zerolog.Logger {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
 	"strings"
 	"time"
 )
@@ -130,4 +131,24 @@ func ErrorClassOf(err error) string {
 		return "RuntimeError"
 	}
 	return name
+}
+
+// CallerStack returns the current goroutine's stack in Ruby's backtrace
+// style ("file:line:in `function'"), runtime frames left out; skip is as for
+// runtime.Callers. Recover handlers use it to fill PanicError.Stack.
+func CallerStack(skip int) []string {
+	pcs := make([]uintptr, 64)
+	n := runtime.Callers(skip, pcs)
+	frames := runtime.CallersFrames(pcs[:n])
+	var out []string
+	for {
+		f, more := frames.Next()
+		if !strings.HasPrefix(f.Function, "runtime.") {
+			out = append(out, fmt.Sprintf("%s:%d:in `%s'", f.File, f.Line, f.Function))
+		}
+		if !more {
+			break
+		}
+	}
+	return out
 }

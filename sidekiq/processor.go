@@ -2,9 +2,6 @@ package sidekiq
 
 import (
 	"context"
-	"fmt"
-	"runtime"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -149,7 +146,7 @@ func (s *Server) process(tid, queue string, raw []byte) {
 func (s *Server) execute(ctx context.Context, job *Job, reg *registration) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = &PanicError{Value: p, Stack: goStack(3)}
+			err = &PanicError{Value: p, Stack: CallerStack(3)}
 		}
 	}()
 	var call func(i int) func(context.Context) error
@@ -170,25 +167,6 @@ func (s *Server) execute(ctx context.Context, job *Job, reg *registration) (err 
 		return &NameError{Class: name}
 	}
 	return call(0)(ctx)
-}
-
-// goStack returns the current goroutine's stack in Ruby's backtrace style
-// ("file:line:in `function'").
-func goStack(skip int) []string {
-	pcs := make([]uintptr, 64)
-	n := runtime.Callers(skip, pcs)
-	frames := runtime.CallersFrames(pcs[:n])
-	var out []string
-	for {
-		f, more := frames.Next()
-		if !strings.HasPrefix(f.Function, "runtime.") {
-			out = append(out, fmt.Sprintf("%s:%d:in `%s'", f.File, f.Line, f.Function))
-		}
-		if !more {
-			break
-		}
-	}
-	return out
 }
 
 // bury sends a payload to the dead set with the trims, retrying through an

@@ -1,0 +1,693 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/gojob/gojob/sidejob"
+	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
+)
+
+// sidejobCommand is `gojob sidejob …`: operator commands for SideJob jobs
+// (the Ruby sidejob gem's data, 4.1.0 layout).
+func sidejobCommand(o *options) *ucli.Command {
+	_ = o
+	withFlags := func(extra ...ucli.Flag) []ucli.Flag {
+		return append([]ucli.Flag{newRedisFlag(), newJSONFlag()}, extra...)
+	}
+	return &ucli.Command{
+		Name:  "sidejob",
+		Usage: "inspect and drive SideJob jobs (data shared with the Ruby sidejob gem 4.1.0)",
+		Description: `SideJob jobs have a status, input and output ports, channels, children and
+a log. These commands read and change them in Redis exactly as the Ruby gem
+does. JOB is a job id or alias. Values are JSON; text that is not JSON is a
+string. Workers are served by a Go binary that registers them (see the
+sidejob package and examples/sidejob-pipeline) with "work -q QUEUE".`,
+		Subcommands: []*ucli.Command{
+			{
+				Name: "create", Usage: "create a job and queue its first run", ArgsUsage: "QUEUE CLASS [ARG...]",
+				Flags: withFlags(
+					&ucli.StringFlag{Name: "parent", Usage: "parent JOB (needs --name)"},
+					&ucli.StringFlag{Name: "name", Usage: "child name under --parent"},
+					&ucli.StringFlag{Name: "by", Usage: "created_by text"},
+					&ucli.StringFlag{Name: "at", Usage: "first run at (RFC 3339 or epoch seconds)"},
+					&ucli.DurationFlag{Name: "in", Usage: "first run after this delay"},
+					&ucli.StringFlag{Name: "inports", Usage: `extra inports, JSON: {"name":{"default":V,"channels":["/c"]}}`},
+					&ucli.StringFlag{Name: "outports", Usage: "extra outports, JSON (as --inports)"},
+					&ucli.StringFlag{Name: "alias", Usage: "give the job this alias"},
+				),
+				Action: withSideJob(sjCreate),
+			},
+			{Name: "show", Usage: "show a job: status, info, ports, children, state", ArgsUsage: "JOB", Flags: withFlags(), Action: withSideJob(sjShow)},
+			{Name: "tree", Usage: "show jobs as a tree of parents and children", ArgsUsage: "[JOB]", Flags: withFlags(), Action: withSideJob(sjTree)},
+			{Name: "ports", Usage: "list a job's ports with size, default and channels", ArgsUsage: "JOB", Flags: withFlags(), Action: withSideJob(sjPorts)},
+			{
+				Name: "write", Usage: "write values to a port (runs the job, or its parent for an outport)", ArgsUsage: "JOB PORT VALUE...",
+				Flags:  withFlags(&ucli.BoolFlag{Name: "out", Usage: "PORT is an outport"}, &ucli.BoolFlag{Name: "default", Usage: "set the port's default instead"}),
+				Action: withSideJob(sjWrite),
+			},
+			{
+				Name: "read", Usage: "read (and consume) the next value of a port", ArgsUsage: "JOB PORT",
+				Flags: withFlags(&ucli.BoolFlag{Name: "out", Usage: "PORT is an outport"}), Action: withSideJob(sjRead),
+			},
+			{
+				Name: "run", Usage: "request a run of a job", ArgsUsage: "JOB",
+				Flags: withFlags(&ucli.BoolFlag{Name: "force", Usage: "run even when failed, terminating or terminated"},
+					&ucli.StringFlag{Name: "at", Usage: "run at (RFC 3339 or epoch seconds)"},
+					&ucli.DurationFlag{Name: "in", Usage: "run after this delay"}),
+				Action: withSideJob(sjRun),
+			},
+			{
+				Name: "terminate", Usage: "terminate a job (its shutdown hook runs on a worker)", ArgsUsage: "JOB",
+				Flags: withFlags(&ucli.BoolFlag{Name: "recursive", Usage: "terminate its descendants too"}), Action: withSideJob(sjTerminate),
+			},
+			{Name: "delete", Usage: "delete a terminated job and its descendants", ArgsUsage: "JOB", Flags: withFlags(), Action: withSideJob(sjDelete)},
+			{
+				Name: "publish", Usage: "publish a message to a channel", ArgsUsage: "CHANNEL VALUE",
+				Flags: withFlags(), Action: withSideJob(sjPublish),
+			},
+			{
+				Name: "log", Usage: "write a log message, or follow /sidejob/log", ArgsUsage: "[MESSAGE]",
+				Flags:  withFlags(&ucli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "print log entries as they are published until interrupted"}),
+				Action: withSideJob(sjLog),
+			},
+		},
+	}
+}
+
+type sjEnv struct {
+	c    *ucli.Context
+	sj   *sidejob.Client
+	pool *redis.Pool
+	out  io.Writer
+	json bool
+}
+
+func withSideJob(f func(ctx context.Context, e *sjEnv) error) ucli.ActionFunc {
+	return func(c *ucli.Context) error {
+		pool, err := openPool(c.Context, c.String("redis"), 4)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		v := sidekiq.DefaultVersion
+		if dv, _, err := sidekiq.DetectVersion(c.Context, pool); err == nil {
+			v = dv
+		}
+		sj, err := sidejob.NewClient(&sidejob.Config{Pool: pool, Version: v})
+		if err != nil {
+			return err
+		}
+		return f(c.Context, &sjEnv{c: c, sj: sj, pool: pool, out: c.App.Writer, json: c.Bool("json")})
+	}
+}
+
+func (e *sjEnv) printJSON(v any) error {
+	enc := json.NewEncoder(e.out)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// job resolves the n-th argument as a job id or alias.
+func (e *sjEnv) job(ctx context.Context, n int) (*sidejob.Job, error) {
+	ref := e.c.Args().Get(n)
+	if ref == "" {
+		return nil, ucli.Exit(e.c.Command.Name+": JOB is required", 2)
+	}
+	j, err := e.sj.Find(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if j == nil {
+		return nil, ucli.Exit(fmt.Sprintf("no job %s", ref), 4)
+	}
+	return j, nil
+}
+
+// jsonArg parses a command-line value: JSON, or else a string.
+func jsonArg(s string) rubyjson.Value {
+	v, err := rubyjson.Parse([]byte(s))
+	if err != nil {
+		return rubyjson.StringValue(s)
+	}
+	return v
+}
+
+func sjTime(s string, in time.Duration) (time.Time, error) {
+	if s == "" {
+		if in > 0 {
+			return time.Now().Add(in), nil
+		}
+		return time.Time{}, nil
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		return sidekiq.FromEpochSeconds(f), nil
+	}
+	return time.Parse(time.RFC3339Nano, s)
+}
+
+func sjCreate(ctx context.Context, e *sjEnv) error {
+	args := e.c.Args().Slice()
+	if len(args) < 2 {
+		return ucli.Exit("create: QUEUE and CLASS are required", 2)
+	}
+	o := &sidejob.QueueOpts{By: e.c.String("by"), Name: e.c.String("name")}
+	for _, a := range args[2:] {
+		o.Args = append(o.Args, jsonArg(a))
+	}
+	at, err := sjTime(e.c.String("at"), e.c.Duration("in"))
+	if err != nil {
+		return ucli.Exit("create: --at: "+err.Error(), 2)
+	}
+	o.At = at
+	for flag, dst := range map[string]*[]sidejob.PortDef{"inports": &o.Inports, "outports": &o.Outports} {
+		if s := e.c.String(flag); s != "" {
+			if *dst, err = sidejob.PortDefsFromJSON(s); err != nil {
+				return ucli.Exit(fmt.Sprintf("create: --%s: %v", flag, err), 2)
+			}
+		}
+	}
+	if ref := e.c.String("parent"); ref != "" {
+		p, err := e.sj.Find(ctx, ref)
+		if err != nil {
+			return err
+		}
+		if p == nil {
+			return ucli.Exit("create: no parent job "+ref, 4)
+		}
+		o.Parent = p
+		o.By = cmpOr(o.By, p.String())
+	}
+	j, err := e.sj.Queue(ctx, args[0], args[1], o)
+	if err != nil {
+		return err
+	}
+	if a := e.c.String("alias"); a != "" {
+		if err := j.AddAlias(ctx, a); err != nil {
+			return err
+		}
+	}
+	if e.json {
+		return e.printJSON(map[string]any{"job": j.ID()})
+	}
+	fmt.Fprintf(e.out, "created job %d (%s in %s)\n", j.ID(), args[1], args[0])
+	return nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// portView is a port as show and ports print it.
+type portView struct {
+	Type     string          `json:"type"`
+	Name     string          `json:"name"`
+	Size     int64           `json:"size"`
+	Default  json.RawMessage `json:"default,omitempty"`
+	Channels []string        `json:"channels,omitempty"`
+}
+
+func portViews(ctx context.Context, j *sidejob.Job) ([]portView, error) {
+	var out []portView
+	for _, list := range []func(context.Context) ([]*sidejob.Port, error){j.Inports, j.Outports} {
+		ports, err := list(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range ports {
+			v := portView{Type: p.Type().String(), Name: p.Name()}
+			if v.Size, err = p.Size(ctx); err != nil {
+				return nil, err
+			}
+			d, err := p.Default(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if d != nil {
+				v.Default = d.Value.Encode()
+			}
+			if v.Channels, err = p.Channels(ctx); err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+func sjShow(ctx context.Context, e *sjEnv) error {
+	j, err := e.job(ctx, 0)
+	if err != nil {
+		return err
+	}
+	status, err := j.Status(ctx)
+	if err != nil {
+		return err
+	}
+	info, err := j.Info(ctx)
+	if err != nil {
+		return err
+	}
+	aliases, err := j.Aliases(ctx)
+	if err != nil {
+		return err
+	}
+	parent, err := j.Parent(ctx)
+	if err != nil {
+		return err
+	}
+	children, err := j.Children(ctx)
+	if err != nil {
+		return err
+	}
+	state, err := j.State(ctx)
+	if err != nil {
+		return err
+	}
+	ports, err := portViews(ctx, j)
+	if err != nil {
+		return err
+	}
+	if e.json {
+		kids := map[string]int64{}
+		for _, c := range children {
+			kids[c.Name] = c.Job.ID()
+		}
+		var pid any
+		if parent != nil {
+			pid = parent.ID()
+		}
+		return e.printJSON(map[string]any{
+			"job": j.ID(), "status": status, "queue": info.Queue, "class": info.Class,
+			"args": json.RawMessage(info.Args.Encode()), "created_by": info.CreatedBy,
+			"created_at": info.CreatedAt, "ran_at": info.RanAt, "aliases": aliases,
+			"parent": pid, "children": kids, "state": json.RawMessage(state.Encode()), "ports": ports,
+		})
+	}
+	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "job\t%d\nstatus\t%s\nworker\t%s (queue %s)\nargs\t%s\n", j.ID(), status, info.Class, info.Queue, info.Args.Encode())
+	fmt.Fprintf(tw, "created\t%s by %q\nran at\t%s\n", info.CreatedAt, info.CreatedBy, cmpOr(info.RanAt, "never"))
+	if len(aliases) > 0 {
+		fmt.Fprintf(tw, "aliases\t%s\n", strings.Join(aliases, ", "))
+	}
+	if parent != nil {
+		fmt.Fprintf(tw, "parent\t%d\n", parent.ID())
+	}
+	for _, c := range children {
+		fmt.Fprintf(tw, "child\t%s = %d\n", c.Name, c.Job.ID())
+	}
+	for i := 0; i < state.Len(); i++ {
+		k, v := state.At(i)
+		fmt.Fprintf(tw, "state\t%s = %s\n", k, v.Encode())
+	}
+	tw.Flush()
+	return printPorts(e.out, ports)
+}
+
+func printPorts(w io.Writer, ports []portView) error {
+	if len(ports) == 0 {
+		fmt.Fprintln(w, "no ports")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PORT\tSIZE\tDEFAULT\tCHANNELS")
+	for _, p := range ports {
+		def := "-"
+		if p.Default != nil {
+			def = string(p.Default)
+		}
+		fmt.Fprintf(tw, "%s:%s\t%d\t%s\t%s\n", p.Type, p.Name, p.Size, def, strings.Join(p.Channels, ","))
+	}
+	return tw.Flush()
+}
+
+func sjPorts(ctx context.Context, e *sjEnv) error {
+	j, err := e.job(ctx, 0)
+	if err != nil {
+		return err
+	}
+	ports, err := portViews(ctx, j)
+	if err != nil {
+		return err
+	}
+	if e.json {
+		if ports == nil {
+			ports = []portView{}
+		}
+		return e.printJSON(ports)
+	}
+	return printPorts(e.out, ports)
+}
+
+// treeNode is one job of the tree.
+type treeNode struct {
+	Job      int64       `json:"job"`
+	Name     string      `json:"name,omitempty"`
+	Class    string      `json:"class"`
+	Status   string      `json:"status"`
+	Children []*treeNode `json:"children,omitempty"`
+}
+
+func buildTree(ctx context.Context, j *sidejob.Job, name string, depth int) (*treeNode, error) {
+	info, err := j.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	status, err := j.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n := &treeNode{Job: j.ID(), Name: name, Class: info.Class, Status: status}
+	if depth > 64 {
+		return n, nil
+	}
+	children, err := j.Children(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range children {
+		cn, err := buildTree(ctx, c.Job, c.Name, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		n.Children = append(n.Children, cn)
+	}
+	return n, nil
+}
+
+func sjTree(ctx context.Context, e *sjEnv) error {
+	var roots []*sidejob.Job
+	if e.c.Args().Len() > 0 {
+		j, err := e.job(ctx, 0)
+		if err != nil {
+			return err
+		}
+		roots = append(roots, j)
+	} else {
+		ids, err := e.sj.JobIDs(ctx)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			j := e.sj.Job(id)
+			p, err := j.Parent(ctx)
+			if err != nil {
+				return err
+			}
+			if p == nil {
+				roots = append(roots, j)
+			}
+		}
+	}
+	nodes := []*treeNode{}
+	for _, r := range roots {
+		n, err := buildTree(ctx, r, "", 0)
+		if err != nil {
+			return err
+		}
+		nodes = append(nodes, n)
+	}
+	if e.json {
+		return e.printJSON(nodes)
+	}
+	if len(nodes) == 0 {
+		fmt.Fprintln(e.out, "no jobs")
+		return nil
+	}
+	var walk func(n *treeNode, prefix string, last, root bool)
+	walk = func(n *treeNode, prefix string, last, root bool) {
+		branch, next := "", ""
+		if !root {
+			branch, next = "├── ", "│   "
+			if last {
+				branch, next = "└── ", "    "
+			}
+		}
+		label := fmt.Sprintf("%d %s [%s]", n.Job, n.Class, n.Status)
+		if n.Name != "" {
+			label = n.Name + ": " + label
+		}
+		fmt.Fprintf(e.out, "%s%s%s\n", prefix, branch, label)
+		for i, c := range n.Children {
+			walk(c, prefix+next, i == len(n.Children)-1, false)
+		}
+	}
+	for _, n := range nodes {
+		walk(n, "", true, true)
+	}
+	return nil
+}
+
+func (e *sjEnv) port(ctx context.Context) (*sidejob.Port, error) {
+	j, err := e.job(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	name := e.c.Args().Get(1)
+	if name == "" {
+		return nil, ucli.Exit(e.c.Command.Name+": PORT is required", 2)
+	}
+	if e.c.Bool("out") {
+		return j.Output(ctx, name)
+	}
+	return j.Input(ctx, name)
+}
+
+func sjWrite(ctx context.Context, e *sjEnv) error {
+	p, err := e.port(ctx)
+	if err != nil {
+		return err
+	}
+	vals := e.c.Args().Slice()[2:]
+	if len(vals) == 0 {
+		return ucli.Exit("write: VALUE is required", 2)
+	}
+	for _, s := range vals {
+		v := jsonArg(s)
+		if e.c.Bool("default") {
+			err = p.SetDefault(ctx, v)
+		} else {
+			err = p.Write(ctx, v)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if e.json {
+		return e.printJSON(map[string]any{"port": p.String(), "written": len(vals)})
+	}
+	fmt.Fprintf(e.out, "wrote %d value(s) to %s\n", len(vals), p)
+	return nil
+}
+
+func sjRead(ctx context.Context, e *sjEnv) error {
+	p, err := e.port(ctx)
+	if err != nil {
+		return err
+	}
+	d, err := p.Read(ctx)
+	if err != nil {
+		return err
+	}
+	if d == nil {
+		if e.json {
+			return e.printJSON(map[string]any{"port": p.String(), "none": true})
+		}
+		fmt.Fprintln(e.out, "(no data)")
+		return nil
+	}
+	if e.json {
+		return e.printJSON(map[string]any{"port": p.String(), "data": json.RawMessage(d.Value.Encode()), "context": json.RawMessage(d.Context.Encode())})
+	}
+	fmt.Fprintln(e.out, string(d.Value.Encode()))
+	return nil
+}
+
+func sjRun(ctx context.Context, e *sjEnv) error {
+	j, err := e.job(ctx, 0)
+	if err != nil {
+		return err
+	}
+	at, err := sjTime(e.c.String("at"), e.c.Duration("in"))
+	if err != nil {
+		return ucli.Exit("run: --at: "+err.Error(), 2)
+	}
+	got, err := j.Run(ctx, &sidejob.RunOpts{Force: e.c.Bool("force"), At: at})
+	if err != nil {
+		return err
+	}
+	status, err := j.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return e.printJSON(map[string]any{"job": j.ID(), "run": got != nil, "status": status})
+	}
+	if got == nil {
+		fmt.Fprintf(e.out, "job %d not run: status %s (use --force)\n", j.ID(), status)
+		return nil
+	}
+	fmt.Fprintf(e.out, "job %d queued\n", j.ID())
+	return nil
+}
+
+func sjTerminate(ctx context.Context, e *sjEnv) error {
+	j, err := e.job(ctx, 0)
+	if err != nil {
+		return err
+	}
+	if err := j.Terminate(ctx, e.c.Bool("recursive")); err != nil {
+		return err
+	}
+	status, err := j.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return e.printJSON(map[string]any{"job": j.ID(), "status": status})
+	}
+	fmt.Fprintf(e.out, "job %d %s\n", j.ID(), status)
+	return nil
+}
+
+func sjDelete(ctx context.Context, e *sjEnv) error {
+	j, err := e.job(ctx, 0)
+	if err != nil {
+		return err
+	}
+	ok, err := j.Delete(ctx)
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return e.printJSON(map[string]any{"job": j.ID(), "deleted": ok})
+	}
+	if !ok {
+		return ucli.Exit(fmt.Sprintf("job %d not deleted: it and all its descendants must be terminated (gojob sidejob terminate --recursive)", j.ID()), 1)
+	}
+	fmt.Fprintf(e.out, "deleted job %d\n", j.ID())
+	return nil
+}
+
+func sjPublish(ctx context.Context, e *sjEnv) error {
+	if e.c.Args().Len() != 2 {
+		return ucli.Exit("publish: CHANNEL and VALUE are required", 2)
+	}
+	ch := e.c.Args().Get(0)
+	if err := e.sj.Publish(ctx, ch, jsonArg(e.c.Args().Get(1))); err != nil {
+		return err
+	}
+	if e.json {
+		return e.printJSON(map[string]any{"channel": ch})
+	}
+	fmt.Fprintf(e.out, "published to %s\n", ch)
+	return nil
+}
+
+func sjLog(ctx context.Context, e *sjEnv) error {
+	if !e.c.Bool("follow") {
+		msg := strings.Join(e.c.Args().Slice(), " ")
+		if msg == "" {
+			return ucli.Exit("log: MESSAGE or --follow is required", 2)
+		}
+		return e.sj.Log(ctx, msg)
+	}
+	// A connection of its own: a subscribed connection cannot go back to
+	// the pool.
+	dial, err := sidekiq.Dialer(e.c.String("redis"), 0)
+	if err != nil {
+		return err
+	}
+	conn, err := dial(ctx)
+	if err != nil {
+		return err
+	}
+	psc := redis.PubSubConn{Conn: conn}
+	if err := psc.Subscribe(sidejob.LogChannel); err != nil {
+		conn.Close()
+		return err
+	}
+	go func() {
+		<-ctx.Done()
+		conn.Close()
+	}()
+	for {
+		switch v := psc.Receive().(type) {
+		case redis.Message:
+			if e.json {
+				fmt.Fprintln(e.out, string(v.Data))
+				continue
+			}
+			fmt.Fprintln(e.out, formatLogEntry(v.Data))
+		case redis.Subscription:
+			if v.Kind == "unsubscribe" && v.Count == 0 {
+				return nil
+			}
+		case error:
+			if ctx.Err() != nil {
+				return nil
+			}
+			return v
+		}
+	}
+}
+
+// formatLogEntry renders a log entry on one line: time, context, then the
+// event.
+func formatLogEntry(data []byte) string {
+	m, err := rubyjson.ParseObject(data)
+	if err != nil {
+		return string(data)
+	}
+	var ts string
+	var parts []string
+	for i := 0; i < m.Len(); i++ {
+		k, v := m.At(i)
+		switch k {
+		case "timestamp":
+			ts, _ = v.Str()
+		case "read", "write":
+			items, _ := v.Array()
+			for _, it := range items {
+				im, ok := it.Map()
+				if !ok {
+					continue
+				}
+				job, _ := im.Get("job")
+				port := ""
+				for _, pk := range []string{"inport", "outport"} {
+					if pv, ok := im.Get(pk); ok {
+						s, _ := pv.Str()
+						port = strings.TrimSuffix(pk, "port") + ":" + s
+					}
+				}
+				d, _ := im.Get("data")
+				parts = append(parts, fmt.Sprintf("%s job %s %s %s", k, job.Encode(), port, d.Encode()))
+			}
+		default:
+			if s, ok := v.Str(); ok {
+				parts = append(parts, k+"="+s)
+			} else {
+				parts = append(parts, k+"="+string(v.Encode()))
+			}
+		}
+	}
+	if t, err := sidejob.ParseTimestamp(ts); err == nil {
+		ts = t.Local().Format("15:04:05.000")
+	}
+	return strings.TrimSpace(ts + " " + strings.Join(parts, " "))
+}

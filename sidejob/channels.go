@@ -1,0 +1,177 @@
+package sidejob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/sidekiq/rubyjson"
+)
+
+// Publish sends message to channel as SideJob.publish does (spec §4):
+//
+//  1. a Redis PUBLISH of its JSON to the exact channel;
+//  2. a reliable delivery walk, with "channel": channel added to the log
+//     context: for the channel and each ancestor (Ascend), every job listed
+//     in channel:<level> whose inports subscribe to exactly that level gets
+//     the message written to those ports (which runs the job, as any input
+//     write does). Jobs that are gone or no longer subscribed are removed
+//     from the set (lazy cleanup).
+//
+// As in Ruby, a port subscribed to both /a and /a/b receives a message
+// published to /a/b twice. message is converted with rubyjson.FromGo.
+func (c *Client) Publish(ctx context.Context, channel string, message any) error {
+	v, err := rubyjson.FromGo(message)
+	if err != nil {
+		return fmt.Errorf("sidejob: publish to %s: %w", channel, err)
+	}
+	if _, err := c.do(ctx, "PUBLISH", channel, v.Encode()); err != nil {
+		return fmt.Errorf("sidejob: publish to %s: %w", channel, err)
+	}
+	wctx := WithContext(ctx, "channel", channel)
+	subs := map[string]*subscriber{}
+	for _, level := range Ascend(channel) {
+		ids, err := redis.Strings(c.do(ctx, "SMEMBERS", ChannelKey(level)))
+		if err != nil {
+			return fmt.Errorf("sidejob: publish to %s: %w", channel, err)
+		}
+		for _, raw := range ids {
+			s, ok := subs[raw]
+			if !ok {
+				if s, err = c.subscriber(ctx, raw); err != nil {
+					return fmt.Errorf("sidejob: publish to %s: %w", channel, err)
+				}
+				subs[raw] = s
+			}
+			var ports []string
+			if s != nil {
+				ports = s.ports[level]
+			}
+			if len(ports) == 0 {
+				if _, err := c.do(ctx, "SREM", ChannelKey(level), raw); err != nil {
+					return fmt.Errorf("sidejob: publish to %s: %w", channel, err)
+				}
+				continue
+			}
+			for _, name := range ports {
+				p, err := s.job.Input(wctx, name)
+				if err != nil {
+					return fmt.Errorf("sidejob: publish to %s: %w", channel, err)
+				}
+				if err := p.Write(wctx, v); err != nil {
+					return fmt.Errorf("sidejob: publish to %s: %w", channel, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// subscriber is a job seen during one publish with its channel → inports
+// map.
+type subscriber struct {
+	job   *Job
+	ports map[string][]string
+}
+
+// subscriber loads a channel member; nil when the job does not exist.
+func (c *Client) subscriber(ctx context.Context, raw string) (*subscriber, error) {
+	id, ok := rubyToI(raw)
+	if !ok {
+		return nil, nil
+	}
+	j := c.Job(id)
+	replies, err := c.pipeline(ctx,
+		command("SISMEMBER", KeyJobs, id),
+		command("HGETALL", j.key("inports:channels")))
+	if err != nil {
+		return nil, err
+	}
+	if exists, _ := redis.Bool(replies[0], nil); !exists {
+		return nil, nil
+	}
+	kv, err := redis.Strings(replies[1], nil)
+	if err != nil {
+		return nil, err
+	}
+	s := &subscriber{job: j, ports: map[string][]string{}}
+	for i := 0; i+1 < len(kv); i += 2 {
+		chans, err := decodeChannels(kv[i+1])
+		if err != nil {
+			return nil, fmt.Errorf("job %d port %s channels: %w", id, kv[i], err)
+		}
+		for _, ch := range chans {
+			s.ports[ch] = append(s.ports[ch], kv[i])
+		}
+	}
+	return s, nil
+}
+
+// decodeChannels reads a channels hash value, a JSON array of strings.
+func decodeChannels(s string) ([]string, error) {
+	v, err := rubyjson.Parse([]byte(s))
+	if err != nil {
+		return nil, err
+	}
+	if v.IsNull() {
+		return nil, nil
+	}
+	arr, ok := v.Array()
+	if !ok {
+		return nil, errors.New("not a JSON array")
+	}
+	out := make([]string, 0, len(arr))
+	for _, e := range arr {
+		if str, ok := e.Str(); ok {
+			out = append(out, str)
+		}
+	}
+	return out, nil
+}
+
+// Ascend returns channel and its ancestors as Ruby's Pathname#ascend yields
+// them: "/a/b" → "/a/b", "/a", "/"; "a/b" → "a/b", "a"; a trailing slash is
+// kept only on the first element ("/a/b/" → "/a/b/", "/a", "/"); ".." is not
+// resolved.
+func Ascend(channel string) []string {
+	out := []string{channel}
+	path := channel
+	for {
+		prefix, _, ok := chopBasename(path)
+		if !ok {
+			break
+		}
+		path = prefix
+		if path == "" {
+			break
+		}
+		out = append(out, delTrailingSeparator(path))
+	}
+	return out
+}
+
+// chopBasename splits path into the part before its last component and
+// that component (Pathname#chop_basename); ok is false when the basename is
+// empty or "/".
+func chopBasename(path string) (prefix, base string, ok bool) {
+	trimmed := strings.TrimRight(path, "/")
+	if trimmed == "" {
+		return "", "", false
+	}
+	i := strings.LastIndex(trimmed, "/")
+	return path[:i+1], trimmed[i+1:], true
+}
+
+// delTrailingSeparator is Pathname#del_trailing_separator.
+func delTrailingSeparator(path string) string {
+	if prefix, base, ok := chopBasename(path); ok {
+		return prefix + base
+	}
+	if strings.HasSuffix(path, "/") {
+		return "/"
+	}
+	return path
+}

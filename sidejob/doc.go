@@ -1,0 +1,56 @@
+// Package sidejob runs SideJob jobs in Go, sharing Redis with the Ruby
+// sidejob gem 4.1.0: a job created in Ruby runs in Go and the other way
+// round, and nothing in Redis tells the two apart.
+//
+// SideJob builds long-lived, flow-based jobs on Sidekiq: each job has a
+// status, input and output ports (Redis lists of JSON envelopes, with
+// optional defaults), channels (pub/sub with reliable delivery into
+// subscribed inports), child jobs, state and a log. Writing to an inport
+// runs its job; writing to an outport runs the job's parent; a job runs
+// from the beginning each time and suspends until more input arrives.
+//
+// # Layout
+//
+//   - Client (client.go, queue.go): the SideJob module: Queue, Find, Load,
+//     Publish (channels.go), Log (log.go), RegisterAll and WorkerConfig
+//     (registry.go), Reap (reaper.go).
+//   - Job (job.go, run.go, family.go, state.go): status, Run, Terminate,
+//     Delete, aliases, info, children and parent, state, locks.
+//   - Port (ports.go, port_defs.go, connect.go, data.go): Read, Write,
+//     defaults (None is the "no default" marker), channels, ConnectTo,
+//     envelopes.
+//   - Group and WithContext (context.go): Port.group and SideJob.context,
+//     carried by context.Context.
+//   - Worker, Starter, Stopper, Suspend, ForInputs (worker.go) and Runtime
+//     (runtime.go, inline.go): the server middleware that executes jobs as
+//     a sidekiq.Handler, plus RunInline and Drain for tests.
+//
+// # Serving workers
+//
+//	reg := sidejob.NewRegistry()
+//	reg.Register("Sum", sumWorker{}, sidejob.MustConfig(`{"inports":{"in":{}},"outports":{"sum":{}}}`))
+//	os.Exit(cli.Run(ctx, os.Args, os.Stdout, os.Stderr,
+//		cli.WithServerSetup(sidejob.ServerSetup("core", reg, nil))))
+//
+// then `mybinary work -q core`. SideJob requires one queue per process, and
+// RegisterAll replaces the queue's whole registry, so Ruby and Go processes
+// must not serve the same queue.
+//
+// # Redis data (4.1.0 layout)
+//
+// jobs (set of ids), jobs:last_id (INCR), jobs:aliases (hash); per job
+// job:<id>:worker ({"queue","class","args"}), :status (plain word),
+// :created_at, :created_by, :ran_at (UTC ISO-8601 with 9 fractional
+// digits), :aliases, :parent, :children, :state (field → JSON), :inports
+// and :outports (name sets, "*" allowed), :in:<port> and :out:<port>
+// (lists of {"data","context","options"} envelopes), :inports:default,
+// :outports:default, :inports:channels, :outports:channels, :lock, :lock:worker
+// and :rate:<minute>; channel:<channel> (set of ids); workers:<queue> (class
+// → config JSON). Sidekiq items are {"retry":false,"queue","jid":<integer
+// id>,"class","args"} pushed through sidekiq.Client. All JSON is written
+// with sidekiq/rubyjson, byte for byte as Ruby writes it. Pub/sub channels:
+// /sidejob/job/<id> ({"status"} and {"deleted":true}), /sidejob/log,
+// /sidejob/workers/<queue>.
+//
+// The deviations from the gem (bug fixes) are listed in DEVIATIONS.md.
+package sidejob

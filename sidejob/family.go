@@ -1,0 +1,150 @@
+package sidejob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// Child is a named child job.
+type Child struct {
+	Name string
+	Job  *Job
+}
+
+// ErrNotChild is matched when Disown is given a job that is not a child.
+var ErrNotChild = errors.New("sidejob: not a child")
+
+// ErrAdopt is matched by the errors of Adopt.
+var ErrAdopt = errors.New("sidejob: cannot adopt")
+
+// Children returns the job's children in the order of job:<id>:children.
+func (j *Job) Children(ctx context.Context) ([]Child, error) {
+	kv, err := redis.Strings(j.c.do(ctx, "HGETALL", j.key("children")))
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: job %d children: %w", j.id, err)
+	}
+	out := make([]Child, 0, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		id, ok := rubyToI(kv[i+1])
+		if !ok {
+			continue
+		}
+		out = append(out, Child{Name: kv[i], Job: j.c.Job(id)})
+	}
+	return out, nil
+}
+
+// Child returns the child named name, or nil.
+func (j *Job) Child(ctx context.Context, name string) (*Job, error) {
+	s, err := redis.String(j.c.do(ctx, "HGET", j.key("children"), name))
+	if errors.Is(err, redis.ErrNil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: job %d child %s: %w", j.id, name, err)
+	}
+	id, ok := rubyToI(s)
+	if !ok {
+		return nil, nil
+	}
+	return j.c.Job(id), nil
+}
+
+// Parent returns the job's parent, or nil when it has none.
+func (j *Job) Parent(ctx context.Context) (*Job, error) {
+	s, err := redis.String(j.c.do(ctx, "GET", j.key("parent")))
+	if errors.Is(err, redis.ErrNil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: job %d parent: %w", j.id, err)
+	}
+	id, ok := rubyToI(s)
+	if !ok {
+		return nil, nil
+	}
+	return j.c.Job(id), nil
+}
+
+// Adopt makes orphan a child of j under name. It fails when j does not
+// exist, orphan is j, orphan already has a parent, name is empty, or j
+// already has a child of that name.
+func (j *Job) Adopt(ctx context.Context, orphan *Job, name string) error {
+	if err := j.checkAdopt(ctx, orphan, name); err != nil {
+		return err
+	}
+	if _, err := j.c.multi(ctx,
+		command("SET", orphan.key("parent"), strconv.FormatInt(j.id, 10)),
+		command("HSET", j.key("children"), name, orphan.id)); err != nil {
+		return fmt.Errorf("sidejob: job %d adopt %d: %w", j.id, orphan.id, err)
+	}
+	return nil
+}
+
+// checkAdopt validates an adoption; orphan may be nil to check only the
+// parent side (before a job is created).
+func (j *Job) checkAdopt(ctx context.Context, orphan *Job, name string) error {
+	if err := j.checkExists(ctx); err != nil {
+		return err
+	}
+	if name == "" {
+		return fmt.Errorf("%w: missing name option for the child job", ErrAdopt)
+	}
+	if orphan != nil {
+		if orphan.id == j.id {
+			return fmt.Errorf("%w: job %d cannot adopt itself", ErrAdopt, j.id)
+		}
+		p, err := orphan.Parent(ctx)
+		if err != nil {
+			return err
+		}
+		if p != nil {
+			return fmt.Errorf("%w: job %d is already a child of job %d", ErrAdopt, orphan.id, p.id)
+		}
+	}
+	used, err := redis.Bool(j.c.do(ctx, "HEXISTS", j.key("children"), name))
+	if err != nil {
+		return fmt.Errorf("sidejob: job %d adopt: %w", j.id, err)
+	}
+	if used {
+		return fmt.Errorf("%w: job %d already has a child named %q", ErrAdopt, j.id, name)
+	}
+	return nil
+}
+
+// Disown removes the child named name.
+func (j *Job) Disown(ctx context.Context, name string) error {
+	child, err := j.Child(ctx, name)
+	if err != nil {
+		return err
+	}
+	if child == nil {
+		return fmt.Errorf("%w: job %d has no child named %q", ErrNotChild, j.id, name)
+	}
+	return j.disown(ctx, name, child)
+}
+
+// DisownJob removes child from j's children.
+func (j *Job) DisownJob(ctx context.Context, child *Job) error {
+	children, err := j.Children(ctx)
+	if err != nil {
+		return err
+	}
+	for _, ch := range children {
+		if ch.Job.id == child.id {
+			return j.disown(ctx, ch.Name, child)
+		}
+	}
+	return fmt.Errorf("%w: job %d is not a child of job %d", ErrNotChild, child.id, j.id)
+}
+
+func (j *Job) disown(ctx context.Context, name string, child *Job) error {
+	if _, err := j.c.multi(ctx, command("DEL", child.key("parent")), command("HDEL", j.key("children"), name)); err != nil {
+		return fmt.Errorf("sidejob: job %d disown %s: %w", j.id, name, err)
+	}
+	return nil
+}

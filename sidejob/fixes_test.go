@@ -1,0 +1,145 @@
+package sidejob
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// §10.1: a terminate is not lost when the job is locked.
+func TestFixTerminateWhileLocked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	w := &hookWorker{}
+	j := b.hook(t, w)
+	require.NoError(t, j.Terminate(ctx, false))
+	token, err := j.Lock(ctx, time.Minute, nil)
+	require.NoError(t, err)
+	b.do(t, "DEL", "queue:testq") // Sidekiq took the item
+	require.NoError(t, b.exec(t, j))
+	require.Equal(t, "terminating", b.status(t, j))
+	require.Equal(t, 1, b.scheduled(t), "rescheduled in 1 s (the gem schedules nothing)")
+	_, err = j.Unlock(ctx, token)
+	require.NoError(t, err)
+	require.NoError(t, b.exec(t, j))
+	require.Equal(t, "terminated", b.status(t, j))
+	require.Equal(t, []string{"shutdown"}, w.calls)
+}
+
+// §10.2: a failed adoption leaves no orphan job.
+func TestFixNoOrphan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	parent := b.queue(t, "TestWorker", nil)
+	_, err := b.c.Queue(ctx, "testq", "TestWorker", &QueueOpts{Parent: parent})
+	require.ErrorIs(t, err, ErrAdopt, "missing name")
+	_, err = parent.Queue(ctx, "testq", "TestWorker", &QueueOpts{Name: "kid"})
+	require.NoError(t, err)
+	_, err = parent.Queue(ctx, "testq", "TestWorker", &QueueOpts{Name: "kid"})
+	require.ErrorIs(t, err, ErrAdopt, "duplicate name")
+	require.Equal(t, []string{"1", "2"}, b.set(t, "jobs"))
+	require.Equal(t, "2", b.str(t, "jobs:last_id"))
+	require.False(t, b.exists(t, "job:3:status"))
+}
+
+// §10.3: a job left running by a dead process is queued again; one that a
+// live process runs, or whose lock is held, is not.
+func TestFixReaper(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	old := Timestamp(time.Now().Add(-time.Hour))
+	stuck := b.queue(t, "TestWorker", nil)
+	busy := b.queue(t, "TestWorker", nil)
+	locked := b.queue(t, "TestWorker", nil)
+	fresh := b.queue(t, "TestWorker", nil)
+	b.do(t, "DEL", "queue:testq")
+	for _, j := range []*Job{stuck, busy, locked, fresh} {
+		require.NoError(t, j.SetStatus(ctx, "running"))
+		b.do(t, "SET", j.key("ran_at"), old)
+	}
+	b.do(t, "SET", fresh.key("ran_at"), Timestamp(time.Now()))
+	_, err := locked.Lock(ctx, time.Minute, nil)
+	require.NoError(t, err)
+	// a live Ruby 6.4 process runs busy; a dead one (no heartbeat key) ran stuck
+	b.do(t, "SADD", "processes", "host:1:aaa", "gone:2:bbb")
+	b.do(t, "HSET", "host:1:aaa", "busy", "1")
+	b.do(t, "HSET", "host:1:aaa:workers", "tid1", `{"queue":"testq","payload":"{\"retry\":false,\"queue\":\"testq\",\"jid\":2,\"class\":\"TestWorker\",\"args\":[]}","run_at":1}`)
+	b.do(t, "HSET", "gone:2:bbb:workers", "tid2", `{"queue":"testq","payload":"{\"jid\":1,\"class\":\"TestWorker\"}","run_at":1}`)
+	res, err := b.c.Reap(ctx, nil)
+	require.NoError(t, err)
+	require.Equal(t, 4, res.Running)
+	require.Equal(t, []int64{stuck.id}, res.Requeued)
+	require.Equal(t, "queued", b.status(t, stuck))
+	require.Equal(t, 1, b.enqueued(t))
+	for _, j := range []*Job{busy, locked, fresh} {
+		require.Equal(t, "running", b.status(t, j))
+	}
+	require.NoError(t, b.exec(t, stuck))
+	require.Equal(t, "completed", b.status(t, stuck))
+}
+
+// §10.4: a failure does not drop a re-run requested during perform.
+func TestFixFailureKeepsRerun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := &hookWorker{perform: func(ctx context.Context, j *Job) error {
+		_, err := j.Run(ctx, nil)
+		require.NoError(t, err)
+		return errors.New("boom")
+	}}
+	j := b.hook(t, w)
+	b.do(t, "DEL", "queue:testq")
+	require.Error(t, b.exec(t, j))
+	require.Equal(t, "queued", b.status(t, j), "the gem would write failed")
+	require.Equal(t, 1, b.enqueued(t), "the re-run is queued")
+	// a startup failure (before running) still fails the job
+	w2 := &hookWorker{startup: func() error { return errors.New("no start") }}
+	j2 := b.hook(t, w2)
+	require.Error(t, b.exec(t, j2))
+	require.Equal(t, "failed", b.status(t, j2))
+	require.False(t, b.exists(t, j2.key("ran_at")))
+}
+
+// §10.5: conditional status changes are atomic: of many concurrent
+// "running → completed" transitions exactly one happens and publishes.
+func TestFixAtomicStatus(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	j := b.queue(t, "TestWorker", nil)
+	require.NoError(t, j.SetStatus(ctx, "running"))
+	sub := b.subscribe(t)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	changed := 0
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := j.setStatusIf(ctx, StatusCompleted, "in", StatusRunning)
+			require.NoError(t, err)
+			if ok {
+				mu.Lock()
+				changed++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, 1, changed)
+	n := 0
+	for _, m := range sub.stop(t, b) {
+		if strings.Contains(m.Data, "completed") {
+			n++
+		}
+	}
+	require.Equal(t, 1, n)
+}

@@ -1,0 +1,99 @@
+package sidejob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
+)
+
+// InlineOpts are the options of RunInline (the gem's testing helper
+// run_inline). The zero value matches Ruby's defaults.
+type InlineOpts struct {
+	// KeepStatus leaves the status as it is (queue: false); by default it is
+	// set to queued first, so a suspended or completed job runs.
+	KeepStatus bool
+	// SwallowErrors logs worker errors instead of returning them
+	// (errors: false).
+	SwallowErrors bool
+	// Args are passed to Perform (Ruby passes [] unless told otherwise).
+	Args []rubyjson.Value
+}
+
+// RunInline runs the job once in this goroutine through the middleware
+// algorithm, with the worker of its class.
+func (rt *Runtime) RunInline(ctx context.Context, j *Job, o *InlineOpts) error {
+	if o == nil {
+		o = &InlineOpts{}
+	}
+	w, err := j.worker(ctx)
+	if err != nil {
+		return err
+	}
+	if !o.KeepStatus {
+		if err := j.SetStatus(ctx, StatusQueued); err != nil {
+			return err
+		}
+	}
+	return rt.execute(ctx, w.class, j.id, o.Args, !o.SwallowErrors)
+}
+
+// DrainOpts are the options of Drain.
+type DrainOpts struct {
+	// Queues to drain; default every queue in the "queues" set.
+	Queues []string
+	// SwallowErrors logs worker errors instead of returning them.
+	SwallowErrors bool
+}
+
+// Drain takes the items of the immediate Sidekiq queues one by one and runs
+// them inline until every queue is empty (the gem's drain_queue; the
+// schedule set is not processed). Use a ctx with a deadline as the timeout.
+// It returns the number of items run.
+func (rt *Runtime) Drain(ctx context.Context, o *DrainOpts) (int, error) {
+	if o == nil {
+		o = &DrainOpts{}
+	}
+	n := 0
+	for {
+		queues := o.Queues
+		if len(queues) == 0 {
+			var err error
+			if queues, err = redis.Strings(rt.c.do(ctx, "SMEMBERS", sidekiq.KeyQueues)); err != nil {
+				return n, fmt.Errorf("sidejob: drain: %w", err)
+			}
+		}
+		ran := false
+		for _, q := range queues {
+			for {
+				if err := ctx.Err(); err != nil {
+					return n, err
+				}
+				raw, err := redis.Bytes(rt.c.do(ctx, "RPOP", sidekiq.QueueKey(q)))
+				if errors.Is(err, redis.ErrNil) {
+					break
+				}
+				if err != nil {
+					return n, fmt.Errorf("sidejob: drain %s: %w", q, err)
+				}
+				job, err := sidekiq.ParseJob(raw)
+				if err != nil {
+					return n, fmt.Errorf("sidejob: drain %s: %w", q, err)
+				}
+				ran = true
+				n++
+				id, _ := rubyToI(job.JID())
+				if err := rt.execute(ctx, job.Class(), id, job.Args(), !o.SwallowErrors); err != nil {
+					return n, err
+				}
+			}
+		}
+		if !ran {
+			return n, nil
+		}
+	}
+}

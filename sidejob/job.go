@@ -1,0 +1,304 @@
+package sidejob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/sidekiq/rubyjson"
+)
+
+// Job statuses (spec §2.4).
+const (
+	StatusQueued      = "queued"
+	StatusRunning     = "running"
+	StatusSuspended   = "suspended"
+	StatusCompleted   = "completed"
+	StatusFailed      = "failed"
+	StatusTerminating = "terminating"
+	StatusTerminated  = "terminated"
+)
+
+// Job is a handle on a SideJob job (SideJob::Job and the JobMethods that
+// workers share). It holds only the id; every method reads Redis, so two
+// handles on the same id are interchangeable. Nearly every method fails with
+// *JobNotFoundError once the job is deleted, as Ruby's check_exists does.
+type Job struct {
+	c  *Client
+	id int64
+}
+
+// ID returns the job id.
+func (j *Job) ID() int64 { return j.id }
+
+// Client returns the client the job uses.
+func (j *Job) Client() *Client { return j.c }
+
+// String returns "job:<id>" (Ruby's redis_key and to_s).
+func (j *Job) String() string { return JobKey(j.id) }
+
+// Equal reports whether o is the same job (by id).
+func (j *Job) Equal(o *Job) bool { return o != nil && o.id == j.id }
+
+func (j *Job) key(suffix string) string { return JobKey(j.id) + ":" + suffix }
+
+// Exists reports whether the job exists (SISMEMBER jobs id).
+func (j *Job) Exists(ctx context.Context) (bool, error) {
+	ok, err := redis.Bool(j.c.do(ctx, "SISMEMBER", KeyJobs, j.id))
+	if err != nil {
+		return false, fmt.Errorf("sidejob: job %d exists?: %w", j.id, err)
+	}
+	return ok, nil
+}
+
+func (j *Job) checkExists(ctx context.Context) error {
+	ok, err := j.Exists(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &JobNotFoundError{ID: j.id}
+	}
+	return nil
+}
+
+// Status returns the job's status ("" when the key is missing).
+func (j *Job) Status(ctx context.Context) (string, error) {
+	s, err := redis.String(j.c.do(ctx, "GET", j.key("status")))
+	if errors.Is(err, redis.ErrNil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("sidejob: job %d status: %w", j.id, err)
+	}
+	return s, nil
+}
+
+// SetStatus sets the status unconditionally (Ruby's public status=, a
+// GETSET) and publishes {"status": s} to the job channel when it changed,
+// unless the worker config has "status_publish": false.
+func (j *Job) SetStatus(ctx context.Context, s string) error {
+	_, err := j.setStatusIf(ctx, s, "any")
+	return err
+}
+
+// setStatusIf changes the status atomically when the current one matches
+// mode ("any", "in" or "notin") and list, and publishes a change. It reports
+// whether the status was written.
+func (j *Job) setStatusIf(ctx context.Context, s, mode string, list ...string) (bool, error) {
+	conn, err := j.c.conn(ctx)
+	if err != nil {
+		return false, err
+	}
+	args := []any{j.key("status"), s, mode}
+	for _, l := range list {
+		args = append(args, l)
+	}
+	reply, err := redis.Values(setStatusScript.DoContext(ctx, conn, args...))
+	conn.Close()
+	if err != nil {
+		return false, fmt.Errorf("sidejob: job %d status %s: %w", j.id, s, err)
+	}
+	code, _ := redis.Int(reply[0], nil)
+	if code == 1 {
+		if err := j.publishStatus(ctx, s); err != nil {
+			return true, err
+		}
+	}
+	return code >= 0, nil
+}
+
+func (j *Job) publishStatus(ctx context.Context, s string) error {
+	cfg, err := j.WorkerConfig(ctx)
+	if err != nil {
+		return err
+	}
+	if v, ok := cfg.Get("status_publish"); ok {
+		if b, isBool := v.Bool(); isBool && !b {
+			return nil
+		}
+	}
+	m := rubyjson.NewMap()
+	m.Set("status", rubyjson.StringValue(s))
+	return j.c.Group(ctx, &GroupOptions{Log: Opt(false)}, func(ctx context.Context) error {
+		return j.c.Publish(ctx, JobChannel(j.id), rubyjson.ObjectValue(m))
+	})
+}
+
+// Publish publishes msg to the job's channel, /sidejob/job/<id>.
+func (j *Job) Publish(ctx context.Context, msg any) error {
+	return j.c.Publish(ctx, JobChannel(j.id), msg)
+}
+
+// Aliases returns the job's alias names.
+func (j *Job) Aliases(ctx context.Context) ([]string, error) {
+	if err := j.checkExists(ctx); err != nil {
+		return nil, err
+	}
+	out, err := redis.Strings(j.c.do(ctx, "SMEMBERS", j.key("aliases")))
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: job %d aliases: %w", j.id, err)
+	}
+	if out == nil {
+		out = []string{}
+	}
+	return out, nil
+}
+
+// ErrAlias is matched by the errors of AddAlias and RemoveAlias.
+var ErrAlias = errors.New("sidejob: alias")
+
+// AddAlias gives the job an alias name (it must start with a letter).
+// Adding an alias the job already has is a no-op; an alias held by another
+// job is an error.
+func (j *Job) AddAlias(ctx context.Context, name string) error {
+	if err := j.checkExists(ctx); err != nil {
+		return err
+	}
+	if !validAlias(name) {
+		return fmt.Errorf("%w: invalid alias name %q (it must start with a letter)", ErrAlias, name)
+	}
+	set, err := redis.Bool(j.c.do(ctx, "HSETNX", KeyAliases, name, j.id))
+	if err != nil {
+		return fmt.Errorf("sidejob: job %d add alias: %w", j.id, err)
+	}
+	if !set {
+		owner, err := redis.String(j.c.do(ctx, "HGET", KeyAliases, name))
+		if err != nil && !errors.Is(err, redis.ErrNil) {
+			return fmt.Errorf("sidejob: job %d add alias: %w", j.id, err)
+		}
+		if owner != strconv.FormatInt(j.id, 10) {
+			return fmt.Errorf("%w: %q is already used by job %s", ErrAlias, name, owner)
+		}
+	}
+	if _, err := j.c.do(ctx, "SADD", j.key("aliases"), name); err != nil {
+		return fmt.Errorf("sidejob: job %d add alias: %w", j.id, err)
+	}
+	return nil
+}
+
+func validAlias(name string) bool {
+	if name == "" {
+		return false
+	}
+	ch := name[0]
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')
+}
+
+// RemoveAlias removes one of the job's aliases; it fails when name is not
+// one of them.
+func (j *Job) RemoveAlias(ctx context.Context, name string) error {
+	if err := j.checkExists(ctx); err != nil {
+		return err
+	}
+	ok, err := redis.Bool(j.c.do(ctx, "SISMEMBER", j.key("aliases"), name))
+	if err != nil {
+		return fmt.Errorf("sidejob: job %d remove alias: %w", j.id, err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: %q is not an alias of job %d", ErrAlias, name, j.id)
+	}
+	if _, err := j.c.multi(ctx, command("SREM", j.key("aliases"), name), command("HDEL", KeyAliases, name)); err != nil {
+		return fmt.Errorf("sidejob: job %d remove alias: %w", j.id, err)
+	}
+	return nil
+}
+
+// Info is what job:<id>:worker and the timestamps say about a job.
+type Info struct {
+	Queue string
+	Class string
+	// Args are the worker args (JSON null when the job was queued without
+	// args).
+	Args rubyjson.Value
+	// CreatedBy is free text ("job:<id>" for child jobs, "" when not given).
+	CreatedBy string
+	// CreatedAt and RanAt are SideJob timestamps; RanAt is "" when the job
+	// has never run.
+	CreatedAt string
+	RanAt     string
+}
+
+// Info returns the job's info (Ruby's info hash).
+func (j *Job) Info(ctx context.Context) (*Info, error) {
+	if err := j.checkExists(ctx); err != nil {
+		return nil, err
+	}
+	replies, err := j.c.pipeline(ctx,
+		command("GET", j.key("worker")),
+		command("GET", j.key("created_by")),
+		command("GET", j.key("created_at")),
+		command("GET", j.key("ran_at")))
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: job %d info: %w", j.id, err)
+	}
+	w, err := parseWorkerKey(replies[0])
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: job %d info: %w", j.id, err)
+	}
+	info := &Info{Queue: w.queue, Class: w.class, Args: w.args}
+	info.CreatedBy, _ = redis.String(replies[1], nil)
+	info.CreatedAt, _ = redis.String(replies[2], nil)
+	info.RanAt, _ = redis.String(replies[3], nil)
+	return info, nil
+}
+
+// workerKey is the parsed job:<id>:worker.
+type workerKey struct {
+	queue, class string
+	args         rubyjson.Value
+}
+
+func parseWorkerKey(reply any) (*workerKey, error) {
+	raw, err := redis.Bytes(reply, nil)
+	if err != nil {
+		if errors.Is(err, redis.ErrNil) {
+			return nil, errors.New("no worker key")
+		}
+		return nil, err
+	}
+	m, err := rubyjson.ParseObject(raw)
+	if err != nil {
+		return nil, fmt.Errorf("worker key: %w", err)
+	}
+	w := &workerKey{}
+	v, _ := m.Get("queue")
+	w.queue, _ = v.Str()
+	v, _ = m.Get("class")
+	w.class, _ = v.Str()
+	w.args, _ = m.Get("args")
+	return w, nil
+}
+
+func (j *Job) worker(ctx context.Context) (*workerKey, error) {
+	reply, err := j.c.do(ctx, "GET", j.key("worker"))
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: job %d worker: %w", j.id, err)
+	}
+	w, err := parseWorkerKey(reply)
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: job %d: %w", j.id, err)
+	}
+	return w, nil
+}
+
+// WorkerConfig returns the registered config of the job's worker class, or
+// nil when the class is not registered in its queue (or the job has no
+// worker key).
+func (j *Job) WorkerConfig(ctx context.Context) (*rubyjson.Map, error) {
+	reply, err := j.c.do(ctx, "GET", j.key("worker"))
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: job %d worker: %w", j.id, err)
+	}
+	if reply == nil {
+		return nil, nil
+	}
+	w, err := parseWorkerKey(reply)
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: job %d: %w", j.id, err)
+	}
+	return j.c.WorkerConfig(ctx, w.queue, w.class)
+}

@@ -1,0 +1,192 @@
+package sidejob
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/sidekiq/rubyjson"
+)
+
+// PortDef declares a port and its options, as the gem's port hashes
+// ({name => {default:, channels:}}) do. The name "*" declares a dynamic
+// port: ports that do not exist are created on first use and get its
+// default.
+type PortDef struct {
+	// Name is the port name ([a-zA-Z0-9_]+, or "*").
+	Name string
+	// HasDefault tells whether the port has a default; Default is its value
+	// then (nil is JSON null). Without it the port has no default.
+	HasDefault bool
+	// Default is the default value (see HasDefault), converted with
+	// rubyjson.FromGo.
+	Default any
+	// Channels are the port's channels.
+	Channels []string
+}
+
+// PortNamed returns a PortDef without options.
+func PortNamed(name string) PortDef { return PortDef{Name: name} }
+
+// WithDefault returns d with a default value.
+func (d PortDef) WithDefault(v any) PortDef {
+	d.HasDefault, d.Default = true, v
+	return d
+}
+
+// WithChannels returns d with channels.
+func (d PortDef) WithChannels(channels ...string) PortDef {
+	d.Channels = channels
+	return d
+}
+
+// portDefsFromJSON reads a ports object of a worker config or the web API:
+// {"name": {"default": v, "channels": [..]}, …}. Keys stay in order.
+func portDefsFromJSON(v rubyjson.Value) ([]PortDef, error) {
+	if v.IsNull() {
+		return nil, nil
+	}
+	m, ok := v.Map()
+	if !ok {
+		return nil, fmt.Errorf("sidejob: ports must be an object, got %s", v.Kind())
+	}
+	out := make([]PortDef, 0, m.Len())
+	for i := 0; i < m.Len(); i++ {
+		name, opts := m.At(i)
+		d := PortDef{Name: name}
+		if om, isObj := opts.Map(); isObj {
+			if def, ok := om.Get("default"); ok {
+				d.HasDefault, d.Default = true, def
+			}
+			if ch, ok := om.Get("channels"); ok {
+				if arr, isArr := ch.Array(); isArr {
+					for _, e := range arr {
+						if s, isStr := e.Str(); isStr {
+							d.Channels = append(d.Channels, s)
+						}
+					}
+				}
+			}
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// PortDefsFromJSON parses a ports object such as
+// {"in":{},"extra":{"default":[1,2],"channels":["/test/chan"]}}.
+func PortDefsFromJSON(js string) ([]PortDef, error) {
+	v, err := rubyjson.Parse([]byte(js))
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: ports: %w", err)
+	}
+	return portDefsFromJSON(v)
+}
+
+// mergePortDefs is Hash#merge: base order, given entries replace base
+// entries of the same name in place, new names are appended.
+func mergePortDefs(base, given []PortDef) []PortDef {
+	out := append([]PortDef(nil), base...)
+	for _, g := range given {
+		replaced := false
+		for i := range out {
+			if out[i].Name == g.Name {
+				out[i] = g
+				replaced = true
+				break
+			}
+		}
+		if !replaced {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// SetInports replaces the job's input ports (Ruby's inports=): the worker
+// config's inports merged with defs (defs win). See setPorts.
+func (j *Job) SetInports(ctx context.Context, defs []PortDef) error {
+	return j.setPorts(ctx, InPort, defs)
+}
+
+// SetOutports replaces the job's output ports (Ruby's outports=).
+func (j *Job) SetOutports(ctx context.Context, defs []PortDef) error {
+	return j.setPorts(ctx, OutPort, defs)
+}
+
+// setPorts writes the port set in one MULTI (spec §3.3): the data of ports
+// that are not kept is deleted, the name set, defaults and channels are
+// rewritten, and the job is added to channel:<ch> for every channel (in and
+// out). Defaults are encoded with the context and group options of ctx.
+func (j *Job) setPorts(ctx context.Context, typ PortType, defs []PortDef) error {
+	if err := j.checkExists(ctx); err != nil {
+		return err
+	}
+	cfg, err := j.WorkerConfig(ctx)
+	if err != nil {
+		return err
+	}
+	var base []PortDef
+	if cfg != nil {
+		pv, _ := cfg.Get(typ.String() + "ports")
+		if base, err = portDefsFromJSON(pv); err != nil {
+			return fmt.Errorf("sidejob: job %d worker config: %w", j.id, err)
+		}
+	}
+	all := mergePortDefs(base, defs)
+	for _, d := range all {
+		if d.Name != "*" && !portNameRE.MatchString(d.Name) {
+			return fmt.Errorf("sidejob: invalid port name %q", d.Name)
+		}
+	}
+	setKey := j.key(typ.String() + "ports")
+	current, err := redis.Strings(j.c.do(ctx, "SMEMBERS", setKey))
+	if err != nil {
+		return fmt.Errorf("sidejob: job %d %sports: %w", j.id, typ, err)
+	}
+	keep := map[string]bool{}
+	names := []any{setKey}
+	defaults := []any{j.key(typ.String() + "ports:default")}
+	channels := []any{j.key(typ.String() + "ports:channels")}
+	var cmds, subs []cmd
+	for _, d := range all {
+		keep[d.Name] = true
+		names = append(names, d.Name)
+		if d.HasDefault {
+			v, err := toValue(d.Default)
+			if err != nil {
+				return fmt.Errorf("sidejob: port %s default: %w", d.Name, err)
+			}
+			defaults = append(defaults, d.Name, EncodeData(ctx, v))
+		}
+		if len(d.Channels) > 0 {
+			channels = append(channels, d.Name, channelsJSON(d.Channels))
+			for _, ch := range d.Channels {
+				subs = append(subs, command("SADD", ChannelKey(ch), j.id))
+			}
+		}
+	}
+	for _, name := range current {
+		if !keep[name] {
+			cmds = append(cmds, command("DEL", j.key(typ.String()+":"+name)))
+		}
+	}
+	cmds = append(cmds, command("DEL", setKey))
+	if len(names) > 1 {
+		cmds = append(cmds, command("SADD", names...))
+	}
+	cmds = append(cmds, command("DEL", defaults[0]))
+	if len(defaults) > 1 {
+		cmds = append(cmds, command("HSET", defaults...))
+	}
+	cmds = append(cmds, command("DEL", channels[0]))
+	if len(channels) > 1 {
+		cmds = append(cmds, command("HSET", channels...))
+	}
+	cmds = append(cmds, subs...)
+	if _, err := j.c.multi(ctx, cmds...); err != nil {
+		return fmt.Errorf("sidejob: job %d set %sports: %w", j.id, typ, err)
+	}
+	return nil
+}

@@ -1,0 +1,374 @@
+package sidejob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/sidekiq/rubyjson"
+)
+
+// PortType tells input ports from output ports.
+type PortType int
+
+// Port types.
+const (
+	InPort PortType = iota
+	OutPort
+)
+
+// portType is the internal name used by the collector.
+type portType = PortType
+
+// String returns "in" or "out", as in the Redis keys.
+func (t PortType) String() string {
+	if t == OutPort {
+		return "out"
+	}
+	return "in"
+}
+
+// None is the "no default" marker (Ruby's Port::None): SetDefault(ctx, None)
+// removes a port's default. It is distinct from nil, which is the JSON null
+// default, and from false.
+var None = NoneType{}
+
+// NoneType is the type of None.
+type NoneType struct{}
+
+// ErrNoPort is matched by errors about a port that does not exist.
+var ErrNoPort = errors.New("sidejob: no such port")
+
+var portNameRE = regexp.MustCompile(`\A[a-zA-Z0-9_]+\z`)
+
+// Port is an input or output port of a job (SideJob::Port). Its data is a
+// Redis list of envelopes, oldest first; it may have a default value that a
+// read returns when the list is empty, and channels (inports subscribe to
+// them; outports publish what is written to them).
+type Port struct {
+	job  *Job
+	typ  PortType
+	name string
+}
+
+// Job returns the port's job.
+func (p *Port) Job() *Job { return p.job }
+
+// Type returns InPort or OutPort.
+func (p *Port) Type() PortType { return p.typ }
+
+// Name returns the port name.
+func (p *Port) Name() string { return p.name }
+
+// String returns the port's data key, "job:<id>:<in|out>:<name>" (Ruby's
+// redis_key and to_s).
+func (p *Port) String() string { return p.job.key(p.typ.String() + ":" + p.name) }
+
+// Equal reports whether p and o are the same port of the same job (names
+// are case sensitive).
+func (p *Port) Equal(o *Port) bool {
+	return o != nil && p.job.id == o.job.id && p.typ == o.typ && p.name == o.name
+}
+
+func (p *Port) setKey() string      { return p.job.key(p.typ.String() + "ports") }
+func (p *Port) defaultKey() string  { return p.job.key(p.typ.String() + "ports:default") }
+func (p *Port) channelsKey() string { return p.job.key(p.typ.String() + "ports:channels") }
+
+// Input returns the input port name of the job. It fails when the job or
+// the port does not exist; when the job has a "*" inport, a missing port is
+// created on the spot with the default of "*" (its channels are not
+// copied).
+func (j *Job) Input(ctx context.Context, name string) (*Port, error) {
+	return j.port(ctx, InPort, name)
+}
+
+// Output returns the output port name of the job (see Input).
+func (j *Job) Output(ctx context.Context, name string) (*Port, error) {
+	return j.port(ctx, OutPort, name)
+}
+
+func (j *Job) port(ctx context.Context, typ PortType, name string) (*Port, error) {
+	if !portNameRE.MatchString(name) {
+		return nil, fmt.Errorf("sidejob: invalid port name %q", name)
+	}
+	p := &Port{job: j, typ: typ, name: name}
+	replies, err := j.c.pipeline(ctx,
+		command("SISMEMBER", KeyJobs, j.id),
+		command("SISMEMBER", p.setKey(), name),
+		command("SISMEMBER", p.setKey(), "*"),
+		command("HGET", p.defaultKey(), "*"))
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: job %d %sport %s: %w", j.id, typ, name, err)
+	}
+	if ok, _ := redis.Bool(replies[0], nil); !ok {
+		return nil, &JobNotFoundError{ID: j.id}
+	}
+	if ok, _ := redis.Bool(replies[1], nil); ok {
+		return p, nil
+	}
+	if ok, _ := redis.Bool(replies[2], nil); !ok {
+		return nil, fmt.Errorf("%w: job %d has no %sport %s", ErrNoPort, j.id, typ, name)
+	}
+	cmds := []cmd{command("SADD", p.setKey(), name)}
+	if def, err := redis.Bytes(replies[3], nil); err == nil {
+		cmds = append(cmds, command("HSET", p.defaultKey(), name, def))
+	}
+	if _, err := j.c.multi(ctx, cmds...); err != nil {
+		return nil, fmt.Errorf("sidejob: job %d create %sport %s: %w", j.id, typ, name, err)
+	}
+	return p, nil
+}
+
+// Inports returns the job's input ports, sorted by name ("*" is left out).
+func (j *Job) Inports(ctx context.Context) ([]*Port, error) { return j.ports(ctx, InPort) }
+
+// Outports returns the job's output ports, sorted by name ("*" is left out).
+func (j *Job) Outports(ctx context.Context) ([]*Port, error) { return j.ports(ctx, OutPort) }
+
+func (j *Job) ports(ctx context.Context, typ PortType) ([]*Port, error) {
+	if err := j.checkExists(ctx); err != nil {
+		return nil, err
+	}
+	names, err := redis.Strings(j.c.do(ctx, "SMEMBERS", j.key(typ.String()+"ports")))
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: job %d %sports: %w", j.id, typ, err)
+	}
+	slices.Sort(names)
+	out := make([]*Port, 0, len(names))
+	for _, n := range names {
+		if n != "*" {
+			out = append(out, &Port{job: j, typ: typ, name: n})
+		}
+	}
+	return out, nil
+}
+
+// Size returns the number of values waiting on the port (LLEN; a default is
+// not counted).
+func (p *Port) Size(ctx context.Context) (int64, error) {
+	n, err := redis.Int64(p.job.c.do(ctx, "LLEN", p.String()))
+	if err != nil {
+		return 0, fmt.Errorf("sidejob: %s size: %w", p, err)
+	}
+	return n, nil
+}
+
+// HasData reports whether a read would return something: data is waiting or
+// the port has a default (Ruby's data?).
+func (p *Port) HasData(ctx context.Context) (bool, error) {
+	replies, err := p.job.c.pipeline(ctx, command("LLEN", p.String()), command("HEXISTS", p.defaultKey(), p.name))
+	if err != nil {
+		return false, fmt.Errorf("sidejob: %s data?: %w", p, err)
+	}
+	n, _ := redis.Int64(replies[0], nil)
+	d, _ := redis.Bool(replies[1], nil)
+	return n > 0 || d, nil
+}
+
+// HasDefault reports whether the port has a default (Ruby's default?).
+func (p *Port) HasDefault(ctx context.Context) (bool, error) {
+	ok, err := redis.Bool(p.job.c.do(ctx, "HEXISTS", p.defaultKey(), p.name))
+	if err != nil {
+		return false, fmt.Errorf("sidejob: %s default?: %w", p, err)
+	}
+	return ok, nil
+}
+
+// Default returns the port's default, or nil when it has none. A null or
+// false default is a non-nil *Data.
+func (p *Port) Default(ctx context.Context) (*Data, error) {
+	raw, err := redis.Bytes(p.job.c.do(ctx, "HGET", p.defaultKey(), p.name))
+	if errors.Is(err, redis.ErrNil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: %s default: %w", p, err)
+	}
+	return DecodeData(raw)
+}
+
+// SetDefault sets the port's default to v (nil is JSON null), encoded with
+// the log context and group options of ctx. SetDefault(ctx, None) removes
+// the default.
+func (p *Port) SetDefault(ctx context.Context, v any) error {
+	if _, none := v.(NoneType); none {
+		return p.ClearDefault(ctx)
+	}
+	val, err := toValue(v)
+	if err != nil {
+		return fmt.Errorf("sidejob: %s default: %w", p, err)
+	}
+	if _, err := p.job.c.do(ctx, "HSET", p.defaultKey(), p.name, EncodeData(ctx, val)); err != nil {
+		return fmt.Errorf("sidejob: %s default: %w", p, err)
+	}
+	return nil
+}
+
+// ClearDefault removes the port's default.
+func (p *Port) ClearDefault(ctx context.Context) error {
+	if _, err := p.job.c.do(ctx, "HDEL", p.defaultKey(), p.name); err != nil {
+		return fmt.Errorf("sidejob: %s clear default: %w", p, err)
+	}
+	return nil
+}
+
+// Channels returns the port's channels ([] when none).
+func (p *Port) Channels(ctx context.Context) ([]string, error) {
+	raw, err := redis.String(p.job.c.do(ctx, "HGET", p.channelsKey(), p.name))
+	if errors.Is(err, redis.ErrNil) {
+		return []string{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: %s channels: %w", p, err)
+	}
+	chans, err := decodeChannels(raw)
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: %s channels: %w", p, err)
+	}
+	return chans, nil
+}
+
+// SetChannels replaces the port's channels; an empty list removes them. For
+// an inport, the job id is added to channel:<ch> for each channel. Old
+// memberships are not removed: the next publish on them cleans up. (Ruby
+// raises on a nil list for an inport; here nil is the same as empty.)
+func (p *Port) SetChannels(ctx context.Context, channels []string) error {
+	var cmds []cmd
+	if len(channels) == 0 {
+		cmds = append(cmds, command("HDEL", p.channelsKey(), p.name))
+	} else {
+		cmds = append(cmds, command("HSET", p.channelsKey(), p.name, channelsJSON(channels)))
+		if p.typ == InPort {
+			for _, ch := range channels {
+				cmds = append(cmds, command("SADD", ChannelKey(ch), p.job.id))
+			}
+		}
+	}
+	if _, err := p.job.c.multi(ctx, cmds...); err != nil {
+		return fmt.Errorf("sidejob: %s channels: %w", p, err)
+	}
+	return nil
+}
+
+func channelsJSON(chans []string) []byte {
+	vals := make([]rubyjson.Value, len(chans))
+	for i, ch := range chans {
+		vals[i] = rubyjson.StringValue(ch)
+	}
+	return rubyjson.ArrayValue(vals...).Encode()
+}
+
+// Write writes v (converted with rubyjson.FromGo; a *Data writes its value)
+// to the port (Port#write):
+//   - the envelope (EncodeData) is pushed to the port's list, or, inside a
+//     group with SetDefault, becomes the port's default;
+//   - unless the group has Notify false: writing to an inport runs its job,
+//     writing to an outport runs the job's parent;
+//   - the write is logged unless the group has Log false;
+//   - for an outport, v is published to each of its channels.
+func (p *Port) Write(ctx context.Context, v any) error {
+	val, err := toValue(v)
+	if err != nil {
+		return fmt.Errorf("sidejob: write to %s: %w", p, err)
+	}
+	g := groupFrom(ctx)
+	enc := EncodeData(ctx, val)
+	c := p.job.c
+	if g.option("set_default", false) {
+		_, err = c.do(ctx, "HSET", p.defaultKey(), p.name, enc)
+	} else {
+		_, err = c.do(ctx, "RPUSH", p.String(), enc)
+	}
+	if err != nil {
+		return fmt.Errorf("sidejob: write to %s: %w", p, err)
+	}
+	if g.option("notify", true) {
+		if p.typ == InPort {
+			_, err = p.job.Run(ctx, nil)
+		} else {
+			_, err = p.job.Run(ctx, &RunOpts{Parent: true})
+		}
+		if err != nil {
+			return fmt.Errorf("sidejob: write to %s: %w", p, err)
+		}
+	}
+	if err := c.recordPortIO(ctx, true, p, val); err != nil {
+		return err
+	}
+	if p.typ == OutPort {
+		chans, err := p.Channels(ctx)
+		if err != nil {
+			return err
+		}
+		for _, ch := range chans {
+			if err := c.Publish(ctx, ch, val); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Read takes the oldest value from the port. When the port is empty it
+// returns its default (which is not consumed), and nil (Ruby's None) when
+// there is no default either. The read is logged unless the group has Log
+// false or the value was written with logging off.
+func (p *Port) Read(ctx context.Context) (*Data, error) {
+	replies, err := p.job.c.multi(ctx, command("LPOP", p.String()), command("HGET", p.defaultKey(), p.name))
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: read %s: %w", p, err)
+	}
+	raw, _ := redis.Bytes(replies[0], nil)
+	if raw == nil {
+		raw, _ = redis.Bytes(replies[1], nil)
+	}
+	if raw == nil {
+		return nil, nil
+	}
+	d, err := DecodeData(raw)
+	if err != nil {
+		return nil, err
+	}
+	if d.logged() {
+		if err := p.job.c.recordPortIO(ctx, false, p, d.Value); err != nil {
+			return d, err
+		}
+	}
+	return d, nil
+}
+
+// Each reads values while the port has data and calls fn with each
+// (Enumerable#each: the default is never yielded).
+func (p *Port) Each(ctx context.Context, fn func(*Data) error) error {
+	for {
+		n, err := p.Size(ctx)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		d, err := p.Read(ctx)
+		if err != nil {
+			return err
+		}
+		if d == nil {
+			return nil
+		}
+		if err := fn(d); err != nil {
+			return err
+		}
+	}
+}
+
+// Entries drains the port and returns its values, oldest first (the default
+// is not included).
+func (p *Port) Entries(ctx context.Context) ([]*Data, error) {
+	var out []*Data
+	err := p.Each(ctx, func(d *Data) error { out = append(out, d); return nil })
+	return out, err
+}

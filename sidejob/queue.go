@@ -1,0 +1,115 @@
+package sidejob
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/sidekiq/rubyjson"
+)
+
+// QueueOpts are the options of Client.Queue and Job.Queue.
+type QueueOpts struct {
+	// Args are passed to the worker's Perform. nil is stored as JSON null
+	// (as Ruby does when args: is not given); use []any{} for [].
+	Args []any
+	// Parent makes the new job a child of Parent under Name (required then).
+	Parent *Job
+	// Name is the child name under Parent.
+	Name string
+	// At schedules the first run.
+	At time.Time
+	// By is stored in created_by (free text; "" when not given).
+	By string
+	// Inports and Outports are merged over the worker config's ports.
+	Inports, Outports []PortDef
+}
+
+// Queue creates a job of class in queue and queues its first run
+// (SideJob.queue, spec §2.1): the class must be registered in
+// workers:<queue>; the job gets the next id, status completed, its
+// timestamps and ports, is adopted by o.Parent, then Run moves it to queued
+// and pushes it to Sidekiq.
+//
+// Unlike the gem, the parent and name are checked before the id is
+// allocated, and a job whose adoption still fails is removed, so no orphan
+// is left behind (spec §10.2).
+func (c *Client) Queue(ctx context.Context, queue, class string, o *QueueOpts) (*Job, error) {
+	if o == nil {
+		o = &QueueOpts{}
+	}
+	cfg, err := c.WorkerConfig(ctx, queue, class)
+	if err != nil {
+		return nil, err
+	}
+	if cfg == nil {
+		return nil, fmt.Errorf("%w: no worker registered for %s in queue %s", ErrNotRegistered, class, queue)
+	}
+	args := rubyjson.NullValue()
+	if o.Args != nil {
+		if args, err = rubyjson.FromGo(o.Args); err != nil {
+			return nil, fmt.Errorf("sidejob: queue %s args: %w", class, err)
+		}
+	}
+	if o.Parent != nil {
+		if err := o.Parent.checkAdopt(ctx, nil, o.Name); err != nil {
+			return nil, err
+		}
+	}
+	id, err := redis.Int64(c.do(ctx, "INCR", KeyLastID))
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: queue %s: %w", class, err)
+	}
+	j := c.Job(id)
+	worker := rubyjson.NewMap()
+	worker.Set("queue", rubyjson.StringValue(queue))
+	worker.Set("class", rubyjson.StringValue(class))
+	worker.Set("args", args)
+	if _, err := c.do(ctx, "SADD", KeyJobs, id); err != nil {
+		return nil, fmt.Errorf("sidejob: queue %s: %w", class, err)
+	}
+	if _, err := c.multi(ctx,
+		command("SET", j.key("worker"), worker.Encode()),
+		command("SET", j.key("status"), StatusCompleted),
+		command("SET", j.key("created_at"), c.Timestamp()),
+		command("SET", j.key("created_by"), o.By)); err != nil {
+		return nil, fmt.Errorf("sidejob: queue %s: %w", class, err)
+	}
+	if o.Parent != nil {
+		if err := o.Parent.Adopt(ctx, j, o.Name); err != nil {
+			j.purge(ctx)
+			return nil, err
+		}
+	}
+	if err := j.SetInports(ctx, o.Inports); err != nil {
+		return nil, err
+	}
+	if err := j.SetOutports(ctx, o.Outports); err != nil {
+		return nil, err
+	}
+	if _, err := j.Run(ctx, &RunOpts{At: o.At}); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// purge removes a job that was just created and failed to be adopted.
+func (j *Job) purge(ctx context.Context) {
+	j.c.multi(ctx,
+		command("SREM", KeyJobs, j.id),
+		command("DEL", j.key("worker"), j.key("status"), j.key("created_at"), j.key("created_by")))
+}
+
+// Queue creates a child job of j (JobMethods#queue): the same as
+// Client.Queue with Parent j and By "job:<id>"; o.Name is required.
+func (j *Job) Queue(ctx context.Context, queue, class string, o *QueueOpts) (*Job, error) {
+	opts := QueueOpts{}
+	if o != nil {
+		opts = *o
+	}
+	opts.Parent = j
+	opts.By = j.String()
+	return j.c.Queue(ctx, queue, class, &opts)
+}

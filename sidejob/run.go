@@ -1,0 +1,252 @@
+package sidejob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
+)
+
+// RunOpts are the options of Job.Run. A nil *RunOpts runs the job now.
+type RunOpts struct {
+	// Parent runs the job's parent instead (with the other options); Run
+	// then returns the parent, or nil when there is none.
+	Parent bool
+	// Force runs the job whatever its status (the only way out of failed,
+	// terminating and terminated).
+	Force bool
+	// At schedules the run (through Sidekiq's schedule set).
+	At time.Time
+	// Wait schedules the run after this delay (ignored when At is set).
+	Wait time.Duration
+}
+
+// runnable are the statuses Run accepts without Force.
+var runnable = []string{StatusRunning, StatusQueued, StatusSuspended, StatusCompleted}
+
+// Run asks for a run of the job (Job#run, spec §2.2): unless Force, only a
+// running, queued, suspended or completed job is run (the status check and
+// the change to queued are one atomic step here); the status becomes queued
+// (published when it changed) and a Sidekiq item is pushed unless one is
+// already waiting in the queue or a worker is taking the job's lock. It
+// returns the job that was run, or nil when none was.
+func (j *Job) Run(ctx context.Context, o *RunOpts) (*Job, error) {
+	if o == nil {
+		o = &RunOpts{}
+	}
+	if o.Parent {
+		p, err := j.Parent(ctx)
+		if err != nil || p == nil {
+			return nil, err
+		}
+		opts := *o
+		opts.Parent = false
+		return p.Run(ctx, &opts)
+	}
+	if err := j.checkExists(ctx); err != nil {
+		return nil, err
+	}
+	if o.Force {
+		if err := j.SetStatus(ctx, StatusQueued); err != nil {
+			return nil, err
+		}
+	} else {
+		ok, err := j.setStatusIf(ctx, StatusQueued, "in", runnable...)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, nil
+		}
+	}
+	var at time.Time
+	switch {
+	case !o.At.IsZero():
+		at = o.At
+	case o.Wait > 0:
+		at = j.c.clock.Now().Add(o.Wait)
+	}
+	if err := j.sidekiqQueue(ctx, at); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// ErrNotRegistered is matched when a job's worker class is not registered
+// in its queue.
+var ErrNotRegistered = errors.New("sidejob: worker not registered")
+
+// sidekiqQueue pushes the job's Sidekiq item (spec §2.2 step 5), at a time
+// when at is not zero and in the future.
+func (j *Job) sidekiqQueue(ctx context.Context, at time.Time) error {
+	replies, err := j.c.pipeline(ctx, command("EXISTS", j.key("lock:worker")), command("GET", j.key("worker")))
+	if err != nil {
+		return fmt.Errorf("sidejob: job %d queue: %w", j.id, err)
+	}
+	if n, _ := redis.Int(replies[0], nil); n > 0 {
+		return nil
+	}
+	w, err := parseWorkerKey(replies[1])
+	if err != nil {
+		return fmt.Errorf("sidejob: job %d queue: %w", j.id, err)
+	}
+	conn, err := j.c.conn(ctx)
+	if err != nil {
+		return err
+	}
+	found, err := redis.Bool(findJIDScript.DoContext(ctx, conn, sidekiq.QueueKey(w.queue), j.id))
+	conn.Close()
+	if err != nil {
+		return fmt.Errorf("sidejob: job %d queue: %w", j.id, err)
+	}
+	if found {
+		return nil
+	}
+	cfg, err := j.c.WorkerConfig(ctx, w.queue, w.class)
+	if err != nil {
+		return err
+	}
+	if cfg == nil {
+		if err := j.SetStatus(ctx, StatusTerminated); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: job %d: %s in queue %s", ErrNotRegistered, j.id, w.class, w.queue)
+	}
+	item := rubyjson.NewMap()
+	item.Set("jid", rubyjson.IntValue(j.id))
+	item.Set("queue", rubyjson.StringValue(w.queue))
+	item.Set("class", rubyjson.StringValue(w.class))
+	args := w.args
+	if _, ok := args.Array(); !ok {
+		args = rubyjson.ArrayValue()
+	}
+	item.Set("args", args)
+	item.Set("retry", rubyjson.BoolValue(false))
+	var opts *sidekiq.PushOpts
+	if !at.IsZero() {
+		opts = &sidekiq.PushOpts{At: at}
+	}
+	if _, err := j.c.sk.Push(ctx, sidekiq.JobFromMap(item), opts); err != nil {
+		return fmt.Errorf("sidejob: job %d queue: %w", j.id, err)
+	}
+	return nil
+}
+
+// Terminate asks the job to terminate (Job#terminate): unless it is already
+// terminated, its status becomes terminating and a run is queued so that a
+// worker calls its Shutdown and marks it terminated. With recursive, every
+// descendant is terminated too.
+func (j *Job) Terminate(ctx context.Context, recursive bool) error {
+	if err := j.checkExists(ctx); err != nil {
+		return err
+	}
+	ok, err := j.setStatusIf(ctx, StatusTerminating, "notin", StatusTerminated)
+	if err != nil {
+		return err
+	}
+	if ok {
+		if err := j.sidekiqQueue(ctx, time.Time{}); err != nil {
+			return err
+		}
+	}
+	if recursive {
+		children, err := j.Children(ctx)
+		if err != nil {
+			return err
+		}
+		for _, ch := range children {
+			if err := ch.Job.Terminate(ctx, true); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Terminated reports whether the job and all its descendants are
+// terminated.
+func (j *Job) Terminated(ctx context.Context) (bool, error) {
+	s, err := j.Status(ctx)
+	if err != nil || s != StatusTerminated {
+		return false, err
+	}
+	children, err := j.Children(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, ch := range children {
+		ok, err := ch.Job.Terminated(ctx)
+		if err != nil || !ok {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// Delete deletes the job and its descendants (Job#delete) and reports
+// whether it did: only a job whose whole subtree is terminated is deleted.
+// The job is disowned by its parent, all its keys, port data and aliases are
+// removed, then {"deleted":true} is published to its channel. As in Ruby,
+// job:<id>:lock, the rate counters, channel memberships and queued Sidekiq
+// items are left to expire or be skipped.
+func (j *Job) Delete(ctx context.Context) (bool, error) {
+	ok, err := j.Terminated(ctx)
+	if err != nil || !ok {
+		return false, err
+	}
+	parent, err := j.Parent(ctx)
+	if err != nil {
+		return false, err
+	}
+	if parent != nil {
+		if err := parent.DisownJob(ctx, j); err != nil && !errors.Is(err, ErrNotChild) && !errors.Is(err, ErrJobNotFound) {
+			return false, err
+		}
+	}
+	children, err := j.Children(ctx)
+	if err != nil {
+		return false, err
+	}
+	replies, err := j.c.pipeline(ctx,
+		command("SMEMBERS", j.key("inports")),
+		command("SMEMBERS", j.key("outports")),
+		command("SMEMBERS", j.key("aliases")))
+	if err != nil {
+		return false, fmt.Errorf("sidejob: delete job %d: %w", j.id, err)
+	}
+	inports, _ := redis.Strings(replies[0], nil)
+	outports, _ := redis.Strings(replies[1], nil)
+	aliases, _ := redis.Strings(replies[2], nil)
+	del := []any{JobKey(j.id)}
+	for _, p := range inports {
+		del = append(del, j.key("in:"+p))
+	}
+	for _, p := range outports {
+		del = append(del, j.key("out:"+p))
+	}
+	for _, s := range []string{"worker", "status", "state", "aliases", "parent", "children",
+		"inports", "outports", "inports:default", "outports:default", "inports:channels",
+		"outports:channels", "created_at", "created_by", "ran_at"} {
+		del = append(del, j.key(s))
+	}
+	cmds := []cmd{command("SREM", KeyJobs, j.id), command("DEL", del...)}
+	for _, a := range aliases {
+		cmds = append(cmds, command("HDEL", KeyAliases, a))
+	}
+	if _, err := j.c.multi(ctx, cmds...); err != nil {
+		return false, fmt.Errorf("sidejob: delete job %d: %w", j.id, err)
+	}
+	for _, ch := range children {
+		if _, err := ch.Job.Delete(ctx); err != nil {
+			return true, err
+		}
+	}
+	m := rubyjson.NewMap()
+	m.Set("deleted", rubyjson.BoolValue(true))
+	return true, j.c.Publish(ctx, JobChannel(j.id), rubyjson.ObjectValue(m))
+}

@@ -1,0 +1,267 @@
+package sidejob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/zerolog"
+
+	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
+)
+
+// RuntimeConfig configures a Runtime.
+type RuntimeConfig struct {
+	// Client is the SideJob client. Required.
+	Client *Client
+	// Registry holds the workers this process runs. Required.
+	Registry *Registry
+	// Logger receives the runtime's own logs (not the SideJob log channel).
+	// Default: none.
+	Logger zerolog.Logger
+	// LockRetries is the number of attempts at the job lock (default 3).
+	LockRetries int
+	// LockRetryDelay bounds the random wait between attempts (default
+	// 200 ms).
+	LockRetryDelay time.Duration
+	// ReturnErrors makes worker errors come back from Execute (after the
+	// status is set) instead of being written to the SideJob log, like the
+	// gem's ServerMiddleware.raise_errors. For tests.
+	ReturnErrors bool
+}
+
+func (c *RuntimeConfig) validate() error {
+	if c.Client == nil {
+		return errors.New("sidejob: RuntimeConfig.Client is required")
+	}
+	if c.Registry == nil {
+		return errors.New("sidejob: RuntimeConfig.Registry is required")
+	}
+	return nil
+}
+
+// Runtime executes SideJob jobs: the Go form of SideJob::ServerMiddleware
+// around the registered workers. It is a sidekiq.Handler; Mount registers
+// it on a sidekiq.Server for every worker class.
+type Runtime struct {
+	c            *Client
+	reg          *Registry
+	log          zerolog.Logger
+	lockRetries  int
+	lockDelay    time.Duration
+	returnErrors bool
+}
+
+// NewRuntime returns a runtime.
+func NewRuntime(cfg *RuntimeConfig) (*Runtime, error) {
+	if cfg == nil {
+		return nil, errors.New("sidejob: nil RuntimeConfig")
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	rt := &Runtime{
+		c: cfg.Client, reg: cfg.Registry, log: cfg.Logger,
+		lockRetries: cfg.LockRetries, lockDelay: cfg.LockRetryDelay, returnErrors: cfg.ReturnErrors,
+	}
+	if rt.lockRetries <= 0 {
+		rt.lockRetries = 3
+	}
+	if rt.lockDelay <= 0 {
+		rt.lockDelay = 200 * time.Millisecond
+	}
+	return rt, nil
+}
+
+// Client returns the runtime's client.
+func (rt *Runtime) Client() *Client { return rt.c }
+
+// Registry returns the runtime's registry.
+func (rt *Runtime) Registry() *Registry { return rt.reg }
+
+// Mount registers the runtime as the handler of every registered class.
+func (rt *Runtime) Mount(srv *sidekiq.Server) {
+	for _, class := range rt.reg.Classes() {
+		srv.Handle(class, rt, nil)
+	}
+}
+
+// Perform runs one Sidekiq item of a SideJob job (sidekiq.Handler). The jid
+// is read as Ruby's jid.to_i (an integer or a string of digits). Worker
+// errors are handled as the gem does (status failed, log entry) and are not
+// returned, so Sidekiq counts the job as processed; Redis errors are
+// returned.
+func (rt *Runtime) Perform(ctx context.Context, job *sidekiq.Job) error {
+	id, _ := rubyToI(job.JID())
+	return rt.execute(ctx, job.Class(), id, job.Args(), rt.returnErrors)
+}
+
+// Execute runs the middleware algorithm once for job id with the worker of
+// class (spec §2.3).
+func (rt *Runtime) Execute(ctx context.Context, class string, id int64, args []rubyjson.Value) error {
+	return rt.execute(ctx, class, id, args, rt.returnErrors)
+}
+
+func (rt *Runtime) execute(ctx context.Context, class string, id int64, args []rubyjson.Value, returnErrors bool) error {
+	c := rt.c
+	j := c.Job(id)
+	replies, err := c.pipeline(ctx, command("SISMEMBER", KeyJobs, id), command("GET", j.key("status")))
+	if err != nil {
+		return fmt.Errorf("sidejob: run job %d: %w", id, err)
+	}
+	if ok, _ := redis.Bool(replies[0], nil); !ok {
+		return nil
+	}
+	if st, _ := redis.String(replies[1], nil); st != StatusQueued && st != StatusTerminating {
+		return nil
+	}
+	set, err := c.do(ctx, "SET", j.key("lock:worker"), "1", "NX", "EX", 2)
+	if err != nil {
+		return fmt.Errorf("sidejob: run job %d: %w", id, err)
+	}
+	if set == nil {
+		return nil
+	}
+	token, lockErr := j.Lock(ctx, c.lockTTL, &LockOpts{Retries: rt.lockRetries, RetryDelay: rt.lockDelay})
+	if _, err := c.do(context.WithoutCancel(ctx), "DEL", j.key("lock:worker")); err != nil && lockErr == nil {
+		lockErr = err
+	}
+	if lockErr != nil {
+		return fmt.Errorf("sidejob: run job %d: %w", id, lockErr)
+	}
+	if token == "" {
+		// Locked out: try again in a second. Unlike the gem, a terminating
+		// job is rescheduled too (spec §10.1).
+		st, err := j.Status(ctx)
+		if err != nil {
+			return err
+		}
+		if st == StatusQueued || st == StatusTerminating {
+			return j.sidekiqQueue(ctx, c.clock.Now().Add(time.Second))
+		}
+		return nil
+	}
+	jctx := WithContext(ctx, "job", id)
+	runErr := func() error {
+		st, err := j.Status(jctx)
+		if err != nil {
+			return err
+		}
+		switch st {
+		case StatusQueued:
+			w := rt.reg.Worker(class)
+			if w == nil {
+				return fmt.Errorf("%w: %s is not in this process's registry", ErrNotRegistered, class)
+			}
+			return rt.runWorker(jctx, j, w, args, returnErrors)
+		case StatusTerminating:
+			return rt.terminateWorker(jctx, j, rt.reg.Worker(class))
+		}
+		return nil
+	}()
+	// ensure: release the lock, then ask the parent to run.
+	after := context.WithoutCancel(jctx)
+	if _, err := j.Unlock(after, token); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
+	if _, err := j.Run(after, &RunOpts{Parent: true}); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
+	return runErr
+}
+
+// runWorker is run_worker: rate limit, startup, perform, final status.
+func (rt *Runtime) runWorker(ctx context.Context, j *Job, w Worker, args []rubyjson.Value, returnErrors bool) error {
+	c := rt.c
+	rk := rateKey(j.id, c.clock.Now())
+	replies, err := c.multi(ctx, command("INCR", rk), command("EXPIRE", rk, 60))
+	if err != nil {
+		return fmt.Errorf("sidejob: run job %d: %w", j.id, err)
+	}
+	if n, _ := redis.Int(replies[0], nil); n > c.maxPerMin {
+		m := rubyjson.NewMap()
+		m.Set("error", rubyjson.StringValue("Job was terminated due to being called too rapidly"))
+		if err := c.Log(ctx, m); err != nil {
+			return err
+		}
+		return j.Terminate(ctx, false)
+	}
+	if s, ok := w.(Starter); ok {
+		ran, err := redis.Bool(c.do(ctx, "EXISTS", j.key("ran_at")))
+		if err != nil {
+			return fmt.Errorf("sidejob: run job %d: %w", j.id, err)
+		}
+		if !ran {
+			if err := protect(func() error { return s.Startup(ctx, j) }); err != nil {
+				return rt.fail(ctx, j, err, false, returnErrors)
+			}
+		}
+	}
+	if _, err := c.do(ctx, "SET", j.key("ran_at"), c.Timestamp()); err != nil {
+		return fmt.Errorf("sidejob: run job %d: %w", j.id, err)
+	}
+	if err := j.SetStatus(ctx, StatusRunning); err != nil {
+		return err
+	}
+	if args == nil {
+		args = []rubyjson.Value{}
+	}
+	perr := protect(func() error { return w.Perform(ctx, j, args) })
+	switch {
+	case perr == nil:
+		_, err = j.setStatusIf(ctx, StatusCompleted, "in", StatusRunning)
+		return err
+	case errors.Is(perr, ErrSuspended):
+		_, err = j.setStatusIf(ctx, StatusSuspended, "in", StatusRunning)
+		return err
+	}
+	return rt.fail(ctx, j, perr, true, returnErrors)
+}
+
+// fail records a worker error: status failed unless the job is terminating
+// or terminated, or (after perform started) a re-run was requested, which
+// the gem would drop (spec §10.4); then the error is logged or returned.
+func (rt *Runtime) fail(ctx context.Context, j *Job, werr error, performed, returnErrors bool) error {
+	keep := []string{StatusTerminating, StatusTerminated}
+	if performed {
+		keep = append(keep, StatusQueued)
+	}
+	if _, err := j.setStatusIf(ctx, StatusFailed, "notin", keep...); err != nil {
+		return errors.Join(werr, err)
+	}
+	if returnErrors {
+		return werr
+	}
+	rt.log.Warn().Err(werr).Str("component", "sidejob").Int64("job", j.id).Msg("job failed")
+	return rt.c.Log(ctx, werr)
+}
+
+// terminateWorker calls the shutdown hook (errors are logged and ignored)
+// and marks the job terminated.
+func (rt *Runtime) terminateWorker(ctx context.Context, j *Job, w Worker) error {
+	if s, ok := w.(Stopper); ok {
+		if err := protect(func() error { return s.Shutdown(ctx, j) }); err != nil {
+			if lerr := rt.c.Log(ctx, err); lerr != nil {
+				return lerr
+			}
+		}
+	}
+	return j.SetStatus(ctx, StatusTerminated)
+}
+
+// PanicError is a panic recovered from a worker; it fails the job like an
+// error. It is sidekiq.PanicError, so its error class and Go stack reach the
+// log and the Web UI the same way.
+type PanicError = sidekiq.PanicError
+
+func protect(f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &PanicError{Value: p, Stack: sidekiq.CallerStack(4)}
+		}
+	}()
+	return f()
+}

@@ -1,0 +1,224 @@
+package sidejob
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/sidekiq/rubyjson"
+)
+
+// hookWorker records its calls and runs fn in Perform.
+type hookWorker struct {
+	perform  func(ctx context.Context, j *Job) error
+	startup  func() error
+	shutdown func() error
+	calls    []string
+}
+
+func (w *hookWorker) Perform(ctx context.Context, j *Job, _ []rubyjson.Value) error {
+	w.calls = append(w.calls, "perform")
+	if w.perform != nil {
+		return w.perform(ctx, j)
+	}
+	return nil
+}
+
+func (w *hookWorker) Startup(context.Context, *Job) error {
+	w.calls = append(w.calls, "startup")
+	if w.startup != nil {
+		return w.startup()
+	}
+	return nil
+}
+
+func (w *hookWorker) Shutdown(context.Context, *Job) error {
+	w.calls = append(w.calls, "shutdown")
+	if w.shutdown != nil {
+		return w.shutdown()
+	}
+	return nil
+}
+
+func (b *testBundle) hook(t *testing.T, w *hookWorker) *Job {
+	t.Helper()
+	b.register(t, "Hook", w, "")
+	return b.queue(t, "Hook", nil)
+}
+
+func (b *testBundle) exec(t *testing.T, j *Job) error {
+	t.Helper()
+	w, err := j.worker(context.Background())
+	require.NoError(t, err)
+	return b.rt.Execute(context.Background(), w.class, j.id, nil)
+}
+
+// server_middleware_spec.rb
+func TestMiddlewareSkips(t *testing.T) {
+	t.Parallel()
+	for _, st := range []string{"running", "suspended", "completed", "failed", "terminated"} {
+		b := setup(t)
+		w := &hookWorker{}
+		j := b.hook(t, w)
+		require.NoError(t, j.SetStatus(context.Background(), st))
+		require.NoError(t, b.exec(t, j))
+		require.Empty(t, w.calls, st)
+		require.Equal(t, st, b.status(t, j))
+	}
+	b := setup(t)
+	w := &hookWorker{}
+	j := b.hook(t, w)
+	b.do(t, "SREM", "jobs", j.id)
+	require.NoError(t, b.exec(t, j))
+	require.Empty(t, w.calls, "deleted job")
+}
+
+func TestMiddlewareRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	var seen string
+	var ranAt string
+	w := &hookWorker{perform: func(ctx context.Context, j *Job) error {
+		seen, _ = j.Status(ctx)
+		ranAt = b.str(t, j.key("ran_at"))
+		require.True(t, b.exists(t, j.key("lock")), "the job lock is held during the run")
+		return nil
+	}}
+	j := b.hook(t, w)
+	before := time.Now()
+	items := b.enqueued(t)
+	require.NoError(t, b.exec(t, j))
+	require.Equal(t, "running", seen)
+	require.Equal(t, "completed", b.status(t, j))
+	ts, err := ParseTimestamp(ranAt)
+	require.NoError(t, err)
+	require.WithinDuration(t, before, ts, 5*time.Second)
+	require.False(t, b.exists(t, j.key("lock")), "released")
+	require.False(t, b.exists(t, j.key("lock:worker")))
+	require.Equal(t, items, b.enqueued(t), "no new push after a normal run")
+	require.Equal(t, []string{"startup", "perform"}, w.calls)
+	// startup only on the first run
+	_, err = j.Run(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.exec(t, j))
+	require.Equal(t, []string{"startup", "perform", "perform"}, w.calls)
+}
+
+func TestMiddlewareLocks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	w := &hookWorker{}
+	j := b.hook(t, w)
+	b.do(t, "SET", j.key("lock:worker"), "1")
+	require.NoError(t, b.exec(t, j))
+	require.Empty(t, w.calls, "no run while lock:worker is set")
+	b.do(t, "DEL", j.key("lock:worker"))
+
+	token, err := j.Lock(ctx, time.Minute, nil)
+	require.NoError(t, err)
+	require.NotEmpty(t, token)
+	sched := b.scheduled(t)
+	b.do(t, "DEL", "queue:testq") // as Sidekiq took the item
+	require.NoError(t, b.exec(t, j))
+	require.Empty(t, w.calls, "no run while the job lock is held")
+	require.Equal(t, "queued", b.status(t, j))
+	require.Equal(t, sched+1, b.scheduled(t), "one new scheduled entry")
+	require.False(t, b.exists(t, j.key("lock:worker")))
+}
+
+func TestMiddlewareRateLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := &hookWorker{}
+	j := b.hook(t, w)
+	rk := rateKey(j.id, b.c.Now())
+	b.do(t, "SET", rk, DefaultMaxRunsPerMinute-1)
+	require.NoError(t, b.exec(t, j))
+	require.Equal(t, []string{"startup", "perform"}, w.calls, "max-1 runs")
+	require.NoError(t, j.SetStatus(context.Background(), "queued"))
+	require.NoError(t, b.exec(t, j))
+	require.Equal(t, []string{"startup", "perform"}, w.calls, "the 601st run is refused")
+	require.Equal(t, "terminating", b.status(t, j))
+}
+
+func TestMiddlewareErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	boom := errors.New("boom")
+	w := &hookWorker{perform: func(context.Context, *Job) error { return boom }}
+	parent := b.queue(t, "TestWorker", nil)
+	require.NoError(t, parent.SetStatus(ctx, "suspended"))
+	b.register(t, "Hook", w, "")
+	j, err := parent.Queue(ctx, "testq", "Hook", &QueueOpts{Name: "kid"})
+	require.NoError(t, err)
+	sub := b.subscribe(t)
+	require.ErrorIs(t, b.exec(t, j), boom, "raise_errors")
+	require.Equal(t, "failed", b.status(t, j))
+	require.Equal(t, "queued", b.status(t, parent), "a failing child still queues the parent")
+	msgs := normalize(sub.stop(t, b))
+	require.Contains(t, msgs, `/sidejob/job/2  {"status":"failed"}`)
+
+	// logged when errors are not returned
+	rt, err := NewRuntime(&RuntimeConfig{Client: b.c, Registry: b.reg})
+	require.NoError(t, err)
+	sub = b.subscribe(t)
+	require.NoError(t, rt.RunInline(ctx, j, &InlineOpts{SwallowErrors: true}))
+	require.Contains(t, normalize(sub.stop(t, b)), `/sidejob/log  {"job":2,"timestamp":"…","error":"boom"}`)
+
+	// an exception after terminate keeps terminating
+	w.perform = func(ctx context.Context, j *Job) error {
+		require.NoError(t, j.Terminate(ctx, false))
+		return boom
+	}
+	require.NoError(t, rt.RunInline(ctx, j, &InlineOpts{SwallowErrors: true}))
+	require.Equal(t, "terminating", b.status(t, j))
+
+	// panics fail the job too
+	w.perform = func(context.Context, *Job) error { panic("oops") }
+	var pe *PanicError
+	require.ErrorAs(t, b.rt.RunInline(ctx, j, nil), &pe)
+	require.Equal(t, "failed", b.status(t, j))
+}
+
+func TestMiddlewareSuspend(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	w := &hookWorker{perform: func(context.Context, *Job) error { return Suspend() }}
+	j := b.hook(t, w)
+	require.NoError(t, b.exec(t, j))
+	require.Equal(t, "suspended", b.status(t, j))
+	// run then suspend inside perform → stays queued
+	w.perform = func(ctx context.Context, j *Job) error {
+		_, err := j.Run(ctx, nil)
+		require.NoError(t, err)
+		return Suspend()
+	}
+	require.NoError(t, b.rt.RunInline(ctx, j, nil))
+	require.Equal(t, "queued", b.status(t, j))
+}
+
+func TestMiddlewareTerminate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	parent := b.queue(t, "TestWorker", nil)
+	require.NoError(t, parent.SetStatus(ctx, "completed"))
+	w := &hookWorker{shutdown: func() error { return errors.New("shutdown failed") }}
+	b.register(t, "Hook", w, "")
+	j, err := parent.Queue(ctx, "testq", "Hook", &QueueOpts{Name: "kid"})
+	require.NoError(t, err)
+	require.NoError(t, j.Terminate(ctx, false))
+	sub := b.subscribe(t)
+	require.NoError(t, b.exec(t, j))
+	require.Equal(t, []string{"shutdown"}, w.calls, "no perform")
+	require.Equal(t, "terminated", b.status(t, j))
+	require.Equal(t, "queued", b.status(t, parent))
+	require.Contains(t, normalize(sub.stop(t, b)), `/sidejob/log  {"job":2,"timestamp":"…","error":"shutdown failed"}`)
+}

@@ -1,0 +1,21 @@
+package sidejob
+
+import (
+	_ "embed"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+var (
+	//go:embed lua/unlock.lua
+	unlockLua    string
+	unlockScript = redis.NewScript(1, unlockLua)
+
+	//go:embed lua/set_status.lua
+	setStatusLua    string
+	setStatusScript = redis.NewScript(1, setStatusLua)
+
+	//go:embed lua/find_jid.lua
+	findJIDLua    string
+	findJIDScript = redis.NewScript(1, findJIDLua)
+)
