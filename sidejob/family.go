@@ -54,7 +54,8 @@ func (j *Job) Child(ctx context.Context, name string) (*Job, error) {
 	return j.c.Job(id), nil
 }
 
-// Parent returns the job's parent, or nil when it has none.
+// Parent returns the job's parent, or nil when it has none or the parent
+// job no longer exists (Ruby's parent is SideJob.find(parent id)).
 func (j *Job) Parent(ctx context.Context) (*Job, error) {
 	s, err := redis.String(j.c.do(ctx, "GET", j.key("parent")))
 	if errors.Is(err, redis.ErrNil) {
@@ -67,7 +68,12 @@ func (j *Job) Parent(ctx context.Context) (*Job, error) {
 	if !ok {
 		return nil, nil
 	}
-	return j.c.Job(id), nil
+	p := j.c.Job(id)
+	exists, err := p.Exists(ctx)
+	if err != nil || !exists {
+		return nil, err
+	}
+	return p, nil
 }
 
 // Adopt makes orphan a child of j under name. It fails when j does not

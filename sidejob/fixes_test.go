@@ -143,3 +143,17 @@ func TestFixAtomicStatus(t *testing.T) {
 	}
 	require.Equal(t, 1, n)
 }
+
+// §10.5: a terminate requested after the middleware re-read "queued" (here
+// during startup) is not overwritten by "running": the job is not performed
+// and, as the lock is held, it is terminated right away.
+func TestFixTerminateDuringStartup(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := &hookWorker{}
+	j := b.hook(t, w)
+	w.startup = func() error { return j.Terminate(context.Background(), false) }
+	require.NoError(t, b.exec(t, j))
+	require.Equal(t, []string{"startup", "shutdown"}, w.calls, "no perform")
+	require.Equal(t, StatusTerminated, b.status(t, j))
+}

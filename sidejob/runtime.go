@@ -162,8 +162,10 @@ func (rt *Runtime) execute(ctx context.Context, class string, id int64, args []r
 		}
 		return nil
 	}()
-	// ensure: release the lock, then ask the parent to run.
-	after := context.WithoutCancel(jctx)
+	// ensure: release the lock, then ask the parent to run. As in the gem,
+	// this is outside SideJob.context(job: id), so what the parent run
+	// publishes does not carry the child's id.
+	after := context.WithoutCancel(ctx)
 	if _, err := j.Unlock(after, token); err != nil {
 		runErr = errors.Join(runErr, err)
 	}
@@ -196,6 +198,11 @@ func (rt *Runtime) runWorker(ctx context.Context, j *Job, w Worker, args []rubyj
 		}
 		if !ran {
 			if err := protect(func() error { return s.Startup(ctx, j) }); err != nil {
+				if errors.Is(err, ErrSuspended) {
+					// Rescued like a Suspended from perform: "suspended"
+					// only if running, which the job is not yet.
+					return nil
+				}
 				return rt.fail(ctx, j, err, false, returnErrors)
 			}
 		}
@@ -203,8 +210,20 @@ func (rt *Runtime) runWorker(ctx context.Context, j *Job, w Worker, args []rubyj
 	if _, err := c.do(ctx, "SET", j.key("ran_at"), c.Timestamp()); err != nil {
 		return fmt.Errorf("sidejob: run job %d: %w", j.id, err)
 	}
-	if err := j.SetStatus(ctx, StatusRunning); err != nil {
+	// queued → running only if still queued (the gem writes running
+	// unconditionally, overwriting a terminate requested since the status
+	// was read; spec §10.5). A job that became terminating is terminated
+	// now, as the lock is held; any other status is left alone.
+	ok, err := j.setStatusIf(ctx, StatusRunning, "in", StatusQueued)
+	if err != nil {
 		return err
+	}
+	if !ok {
+		st, err := j.Status(ctx)
+		if err != nil || st != StatusTerminating {
+			return err
+		}
+		return rt.terminateWorker(ctx, j, w)
 	}
 	if args == nil {
 		args = []rubyjson.Value{}

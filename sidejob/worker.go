@@ -29,7 +29,8 @@ func (f WorkerFunc) Perform(ctx context.Context, job *Job, args []rubyjson.Value
 
 // Starter is implemented by workers with a startup hook, called before the
 // first run only (while job:<id>:ran_at is missing). An error fails the job
-// and leaves ran_at unset, so Startup runs again next time.
+// and leaves ran_at unset, so Startup runs again next time. ErrSuspended
+// skips the run without failing it (the job stays queued, as in the gem).
 type Starter interface {
 	Startup(ctx context.Context, job *Job) error
 }

@@ -1,0 +1,75 @@
+package sidejob
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Tests for defects found in the audit against the spec (each failed before
+// its fix).
+
+// The parent run after an execution happens outside SideJob.context(job:),
+// as in the gem's ensure block: a port subscribed to the parent's job
+// channel gets the status message with only the channel in its context.
+func TestAuditParentRunOutsideJobContext(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	parent := b.queue(t, "TestWorker", nil)
+	require.NoError(t, parent.SetStatus(ctx, StatusSuspended))
+	observer := b.queue(t, "TestSum", nil)
+	in := b.input(t, observer, "in")
+	require.NoError(t, in.SetChannels(ctx, []string{JobChannel(parent.ID())}))
+	b.register(t, "Hook", &hookWorker{}, "")
+	child, err := parent.Queue(ctx, "testq", "Hook", &QueueOpts{Name: "kid"})
+	require.NoError(t, err)
+	require.NoError(t, b.exec(t, child))
+	require.Equal(t, StatusQueued, b.status(t, parent))
+	require.Equal(t, []string{`{"data":{"status":"queued"},"context":{"channel":"/sidejob/job/1"},"options":{"log":false}}`},
+		b.list(t, in.String()), "no \"job\":3 from the child's run context")
+}
+
+// A Suspended raised by startup is rescued like one raised by perform: the
+// status is not running, so it stays queued; nothing is logged and the job
+// does not fail (ran_at stays unset, so startup runs again next time).
+func TestAuditStartupSuspends(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := &hookWorker{startup: Suspend}
+	j := b.hook(t, w)
+	sub := b.subscribe(t)
+	require.NoError(t, b.exec(t, j))
+	require.Equal(t, []string{"startup"}, w.calls)
+	require.Equal(t, StatusQueued, b.status(t, j))
+	require.False(t, b.exists(t, j.key("ran_at")))
+	for _, m := range sub.stop(t, b) {
+		require.NotEqual(t, LogChannel, m.Channel, "nothing logged: %s", m.Data)
+	}
+}
+
+// Job#parent is SideJob.find(parent id): nil when the parent job is gone
+// (for example a child left behind by a delete that raced a forced run).
+// Then run(parent: true) returns nil instead of failing, so an outport write
+// and every execution of the child still succeed, and the child can be
+// adopted again.
+func TestAuditParentGone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	parent := b.queue(t, "TestWorker", nil)
+	child, err := parent.Queue(ctx, "testq", "TestSum", &QueueOpts{Name: "kid"})
+	require.NoError(t, err)
+	b.do(t, "SREM", KeyJobs, parent.ID()) // the parent was deleted
+	p, err := child.Parent(ctx)
+	require.NoError(t, err)
+	require.Nil(t, p)
+	got, err := child.Run(ctx, &RunOpts{Parent: true})
+	require.NoError(t, err)
+	require.Nil(t, got)
+	require.NoError(t, b.output(t, child, "sum").Write(ctx, 1), "an outport write runs the parent")
+	require.NoError(t, b.exec(t, child), "the middleware runs the parent afterwards")
+	adopter := b.queue(t, "TestWorker", nil)
+	require.NoError(t, adopter.Adopt(ctx, child, "kid"), "orphan.parent is nil")
+}
