@@ -3,6 +3,7 @@ package sidejob
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -72,4 +73,37 @@ func TestAuditParentGone(t *testing.T) {
 	require.NoError(t, b.exec(t, child), "the middleware runs the parent afterwards")
 	adopter := b.queue(t, "TestWorker", nil)
 	require.NoError(t, adopter.Adopt(ctx, child, "kid"), "orphan.parent is nil")
+}
+
+// A job interrupted by a hard shutdown (its context cancelled) goes back to
+// queued, since the Sidekiq server requeues its item; it is neither left
+// running nor marked failed. A job timeout is an ordinary failure, recorded
+// although the context is done.
+func TestAuditInterruptedJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &hookWorker{perform: func(pctx context.Context, j *Job) error {
+		cancel()
+		<-pctx.Done()
+		return pctx.Err()
+	}}
+	j := b.hook(t, w)
+	wk, err := j.worker(context.Background())
+	require.NoError(t, err)
+	err = b.rt.Execute(ctx, wk.class, j.id, nil)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, StatusQueued, b.status(t, j))
+
+	tctx, tcancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer tcancel()
+	w2 := &hookWorker{perform: func(pctx context.Context, j *Job) error {
+		<-pctx.Done()
+		return pctx.Err()
+	}}
+	j2 := b.hook(t, w2)
+	wk2, err := j2.worker(context.Background())
+	require.NoError(t, err)
+	b.rt.Execute(tctx, wk2.class, j2.id, nil)
+	require.Equal(t, StatusFailed, b.status(t, j2))
 }

@@ -229,15 +229,25 @@ func (rt *Runtime) runWorker(ctx context.Context, j *Job, w Worker, args []rubyj
 		args = []rubyjson.Value{}
 	}
 	perr := protect(func() error { return w.Perform(ctx, j, args) })
+	// The final writes must happen even when ctx was cancelled meanwhile.
+	done := context.WithoutCancel(ctx)
+	if errors.Is(ctx.Err(), context.Canceled) {
+		// Hard shutdown: the Sidekiq server puts the item back in its
+		// queue, so the job goes back to queued and runs again (the gem
+		// leaves it running for ever, spec §10.3). A job timeout
+		// (DeadlineExceeded) is an ordinary failure below.
+		_, err := j.setStatusIf(done, StatusQueued, "in", StatusRunning)
+		return errors.Join(fmt.Errorf("sidejob: job %d interrupted: %w", j.id, ctx.Err()), err)
+	}
 	switch {
 	case perr == nil:
-		_, err = j.setStatusIf(ctx, StatusCompleted, "in", StatusRunning)
+		_, err = j.setStatusIf(done, StatusCompleted, "in", StatusRunning)
 		return err
 	case errors.Is(perr, ErrSuspended):
-		_, err = j.setStatusIf(ctx, StatusSuspended, "in", StatusRunning)
+		_, err = j.setStatusIf(done, StatusSuspended, "in", StatusRunning)
 		return err
 	}
-	return rt.fail(ctx, j, perr, true, returnErrors)
+	return rt.fail(done, j, perr, true, returnErrors)
 }
 
 // fail records a worker error: status failed unless the job is terminating
