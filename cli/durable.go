@@ -26,7 +26,8 @@ func durableDBFlags(prefix string) []ucli.Flag {
 		&ucli.StringSliceFlag{Name: prefix + "db", Usage: "storage database `URL`, in order (postgres://… or sqlite:PATH); repeat. " +
 			"Then the space-separated URLs of $DURABLE_JOB_SERVER_URLS, then the --" + prefix + "db-env variables. " +
 			"Default: " + defaultDurableDB},
-		&ucli.StringSliceFlag{Name: prefix + "db-env", Usage: "`NAME` of an environment variable holding a database URL (Amigo's server_env_vars); repeat",
+		&ucli.StringSliceFlag{Name: prefix + "db-env", Usage: "`NAME` of an environment variable holding a database URL (Amigo's server_env_vars); repeat. " +
+			"Default: the space-separated names of $DURABLE_JOB_SERVER_ENV_VARS when set, else DATABASE_URL",
 			Value: ucli.NewStringSlice("DATABASE_URL")},
 		&ucli.StringFlag{Name: prefix + "schema", Value: "public", Usage: "PostgreSQL schema of the table", EnvVars: []string{"DURABLE_JOB_SCHEMA_NAME"}},
 		&ucli.StringFlag{Name: prefix + "table", Value: "durable_jobs", Usage: "table name", EnvVars: []string{"DURABLE_JOB_TABLE_NAME"}},
@@ -42,7 +43,10 @@ func durableClassFlags(prefix string) []ucli.Flag {
 }
 
 // durableURLs collects the storage URLs as Amigo does: explicit URLs, then
-// the values of the named environment variables that are set.
+// the values of the named environment variables that are set. The names
+// are the --db-env flags when given, else $DURABLE_JOB_SERVER_ENV_VARS when
+// set (it replaces the default DATABASE_URL, as Appydays' env value
+// replaces a setting's default), else DATABASE_URL.
 func durableURLs(c *ucli.Context, prefix string) []string {
 	var urls []string
 	for _, u := range c.StringSlice(prefix + "db") {
@@ -50,7 +54,9 @@ func durableURLs(c *ucli.Context, prefix string) []string {
 	}
 	urls = append(urls, strings.Fields(os.Getenv("DURABLE_JOB_SERVER_URLS"))...)
 	names := c.StringSlice(prefix + "db-env")
-	names = append(names, strings.Fields(os.Getenv("DURABLE_JOB_SERVER_ENV_VARS"))...)
+	if env, ok := os.LookupEnv("DURABLE_JOB_SERVER_ENV_VARS"); ok && !c.IsSet(prefix+"db-env") {
+		names = strings.Fields(env)
+	}
 	for _, n := range names {
 		if v := strings.TrimSpace(os.Getenv(n)); v != "" {
 			urls = append(urls, v)
@@ -328,8 +334,17 @@ func durableWorkFlags() []ucli.Flag {
 	flags = append(flags, durableClassFlags("durable-")...)
 	return append(flags,
 		&ucli.DurationFlag{Name: "durable-poll-interval", Value: durable.DefaultPollInterval, Usage: "time between reconcile passes (one process at a time, elected through Redis)"},
-		&ucli.BoolFlag{Name: "durable-no-poll", Usage: "do not reconcile in this process", EnvVars: []string{"DISABLE_DURABLE_JOBS_POLL"}},
+		&ucli.BoolFlag{Name: "durable-no-poll", Usage: "do not reconcile in this process (also when $DISABLE_DURABLE_JOBS_POLL is set, to any value)"},
 	)
+}
+
+// durableNoPoll reports whether this process must not reconcile: the flag,
+// or DISABLE_DURABLE_JOBS_POLL set to any value, as webhookdb's poller
+// checks it (`if ENV["DISABLE_DURABLE_JOBS_POLL"]`). As a urfave EnvVars
+// entry, a value such as "yes" stopped `gojob work` from starting.
+func durableNoPoll(c *ucli.Context) bool {
+	_, disabled := os.LookupEnv("DISABLE_DURABLE_JOBS_POLL")
+	return disabled || c.Bool("durable-no-poll")
 }
 
 // setupDurable installs durable jobs on a server and its client when
@@ -372,7 +387,7 @@ func setupDurable(c *ucli.Context, srv *sidekiq.Server, client *sidekiq.Client, 
 	}
 	srv.Use(d.ServerMiddleware(srv.Identity()))
 	log.Info().Strs("databases", d.Databases()).Int("classes", len(classes)).Msg("durable jobs enabled")
-	if c.Bool("durable-no-poll") {
+	if durableNoPoll(c) {
 		return func() { d.Close() }, nil
 	}
 	api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: client.Pool(), Version: client.Version(), Client: client,

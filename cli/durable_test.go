@@ -101,3 +101,54 @@ func TestDurableMigrateStatusPoll(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, out.String(), "error")
 }
+
+// The storage list is Amigo's: server_urls, then the values of the
+// server_env_vars, where $DURABLE_JOB_SERVER_ENV_VARS replaces the default
+// DATABASE_URL (Appydays' env value replaces a setting's default) rather
+// than adding to it, so Ruby and gojob write to the same databases.
+func TestDurableURLsFollowAmigoServerEnvVars(t *testing.T) {
+	urlsOf := func(args ...string) []string {
+		var got []string
+		app := &ucli.App{Name: "gojob", Writer: &bytes.Buffer{}, ErrWriter: &bytes.Buffer{}, DisableSliceFlagSeparator: true,
+			ExitErrHandler: func(*ucli.Context, error) {},
+			Commands: []*ucli.Command{{Name: "urls", Flags: durableDBFlags(""), Action: func(c *ucli.Context) error {
+				got = durableURLs(c, "")
+				return nil
+			}}}}
+		require.NoError(t, app.Run(append([]string{"gojob", "urls"}, args...)))
+		return got
+	}
+	t.Setenv("DURABLE_JOB_SERVER_URLS", "sqlite:first.db")
+	t.Setenv("DATABASE_URL", "sqlite:app.db")
+	t.Setenv("DJ_URL", "sqlite:dj.db")
+
+	require.Equal(t, []string{"sqlite:first.db", "sqlite:app.db"}, urlsOf(), "default server_env_vars: DATABASE_URL")
+	t.Setenv("DURABLE_JOB_SERVER_ENV_VARS", "DJ_URL")
+	require.Equal(t, []string{"sqlite:first.db", "sqlite:dj.db"}, urlsOf(), "the env var replaces the default list")
+	t.Setenv("DURABLE_JOB_SERVER_ENV_VARS", "")
+	require.Equal(t, []string{"sqlite:first.db"}, urlsOf(), "set but empty: no env-var databases")
+	require.Equal(t, []string{"sqlite:first.db", "sqlite:app.db"}, urlsOf("--db-env", "DATABASE_URL"), "the flag wins")
+}
+
+// DISABLE_DURABLE_JOBS_POLL disables the reconciler when set to anything,
+// as webhookdb's `if ENV["DISABLE_DURABLE_JOBS_POLL"]` does; a value that
+// is not a Go boolean must not stop the worker from starting.
+func TestDisableDurablePollEnvTakesAnyValue(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("DURABLE_JOB_SERVER_URLS", "")
+	db := "sqlite:" + filepath.Join(t.TempDir(), "d.db")
+	rs := redistest.Start(t)
+	for _, v := range []string{"yes", "", "1"} {
+		t.Setenv("DISABLE_DURABLE_JOBS_POLL", v)
+		polling := true
+		work := func(c *ucli.Context) error {
+			polling = !durableNoPoll(c)
+			return nil
+		}
+		var out, errb bytes.Buffer
+		err := durableApp(&out, &errb, work).RunContext(context.Background(), []string{"gojob", "work", "-r", rs.URL(), "--durable",
+			"--durable-db", db, "--durable-class", "BillingJob"})
+		require.NoError(t, err, "DISABLE_DURABLE_JOBS_POLL=%q", v)
+		require.False(t, polling, "DISABLE_DURABLE_JOBS_POLL=%q", v)
+	}
+}

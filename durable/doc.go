@@ -37,8 +37,12 @@
 // timestamptz. Several databases are used in order: a row is written to
 // the first that accepts it (a database that fails is skipped), looked up
 // in each in turn, and then locked, heartbeated, unlocked and deleted where
-// it was found. The SQLite store (pure Go) keeps the same columns with
-// times as fixed-width UTC text, for one host without a database server.
+// it was found. A push again of a job (the scheduler's or the retry
+// poller's re-push) that creates its row in an earlier database than the
+// one an outage sent the previous push to removes the copy left there, so
+// that it does not outlive the job. The SQLite store (pure Go) keeps the
+// same columns with times as fixed-width UTC text, for one host without a
+// database server.
 //
 // # States of a row
 //

@@ -198,15 +198,17 @@ func wrappedClass(job *sidekiq.Job) string {
 // class's (or wrapped class's), else the default. A class this process
 // does not know is not an error: Ruby processes may share the table.
 func (d *Durable) rowExtension(class, itemJSON string) time.Duration {
-	if ext, ok := d.Extension(class); ok {
-		return ext
-	}
 	if sidekiq.IsActiveJobWrapper(class) {
+		// As the middleware resolve it: the wrapped class first, then the
+		// wrapper's own entry or AllClasses.
 		if j, err := sidekiq.ParseJob([]byte(itemJSON)); err == nil {
-			if ext, ok := d.Extension(wrappedClass(j)); ok {
+			if ext, ok := d.jobExtension(j); ok {
 				return ext
 			}
 		}
+	}
+	if ext, ok := d.Extension(class); ok {
+		return ext
 	}
 	return d.cfg.DefaultExtension
 }
@@ -271,10 +273,13 @@ func (d *Durable) Insert(ctx context.Context, p *InsertParams) (*InsertResult, e
 		MissingAt:    p.missingAt,
 	}
 	res := &InsertResult{AssumeDeadAt: micro(up.AssumeDeadAt)}
-	for _, s := range d.stores {
-		err := s.upsert(ctx, up)
+	for i, s := range d.stores {
+		created, err := s.upsertCreated(ctx, up)
 		if err == nil {
 			res.Database = s.name()
+			if created && isRepush(job, now) {
+				d.removeStaleCopies(ctx, jid, d.stores[i+1:])
+			}
 			return res, nil
 		}
 		if ctx.Err() != nil {
@@ -283,6 +288,40 @@ func (d *Durable) Insert(ctx context.Context, p *InsertParams) (*InsertResult, e
 		res.Skipped = append(res.Skipped, fmt.Errorf("%s: %w", s.name(), err))
 	}
 	return res, fmt.Errorf("durable: insert %s: %w", jid, errors.Join(append([]error{ErrNoDatabase}, res.Skipped...)...))
+}
+
+// repushSlack is how much older than now a job's created_at must be for a
+// push to count as a push again of a job pushed before.
+const repushSlack = time.Second
+
+// isRepush reports whether job was created before this push: the
+// scheduler's and the retry poller's re-pushes, a retry from the API, a
+// push of the same jid from inside the job.
+func isRepush(job *sidekiq.Job, now time.Time) bool {
+	created, ok := job.CreatedAt()
+	return ok && created.Before(now.Add(-repushSlack))
+}
+
+// removeStaleCopies deletes a jid's rows from later databases after a push
+// again of the job created its row in an earlier one. The earlier push
+// wrote to a later database only because the earlier one failed then, and
+// a copy left there would outlive the job: the worker locks and deletes
+// the first row it finds, and the reconciler would kill the completed job
+// from the stale copy. Only such re-pushes pay for these statements: a
+// first push, or a re-push that found its row in place, asks no other
+// database. Best effort: a database that fails keeps its copy.
+func (d *Durable) removeStaleCopies(ctx context.Context, jid string, later []store) {
+	for _, s := range later {
+		removed, err := s.deleteJob(ctx, jid)
+		switch {
+		case err != nil:
+			d.log.Warn().Err(err).Str("component", "durable").Str("database", s.name()).Str("jid", jid).
+				Msg("could not remove the stale durable row of a job pushed again")
+		case removed:
+			d.log.Info().Str("component", "durable").Str("database", s.name()).Str("jid", jid).
+				Msg("removed the stale durable row of a job pushed again into an earlier database")
+		}
+	}
 }
 
 // lockResult is where the server middleware found and locked a row.

@@ -47,6 +47,11 @@ type PollerConfig struct {
 	Interval time.Duration
 	// LeaseKey is the lease's Redis key. Default DefaultLeaseKey.
 	LeaseKey string
+	// MaxPass bounds one pass: the lease is renewed while a pass runs, so
+	// a pass that makes no progress (a hung connection, a failure notifier
+	// that never returns) is cancelled after MaxPass and the lease lapses.
+	// Default ten intervals.
+	MaxPass time.Duration
 	// Logger receives a line per failed pass. Default the Reconciler's.
 	Logger *zerolog.Logger
 }
@@ -58,8 +63,8 @@ func (c *PollerConfig) validate() error {
 	if c.Pool == nil {
 		return errors.New("durable: PollerConfig.Pool is required")
 	}
-	if c.Interval < 0 {
-		return errors.New("durable: PollerConfig.Interval must not be negative")
+	if c.Interval < 0 || c.MaxPass < 0 {
+		return errors.New("durable: PollerConfig.Interval and MaxPass must not be negative")
 	}
 	return nil
 }
@@ -68,8 +73,11 @@ func (c *PollerConfig) validate() error {
 // with leader election through a Redis lease, so that one process polls at
 // a time: each interval, a process takes the lease if it is free or renews
 // it if it holds it (time to live: two intervals), and reconciles only
-// while it holds it. A leader that dies is replaced when its lease
-// expires; one that stops releases it.
+// while it holds it. During a pass the leader renews the lease every half
+// interval, so a pass longer than the time to live does not let a second
+// process start one; a leader that finds the lease taken stops its pass,
+// and a pass is cancelled after MaxPass. A leader that dies is replaced
+// when its lease expires; one that stops releases it.
 type Poller struct {
 	cfg  PollerConfig
 	log  zerolog.Logger
@@ -90,6 +98,7 @@ func NewPoller(cfg *PollerConfig) (*Poller, error) {
 	c := *cfg
 	c.Interval = cmp.Or(c.Interval, DefaultPollInterval)
 	c.LeaseKey = cmp.Or(c.LeaseKey, DefaultLeaseKey)
+	c.MaxPass = cmp.Or(c.MaxPass, 10*c.Interval)
 	if c.Identity == "" {
 		host, _ := os.Hostname()
 		c.Identity = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), sidekiq.NewJID()[:12])
@@ -179,7 +188,12 @@ type pollOutcome struct {
 	result *ReconcileResult
 }
 
-// runOnce takes or renews the lease and, as leader, runs one pass.
+// errLeaseLost cancels a pass whose leader found the lease held by another
+// process.
+var errLeaseLost = errors.New("durable: reconciler lease taken by another process; pass stopped")
+
+// runOnce takes or renews the lease and, as leader, runs one pass while
+// renewing the lease (bounded by MaxPass).
 func (p *Poller) runOnce(ctx context.Context) (*pollOutcome, error) {
 	held, err := p.acquire(ctx)
 	if err != nil {
@@ -188,8 +202,52 @@ func (p *Poller) runOnce(ctx context.Context) (*pollOutcome, error) {
 	if !held {
 		return &pollOutcome{}, nil
 	}
-	res, err := p.cfg.Reconciler.RunOnce(ctx)
+	passCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	passCtx, cancelTimeout := context.WithTimeout(passCtx, p.cfg.MaxPass)
+	defer cancelTimeout()
+	kept := make(chan struct{})
+	go func() {
+		defer close(kept)
+		p.keepLease(passCtx, cancel)
+	}()
+	res, err := p.cfg.Reconciler.RunOnce(passCtx)
+	// A pass cut short (lease lost, MaxPass) may have stopped quietly
+	// between two statements: report why.
+	if ctx.Err() == nil && passCtx.Err() != nil {
+		if cause := context.Cause(passCtx); !errors.Is(err, cause) {
+			err = errors.Join(err, fmt.Errorf("durable: reconcile pass: %w", cause))
+		}
+	}
+	cancel(nil)
+	<-kept
 	return &pollOutcome{leader: true, result: res}, err
+}
+
+// keepLease renews the lease every half interval until ctx ends, and
+// cancels the pass if another process holds the lease. A renewal that
+// fails (Redis unreachable) is tried again at the next tick.
+func (p *Poller) keepLease(ctx context.Context, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(max(p.cfg.Interval/2, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		held, err := p.acquire(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				p.log.Warn().Err(err).Str("component", "durable-reconciler").Msg("could not renew the reconciler lease")
+			}
+			continue
+		}
+		if !held {
+			cancel(errLeaseLost)
+			return
+		}
+	}
 }
 
 func (p *Poller) acquire(ctx context.Context) (bool, error) {

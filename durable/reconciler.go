@@ -207,7 +207,7 @@ func (r *Reconciler) reconcileStore(ctx context.Context, st store, now time.Time
 		if len(rows) == 0 {
 			return nil
 		}
-		dbErr, redisErr := r.checkPage(ctx, st, rows, now, dr, res)
+		dbErr, redisErr := r.checkPage(ctx, st, rows, dr, res)
 		if redisErr != nil {
 			return redisErr
 		}
@@ -256,8 +256,13 @@ func (p *pageCheck) found(ctx context.Context, rw *row, deadline time.Time, coun
 
 func (r *Reconciler) ext(rw *row) time.Duration { return r.d.rowExtension(rw.JobClass, rw.ItemJSON) }
 
-// checkPage resolves one page of overdue rows.
-func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, now time.Time, dr *DatabaseReconcile, res *ReconcileResult) (dbErr, redisErr error) {
+// checkPage resolves one page of overdue rows. The pass's start time only
+// selects the rows; what the page writes (new deadlines, missing_at,
+// durable_killed_at) is relative to the time of the check itself, so that
+// a long pass cannot bring a second strike less than one extension after
+// the first.
+func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *DatabaseReconcile, res *ReconcileResult) (dbErr, redisErr error) {
+	now := r.clock.Now()
 	dr.Checked += len(rows)
 	p := &pageCheck{r: r, st: st, now: now, pending: make(map[string]*row, len(rows)), dr: dr}
 	byQueue := map[string]map[string]bool{}
@@ -341,11 +346,13 @@ func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, now t
 			dr.Changed++
 		}
 	}
-	// 5. Nowhere: first strike, or lost.
+	// 5. Nowhere: first strike, or lost. Each is dated after the lookups
+	// that missed the job (and after any slow failure notifier before it).
 	for _, rw := range rows {
 		if _, ok := p.pending[rw.JobID]; !ok {
 			continue
 		}
+		now := r.clock.Now()
 		if rw.MissingAt == nil {
 			missing := now
 			ok, err := st.touch(ctx, touchParams{JobID: rw.JobID, Expect: rw.AssumeDeadAt, AssumeDeadAt: now.Add(r.ext(rw)), MissingAt: &missing})
@@ -394,7 +401,7 @@ func (r *Reconciler) kill(ctx context.Context, st store, rw *row, now time.Time,
 		return nil, nil
 	}
 	payload := job.Encode()
-	if err := r.api.DeadSet().Kill(ctx, payload, &sidekiq.KillOpts{SkipDeathHandlers: r.notifier != nil}); err != nil {
+	if err := r.killToDeadSet(ctx, rw.JobID, payload); err != nil {
 		if rerr := st.restore(context.WithoutCancel(ctx), rw); rerr != nil {
 			r.log.Error().Err(rerr).Str("component", "durable-reconciler").Str("jid", rw.JobID).Str("database", st.name()).
 				Bytes("payload", payload).Msg("could not put back the row of a lost job after a Redis error")
@@ -416,4 +423,19 @@ func (r *Reconciler) kill(ctx context.Context, st store, rw *row, now time.Time,
 		}()
 	}
 	return nil, nil
+}
+
+// killToDeadSet adds the payload to the dead set with the trims and calls
+// the death handlers unless a failure notifier is set. The handlers run
+// after the job is stored, so a handler that panics (the server recovers
+// those of its own failures too) is logged and the job counts as killed:
+// the reconciler runs inside every worker process and must not crash it.
+func (r *Reconciler) killToDeadSet(ctx context.Context, jid string, payload []byte) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error().Interface("panic", p).Str("component", "durable-reconciler").Str("jid", jid).Msg("death handler panicked")
+			err = nil
+		}
+	}()
+	return r.api.DeadSet().Kill(ctx, payload, &sidekiq.KillOpts{SkipDeathHandlers: r.notifier != nil})
 }

@@ -44,7 +44,8 @@ func newSQLStore(db *sql.DB, d dialect, table, display string, opTimeout time.Du
 	s.qUpsert = r(`INSERT INTO ` + t + ` (job_id, job_class, job_item_json, queue, inserted_at, assume_dead_at, missing_at)
 VALUES (?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (job_id) DO UPDATE SET assume_dead_at = excluded.assume_dead_at, job_item_json = excluded.job_item_json,
-queue = excluded.queue, missing_at = excluded.missing_at, locked_by = NULL, locked_at = NULL`)
+queue = excluded.queue, missing_at = excluded.missing_at, locked_by = NULL, locked_at = NULL
+RETURNING inserted_at`)
 	s.qLock = r(`UPDATE ` + t + ` SET locked_by = ?, locked_at = ?, assume_dead_at = ?, missing_at = NULL WHERE job_id = ?`)
 	s.qUnlock = r(`UPDATE ` + t + ` SET locked_by = NULL, locked_at = NULL, assume_dead_at = ?, job_item_json = ?
 WHERE job_id = ? AND locked_by = ? AND locked_at = ?`)
@@ -134,8 +135,22 @@ func (s *sqlStore) tp(t *time.Time) any {
 }
 
 func (s *sqlStore) upsert(ctx context.Context, p upsertParams) error {
-	_, err := s.exec(ctx, s.qUpsert, p.JobID, p.JobClass, p.ItemJSON, p.Queue, s.t(p.InsertedAt), s.t(p.AssumeDeadAt), s.tp(p.MissingAt))
+	_, err := s.upsertCreated(ctx, p)
 	return err
+}
+
+// upsertCreated tells a new row from a refreshed one by its inserted_at:
+// the conflict update keeps the existing row's.
+func (s *sqlStore) upsertCreated(ctx context.Context, p upsertParams) (bool, error) {
+	var inserted dbTime
+	err := s.op(ctx, func(ctx context.Context) error {
+		return s.db.QueryRowContext(ctx, s.qUpsert, p.JobID, p.JobClass, p.ItemJSON, p.Queue, s.t(p.InsertedAt),
+			s.t(p.AssumeDeadAt), s.tp(p.MissingAt)).Scan(&inserted)
+	})
+	if err != nil {
+		return false, err
+	}
+	return inserted.Time.Equal(micro(p.InsertedAt)), nil
 }
 
 func (s *sqlStore) lock(ctx context.Context, p lockParams) (bool, error) {

@@ -24,6 +24,9 @@ type store interface {
 	// new push of that job: assume_dead_at, job_item_json and queue are
 	// replaced and missing_at, locked_by and locked_at are cleared.
 	upsert(ctx context.Context, p upsertParams) error
+	// upsertCreated is upsert that also reports whether it created the row
+	// (no row had that jid in this database).
+	upsertCreated(ctx context.Context, p upsertParams) (bool, error)
 	// lock marks the row as run by a process. It reports whether the row
 	// exists.
 	lock(ctx context.Context, p lockParams) (bool, error)
