@@ -342,6 +342,9 @@ type Work struct {
 	PayloadRaw []byte
 	// RunAt is when the job started (integer epoch seconds on the wire).
 	RunAt time.Time
+	// ParseErr is set when the work entry itself is not valid JSON; then
+	// PayloadRaw holds the entry as stored.
+	ParseErr error
 }
 
 // WorkSet lists the running jobs of every live process, sorted by RunAt
@@ -385,7 +388,9 @@ func (a *API) WorkSet(ctx context.Context) ([]*Work, error) {
 			for tid, js := range fields {
 				w, err := parseWork(id, tid, js)
 				if err != nil {
-					return nil, fmt.Errorf("sidekiq: work of %s thread %s: %w", id, tid, err)
+					// A malformed entry is listed as such instead of hiding
+					// every other process's work (Ruby raises here).
+					w = &Work{Identity: id, TID: tid, PayloadRaw: []byte(js), ParseErr: err}
 				}
 				out = append(out, w)
 			}

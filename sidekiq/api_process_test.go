@@ -173,3 +173,29 @@ func apiJSONString(s string) []byte {
 	}
 	return append(out, '"')
 }
+
+// A malformed work entry is listed with its error instead of failing the
+// whole work set (the durable reconciler reads it on every pass).
+func TestAPIWorkSetMalformedEntry(t *testing.T) {
+	t.Parallel()
+	b := apiSetup(t)
+	apiAddProcesses(t, b)
+	b.do(t, "HSET", "vm:14670:c2a2a23ead83:workers",
+		"ok1", `{"queue":"default","payload":"{\"class\":\"A\",\"jid\":\"w1\"}","run_at":1795296560}`,
+		"bad", `{"queue":`)
+	work, err := b.api.WorkSet(context.Background())
+	require.NoError(t, err)
+	require.Len(t, work, 2)
+	var bad, good int
+	for _, w := range work {
+		if w.ParseErr != nil {
+			bad++
+			require.Equal(t, `{"queue":`, string(w.PayloadRaw))
+		} else {
+			good++
+			require.Equal(t, "w1", w.Payload.JID())
+		}
+	}
+	require.Equal(t, 1, bad)
+	require.Equal(t, 1, good)
+}
