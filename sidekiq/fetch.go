@@ -17,8 +17,9 @@ import (
 const fetchTimeout = 2
 
 // fetchOrder builds the BRPOP key list as Sidekiq's BasicFetch does (§4):
-// strict (config order) when no queue has a weight, otherwise a fresh
-// weighted shuffle with duplicates removed on every fetch.
+// strict (config order) when no queue has a weight (7.0.0-7.0.2: when the
+// weighted list has no duplicates), otherwise a fresh weighted shuffle with
+// duplicates removed on every fetch.
 type fetchOrder struct {
 	strict   bool
 	unique   []string // queue names in config order, unique
@@ -26,8 +27,12 @@ type fetchOrder struct {
 	fixed    []any    // BRPOP args for strict mode, timeout included
 }
 
-func newFetchOrder(qs []QueueWeight) fetchOrder {
+func newFetchOrder(qs []QueueWeight, v Version) fetchOrder {
 	f := fetchOrder{strict: true}
+	// 7.0.0-7.0.2 (fetch.rb): strict when the weighted list has no
+	// duplicates; 6.4 (cli.rb#parse_queue) and 7.0.3+ (capsule mode
+	// :strict): when every weight is 0.
+	dupStrict := v.AtLeast(7, 0, 0) && !v.AtLeast(7, 0, 3)
 	seen := map[string]bool{}
 	for _, q := range qs {
 		if q.Weight > 0 {
@@ -41,6 +46,9 @@ func newFetchOrder(qs []QueueWeight) fetchOrder {
 			seen[q.Name] = true
 			f.unique = append(f.unique, q.Name)
 		}
+	}
+	if dupStrict {
+		f.strict = len(f.weighted) == len(f.unique)
 	}
 	for _, q := range f.unique {
 		f.fixed = append(f.fixed, QueueKey(q))
@@ -172,16 +180,33 @@ func (s *Server) dialFetch() (redis.Conn, error) {
 	return s.cfg.Dial(ctx)
 }
 
-// requeue pushes one job back to the pop end of its queue, retrying through
-// an outage until the hard-shutdown deadline.
-func (s *Server) requeue(queue string, raw []byte) {
+// requeue pushes jobs back to the pop end of their queue in one RPUSH (the
+// last one given is popped first), retrying through an outage until Stop
+// gives up.
+func (s *Server) requeue(queue string, raws ...[]byte) {
+	args := make([]any, 0, len(raws)+1)
+	args = append(args, QueueKey(queue))
+	for _, r := range raws {
+		args = append(args, r)
+	}
 	err := s.withRetry(func(conn redis.Conn) error {
-		_, err := conn.Do("RPUSH", QueueKey(queue), raw)
+		_, err := conn.Do("RPUSH", args...)
 		return err
 	})
 	if err != nil {
-		s.log.Error().Err(err).Str("queue", queue).Bytes("payload", raw).Msg("could not requeue job")
+		for _, raw := range raws {
+			s.log.Error().Err(err).Str("queue", queue).Bytes("payload", raw).Msg("could not requeue job")
+		}
 	}
+}
+
+// reversed returns a reversed copy of b.
+func reversed(b [][]byte) [][]byte {
+	out := make([][]byte, len(b))
+	for i, x := range b {
+		out[len(b)-1-i] = x
+	}
+	return out
 }
 
 // sleepOrQuiet sleeps d and reports false when the server went quiet.
@@ -197,11 +222,12 @@ func (s *Server) sleepOrQuiet(d time.Duration) bool {
 }
 
 // withRetry runs f on a pooled connection, retrying with backoff through a
-// Redis outage until it succeeds or the hard-shutdown context ends. It is
-// used for writes that must not be lost (retry and dead entries, requeues).
+// Redis outage until it succeeds or Stop gives up (writeCtx). It is used for
+// writes that must not be lost (retry and dead entries, requeues), which
+// may happen after the hard shutdown has cancelled the jobs.
 func (s *Server) withRetry(f func(redis.Conn) error) error {
 	return s.retryOutage(func() error {
-		conn, err := s.cfg.Pool.GetContext(s.hardCtx)
+		conn, err := s.cfg.Pool.GetContext(s.writeCtx)
 		if err != nil {
 			return err
 		}
@@ -211,7 +237,7 @@ func (s *Server) withRetry(f func(redis.Conn) error) error {
 }
 
 // retryOutage runs f until it succeeds, fails with a Redis error reply, or
-// the hard-shutdown context ends, backing off while Redis is unreachable.
+// writeCtx ends, backing off while Redis is unreachable.
 func (s *Server) retryOutage(f func() error) error {
 	b := newBackoff()
 	for attempt := 1; ; attempt++ {
@@ -220,7 +246,7 @@ func (s *Server) retryOutage(f func() error) error {
 			s.outage.ok()
 			return nil
 		}
-		if !isConnError(err) || s.hardCtx.Err() != nil {
+		if !isConnError(err) || s.writeCtx.Err() != nil {
 			return err
 		}
 		if attempt <= staleRetries {
@@ -230,7 +256,7 @@ func (s *Server) retryOutage(f func() error) error {
 		t := time.NewTimer(b.next())
 		select {
 		case <-t.C:
-		case <-s.hardCtx.Done():
+		case <-s.writeCtx.Done():
 			t.Stop()
 			return err
 		}

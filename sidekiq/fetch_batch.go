@@ -101,11 +101,13 @@ func (s *Server) batchFetchLoop(jobs chan<- fetched, idle chan struct{}) {
 		elems, _ := redis.ByteSlices(reply[1], nil)
 		queue := QueueName(key)
 		giveBack(k - len(elems))
-		for _, e := range elems {
+		for i, e := range elems {
 			if s.IsQuiet() {
-				s.requeue(queue, e)
-				idle <- struct{}{}
-				continue
+				// Push the rest back in one RPUSH, last popped first, so
+				// the queue keeps its order (the first popped runs next).
+				s.requeue(queue, reversed(elems[i:])...)
+				giveBack(len(elems) - i)
+				break
 			}
 			jobs <- fetched{queue: queue, raw: e}
 		}

@@ -63,7 +63,10 @@ func (s *Server) infoJSON() []byte {
 	m.Set("started_at", rubyjson.FloatValue(EpochSeconds(s.startedAt)))
 	m.Set("pid", rubyjson.IntValue(int64(os.Getpid())))
 	m.Set("tag", rubyjson.StringValue(s.cfg.Tag))
-	m.Set("concurrency", rubyjson.IntValue(int64(s.cfg.Concurrency)))
+	if !v.AtLeast(8, 1, 2) {
+		// 8.1.2+ writes concurrency only as a field of the process hash.
+		m.Set("concurrency", rubyjson.IntValue(int64(s.cfg.Concurrency)))
+	}
 	queues := make([]rubyjson.Value, len(s.fetchQ.unique))
 	for i, q := range s.fetchQ.unique {
 		queues[i] = rubyjson.StringValue(q)
@@ -84,8 +87,21 @@ func (s *Server) infoJSON() []byte {
 		m.Set("capsules", rubyjson.ObjectValue(caps))
 	}
 	m.Set("queues", rubyjson.ArrayValue(queues...))
-	if v.AtLeast(7, 0, 3) {
+	switch {
+	case v.AtLeast(7, 0, 3):
 		m.Set("weights", rubyjson.ArrayValue(rubyjson.ObjectValue(weights)))
+	case v == Version{7, 0, 2}:
+		// 7.0.2: a tally of the weighted queue list.
+		tally := rubyjson.NewMap()
+		for _, k := range s.fetchQ.weighted {
+			q := QueueName(k)
+			n := int64(0)
+			if c, ok := tally.Get(q); ok {
+				n, _ = c.Int()
+			}
+			tally.Set(q, rubyjson.IntValue(n+1))
+		}
+		m.Set("weights", rubyjson.ObjectValue(tally))
 	}
 	labels := make([]rubyjson.Value, len(s.cfg.Labels))
 	for i, l := range s.cfg.Labels {
@@ -171,17 +187,30 @@ func (s *Server) heartbeat(ctx context.Context) error {
 				return fmt.Errorf("sidekiq: heartbeat stats: %w", err)
 			}
 		}
-		conn.Send("MULTI")
-		conn.Send("UNLINK", workKey)
-		if len(work) > 0 {
-			args := []any{workKey}
-			for _, w := range work {
-				args = append(args, w.tid, w.json)
+		var err error
+		if v.AtLeast(7, 2, 3) {
+			// 7.2.3+: MULTI, one HSET with every thread, no EXPIRE when idle.
+			conn.Send("MULTI")
+			conn.Send("UNLINK", workKey)
+			if len(work) > 0 {
+				args := []any{workKey}
+				for _, w := range work {
+					args = append(args, w.tid, w.json)
+				}
+				conn.Send("HSET", args...)
+				conn.Send("EXPIRE", workKey, 60)
 			}
-			conn.Send("HSET", args...)
+			_, err = conn.Do("EXEC")
+		} else {
+			// 7.0.0-7.2.2: a pipeline, one HSET per thread, always EXPIRE.
+			conn.Send("UNLINK", workKey)
+			for _, w := range work {
+				conn.Send("HSET", workKey, w.tid, w.json)
+			}
 			conn.Send("EXPIRE", workKey, 60)
+			_, err = conn.Do("")
 		}
-		if _, err := conn.Do("EXEC"); err != nil {
+		if err != nil {
 			return fmt.Errorf("sidekiq: heartbeat work: %w", err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -24,11 +25,7 @@ func (s *Server) pollLoop() {
 	if !s.sleepOrQuiet(initial) {
 		return
 	}
-	// As the 6.5.7+ poller: prune processes that died without a goodbye,
-	// under the cluster-wide process_cleanup lock.
-	if _, err := s.api.CleanupProcesses(s.hardCtx); err != nil && !isConnError(err) {
-		s.log.Warn().Err(err).Str("component", "poller").Msg("process cleanup failed")
-	}
+	s.startupCleanup()
 	failing := false
 	for {
 		_, err := s.pollOnce(s.hardCtx)
@@ -46,15 +43,25 @@ func (s *Server) pollLoop() {
 
 // pollSleep is one randomized poll wait: interval = average × process count
 // (or the configured average), then uniform 0.5–1.5 × interval below 10
-// processes, and 0–2 × interval (8.0.10+) or 0–1 × interval from 10.
+// processes, and 0–2 × interval (8.0.10+) or 0–1 × interval from 10. Before
+// 6.5 the scaled interval is computed once, at the first poll
+// (`Sidekiq.options[:poll_interval_average] ||= scaled_poll_interval`),
+// while the process count is still read each time for the 10-process rule.
 func (s *Server) pollSleep() time.Duration {
 	count := 1
-	if n, err := s.processCount(); err == nil && n > 0 {
+	n, err := s.processCount()
+	if err == nil && n > 0 {
 		count = n
 	}
 	interval := s.cfg.PollIntervalAverage
 	if interval == 0 {
+		interval = s.pollAverage
+	}
+	if interval == 0 {
 		interval = averagePollInterval * time.Duration(count)
+		if err == nil && !s.cfg.Version.AtLeast(6, 5, 0) {
+			s.pollAverage = interval
+		}
 	}
 	r := rand.Float64()
 	switch {
@@ -67,13 +74,66 @@ func (s *Server) pollSleep() time.Duration {
 	}
 }
 
+// startupCleanup is the 6.5.7+ poller's cleanup at the end of its initial
+// wait: prune processes that died without a goodbye, under the
+// cluster-wide process_cleanup lock. Older pollers prune in processCount.
+func (s *Server) startupCleanup() {
+	if !s.cfg.Version.AtLeast(6, 5, 7) {
+		return
+	}
+	if _, err := s.api.CleanupProcesses(s.hardCtx); err != nil && !isConnError(err) {
+		s.log.Warn().Err(err).Str("component", "poller").Msg("process cleanup failed")
+	}
+}
+
+// processCount is Poller#process_count: SCARD processes. Before 6.5 it is
+// `ProcessSet.new(@count_calls % 10 == 0).size`: the first call and every
+// tenth after it prune dead processes first, with no lock (6.4 has no
+// process_cleanup key).
 func (s *Server) processCount() (int, error) {
 	conn, err := s.cfg.Pool.GetContext(s.hardCtx)
 	if err != nil {
 		return 0, err
 	}
 	defer conn.Close()
-	return redis.Int(conn.Do("SCARD", KeyProcesses))
+	legacy := !s.cfg.Version.AtLeast(6, 5, 0)
+	if legacy && s.pollCalls%10 == 0 {
+		if err := pruneProcesses64(s.hardCtx, conn); err != nil {
+			return 0, err
+		}
+	}
+	n, err := redis.Int(conn.Do("SCARD", KeyProcesses))
+	if err == nil && legacy {
+		s.pollCalls++
+	}
+	return n, err
+}
+
+// pruneProcesses64 is 6.4's ProcessSet#cleanup: SSCAN processes, a pipeline
+// of `HGET <id> info`, and one SREM of the ids whose hash has expired.
+func pruneProcesses64(ctx context.Context, conn redis.Conn) error {
+	ids, err := sscanAll(ctx, conn, KeyProcesses)
+	if err != nil || len(ids) == 0 {
+		return err
+	}
+	for _, id := range ids {
+		conn.Send("HGET", id, "info")
+	}
+	infos, err := redis.Values(redis.DoContext(conn, ctx, ""))
+	if err != nil {
+		return err
+	}
+	prune := []any{KeyProcesses}
+	for i, info := range infos {
+		if info == nil && i < len(ids) {
+			prune = append(prune, ids[i])
+		}
+	}
+	if len(prune) == 1 {
+		return nil
+	}
+	_, err = redis.DoContext(conn, ctx, "SREM", prune...)
+	return err
 }
 
 // PollResult reports one poll.
@@ -109,7 +169,7 @@ func (s *Server) pollOnce(ctx context.Context) (*PollResult, error) {
 			// The member is out of the set now: retry the push through an
 			// outage rather than lose it.
 			err = s.retryOutage(func() error {
-				_, err := s.client.Repush(s.hardCtx, job)
+				_, err := s.client.Repush(s.writeCtx, job)
 				return err
 			})
 			if err != nil {
@@ -129,10 +189,26 @@ func (s *Server) popDue(ctx context.Context, script *redis.Script, set string) (
 		return nil, err
 	}
 	defer conn.Close()
-	now := Score(s.cfg.Clock.Now())
-	b, err := redis.Bytes(script.Do(conn, set, now))
-	if errors.Is(err, redis.ErrNil) {
-		return nil, nil
+	for attempt := 0; ; attempt++ {
+		// As Enq#zpopbyscore: SCRIPT LOAD on first use, then EVALSHA, and
+		// load again on NOSCRIPT (a SCRIPT FLUSH or a restarted Redis).
+		// redigo's Script.Do would send EVALSHA and then a full EVAL.
+		if !s.scriptLoaded {
+			if err := script.Load(conn); err != nil {
+				return nil, err
+			}
+			s.scriptLoaded = true
+		}
+		now := Score(s.cfg.Clock.Now())
+		b, err := redis.Bytes(conn.Do("EVALSHA", script.Hash(), 1, set, now))
+		var re redis.Error
+		if errors.As(err, &re) && strings.HasPrefix(string(re), "NOSCRIPT") && attempt == 0 {
+			s.scriptLoaded = false
+			continue
+		}
+		if errors.Is(err, redis.ErrNil) {
+			return nil, nil
+		}
+		return b, err
 	}
-	return b, err
 }

@@ -109,7 +109,16 @@ func (s *Server) process(tid, queue string, raw []byte) {
 		return
 	}
 	w := &workItem{queue: queue, raw: raw, runAt: s.cfg.Clock.Now()}
+	s.workMu.RLock()
+	if s.abandoning {
+		// Fetched before the hard shutdown but not started: push it back
+		// as the shutdown did with the running jobs.
+		s.workMu.RUnlock()
+		s.requeue(queue, raw)
+		return
+	}
 	s.work.Store(tid, w)
+	s.workMu.RUnlock()
 	s.busy.Add(1)
 	defer func() {
 		s.work.Delete(tid)
@@ -173,7 +182,7 @@ func (s *Server) execute(ctx context.Context, job *Job, reg *registration) (err 
 // outage.
 func (s *Server) bury(payload []byte) {
 	err := s.withRetry(func(conn redis.Conn) error {
-		return sendToMorgue(s.hardCtx, conn, morgueParams{Payload: payload, Now: s.cfg.Clock.Now()})
+		return sendToMorgue(s.writeCtx, conn, morgueParams{Payload: payload, Now: s.cfg.Clock.Now()})
 	})
 	if err != nil {
 		s.log.Error().Err(err).Str("component", "processor").Bytes("payload", payload).

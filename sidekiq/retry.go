@@ -78,12 +78,8 @@ func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure 
 		msg.SetTime("failed_at", now, v)
 	}
 	msg.SetRetryCount(count)
-	if all, limit := msg.Backtrace(); all || limit > 0 {
-		lines := backtraceOf(failure)
-		if !all && limit < len(lines) {
-			lines = lines[:limit]
-		}
-		msg.SetErrorBacktrace(lines, v)
+	if bt, ok := msg.Get("backtrace"); ok && bt.Truthy() {
+		msg.SetErrorBacktrace(backtraceLines(bt, backtraceOf(failure)), v)
 	}
 
 	exhausted := count >= max
@@ -105,9 +101,13 @@ func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure 
 		if out != nil && out.hasDelay && out.retryIn > 0 {
 			delay, custom = out.retryIn, true
 		} else if reg != nil && reg.opts.RetryIn != nil {
-			d, decision := reg.opts.RetryIn(count, failure, msg)
+			d, decision := s.callRetryIn(reg, count, failure, msg)
 			switch decision {
 			case RetryDiscard:
+				// 8.0.7+ runs the death handlers; 8.0.8+ marks the job.
+				if v.AtLeast(8, 0, 8) {
+					msg.Set("discarded_at", rubyjson.IntValue(now.UnixMilli()))
+				}
 				return retryPlan{job: msg, died: v.AtLeast(8, 0, 7)}
 			case RetryKill:
 				kill = true
@@ -129,7 +129,7 @@ func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure 
 	// dead: false or the hook discards, then the death handlers.
 	toDead := msg.Dead()
 	if reg != nil && reg.opts.RetriesExhausted != nil {
-		if reg.opts.RetriesExhausted(s.hardCtx, msg, failure) == RetryDiscard {
+		if s.callRetriesExhausted(reg, msg, failure) == RetryDiscard {
 			toDead = false
 		}
 	}
@@ -137,6 +137,34 @@ func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure 
 		msg.Set("discarded_at", rubyjson.IntValue(now.UnixMilli()))
 	}
 	return retryPlan{payload: msg.Encode(), job: msg, toDead: toDead, died: true}
+}
+
+// callRetryIn calls the class's RetryIn hook. A panic in it is logged and
+// means the default delay, as Ruby rescues an error in sidekiq_retry_in
+// ("falling back to default").
+func (s *Server) callRetryIn(reg *registration, count int, failure error, msg *Job) (d time.Duration, dec RetryDecision) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error().Interface("panic", p).Str("jid", msg.JID()).Str("component", "retry").
+				Msg("retry_in hook panicked; falling back to the default delay")
+			d, dec = 0, RetryDefault
+		}
+	}()
+	return reg.opts.RetryIn(count, failure, msg)
+}
+
+// callRetriesExhausted calls the class's RetriesExhausted hook. A panic in
+// it is logged and ignored (the job still goes to the dead set), as Ruby
+// rescues an error in sidekiq_retries_exhausted.
+func (s *Server) callRetriesExhausted(reg *registration, msg *Job, failure error) (dec RetryDecision) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error().Interface("panic", p).Str("jid", msg.JID()).Str("component", "retry").
+				Msg("retries_exhausted hook panicked")
+			dec = RetryDefault
+		}
+	}()
+	return reg.opts.RetriesExhausted(s.hardCtx, msg, failure)
 }
 
 // jitter is Sidekiq's retry jitter: rand(10)*(count+1) up to 7.x,
@@ -174,12 +202,100 @@ func (s *Server) handleFailure(queue string, raw []byte, reg *registration, fail
 
 // errorMessage is exception.message.to_s[0, 10_000], scrubbed to UTF-8.
 func errorMessage(err error) string {
-	msg := strings.ToValidUTF8(err.Error(), "\uFFFD")
+	msg := scrub(err.Error())
 	if utf8.RuneCountInString(msg) > maxErrorMessage {
 		r := []rune(msg)
 		msg = string(r[:maxErrorMessage])
 	}
 	return msg
+}
+
+// scrub is Ruby's String#scrub for UTF-8: every maximal invalid subsequence
+// (a lone bad byte, or the valid start of a truncated sequence) becomes one
+// U+FFFD. strings.ToValidUTF8 would merge a run of them into one.
+func scrub(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r != utf8.RuneError || n > 1 {
+			b.WriteString(s[i : i+n])
+			i += n
+			continue
+		}
+		b.WriteRune(utf8.RuneError)
+		i += invalidPrefixLen(s[i:])
+	}
+	return b.String()
+}
+
+// invalidPrefixLen is the length of the maximal subpart of an ill-formed
+// UTF-8 sequence at the start of s (Unicode §3.9, as Ruby's scrub): the
+// longest prefix that could start a well-formed sequence, at least 1.
+func invalidPrefixLen(s string) int {
+	c := s[0]
+	var need int
+	lo, hi := byte(0x80), byte(0xBF)
+	switch {
+	case c >= 0xC2 && c <= 0xDF:
+		need = 1
+	case c == 0xE0:
+		need, lo = 2, 0xA0
+	case c >= 0xE1 && c <= 0xEC, c == 0xEE, c == 0xEF:
+		need = 2
+	case c == 0xED:
+		need, hi = 2, 0x9F
+	case c == 0xF0:
+		need, lo = 3, 0x90
+	case c >= 0xF1 && c <= 0xF3:
+		need = 3
+	case c == 0xF4:
+		need, hi = 3, 0x8F
+	default:
+		return 1
+	}
+	n := 1
+	for ; n <= need && n < len(s); n++ {
+		if s[n] < lo || s[n] > hi {
+			break
+		}
+		lo, hi = 0x80, 0xBF
+	}
+	return n
+}
+
+// backtraceLines applies the job's "backtrace" option as JobRetry does:
+// `true` keeps every line, any other truthy value v keeps
+// `lines[0...v.to_i]` (to_i of a string reads its leading integer, of a
+// float truncates; 0 keeps none, a negative count drops lines from the end).
+func backtraceLines(opt rubyjson.Value, lines []string) []string {
+	if b, ok := opt.Bool(); ok && b {
+		return lines
+	}
+	var n int64
+	switch opt.Kind() {
+	case rubyjson.Integer:
+		n, _ = opt.Int()
+	case rubyjson.Float:
+		f, _ := opt.Float()
+		n = int64(f)
+	case rubyjson.String:
+		str, _ := opt.Str()
+		n = rubyToI(str) // api.go
+	}
+	end := int64(len(lines))
+	if n >= 0 {
+		end = min(n, end)
+	} else {
+		end += n
+	}
+	if end <= 0 {
+		return []string{}
+	}
+	return lines[:end]
 }
 
 // backtraceOf returns the failure's stack lines, or one line naming where

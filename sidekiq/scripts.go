@@ -6,6 +6,17 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
+// The poller's zpopbyscore scripts pop the first member of a sorted set
+// whose score is at most now:
+//
+//	KEYS[1]: the sorted set (retry or schedule)
+//	ARGV[1]: now, float epoch seconds
+//	returns: the member, or nil when none is due
+//
+// The files hold exactly the text of Ruby's LUA_ZPOPBYSCORE heredoc
+// (lib/sidekiq/scheduled.rb, 6.4/7.0 and 7.1+), with no comment lines, so
+// that gojob's EVALSHA uses the same SHA1 as Ruby's and adds no script of
+// its own to the script cache.
 var (
 	//go:embed lua/zpopbyscore_6.lua
 	zpopByScore6Src string

@@ -187,12 +187,29 @@ type Server struct {
 	stopOne  sync.Once
 	hardCtx  context.Context // cancelled at hard shutdown
 	hardStop context.CancelFunc
-	state    atomic.Int32
-	wg       sync.WaitGroup // fetchers
-	bg       sync.WaitGroup // heartbeat, poller
-	done     chan struct{}  // closed when fully stopped
-	outage   outageLog
-	stopErr  error
+	// writeCtx bounds the writes that must not be lost (retry and dead
+	// entries, requeues, the poller's pushes): it outlives the hard
+	// shutdown and ends when Stop finishes or gives up.
+	writeCtx  context.Context
+	writeStop context.CancelFunc
+	// workMu orders starting a job against the hard shutdown's sweep of
+	// the running jobs: a job is either seen by the sweep or, once
+	// abandoning is set, pushed back instead of started.
+	workMu     sync.RWMutex
+	abandoning bool
+	state      atomic.Int32
+	wg         sync.WaitGroup // fetchers
+	bg         sync.WaitGroup // heartbeat, poller
+	done       chan struct{}  // closed when fully stopped
+	outage     outageLog
+	// pollAverage is 6.4's scaled poll interval, computed at the first
+	// poll and kept (only the poller goroutine uses it).
+	pollAverage time.Duration
+	// pollCalls counts 6.4's process_count calls (@count_calls).
+	pollCalls int
+	// scriptLoaded is whether the poller has sent SCRIPT LOAD.
+	scriptLoaded bool
+	stopErr      error
 }
 
 const (
@@ -253,19 +270,22 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	hard, cancel := context.WithCancel(context.Background())
+	writes, stopWrites := context.WithCancel(context.Background())
 	s := &Server{
-		api:      api,
-		cfg:      c,
-		log:      c.Logger,
-		client:   client,
-		handlers: map[string]*registration{},
-		identity: fmt.Sprintf("%s:%d:%s", c.Hostname, os.Getpid(), NewJID()[:12]),
-		fetchQ:   newFetchOrder(c.Queues),
-		quietCh:  make(chan struct{}),
-		stopCh:   make(chan struct{}),
-		hardCtx:  hard,
-		hardStop: cancel,
-		done:     make(chan struct{}),
+		api:       api,
+		cfg:       c,
+		log:       c.Logger,
+		client:    client,
+		handlers:  map[string]*registration{},
+		identity:  fmt.Sprintf("%s:%d:%s", c.Hostname, os.Getpid(), NewJID()[:12]),
+		fetchQ:    newFetchOrder(c.Queues, c.Version),
+		quietCh:   make(chan struct{}),
+		stopCh:    make(chan struct{}),
+		hardCtx:   hard,
+		hardStop:  cancel,
+		writeCtx:  writes,
+		writeStop: stopWrites,
+		done:      make(chan struct{}),
 	}
 	s.outage.log = &s.log
 	return s, nil
@@ -378,35 +398,70 @@ func (s *Server) Stop(ctx context.Context) error {
 	go func() { s.wg.Wait(); close(fetchersDone) }()
 	timer := time.NewTimer(s.cfg.ShutdownTimeout)
 	defer timer.Stop()
+	hard := true
 	select {
 	case <-fetchersDone:
+		hard = false
 	case <-timer.C:
 		s.log.Warn().Int64("busy", s.busy.Load()).Msg("shutdown timeout: requeueing unfinished jobs")
 	case <-ctx.Done():
 		s.log.Warn().Int64("busy", s.busy.Load()).Msg("shutdown cancelled: requeueing unfinished jobs")
 	}
-	s.hardStop()
 	// The caller's ctx may be spent by now; the requeue and the goodbye
 	// still get a few seconds of their own, since skipping them loses jobs.
 	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	stopWrites := context.AfterFunc(final, s.writeStop)
+	defer stopWrites()
+	// Give up the running jobs before cancelling their contexts: a handler
+	// that returns as soon as its context ends must find its job already
+	// abandoned (Ruby raises Sidekiq::Shutdown, which is never retried),
+	// not fail it into the retry set or, with retry: false, drop it.
+	items := s.abandonRunning()
+	s.hardStop()
 	var errs []error
-	if err := s.requeueUnfinished(final); err != nil {
+	if err := s.requeueUnfinished(items); err != nil {
 		errs = append(errs, err)
+	}
+	if hard {
+		// As manager.rb#hard_shutdown, give the fetchers up to 3 s: an
+		// idle one may still be in its 2 s BRPOP and receive a job (the
+		// requeued ones included), which it must push back before the
+		// process goes; a failure may still be writing its retry entry.
+		grace := time.NewTimer(hardShutdownGrace)
+		select {
+		case <-fetchersDone:
+		case <-grace.C:
+			s.log.Warn().Dur("waited", hardShutdownGrace).Msg("shutdown: some fetchers did not stop (a handler ignoring its cancelled context?); leaving them behind")
+		case <-final.Done():
+		}
+		grace.Stop()
 	}
 	s.bg.Wait()
 	if err := s.unregister(final); err != nil {
 		errs = append(errs, err)
 	}
+	s.writeStop()
 	s.stopErr = errors.Join(errs...)
 	close(s.done)
 	s.log.Info().Str("identity", s.identity).Msg("gojob stopped")
 	return s.stopErr
 }
 
-// requeueUnfinished pushes every job still running back to the right end of
-// its queue (Sidekiq's bulk_requeue), so it runs next.
-func (s *Server) requeueUnfinished(ctx context.Context) error {
+// hardShutdownGrace is how long Stop waits for the fetchers after a hard
+// shutdown: the BRPOP timeout plus a second (Ruby waits 3 s for its
+// processor threads).
+const hardShutdownGrace = (fetchTimeout + 1) * time.Second
+
+// abandonRunning marks every running job abandoned and returns them. From
+// now on a fetched job is pushed back instead of started. Ruby counts a job
+// killed at hard shutdown as processed and failed (Processor#stats' rescue
+// and ensure run when Sidekiq::Shutdown is raised in the thread), so gojob
+// counts them too.
+func (s *Server) abandonRunning() []*workItem {
+	s.workMu.Lock()
+	defer s.workMu.Unlock()
+	s.abandoning = true
 	var items []*workItem
 	s.work.Range(func(_, v any) bool {
 		w := v.(*workItem)
@@ -415,18 +470,40 @@ func (s *Server) requeueUnfinished(ctx context.Context) error {
 		}
 		return true
 	})
+	s.processed.Add(int64(len(items)))
+	s.failed.Add(int64(len(items)))
+	return items
+}
+
+// requeueUnfinished pushes the abandoned jobs back to the right end of their
+// queues, so they run next, as Sidekiq's bulk_requeue: one pipeline with one
+// `RPUSH queue:<q> job…` per queue. It retries through a Redis outage until
+// Stop's deadline.
+func (s *Server) requeueUnfinished(items []*workItem) error {
 	if len(items) == 0 {
 		return nil
 	}
-	conn, err := s.cfg.Pool.GetContext(ctx)
-	if err != nil {
-		return fmt.Errorf("sidekiq: requeue %d jobs: %w", len(items), err)
-	}
-	defer conn.Close()
+	var order []string
+	byQueue := map[string][]any{}
 	for _, w := range items {
-		conn.Send("RPUSH", QueueKey(w.queue), w.raw)
+		if _, ok := byQueue[w.queue]; !ok {
+			order = append(order, w.queue)
+		}
+		byQueue[w.queue] = append(byQueue[w.queue], w.raw)
 	}
-	if _, err := redis.DoContext(conn, ctx, ""); err != nil {
+	err := s.withRetry(func(conn redis.Conn) error {
+		for _, q := range order {
+			conn.Send("RPUSH", append([]any{QueueKey(q)}, byQueue[q]...)...)
+		}
+		replies, err := redis.Values(redis.DoContext(conn, s.writeCtx, ""))
+		for _, r := range replies {
+			if e, ok := r.(redis.Error); ok && err == nil {
+				err = e
+			}
+		}
+		return err
+	})
+	if err != nil {
 		for _, w := range items {
 			s.log.Error().Str("queue", w.queue).Bytes("payload", w.raw).Msg("could not requeue job at shutdown")
 		}

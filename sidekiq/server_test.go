@@ -372,10 +372,10 @@ func TestPollerMovesDueJobs(t *testing.T) {
 
 func TestFetchOrder(t *testing.T) {
 	t.Parallel()
-	f := newFetchOrder([]QueueWeight{{"a", 0}, {"b", 0}, {"a", 0}})
+	f := newFetchOrder([]QueueWeight{{"a", 0}, {"b", 0}, {"a", 0}}, Version6)
 	require.True(t, f.strict)
 	require.Equal(t, []any{"queue:a", "queue:b", fetchTimeout}, f.args(nil))
-	w := newFetchOrder([]QueueWeight{{"a", 3}, {"b", 1}})
+	w := newFetchOrder([]QueueWeight{{"a", 3}, {"b", 1}}, Version6)
 	require.False(t, w.strict)
 	first := map[any]int{}
 	r := newRand(1)
