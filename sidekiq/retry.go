@@ -85,7 +85,7 @@ func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure 
 	exhausted := count >= max
 	if rf, ok := msg.RetryFor(); ok && v.AtLeast(7, 1, 3) {
 		expired := false
-		if fa, ok := msg.FailedAt(); ok {
+		if fa, ok := failedAtFor(msg, v); ok {
 			expired = fa.Add(rf).Before(now)
 		}
 		if v.AtLeast(8, 1, 0) {
@@ -308,4 +308,23 @@ func backtraceOf(err error) []string {
 		}
 	}
 	return []string{"(go error without a stack trace: " + ErrorClassOf(err) + ")"}
+}
+
+// failedAtFor reads failed_at as the target version's JobRetry does: 8.x by
+// lexical type (integer = ms), 7.x always as seconds (`failed_at + rf <
+// Time.now.to_f`, spec §2.2), so gojob decides exactly as a 7.x process
+// would on the same payload.
+func failedAtFor(msg *Job, v Version) (time.Time, bool) {
+	if v.MillisecondTimestamps() {
+		return msg.FailedAt()
+	}
+	raw, ok := msg.Get("failed_at")
+	if !ok {
+		return time.Time{}, false
+	}
+	f, ok := raw.Float()
+	if !ok {
+		return time.Time{}, false
+	}
+	return FromEpochSeconds(f), true
 }

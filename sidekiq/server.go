@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -132,6 +133,12 @@ func (c *ServerConfig) withDefaults() *ServerConfig {
 	}
 	if out.Hostname == "" {
 		out.Hostname, _ = os.Hostname()
+	}
+	if out.Tag == "" && out.Version.AtLeast(8, 0, 0) {
+		// 8.0+ tags a non-Rails process with its directory's name.
+		if wd, err := os.Getwd(); err == nil {
+			out.Tag = filepath.Base(wd)
+		}
 	}
 	if out.Dial == nil && out.Pool != nil {
 		p := out.Pool

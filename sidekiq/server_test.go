@@ -3,6 +3,8 @@ package sidekiq
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -428,4 +430,31 @@ func TestServerStopWithSpentContextStillRequeues(t *testing.T) {
 	require.NoError(t, b.srv.Stop(ctx))
 	vals, _ := redis.Strings(b.conn.Do("LRANGE", "queue:default", 0, -1))
 	require.Equal(t, []string{raw}, vals)
+}
+
+func TestRetryForReadsFailedAtAsTheTargetDoes(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1795296600, 0)
+	zero := func(int) int { return 0 }
+	// An integer failed_at: 7.3 reads it as seconds (long expired), 8.x as
+	// milliseconds (1795296500000 ms = 100 s ago, within retry_for).
+	payload := `{"retry":true,"queue":"default","class":"X","args":[],"jid":"j","retry_for":3600,"retry_count":0,"failed_at":1795296500}`
+	s7 := &Server{cfg: (&ServerConfig{Version: Version7}).withDefaults(), hardCtx: context.Background()}
+	p7 := s7.planRetry("default", []byte(payload), &registration{}, errors.New("x"), now, zero)
+	require.False(t, p7.retryAt.IsZero(), "7.3: 1795296500 s + 3600 s is in the future")
+	payloadMS := `{"retry":true,"queue":"default","class":"X","args":[],"jid":"j","retry_for":60,"retry_count":0,"failed_at":1795296500000}`
+	p7ms := s7.planRetry("default", []byte(payloadMS), &registration{}, errors.New("x"), now, zero)
+	require.False(t, p7ms.retryAt.IsZero(), "7.3 reads ms as far-future seconds: never expires (as Ruby 7)")
+	s8 := &Server{cfg: (&ServerConfig{Version: Version8}).withDefaults(), hardCtx: context.Background()}
+	p8 := s8.planRetry("default", []byte(payloadMS), &registration{}, errors.New("x"), now, zero)
+	require.True(t, p8.toDead, "8.x: failed 100 s ago with retry_for 60 s: exhausted")
+}
+
+func TestDefaultTagPerVersion(t *testing.T) {
+	t.Parallel()
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	require.Equal(t, "", (&ServerConfig{Version: Version7}).withDefaults().Tag)
+	require.Equal(t, filepath.Base(wd), (&ServerConfig{Version: Version8}).withDefaults().Tag)
+	require.Equal(t, "mine", (&ServerConfig{Version: Version8, Tag: "mine"}).withDefaults().Tag)
 }
