@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -247,4 +248,26 @@ func TestUsageErrors(t *testing.T) {
 	require.Contains(t, errOut, "cannot reach Redis")
 	_, _, code = runCLI(t, "work", "-r", "ftp://x")
 	require.Equal(t, 2, code)
+}
+
+func TestDevFallsBackWhenDefaultPortIsTaken(t *testing.T) {
+	// Not parallel: see the note on runCLI (and it changes defaultDevAddr).
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	old := defaultDevAddr
+	defaultDevAddr = taken.Addr().String()
+	defer func() { defaultDevAddr = old }()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &safeBuffer{}
+	done := make(chan int)
+	go func() {
+		done <- Run(ctx, []string{"gojob", "dev", "--no-demo", "--log-level", "warn"}, out, io.Discard)
+	}()
+	waitUntil(t, "dev to print its URL", func() bool { return strings.Contains(out.String(), "listening on redis://") })
+	require.Contains(t, out.String(), "is in use")
+	require.NotContains(t, out.String(), "listening on redis://"+taken.Addr().String())
+	cancel()
+	require.Equal(t, 0, <-done)
 }

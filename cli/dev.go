@@ -14,6 +14,10 @@ import (
 	"github.com/gojob/gojob/sidekiq"
 )
 
+// defaultDevAddr is where `gojob dev` listens unless told otherwise: the
+// address Sidekiq and its Web UI use by default.
+var defaultDevAddr = "127.0.0.1:6379"
+
 func devCommand(o *options) *ucli.Command {
 	return &ucli.Command{
 		Name:  "dev",
@@ -25,7 +29,7 @@ the Sidekiq Web UI or any gojob command at the printed URL. Use --redis to
 run the worker and demo against a real Redis instead. --durable
 --durable-class '*' keeps durable rows in an SQLite file (gojob-durable.db).`,
 		Flags: append([]ucli.Flag{
-			&ucli.StringFlag{Name: "addr", Value: "127.0.0.1:6379", Usage: "address of the embedded server"},
+			&ucli.StringFlag{Name: "addr", Value: defaultDevAddr, Usage: "address of the embedded server (when the default is taken, a free port is used)"},
 			&ucli.StringFlag{Name: "redis", Aliases: []string{"r"}, Usage: "use this Redis instead of an embedded one"},
 			&ucli.StringSliceFlag{Name: "queue", Aliases: []string{"q"}, Usage: "queue to process, `NAME[,WEIGHT]` (default: default)"},
 			&ucli.IntFlag{Name: "concurrency", Aliases: []string{"c"}, Value: 5, Usage: "jobs run at once"},
@@ -47,7 +51,16 @@ run the worker and demo against a real Redis instead. --durable
 			if url == "" {
 				mr := miniredis.NewMiniRedis()
 				if err := mr.StartAddr(c.String("addr")); err != nil {
-					return ucli.Exit(fmt.Sprintf("cannot listen on %s: %v (is a Redis already there? use --addr 127.0.0.1:0 or --redis URL)", c.String("addr"), err), 3)
+					if c.IsSet("addr") {
+						return ucli.Exit(fmt.Sprintf("cannot listen on %s: %v (is a Redis already there? use --addr 127.0.0.1:0 or --redis URL)", c.String("addr"), err), 3)
+					}
+					// The default port is taken (often by a real Redis): use
+					// a free one rather than touch it.
+					fmt.Fprintf(c.App.Writer, "%s is in use (%v); using a free port instead\n", c.String("addr"), err)
+					mr = miniredis.NewMiniRedis()
+					if err := mr.StartAddr("127.0.0.1:0"); err != nil {
+						return ucli.Exit(fmt.Sprintf("cannot listen on 127.0.0.1: %v", err), 3)
+					}
 				}
 				defer mr.Close()
 				url = "redis://" + mr.Addr() + "/0"
