@@ -22,23 +22,38 @@ var ErrNotChild = errors.New("sidejob: not a child")
 var ErrAdopt = errors.New("sidejob: cannot adopt")
 
 // Children returns the job's children in the order of job:<id>:children.
+// As in Ruby (children maps each id through SideJob.find), an entry whose
+// job no longer exists is not a child: it is left out (Ruby maps it to nil).
 func (j *Job) Children(ctx context.Context) ([]Child, error) {
 	kv, err := redis.Strings(j.c.do(ctx, "HGETALL", j.key("children")))
 	if err != nil {
 		return nil, fmt.Errorf("sidejob: job %d children: %w", j.id, err)
 	}
 	out := make([]Child, 0, len(kv)/2)
+	var checks []cmd
 	for i := 0; i+1 < len(kv); i += 2 {
 		id, ok := rubyToI(kv[i+1])
 		if !ok {
 			continue
 		}
 		out = append(out, Child{Name: kv[i], Job: j.c.Job(id)})
+		checks = append(checks, command("SISMEMBER", KeyJobs, id))
 	}
-	return out, nil
+	replies, err := j.c.pipeline(ctx, checks...)
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: job %d children: %w", j.id, err)
+	}
+	live := out[:0]
+	for i, ch := range out {
+		if ok, _ := redis.Bool(replies[i], nil); ok {
+			live = append(live, ch)
+		}
+	}
+	return live, nil
 }
 
-// Child returns the child named name, or nil.
+// Child returns the child named name, or nil when there is none or its job
+// no longer exists (Ruby's child is SideJob.find of the child id).
 func (j *Job) Child(ctx context.Context, name string) (*Job, error) {
 	s, err := redis.String(j.c.do(ctx, "HGET", j.key("children"), name))
 	if errors.Is(err, redis.ErrNil) {
@@ -51,7 +66,12 @@ func (j *Job) Child(ctx context.Context, name string) (*Job, error) {
 	if !ok {
 		return nil, nil
 	}
-	return j.c.Job(id), nil
+	ch := j.c.Job(id)
+	exists, err := ch.Exists(ctx)
+	if err != nil || !exists {
+		return nil, err
+	}
+	return ch, nil
 }
 
 // Parent returns the job's parent, or nil when it has none or the parent
@@ -112,11 +132,13 @@ func (j *Job) checkAdopt(ctx context.Context, orphan *Job, name string) error {
 			return fmt.Errorf("%w: job %d is already a child of job %d", ErrAdopt, orphan.id, p.id)
 		}
 	}
-	used, err := redis.Bool(j.c.do(ctx, "HEXISTS", j.key("children"), name))
+	// As in Ruby (child(name) must be nil), a name whose job is gone is
+	// free again.
+	used, err := j.Child(ctx, name)
 	if err != nil {
-		return fmt.Errorf("sidejob: job %d adopt: %w", j.id, err)
+		return err
 	}
-	if used {
+	if used != nil {
 		return fmt.Errorf("%w: job %d already has a child named %q", ErrAdopt, j.id, name)
 	}
 	return nil

@@ -79,21 +79,24 @@ func (j *Job) Status(ctx context.Context) (string, error) {
 
 // SetStatus sets the status unconditionally (Ruby's public status=, a
 // GETSET) and publishes {"status": s} to the job channel when it changed,
-// unless the worker config has "status_publish": false.
+// unless the worker config has "status_publish": false. Like the gem's
+// status= (which calls check_exists), it fails with *JobNotFoundError when
+// the job does not exist, and then writes nothing.
 func (j *Job) SetStatus(ctx context.Context, s string) error {
 	_, err := j.setStatusIf(ctx, s, "any")
 	return err
 }
 
-// setStatusIf changes the status atomically when the current one matches
-// mode ("any", "in" or "notin") and list, and publishes a change. It reports
-// whether the status was written.
+// setStatusIf changes the status atomically when the job exists and its
+// current status matches mode ("any", "in" or "notin") and list, and
+// publishes a change. It reports whether the status was written; a job that
+// does not exist is a *JobNotFoundError (see ignoreGone).
 func (j *Job) setStatusIf(ctx context.Context, s, mode string, list ...string) (bool, error) {
 	conn, err := j.c.conn(ctx)
 	if err != nil {
 		return false, err
 	}
-	args := []any{j.key("status"), s, mode}
+	args := []any{j.key("status"), KeyJobs, s, j.id, mode}
 	for _, l := range list {
 		args = append(args, l)
 	}
@@ -103,12 +106,24 @@ func (j *Job) setStatusIf(ctx context.Context, s, mode string, list ...string) (
 		return false, fmt.Errorf("sidejob: job %d status %s: %w", j.id, s, err)
 	}
 	code, _ := redis.Int(reply[0], nil)
-	if code == 1 {
+	switch code {
+	case -2:
+		return false, &JobNotFoundError{ID: j.id}
+	case 1:
 		if err := j.publishStatus(ctx, s); err != nil {
 			return true, err
 		}
 	}
 	return code >= 0, nil
+}
+
+// ignoreGone drops a *JobNotFoundError: the middleware and the reaper leave
+// a job that was deleted under them alone.
+func ignoreGone(err error) error {
+	if errors.Is(err, ErrJobNotFound) {
+		return nil
+	}
+	return err
 }
 
 func (j *Job) publishStatus(ctx context.Context, s string) error {

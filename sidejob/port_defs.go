@@ -127,18 +127,9 @@ func (j *Job) setPorts(ctx context.Context, typ PortType, defs []PortDef) error 
 	if err != nil {
 		return err
 	}
-	var base []PortDef
-	if cfg != nil {
-		pv, _ := cfg.Get(typ.String() + "ports")
-		if base, err = portDefsFromJSON(pv); err != nil {
-			return fmt.Errorf("sidejob: job %d worker config: %w", j.id, err)
-		}
-	}
-	all := mergePortDefs(base, defs)
-	for _, d := range all {
-		if d.Name != "*" && !portNameRE.MatchString(d.Name) {
-			return fmt.Errorf("sidejob: invalid port name %q", d.Name)
-		}
+	all, values, err := resolvePorts(cfg, typ, defs)
+	if err != nil {
+		return fmt.Errorf("sidejob: job %d %sports: %w", j.id, typ, err)
 	}
 	setKey := j.key(typ.String() + "ports")
 	current, err := redis.Strings(j.c.do(ctx, "SMEMBERS", setKey))
@@ -154,11 +145,7 @@ func (j *Job) setPorts(ctx context.Context, typ PortType, defs []PortDef) error 
 		keep[d.Name] = true
 		names = append(names, d.Name)
 		if d.HasDefault {
-			v, err := toValue(d.Default)
-			if err != nil {
-				return fmt.Errorf("sidejob: port %s default: %w", d.Name, err)
-			}
-			defaults = append(defaults, d.Name, EncodeData(ctx, v))
+			defaults = append(defaults, d.Name, EncodeData(ctx, values[d.Name]))
 		}
 		if len(d.Channels) > 0 {
 			channels = append(channels, d.Name, channelsJSON(d.Channels))
@@ -189,4 +176,34 @@ func (j *Job) setPorts(ctx context.Context, typ PortType, defs []PortDef) error 
 		return fmt.Errorf("sidejob: job %d set %sports: %w", j.id, typ, err)
 	}
 	return nil
+}
+
+// resolvePorts returns the port set that setPorts writes: the ports of typ
+// in the worker config cfg (nil: none) merged with defs, every name checked
+// and every default converted (values, by port name). It writes nothing,
+// so Client.Queue can validate the ports before it allocates a job id.
+func resolvePorts(cfg *rubyjson.Map, typ PortType, defs []PortDef) ([]PortDef, map[string]rubyjson.Value, error) {
+	var base []PortDef
+	if cfg != nil {
+		pv, _ := cfg.Get(typ.String() + "ports")
+		var err error
+		if base, err = portDefsFromJSON(pv); err != nil {
+			return nil, nil, fmt.Errorf("worker config: %w", err)
+		}
+	}
+	all := mergePortDefs(base, defs)
+	values := map[string]rubyjson.Value{}
+	for _, d := range all {
+		if d.Name != "*" && !portNameRE.MatchString(d.Name) {
+			return nil, nil, fmt.Errorf("invalid port name %q", d.Name)
+		}
+		if d.HasDefault {
+			v, err := toValue(d.Default)
+			if err != nil {
+				return nil, nil, fmt.Errorf("port %s default: %w", d.Name, err)
+			}
+			values[d.Name] = v
+		}
+	}
+	return all, values, nil
 }

@@ -3,6 +3,7 @@ package sidejob
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -33,9 +34,10 @@ type QueueOpts struct {
 // timestamps and ports, is adopted by o.Parent, then Run moves it to queued
 // and pushes it to Sidekiq.
 //
-// Unlike the gem, the parent and name are checked before the id is
-// allocated, and a job whose adoption still fails is removed, so no orphan
-// is left behind (spec §10.2).
+// Unlike the gem, the parent, the name and the ports (names and defaults,
+// merged with the worker config) are checked before the id is allocated,
+// and a job whose adoption or port setup still fails (a concurrent adopt, a
+// Redis error) is removed again, so no orphan is left behind (spec §10.2).
 func (c *Client) Queue(ctx context.Context, queue, class string, o *QueueOpts) (*Job, error) {
 	if o == nil {
 		o = &QueueOpts{}
@@ -52,6 +54,12 @@ func (c *Client) Queue(ctx context.Context, queue, class string, o *QueueOpts) (
 		if args, err = rubyjson.FromGo(o.Args); err != nil {
 			return nil, fmt.Errorf("sidejob: queue %s args: %w", class, err)
 		}
+	}
+	if _, _, err := resolvePorts(cfg, InPort, o.Inports); err != nil {
+		return nil, fmt.Errorf("sidejob: queue %s inports: %w", class, err)
+	}
+	if _, _, err := resolvePorts(cfg, OutPort, o.Outports); err != nil {
+		return nil, fmt.Errorf("sidejob: queue %s outports: %w", class, err)
 	}
 	if o.Parent != nil {
 		if err := o.Parent.checkAdopt(ctx, nil, o.Name); err != nil {
@@ -75,18 +83,21 @@ func (c *Client) Queue(ctx context.Context, queue, class string, o *QueueOpts) (
 		command("SET", j.key("status"), StatusCompleted),
 		command("SET", j.key("created_at"), c.Timestamp()),
 		command("SET", j.key("created_by"), o.By)); err != nil {
+		j.discard(ctx, nil, "")
 		return nil, fmt.Errorf("sidejob: queue %s: %w", class, err)
 	}
 	if o.Parent != nil {
 		if err := o.Parent.Adopt(ctx, j, o.Name); err != nil {
-			j.purge(ctx)
+			j.discard(ctx, nil, "")
 			return nil, err
 		}
 	}
 	if err := j.SetInports(ctx, o.Inports); err != nil {
+		j.discard(ctx, o.Parent, o.Name)
 		return nil, err
 	}
 	if err := j.SetOutports(ctx, o.Outports); err != nil {
+		j.discard(ctx, o.Parent, o.Name)
 		return nil, err
 	}
 	if _, err := j.Run(ctx, &RunOpts{At: o.At}); err != nil {
@@ -95,11 +106,18 @@ func (c *Client) Queue(ctx context.Context, queue, class string, o *QueueOpts) (
 	return j, nil
 }
 
-// purge removes a job that was just created and failed to be adopted.
-func (j *Job) purge(ctx context.Context) {
-	j.c.multi(ctx,
-		command("SREM", KeyJobs, j.id),
-		command("DEL", j.key("worker"), j.key("status"), j.key("created_at"), j.key("created_by")))
+// discard removes a job that Queue created but could not finish setting up
+// (best effort: the error that made Queue fail is the one reported). When
+// parent is given, the job had been adopted under name: the parent's entry
+// is removed if it still names this job.
+func (j *Job) discard(ctx context.Context, parent *Job, name string) {
+	ctx = context.WithoutCancel(ctx)
+	if parent != nil {
+		if s, err := redis.String(j.c.do(ctx, "HGET", parent.key("children"), name)); err == nil && s == strconv.FormatInt(j.id, 10) {
+			j.c.do(ctx, "HDEL", parent.key("children"), name)
+		}
+	}
+	j.removeKeys(ctx)
 }
 
 // Queue creates a child job of j (JobMethods#queue): the same as

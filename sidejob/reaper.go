@@ -106,7 +106,7 @@ func (c *Client) Reap(ctx context.Context, p *ReapParams) (*ReapResult, error) {
 		}
 		j := c.Job(id)
 		ok, err := j.setStatusIf(ctx, StatusQueued, "in", StatusRunning)
-		if err != nil {
+		if err = ignoreGone(err); err != nil {
 			return res, err
 		}
 		if !ok {

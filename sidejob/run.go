@@ -1,9 +1,11 @@
 package sidejob
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -95,14 +97,9 @@ func (j *Job) sidekiqQueue(ctx context.Context, at time.Time) error {
 	if err != nil {
 		return fmt.Errorf("sidejob: job %d queue: %w", j.id, err)
 	}
-	conn, err := j.c.conn(ctx)
+	found, err := j.waitingInQueue(ctx, w.queue)
 	if err != nil {
 		return err
-	}
-	found, err := redis.Bool(findJIDScript.DoContext(ctx, conn, sidekiq.QueueKey(w.queue), j.id))
-	conn.Close()
-	if err != nil {
-		return fmt.Errorf("sidejob: job %d queue: %w", j.id, err)
 	}
 	if found {
 		return nil
@@ -135,6 +132,65 @@ func (j *Job) sidekiqQueue(ctx context.Context, at time.Time) error {
 		return fmt.Errorf("sidejob: job %d queue: %w", j.id, err)
 	}
 	return nil
+}
+
+// queuePageSize is the number of entries read per LRANGE by
+// waitingInQueue (Sidekiq::Queue#each reads pages of 50).
+const queuePageSize = 100
+
+// waitingInQueue reports whether an item with the job's jid waits in the
+// immediate list queue:<queue>, as Sidekiq::Queue#find_job does for the
+// gem's duplicate check (spec §2.2 step 5.2; the schedule set is not looked
+// at). Like Ruby, it scans client-side, a page at a time from the head, so
+// Redis is never blocked by a long queue. Items pushed meanwhile (LPUSH)
+// only shift entries towards the tail and items taken by workers (BRPOP)
+// leave from it, so no entry that stays in the list is skipped; a miss
+// (an entry removed from the middle during the scan) only costs a
+// duplicate push, which the middleware skips. The jid matches as a JSON
+// integer (or an integral float, as Ruby's Integer ==) or, unlike Ruby, as
+// a JSON string of the same digits (spec §10.6).
+func (j *Job) waitingInQueue(ctx context.Context, queue string) (bool, error) {
+	key := sidekiq.QueueKey(queue)
+	digits := strconv.FormatInt(j.id, 10)
+	plain := []byte(`"jid":` + digits)
+	quoted := []byte(`"jid":"` + digits + `"`)
+	conn, err := j.c.conn(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	for start := 0; ; start += queuePageSize {
+		items, err := redis.ByteSlices(redis.DoContext(conn, ctx, "LRANGE", key, start, start+queuePageSize-1))
+		if err != nil {
+			return false, fmt.Errorf("sidejob: job %d queue: %w", j.id, err)
+		}
+		for _, raw := range items {
+			if (bytes.Contains(raw, plain) || bytes.Contains(raw, quoted)) && itemHasJID(raw, j.id, digits) {
+				return true, nil
+			}
+		}
+		if len(items) < queuePageSize {
+			return false, nil
+		}
+	}
+}
+
+// itemHasJID reports whether the Sidekiq item raw has jid id (an integer,
+// an integral float, or the string digits).
+func itemHasJID(raw []byte, id int64, digits string) bool {
+	m, err := rubyjson.ParseObject(raw)
+	if err != nil {
+		return false
+	}
+	v, ok := m.Get("jid")
+	if !ok {
+		return false
+	}
+	if s, isStr := v.Str(); isStr {
+		return s == digits
+	}
+	n, isInt := v.Int()
+	return isInt && n == id
 }
 
 // Terminate asks the job to terminate (Job#terminate): unless it is already
@@ -212,12 +268,28 @@ func (j *Job) Delete(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	if err := j.removeKeys(ctx); err != nil {
+		return false, err
+	}
+	for _, ch := range children {
+		if _, err := ch.Job.Delete(ctx); err != nil {
+			return true, err
+		}
+	}
+	m := rubyjson.NewMap()
+	m.Set("deleted", rubyjson.BoolValue(true))
+	return true, j.c.Publish(ctx, JobChannel(j.id), rubyjson.ObjectValue(m))
+}
+
+// removeKeys removes the job from jobs and deletes its keys, port data and
+// aliases in one MULTI (the key removal of Job#delete).
+func (j *Job) removeKeys(ctx context.Context) error {
 	replies, err := j.c.pipeline(ctx,
 		command("SMEMBERS", j.key("inports")),
 		command("SMEMBERS", j.key("outports")),
 		command("SMEMBERS", j.key("aliases")))
 	if err != nil {
-		return false, fmt.Errorf("sidejob: delete job %d: %w", j.id, err)
+		return fmt.Errorf("sidejob: delete job %d: %w", j.id, err)
 	}
 	inports, _ := redis.Strings(replies[0], nil)
 	outports, _ := redis.Strings(replies[1], nil)
@@ -239,14 +311,7 @@ func (j *Job) Delete(ctx context.Context) (bool, error) {
 		cmds = append(cmds, command("HDEL", KeyAliases, a))
 	}
 	if _, err := j.c.multi(ctx, cmds...); err != nil {
-		return false, fmt.Errorf("sidejob: delete job %d: %w", j.id, err)
+		return fmt.Errorf("sidejob: delete job %d: %w", j.id, err)
 	}
-	for _, ch := range children {
-		if _, err := ch.Job.Delete(ctx); err != nil {
-			return true, err
-		}
-	}
-	m := rubyjson.NewMap()
-	m.Set("deleted", rubyjson.BoolValue(true))
-	return true, j.c.Publish(ctx, JobChannel(j.id), rubyjson.ObjectValue(m))
+	return nil
 }

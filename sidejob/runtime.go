@@ -216,7 +216,7 @@ func (rt *Runtime) runWorker(ctx context.Context, j *Job, w Worker, args []rubyj
 	// now, as the lock is held; any other status is left alone.
 	ok, err := j.setStatusIf(ctx, StatusRunning, "in", StatusQueued)
 	if err != nil {
-		return err
+		return ignoreGone(err)
 	}
 	if !ok {
 		st, err := j.Status(ctx)
@@ -237,15 +237,15 @@ func (rt *Runtime) runWorker(ctx context.Context, j *Job, w Worker, args []rubyj
 		// leaves it running for ever, spec §10.3). A job timeout
 		// (DeadlineExceeded) is an ordinary failure below.
 		_, err := j.setStatusIf(done, StatusQueued, "in", StatusRunning)
-		return errors.Join(fmt.Errorf("sidejob: job %d interrupted: %w", j.id, ctx.Err()), err)
+		return errors.Join(fmt.Errorf("sidejob: job %d interrupted: %w", j.id, ctx.Err()), ignoreGone(err))
 	}
 	switch {
 	case perr == nil:
 		_, err = j.setStatusIf(done, StatusCompleted, "in", StatusRunning)
-		return err
+		return ignoreGone(err)
 	case errors.Is(perr, ErrSuspended):
 		_, err = j.setStatusIf(done, StatusSuspended, "in", StatusRunning)
-		return err
+		return ignoreGone(err)
 	}
 	return rt.fail(done, j, perr, true, returnErrors)
 }
@@ -258,7 +258,7 @@ func (rt *Runtime) fail(ctx context.Context, j *Job, werr error, performed, retu
 	if performed {
 		keep = append(keep, StatusQueued)
 	}
-	if _, err := j.setStatusIf(ctx, StatusFailed, "notin", keep...); err != nil {
+	if _, err := j.setStatusIf(ctx, StatusFailed, "notin", keep...); ignoreGone(err) != nil {
 		return errors.Join(werr, err)
 	}
 	if returnErrors {
@@ -278,7 +278,7 @@ func (rt *Runtime) terminateWorker(ctx context.Context, j *Job, w Worker) error 
 			}
 		}
 	}
-	return j.SetStatus(ctx, StatusTerminated)
+	return ignoreGone(j.SetStatus(ctx, StatusTerminated))
 }
 
 // PanicError is a panic recovered from a worker; it fails the job like an

@@ -13,9 +13,5 @@ var (
 
 	//go:embed lua/set_status.lua
 	setStatusLua    string
-	setStatusScript = redis.NewScript(1, setStatusLua)
-
-	//go:embed lua/find_jid.lua
-	findJIDLua    string
-	findJIDScript = redis.NewScript(1, findJIDLua)
+	setStatusScript = redis.NewScript(2, setStatusLua)
 )
