@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/sidekiq"
@@ -55,46 +53,24 @@ func adminCommands() []*ucli.Command {
 }
 
 type adminEnv struct {
-	c    *ucli.Context
-	api  *sidekiq.API
-	pool *redis.Pool
-	out  io.Writer
-	json bool
+	*cmdEnv
+	api *sidekiq.API
 }
 
 func withAPI(f func(ctx context.Context, e *adminEnv) error) ucli.ActionFunc {
 	return func(c *ucli.Context) error {
-		pool, err := openPool(c.Context, c.String("redis"), 4)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		v := sidekiq.DefaultVersion
-		if c.IsSet("sidekiq-version") || c.String("sidekiq-version") != "" {
-			log := newLogger(c.App.ErrWriter, false, "warn")
-			if v, err = resolveVersion(c.Context, pool, c.String("sidekiq-version"), log); err != nil {
+		return withRedis(c, func(base *cmdEnv) error {
+			client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: base.pool, Version: base.version})
+			if err != nil {
 				return err
 			}
-		} else if dv, _, err := sidekiq.DetectVersion(c.Context, pool); err == nil {
-			v = dv
-		}
-		client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: v})
-		if err != nil {
-			return err
-		}
-		api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: pool, Version: v, Client: client})
-		if err != nil {
-			return err
-		}
-		return f(c.Context, &adminEnv{c: c, api: api, pool: pool, out: c.App.Writer, json: c.Bool("json")})
+			api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: base.pool, Version: base.version, Client: client})
+			if err != nil {
+				return err
+			}
+			return f(c.Context, &adminEnv{cmdEnv: base, api: api})
+		})
 	}
-}
-
-func (e *adminEnv) printJSON(v any) error {
-	enc := json.NewEncoder(e.out)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
 }
 
 func pushAction(ctx context.Context, e *adminEnv) error {

@@ -10,6 +10,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -178,4 +179,43 @@ func resolveVersion(ctx context.Context, pool *redis.Pool, flag string, log zero
 		return sidekiq.Version{}, ucli.Exit(err.Error(), 2)
 	}
 	return v, nil
+}
+
+// cmdEnv is what a command that talks to Redis works with: the parsed
+// flags, a pool, the wire format to write and where to print.
+type cmdEnv struct {
+	c       *ucli.Context
+	pool    *redis.Pool
+	version sidekiq.Version
+	out     io.Writer
+	json    bool
+}
+
+// withRedis opens the --redis pool, settles the wire format (the
+// --sidekiq-version flag when the command has one and it is set, otherwise
+// the oldest live process's) and runs f.
+func withRedis(c *ucli.Context, f func(e *cmdEnv) error) error {
+	pool, err := openPool(c.Context, c.String("redis"), 4)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	v := sidekiq.DefaultVersion
+	if flag := c.String("sidekiq-version"); flag != "" {
+		log := newLogger(c.App.ErrWriter, false, "warn")
+		if v, err = resolveVersion(c.Context, pool, flag, log); err != nil {
+			return err
+		}
+	} else if dv, _, err := sidekiq.DetectVersion(c.Context, pool); err == nil {
+		v = dv
+	}
+	return f(&cmdEnv{c: c, pool: pool, version: v, out: c.App.Writer, json: c.Bool("json")})
+}
+
+// printJSON prints v indented, without HTML escapes.
+func (e *cmdEnv) printJSON(v any) error {
+	enc := json.NewEncoder(e.out)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
 }

@@ -321,8 +321,7 @@ func printStatus(w io.Writer, st *durable.Status, asJSON bool) bool {
 }
 
 func printJSONTo(w io.Writer, v any) {
-	e := &adminEnv{out: w}
-	_ = e.printJSON(v)
+	_ = (&cmdEnv{out: w}).printJSON(v)
 }
 
 // durableWorkFlags are `gojob work`'s durable-job flags.

@@ -86,37 +86,20 @@ sidejob package and examples/sidejob-pipeline) with "work -q QUEUE".`,
 }
 
 type sjEnv struct {
-	c    *ucli.Context
-	sj   *sidejob.Client
-	pool *redis.Pool
-	out  io.Writer
-	json bool
+	*cmdEnv
+	sj *sidejob.Client
 }
 
 func withSideJob(f func(ctx context.Context, e *sjEnv) error) ucli.ActionFunc {
 	return func(c *ucli.Context) error {
-		pool, err := openPool(c.Context, c.String("redis"), 4)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		v := sidekiq.DefaultVersion
-		if dv, _, err := sidekiq.DetectVersion(c.Context, pool); err == nil {
-			v = dv
-		}
-		sj, err := sidejob.NewClient(&sidejob.Config{Pool: pool, Version: v})
-		if err != nil {
-			return err
-		}
-		return f(c.Context, &sjEnv{c: c, sj: sj, pool: pool, out: c.App.Writer, json: c.Bool("json")})
+		return withRedis(c, func(base *cmdEnv) error {
+			sj, err := sidejob.NewClient(&sidejob.Config{Pool: base.pool, Version: base.version})
+			if err != nil {
+				return err
+			}
+			return f(c.Context, &sjEnv{cmdEnv: base, sj: sj})
+		})
 	}
-}
-
-func (e *sjEnv) printJSON(v any) error {
-	enc := json.NewEncoder(e.out)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
 }
 
 // job resolves the n-th argument as a job id or alias.
