@@ -146,9 +146,11 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	v := s.cfg.Version
 	procd := s.processed.Swap(0)
 	fails := s.failed.Swap(0)
+	metrics := s.metrics.take() // nil for 6.x
 	restore := func() {
 		s.processed.Add(procd)
 		s.failed.Add(fails)
+		s.metrics.restore(metrics)
 	}
 	conn, err := s.cfg.Pool.GetContext(ctx)
 	if err != nil {
@@ -180,8 +182,13 @@ func (s *Server) heartbeat(ctx context.Context) error {
 			return fmt.Errorf("sidekiq: heartbeat: %w", err)
 		}
 	} else {
-		if procd != 0 || fails != 0 {
-			sendStats(conn, procd, fails, date)
+		// The stats pipeline, skipped when there is nothing to write, also
+		// carries the job metrics Ruby flushes on its :beat event (§7.8).
+		if procd != 0 || fails != 0 || metrics != nil {
+			if procd != 0 || fails != 0 {
+				sendStats(conn, procd, fails, date)
+			}
+			sendMetrics(conn, v, now, metrics)
 			if _, err := conn.Do(""); err != nil {
 				restore()
 				return fmt.Errorf("sidekiq: heartbeat stats: %w", err)
@@ -283,21 +290,24 @@ func (s *Server) Signal(sig string) {
 // server to stop.
 func (s *Server) StopRequested() <-chan struct{} { return s.stopCh }
 
-// unregister flushes the stats and removes the process from the registry
-// (spec §7.6): SREM processes, UNLINK the work hash. The identity hash
-// expires by itself.
+// unregister flushes the stats and the job metrics (7.0+) and removes the
+// process from the registry (spec §7.6): SREM processes, UNLINK the work
+// hash. The identity hash expires by itself.
 func (s *Server) unregister(ctx context.Context) error {
 	procd := s.processed.Swap(0)
 	fails := s.failed.Swap(0)
+	metrics := s.metrics.take()
 	conn, err := s.cfg.Pool.GetContext(ctx)
 	if err != nil {
 		return fmt.Errorf("sidekiq: unregister: %w", err)
 	}
 	defer conn.Close()
-	date := s.cfg.Clock.Now().UTC().Format("2006-01-02")
+	now := s.cfg.Clock.Now()
+	date := now.UTC().Format("2006-01-02")
 	if procd != 0 || fails != 0 {
 		sendStats(conn, procd, fails, date)
 	}
+	sendMetrics(conn, s.cfg.Version, now, metrics)
 	conn.Send("SREM", KeyProcesses, s.identity)
 	conn.Send("UNLINK", WorkKey(s.identity, s.cfg.Version))
 	if _, err := redis.DoContext(conn, ctx, ""); err != nil {

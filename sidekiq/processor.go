@@ -16,6 +16,9 @@ type workItem struct {
 	raw   []byte
 	runAt time.Time
 	state atomic.Int32 // workRunning, workFinished, workAbandoned
+	// class is the job's metrics class (`wrapped || class`), or "" when no
+	// metrics are kept for it (6.x target, or no handler).
+	class string
 }
 
 const (
@@ -108,7 +111,11 @@ func (s *Server) process(tid, queue string, raw []byte) {
 		s.bury(raw)
 		return
 	}
+	reg, _ := s.handlerFor(job)
 	w := &workItem{queue: queue, raw: raw, runAt: s.cfg.Clock.Now()}
+	if reg != nil && s.metrics != nil {
+		w.class = metricsClass(job)
+	}
 	s.workMu.RLock()
 	if s.abandoning {
 		// Fetched before the hard shutdown but not started: push it back
@@ -125,7 +132,6 @@ func (s *Server) process(tid, queue string, raw []byte) {
 		s.busy.Add(-1)
 	}()
 
-	reg, _ := s.handlerFor(job)
 	setProviderJobID(job)
 	ctx := s.hardCtx
 	var cancel context.CancelFunc
@@ -136,9 +142,16 @@ func (s *Server) process(tid, queue string, raw []byte) {
 	}
 	err = s.execute(ctx, job, reg)
 	cancel()
+	var took time.Duration
+	if w.class != "" {
+		took = s.cfg.Clock.Now().Sub(w.runAt)
+	}
 	if !w.finish() {
 		// Hard shutdown requeued it while it ran; whatever happened is moot.
 		return
+	}
+	if w.class != "" {
+		s.metrics.record(w.class, took, err != nil)
 	}
 	s.processed.Add(1)
 	if err == nil {

@@ -186,7 +186,8 @@ type Server struct {
 	processed atomic.Int64 // not yet flushed
 	failed    atomic.Int64
 	busy      atomic.Int64
-	work      sync.Map // tid string → *workItem
+	work      sync.Map    // tid string → *workItem
+	metrics   *jobMetrics // 7.0+ job metrics not yet flushed; nil for 6.x
 
 	quietCh  chan struct{} // closed when quiet (fetching stops)
 	quietOne sync.Once
@@ -286,6 +287,7 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 		handlers:  map[string]*registration{},
 		identity:  fmt.Sprintf("%s:%d:%s", c.Hostname, os.Getpid(), NewJID()[:12]),
 		fetchQ:    newFetchOrder(c.Queues, c.Version),
+		metrics:   newJobMetrics(c.Version),
 		quietCh:   make(chan struct{}),
 		stopCh:    make(chan struct{}),
 		hardCtx:   hard,
@@ -479,6 +481,12 @@ func (s *Server) abandonRunning() []*workItem {
 	})
 	s.processed.Add(int64(len(items)))
 	s.failed.Add(int64(len(items)))
+	for _, w := range items {
+		if w.class != "" {
+			// The metrics middleware sees Sidekiq::Shutdown too.
+			s.metrics.record(w.class, 0, true)
+		}
+	}
 	return items
 }
 
