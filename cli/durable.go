@@ -352,7 +352,9 @@ func durableNoPoll(c *ucli.Context) bool {
 // pushes and the poller's re-pushes), the server middleware on srv, and the
 // reconciler starts with leader election. Call it after every other client
 // middleware was added (the durable one must be last). stop ends the
-// reconciler and closes the databases.
+// reconciler, tries the row writes still waiting for a database once more
+// (logging those left) and closes the databases; call it after the server
+// stopped running jobs.
 func setupDurable(c *ucli.Context, srv *sidekiq.Server, client *sidekiq.Client, log zerolog.Logger) (stop func(), err error) {
 	noop := func() {}
 	if !c.Bool("durable") {
@@ -387,7 +389,12 @@ func setupDurable(c *ucli.Context, srv *sidekiq.Server, client *sidekiq.Client, 
 	srv.Use(d.ServerMiddleware(srv.Identity()))
 	log.Info().Strs("databases", d.Databases()).Int("classes", len(classes)).Msg("durable jobs enabled")
 	if durableNoPoll(c) {
-		return func() { d.Close() }, nil
+		return func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			stopDurableWrites(ctx, d, log)
+			d.Close()
+		}, nil
 	}
 	api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: client.Pool(), Version: client.Version(), Client: client,
 		DeathHandlers: srv.DeathHandlers()})
@@ -416,6 +423,15 @@ func setupDurable(c *ucli.Context, srv *sidekiq.Server, client *sidekiq.Client, 
 		if err := poller.Stop(ctx); err != nil {
 			log.Warn().Err(err).Str("component", "durable").Msg("stopping the reconciler")
 		}
+		stopDurableWrites(ctx, d, log)
 		d.Close()
 	}, nil
+}
+
+// stopDurableWrites tries the row writes still waiting for a database once
+// more; durable.Stop logs each one left at error level.
+func stopDurableWrites(ctx context.Context, d *durable.Durable, log zerolog.Logger) {
+	if err := d.Stop(ctx); err != nil {
+		log.Error().Err(err).Str("component", "durable").Msg("durable rows left to settle by hand (see the lines above)")
+	}
 }

@@ -22,6 +22,8 @@
 //	rec, _ := durable.NewReconciler(&durable.ReconcilerConfig{Durable: d, API: api})
 //	poller, _ := durable.NewPoller(&durable.PollerConfig{Reconciler: rec, Pool: pool, Identity: srv.Identity()})
 //	poller.Start(ctx)                                // one leader at a time, every 3 minutes
+//	…                                                // at shutdown, after the server stopped:
+//	poller.Stop(ctx); d.Stop(ctx); d.Close()         // Stop retries the writes an outage held back
 //
 // A long job calls Heartbeat(ctx) more often than its extension.
 // `gojob work --durable --durable-class CLASS[=EXT] --durable-db URL` does
@@ -43,6 +45,40 @@
 // that it does not outlive the job. The SQLite store (pure Go) keeps the
 // same columns with times as fixed-width UTC text, for one host without a
 // database server.
+//
+// # Outages
+//
+// A database can stop answering while a job whose row it holds runs. The
+// writes that finish a row, the success delete, the failure unlock with
+// the error record, and the removal of a stale copy (left in a database
+// that did not answer a push again of the job, which therefore wrote its
+// row to a later one, or in one that did not answer the lock of a job that
+// then completed), are then not lost: one that fails with a connection
+// error (or a timeout, or SQLite's busy) is kept in memory and retried in
+// the background, per database, with a backoff from 1 to 30 seconds, until
+// the database answers. One write is kept per row: a later write of the
+// same jid in the same database replaces it (but a delete or unlock does
+// not replace a pending removal of a stale copy; a push that writes the
+// row again cancels it), and every write of this process to a jid (a
+// push, a lock) first applies that jid's pending writes, so they land in
+// order. An SQL error drops the write (logged):
+// the database answered. The queue holds Config.MaxPendingWrites writes
+// (100,000); beyond that a write is dropped and logged at error level.
+// Durable.Stop, at shutdown (`gojob work` calls it), tries the queue once
+// more within its deadline and logs each write left at error level, with
+// jid and database, for an operator to delete the row by hand.
+//
+// The reconciler of the process that holds a pending write for a row
+// does not mark or kill that row: it tries the write again and leaves the
+// row for the next pass. Other processes cannot know of it. Their
+// reconcilers see the row only once the database answers them, and need
+// two passes at least an extension apart before they kill, while the
+// retry lands within 30 seconds of the database answering this process:
+// safe unless an extension is shorter than that, or a partition keeps
+// this process from a database that the other processes reach for longer
+// than an extension. The queue is in memory: a process that dies with
+// writes pending leaves their rows, which the reconciler then reports as
+// lost (as before this queue existed).
 //
 // # States of a row
 //
@@ -87,7 +123,8 @@
 //   - The success delete and the error unlock only apply to the lock the
 //     middleware took (locked_by and locked_at unchanged): a push of the
 //     same jid from inside the job (Amigo's retry helper) replaces the lock
-//     and its row survives the job's success.
+//     and its row survives the job's success. Retried after an outage
+//     (see Outages), they keep that condition.
 //   - A row's failure never stops a pass: an unknown class gets the
 //     default extension, an unreadable job_item_json is reported and left.
 //   - Lookups stream queues and sets by jid (stopping when all are found):

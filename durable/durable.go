@@ -56,8 +56,16 @@ type Config struct {
 	MaxConns int
 	// Clock is the time source. Default the system clock.
 	Clock clock.Clock
+	// MaxPendingWrites bounds the writes that finish jobs' rows (success
+	// delete, failure unlock, stale copy removal) kept in memory for retry
+	// while their database does not answer. Default
+	// DefaultMaxPendingWrites; beyond it a write is dropped and logged.
+	MaxPendingWrites int
 	// Logger receives the middleware's logs. Default: none.
 	Logger zerolog.Logger
+
+	// retryMin and retryMax bound the backoff of pending writes (tests).
+	retryMin, retryMax time.Duration
 }
 
 func (c *Config) withDefaults() *Config {
@@ -68,6 +76,9 @@ func (c *Config) withDefaults() *Config {
 	out.ConnectTimeout = cmp.Or(out.ConnectTimeout, 5*time.Second)
 	out.OpTimeout = cmp.Or(out.OpTimeout, 10*time.Second)
 	out.MaxConns = cmp.Or(out.MaxConns, 10)
+	out.MaxPendingWrites = cmp.Or(out.MaxPendingWrites, DefaultMaxPendingWrites)
+	out.retryMin = cmp.Or(out.retryMin, pendingRetryMin)
+	out.retryMax = max(cmp.Or(out.retryMax, pendingRetryMax), out.retryMin)
 	out.Clock = clock.Or(out.Clock)
 	return &out
 }
@@ -81,7 +92,7 @@ func (c *Config) validate() error {
 			return errors.New("durable: empty database URL")
 		}
 	}
-	if c.DefaultExtension < 0 || c.ConnectTimeout < 0 || c.OpTimeout < 0 || c.MaxConns < 0 {
+	if c.DefaultExtension < 0 || c.ConnectTimeout < 0 || c.OpTimeout < 0 || c.MaxConns < 0 || c.MaxPendingWrites < 0 {
 		return errors.New("durable: negative durations and limits are not allowed")
 	}
 	for class, ext := range c.Classes {
@@ -104,6 +115,7 @@ type Durable struct {
 	cfg    *Config
 	log    zerolog.Logger
 	stores []store
+	pend   *pendingWrites
 }
 
 // New opens the storage databases lazily: nothing is dialed until the
@@ -116,7 +128,7 @@ func New(cfg *Config) (*Durable, error) {
 		return nil, err
 	}
 	c := cfg.withDefaults()
-	d := &Durable{cfg: c, log: c.Logger}
+	d := &Durable{cfg: c, log: c.Logger, pend: newPendingWrites(c, c.Logger)}
 	for _, u := range c.URLs {
 		st, err := openStore(strings.TrimSpace(u), c)
 		if err != nil {
@@ -135,9 +147,26 @@ func openStore(u string, c *Config) (store, error) {
 	return openPostgres(u, c.Schema, c.Table, c)
 }
 
-// Close closes the databases.
+// Stop ends the background retry of the writes that finish jobs' rows
+// and failed because their database did not answer: it tries each once
+// more within ctx, logs those still pending at error level (jid, database,
+// write) for an operator to act on, and then returns an error wrapping
+// ErrPendingWrites. Writes that fail later are logged, not retried. Call
+// it at shutdown, after the server stopped running jobs and before Close.
+// The retry loop starts by itself when a write is first queued.
+func (d *Durable) Stop(ctx context.Context) error {
+	return d.pend.stop(ctx)
+}
+
+// Close stops the retry of pending writes as Stop does (bounded by
+// Config.OpTimeout) when Stop was not called, and closes the databases.
 func (d *Durable) Close() error {
 	var errs []error
+	if d.pend != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.OpTimeout)
+		errs = append(errs, d.pend.stop(ctx))
+		cancel()
+	}
 	for _, s := range d.stores {
 		errs = append(errs, s.close())
 	}
@@ -239,7 +268,9 @@ type InsertResult struct {
 // Insert upserts the job's row into the first database that accepts it:
 // assume_dead_at = run time + extension. A database that fails (connection
 // or SQL error) is skipped; when none accepts the row the error wraps
-// ErrNoDatabase.
+// ErrNoDatabase. For a push again of a job, the removal of a copy that an
+// earlier push may have left in a database that did not answer is retried
+// in the background (see Outages in the package doc).
 func (d *Durable) Insert(ctx context.Context, p *InsertParams) (*InsertResult, error) {
 	if p == nil || p.Job == nil {
 		return nil, errors.New("durable: insert: nil job")
@@ -273,17 +304,29 @@ func (d *Durable) Insert(ctx context.Context, p *InsertParams) (*InsertResult, e
 		MissingAt:    p.missingAt,
 	}
 	res := &InsertResult{AssumeDeadAt: micro(up.AssumeDeadAt)}
+	release := d.pend.settle(ctx, jid, d.stores)
+	defer release()
+	var unanswered []store
 	for i, s := range d.stores {
 		created, err := s.upsertCreated(ctx, up)
 		if err == nil {
 			res.Database = s.name()
-			if created && isRepush(job, now) {
+			// A removal pending here meant a later database holds the jid's
+			// row: this push made this row the current one instead.
+			replacedStale := d.pend.supersede(s, jid) == pendingRemove
+			if created && isRepush(job, now) || replacedStale {
 				d.removeStaleCopies(ctx, jid, d.stores[i+1:])
+			}
+			if isRepush(job, now) {
+				d.queueStaleRemovals(jid, unanswered)
 			}
 			return res, nil
 		}
 		if ctx.Err() != nil {
 			return res, fmt.Errorf("durable: insert %s: %w", jid, err)
+		}
+		if s.isConnError(err) {
+			unanswered = append(unanswered, s)
 		}
 		res.Skipped = append(res.Skipped, fmt.Errorf("%s: %w", s.name(), err))
 	}
@@ -309,11 +352,14 @@ func isRepush(job *sidekiq.Job, now time.Time) bool {
 // the first row it finds, and the reconciler would kill the completed job
 // from the stale copy. Only such re-pushes pay for these statements: a
 // first push, or a re-push that found its row in place, asks no other
-// database. Best effort: a database that fails keeps its copy.
+// database. A database that does not answer gets the removal queued for
+// retry; one that fails otherwise keeps its copy.
 func (d *Durable) removeStaleCopies(ctx context.Context, jid string, later []store) {
 	for _, s := range later {
 		removed, err := s.deleteJob(ctx, jid)
 		switch {
+		case err != nil && s.isConnError(err):
+			d.queueStaleRemovals(jid, []store{s})
 		case err != nil:
 			d.log.Warn().Err(err).Str("component", "durable").Str("database", s.name()).Str("jid", jid).
 				Msg("could not remove the stale durable row of a job pushed again")
@@ -324,22 +370,39 @@ func (d *Durable) removeStaleCopies(ctx context.Context, jid string, later []sto
 	}
 }
 
+// queueStaleRemovals queues the removal of a jid's rows in databases that
+// did not answer a push again of the job, which wrote its row to a later
+// one: a copy left there from an earlier push would outlive the job.
+func (d *Durable) queueStaleRemovals(jid string, unanswered []store) {
+	for _, s := range unanswered {
+		d.pend.add(&pendingWrite{st: s, jid: jid, kind: pendingRemove})
+		d.log.Warn().Str("component", "durable").Str("database", s.name()).Str("jid", jid).
+			Msg("a durable job pushed again may have a stale row in a database that does not answer; its removal is retried in the background")
+	}
+}
+
 // lockResult is where the server middleware found and locked a row.
 type lockResult struct {
 	st       store
 	lockedAt time.Time
-	// failed lists databases that could not be asked.
-	failed []error
+	// failed lists the databases that could not be asked, with their
+	// errors.
+	failed       []error
+	failedStores []store
 }
 
 // lockJob walks the databases in order and locks the row in the first one
-// that has it (Amigo's lock_job, in one UPDATE instead of SELECT+UPDATE).
+// that has it (Amigo's lock_job, in one UPDATE instead of SELECT+UPDATE),
+// after the jid's pending writes.
 func (d *Durable) lockJob(ctx context.Context, jid, identity string, now time.Time, ext time.Duration) *lockResult {
 	res := &lockResult{lockedAt: micro(now)}
+	release := d.pend.settle(ctx, jid, d.stores)
+	defer release()
 	for _, s := range d.stores {
 		found, err := s.lock(ctx, lockParams{JobID: jid, LockedBy: identity, LockedAt: now, AssumeDeadAt: now.Add(ext)})
 		if err != nil {
 			res.failed = append(res.failed, fmt.Errorf("%s: %w", s.name(), err))
+			res.failedStores = append(res.failedStores, s)
 			continue
 		}
 		if found {

@@ -197,6 +197,10 @@ type bundleOpts struct {
 	urls    []string
 	classes map[string]time.Duration
 	table   string
+	// configure adjusts the Config before New; prepare adjusts the Durable
+	// before Migrate.
+	configure func(*Config)
+	prepare   func(*Durable)
 }
 
 var testNow = time.Date(2026, 3, 4, 5, 6, 7, 123456000, time.UTC)
@@ -212,9 +216,16 @@ func setup(t *testing.T, o bundleOpts) *testBundle {
 	if o.table == "" {
 		o.table = uniqueTable()
 	}
-	d, err := New(&Config{URLs: o.urls, Table: o.table, Classes: o.classes, Clock: clk, Logger: log, ConnectTimeout: 2 * time.Second})
+	cfg := &Config{URLs: o.urls, Table: o.table, Classes: o.classes, Clock: clk, Logger: log, ConnectTimeout: 2 * time.Second}
+	if o.configure != nil {
+		o.configure(cfg)
+	}
+	d, err := New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { d.Close() })
+	if o.prepare != nil {
+		o.prepare(d)
+	}
 	ctx := context.Background()
 	if _, err := d.Migrate(ctx); err != nil {
 		// Unreachable databases in the list are expected by some tests;

@@ -125,8 +125,9 @@ type ReconcileCounts struct {
 	Marked int `json:"marked"`
 	// Killed jobs were missing twice and moved to the dead set.
 	Killed int `json:"killed"`
-	// Changed rows were modified by someone else during the check and left
-	// for the next pass.
+	// Changed rows were modified by someone else during the check, or have
+	// a write pending in this process (their job finished while their
+	// database did not answer), and were left for the next pass.
 	Changed int `json:"changed"`
 	// Failed rows could not be handled (see Errors).
 	Failed int `json:"failed"`
@@ -350,6 +351,14 @@ func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *D
 	// that missed the job (and after any slow failure notifier before it).
 	for _, rw := range rows {
 		if _, ok := p.pending[rw.JobID]; !ok {
+			continue
+		}
+		if r.d.pend.holds(ctx, st, rw.JobID) {
+			// The job finished in this process while the database did not
+			// answer; the write that settles its row is being retried.
+			dr.Changed++
+			r.log.Info().Str("component", "durable-reconciler").Str("jid", rw.JobID).Str("database", st.name()).
+				Msg("durable row not found in Redis but its job finished in this process; the row's write is pending, left alone")
 			continue
 		}
 		now := r.clock.Now()

@@ -34,8 +34,11 @@ type activeJob struct {
 //     job_item_json, then returns the error (or re-panics) so the retry
 //     logic runs as usual.
 //
-// With no row anywhere it logs an error and runs the job normally, as
-// Ruby does. identity is the process identity (Server.Identity()), the
+// A delete or unlock that fails because the database does not answer is
+// retried in the background until it does (see Outages in the package
+// doc). With no row anywhere it logs an error and runs the job normally,
+// as Ruby does; if a database could not be asked and the job succeeds,
+// the row is deleted there (retried likewise). identity is the process identity (Server.Identity()), the
 // locked_by value Ruby writes too. Add it early in the server chain so
 // that it sees the failures of the middleware after it.
 func (d *Durable) ServerMiddleware(identity string) sidekiq.ServerMiddleware {
@@ -56,10 +59,12 @@ func (d *Durable) ServerMiddleware(identity string) sidekiq.ServerMiddleware {
 				Msg("DurableJob: " + job.Class() + "[" + jid + "]: no row found in database")
 			err := next(ctx)
 			if err == nil && len(lr.failed) > 0 {
-				// The row may sit in a database that did not answer: remove it
-				// now if it is back, or the reconciler would report a job that
-				// completed.
-				d.deleteEverywhere(bg, jid)
+				// The row may sit in a database that could not be asked: remove
+				// it there now if it is back (later if it still does not
+				// answer), or the reconciler would report a job that completed.
+				// The databases that answered had no row: one there now comes
+				// from a push again during the job and is kept.
+				d.removeUnlockedRows(bg, jid, lr)
 			}
 			return err
 		}
@@ -80,8 +85,13 @@ func (d *Durable) ServerMiddleware(identity string) sidekiq.ServerMiddleware {
 			d.unlock(bg, a, job, err)
 			return err
 		}
-		deleted, derr := a.st.deleteLocked(bg, deleteLockedParams{JobID: jid, LockedBy: identity, LockedAt: a.lockedAt})
+		dp := deleteLockedParams{JobID: jid, LockedBy: identity, LockedAt: a.lockedAt}
+		deleted, derr := a.st.deleteLocked(bg, dp)
 		switch {
+		case derr != nil && a.st.isConnError(derr):
+			d.pend.add(&pendingWrite{st: a.st, jid: jid, kind: pendingDelete, del: dp})
+			d.log.Warn().Err(derr).Str("component", "durable").Str("database", a.st.name()).Str("jid", jid).
+				Msg("could not delete the durable row of a completed job: the database does not answer; retrying in the background")
 		case derr != nil:
 			d.log.Error().Err(derr).Str("component", "durable").Str("database", a.st.name()).Str("jid", jid).
 				Msg("could not delete the durable row of a completed job; the reconciler will report it as lost")
@@ -94,21 +104,35 @@ func (d *Durable) ServerMiddleware(identity string) sidekiq.ServerMiddleware {
 }
 
 func (d *Durable) unlock(ctx context.Context, a *activeJob, job *sidekiq.Job, failure error) {
-	_, err := a.st.unlock(ctx, unlockParams{
+	up := unlockParams{
 		JobID:        a.jid,
 		LockedBy:     a.identity,
 		LockedAt:     a.lockedAt,
 		AssumeDeadAt: d.cfg.Clock.Now().Add(a.ext),
 		ItemJSON:     errorItem(job, failure),
-	})
-	if err != nil {
+	}
+	_, err := a.st.unlock(ctx, up)
+	switch {
+	case err != nil && a.st.isConnError(err):
+		d.pend.add(&pendingWrite{st: a.st, jid: a.jid, kind: pendingUnlock, unl: up})
+		d.log.Warn().Err(err).Str("component", "durable").Str("database", a.st.name()).Str("jid", a.jid).
+			Msg("could not unlock the durable row of a failed job: the database does not answer; retrying in the background")
+	case err != nil:
 		d.log.Error().Err(err).Str("component", "durable").Str("database", a.st.name()).Str("jid", a.jid).
 			Msg("could not unlock the durable row of a failed job")
 	}
 }
 
-func (d *Durable) deleteEverywhere(ctx context.Context, jid string) {
-	for _, s := range d.stores {
-		_, _ = s.deleteJob(ctx, jid) // best effort; an unreachable database keeps its row
+// removeUnlockedRows deletes a completed job's row in the databases that
+// could not be asked for the lock; one that still does not answer gets
+// the delete queued for retry.
+func (d *Durable) removeUnlockedRows(ctx context.Context, jid string, lr *lockResult) {
+	for _, s := range lr.failedStores {
+		_, err := s.deleteJob(ctx, jid)
+		if err != nil && s.isConnError(err) {
+			d.pend.add(&pendingWrite{st: s, jid: jid, kind: pendingRemove})
+			d.log.Warn().Err(err).Str("component", "durable").Str("database", s.name()).Str("jid", jid).
+				Msg("could not delete the durable row of a job that completed without its lock: the database does not answer; retrying in the background")
+		}
 	}
 }
