@@ -265,9 +265,29 @@ func TestDevFallsBackWhenDefaultPortIsTaken(t *testing.T) {
 	go func() {
 		done <- Run(ctx, []string{"gojob", "dev", "--no-demo", "--log-level", "warn"}, out, io.Discard)
 	}()
-	waitUntil(t, "dev to print its URL", func() bool { return strings.Contains(out.String(), "listening on redis://") })
+	var url string
+	waitUntil(t, "dev to print its URL", func() bool {
+		for _, f := range strings.Fields(out.String()) {
+			if strings.HasPrefix(f, "redis://") {
+				url = f
+				return true
+			}
+		}
+		return false
+	})
 	require.Contains(t, out.String(), "is in use")
-	require.NotContains(t, out.String(), "listening on redis://"+taken.Addr().String())
+	require.NotContains(t, url, taken.Addr().String())
+	// Wait until the worker runs there before stopping it, so the stop
+	// does not race its startup.
+	pool, err := sidekiq.NewPool(url, nil)
+	require.NoError(t, err)
+	defer pool.Close()
+	conn := pool.Get()
+	defer conn.Close()
+	waitUntil(t, "the worker to register", func() bool {
+		n, _ := redis.Int(conn.Do("SCARD", "processes"))
+		return n == 1
+	})
 	cancel()
 	require.Equal(t, 0, <-done)
 }
