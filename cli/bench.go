@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -35,6 +36,7 @@ type BenchResult struct {
 	Jobs          int     `json:"jobs"`
 	Concurrency   int     `json:"concurrency"`
 	Fetch         string  `json:"fetch"`
+	FetchPipeline int     `json:"fetch_pipeline,omitempty"`
 	PushPerSec    float64 `json:"push_jobs_per_sec"`
 	Seconds       float64 `json:"seconds"`
 	JobsPerSec    float64 `json:"jobs_per_sec"`
@@ -43,6 +45,10 @@ type BenchResult struct {
 	LatencyP99ms  float64 `json:"pickup_latency_p99_ms"`
 	PeakRSSKB     int64   `json:"peak_rss_kb"`
 	RedisCalls    float64 `json:"redis_commands_per_job"`
+	// CPU time per job while draining: this process's (user+system) and
+	// the Redis server's (INFO cpu; it includes other clients' load).
+	CPUPerJobUS      float64 `json:"cpu_us_per_job"`
+	RedisCPUPerJobUS float64 `json:"redis_cpu_us_per_job,omitempty"`
 
 	RubySeconds    float64 `json:"ruby_seconds,omitempty"`
 	RubyJobsPerSec float64 `json:"ruby_jobs_per_sec,omitempty"`
@@ -70,6 +76,7 @@ It only touches its own keys, never flushes, and removes them when done.`,
 			&ucli.IntFlag{Name: "concurrency", Aliases: []string{"c"}, Value: 25, Usage: "server concurrency"},
 			&ucli.IntFlag{Name: "latency-jobs", Value: 500, Usage: "single pushes for the pickup latency"},
 			&ucli.StringFlag{Name: "fetch", Value: "brpop", Usage: "fetch mode: brpop (Sidekiq's BasicFetch) or batch (BLMPOP for idle slots, Redis 7+)"},
+			&ucli.IntFlag{Name: "fetch-pipeline", Value: sidekiq.DefaultFetchPipeline, Usage: "brpop fetch: BRPOPs pipelined per connection (1 = a connection per slot, as Ruby)"},
 			&ucli.BoolFlag{Name: "ruby", Usage: "also run Ruby Sidekiq 6.4.1 (Debian ruby-sidekiq) and print the ratio"},
 			&ucli.BoolFlag{Name: "redis-benchmark", Usage: "also run redis-benchmark -t rpop -c C and print the ratio"},
 			newJSONFlag(),
@@ -77,16 +84,14 @@ It only touches its own keys, never flushes, and removes them when done.`,
 		},
 		Action: func(c *ucli.Context) error {
 			n, conc := c.Int("jobs"), c.Int("concurrency")
+			var profile io.Writer
 			if f := c.String("cpuprofile"); f != "" {
 				out, err := os.Create(f)
 				if err != nil {
 					return err
 				}
 				defer out.Close()
-				if err := pprof.StartCPUProfile(out); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
+				profile = out
 			}
 			if n <= 0 || conc <= 0 {
 				return ucli.Exit("--jobs and --concurrency must be positive", 2)
@@ -100,7 +105,10 @@ It only touches its own keys, never flushes, and removes them when done.`,
 			if err != nil {
 				return ucli.Exit(err.Error(), 2)
 			}
-			res, err := runBench(c.Context, pool, n, conc, c.Int("latency-jobs"), mode)
+			if c.Int("fetch-pipeline") <= 0 {
+				return ucli.Exit("--fetch-pipeline must be at least 1", 2)
+			}
+			res, err := runBench(c.Context, pool, n, conc, c.Int("latency-jobs"), mode, c.Int("fetch-pipeline"), profile)
 			if err != nil {
 				return err
 			}
@@ -126,7 +134,7 @@ It only touches its own keys, never flushes, and removes them when done.`,
 	}
 }
 
-func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, mode sidekiq.FetchMode) (*BenchResult, error) {
+func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, mode sidekiq.FetchMode, pipeline int, profile io.Writer) (*BenchResult, error) {
 	queue := "gojob-bench-" + sidekiq.NewJID()[:8]
 	defer cleanupBench(pool, queue)
 	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: sidekiq.Version6})
@@ -134,6 +142,9 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 		return nil, err
 	}
 	res := &BenchResult{Jobs: n, Concurrency: conc, LatencySample: latencyJobs, Fetch: map[sidekiq.FetchMode]string{sidekiq.FetchBRPOP: "brpop", sidekiq.FetchBatch: "batch"}[mode]}
+	if mode == sidekiq.FetchBRPOP {
+		res.FetchPipeline = min(pipeline, conc)
+	}
 
 	pushStart := time.Now()
 	if err := pushBenchJobs(ctx, client, queue, n); err != nil {
@@ -149,7 +160,7 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{
 		Pool: pool, Queues: []sidekiq.QueueWeight{{Name: queue}}, Concurrency: conc,
 		Version: sidekiq.Version6, DisablePoller: true, Logger: zerolog.Nop(), Client: client,
-		ShutdownTimeout: 5 * time.Second, Fetch: mode,
+		ShutdownTimeout: 5 * time.Second, Fetch: mode, FetchPipeline: pipeline,
 	})
 	if err != nil {
 		return nil, err
@@ -170,6 +181,13 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 		return nil
 	})
 	cmdsBefore, _ := commandCount(pool)
+	redisCPUBefore, _ := redisCPU(pool)
+	cpuBefore := processCPU()
+	if profile != nil {
+		if err := pprof.StartCPUProfile(profile); err != nil {
+			return nil, err
+		}
+	}
 	start := time.Now()
 	if err := srv.Start(ctx); err != nil {
 		return nil, err
@@ -181,6 +199,13 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 		return nil, ctx.Err()
 	}
 	elapsed := time.Since(start)
+	if profile != nil {
+		pprof.StopCPUProfile()
+	}
+	res.CPUPerJobUS = float64((processCPU() - cpuBefore).Microseconds()) / float64(n)
+	if after, err := redisCPU(pool); err == nil && redisCPUBefore > 0 {
+		res.RedisCPUPerJobUS = (after - redisCPUBefore) * 1e6 / float64(n)
+	}
 	cmdsAfter, _ := commandCount(pool)
 	res.Seconds = elapsed.Seconds()
 	res.JobsPerSec = float64(n) / res.Seconds
@@ -265,6 +290,35 @@ func commandCount(pool *redis.Pool) (int64, error) {
 			}
 			v, _ := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
 			total += v
+		}
+	}
+	return total, nil
+}
+
+// processCPU returns the user+system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU returns the Redis server's used_cpu_sys + used_cpu_user in
+// seconds.
+func redisCPU(pool *redis.Pool) (float64, error) {
+	conn := pool.Get()
+	defer conn.Close()
+	info, err := redis.String(conn.Do("INFO", "cpu"))
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
 		}
 	}
 	return total, nil
@@ -376,13 +430,24 @@ func printBench(w io.Writer, r *BenchResult, asJSON bool) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(r)
 	}
-	fmt.Fprintf(w, "jobs:            %d at concurrency %d, fetch %s\n", r.Jobs, r.Concurrency, r.Fetch)
+	fetch := r.Fetch
+	if r.FetchPipeline > 0 {
+		fetch += fmt.Sprintf(" (up to %d pipelined per connection)", r.FetchPipeline)
+	}
+	fmt.Fprintf(w, "jobs:            %d at concurrency %d, fetch %s\n", r.Jobs, r.Concurrency, fetch)
 	fmt.Fprintf(w, "push:            %.0f jobs/s (bulk, 1000 per round trip)\n", r.PushPerSec)
 	fmt.Fprintf(w, "gojob:           %.0f jobs/s (%.2f s)\n", r.JobsPerSec, r.Seconds)
 	fmt.Fprintf(w, "pickup latency:  p50 %.2f ms, p99 %.2f ms (%d single pushes)\n", r.LatencyP50ms, r.LatencyP99ms, r.LatencySample)
 	fmt.Fprintf(w, "peak RSS:        %.1f MB\n", float64(r.PeakRSSKB)/1024)
 	if r.RedisCalls > 0 {
 		fmt.Fprintf(w, "redis commands:  %.3f per job while draining (all clients)\n", r.RedisCalls)
+	}
+	if r.CPUPerJobUS > 0 {
+		fmt.Fprintf(w, "cpu per job:     gojob %.1f µs", r.CPUPerJobUS)
+		if r.RedisCPUPerJobUS > 0 {
+			fmt.Fprintf(w, ", redis-server %.1f µs", r.RedisCPUPerJobUS)
+		}
+		fmt.Fprintln(w, " while draining")
 	}
 	if r.RubyJobsPerSec > 0 {
 		fmt.Fprintf(w, "ruby sidekiq:    %.0f jobs/s (%.2f s) → gojob is %.1fx\n", r.RubyJobsPerSec, r.RubySeconds, r.RubyRatio)

@@ -40,6 +40,7 @@ otherwise the last line of stderr is the error message) or --http CLASS=URL
 			&ucli.StringSliceFlag{Name: "exec", Usage: "run `CLASS=COMMAND` (sh -c) for each job of CLASS; repeat"},
 			&ucli.StringSliceFlag{Name: "http", Usage: "POST each job of CLASS to URL: `CLASS=URL`; repeat"},
 			&ucli.StringFlag{Name: "fetch", Value: "brpop", Usage: "brpop (Sidekiq's BasicFetch, default) or batch (one BLMPOP for all idle slots; Redis 7+; same loss on crash, far fewer round trips)"},
+			&ucli.IntFlag{Name: "fetch-pipeline", Value: sidekiq.DefaultFetchPipeline, Usage: "brpop fetch: idle slots whose BRPOPs share one connection, pipelined (1 = a connection per slot, as Ruby)"},
 			&ucli.DurationFlag{Name: "job-timeout", Usage: "cancel a job after this long (0 = never)"},
 			&ucli.IntFlag{Name: "max-retries", Value: 25, Usage: "retries for jobs with retry: true"},
 			&ucli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text"},
@@ -83,6 +84,7 @@ func serverConfigFromFlags(c *ucli.Context, log zerolog.Logger) (*sidekiq.Server
 		Labels:          c.StringSlice("label"),
 		JobTimeout:      c.Duration("job-timeout"),
 		MaxRetries:      c.Int("max-retries"),
+		FetchPipeline:   c.Int("fetch-pipeline"),
 		Logger:          log,
 	}
 	if c.IsSet("fetch") || c.String("fetch") != "" {
@@ -94,6 +96,9 @@ func serverConfigFromFlags(c *ucli.Context, log zerolog.Logger) (*sidekiq.Server
 	}
 	if cfg.Concurrency <= 0 {
 		return nil, ucli.Exit("--concurrency must be at least 1", 2)
+	}
+	if c.IsSet("fetch-pipeline") && cfg.FetchPipeline <= 0 {
+		return nil, ucli.Exit("--fetch-pipeline must be at least 1", 2)
 	}
 	for _, q := range c.StringSlice("queue") {
 		qw, err := sidekiq.ParseQueueWeight(q)

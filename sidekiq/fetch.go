@@ -83,44 +83,7 @@ func (f *fetchOrder) String() string {
 	return strings.Join(f.unique, ",") + " (weighted)"
 }
 
-// fetchLoop is one concurrency slot: it owns a connection, BRPOPs a job,
-// runs it, and repeats until the server is quiet.
-func (s *Server) fetchLoop(slot int) {
-	defer s.wg.Done()
-	r := newRand(uint64(slot))
-	tid := tidFor(slot)
-	fc := &fetchConn{s: s}
-	defer fc.close()
-	for {
-		if s.IsQuiet() || !fc.ready() {
-			return
-		}
-		reply, err := redis.ByteSlices(fc.conn.Do("BRPOP", s.fetchQ.args(r)...))
-		if errors.Is(err, redis.ErrNil) {
-			fc.ok() // timeout, nothing to do
-			continue
-		}
-		if err != nil {
-			if !fc.failed(err) {
-				return
-			}
-			continue
-		}
-		fc.ok()
-		if len(reply) != 2 {
-			continue
-		}
-		queue := QueueName(string(reply[0]))
-		if s.IsQuiet() {
-			// Fetched after we were told to stop: put it back (UnitOfWork#requeue).
-			s.requeue(queue, reply[1])
-			return
-		}
-		s.process(tid, queue, reply[1])
-	}
-}
-
-// fetchConn is a fetcher's dedicated connection and its reconnect policy.
+// fetchConn is a fetch connection and its reconnect policy.
 type fetchConn struct {
 	s     *Server
 	conn  redis.Conn

@@ -11,8 +11,10 @@ import (
 type FetchMode int
 
 const (
-	// FetchBRPOP is Sidekiq's BasicFetch: every concurrency slot blocks in
-	// its own `BRPOP queue:a queue:b … 2`. One round trip per job.
+	// FetchBRPOP is Sidekiq's BasicFetch: every idle concurrency slot has
+	// one `BRPOP queue:a queue:b … 2` in Redis, one BRPOP per job. The
+	// BRPOPs of up to ServerConfig.FetchPipeline slots share a connection
+	// as a pipeline (see fetch_pipe.go).
 	FetchBRPOP FetchMode = iota
 	// FetchBatch takes, in one `BLMPOP 2 n queue:a … RIGHT COUNT k`
 	// (Redis 7.0+), as many jobs as there are idle slots, from the first
@@ -150,8 +152,5 @@ func (s *Server) startFetchers() {
 		}
 		s.log.Warn().Msg("this Redis has no BLMPOP (Redis < 7.0): using BRPOP fetch")
 	}
-	for i := 0; i < s.cfg.Concurrency; i++ {
-		s.wg.Add(1)
-		go s.fetchLoop(i)
-	}
+	s.startBRPOPFetch()
 }

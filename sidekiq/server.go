@@ -61,8 +61,8 @@ func ParseQueueWeight(s string) (QueueWeight, error) {
 type ServerConfig struct {
 	// Pool is the Redis pool for everything but the fetchers. Required.
 	Pool *redis.Pool
-	// Dial opens the dedicated connections of the fetchers (one per
-	// concurrency slot). Default: Pool.DialContext / Pool.Dial.
+	// Dial opens the fetch connections, which are not pooled (see
+	// FetchPipeline). Default: Pool.DialContext / Pool.Dial.
 	Dial func(ctx context.Context) (redis.Conn, error)
 	// Queues to fetch from, in order, with optional weights (spec §4).
 	// Default: [default].
@@ -72,6 +72,12 @@ type ServerConfig struct {
 	Concurrency int
 	// Fetch selects BasicFetch's BRPOP (default) or batched BLMPOP.
 	Fetch FetchMode
+	// FetchPipeline is, in BRPOP mode, how many idle slots' BRPOPs one
+	// fetch connection carries at once, pipelined; the server opens
+	// ceil(Concurrency/FetchPipeline) fetch connections. 1 gives each slot
+	// its own connection and round trips, as Ruby does. Default
+	// DefaultFetchPipeline (8).
+	FetchPipeline int
 	// ShutdownTimeout bounds the wait for running jobs at stop (-t). Default
 	// 25 s.
 	ShutdownTimeout time.Duration
@@ -117,6 +123,9 @@ func (c *ServerConfig) withDefaults() *ServerConfig {
 	}
 	if out.Concurrency <= 0 {
 		out.Concurrency = 10
+	}
+	if out.FetchPipeline <= 0 {
+		out.FetchPipeline = DefaultFetchPipeline
 	}
 	if out.ShutdownTimeout <= 0 {
 		out.ShutdownTimeout = 25 * time.Second

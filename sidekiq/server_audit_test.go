@@ -51,7 +51,7 @@ func startMonitor(t *testing.T, rs *redistest.Server) *monitor {
 
 // lines returns the commands seen since the last call, each as the quoted
 // argument list MONITOR prints (`"rpush" "queue:default" "..."`), leaving
-// out the fetchers' BRPOP/BLMPOP polls.
+// out the fetchers' BRPOP/BLMPOP polls and their CLIENT ID/UNBLOCK.
 func (m *monitor) lines(t *testing.T) []string {
 	t.Helper()
 	m.n++
@@ -74,7 +74,8 @@ func (m *monitor) lines(t *testing.T) []string {
 			return out
 		}
 		lc := strings.ToLower(cmd)
-		if strings.HasPrefix(lc, `"brpop"`) || strings.HasPrefix(lc, `"blmpop"`) {
+		if strings.HasPrefix(lc, `"brpop"`) || strings.HasPrefix(lc, `"blmpop"`) ||
+			strings.HasPrefix(lc, `"client" "id"`) || strings.HasPrefix(lc, `"client" "unblock"`) {
 			continue
 		}
 		out = append(out, cmd)

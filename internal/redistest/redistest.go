@@ -60,6 +60,8 @@ type Options struct {
 	// TCP makes the server also listen on a free 127.0.0.1 port (Ruby and
 	// other processes in compat tests connect over TCP).
 	TCP bool
+	// Args are extra redis-server arguments ("--rename-command", "CLIENT", "").
+	Args []string
 }
 
 // Start starts a redis-server for t. It fails the test when redis-server is
@@ -89,6 +91,7 @@ func StartWith(t testing.TB, o Options) *Server {
 		"--save", "", "--appendonly", "no", "--dir", dir,
 		"--daemonize", "no", "--loglevel", "warning",
 	}
+	args = append(args, o.Args...)
 	s.cmd = exec.Command(bin, args...)
 	out, _ := s.cmd.StdoutPipe()
 	s.cmd.Stderr = s.cmd.Stdout

@@ -1,0 +1,358 @@
+package sidekiq
+
+import (
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// DefaultFetchPipeline is how many BRPOPs one fetch connection carries at
+// once unless ServerConfig.FetchPipeline says otherwise.
+const DefaultFetchPipeline = 8
+
+// fetchReplyTimeout bounds the wait for one BRPOP reply: the BRPOP timeout
+// plus a margin for a slow Redis. Replies of pipelined BRPOPs come at most
+// fetchTimeout apart (Redis only starts the next one's clock when the
+// previous one returns), so the bound holds for every reply of a round.
+// Ruby gives up after the BRPOP timeout plus its 1 s network timeout.
+const fetchReplyTimeout = (fetchTimeout + 5) * time.Second
+
+// The BRPOP fetch (FetchBRPOP) is Sidekiq's BasicFetch: every idle
+// concurrency slot has exactly one `BRPOP queue:a queue:b … 2` in Redis,
+// and a job is popped only for a slot that is free to run it, so a crash
+// loses what BasicFetch loses (the jobs being run) and nothing else.
+//
+// Ruby gives each processor thread its own round trips. gojob instead
+// carries the BRPOPs of up to FetchPipeline idle slots on one connection as
+// a pipeline: the slots hand their BRPOP to a pipe goroutine, which writes
+// all it has in one write and reads the replies in order. Redis sees the
+// same commands, one per job, but reads and answers several in one system
+// call each, which is where its time goes when jobs are small. With an
+// empty queue only the first BRPOP of a pipeline is blocked in Redis; the
+// next one starts when it returns (a push wakes it at once), so an idle
+// process polls less than Ruby's. When the server goes quiet, the pipelined
+// BRPOPs still waiting are ended at once with CLIENT UNBLOCK (a blocked
+// BRPOP that is unblocked pops nothing), so quiet and stop do not wait for
+// their timeouts.
+
+// fetchReq is one slot's BRPOP, answered on reply exactly once.
+type fetchReq struct {
+	args  []any
+	reply chan fetchReply // buffered 1
+}
+
+// fetchReply is a fetched job, or an empty reply (timeout, error, quiet).
+type fetchReply struct {
+	queue string
+	raw   []byte
+}
+
+// fetchPipes is the set of pipe goroutines and their connections.
+type fetchPipes struct {
+	s     *Server
+	reqs  chan *fetchReq // unbuffered: taken only by a pipe that answers it
+	depth int
+	// canUnblock is whether the pipes learn their CLIENT ID for UNBLOCK.
+	canUnblock bool
+	pipes      []*fetchPipe
+	live       sync.WaitGroup
+}
+
+// fetchPipe is one fetch connection.
+type fetchPipe struct {
+	fc fetchConn
+	// id is the connection's CLIENT ID (0: unknown, no UNBLOCK).
+	id atomic.Int64
+	// inflight is how many BRPOPs the connection has sent and not yet
+	// received a reply for.
+	inflight atomic.Int32
+}
+
+// startBRPOPFetch starts the slots and their pipes.
+func (s *Server) startBRPOPFetch() {
+	n := s.cfg.Concurrency
+	depth := min(s.cfg.FetchPipeline, n)
+	unblock := s.canUnblock()
+	if depth > 1 && !unblock {
+		// Without CLIENT UNBLOCK a quiet pipe would wait 2 s per pipelined
+		// BRPOP on an empty queue: use Ruby's layout instead.
+		s.log.Info().Str("component", "fetch").Msg("CLIENT ID/UNBLOCK not allowed on this Redis: one fetch connection per slot")
+		depth = 1
+	}
+	p := &fetchPipes{s: s, reqs: make(chan *fetchReq), depth: depth, canUnblock: unblock}
+	for i := 0; i < (n+depth-1)/depth; i++ {
+		fp := &fetchPipe{fc: fetchConn{s: s}}
+		p.pipes = append(p.pipes, fp)
+		p.live.Add(1)
+		s.wg.Add(1)
+		go p.run(fp)
+	}
+	for i := 0; i < n; i++ {
+		s.wg.Add(1)
+		go s.fetchLoop(i, p)
+	}
+	s.wg.Add(1)
+	go p.unblockAtQuiet()
+}
+
+// canUnblock asks Redis whether this client may use CLIENT ID and CLIENT
+// UNBLOCK (renamed commands and ACLs may forbid them). UNBLOCK of client 0,
+// which never exists, is a no-op. When Redis cannot be asked, it assumes
+// yes: the pipes find out for themselves and fall back to the timeouts.
+func (s *Server) canUnblock() bool {
+	conn, err := s.cfg.Pool.GetContext(s.writeCtx)
+	if err != nil {
+		return true
+	}
+	defer conn.Close()
+	conn.Send("CLIENT", "ID")
+	conn.Send("CLIENT", "UNBLOCK", 0)
+	replies, err := redis.Values(conn.Do(""))
+	if err != nil {
+		return true
+	}
+	for _, r := range replies {
+		if _, refused := r.(redis.Error); refused {
+			return false
+		}
+	}
+	return true
+}
+
+// fetchLoop is one concurrency slot: it BRPOPs a job through the pipes,
+// runs it, and repeats until the server is quiet.
+func (s *Server) fetchLoop(slot int, p *fetchPipes) {
+	defer s.wg.Done()
+	r := newRand(uint64(slot))
+	tid := tidFor(slot)
+	req := &fetchReq{reply: make(chan fetchReply, 1)}
+	for {
+		req.args = s.fetchQ.args(r)
+		select {
+		case p.reqs <- req:
+		case <-s.quietCh:
+			return
+		}
+		rep := <-req.reply
+		if rep.raw == nil {
+			continue // timeout, or an error the pipe is backing off from
+		}
+		if s.IsQuiet() {
+			// Fetched after we were told to stop: put it back (UnitOfWork#requeue).
+			s.requeue(rep.queue, rep.raw)
+			return
+		}
+		s.process(tid, rep.queue, rep.raw)
+	}
+}
+
+// run is one pipe: it gathers the BRPOPs of the waiting slots, sends them
+// in one write, hands out the replies as they come, and repeats.
+func (p *fetchPipes) run(fp *fetchPipe) {
+	s := p.s
+	defer s.wg.Done()
+	defer p.live.Done()
+	defer fp.fc.close()
+	batch := make([]*fetchReq, 0, p.depth)
+	for {
+		select {
+		case r := <-p.reqs:
+			batch = append(batch, r)
+		case <-s.quietCh:
+			return
+		}
+		if len(batch) < p.depth {
+			// Let the slots that were just answered finish their jobs
+			// and come back, so that they join this write.
+			runtime.Gosched()
+		}
+	gather:
+		for len(batch) < p.depth {
+			select {
+			case r := <-p.reqs:
+				batch = append(batch, r)
+			default:
+				break gather
+			}
+		}
+		answered, ok := 0, !s.IsQuiet() && p.ready(fp)
+		var err error
+		if ok {
+			answered, err = p.round(fp, batch)
+		}
+		// The answered slots may already be using their requests again.
+		for _, r := range batch[answered:] {
+			r.reply <- fetchReply{}
+		}
+		clear(batch)
+		batch = batch[:0]
+		if err != nil {
+			// A broken connection has lost the rest of the round's
+			// replies: a BRPOP that Redis answered and we did not read
+			// is lost, as a BasicFetch thread loses it when its
+			// connection dies.
+			ok = fp.fc.failed(err)
+		} else if ok {
+			fp.fc.ok()
+		}
+		if !ok {
+			return
+		}
+	}
+}
+
+// ready makes sure the pipe has a connection and knows its CLIENT ID. It
+// reports false when the server went quiet during an outage.
+func (p *fetchPipes) ready(fp *fetchPipe) bool {
+	for {
+		if !fp.fc.ready() {
+			return false
+		}
+		if !fp.fc.fresh || !p.canUnblock {
+			return true
+		}
+		id, err := redis.Int64(fp.fc.conn.Do("CLIENT", "ID"))
+		if err == nil {
+			fp.id.Store(id)
+			return true
+		}
+		var re redis.Error
+		if errors.As(err, &re) {
+			// CLIENT ID unknown (Redis < 5) or not allowed: no UNBLOCK
+			// at quiet, the pipelined BRPOPs end by their timeouts.
+			fp.id.Store(0)
+			p.s.log.Debug().Err(err).Str("component", "fetch").Msg("CLIENT ID refused; quiet waits for the BRPOP timeouts")
+			return true
+		}
+		if !fp.fc.failed(err) {
+			return false
+		}
+	}
+}
+
+// round sends the BRPOPs of batch in one write and answers each request as
+// its reply arrives. It returns how many it answered, in order (the caller
+// answers the rest), and the connection's or an error reply's error.
+func (p *fetchPipes) round(fp *fetchPipe, batch []*fetchReq) (int, error) {
+	conn := fp.fc.conn
+	var err error
+	for _, r := range batch {
+		if err = conn.Send("BRPOP", r.args...); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		fp.inflight.Store(int32(len(batch)))
+		err = conn.Flush()
+	}
+	var replyErr error
+	answered := 0
+	for err == nil && answered < len(batch) {
+		var v any
+		v, err = redis.ReceiveWithTimeout(conn, fetchReplyTimeout)
+		if err != nil {
+			break
+		}
+		fp.inflight.Add(-1)
+		rep, rerr := brpopReply(v)
+		if rerr != nil && replyErr == nil {
+			replyErr = rerr
+		}
+		batch[answered].reply <- rep
+		answered++
+	}
+	fp.inflight.Store(0)
+	if err == nil {
+		err = replyErr
+	}
+	return answered, err
+}
+
+// brpopReply reads a BRPOP reply: [key, job], nil on timeout, or an error
+// reply (a queue key that is not a list, say).
+func brpopReply(v any) (fetchReply, error) {
+	switch v := v.(type) {
+	case nil:
+		return fetchReply{}, nil
+	case redis.Error:
+		return fetchReply{}, v
+	case []any:
+		if len(v) == 2 {
+			key, ok1 := v[0].([]byte)
+			raw, ok2 := v[1].([]byte)
+			if ok1 && ok2 {
+				return fetchReply{queue: QueueName(string(key)), raw: raw}, nil
+			}
+		}
+	}
+	return fetchReply{}, errors.New("sidekiq: unexpected BRPOP reply")
+}
+
+// unblockInterval is how often, once quiet, the pipes' blocked BRPOPs are
+// ended with CLIENT UNBLOCK.
+const unblockInterval = 10 * time.Millisecond
+
+// unblockAtQuiet waits for quiet and then ends the BRPOPs still blocked in
+// Redis with CLIENT UNBLOCK (each returns nil, as on its timeout), until
+// every pipe has stopped.
+func (p *fetchPipes) unblockAtQuiet() {
+	s := p.s
+	defer s.wg.Done()
+	stopped := make(chan struct{})
+	go func() { p.live.Wait(); close(stopped) }()
+	select {
+	case <-s.quietCh:
+	case <-stopped:
+		return
+	}
+	t := time.NewTicker(unblockInterval)
+	defer t.Stop()
+	for {
+		var ids []any
+		for _, fp := range p.pipes {
+			if id := fp.id.Load(); id != 0 && fp.inflight.Load() > 0 {
+				ids = append(ids, id)
+			}
+		}
+		if len(ids) > 0 && !p.unblock(ids) {
+			<-stopped // not allowed: the BRPOPs end by their timeouts
+			return
+		}
+		select {
+		case <-t.C:
+		case <-stopped:
+			return
+		}
+	}
+}
+
+// unblock sends one CLIENT UNBLOCK per id in a pipeline. It reports false
+// when Redis refuses the command (the pipes then wait for their timeouts).
+func (p *fetchPipes) unblock(ids []any) bool {
+	conn, err := p.s.cfg.Pool.GetContext(p.s.writeCtx)
+	if err != nil {
+		return true // an outage: the pipes see it too
+	}
+	defer conn.Close()
+	for _, id := range ids {
+		conn.Send("CLIENT", "UNBLOCK", id)
+	}
+	if err := conn.Flush(); err != nil {
+		return true
+	}
+	for range ids {
+		if _, err := conn.Receive(); err != nil {
+			var re redis.Error
+			if errors.As(err, &re) {
+				p.s.log.Debug().Err(err).Str("component", "fetch").Msg("CLIENT UNBLOCK refused; quiet waits for the BRPOP timeouts")
+				return false
+			}
+			return true
+		}
+	}
+	return true
+}
