@@ -3,7 +3,9 @@ package rubyjson
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -24,7 +26,8 @@ const maxDepth = 100
 // their Integer/Float lexical type, objects keep their key order, a repeated
 // key keeps its first position and its last value.
 func Parse(data []byte) (Value, error) {
-	p := parser{data: data}
+	p := parser{data: data, sc: scratchPool.Get().(*scratch)}
+	defer p.sc.release()
 	p.skipSpace()
 	v, err := p.value(0)
 	if err != nil {
@@ -53,6 +56,7 @@ func ParseObject(data []byte) (*Map, error) {
 type parser struct {
 	data []byte
 	pos  int
+	sc   *scratch
 }
 
 func (p *parser) errorf(format string, args ...any) error {
@@ -116,20 +120,48 @@ func (p *parser) literal(word string, v Value) (Value, error) {
 	return v, nil
 }
 
+// scratch holds the members of the objects and arrays being parsed, as a
+// stack: a nested value pushes above its parent's members and pops them
+// when it is done. Each finished object or array is then copied out at its
+// exact size, one allocation instead of one per doubling.
+type scratch struct {
+	keys []string
+	vals []Value
+}
+
+var scratchPool = sync.Pool{New: func() any { return &scratch{} }}
+
+// maxPooledScratch bounds the scratch kept for reuse.
+const maxPooledScratch = 1024
+
+func (sc *scratch) release() {
+	if cap(sc.vals) > maxPooledScratch || cap(sc.keys) > maxPooledScratch {
+		return
+	}
+	clear(sc.keys[:cap(sc.keys)])
+	clear(sc.vals[:cap(sc.vals)])
+	sc.keys, sc.vals = sc.keys[:0], sc.vals[:0]
+	scratchPool.Put(sc)
+}
+
 func (p *parser) object(depth int) (Value, error) {
 	p.pos++ // {
-	m := &Map{}
 	p.skipSpace()
 	if p.pos < len(p.data) && p.data[p.pos] == '}' {
 		p.pos++
-		return Value{kind: Object, obj: m}, nil
+		return Value{kind: Object, obj: &Map{}}, nil
 	}
+	sc := p.sc
+	kb, vb := len(sc.keys), len(sc.vals)
+	// big takes over from the scratch once the object has more keys than
+	// a linear search should look through.
+	var big *Map
 	for {
 		p.skipSpace()
 		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
 			return Value{}, p.errorf("expected an object key")
 		}
-		k, err := p.str()
+		k, err := p.key()
 		if err != nil {
 			return Value{}, err
 		}
@@ -143,7 +175,23 @@ func (p *parser) object(depth int) (Value, error) {
 		if err != nil {
 			return Value{}, err
 		}
-		m.Set(k, v)
+		switch {
+		case big != nil:
+			big.Set(k, v)
+		default:
+			// A repeated key keeps its first position and its last value.
+			if i := indexOf(sc.keys[kb:], k); i >= 0 {
+				sc.vals[vb+i] = v
+				break
+			}
+			sc.keys = append(sc.keys, k)
+			sc.vals = append(sc.vals, v)
+			if len(sc.keys)-kb > indexThreshold {
+				big = &Map{keys: slices.Clone(sc.keys[kb:]), vals: slices.Clone(sc.vals[vb:])}
+				big.buildIndex()
+				sc.keys, sc.vals = sc.keys[:kb], sc.vals[:vb]
+			}
+		}
 		p.skipSpace()
 		if p.pos >= len(p.data) {
 			return Value{}, p.errorf("unexpected end of input in object")
@@ -154,27 +202,41 @@ func (p *parser) object(depth int) (Value, error) {
 		}
 		if p.data[p.pos] == '}' {
 			p.pos++
-			return Value{kind: Object, obj: m}, nil
+			if big == nil {
+				big = &Map{keys: slices.Clone(sc.keys[kb:]), vals: slices.Clone(sc.vals[vb:])}
+				sc.keys, sc.vals = sc.keys[:kb], sc.vals[:vb]
+			}
+			return Value{kind: Object, obj: big}, nil
 		}
 		return Value{}, p.errorf("expected ',' or '}'")
 	}
 }
 
+func indexOf(keys []string, k string) int {
+	for i, key := range keys {
+		if key == k {
+			return i
+		}
+	}
+	return -1
+}
+
 func (p *parser) array(depth int) (Value, error) {
 	p.pos++ // [
-	arr := []Value{}
 	p.skipSpace()
 	if p.pos < len(p.data) && p.data[p.pos] == ']' {
 		p.pos++
-		return Value{kind: Array, arr: arr}, nil
+		return Value{kind: Array, arr: []Value{}}, nil
 	}
+	sc := p.sc
+	vb := len(sc.vals)
 	for {
 		p.skipSpace()
 		v, err := p.value(depth)
 		if err != nil {
 			return Value{}, err
 		}
-		arr = append(arr, v)
+		sc.vals = append(sc.vals, v)
 		p.skipSpace()
 		if p.pos >= len(p.data) {
 			return Value{}, p.errorf("unexpected end of input in array")
@@ -185,10 +247,51 @@ func (p *parser) array(depth int) (Value, error) {
 		}
 		if p.data[p.pos] == ']' {
 			p.pos++
+			arr := slices.Clone(sc.vals[vb:])
+			sc.vals = sc.vals[:vb]
 			return Value{kind: Array, arr: arr}, nil
 		}
 		return Value{}, p.errorf("expected ',' or ']'")
 	}
+}
+
+// knownKeys are the keys of Sidekiq and ActiveJob payloads. An object key
+// that is one of them reuses the constant instead of allocating a string.
+var knownKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{
+		"class", "args", "retry", "queue", "jid", "created_at", "enqueued_at",
+		"at", "bid", "tags", "wrapped", "retry_count", "retried_at", "failed_at",
+		"error_message", "error_class", "error_backtrace", "backtrace", "dead",
+		"retry_for", "retry_queue", "discarded_at", "lock_until", "unique_for",
+		"provider_job_id", "job_class", "job_id", "queue_name", "priority",
+		"arguments", "executions", "exception_executions", "locale", "timezone",
+		"enqueued_at", "scheduled_at", "_aj_symbol_keys", "_aj_ruby2_keywords",
+		"_aj_globalid", "_aj_serialized", "_aj_hash_with_indifferent_access",
+		"cattr", "trace_propagation_headers",
+	} {
+		m[k] = k
+	}
+	return m
+}()
+
+// key reads an object key starting at the opening quote.
+func (p *parser) key() (string, error) {
+	start := p.pos + 1
+	for i := start; i < len(p.data); i++ {
+		c := p.data[i]
+		if c == '"' {
+			if k, ok := knownKeys[string(p.data[start:i])]; ok {
+				p.pos = i + 1
+				return k, nil
+			}
+			break
+		}
+		if c == '\\' || c < 0x20 {
+			break
+		}
+	}
+	return p.str()
 }
 
 // str reads a string starting at the opening quote.
@@ -375,5 +478,9 @@ func parseNumber(data []byte, pos int) (Value, int, error) {
 		// write it. Keep the text so nothing is lost.
 		return Value{kind: Float, s: text}, pos, nil
 	}
-	return Value{kind: Float, s: FormatFloat(f)}, pos, nil
+	var buf [32]byte
+	if out := AppendFloat(buf[:0], f); string(out) != text {
+		text = string(out)
+	}
+	return Value{kind: Float, s: text}, pos, nil
 }

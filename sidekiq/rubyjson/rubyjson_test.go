@@ -1,6 +1,8 @@
 package rubyjson
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -78,4 +80,32 @@ func TestMapOrder(t *testing.T) {
 	require.True(t, ok)
 	i, _ := v.Int()
 	require.EqualValues(t, 28, i)
+}
+
+// The decoder builds objects and arrays on a shared scratch stack: nested
+// values, repeated keys before and after an object grows past the linear
+// search, escaped known keys and a failed parse must not mix members up.
+func TestParseNestingAndRepeatedKeys(t *testing.T) {
+	t.Parallel()
+	var big strings.Builder
+	var want strings.Builder
+	big.WriteString(`{"k0":0,"k1":[1,[2,{"x":[3]}],{}],`)
+	want.WriteString(`{"k0":"last0","k1":[1,[2,{"x":[3]}],{}],`)
+	for i := 2; i < 30; i++ {
+		fmt.Fprintf(&big, `"k%d":{"a":%d,"b":[%d,{"a":1,"a":2}]},`, i, i, i)
+		fmt.Fprintf(&want, `"k%d":{"a":%d,"b":[%d,{"a":2}]},`, i, i, i)
+	}
+	big.WriteString(`"k0":"last0","k5":"last5","cl\u0061ss":"X","class":"Y"}`)
+	got, err := Parse([]byte(big.String()))
+	require.NoError(t, err)
+	exp := strings.Replace(want.String(), `"k5":{"a":5,"b":[5,{"a":2}]}`, `"k5":"last5"`, 1) + `"class":"Y"}`
+	require.Equal(t, exp, string(got.Encode()))
+
+	for _, in := range []string{`{"a":[1,2,{"b":[3`, `[[1,2],[3,{"c":`, `{"class":"A","args":[1,2,}`} {
+		_, err := Parse([]byte(in))
+		require.Error(t, err, in)
+	}
+	v, err := Parse([]byte(`[[1,2],{"class":"A","args":[3]},[]]`))
+	require.NoError(t, err)
+	require.Equal(t, `[[1,2],{"class":"A","args":[3]},[]]`, string(v.Encode()))
 }
