@@ -96,6 +96,9 @@ It only touches its own keys, never flushes, and removes them when done.`,
 			if n <= 0 || conc <= 0 {
 				return ucli.Exit("--jobs and --concurrency must be positive", 2)
 			}
+			if c.Int("fetch-pipeline") <= 0 {
+				return ucli.Exit("--fetch-pipeline must be at least 1", 2)
+			}
 			pool, err := openPool(c.Context, c.String("redis"), 0)
 			if err != nil {
 				return err
@@ -104,9 +107,6 @@ It only touches its own keys, never flushes, and removes them when done.`,
 			mode, err := sidekiq.ParseFetchMode(c.String("fetch"))
 			if err != nil {
 				return ucli.Exit(err.Error(), 2)
-			}
-			if c.Int("fetch-pipeline") <= 0 {
-				return ucli.Exit("--fetch-pipeline must be at least 1", 2)
 			}
 			res, err := runBench(c.Context, pool, n, conc, c.Int("latency-jobs"), mode, c.Int("fetch-pipeline"), profile)
 			if err != nil {

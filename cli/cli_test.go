@@ -230,6 +230,9 @@ func TestBenchSmall(t *testing.T) {
 	require.Greater(t, r.JobsPerSec, 0.0)
 	require.InDelta(t, 1.0, r.RedisCalls, 0.1) // one BRPOP per job
 	require.Equal(t, 20, r.LatencySample)
+	require.Equal(t, 4, r.FetchPipeline) // min(default 8, -c 4)
+	require.Greater(t, r.CPUPerJobUS, 0.0)
+	require.Greater(t, r.RedisCPUPerJobUS, 0.0)
 	// It cleaned up after itself.
 	conn, err := srv.Dial()
 	require.NoError(t, err)
@@ -248,6 +251,11 @@ func TestUsageErrors(t *testing.T) {
 	require.Contains(t, errOut, "cannot reach Redis")
 	_, _, code = runCLI(t, "work", "-r", "ftp://x")
 	require.Equal(t, 2, code)
+	_, errOut, code = runCLI(t, "work", "-r", "redis://127.0.0.1:1/0", "--fetch-pipeline", "0")
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "--fetch-pipeline")
+	_, errOut, code = runCLI(t, "bench", "-r", "redis://127.0.0.1:1/0", "--fetch-pipeline", "0")
+	require.Equal(t, 2, code, errOut)
 }
 
 func TestDevFallsBackWhenDefaultPortIsTaken(t *testing.T) {

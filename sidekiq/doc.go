@@ -8,7 +8,9 @@
 //   - Job: one payload. It keeps every key, in order, and re-encodes to the
 //     bytes Ruby's JSON.generate writes (package rubyjson).
 //   - Client: Push, PushBulk, scheduled pushes, client middleware.
-//   - Server: fetch (BRPOP, or opt-in batched BLMPOP), execution with server
+//   - Server: fetch (BasicFetch's BRPOP, one per job, with the BRPOPs of
+//     idle slots pipelined on shared connections; or opt-in batched
+//     BLMPOP), execution with server
 //     middleware, the retry algorithm of the target version, the dead set,
 //     the scheduled/retry poller, heartbeat, signals, graceful shutdown.
 //   - API: Sidekiq::API — stats, queues, the retry/schedule/dead sets,

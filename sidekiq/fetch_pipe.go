@@ -3,6 +3,7 @@ package sidekiq
 import (
 	"errors"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,11 +117,20 @@ func (s *Server) canUnblock() bool {
 		return true
 	}
 	for _, r := range replies {
-		if _, refused := r.(redis.Error); refused {
+		if e, ok := r.(redis.Error); ok && isRefused(e) {
 			return false
 		}
 	}
 	return true
+}
+
+// isRefused reports whether an error reply says the command is not there
+// (renamed away, too old a Redis) or not allowed (ACL), rather than that
+// Redis is busy or loading.
+func isRefused(e redis.Error) bool {
+	msg := strings.ToLower(string(e))
+	return strings.HasPrefix(msg, "noperm") || strings.Contains(msg, "unknown command") ||
+		strings.Contains(msg, "unknown subcommand")
 }
 
 // fetchLoop is one concurrency slot: it BRPOPs a job through the pipes,

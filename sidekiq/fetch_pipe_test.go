@@ -177,3 +177,15 @@ func TestPipelinedFetchErrorReply(t *testing.T) {
 		t.Fatal("the job did not run after the bad key was removed")
 	}
 }
+
+// An ACL that denies CLIENT UNBLOCK (NOPERM) gives Ruby's layout too.
+func TestFetchWhenACLDeniesUnblock(t *testing.T) {
+	t.Parallel()
+	b := newTestServer(t, ServerConfig{Concurrency: 4, FetchPipeline: 4})
+	_, err := b.conn.Do("ACL", "SETUSER", "default", "-client|unblock")
+	require.NoError(t, err)
+	b.start(t)
+	waitFor(t, "a connection per slot blocked in BRPOP", func() bool {
+		return blockedIn(t, b.conn, "CLIENT", "brpop") == 4
+	})
+}
