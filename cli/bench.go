@@ -431,8 +431,11 @@ func printBench(w io.Writer, r *BenchResult, asJSON bool) error {
 		return enc.Encode(r)
 	}
 	fetch := r.Fetch
-	if r.FetchPipeline > 0 {
-		fetch += fmt.Sprintf(" (up to %d pipelined per connection)", r.FetchPipeline)
+	switch {
+	case r.FetchPipeline == 1:
+		fetch += " (a connection per slot, as Ruby)"
+	case r.FetchPipeline > 1:
+		fetch += fmt.Sprintf(" (up to %d BRPOPs pipelined per connection)", r.FetchPipeline)
 	}
 	fmt.Fprintf(w, "jobs:            %d at concurrency %d, fetch %s\n", r.Jobs, r.Concurrency, fetch)
 	fmt.Fprintf(w, "push:            %.0f jobs/s (bulk, 1000 per round trip)\n", r.PushPerSec)
