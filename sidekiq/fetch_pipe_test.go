@@ -189,3 +189,61 @@ func TestFetchWhenACLDeniesUnblock(t *testing.T) {
 		return blockedIn(t, b.conn, "CLIENT", "brpop") == 4
 	})
 }
+
+// A stop in the middle of a busy drain loses and duplicates nothing: every
+// job either ran once or is back in the queue, whatever the pipelines had
+// in flight when quiet came.
+func TestPipelinedFetchStopUnderLoadLosesNothing(t *testing.T) {
+	t.Parallel()
+	for _, depth := range []int{1, 8} {
+		t.Run(fmt.Sprint("pipeline", depth), func(t *testing.T) {
+			t.Parallel()
+			b := newTestServer(t, ServerConfig{Concurrency: 25, FetchPipeline: depth})
+			const n = 20000
+			var mu sync.Mutex
+			ran := map[string]int{}
+			b.srv.HandleFunc("Job", func(ctx context.Context, job *Job) error {
+				mu.Lock()
+				ran[job.JID()]++
+				mu.Unlock()
+				return nil
+			})
+			for i := 0; i < n; i++ {
+				b.conn.Send("LPUSH", "queue:default", fmt.Sprintf(`{"class":"Job","args":[],"jid":"j%d","queue":"default"}`, i))
+			}
+			_, err := b.conn.Do("")
+			require.NoError(t, err)
+			require.NoError(t, b.srv.Start(context.Background()))
+			waitFor(t, "a few thousand jobs run", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(ran) >= 3000
+			})
+			require.NoError(t, b.srv.Stop(context.Background()))
+			left, err := redis.Strings(b.conn.Do("LRANGE", "queue:default", 0, -1))
+			require.NoError(t, err)
+			mu.Lock()
+			defer mu.Unlock()
+			require.Less(t, len(ran), n, "stopped before the queue was drained")
+			for jid, c := range ran {
+				require.Equal(t, 1, c, jid)
+			}
+			for _, raw := range left {
+				job, err := ParseJob([]byte(raw))
+				require.NoError(t, err)
+				require.Zero(t, ran[job.JID()], "%s ran and is still queued", job.JID())
+			}
+			require.Equal(t, n, len(ran)+len(left))
+			require.EqualValues(t, len(ran), b.srv.processed.Load()+flushedProcessed(t, b.conn))
+		})
+	}
+}
+
+func flushedProcessed(t *testing.T, c redis.Conn) int64 {
+	n, err := redis.Int64(c.Do("GET", KeyStatProcessed))
+	if err == redis.ErrNil {
+		return 0
+	}
+	require.NoError(t, err)
+	return n
+}
