@@ -273,16 +273,22 @@ func cleanupBench(pool *redis.Pool, queue string) {
 	conn.Do("SREM", sidekiq.KeyQueues, queue)
 }
 
-// commandCount sums INFO commandstats calls (0 when unavailable).
-func commandCount(pool *redis.Pool) (int64, error) {
+// infoLines returns the lines of one INFO section.
+func infoLines(pool *redis.Pool, section string) ([]string, error) {
 	conn := pool.Get()
 	defer conn.Close()
-	info, err := redis.String(conn.Do("INFO", "commandstats"))
+	info, err := redis.String(conn.Do("INFO", section))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
+	return strings.Split(info, "\n"), nil
+}
+
+// commandCount sums INFO commandstats calls (0 when unavailable).
+func commandCount(pool *redis.Pool) (int64, error) {
+	lines, err := infoLines(pool, "commandstats")
 	var total int64
-	for _, line := range strings.Split(info, "\n") {
+	for _, line := range lines {
 		if i := strings.Index(line, "calls="); i >= 0 {
 			rest := line[i+6:]
 			if j := strings.IndexByte(rest, ','); j >= 0 {
@@ -292,7 +298,7 @@ func commandCount(pool *redis.Pool) (int64, error) {
 			total += v
 		}
 	}
-	return total, nil
+	return total, err
 }
 
 // processCPU returns the user+system CPU time this process has used.
@@ -307,21 +313,16 @@ func processCPU() time.Duration {
 // redisCPU returns the Redis server's used_cpu_sys + used_cpu_user in
 // seconds.
 func redisCPU(pool *redis.Pool) (float64, error) {
-	conn := pool.Get()
-	defer conn.Close()
-	info, err := redis.String(conn.Do("INFO", "cpu"))
-	if err != nil {
-		return 0, err
-	}
+	lines, err := infoLines(pool, "cpu")
 	var total float64
-	for _, line := range strings.Split(info, "\n") {
+	for _, line := range lines {
 		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
 		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
 			f, _ := strconv.ParseFloat(v, 64)
 			total += f
 		}
 	}
-	return total, nil
+	return total, err
 }
 
 // runRubyBench runs Debian's Ruby Sidekiq on n no-op jobs and returns the
