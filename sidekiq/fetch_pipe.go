@@ -16,11 +16,14 @@ import (
 const DefaultFetchPipeline = 8
 
 // fetchReplyTimeout bounds the wait for one BRPOP reply: the BRPOP timeout
-// plus a margin for a slow Redis. Replies of pipelined BRPOPs come at most
-// fetchTimeout apart (Redis only starts the next one's clock when the
+// plus a margin for a stalled Redis. Replies of pipelined BRPOPs come at
+// most fetchTimeout apart (Redis only starts the next one's clock when the
 // previous one returns), so the bound holds for every reply of a round.
-// Ruby gives up after the BRPOP timeout plus its 1 s network timeout.
-const fetchReplyTimeout = (fetchTimeout + 5) * time.Second
+// It is how long a connection to a vanished host takes to be noticed, and
+// giving up too early has a cost: a stalled Redis may still run a BRPOP of
+// the abandoned connection and pop a job nobody reads. Ruby gives up after
+// the BRPOP timeout plus its 1 s network timeout; gojob waits longer.
+const fetchReplyTimeout = (fetchTimeout + 10) * time.Second
 
 // The BRPOP fetch (FetchBRPOP) is Sidekiq's BasicFetch: every idle
 // concurrency slot has exactly one `BRPOP queue:a queue:b … 2` in Redis,
