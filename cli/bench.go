@@ -142,9 +142,6 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 		return nil, err
 	}
 	res := &BenchResult{Jobs: n, Concurrency: conc, LatencySample: latencyJobs, Fetch: map[sidekiq.FetchMode]string{sidekiq.FetchBRPOP: "brpop", sidekiq.FetchBatch: "batch"}[mode]}
-	if mode == sidekiq.FetchBRPOP {
-		res.FetchPipeline = min(pipeline, conc)
-	}
 
 	pushStart := time.Now()
 	if err := pushBenchJobs(ctx, client, queue, n); err != nil {
@@ -199,6 +196,7 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 		return nil, ctx.Err()
 	}
 	elapsed := time.Since(start)
+	res.FetchPipeline = srv.FetchPipeline()
 	if profile != nil {
 		pprof.StopCPUProfile()
 	}

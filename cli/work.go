@@ -20,9 +20,9 @@ func workCommand(o *options) *ucli.Command {
 		Name:  "work",
 		Usage: "process jobs from Sidekiq queues, as a Ruby Sidekiq process would",
 		Description: `Fetches jobs from the given queues (BRPOP, as Sidekiq's BasicFetch: one BRPOP
-per job, popped only for an idle slot; the BRPOPs of up to --fetch-pipeline idle
-slots share a connection as a pipeline), runs them, retries failures with Sidekiq's algorithm, polls the retry and schedule
-sets and keeps a heartbeat so the Sidekiq Web UI shows this process on its Busy
+per job, sent only for an idle slot; the BRPOPs of up to --fetch-pipeline idle
+slots share a connection as a pipeline), runs them, retries failures with
+Sidekiq's algorithm, polls the retry and schedule sets and keeps a heartbeat so the Sidekiq Web UI shows this process on its Busy
 page (Quiet and Stop work from there). SIGTSTP quiets, SIGTERM/SIGINT stop
 gracefully (unfinished jobs go back to their queue), SIGTTIN dumps goroutines.
 

@@ -49,8 +49,10 @@ type fetchReq struct {
 	reply chan fetchReply // buffered 1
 }
 
-// fetchReply is a fetched job, or an empty reply (timeout, error, quiet).
+// fetchReply is a fetched job (ok), or an empty reply (timeout, error,
+// quiet).
 type fetchReply struct {
+	ok    bool
 	queue string
 	raw   []byte
 }
@@ -87,6 +89,7 @@ func (s *Server) startBRPOPFetch() {
 		s.log.Info().Str("component", "fetch").Msg("CLIENT ID/UNBLOCK not allowed on this Redis: one fetch connection per slot")
 		depth = 1
 	}
+	s.fetchDepth.Store(int32(depth))
 	p := &fetchPipes{s: s, reqs: make(chan *fetchReq), depth: depth, canUnblock: unblock}
 	for i := 0; i < (n+depth-1)/depth; i++ {
 		fp := &fetchPipe{fc: fetchConn{s: s}}
@@ -103,28 +106,41 @@ func (s *Server) startBRPOPFetch() {
 	go p.unblockAtQuiet()
 }
 
+// FetchPipeline returns how many BRPOPs each fetch connection carries at
+// most, once started: ServerConfig.FetchPipeline capped by the concurrency,
+// 1 where Redis refuses CLIENT UNBLOCK, 0 with FetchBatch.
+func (s *Server) FetchPipeline() int { return int(s.fetchDepth.Load()) }
+
 // canUnblock asks Redis whether this client may use CLIENT ID and CLIENT
 // UNBLOCK (renamed commands and ACLs may forbid them). UNBLOCK of client 0,
 // which never exists, is a no-op. When Redis cannot be asked, it assumes
 // yes: the pipes find out for themselves and fall back to the timeouts.
 func (s *Server) canUnblock() bool {
+	return s.clientRefusal([]any{"ID"}, []any{"UNBLOCK", 0}) == nil
+}
+
+// clientRefusal sends CLIENT subcommands in one pipeline on a pooled
+// connection and returns the first reply that refuses one (isRefused).
+// Anything else, an outage included, is not a refusal.
+func (s *Server) clientRefusal(cmds ...[]any) error {
 	conn, err := s.cfg.Pool.GetContext(s.writeCtx)
 	if err != nil {
-		return true
+		return nil
 	}
 	defer conn.Close()
-	conn.Send("CLIENT", "ID")
-	conn.Send("CLIENT", "UNBLOCK", 0)
+	for _, c := range cmds {
+		conn.Send("CLIENT", c...)
+	}
 	replies, err := redis.Values(conn.Do(""))
 	if err != nil {
-		return true
+		return nil
 	}
 	for _, r := range replies {
 		if e, ok := r.(redis.Error); ok && isRefused(e) {
-			return false
+			return e
 		}
 	}
-	return true
+	return nil
 }
 
 // isRefused reports whether an error reply says the command is not there
@@ -151,7 +167,7 @@ func (s *Server) fetchLoop(slot int, p *fetchPipes) {
 			return
 		}
 		rep := <-req.reply
-		if rep.raw == nil {
+		if !rep.ok {
 			continue // timeout, or an error the pipe is backing off from
 		}
 		if s.IsQuiet() {
@@ -234,7 +250,7 @@ func (p *fetchPipes) ready(fp *fetchPipe) bool {
 			return true
 		}
 		var re redis.Error
-		if errors.As(err, &re) {
+		if errors.As(err, &re) && isRefused(re) {
 			// CLIENT ID unknown (Redis < 5) or not allowed: no UNBLOCK
 			// at quiet, the pipelined BRPOPs end by their timeouts.
 			fp.id.Store(0)
@@ -298,7 +314,7 @@ func brpopReply(v any) (fetchReply, error) {
 			key, ok1 := v[0].([]byte)
 			raw, ok2 := v[1].([]byte)
 			if ok1 && ok2 {
-				return fetchReply{queue: QueueName(string(key)), raw: raw}, nil
+				return fetchReply{ok: true, queue: QueueName(string(key)), raw: raw}, nil
 			}
 		}
 	}
@@ -346,26 +362,13 @@ func (p *fetchPipes) unblockAtQuiet() {
 // unblock sends one CLIENT UNBLOCK per id in a pipeline. It reports false
 // when Redis refuses the command (the pipes then wait for their timeouts).
 func (p *fetchPipes) unblock(ids []any) bool {
-	conn, err := p.s.cfg.Pool.GetContext(p.s.writeCtx)
-	if err != nil {
-		return true // an outage: the pipes see it too
+	cmds := make([][]any, len(ids))
+	for i, id := range ids {
+		cmds[i] = []any{"UNBLOCK", id}
 	}
-	defer conn.Close()
-	for _, id := range ids {
-		conn.Send("CLIENT", "UNBLOCK", id)
-	}
-	if err := conn.Flush(); err != nil {
-		return true
-	}
-	for range ids {
-		if _, err := conn.Receive(); err != nil {
-			var re redis.Error
-			if errors.As(err, &re) {
-				p.s.log.Debug().Err(err).Str("component", "fetch").Msg("CLIENT UNBLOCK refused; quiet waits for the BRPOP timeouts")
-				return false
-			}
-			return true
-		}
+	if err := p.s.clientRefusal(cmds...); err != nil {
+		p.s.log.Debug().Err(err).Str("component", "fetch").Msg("CLIENT UNBLOCK refused; quiet waits for the BRPOP timeouts")
+		return false
 	}
 	return true
 }

@@ -70,6 +70,7 @@ func TestPipelinedFetchRunsEachJobOnce(t *testing.T) {
 		return blockedIn(t, b.conn, "CLIENT", "brpop") == 3
 	})
 	require.Len(t, clientList(t, b.conn, "CLIENT", "brpop"), 3, "one connection per 8 slots")
+	require.Equal(t, 8, b.srv.FetchPipeline())
 	mu.Lock()
 	require.Len(t, runs, n)
 	for jid, c := range runs {
@@ -137,6 +138,7 @@ func TestFetchWithoutClientCommandRequeues(t *testing.T) {
 	conn := pool.Get()
 	defer conn.Close()
 	waitFor(t, "a connection per slot blocked in BRPOP", func() bool { return blockedIn(t, conn, "testclient", "brpop") == 2 })
+	require.Equal(t, 1, srv.FetchPipeline())
 	srv.Quiet()
 	require.Equal(t, 2, blockedIn(t, conn, "testclient", "brpop"), "still waiting for their timeouts after quiet")
 	payload := `{"class":"Job","args":[],"jid":"late","queue":"default"}`
@@ -188,6 +190,7 @@ func TestFetchWhenACLDeniesUnblock(t *testing.T) {
 	waitFor(t, "a connection per slot blocked in BRPOP", func() bool {
 		return blockedIn(t, b.conn, "CLIENT", "brpop") == 4
 	})
+	require.Equal(t, 1, b.srv.FetchPipeline())
 }
 
 // A stop in the middle of a busy drain loses and duplicates nothing: every

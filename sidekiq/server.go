@@ -191,6 +191,8 @@ type Server struct {
 	identity  string
 	startedAt time.Time
 	fetchQ    fetchOrder
+	// fetchDepth is the BRPOP pipeline depth in use (FetchPipeline).
+	fetchDepth atomic.Int32
 
 	processed atomic.Int64 // not yet flushed
 	failed    atomic.Int64

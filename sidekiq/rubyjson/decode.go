@@ -27,9 +27,9 @@ const maxDepth = 100
 // key keeps its first position and its last value.
 func Parse(data []byte) (Value, error) {
 	p := parser{data: data, sc: scratchPool.Get().(*scratch)}
-	defer p.sc.release()
 	p.skipSpace()
 	v, err := p.value(0)
+	p.sc.release(err == nil)
 	if err != nil {
 		return Value{}, err
 	}
@@ -134,14 +134,29 @@ var scratchPool = sync.Pool{New: func() any { return &scratch{} }}
 // maxPooledScratch bounds the scratch kept for reuse.
 const maxPooledScratch = 1024
 
-func (sc *scratch) release() {
-	if cap(sc.vals) > maxPooledScratch || cap(sc.keys) > maxPooledScratch {
+// release returns the scratch to the pool. Members are cleared as they are
+// popped, so a scratch back from a successful parse holds no references; a
+// failed parse may leave some behind, and its scratch is dropped.
+func (sc *scratch) release(ok bool) {
+	if !ok || cap(sc.vals) > maxPooledScratch || cap(sc.keys) > maxPooledScratch {
 		return
 	}
-	clear(sc.keys[:cap(sc.keys)])
-	clear(sc.vals[:cap(sc.vals)])
-	sc.keys, sc.vals = sc.keys[:0], sc.vals[:0]
 	scratchPool.Put(sc)
+}
+
+// pop copies the members above kb/vb out at their exact size and removes
+// them from the scratch.
+func (sc *scratch) pop(kb, vb int) ([]string, []Value) {
+	var keys []string
+	if len(sc.keys) > kb {
+		keys = slices.Clone(sc.keys[kb:])
+		clear(sc.keys[kb:])
+		sc.keys = sc.keys[:kb]
+	}
+	vals := slices.Clone(sc.vals[vb:])
+	clear(sc.vals[vb:])
+	sc.vals = sc.vals[:vb]
+	return keys, vals
 }
 
 func (p *parser) object(depth int) (Value, error) {
@@ -187,9 +202,9 @@ func (p *parser) object(depth int) (Value, error) {
 			sc.keys = append(sc.keys, k)
 			sc.vals = append(sc.vals, v)
 			if len(sc.keys)-kb > indexThreshold {
-				big = &Map{keys: slices.Clone(sc.keys[kb:]), vals: slices.Clone(sc.vals[vb:])}
+				keys, vals := sc.pop(kb, vb)
+				big = &Map{keys: keys, vals: vals}
 				big.buildIndex()
-				sc.keys, sc.vals = sc.keys[:kb], sc.vals[:vb]
 			}
 		}
 		p.skipSpace()
@@ -203,8 +218,8 @@ func (p *parser) object(depth int) (Value, error) {
 		if p.data[p.pos] == '}' {
 			p.pos++
 			if big == nil {
-				big = &Map{keys: slices.Clone(sc.keys[kb:]), vals: slices.Clone(sc.vals[vb:])}
-				sc.keys, sc.vals = sc.keys[:kb], sc.vals[:vb]
+				keys, vals := sc.pop(kb, vb)
+				big = &Map{keys: keys, vals: vals}
 			}
 			return Value{kind: Object, obj: big}, nil
 		}
@@ -247,8 +262,7 @@ func (p *parser) array(depth int) (Value, error) {
 		}
 		if p.data[p.pos] == ']' {
 			p.pos++
-			arr := slices.Clone(sc.vals[vb:])
-			sc.vals = sc.vals[:vb]
+			_, arr := sc.pop(len(sc.keys), vb)
 			return Value{kind: Array, arr: arr}, nil
 		}
 		return Value{}, p.errorf("expected ',' or ']'")
@@ -266,7 +280,7 @@ var knownKeys = func() map[string]string {
 		"retry_for", "retry_queue", "discarded_at", "lock_until", "unique_for",
 		"provider_job_id", "job_class", "job_id", "queue_name", "priority",
 		"arguments", "executions", "exception_executions", "locale", "timezone",
-		"enqueued_at", "scheduled_at", "_aj_symbol_keys", "_aj_ruby2_keywords",
+		"scheduled_at", "_aj_symbol_keys", "_aj_ruby2_keywords",
 		"_aj_globalid", "_aj_serialized", "_aj_hash_with_indifferent_access",
 		"cattr", "trace_propagation_headers",
 	} {
