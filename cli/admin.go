@@ -13,7 +13,9 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // adminCommands returns the commands built on the admin API.
@@ -40,9 +42,9 @@ func adminCommands() []*ucli.Command {
 		{Name: "stats", Usage: "dashboard numbers (processed, failed, enqueued, …)", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag(),
 			&ucli.IntFlag{Name: "days", Value: 7, Usage: "days of history"}}, Action: withAPI(statsAction)},
 		{Name: "queues", Usage: "queues with size and latency", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(queuesAction)},
-		{Name: "retries", Usage: "list the retry set (next retry first)", Flags: pageFlags(), Action: withAPI(setAction(sidekiq.KeyRetry))},
-		{Name: "scheduled", Usage: "list the schedule set (next due first)", Flags: pageFlags(), Action: withAPI(setAction(sidekiq.KeySchedule))},
-		{Name: "dead", Usage: "list the dead set (newest first)", Flags: pageFlags(), Action: withAPI(setAction(sidekiq.KeyDead))},
+		{Name: "retries", Usage: "list the retry set (next retry first)", Flags: pageFlags(), Action: withAPI(setAction(wire.KeyRetry))},
+		{Name: "scheduled", Usage: "list the schedule set (next due first)", Flags: pageFlags(), Action: withAPI(setAction(wire.KeySchedule))},
+		{Name: "dead", Usage: "list the dead set (newest first)", Flags: pageFlags(), Action: withAPI(setAction(wire.KeyDead))},
 		{Name: "retry", Usage: "retry a job of the retry or dead set now", ArgsUsage: "JID", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(entryAction("retry"))},
 		{Name: "kill", Usage: "move a job of the retry or schedule set to the dead set", ArgsUsage: "JID", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(entryAction("kill"))},
 		{Name: "delete", Usage: "delete a job from the retry, schedule or dead set", ArgsUsage: "JID", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(entryAction("delete"))},
@@ -54,7 +56,7 @@ func adminCommands() []*ucli.Command {
 
 type adminEnv struct {
 	*cmdEnv
-	api *sidekiq.API
+	api *api.API
 }
 
 func withAPI(f func(ctx context.Context, e *adminEnv) error) ucli.ActionFunc {
@@ -64,11 +66,11 @@ func withAPI(f func(ctx context.Context, e *adminEnv) error) ucli.ActionFunc {
 			if err != nil {
 				return err
 			}
-			api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: base.pool, Version: base.version, Client: client})
+			admin, err := api.New(&api.Config{Pool: base.pool, Version: base.version, Client: client})
 			if err != nil {
 				return err
 			}
-			return f(c.Context, &adminEnv{cmdEnv: base, api: api})
+			return f(c.Context, &adminEnv{cmdEnv: base, api: admin})
 		})
 	}
 }
@@ -78,7 +80,7 @@ func pushAction(ctx context.Context, e *adminEnv) error {
 	if len(args) == 0 {
 		return ucli.Exit("push: CLASS is required", 2)
 	}
-	job, err := sidekiq.NewJob(args[0])
+	job, err := wire.NewJob(args[0])
 	if err != nil {
 		return err
 	}
@@ -131,7 +133,7 @@ func pushAction(ctx context.Context, e *adminEnv) error {
 
 func parseTime(s string) (time.Time, error) {
 	if f, err := strconv.ParseFloat(s, 64); err == nil {
-		return sidekiq.FromEpochSeconds(f), nil
+		return wire.FromEpochSeconds(f), nil
 	}
 	return time.Parse(time.RFC3339, s)
 }
@@ -141,7 +143,7 @@ func statsAction(ctx context.Context, e *adminEnv) error {
 	if err != nil {
 		return err
 	}
-	hist, err := e.api.History(ctx, &sidekiq.HistoryParams{Days: e.c.Int("days")})
+	hist, err := e.api.History(ctx, &api.HistoryParams{Days: e.c.Int("days")})
 	if err != nil {
 		return err
 	}
@@ -203,11 +205,11 @@ func queuesAction(ctx context.Context, e *adminEnv) error {
 	return tw.Flush()
 }
 
-func (e *adminEnv) set(name string) *sidekiq.JobSet {
+func (e *adminEnv) set(name string) *api.JobSet {
 	switch name {
-	case sidekiq.KeyRetry:
+	case wire.KeyRetry:
 		return e.api.RetrySet().JobSet
-	case sidekiq.KeySchedule:
+	case wire.KeySchedule:
 		return e.api.ScheduledSet().JobSet
 	}
 	return e.api.DeadSet().JobSet
@@ -228,7 +230,7 @@ type entryJSON struct {
 	Raw          string          `json:"raw,omitempty"`
 }
 
-func toEntryJSON(set string, en *sidekiq.SortedEntry) entryJSON {
+func toEntryJSON(set string, en *api.SortedEntry) entryJSON {
 	out := entryJSON{Set: set, Score: en.Score, At: en.At().UTC(), JID: en.JID(), Class: en.Class(), Queue: en.Queue}
 	if en.Job == nil {
 		out.Raw = string(en.Value)
@@ -246,12 +248,12 @@ func toEntryJSON(set string, en *sidekiq.SortedEntry) entryJSON {
 func setAction(name string) func(ctx context.Context, e *adminEnv) error {
 	return func(ctx context.Context, e *adminEnv) error {
 		set := e.set(name)
-		page, err := set.Page(ctx, &sidekiq.PageParams{Offset: e.c.Int("offset"), Limit: e.c.Int("limit")})
+		page, err := set.Page(ctx, &api.PageParams{Offset: e.c.Int("offset"), Limit: e.c.Int("limit")})
 		if err != nil {
 			return err
 		}
 		entries := page.Entries
-		if name != sidekiq.KeyDead {
+		if name != wire.KeyDead {
 			// Retries and Scheduled read next-due first, as in the Web UI.
 			for i, j := 0, len(entries)-1; i < j; i, j = i+1, j-1 {
 				entries[i], entries[j] = entries[j], entries[i]
@@ -295,9 +297,9 @@ func firstLine(s string, max int) string {
 // on it.
 func entryAction(action string) func(ctx context.Context, e *adminEnv) error {
 	sets := map[string][]string{
-		"retry":  {sidekiq.KeyRetry, sidekiq.KeyDead},
-		"kill":   {sidekiq.KeyRetry, sidekiq.KeySchedule},
-		"delete": {sidekiq.KeyRetry, sidekiq.KeySchedule, sidekiq.KeyDead},
+		"retry":  {wire.KeyRetry, wire.KeyDead},
+		"kill":   {wire.KeyRetry, wire.KeySchedule},
+		"delete": {wire.KeyRetry, wire.KeySchedule, wire.KeyDead},
 	}[action]
 	return func(ctx context.Context, e *adminEnv) error {
 		jid := e.c.Args().First()
@@ -306,7 +308,7 @@ func entryAction(action string) func(ctx context.Context, e *adminEnv) error {
 		}
 		for _, name := range sets {
 			en, err := e.set(name).FindJob(ctx, jid)
-			if errors.Is(err, sidekiq.ErrJobNotFound) {
+			if errors.Is(err, api.ErrJobNotFound) {
 				continue
 			}
 			if err != nil {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/gojob/gojob/internal/procstat"
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 //go:embed bench_worker.rb
@@ -135,9 +136,9 @@ It only touches its own keys, never flushes, and removes them when done.`,
 }
 
 func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, mode sidekiq.FetchMode, pipeline int, profile io.Writer) (*BenchResult, error) {
-	queue := "gojob-bench-" + sidekiq.NewJID()[:8]
+	queue := "gojob-bench-" + wire.NewJID()[:8]
 	defer cleanupBench(pool, queue)
-	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: sidekiq.Version6})
+	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: wire.Version6})
 	if err != nil {
 		return nil, err
 	}
@@ -155,14 +156,14 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 	var latencies []time.Duration
 	measuring := atomic.Bool{}
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{
-		Pool: pool, Queues: []sidekiq.QueueWeight{{Name: queue}}, Concurrency: conc,
-		Version: sidekiq.Version6, DisablePoller: true, Logger: zerolog.Nop(), Client: client,
+		Pool: pool, Queues: []wire.QueueWeight{{Name: queue}}, Concurrency: conc,
+		Version: wire.Version6, DisablePoller: true, Logger: zerolog.Nop(), Client: client,
 		ShutdownTimeout: 5 * time.Second, Fetch: mode, FetchPipeline: pipeline,
 	})
 	if err != nil {
 		return nil, err
 	}
-	srv.HandleFunc("BenchJob", func(ctx context.Context, job *sidekiq.Job) error {
+	srv.HandleFunc("BenchJob", func(ctx context.Context, job *wire.Job) error {
 		if measuring.Load() {
 			if t, ok := job.EnqueuedAt(); ok {
 				d := time.Since(t)
@@ -214,7 +215,7 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 	// Pickup latency: single pushes with a short gap, measured push → start.
 	measuring.Store(true)
 	for i := 0; i < latencyJobs; i++ {
-		j, _ := sidekiq.NewJob("BenchJob", i)
+		j, _ := wire.NewJob("BenchJob", i)
 		j.SetQueue(queue)
 		if _, err := client.Push(ctx, j, nil); err != nil {
 			return nil, err
@@ -248,9 +249,9 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 func pushBenchJobs(ctx context.Context, client *sidekiq.Client, queue string, n int) error {
 	const batch = 1000
 	for i := 0; i < n; i += batch {
-		jobs := make([]*sidekiq.Job, 0, batch)
+		jobs := make([]*wire.Job, 0, batch)
 		for k := i; k < min(i+batch, n); k++ {
-			j, err := sidekiq.NewJob("BenchJob", k)
+			j, err := wire.NewJob("BenchJob", k)
 			if err != nil {
 				return err
 			}
@@ -267,8 +268,8 @@ func pushBenchJobs(ctx context.Context, client *sidekiq.Client, queue string, n 
 func cleanupBench(pool *redis.Pool, queue string) {
 	conn := pool.Get()
 	defer conn.Close()
-	conn.Do("DEL", sidekiq.QueueKey(queue))
-	conn.Do("SREM", sidekiq.KeyQueues, queue)
+	conn.Do("DEL", wire.QueueKey(queue))
+	conn.Do("SREM", wire.KeyQueues, queue)
 }
 
 // infoLines returns the lines of one INFO section.
@@ -330,9 +331,9 @@ func runRubyBench(ctx context.Context, pool *redis.Pool, redisURL string, n, con
 	if err != nil {
 		return 0, ucli.Exit("--ruby needs Debian's ruby-sidekiq (apt-get install ruby-sidekiq)", 3)
 	}
-	queue := "gojob-bench-ruby-" + sidekiq.NewJID()[:8]
+	queue := "gojob-bench-ruby-" + wire.NewJID()[:8]
 	defer cleanupBench(pool, queue)
-	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: sidekiq.Version6})
+	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: wire.Version6})
 	if err != nil {
 		return 0, err
 	}
@@ -379,7 +380,7 @@ func runRubyBench(ctx context.Context, pool *redis.Pool, redisURL string, n, con
 			return 0, fmt.Errorf("ruby sidekiq exited early: %v\n%s", err, errBuf.String())
 		default:
 		}
-		l, err := redis.Int(conn.Do("LLEN", sidekiq.QueueKey(queue)))
+		l, err := redis.Int(conn.Do("LLEN", wire.QueueKey(queue)))
 		if err != nil {
 			return 0, err
 		}

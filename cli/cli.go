@@ -23,6 +23,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // Option customizes Run.
@@ -161,11 +162,11 @@ func openPool(ctx context.Context, url string, maxActive int) (*redis.Pool, erro
 
 // resolveVersion turns the --sidekiq-version flag into a Version, reading
 // live processes for "auto".
-func resolveVersion(ctx context.Context, pool *redis.Pool, flag string, log zerolog.Logger) (sidekiq.Version, error) {
+func resolveVersion(ctx context.Context, pool *redis.Pool, flag string, log zerolog.Logger) (wire.Version, error) {
 	if flag == "" || strings.EqualFold(flag, "auto") {
-		v, found, err := sidekiq.DetectVersion(ctx, pool)
+		v, found, err := wire.DetectVersion(ctx, pool)
 		if err != nil {
-			return sidekiq.Version{}, err
+			return wire.Version{}, err
 		}
 		if len(found) == 0 {
 			log.Info().Str("sidekiq_version", v.String()).Msg("no live Sidekiq process reports a version; writing the 6.x format")
@@ -174,9 +175,9 @@ func resolveVersion(ctx context.Context, pool *redis.Pool, flag string, log zero
 		}
 		return v, nil
 	}
-	v, err := sidekiq.ParseVersion(flag)
+	v, err := wire.ParseVersion(flag)
 	if err != nil {
-		return sidekiq.Version{}, ucli.Exit(err.Error(), 2)
+		return wire.Version{}, ucli.Exit(err.Error(), 2)
 	}
 	return v, nil
 }
@@ -186,7 +187,7 @@ func resolveVersion(ctx context.Context, pool *redis.Pool, flag string, log zero
 type cmdEnv struct {
 	c       *ucli.Context
 	pool    *redis.Pool
-	version sidekiq.Version
+	version wire.Version
 	out     io.Writer
 	json    bool
 }
@@ -200,13 +201,13 @@ func withRedis(c *ucli.Context, f func(e *cmdEnv) error) error {
 		return err
 	}
 	defer pool.Close()
-	v := sidekiq.DefaultVersion
+	v := wire.DefaultVersion
 	if flag := c.String("sidekiq-version"); flag != "" {
 		log := newLogger(c.App.ErrWriter, false, "warn")
 		if v, err = resolveVersion(c.Context, pool, flag, log); err != nil {
 			return err
 		}
-	} else if dv, _, err := sidekiq.DetectVersion(c.Context, pool); err == nil {
+	} else if dv, _, err := wire.DetectVersion(c.Context, pool); err == nil {
 		v = dv
 	}
 	return f(&cmdEnv{c: c, pool: pool, version: v, out: c.App.Writer, json: c.Bool("json")})

@@ -20,6 +20,7 @@ import (
 
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // safeBuffer collects a command's output across goroutines.
@@ -122,7 +123,7 @@ if [ "$GOJOB_CLASS" = "FailJob" ]; then echo "some noise" >&2; echo "disk full o
 	require.NoError(t, err)
 	var messages []string
 	for _, e := range entries {
-		j, err := sidekiq.ParseJob([]byte(e))
+		j, err := wire.ParseJob([]byte(e))
 		require.NoError(t, err)
 		messages = append(messages, j.ErrorClass()+": "+j.ErrorMessage())
 	}

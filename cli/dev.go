@@ -12,6 +12,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // defaultDevAddr is where `gojob dev` listens unless told otherwise: the
@@ -71,7 +72,7 @@ run the worker and demo against a real Redis instead. --durable
 			if err != nil {
 				return err
 			}
-			if cfg.Version, err = sidekiq.ParseVersion(c.String("sidekiq-version")); err != nil {
+			if cfg.Version, err = wire.ParseVersion(c.String("sidekiq-version")); err != nil {
 				return ucli.Exit(err.Error(), 2)
 			}
 			cfg.PollIntervalAverage = 2 * time.Second
@@ -105,24 +106,24 @@ run the worker and demo against a real Redis instead. --durable
 
 // registerDemo adds the demo handlers.
 func registerDemo(srv *sidekiq.Server, log zerolog.Logger) {
-	srv.HandleFunc("DemoJob", func(ctx context.Context, job *sidekiq.Job) error {
+	srv.HandleFunc("DemoJob", func(ctx context.Context, job *wire.Job) error {
 		log.Info().Str("jid", job.JID()).RawJSON("args", argsJSON(job)).Msg("DemoJob ran")
 		return nil
 	})
-	srv.HandleFunc("FlakyJob", func(ctx context.Context, job *sidekiq.Job) error {
+	srv.HandleFunc("FlakyJob", func(ctx context.Context, job *wire.Job) error {
 		if rand.IntN(2) == 0 {
 			return errors.New("flaky: failed this time, will be retried")
 		}
 		log.Info().Str("jid", job.JID()).Msg("FlakyJob succeeded")
 		return nil
 	})
-	srv.HandleFunc("LaterJob", func(ctx context.Context, job *sidekiq.Job) error {
+	srv.HandleFunc("LaterJob", func(ctx context.Context, job *wire.Job) error {
 		log.Info().Str("jid", job.JID()).Msg("LaterJob ran (it was scheduled)")
 		return nil
 	})
 }
 
-func argsJSON(job *sidekiq.Job) []byte {
+func argsJSON(job *wire.Job) []byte {
 	v, _ := job.Get("args")
 	return v.Encode()
 }
@@ -135,7 +136,7 @@ func pushDemo(ctx context.Context, c *sidekiq.Client) error {
 		}
 	}
 	for i := 0; i < 3; i++ {
-		j, err := sidekiq.NewJob("FlakyJob", i)
+		j, err := wire.NewJob("FlakyJob", i)
 		if err != nil {
 			return err
 		}
@@ -144,7 +145,7 @@ func pushDemo(ctx context.Context, c *sidekiq.Client) error {
 			return err
 		}
 	}
-	j, err := sidekiq.NewJob("LaterJob")
+	j, err := wire.NewJob("LaterJob")
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gojob/gojob/durable"
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/api"
 )
 
 // defaultDurableDB is the embedded store used when no database is given.
@@ -162,11 +163,11 @@ gojob durable poll.`,
 					if err != nil {
 						return err
 					}
-					api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: pool, Version: v})
+					admin, err := api.New(&api.Config{Pool: pool, Version: v})
 					if err != nil {
 						return err
 					}
-					r, err := durable.NewReconciler(&durable.ReconcilerConfig{Durable: d, API: api, PageSize: c.Int("page-size")})
+					r, err := durable.NewReconciler(&durable.ReconcilerConfig{Durable: d, API: admin, PageSize: c.Int("page-size")})
 					if err != nil {
 						return ucli.Exit(err.Error(), 2)
 					}
@@ -396,13 +397,13 @@ func setupDurable(c *ucli.Context, srv *sidekiq.Server, client *sidekiq.Client, 
 			d.Close()
 		}, nil
 	}
-	api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: client.Pool(), Version: client.Version(), Client: client,
+	admin, err := api.New(&api.Config{Pool: client.Pool(), Version: client.Version(), Client: client,
 		DeathHandlers: srv.DeathHandlers()})
 	if err != nil {
 		d.Close()
 		return noop, err
 	}
-	rec, err := durable.NewReconciler(&durable.ReconcilerConfig{Durable: d, API: api})
+	rec, err := durable.NewReconciler(&durable.ReconcilerConfig{Durable: d, API: admin})
 	if err != nil {
 		d.Close()
 		return noop, err

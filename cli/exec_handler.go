@@ -13,9 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/rs/zerolog"
-
-	"github.com/gojob/gojob/sidekiq"
 )
 
 // ExecHandler runs a shell command per job: the payload JSON on stdin,
@@ -40,7 +39,7 @@ func (e *ExecError) Error() string { return e.Message }
 func (e *ExecError) ErrorClass() string { return "Gojob::ExecError" }
 
 // Perform runs the command.
-func (h *ExecHandler) Perform(ctx context.Context, job *sidekiq.Job) error {
+func (h *ExecHandler) Perform(ctx context.Context, job *wire.Job) error {
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", h.Command)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -133,7 +132,7 @@ func (e *HTTPError) Error() string {
 func (e *HTTPError) ErrorClass() string { return "Gojob::HTTPError" }
 
 // Perform posts the job.
-func (h *HTTPHandler) Perform(ctx context.Context, job *sidekiq.Job) error {
+func (h *HTTPHandler) Perform(ctx context.Context, job *wire.Job) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(job.Bytes()))
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	"github.com/gojob/gojob/sidejob"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // sidejobCommand is `gojob sidejob …`: operator commands for SideJob jobs
@@ -135,7 +136,7 @@ func sjTime(s string, in time.Duration) (time.Time, error) {
 		return time.Time{}, nil
 	}
 	if f, err := strconv.ParseFloat(s, 64); err == nil {
-		return sidekiq.FromEpochSeconds(f), nil
+		return wire.FromEpochSeconds(f), nil
 	}
 	return time.Parse(time.RFC3339Nano, s)
 }

@@ -13,6 +13,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 func workCommand(o *options) *ucli.Command {
@@ -102,7 +103,7 @@ func serverConfigFromFlags(c *ucli.Context, log zerolog.Logger) (*sidekiq.Server
 		return nil, ucli.Exit("--fetch-pipeline must be at least 1", 2)
 	}
 	for _, q := range c.StringSlice("queue") {
-		qw, err := sidekiq.ParseQueueWeight(q)
+		qw, err := wire.ParseQueueWeight(q)
 		if err != nil {
 			return nil, ucli.Exit(err.Error(), 2)
 		}

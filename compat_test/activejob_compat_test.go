@@ -11,8 +11,9 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/activejob"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // ajRubySetup loads Rails 6.1's ActiveJob (Debian's ruby-activejob) with its
@@ -68,16 +69,16 @@ def aj_run(q)
 end
 `
 
-// ajRequireArg compares one decoded argument: AJTime by instant, UTC
+// ajRequireArg compares one decoded argument: Time by instant, UTC
 // offset, UTC-ness and kind; everything else with require.Equal.
 func ajRequireArg(t *testing.T, want, got any, i int) {
 	t.Helper()
-	wt, ok := want.(sidekiq.AJTime)
+	wt, ok := want.(activejob.Time)
 	if !ok {
 		require.Equal(t, want, got, "argument %d", i)
 		return
 	}
-	gt, ok := got.(sidekiq.AJTime)
+	gt, ok := got.(activejob.Time)
 	require.True(t, ok, "argument %d is a %T", i, got)
 	require.True(t, wt.Time.Equal(gt.Time), "argument %d: %v != %v", i, wt.Time, gt.Time)
 	_, wo := wt.Time.Zone()
@@ -123,14 +124,14 @@ aj_puts("jid" => job.provider_job_id)
 
 	raw, err := redis.Bytes(e.do(t, "LINDEX", "queue:mailers", 0), nil)
 	require.NoError(t, err)
-	job, err := sidekiq.ParseJob(raw)
+	job, err := wire.ParseJob(raw)
 	require.NoError(t, err)
 	require.Equal(t, jid, job.JID())
 	require.Equal(t, []string{"retry", "queue", "class", "wrapped", "args", "jid", "created_at", "enqueued_at"}, job.Map().Keys())
-	aj, err := job.ActiveJob()
+	aj, err := activejob.Decode(job)
 	require.NoError(t, err)
 
-	require.Equal(t, sidekiq.ActiveJobWrapperClass, aj.Wrapper)
+	require.Equal(t, wire.ActiveJobWrapper, aj.Wrapper)
 	require.Equal(t, "AjRich", aj.Wrapped)
 	require.Equal(t, "AjRich", aj.JobClass)
 	require.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, aj.JobID)
@@ -148,29 +149,29 @@ aj_puts("jid" => job.provider_job_id)
 	require.WithinDuration(t, created, aj.EnqueuedAt, 2*time.Second)
 	require.Equal(t, []string{"job_class", "job_id", "provider_job_id", "queue_name", "priority", "arguments", "executions", "exception_executions", "locale", "timezone", "enqueued_at"}, aj.Data.Keys())
 
-	sym := func(s string) sidekiq.AJSymbol { return sidekiq.AJSymbol(s) }
-	part := func(unit string, n rubyjson.Value) sidekiq.AJDurationPart {
-		return sidekiq.AJDurationPart{Unit: unit, Amount: n}
+	sym := func(s string) activejob.Symbol { return activejob.Symbol(s) }
+	part := func(unit string, n rubyjson.Value) activejob.DurationPart {
+		return activejob.DurationPart{Unit: unit, Amount: n}
 	}
 	want := []any{
 		int64(1), "two", sym("sym"),
-		&sidekiq.AJHash{Entries: []sidekiq.AJHashEntry{{Key: "a", Symbol: true, Value: int64(1)}, {Key: "b", Value: int64(2)}}},
-		&sidekiq.AJHash{Kind: sidekiq.AJHashIndifferent, Entries: []sidekiq.AJHashEntry{{Key: "x", Value: int64(1)}}},
-		sidekiq.AJTime{Time: time.Date(2024, 1, 2, 3, 4, 5, 123456789, time.UTC)},
-		sidekiq.AJTime{Time: time.Date(2024, 1, 2, 3, 4, 5, 500000000, time.FixedZone("", 19800))},
-		sidekiq.AJTime{Kind: sidekiq.AJTimeKindDateTime, Time: time.Date(2024, 1, 2, 3, 4, 5, 0, time.FixedZone("", 7200))},
-		sidekiq.AJDate{Year: 2024, Month: time.February, Day: 29},
-		sidekiq.AJTime{Kind: sidekiq.AJTimeKindTimeWithZone, Time: time.Date(2024, 7, 1, 12, 0, 0, 0, time.FixedZone("", -4*3600))},
-		sidekiq.AJDuration{Seconds: rubyjson.IntValue(300), Parts: []sidekiq.AJDurationPart{part("minutes", rubyjson.IntValue(5))}},
-		sidekiq.AJDuration{Seconds: rubyjson.IntValue(97200), Parts: []sidekiq.AJDurationPart{part("days", rubyjson.IntValue(1)), part("hours", rubyjson.IntValue(3))}},
-		sidekiq.AJDuration{Seconds: rubyjson.FloatValue(9000), Parts: []sidekiq.AJDurationPart{part("hours", rubyjson.FloatValue(2.5))}},
-		sidekiq.AJModule("String"),
-		sidekiq.AJGlobalID("gid://gojob/Person/42"),
+		&activejob.Hash{Entries: []activejob.HashEntry{{Key: "a", Symbol: true, Value: int64(1)}, {Key: "b", Value: int64(2)}}},
+		&activejob.Hash{Kind: activejob.HashIndifferent, Entries: []activejob.HashEntry{{Key: "x", Value: int64(1)}}},
+		activejob.Time{Time: time.Date(2024, 1, 2, 3, 4, 5, 123456789, time.UTC)},
+		activejob.Time{Time: time.Date(2024, 1, 2, 3, 4, 5, 500000000, time.FixedZone("", 19800))},
+		activejob.Time{Kind: activejob.TimeKindDateTime, Time: time.Date(2024, 1, 2, 3, 4, 5, 0, time.FixedZone("", 7200))},
+		activejob.Date{Year: 2024, Month: time.February, Day: 29},
+		activejob.Time{Kind: activejob.TimeKindTimeWithZone, Time: time.Date(2024, 7, 1, 12, 0, 0, 0, time.FixedZone("", -4*3600))},
+		activejob.Duration{Seconds: rubyjson.IntValue(300), Parts: []activejob.DurationPart{part("minutes", rubyjson.IntValue(5))}},
+		activejob.Duration{Seconds: rubyjson.IntValue(97200), Parts: []activejob.DurationPart{part("days", rubyjson.IntValue(1)), part("hours", rubyjson.IntValue(3))}},
+		activejob.Duration{Seconds: rubyjson.FloatValue(9000), Parts: []activejob.DurationPart{part("hours", rubyjson.FloatValue(2.5))}},
+		activejob.Module("String"),
+		activejob.GlobalID("gid://gojob/Person/42"),
 		"1.5", // a BigDecimal: ActiveJob 6.1 passes it to JSON, which writes its to_s
 		[]any{int64(1), []any{sym("nested")}},
 		nil, true, 1.5, ajBig(t, "1180591620717411303424"),
-		&sidekiq.AJHash{}, []any{},
-		&sidekiq.AJHash{Kind: sidekiq.AJHashKeywords, Entries: []sidekiq.AJHashEntry{{Key: "k", Symbol: true, Value: sym("v")}, {Key: "n", Symbol: true, Value: int64(1)}}},
+		&activejob.Hash{}, []any{},
+		&activejob.Hash{Kind: activejob.HashKeywords, Entries: []activejob.HashEntry{{Key: "k", Symbol: true, Value: sym("v")}, {Key: "n", Symbol: true, Value: int64(1)}}},
 	}
 	require.Len(t, aj.Arguments, len(want))
 	for i := range want {
@@ -182,7 +183,7 @@ aj_puts("jid" => job.provider_job_id)
 
 	// Byte-identical re-encoding of Ruby's arguments.
 	rawArgs, _ := aj.Data.Get("arguments")
-	enc, err := sidekiq.SerializeArguments(aj.Arguments...)
+	enc, err := activejob.SerializeArguments(aj.Arguments...)
 	require.NoError(t, err)
 	require.Equal(t, string(rawArgs.Encode()), string(rubyjson.ArrayValue(enc...).Encode()))
 }
@@ -227,7 +228,7 @@ func ajParseEcho(t *testing.T, line string) ajEcho {
 }
 
 // TestActiveJobCompatGoPushesRubyRuns: Go builds an ActiveJob payload and
-// pushes it with Client.PushActiveJob; Ruby pops it and runs it through
+// pushes it with activejob.Push; Ruby pops it and runs it through
 // Rails 6.1's JobWrapper#perform → ActiveJob::Base.execute. Every argument
 // arrives as the right Ruby type, and Ruby's re-serialization of what it
 // received is byte-identical to what Go wrote.
@@ -237,31 +238,31 @@ func TestActiveJobCompatGoPushesRubyRuns(t *testing.T) {
 	ctx := context.Background()
 	prio := 7
 	args := []any{
-		1, "two", sidekiq.AJSymbol("sym"),
-		&sidekiq.AJHash{Entries: []sidekiq.AJHashEntry{{Key: "a", Symbol: true, Value: 1}, {Key: "b", Value: 2}}},
+		1, "two", activejob.Symbol("sym"),
+		&activejob.Hash{Entries: []activejob.HashEntry{{Key: "a", Symbol: true, Value: 1}, {Key: "b", Value: 2}}},
 		map[string]any{"s": "string keys"},
-		sidekiq.AJIndifferentHash(map[string]any{"x": 1}),
+		activejob.IndifferentHash(map[string]any{"x": 1}),
 		time.Date(2024, 1, 2, 3, 4, 5, 123456789, time.UTC),
 		time.Date(2024, 1, 2, 3, 4, 5, 500000000, time.FixedZone("IST", 19800)),
-		sidekiq.AJTime{Kind: sidekiq.AJTimeKindDateTime, Time: time.Date(2024, 1, 2, 3, 4, 5, 0, time.FixedZone("", 7200))},
-		sidekiq.AJDate{Year: 2024, Month: time.February, Day: 29},
-		sidekiq.AJTime{Kind: sidekiq.AJTimeKindTimeWithZone, Time: time.Date(2024, 7, 1, 12, 0, 0, 0, time.FixedZone("EDT", -4*3600))},
+		activejob.Time{Kind: activejob.TimeKindDateTime, Time: time.Date(2024, 1, 2, 3, 4, 5, 0, time.FixedZone("", 7200))},
+		activejob.Date{Year: 2024, Month: time.February, Day: 29},
+		activejob.Time{Kind: activejob.TimeKindTimeWithZone, Time: time.Date(2024, 7, 1, 12, 0, 0, 0, time.FixedZone("EDT", -4*3600))},
 		90 * time.Second,
-		sidekiq.NewAJDuration(1500 * time.Millisecond),
-		sidekiq.NewAJDuration(8*24*time.Hour + time.Hour),
-		sidekiq.AJModule("String"), sidekiq.AJModule("ActiveJob::Base"),
-		sidekiq.AJGlobalID("gid://gojob/Person/42"),
-		[]any{1, []any{sidekiq.AJSymbol("nested")}},
+		activejob.NewDuration(1500 * time.Millisecond),
+		activejob.NewDuration(8*24*time.Hour + time.Hour),
+		activejob.Module("String"), activejob.Module("ActiveJob::Base"),
+		activejob.GlobalID("gid://gojob/Person/42"),
+		[]any{1, []any{activejob.Symbol("nested")}},
 		nil, true, 1.5, ajBig(t, "1180591620717411303424"), "é /<>&\u2028",
-		sidekiq.AJKeywords(map[string]any{"k": sidekiq.AJSymbol("v"), "n": 1}),
+		activejob.Keywords(map[string]any{"k": activejob.Symbol("v"), "n": 1}),
 	}
-	res, err := e.client.PushActiveJob(ctx, &sidekiq.ActiveJobParams{
+	res, err := activejob.Push(ctx, e.client, &activejob.Params{
 		Class: "AjEcho", Args: args, Priority: &prio, Timezone: "Eastern Time (US & Canada)", Locale: "en",
 	}, nil)
 	require.NoError(t, err)
-	job, err := sidekiq.ParseJob(res.Payload)
+	job, err := wire.ParseJob(res.Payload)
 	require.NoError(t, err)
-	aj, err := job.ActiveJob()
+	aj, err := activejob.Decode(job)
 	require.NoError(t, err)
 	goArgs, _ := aj.Data.Get("arguments")
 
@@ -316,7 +317,7 @@ aj_run("default")
 }
 
 // TestActiveJobCompatRails71Serializers: ActiveJob 6.1 cannot run
-// AJBigDecimal and AJRange (Rails 7.1+ serializers): the job fails with
+// BigDecimal and Range (Rails 7.1+ serializers): the job fails with
 // DeserializationError. With the Rails 7.1 serializer code added
 // (activejob/lib/active_job/serializers/{big_decimal,range}_serializer.rb at
 // v7.1.0, reproduced below) the same payloads deserialize to BigDecimal and
@@ -326,13 +327,13 @@ func TestActiveJobCompatRails71Serializers(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	args := []any{
-		sidekiq.AJBigDecimal("1.50"), sidekiq.AJBigDecimal("-0.000123"),
-		sidekiq.AJRange{Begin: 1, End: 10, ExcludeEnd: true},
-		sidekiq.AJRange{Begin: sidekiq.AJDate{Year: 2024, Month: 1, Day: 1}},
-		sidekiq.AJRange{Begin: "a", End: "z"},
+		activejob.BigDecimal("1.50"), activejob.BigDecimal("-0.000123"),
+		activejob.Range{Begin: 1, End: 10, ExcludeEnd: true},
+		activejob.Range{Begin: activejob.Date{Year: 2024, Month: 1, Day: 1}},
+		activejob.Range{Begin: "a", End: "z"},
 	}
 	for range 2 {
-		_, err := e.client.PushActiveJob(ctx, &sidekiq.ActiveJobParams{Class: "AjEcho", Args: args}, nil)
+		_, err := activejob.Push(ctx, e.client, &activejob.Params{Class: "AjEcho", Args: args}, nil)
 		require.NoError(t, err)
 	}
 	out := e.ruby(t, ajRubySetup+`

@@ -14,11 +14,12 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/internal/clock"
+	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/rubytest"
-	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // apiRubyTemplate builds, with Ruby Sidekiq 6.4.1 itself, a realistic
@@ -162,14 +163,14 @@ func TestAPICompatRubyState(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	frozen := time.Now().Truncate(time.Millisecond).Add(90 * time.Second)
-	frozenF := sidekiq.EpochSeconds(frozen)
+	frozenF := wire.EpochSeconds(frozen)
 	out := e.ruby(t, fmt.Sprintf(apiRubyTemplate, rubyjson.FormatFloat(frozenF)))
 	var rep apiRubyReport
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
-	api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: e.pool, Version: sidekiq.Version6, Clock: clock.NewFake(frozen)})
+	admin, err := api.New(&api.Config{Pool: e.pool, Version: wire.Version6, Clock: clock.NewFake(frozen)})
 	require.NoError(t, err)
 
-	t.Run("read", func(t *testing.T) { apiCompareRead(t, ctx, api, &rep) })
+	t.Run("read", func(t *testing.T) { apiCompareRead(t, ctx, admin, &rep) })
 
 	ops := apiOps(&rep)
 	for _, op := range ops {
@@ -180,8 +181,8 @@ func TestAPICompatRubyState(t *testing.T) {
 	}
 }
 
-func apiCompareRead(t *testing.T, ctx context.Context, api *sidekiq.API, rep *apiRubyReport) {
-	st, err := api.Stats(ctx)
+func apiCompareRead(t *testing.T, ctx context.Context, admin *api.API, rep *apiRubyReport) {
+	st, err := admin.Stats(ctx)
 	require.NoError(t, err)
 	rs := rep.Stats
 	require.Equal(t, []int64{rs.Processed, rs.Failed, rs.Scheduled, rs.Retries, rs.Dead, rs.Processes, rs.Enqueued, rs.Busy},
@@ -199,7 +200,7 @@ func apiCompareRead(t *testing.T, ctx context.Context, api *sidekiq.API, rep *ap
 	}
 	require.Equal(t, rs.Queues, gotQueues)
 
-	h, err := api.History(ctx, &sidekiq.HistoryParams{Days: 5})
+	h, err := admin.History(ctx, &api.HistoryParams{Days: 5})
 	require.NoError(t, err)
 	require.Len(t, h.Days, 5)
 	for i, d := range h.Days {
@@ -209,7 +210,7 @@ func apiCompareRead(t *testing.T, ctx context.Context, api *sidekiq.API, rep *ap
 	}
 	require.EqualValues(t, 7, h.Days[2].Processed)
 
-	queues, err := api.Queues(ctx)
+	queues, err := admin.Queues(ctx)
 	require.NoError(t, err)
 	require.Len(t, queues, len(rep.Queues))
 	for i, q := range queues {
@@ -222,22 +223,22 @@ func apiCompareRead(t *testing.T, ctx context.Context, api *sidekiq.API, rep *ap
 		require.NoError(t, err)
 		require.InDelta(t, rq.Latency, lat.Seconds(), 1e-6, rq.Name)
 		values := []string{}
-		require.NoError(t, q.Each(ctx, func(r *sidekiq.JobRecord) error {
+		require.NoError(t, q.Each(ctx, func(r *api.JobRecord) error {
 			values = append(values, string(r.Value))
 			return nil
 		}))
 		require.Equal(t, rq.Values, values, rq.Name)
-		page, err := q.Page(ctx, &sidekiq.PageParams{Limit: 100})
+		page, err := q.Page(ctx, &api.PageParams{Limit: 100})
 		require.NoError(t, err)
 		require.Equal(t, rq.Values, apiValues(page.Records))
 	}
 
 	for _, set := range []struct {
-		js   *sidekiq.JobSet
+		js   *api.JobSet
 		want []apiRubyEntry
-	}{{api.RetrySet().JobSet, rep.Retry}, {api.ScheduledSet().JobSet, rep.Schedule}, {api.DeadSet().JobSet, rep.Dead}} {
+	}{{admin.RetrySet().JobSet, rep.Retry}, {admin.ScheduledSet().JobSet, rep.Schedule}, {admin.DeadSet().JobSet, rep.Dead}} {
 		var got []apiRubyEntry
-		require.NoError(t, set.js.Each(ctx, func(e *sidekiq.SortedEntry) error {
+		require.NoError(t, set.js.Each(ctx, func(e *api.SortedEntry) error {
 			args := []any{}
 			for _, a := range e.Args() {
 				args = append(args, apiJSONAny(t, a))
@@ -247,7 +248,7 @@ func apiCompareRead(t *testing.T, ctx context.Context, api *sidekiq.API, rep *ap
 		}))
 		require.Equal(t, set.want, got, set.js.Name())
 		require.Greater(t, len(got), 6)
-		page, err := set.js.Page(ctx, &sidekiq.PageParams{Offset: 3, Limit: 4})
+		page, err := set.js.Page(ctx, &api.PageParams{Offset: 3, Limit: 4})
 		require.NoError(t, err)
 		require.Len(t, page.Entries, 4)
 		for i, e := range page.Entries {
@@ -260,20 +261,20 @@ func apiCompareRead(t *testing.T, ctx context.Context, api *sidekiq.API, rep *ap
 	require.Equal(t, "", rep.Dead[i].JID)
 	require.Equal(t, []any{"not json {"}, rep.Dead[i].Args)
 
-	score, err := sidekiq.ParseScore(rep.SibScore)
+	score, err := wire.ParseScore(rep.SibScore)
 	require.NoError(t, err)
-	fetched, err := api.RetrySet().Fetch(ctx, &sidekiq.FetchParams{Min: score, JID: rep.SibJIDs[1]})
+	fetched, err := admin.RetrySet().Fetch(ctx, &api.FetchParams{Min: score, JID: rep.SibJIDs[1]})
 	require.NoError(t, err)
 	require.Equal(t, rep.Fetch, apiEntryValues(fetched))
-	fetched, err = api.RetrySet().Fetch(ctx, &sidekiq.FetchParams{Min: score})
+	fetched, err = admin.RetrySet().Fetch(ctx, &api.FetchParams{Min: score})
 	require.NoError(t, err)
 	require.Equal(t, rep.FetchAll, apiEntryValues(fetched))
 	require.Len(t, fetched, 3)
-	found, err := api.DeadSet().FindJob(ctx, rep.FindJID)
+	found, err := admin.DeadSet().FindJob(ctx, rep.FindJID)
 	require.NoError(t, err)
 	require.Equal(t, rep.Find, string(found.Value))
 	var scanned []string
-	require.NoError(t, api.RetrySet().Scan(ctx, &sidekiq.ScanParams{Match: "boom 1"}, func(e *sidekiq.SortedEntry) error {
+	require.NoError(t, admin.RetrySet().Scan(ctx, &api.ScanParams{Match: "boom 1"}, func(e *api.SortedEntry) error {
 		scanned = append(scanned, string(e.Value))
 		return nil
 	}))
@@ -281,7 +282,7 @@ func apiCompareRead(t *testing.T, ctx context.Context, api *sidekiq.API, rep *ap
 	require.Equal(t, rep.Scan, scanned)
 	require.Len(t, scanned, 11) // boom 1, boom 10…19
 
-	procs, err := api.Processes(ctx, &sidekiq.ProcessListParams{SkipCleanup: true})
+	procs, err := admin.Processes(ctx, &api.ProcessListParams{SkipCleanup: true})
 	require.NoError(t, err)
 	var attrs []string
 	for _, p := range procs.Processes {
@@ -297,11 +298,11 @@ func apiCompareRead(t *testing.T, ctx context.Context, api *sidekiq.API, rep *ap
 	require.False(t, p.Stopping())
 	require.Equal(t, rep.TotalConcurrency, procs.TotalConcurrency)
 	require.Equal(t, rep.TotalRSS, procs.TotalRSS)
-	n, err := api.ProcessCount(ctx)
+	n, err := admin.ProcessCount(ctx)
 	require.NoError(t, err)
 	require.Equal(t, rep.ProcessSize, n)
 
-	work, err := api.WorkSet(ctx)
+	work, err := admin.WorkSet(ctx)
 	require.NoError(t, err)
 	var gotWork [][5]any
 	for _, w := range work {
@@ -309,12 +310,12 @@ func apiCompareRead(t *testing.T, ctx context.Context, api *sidekiq.API, rep *ap
 	}
 	require.Equal(t, rep.Work, gotWork)
 	require.Len(t, gotWork, 2)
-	size, err := api.WorkSetSize(ctx)
+	size, err := admin.WorkSetSize(ctx)
 	require.NoError(t, err)
 	require.Equal(t, rep.WorkSize, size)
 }
 
-func apiValues(rs []*sidekiq.JobRecord) []string {
+func apiValues(rs []*api.JobRecord) []string {
 	out := []string{}
 	for _, r := range rs {
 		out = append(out, string(r.Value))
@@ -322,7 +323,7 @@ func apiValues(rs []*sidekiq.JobRecord) []string {
 	return out
 }
 
-func apiEntryValues(es []*sidekiq.SortedEntry) []string {
+func apiEntryValues(es []*api.SortedEntry) []string {
 	var out []string
 	for _, e := range es {
 		out = append(out, string(e.Value))
@@ -345,7 +346,7 @@ type apiOp struct {
 	// prep runs on both copies first.
 	prep func(t *testing.T, c redis.Conn)
 	// goOp runs against the Go copy.
-	goOp func(t *testing.T, ctx context.Context, a *sidekiq.API)
+	goOp func(t *testing.T, ctx context.Context, a *api.API)
 	// ruby runs against the Ruby copy.
 	ruby string
 	// ignore lists keys left out of the comparison, with the reason.
@@ -369,7 +370,7 @@ func apiOps(rep *apiRubyReport) []apiOp {
 			defaultJobs = q.Values
 		}
 	}
-	queueJob, err := sidekiq.ParseJob([]byte(defaultJobs[2]))
+	queueJob, err := wire.ParseJob([]byte(defaultJobs[2]))
 	if err != nil {
 		panic(err)
 	}
@@ -377,7 +378,7 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		_, err := c.Do("ZREM", "dead", "not json {")
 		require.NoError(t, err)
 	}
-	find := func(t *testing.T, ctx context.Context, js *sidekiq.JobSet, jid string) *sidekiq.SortedEntry {
+	find := func(t *testing.T, ctx context.Context, js *api.JobSet, jid string) *api.SortedEntry {
 		e, err := js.FindJob(ctx, jid)
 		require.NoError(t, err)
 		return e
@@ -385,7 +386,7 @@ func apiOps(rep *apiRubyReport) []apiOp {
 	return []apiOp{
 		{
 			name: "retry_sibling",
-			goOp: func(t *testing.T, ctx context.Context, a *sidekiq.API) {
+			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
 				_, err := find(t, ctx, a.RetrySet().JobSet, sib).Retry(ctx)
 				require.NoError(t, err)
 			},
@@ -393,7 +394,7 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		},
 		{
 			name: "retry_one_retry_queue",
-			goOp: func(t *testing.T, ctx context.Context, a *sidekiq.API) {
+			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
 				_, err := find(t, ctx, a.RetrySet().JobSet, retryQueueJID).Retry(ctx)
 				require.NoError(t, err)
 			},
@@ -401,21 +402,21 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		},
 		{
 			name: "kill_one",
-			goOp: func(t *testing.T, ctx context.Context, a *sidekiq.API) {
+			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
 				require.NoError(t, find(t, ctx, a.RetrySet().JobSet, firstRetry).Kill(ctx, nil))
 			},
 			ruby: fmt.Sprintf(`Sidekiq::RetrySet.new.find_job(%q).kill`, firstRetry),
 		},
 		{
 			name: "kill_sibling",
-			goOp: func(t *testing.T, ctx context.Context, a *sidekiq.API) {
+			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
 				require.NoError(t, find(t, ctx, a.RetrySet().JobSet, rep.SibJIDs[0]).Kill(ctx, nil))
 			},
 			ruby: fmt.Sprintf(`Sidekiq::RetrySet.new.find_job(%q).kill`, rep.SibJIDs[0]),
 		},
 		{
 			name: "delete_one",
-			goOp: func(t *testing.T, ctx context.Context, a *sidekiq.API) {
+			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
 				ok, err := find(t, ctx, a.RetrySet().JobSet, lastRetry).Delete(ctx)
 				require.NoError(t, err)
 				require.True(t, ok)
@@ -427,14 +428,14 @@ func apiOps(rep *apiRubyReport) []apiOp {
 			// 1e9 in double precision, so Time.at(t, 250, :millisecond).to_f
 			// is t+0.2499998, while Go's EpochSeconds gives t+0.25.
 			name: "reschedule_one",
-			goOp: func(t *testing.T, ctx context.Context, a *sidekiq.API) {
+			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
 				require.NoError(t, find(t, ctx, a.ScheduledSet().JobSet, schedJID).Reschedule(ctx, time.Unix(1795400000, 0)))
 			},
 			ruby: fmt.Sprintf(`Sidekiq::ScheduledSet.new.find_job(%q).reschedule(Time.at(1795400000))`, schedJID),
 		},
 		{
 			name: "retry_all",
-			goOp: func(t *testing.T, ctx context.Context, a *sidekiq.API) {
+			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
 				res, err := a.RetrySet().RetryAll(ctx)
 				require.NoError(t, err)
 				require.Equal(t, len(rep.Retry), res.Moved)
@@ -443,7 +444,7 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		},
 		{
 			name: "kill_all",
-			goOp: func(t *testing.T, ctx context.Context, a *sidekiq.API) {
+			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
 				res, err := a.RetrySet().KillAll(ctx, nil)
 				require.NoError(t, err)
 				require.Equal(t, len(rep.Retry), res.Moved)
@@ -452,7 +453,7 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		},
 		{
 			name: "delete_all",
-			goOp: func(t *testing.T, ctx context.Context, a *sidekiq.API) {
+			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
 				require.NoError(t, a.RetrySet().Clear(ctx))
 				require.NoError(t, a.DeadSet().Clear(ctx))
 			},
@@ -460,7 +461,7 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		},
 		{
 			name: "dead_retry_one",
-			goOp: func(t *testing.T, ctx context.Context, a *sidekiq.API) {
+			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
 				_, err := find(t, ctx, a.DeadSet().JobSet, deadJID).Retry(ctx)
 				require.NoError(t, err)
 			},
@@ -469,7 +470,7 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		{
 			name: "dead_retry_all",
 			prep: dropUnparsable,
-			goOp: func(t *testing.T, ctx context.Context, a *sidekiq.API) {
+			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
 				res, err := a.DeadSet().RetryAll(ctx)
 				require.NoError(t, err)
 				require.Equal(t, len(rep.Dead)-1, res.Moved)
@@ -478,14 +479,14 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		},
 		{
 			name: "dead_kill_payload",
-			goOp: func(t *testing.T, ctx context.Context, a *sidekiq.API) {
+			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
 				require.NoError(t, a.DeadSet().Kill(ctx, []byte(defaultJobs[0]), nil))
 			},
 			ruby: fmt.Sprintf(`Sidekiq::DeadSet.new.kill(%q)`, defaultJobs[0]),
 		},
 		{
 			name: "scheduled_add_one",
-			goOp: func(t *testing.T, ctx context.Context, a *sidekiq.API) {
+			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
 				_, err := find(t, ctx, a.ScheduledSet().JobSet, schedJID).AddToQueue(ctx)
 				require.NoError(t, err)
 			},
@@ -493,7 +494,7 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		},
 		{
 			name: "scheduled_add_all",
-			goOp: func(t *testing.T, ctx context.Context, a *sidekiq.API) {
+			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
 				res, err := a.ScheduledSet().AddAllToQueue(ctx)
 				require.NoError(t, err)
 				require.Equal(t, len(rep.Schedule), res.Moved)
@@ -502,7 +503,7 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		},
 		{
 			name: "queue_delete_job_and_clear",
-			goOp: func(t *testing.T, ctx context.Context, a *sidekiq.API) {
+			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
 				r, err := a.Queue("default").FindJob(ctx, queueJob.JID())
 				require.NoError(t, err)
 				ok, err := r.Delete(ctx)
@@ -514,7 +515,7 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		},
 		{
 			name: "processes_signals_cleanup",
-			goOp: func(t *testing.T, ctx context.Context, a *sidekiq.API) {
+			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
 				list, err := a.Processes(ctx, nil)
 				require.NoError(t, err)
 				p := list.Processes[0]
@@ -527,7 +528,7 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		},
 		{
 			name: "reset_stats",
-			goOp: func(t *testing.T, ctx context.Context, a *sidekiq.API) {
+			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
 				_, err := a.ResetStats(ctx, nil)
 				require.NoError(t, err)
 			},
@@ -551,10 +552,10 @@ func apiRunOp(t *testing.T, e *env, op apiOp) {
 			c.Close()
 		}
 	}
-	since := sidekiq.EpochSeconds(time.Now())
-	api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: goPool, Version: sidekiq.Version6})
+	since := wire.EpochSeconds(time.Now())
+	admin, err := api.New(&api.Config{Pool: goPool, Version: wire.Version6})
 	require.NoError(t, err)
-	op.goOp(t, context.Background(), api)
+	op.goOp(t, context.Background(), admin)
 	rubytest.Run(t, fmt.Sprintf("redis://127.0.0.1:%d/1", srv.Port), op.ruby)
 	got, want := apiKeyspace(t, goPool, since), apiKeyspace(t, rubyPool, since)
 	for k := range op.ignore {
@@ -638,7 +639,7 @@ func apiKeyspace(t *testing.T, p *redis.Pool, since float64) map[string]apiKey {
 			require.NoError(t, err)
 			for i := 0; i < len(vals); i += 2 {
 				score := vals[i+1]
-				if f, _ := sidekiq.ParseScore(score); k == "dead" && f >= since {
+				if f, _ := wire.ParseScore(score); k == "dead" && f >= since {
 					score = "<now>"
 				}
 				items = append(items, apiNormalizeJob(vals[i], since)+" @ "+score)
@@ -700,12 +701,12 @@ cli = Sidekiq::CLI.instance
 cli.parse(["-c", "2", "-q", "apilive", "-g", "apilive", "-r", %q])
 cli.run
 `, file))
-	api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: e.pool})
+	admin, err := api.New(&api.Config{Pool: e.pool})
 	require.NoError(t, err)
 
-	var proc *sidekiq.Process
+	var proc *api.Process
 	apiEventually(t, "the process registers", 30*time.Second, func() bool {
-		list, err := api.Processes(ctx, &sidekiq.ProcessListParams{SkipCleanup: true})
+		list, err := admin.Processes(ctx, &api.ProcessListParams{SkipCleanup: true})
 		require.NoError(t, err)
 		for _, p := range list.Processes {
 			if p.Tag == "apilive" {
@@ -727,7 +728,7 @@ cli.run
 
 	require.NoError(t, proc.Quiet(ctx))
 	apiEventually(t, "the process turns quiet", 20*time.Second, func() bool {
-		list, err := api.Processes(ctx, &sidekiq.ProcessListParams{SkipCleanup: true})
+		list, err := admin.Processes(ctx, &api.ProcessListParams{SkipCleanup: true})
 		require.NoError(t, err)
 		return len(list.Processes) == 1 && list.Processes[0].Stopping()
 	})
@@ -735,7 +736,7 @@ cli.run
 
 	require.NoError(t, proc.Stop(ctx))
 	apiEventually(t, "the process unregisters", 30*time.Second, func() bool {
-		n, err := api.ProcessCount(ctx)
+		n, err := admin.ProcessCount(ctx)
 		require.NoError(t, err)
 		return n == 0
 	})

@@ -15,9 +15,10 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/internal/clock"
+	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // pcTrickyArgs are Go args whose Ruby JSON form differs from what naive Go
@@ -48,7 +49,7 @@ func pcTrickyArgs(t *testing.T) []any {
 // pcGoRetryJob builds, in Go, a job as Ruby's JobRetry leaves it in the
 // retry set after a first failure with backtrace: true (key order as Ruby
 // writes it), in the 6.4 format.
-func pcGoRetryJob(t *testing.T, queue string, failedAt time.Time, lines []string, args ...any) *sidekiq.Job {
+func pcGoRetryJob(t *testing.T, queue string, failedAt time.Time, lines []string, args ...any) *wire.Job {
 	t.Helper()
 	vals := make([]rubyjson.Value, len(args))
 	for i, a := range args {
@@ -62,15 +63,15 @@ func pcGoRetryJob(t *testing.T, queue string, failedAt time.Time, lines []string
 	m.Set("backtrace", rubyjson.BoolValue(true))
 	m.Set("class", rubyjson.StringValue("PcGoWorker"))
 	m.Set("args", rubyjson.ArrayValue(vals...))
-	job := sidekiq.JobFromMap(m)
-	job.SetJID(sidekiq.NewJID())
-	job.SetTime("created_at", failedAt.Add(-90*time.Second+123456789), sidekiq.Version6)
-	job.SetTime("enqueued_at", failedAt.Add(-60*time.Second+987654321), sidekiq.Version6)
+	job := wire.JobFromMap(m)
+	job.SetJID(wire.NewJID())
+	job.SetTime("created_at", failedAt.Add(-90*time.Second+123456789), wire.Version6)
+	job.SetTime("enqueued_at", failedAt.Add(-60*time.Second+987654321), wire.Version6)
 	job.Set("error_message", rubyjson.StringValue("boom é \u2028 <>&"))
 	job.Set("error_class", rubyjson.StringValue("RuntimeError"))
-	job.SetTime("failed_at", failedAt, sidekiq.Version6)
+	job.SetTime("failed_at", failedAt, wire.Version6)
 	job.SetRetryCount(0)
-	job.SetErrorBacktrace(lines, sidekiq.Version6)
+	job.SetErrorBacktrace(lines, wire.Version6)
 	return job
 }
 
@@ -103,7 +104,7 @@ func pcZMembers(t *testing.T, e *env, key string) [][2]string {
 }
 
 // pcField returns a payload field as its JSON text.
-func pcField(t *testing.T, job *sidekiq.Job, key string) string {
+func pcField(t *testing.T, job *wire.Job, key string) string {
 	t.Helper()
 	v, ok := job.Get(key)
 	require.True(t, ok, "payload has no %s", key)
@@ -119,9 +120,9 @@ func TestClientCompatGoPushRubyReads(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	pushed := map[string]*sidekiq.Job{} // jid → the job as Go pushed it
+	pushed := map[string]*wire.Job{} // jid → the job as Go pushed it
 
-	tricky, err := sidekiq.NewJob("PcGoWorker", pcTrickyArgs(t)...)
+	tricky, err := wire.NewJob("PcGoWorker", pcTrickyArgs(t)...)
 	require.NoError(t, err)
 	tricky.SetQueue("pc_go")
 	res, err := e.client.Push(ctx, tricky, nil)
@@ -132,11 +133,11 @@ func TestClientCompatGoPushRubyReads(t *testing.T) {
 	res, err = e.client.Enqueue(ctx, "", "PcGoWorker", 1, "two", map[string]any{"three": 3.5})
 	require.NoError(t, err)
 	plainJID := res.JID
-	plain, err := sidekiq.ParseJob(res.Payload)
+	plain, err := wire.ParseJob(res.Payload)
 	require.NoError(t, err)
 	pushed[plainJID] = plain
 
-	opts, err := sidekiq.NewJob("PcGoWorker", 1, 2.0, "ü")
+	opts, err := wire.NewJob("PcGoWorker", 1, 2.0, "ü")
 	require.NoError(t, err)
 	opts.SetQueue("pc_push")
 	require.NoError(t, opts.SetRetry(3))
@@ -149,9 +150,9 @@ func TestClientCompatGoPushRubyReads(t *testing.T) {
 	pushed[res.JID] = opts
 
 	const nBulk = 2345
-	bulk := make([]*sidekiq.Job, nBulk)
+	bulk := make([]*wire.Job, nBulk)
 	for i := range bulk {
-		bulk[i], err = sidekiq.NewJob("PcGoWorker", i, float64(i)+0.5, "é")
+		bulk[i], err = wire.NewJob("PcGoWorker", i, float64(i)+0.5, "é")
 		require.NoError(t, err)
 		bulk[i].SetQueue("pc_bulk")
 	}
@@ -163,7 +164,7 @@ func TestClientCompatGoPushRubyReads(t *testing.T) {
 	}
 
 	before := time.Now()
-	inJob, err := sidekiq.NewJob("PcGoWorker", "later", 2.0, "\u2028")
+	inJob, err := wire.NewJob("PcGoWorker", "later", 2.0, "\u2028")
 	require.NoError(t, err)
 	inJob.SetQueue("pc_sched")
 	res, err = e.client.Push(ctx, inJob, &sidekiq.PushOpts{In: time.Hour})
@@ -174,7 +175,7 @@ func TestClientCompatGoPushRubyReads(t *testing.T) {
 	pushed[inJID] = inJob
 
 	at := time.Now().Add(2*time.Hour + 250*time.Millisecond)
-	atJob, err := sidekiq.NewJob("PcGoWorker", map[string]any{"k": "v"})
+	atJob, err := wire.NewJob("PcGoWorker", map[string]any{"k": "v"})
 	require.NoError(t, err)
 	res, err = e.client.Push(ctx, atJob, &sidekiq.PushOpts{At: at})
 	require.NoError(t, err)
@@ -182,9 +183,9 @@ func TestClientCompatGoPushRubyReads(t *testing.T) {
 	atJID := res.JID
 	pushed[atJID] = atJob
 
-	sbulk := make([]*sidekiq.Job, 3)
+	sbulk := make([]*wire.Job, 3)
 	for i := range sbulk {
-		sbulk[i], err = sidekiq.NewJob("PcGoWorker", i)
+		sbulk[i], err = wire.NewJob("PcGoWorker", i)
 		require.NoError(t, err)
 	}
 	sres, err := e.client.PushBulk(ctx, sbulk, &sidekiq.PushOpts{At: at})
@@ -236,7 +237,7 @@ puts JSON.generate({
 		require.Equal(t, string(want.Encode()), r.Value, "stored bytes of %s", jid)
 		require.Equal(t, pcArgsTree(want), r.Args, "Ruby's args of %s", jid)
 		require.Equal(t, pcItemTree(want), r.Item, "Ruby's payload of %s", jid)
-		job, err := sidekiq.ParseJob([]byte(r.Value))
+		job, err := wire.ParseJob([]byte(r.Value))
 		require.NoError(t, err)
 		pcRequireAccessors(t, job, r)
 		require.Equal(t, "Float", r.CreatedAtClass, jid)
@@ -251,15 +252,15 @@ puts JSON.generate({
 		require.NoError(t, err)
 		ra, err := strconv.ParseFloat(r.At, 64)
 		require.NoError(t, err)
-		gs, err := sidekiq.ParseScore(stored[jid][1])
+		gs, err := wire.ParseScore(stored[jid][1])
 		require.NoError(t, err)
 		require.Equal(t, gs, rs, "score of %s", jid)
 		require.Equal(t, gs, ra, "at of %s", jid)
 	}
-	require.Equal(t, sidekiq.Score(at), recs[atJID].Score, "At score is Float#to_s of the time")
+	require.Equal(t, wire.Score(at), recs[atJID].Score, "At score is Float#to_s of the time")
 	inAt, err := strconv.ParseFloat(recs[inJID].At, 64)
 	require.NoError(t, err)
-	require.True(t, inAt >= sidekiq.EpochSeconds(before.Add(time.Hour))-1e-6 && inAt <= sidekiq.EpochSeconds(after.Add(time.Hour))+1e-6)
+	require.True(t, inAt >= wire.EpochSeconds(before.Add(time.Hour))-1e-6 && inAt <= wire.EpochSeconds(after.Add(time.Hour))+1e-6)
 
 	// Key order matches Ruby's Client.push and push_bulk.
 	rubyKeys := recs[rres.RubyPush].Keys
@@ -273,7 +274,7 @@ puts JSON.generate({
 	// enqueued_at per round trip of 1000, and FIFO order as Ruby's LPUSH.
 	created := map[string]bool{}
 	for _, jid := range rres.RubyBulk {
-		job, err := sidekiq.ParseJob([]byte(recs[jid].Value))
+		job, err := wire.ParseJob([]byte(recs[jid].Value))
 		require.NoError(t, err)
 		created[pcField(t, job, "created_at")] = true
 	}
@@ -281,7 +282,7 @@ puts JSON.generate({
 	created = map[string]bool{}
 	enqByBatch := map[int]map[string]bool{}
 	for i, jid := range bres.JIDs {
-		job, err := sidekiq.ParseJob([]byte(recs[jid].Value))
+		job, err := wire.ParseJob([]byte(recs[jid].Value))
 		require.NoError(t, err)
 		created[pcField(t, job, "created_at")] = true
 		b := i / 1000
@@ -295,10 +296,10 @@ puts JSON.generate({
 	for b, enq := range enqByBatch {
 		require.Equal(t, 1, len(enq), "batch %d shares enqueued_at", b)
 	}
-	head, err := redis.Strings(e.do(t, "LRANGE", sidekiq.QueueKey("pc_bulk"), -1, -1), nil)
+	head, err := redis.Strings(e.do(t, "LRANGE", wire.QueueKey("pc_bulk"), -1, -1), nil)
 	require.NoError(t, err)
 	require.Equal(t, recs[bres.JIDs[0]].Value, head[0], "the first bulk job is the oldest (fetched first)")
-	rhead, err := redis.Strings(e.do(t, "LRANGE", sidekiq.QueueKey("pc_ruby_bulk"), -1, -1), nil)
+	rhead, err := redis.Strings(e.do(t, "LRANGE", wire.QueueKey("pc_ruby_bulk"), -1, -1), nil)
 	require.NoError(t, err)
 	require.Equal(t, recs[rres.RubyBulk[0]].Value, rhead[0], "Ruby's first bulk job is the oldest too")
 }
@@ -313,12 +314,12 @@ func TestClientCompatGoRetryEntryRubyAPI(t *testing.T) {
 	e := newEnv(t)
 	failedAt := time.Now().Add(-10 * time.Minute)
 	retried := pcGoRetryJob(t, "pc_retry", failedAt, pcBacktrace, 1.5, "é😀\u2028", 1e20, map[string]any{"k": []any{1.0, nil}})
-	retriedScore := sidekiq.Score(failedAt.Add(30*time.Second + 123456*time.Microsecond))
-	pcZAdd(t, e, sidekiq.KeyRetry, retriedScore, retried.Encode())
+	retriedScore := wire.Score(failedAt.Add(30*time.Second + 123456*time.Microsecond))
+	pcZAdd(t, e, wire.KeyRetry, retriedScore, retried.Encode())
 	deleted := pcGoRetryJob(t, "pc_retry", failedAt, []string{"x"}, 2)
-	pcZAdd(t, e, sidekiq.KeyRetry, sidekiq.Score(failedAt.Add(45*time.Second)), deleted.Encode())
+	pcZAdd(t, e, wire.KeyRetry, wire.Score(failedAt.Add(45*time.Second)), deleted.Encode())
 	kept := pcGoRetryJob(t, "pc_retry", failedAt, []string{"y"}, 3)
-	pcZAdd(t, e, sidekiq.KeyRetry, retriedScore, kept.Encode()) // same score as the retried one
+	pcZAdd(t, e, wire.KeyRetry, retriedScore, kept.Encode()) // same score as the retried one
 	require.True(t, strings.Contains(pcField(t, retried, "error_backtrace"), `\n`), "6.4 MIME base64 has line breaks")
 
 	out := e.ruby(t, pcRubyHelpers+fmt.Sprintf(`
@@ -365,29 +366,29 @@ puts JSON.generate({
 	require.Equal(t, "Float", f.FailedAtClass)
 	got, ok := retried.FailedAt()
 	pcRequireTimeNear(t, f.FailedAt, got, ok, "failed_at")
-	parsed, err := sidekiq.ParseJob([]byte(f.Value))
+	parsed, err := wire.ParseJob([]byte(f.Value))
 	require.NoError(t, err)
 	pcRequireAccessors(t, parsed, f.pcRec)
 
 	require.True(t, res.Deleted)
 	require.Equal(t, []string{kept.JID()}, res.RetryJIDs, "retry moved one entry out, delete removed another, the same-score sibling stays")
-	members := pcZMembers(t, e, sidekiq.KeyRetry)
+	members := pcZMembers(t, e, wire.KeyRetry)
 	require.Len(t, members, 1)
 	require.Equal(t, string(kept.Encode()), members[0][0], "the sibling keeps its bytes")
-	gotScore, err := sidekiq.ParseScore(members[0][1]) // Redis may print 17 digits
+	gotScore, err := wire.ParseScore(members[0][1]) // Redis may print 17 digits
 	require.NoError(t, err)
-	wantScore, err := sidekiq.ParseScore(retriedScore)
+	wantScore, err := wire.ParseScore(retriedScore)
 	require.NoError(t, err)
 	require.Equal(t, wantScore, gotScore, "the sibling keeps its score")
 
 	// Ruby's retry pushed the job through Client.push: same payload, with
 	// retry_count decremented and a new enqueued_at.
-	vals, err := redis.Strings(e.do(t, "LRANGE", sidekiq.QueueKey("pc_retry"), 0, -1), nil)
+	vals, err := redis.Strings(e.do(t, "LRANGE", wire.QueueKey("pc_retry"), 0, -1), nil)
 	require.NoError(t, err)
 	require.Len(t, vals, 1)
 	require.Len(t, res.Queue, 1)
 	require.Equal(t, vals[0], res.Queue[0].Value)
-	back, err := sidekiq.ParseJob([]byte(vals[0]))
+	back, err := wire.ParseJob([]byte(vals[0]))
 	require.NoError(t, err)
 	require.Equal(t, vals[0], string(back.Encode()))
 	pcRequireAccessors(t, back, res.Queue[0])
@@ -405,11 +406,11 @@ puts JSON.generate({
 	before, err := strconv.ParseFloat(res.Before, 64)
 	require.NoError(t, err)
 	require.True(t, newEnq.After(oldEnq))
-	require.True(t, sidekiq.EpochSeconds(newEnq) >= before-1e-6, "enqueued_at is the time of Ruby's retry")
+	require.True(t, wire.EpochSeconds(newEnq) >= before-1e-6, "enqueued_at is the time of Ruby's retry")
 	lines, err := back.ErrorBacktrace()
 	require.NoError(t, err)
 	require.Equal(t, pcBacktrace, lines)
-	queues, err := redis.Strings(e.do(t, "SMEMBERS", sidekiq.KeyQueues), nil)
+	queues, err := redis.Strings(e.do(t, "SMEMBERS", wire.KeyQueues), nil)
 	require.NoError(t, err)
 	require.Equal(t, []string{"pc_retry"}, queues)
 }
@@ -426,9 +427,9 @@ func TestClientCompatRescheduleKeepsOneMember(t *testing.T) {
 	now := time.Now()
 
 	retry := pcGoRetryJob(t, "pc_q", now.Add(-time.Minute), pcBacktrace, 1.0, 1e20, 0.1, "é\u2028<>&/", []any{2.5, math.Copysign(0, -1)})
-	pcZAdd(t, e, sidekiq.KeyRetry, sidekiq.Score(now.Add(time.Minute)), retry.Encode())
+	pcZAdd(t, e, wire.KeyRetry, wire.Score(now.Add(time.Minute)), retry.Encode())
 
-	sched, err := sidekiq.NewJob("PcGoWorker", 1.0, 1e20, 1.5e-07, "é😀\u2028\u2029<>&/", map[string]any{"f": 3.0})
+	sched, err := wire.NewJob("PcGoWorker", 1.0, 1e20, 1.5e-07, "é😀\u2028\u2029<>&/", map[string]any{"f": 3.0})
 	require.NoError(t, err)
 	res, err := e.client.Push(ctx, sched, &sidekiq.PushOpts{At: now.Add(time.Hour)})
 	require.NoError(t, err)
@@ -437,7 +438,7 @@ func TestClientCompatRescheduleKeepsOneMember(t *testing.T) {
 	// The control: what Go's encoding/json writes for a similar job.
 	naive, err := json.Marshal(map[string]any{"class": "PcGoWorker", "args": []any{1.0, "<>\u2028"}, "jid": "0123456789abcdef01234567", "queue": "default", "retry": true})
 	require.NoError(t, err)
-	pcZAdd(t, e, sidekiq.KeySchedule, sidekiq.Score(now.Add(3*time.Hour)), naive)
+	pcZAdd(t, e, wire.KeySchedule, wire.Score(now.Add(3*time.Hour)), naive)
 
 	newRetry := now.Add(2 * time.Hour).Truncate(time.Millisecond)
 	newSched := now.Add(5 * time.Hour).Truncate(time.Millisecond)
@@ -446,21 +447,21 @@ func TestClientCompatRescheduleKeepsOneMember(t *testing.T) {
 Sidekiq::RetrySet.new.find_job(%q).reschedule(%s)
 Sidekiq::ScheduledSet.new.find_job(%q).reschedule(%s)
 Sidekiq::ScheduledSet.new.find_job("0123456789abcdef01234567").reschedule(%s)
-`, retry.JID(), sidekiq.Score(newRetry), res.JID, sidekiq.Score(newSched), sidekiq.Score(newNaive)))
+`, retry.JID(), wire.Score(newRetry), res.JID, wire.Score(newSched), wire.Score(newNaive)))
 
 	near := func(score string, want time.Time) {
 		t.Helper()
-		f, err := sidekiq.ParseScore(score)
+		f, err := wire.ParseScore(score)
 		require.NoError(t, err)
-		require.InDelta(t, sidekiq.EpochSeconds(want), f, 1e-6)
+		require.InDelta(t, wire.EpochSeconds(want), f, 1e-6)
 	}
-	members := pcZMembers(t, e, sidekiq.KeyRetry)
+	members := pcZMembers(t, e, wire.KeyRetry)
 	require.Len(t, members, 1, "reschedule of the Go retry entry left %d members", len(members))
 	require.Equal(t, string(retry.Encode()), members[0][0])
 	near(members[0][1], newRetry)
 
 	var ours, others [][2]string
-	for _, m := range pcZMembers(t, e, sidekiq.KeySchedule) {
+	for _, m := range pcZMembers(t, e, wire.KeySchedule) {
 		if strings.Contains(m[0], res.JID) {
 			ours = append(ours, m)
 		} else {
@@ -478,7 +479,7 @@ Sidekiq::ScheduledSet.new.find_job("0123456789abcdef01234567").reschedule(%s)
 	require.Equal(t, string(naive), others[0][0], "the original stays")
 	near(others[0][1], now.Add(3*time.Hour))
 	require.Equal(t, "{\"args\":[1,\"<>\u2028\"],\"class\":\"PcGoWorker\",\"jid\":\"0123456789abcdef01234567\",\"queue\":\"default\",\"retry\":true}", others[1][0], "Ruby adds its re-encoding")
-	delta, err := sidekiq.ParseScore(others[1][1])
+	delta, err := wire.ParseScore(others[1][1])
 	require.NoError(t, err)
 	require.InDelta(t, 3*3600, delta, 1e-3, "the duplicate's score is the delta")
 }
@@ -494,35 +495,35 @@ func TestClientCompatTimestampFormats(t *testing.T) {
 	whole := time.Unix(time.Now().Add(-time.Hour).Unix(), 0)
 	sec := strconv.FormatInt(whole.Unix(), 10)
 
-	c6, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: sidekiq.Version6, Clock: clock.NewFake(whole)})
+	c6, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: wire.Version6, Clock: clock.NewFake(whole)})
 	require.NoError(t, err)
 	r6, err := c6.Enqueue(ctx, "pc_v6", "PcGoWorker", 1)
 	require.NoError(t, err)
 	require.Contains(t, string(r6.Payload), `"created_at":`+sec+`.0,"enqueued_at":`+sec+`.0}`)
-	j6, err := sidekiq.NewJob("PcGoWorker", 2)
+	j6, err := wire.NewJob("PcGoWorker", 2)
 	require.NoError(t, err)
 	s6, err := c6.Push(ctx, j6, &sidekiq.PushOpts{In: time.Hour})
 	require.NoError(t, err)
 	require.True(t, strings.HasSuffix(string(s6.Payload), `"created_at":`+sec+`.0}`), string(s6.Payload))
-	score, err := redis.String(e.do(t, "ZSCORE", sidekiq.KeySchedule, s6.Payload), nil)
+	score, err := redis.String(e.do(t, "ZSCORE", wire.KeySchedule, s6.Payload), nil)
 	require.NoError(t, err)
 	require.Equal(t, strconv.FormatInt(whole.Unix()+3600, 10), score)
 
 	msTime := whole.Add(166 * time.Millisecond)
 	ms := strconv.FormatInt(msTime.UnixMilli(), 10)
-	c8, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: sidekiq.Version8, Clock: clock.NewFake(msTime)})
+	c8, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: wire.Version8, Clock: clock.NewFake(msTime)})
 	require.NoError(t, err)
 	r8, err := c8.Enqueue(ctx, "pc_v8", "PcGoWorker", 1)
 	require.NoError(t, err)
 	require.Contains(t, string(r8.Payload), `"created_at":`+ms+`,"enqueued_at":`+ms+`}`)
-	j8, err := sidekiq.ParseJob(r8.Payload)
+	j8, err := wire.ParseJob(r8.Payload)
 	require.NoError(t, err)
 	ca, ok := j8.CreatedAt()
 	require.True(t, ok)
 	require.True(t, ca.Equal(msTime))
 
 	frac := time.Unix(whole.Unix(), 165170700)
-	cf, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: sidekiq.Version6, Clock: clock.NewFake(frac)})
+	cf, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: wire.Version6, Clock: clock.NewFake(frac)})
 	require.NoError(t, err)
 	rf, err := cf.Enqueue(ctx, "pc_v6f", "PcGoWorker", 1)
 	require.NoError(t, err)
@@ -562,7 +563,7 @@ puts JSON.generate(res)
 
 	vf := res["pc_v6f"]
 	require.Equal(t, rf.Payload, []byte(vf.Value))
-	jf, err := sidekiq.ParseJob(rf.Payload)
+	jf, err := wire.ParseJob(rf.Payload)
 	require.NoError(t, err)
 	pcRequireAccessors(t, jf, vf.pcRec)
 	require.Equal(t, pcField(t, jf, "created_at"), vf.RawCreated)

@@ -12,6 +12,7 @@ import (
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/rubytest"
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // env is one compat test's world: a private redis-server reachable over TCP
@@ -30,7 +31,7 @@ func newEnv(t *testing.T) *env {
 	rubytest.Require(t)
 	srv := redistest.StartWith(t, redistest.Options{TCP: true})
 	pool := srv.Pool(t)
-	c, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: sidekiq.Version6})
+	c, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: wire.Version6})
 	require.NoError(t, err)
 	return &env{srv: srv, pool: pool, client: c}
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // pcRubyHelpers is Ruby code shared by the payload and client compat tests:
@@ -126,13 +126,13 @@ func pcTypeTree(v rubyjson.Value) []any {
 }
 
 // pcArgsTree is the type tree of a job's args.
-func pcArgsTree(j *sidekiq.Job) []any {
+func pcArgsTree(j *wire.Job) []any {
 	v, _ := j.Get("args")
 	return pcTypeTree(v)
 }
 
 // pcItemTree is the type tree of the whole payload.
-func pcItemTree(j *sidekiq.Job) []any {
+func pcItemTree(j *wire.Job) []any {
 	return pcTypeTree(rubyjson.ObjectValue(j.Clone().Map()))
 }
 
@@ -156,7 +156,7 @@ func pcRequireTimeNear(t *testing.T, ruby []int64, got time.Time, ok bool, what 
 
 // pcRequireAccessors compares the typed accessors of a Go-parsed job with
 // what Ruby's API reported for it.
-func pcRequireAccessors(t *testing.T, job *sidekiq.Job, r pcRec) {
+func pcRequireAccessors(t *testing.T, job *wire.Job, r pcRec) {
 	t.Helper()
 	jid := r.JID
 	require.Equal(t, r.Class, job.Class(), jid)
@@ -181,13 +181,13 @@ func pcRequireAccessors(t *testing.T, job *sidekiq.Job, r pcRec) {
 	case "nil":
 		require.False(t, rs.Present, jid)
 	case "true":
-		require.Equal(t, sidekiq.RetrySetting{Present: true, Enabled: true}, rs, jid)
+		require.Equal(t, wire.RetrySetting{Present: true, Enabled: true}, rs, jid)
 	case "false":
-		require.Equal(t, sidekiq.RetrySetting{Present: true}, rs, jid)
+		require.Equal(t, wire.RetrySetting{Present: true}, rs, jid)
 	case "Integer":
 		n, err := strconv.Atoi(r.Retry[1].(string))
 		require.NoError(t, err)
-		require.Equal(t, sidekiq.RetrySetting{Present: true, Enabled: true, Count: n, HasCount: true}, rs, jid)
+		require.Equal(t, wire.RetrySetting{Present: true, Enabled: true, Count: n, HasCount: true}, rs, jid)
 	default:
 		t.Fatalf("%s: unexpected retry %v", jid, r.Retry)
 	}
@@ -239,22 +239,22 @@ func pcStoredJobs(t *testing.T, e *env) map[string][2]string {
 	t.Helper()
 	out := map[string][2]string{}
 	add := func(val, score string) {
-		job, err := sidekiq.ParseJob([]byte(val))
+		job, err := wire.ParseJob([]byte(val))
 		require.NoError(t, err)
 		_, dup := out[job.JID()]
 		require.False(t, dup, "jid %s stored twice", job.JID())
 		out[job.JID()] = [2]string{val, score}
 	}
-	queues, err := redis.Strings(e.do(t, "SMEMBERS", sidekiq.KeyQueues), nil)
+	queues, err := redis.Strings(e.do(t, "SMEMBERS", wire.KeyQueues), nil)
 	require.NoError(t, err)
 	for _, q := range queues {
-		vals, err := redis.Strings(e.do(t, "LRANGE", sidekiq.QueueKey(q), 0, -1), nil)
+		vals, err := redis.Strings(e.do(t, "LRANGE", wire.QueueKey(q), 0, -1), nil)
 		require.NoError(t, err)
 		for _, v := range vals {
 			add(v, "")
 		}
 	}
-	zs, err := redis.Strings(e.do(t, "ZRANGE", sidekiq.KeySchedule, 0, -1, "WITHSCORES"), nil)
+	zs, err := redis.Strings(e.do(t, "ZRANGE", wire.KeySchedule, 0, -1, "WITHSCORES"), nil)
 	require.NoError(t, err)
 	for i := 0; i < len(zs); i += 2 {
 		add(zs[i], zs[i+1])
@@ -311,7 +311,7 @@ puts JSON.generate({"jids" => jids, "recs" => pc_all_recs})
 
 	for jid, sv := range stored {
 		val, score := sv[0], sv[1]
-		job, err := sidekiq.ParseJob([]byte(val))
+		job, err := wire.ParseJob([]byte(val))
 		require.NoError(t, err)
 		require.Equal(t, val, string(job.Encode()), "Go re-encoding of Ruby's payload differs")
 		require.Equal(t, val, string(job.Bytes()))
@@ -323,7 +323,7 @@ puts JSON.generate({"jids" => jids, "recs" => pc_all_recs})
 		if score != "" {
 			require.False(t, job.Has("at"), "scheduled payload keeps at")
 			require.False(t, job.Has("enqueued_at"), "6.4 scheduled payload has no enqueued_at")
-			gs, err := sidekiq.ParseScore(score)
+			gs, err := wire.ParseScore(score)
 			require.NoError(t, err)
 			rs, err := strconv.ParseFloat(r.Score, 64)
 			require.NoError(t, err)
@@ -337,7 +337,7 @@ puts JSON.generate({"jids" => jids, "recs" => pc_all_recs})
 	require.Len(t, bulk, 4)
 	var created, enqueued []string
 	for _, jid := range bulk {
-		j, err := sidekiq.ParseJob([]byte(stored[jid][0]))
+		j, err := wire.ParseJob([]byte(stored[jid][0]))
 		require.NoError(t, err)
 		ca, _ := j.Get("created_at")
 		ea, _ := j.Get("enqueued_at")

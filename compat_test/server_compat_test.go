@@ -18,6 +18,7 @@ import (
 	"github.com/gojob/gojob/internal/rubytest"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // svNewServer builds a gojob server on the env's Redis with test timings: a
@@ -124,7 +125,7 @@ func svRubySidekiq(t *testing.T, e *env, worker string, args ...string) *svRuby 
 // svProcessByPID returns the identity in `processes` whose info has pid.
 func svProcessByPID(t *testing.T, e *env, pid int) string {
 	t.Helper()
-	ids, err := redis.Strings(e.do(t, "SMEMBERS", sidekiq.KeyProcesses), nil)
+	ids, err := redis.Strings(e.do(t, "SMEMBERS", wire.KeyProcesses), nil)
 	require.NoError(t, err)
 	for _, id := range ids {
 		info, err := redis.Bytes(e.do(t, "HGET", id, "info"), nil)
@@ -163,9 +164,9 @@ func TestServerCompatRubyPushedJobsRunExactlyOnce(t *testing.T) {
 		all  = make(chan struct{})
 	)
 	srv := svServer(t, e, sidekiq.ServerConfig{
-		Queues: []sidekiq.QueueWeight{{Name: "svbulk"}}, Concurrency: 10, DisablePoller: true,
+		Queues: []wire.QueueWeight{{Name: "svbulk"}}, Concurrency: 10, DisablePoller: true,
 	}, func(s *sidekiq.Server) {
-		s.HandleFunc("SvBulkJob", func(ctx context.Context, job *sidekiq.Job) error {
+		s.HandleFunc("SvBulkJob", func(ctx context.Context, job *wire.Job) error {
 			a, ok := job.Args()[0].Int()
 			require.True(t, ok)
 			mu.Lock()
@@ -208,10 +209,10 @@ puts JSON.generate(jids)
 	for i := int64(0); i < n; i++ {
 		require.Equal(t, 1, args[i], "arg %d", i)
 	}
-	require.Zero(t, svInt(t, e, "LLEN", sidekiq.QueueKey("svbulk")))
-	require.Equal(t, n, svInt(t, e, "GET", sidekiq.KeyStatProcessed))
-	require.Zero(t, svInt(t, e, "GET", sidekiq.KeyStatFailed))
-	require.Zero(t, svInt(t, e, "SISMEMBER", sidekiq.KeyProcesses, srv.Identity()))
+	require.Zero(t, svInt(t, e, "LLEN", wire.QueueKey("svbulk")))
+	require.Equal(t, n, svInt(t, e, "GET", wire.KeyStatProcessed))
+	require.Zero(t, svInt(t, e, "GET", wire.KeyStatFailed))
+	require.Zero(t, svInt(t, e, "SISMEMBER", wire.KeyProcesses, srv.Identity()))
 }
 
 // svSchedWorker is the Ruby side of the poller race: its client middleware
@@ -265,9 +266,9 @@ func TestServerCompatPollersNeverDoubleRun(t *testing.T) {
 		mu     sync.Mutex
 		goRuns []run
 	)
-	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: sidekiq.Version6})
+	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: wire.Version6})
 	require.NoError(t, err)
-	client.Use(func(ctx context.Context, job *sidekiq.Job, next func(context.Context) error) error {
+	client.Use(func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
 		job.Set("sv_pushed_by", rubyjson.StringValue("go"))
 		return next(ctx)
 	})
@@ -278,10 +279,10 @@ func TestServerCompatPollersNeverDoubleRun(t *testing.T) {
 	// 0.05 s above).
 	probed := make(chan struct{})
 	srv := svServer(t, e, sidekiq.ServerConfig{
-		Queues: []sidekiq.QueueWeight{{Name: "svsched"}}, Concurrency: 5, Client: client,
+		Queues: []wire.QueueWeight{{Name: "svsched"}}, Concurrency: 5, Client: client,
 		PollIntervalAverage: 200 * time.Millisecond,
 	}, func(s *sidekiq.Server) {
-		s.HandleFunc("SvSchedJob", func(ctx context.Context, job *sidekiq.Job) error {
+		s.HandleFunc("SvSchedJob", func(ctx context.Context, job *wire.Job) error {
 			by, _ := job.Get("sv_pushed_by")
 			s, _ := by.Str()
 			mu.Lock()
@@ -289,12 +290,12 @@ func TestServerCompatPollersNeverDoubleRun(t *testing.T) {
 			mu.Unlock()
 			return nil
 		})
-		s.HandleFunc("SvProbeJob", func(ctx context.Context, job *sidekiq.Job) error {
+		s.HandleFunc("SvProbeJob", func(ctx context.Context, job *wire.Job) error {
 			close(probed)
 			return nil
 		})
 	})
-	probe, err := sidekiq.NewJob("SvProbeJob")
+	probe, err := wire.NewJob("SvProbeJob")
 	require.NoError(t, err)
 	probe.SetQueue("svsched")
 	_, err = e.client.Push(context.Background(), probe, &sidekiq.PushOpts{In: time.Millisecond})
@@ -341,15 +342,15 @@ puts JSON.generate(jids)
 		g := len(goRuns)
 		mu.Unlock()
 		return g+svInt(t, e, "LLEN", "sv:ruby-ran") >= n &&
-			svInt(t, e, "ZCARD", sidekiq.KeySchedule) == 0 &&
-			svInt(t, e, "ZCARD", sidekiq.KeyRetry) == 0 &&
-			svInt(t, e, "LLEN", sidekiq.QueueKey("svsched")) == 0
+			svInt(t, e, "ZCARD", wire.KeySchedule) == 0 &&
+			svInt(t, e, "ZCARD", wire.KeyRetry) == 0 &&
+			svInt(t, e, "LLEN", wire.QueueKey("svsched")) == 0
 	})
 	// Stop both; each finishes what it has fetched, so any duplicate still
 	// in flight is recorded before counting.
 	ruby.stop()
 	svWaitFor(t, 15*time.Second, "the Ruby process to unregister", func() bool {
-		return svInt(t, e, "SISMEMBER", sidekiq.KeyProcesses, ruby.identity) == 0
+		return svInt(t, e, "SISMEMBER", wire.KeyProcesses, ruby.identity) == 0
 	})
 	svStop(t, srv)
 
@@ -376,10 +377,10 @@ puts JSON.generate(jids)
 	require.Equal(t, n, by["go"]+by["ruby"], "every job was enqueued by one of the pollers")
 	require.Positive(t, by["go"], "gojob's poller enqueued nothing: the race was not exercised")
 	require.Positive(t, by["ruby"], "Ruby's poller enqueued nothing: the race was not exercised")
-	require.Zero(t, svInt(t, e, "LLEN", sidekiq.QueueKey("svsched")))
+	require.Zero(t, svInt(t, e, "LLEN", wire.QueueKey("svsched")))
 	// Ruby flushes its counters at exit, after it left `processes`; the
 	// probe counts too.
 	svWaitFor(t, 10*time.Second, "stat:processed to count every run", func() bool {
-		return svInt(t, e, "GET", sidekiq.KeyStatProcessed) == n+1
+		return svInt(t, e, "GET", wire.KeyStatProcessed) == n+1
 	})
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/gojob/gojob/internal/rubytest"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // uiRow is one <tr> of a Web UI table: its HTML and the text of its cells.
@@ -135,7 +136,7 @@ func uiGetStats(t *testing.T, ui *rubytest.WebUI) uiStats {
 // uiPush pushes one job built by the test.
 func uiPush(t *testing.T, e *env, queue, class string, retry any, args ...any) string {
 	t.Helper()
-	job, err := sidekiq.NewJob(class, args...)
+	job, err := wire.NewJob(class, args...)
 	require.NoError(t, err)
 	job.SetQueue(queue)
 	if retry != nil {
@@ -170,10 +171,10 @@ func TestWebUICompatBusyShowsGojobAndRuby(t *testing.T) {
 	started := make(chan string, 1)
 	release := make(chan struct{})
 	srv := svServer(t, e, sidekiq.ServerConfig{
-		Queues: []sidekiq.QueueWeight{{Name: "svbusy"}}, Concurrency: 3, DisablePoller: true,
+		Queues: []wire.QueueWeight{{Name: "svbusy"}}, Concurrency: 3, DisablePoller: true,
 		Tag: "gojob-busy", Labels: []string{"go-label"},
 	}, func(s *sidekiq.Server) {
-		s.HandleFunc("SvBlockJob", func(ctx context.Context, job *sidekiq.Job) error {
+		s.HandleFunc("SvBlockJob", func(ctx context.Context, job *wire.Job) error {
 			started <- job.JID()
 			select {
 			case <-release:
@@ -195,7 +196,7 @@ func TestWebUICompatBusyShowsGojobAndRuby(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("gojob did not start the job")
 	}
-	goWork := sidekiq.WorkKey(srv.Identity(), sidekiq.Version6)
+	goWork := wire.WorkKey(srv.Identity(), wire.Version6)
 	rubyWork := ruby.identity + ":workers"
 	svWaitFor(t, 15*time.Second, "both running jobs in the work hashes", func() bool {
 		return svInt(t, e, "HLEN", goWork) == 1 && svInt(t, e, "HLEN", rubyWork) == 1
@@ -253,10 +254,10 @@ func TestWebUICompatQuietAndStop(t *testing.T) {
 	var ran atomic.Int32
 	signals := make(chan string, 4)
 	srv := svNewServer(t, e, sidekiq.ServerConfig{
-		Queues: []sidekiq.QueueWeight{{Name: "svquiet"}}, Concurrency: 2,
+		Queues: []wire.QueueWeight{{Name: "svquiet"}}, Concurrency: 2,
 		OnSignal: func(sig string) { signals <- sig },
 	}, func(s *sidekiq.Server) {
-		s.HandleFunc("SvQuietJob", func(ctx context.Context, job *sidekiq.Job) error {
+		s.HandleFunc("SvQuietJob", func(ctx context.Context, job *wire.Job) error {
 			ran.Add(1)
 			return nil
 		})
@@ -274,7 +275,7 @@ func TestWebUICompatQuietAndStop(t *testing.T) {
 	})
 	id := srv.Identity()
 	svWaitFor(t, 10*time.Second, "gojob to register", func() bool {
-		return svInt(t, e, "SISMEMBER", sidekiq.KeyProcesses, id) == 1
+		return svInt(t, e, "SISMEMBER", wire.KeyProcesses, id) == 1
 	})
 	ui := rubytest.StartWebUI(t, e.srv.URL())
 	nextSignal := func() string {
@@ -294,7 +295,7 @@ func TestWebUICompatQuietAndStop(t *testing.T) {
 		url.Values{"authenticity_token": {"bm90IGEgdG9rZW4="}, "identity": {id}, "quiet": {"1"}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusForbidden, status)
-	require.Zero(t, svInt(t, e, "LLEN", sidekiq.SignalsKey(id)))
+	require.Zero(t, svInt(t, e, "LLEN", wire.SignalsKey(id)))
 
 	page := ui.Get(t, "/busy")
 	row, ok := uiProcessRow(uiTable(t, page, "processes"), id)
@@ -329,14 +330,14 @@ func TestWebUICompatQuietAndStop(t *testing.T) {
 	default:
 		t.Fatal("Done is not closed after Run returned")
 	}
-	require.Zero(t, svInt(t, e, "SISMEMBER", sidekiq.KeyProcesses, id))
-	require.Zero(t, svInt(t, e, "EXISTS", sidekiq.WorkKey(id, sidekiq.Version6)))
+	require.Zero(t, svInt(t, e, "SISMEMBER", wire.KeyProcesses, id))
+	require.Zero(t, svInt(t, e, "EXISTS", wire.WorkKey(id, wire.Version6)))
 	page = ui.Get(t, "/busy")
 	_, ok = uiProcessRow(uiTable(t, page, "processes"), id)
 	require.False(t, ok, "a stopped server is still on the Busy page")
 	require.Equal(t, "0", uiStat(t, page, "Processes"))
 	require.Zero(t, ran.Load(), "a quiet server ran a job")
-	require.Equal(t, 1, svInt(t, e, "LLEN", sidekiq.QueueKey("svquiet")))
+	require.Equal(t, 1, svInt(t, e, "LLEN", wire.QueueKey("svquiet")))
 }
 
 // A job that fails in gojob is on the Retries page with its error, and
@@ -347,11 +348,11 @@ func TestWebUICompatRetryNow(t *testing.T) {
 	e := newEnv(t)
 	var mu sync.Mutex
 	attempts := map[string]int{}
-	rerun := make(chan *sidekiq.Job, 2)
+	rerun := make(chan *wire.Job, 2)
 	svServer(t, e, sidekiq.ServerConfig{
-		Queues: []sidekiq.QueueWeight{{Name: "svretry"}}, Concurrency: 2, DisablePoller: true,
+		Queues: []wire.QueueWeight{{Name: "svretry"}}, Concurrency: 2, DisablePoller: true,
 	}, func(s *sidekiq.Server) {
-		s.HandleFunc("SvFlakyJob", func(ctx context.Context, job *sidekiq.Job) error {
+		s.HandleFunc("SvFlakyJob", func(ctx context.Context, job *wire.Job) error {
 			mu.Lock()
 			attempts[job.JID()]++
 			n := attempts[job.JID()]
@@ -365,13 +366,13 @@ func TestWebUICompatRetryNow(t *testing.T) {
 		})
 	})
 	ui := rubytest.StartWebUI(t, e.srv.URL())
-	before := sidekiq.EpochSeconds(time.Now())
+	before := wire.EpochSeconds(time.Now())
 	jidA := uiPush(t, e, "svretry", "SvFlakyJob", nil, "a")
 	jidB := uiPush(t, e, "svretry", "SvFlakyJob", nil, "b")
 	svWaitFor(t, 10*time.Second, "both failures in the retry set", func() bool {
-		return svInt(t, e, "ZCARD", sidekiq.KeyRetry) == 2
+		return svInt(t, e, "ZCARD", wire.KeyRetry) == 2
 	})
-	after := sidekiq.EpochSeconds(time.Now())
+	after := wire.EpochSeconds(time.Now())
 
 	page := ui.Get(t, "/retries")
 	rows := uiTable(t, page, "table table-striped")
@@ -384,7 +385,7 @@ func TestWebUICompatRetryNow(t *testing.T) {
 		keys[arg] = key
 		// next retry, retry count, queue, class, args, error
 		require.Equal(t, []string{"0", "svretry", "SvFlakyJob", strconv.Quote(arg), "SvFlakyError: flaky <failure> #" + arg}, r.cells[2:7])
-		score, err := redis.Float64(e.do(t, "ZSCORE", sidekiq.KeyRetry, svRetryMember(t, e, jid)), nil)
+		score, err := redis.Float64(e.do(t, "ZSCORE", wire.KeyRetry, svRetryMember(t, e, jid)), nil)
 		require.NoError(t, err)
 		keyScore, err := strconv.ParseFloat(strings.SplitN(key, "-", 2)[0], 64)
 		require.NoError(t, err)
@@ -422,17 +423,17 @@ func TestWebUICompatRetryNow(t *testing.T) {
 	ui.Post(t, page, "/retries", url.Values{"key[]": {keys["b"]}, "retry": {"Retry Now"}})
 	check(jidB)
 
-	require.Zero(t, svInt(t, e, "ZCARD", sidekiq.KeyRetry))
+	require.Zero(t, svInt(t, e, "ZCARD", wire.KeyRetry))
 	require.Contains(t, ui.Get(t, "/retries"), "No retries were found")
 }
 
 // svRetryMember returns the retry-set member of jid.
 func svRetryMember(t *testing.T, e *env, jid string) []byte {
 	t.Helper()
-	members, err := redis.ByteSlices(e.do(t, "ZRANGE", sidekiq.KeyRetry, 0, -1), nil)
+	members, err := redis.ByteSlices(e.do(t, "ZRANGE", wire.KeyRetry, 0, -1), nil)
 	require.NoError(t, err)
 	for _, m := range members {
-		job, err := sidekiq.ParseJob(m)
+		job, err := wire.ParseJob(m)
 		require.NoError(t, err)
 		if job.JID() == jid {
 			return m
@@ -451,13 +452,13 @@ func TestWebUICompatDeadPage(t *testing.T) {
 	e := newEnv(t)
 	deaths := make(chan string, 3)
 	svServer(t, e, sidekiq.ServerConfig{
-		Queues: []sidekiq.QueueWeight{{Name: "svdead"}}, Concurrency: 2,
+		Queues: []wire.QueueWeight{{Name: "svdead"}}, Concurrency: 2,
 		PollIntervalAverage: 100 * time.Millisecond,
-		DeathHandlers: []sidekiq.DeathHandler{func(ctx context.Context, job *sidekiq.Job, err error) {
+		DeathHandlers: []sidekiq.DeathHandler{func(ctx context.Context, job *wire.Job, err error) {
 			deaths <- job.JID()
 		}},
 	}, func(s *sidekiq.Server) {
-		s.HandleFunc("SvDoomedJob", func(ctx context.Context, job *sidekiq.Job) error {
+		s.HandleFunc("SvDoomedJob", func(ctx context.Context, job *wire.Job) error {
 			switch arg, _ := job.Args()[0].Str(); arg {
 			case "A":
 				panic("kaboom <A>")
@@ -470,7 +471,7 @@ func TestWebUICompatDeadPage(t *testing.T) {
 	})
 	ui := rubytest.StartWebUI(t, e.srv.URL())
 
-	jobA, err := sidekiq.NewJob("SvDoomedJob", "A")
+	jobA, err := wire.NewJob("SvDoomedJob", "A")
 	require.NoError(t, err)
 	jobA.SetQueue("svdead")
 	require.NoError(t, jobA.SetRetry(0))
@@ -483,9 +484,9 @@ func TestWebUICompatDeadPage(t *testing.T) {
 	// B's first failure is a retry 15-25 s ahead: make it due now, as if
 	// the time had passed, so gojob's poller enqueues it again.
 	svWaitFor(t, 10*time.Second, "B in the retry set", func() bool {
-		return svInt(t, e, "ZCARD", sidekiq.KeyRetry) == 1
+		return svInt(t, e, "ZCARD", wire.KeyRetry) == 1
 	})
-	e.do(t, "ZADD", sidekiq.KeyRetry, "XX", sidekiq.Score(time.Now()), svRetryMember(t, e, jidB))
+	e.do(t, "ZADD", wire.KeyRetry, "XX", wire.Score(time.Now()), svRetryMember(t, e, jidB))
 
 	died := map[string]bool{}
 	for range 3 {
@@ -497,8 +498,8 @@ func TestWebUICompatDeadPage(t *testing.T) {
 		}
 	}
 	require.Equal(t, map[string]bool{resA.JID: true, jidB: true, jidC: true}, died)
-	require.Equal(t, 2, svInt(t, e, "ZCARD", sidekiq.KeyDead))
-	require.Zero(t, svInt(t, e, "ZCARD", sidekiq.KeyRetry))
+	require.Equal(t, 2, svInt(t, e, "ZCARD", wire.KeyDead))
+	require.Zero(t, svInt(t, e, "ZCARD", wire.KeyRetry))
 
 	page := ui.Get(t, "/morgue")
 	rows := uiTable(t, page, "table table-striped")
@@ -525,7 +526,7 @@ func TestWebUICompatDeadPage(t *testing.T) {
 	require.Contains(t, detail, "dies twice")
 	for jid, want := range map[string]int{resA.JID: 0, jidB: 1} {
 		raw := svDeadMember(t, e, jid)
-		job, err := sidekiq.ParseJob(raw)
+		job, err := wire.ParseJob(raw)
 		require.NoError(t, err)
 		n, _ := job.RetryCount()
 		require.Equal(t, want, n, "retry_count of %s", jid)
@@ -535,10 +536,10 @@ func TestWebUICompatDeadPage(t *testing.T) {
 // svDeadMember returns the dead-set member of jid.
 func svDeadMember(t *testing.T, e *env, jid string) []byte {
 	t.Helper()
-	members, err := redis.ByteSlices(e.do(t, "ZRANGE", sidekiq.KeyDead, 0, -1), nil)
+	members, err := redis.ByteSlices(e.do(t, "ZRANGE", wire.KeyDead, 0, -1), nil)
 	require.NoError(t, err)
 	for _, m := range members {
-		job, err := sidekiq.ParseJob(m)
+		job, err := wire.ParseJob(m)
 		require.NoError(t, err)
 		if job.JID() == jid {
 			return m
@@ -556,16 +557,16 @@ func TestWebUICompatDashboardStats(t *testing.T) {
 	e := newEnv(t)
 	var ok atomic.Int32
 	register := func(s *sidekiq.Server) {
-		s.HandleFunc("SvStatsOK", func(ctx context.Context, job *sidekiq.Job) error {
+		s.HandleFunc("SvStatsOK", func(ctx context.Context, job *wire.Job) error {
 			ok.Add(1)
 			return nil
 		})
-		s.HandleFunc("SvStatsFail", func(ctx context.Context, job *sidekiq.Job) error {
+		s.HandleFunc("SvStatsFail", func(ctx context.Context, job *wire.Job) error {
 			return errors.New("stats failure")
 		})
 	}
 	cfg := sidekiq.ServerConfig{
-		Queues: []sidekiq.QueueWeight{{Name: "svstats"}}, Concurrency: 4, DisablePoller: true,
+		Queues: []wire.QueueWeight{{Name: "svstats"}}, Concurrency: 4, DisablePoller: true,
 	}
 	ui := rubytest.StartWebUI(t, e.srv.URL())
 
@@ -586,14 +587,14 @@ func TestWebUICompatDashboardStats(t *testing.T) {
 		uiPush(t, e, "svidle", "SvStatsOK", nil, i)
 	}
 	for i := range 5 {
-		job, err := sidekiq.NewJob("SvStatsOK", i)
+		job, err := wire.NewJob("SvStatsOK", i)
 		require.NoError(t, err)
 		job.SetQueue("svstats")
 		_, err = e.client.Push(context.Background(), job, &sidekiq.PushOpts{In: time.Hour})
 		require.NoError(t, err)
 	}
 	svWaitFor(t, 10*time.Second, "server A to run its 12 jobs", func() bool {
-		return ok.Load() == 7 && svInt(t, e, "ZCARD", sidekiq.KeyRetry) == 3 && svInt(t, e, "ZCARD", sidekiq.KeyDead) == 2
+		return ok.Load() == 7 && svInt(t, e, "ZCARD", wire.KeyRetry) == 3 && svInt(t, e, "ZCARD", wire.KeyDead) == 2
 	})
 	st := uiGetStats(t, ui).Sidekiq
 	require.Zero(t, st.Processed, "nothing is flushed before a beat or the stop")

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // A job pushed while the first database was down has its row in the
@@ -35,7 +36,7 @@ func TestRepushAfterFailoverLeavesNoStaleRow(t *testing.T) {
 		// An hour later the first database is back; the scheduler re-pushes
 		// the job through the client.
 		up.clk.Advance(time.Hour)
-		scheduled, err := sidekiq.ParseJob(res.Payload)
+		scheduled, err := wire.ParseJob(res.Payload)
 		require.NoError(t, err)
 		_, err = up.client.Repush(ctx, scheduled)
 		require.NoError(t, err)
@@ -45,14 +46,14 @@ func TestRepushAfterFailoverLeavesNoStaleRow(t *testing.T) {
 		// The job runs and succeeds: no row is left anywhere, and two passes
 		// later nothing is in the dead set.
 		require.NoError(t, up.d.ServerMiddleware("h:1:n")(ctx, scheduled, func(context.Context) error { return nil }))
-		_, err = up.conn.Do("DEL", sidekiq.QueueKey("default")) // the worker took it
+		_, err = up.conn.Do("DEL", wire.QueueKey("default")) // the worker took it
 		require.NoError(t, err)
 		r := up.reconciler(t, nil)
 		for range 2 {
 			up.clk.Advance(6 * time.Minute)
 			up.reconcile(t, r)
 		}
-		require.Equal(t, 0, up.zcard(t, sidekiq.KeyDead), "a completed job was killed")
+		require.Equal(t, 0, up.zcard(t, wire.KeyDead), "a completed job was killed")
 	})
 }
 
@@ -67,7 +68,7 @@ func TestRepushInPlaceTouchesNoOtherDatabase(t *testing.T) {
 	res, err := b.client.Push(ctx, job, &sidekiq.PushOpts{In: time.Minute})
 	require.NoError(t, err)
 	b.clk.Advance(time.Hour)
-	again, err := sidekiq.ParseJob(res.Payload)
+	again, err := wire.ParseJob(res.Payload)
 	require.NoError(t, err)
 	_, err = b.client.Repush(ctx, again)
 	require.NoError(t, err)

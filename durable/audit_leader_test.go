@@ -5,9 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/stretchr/testify/require"
-
-	"github.com/gojob/gojob/sidekiq"
 )
 
 // A pass that outlasts the lease's time to live keeps the lease: no second
@@ -21,7 +20,7 @@ func TestPollerKeepsLeaseDuringLongPass(t *testing.T) {
 	b.insert(t, job, ptr(testNow))
 	b.clk.Advance(6 * time.Minute)
 	entered, release := make(chan struct{}), make(chan struct{})
-	r := b.reconciler(t, func(context.Context, *sidekiq.Job) {
+	r := b.reconciler(t, func(context.Context, *wire.Job) {
 		close(entered)
 		<-release
 	})
@@ -55,7 +54,7 @@ func TestPollerStopsPassWhenLeaseIsLost(t *testing.T) {
 	b.insert(t, job, ptr(testNow))
 	b.clk.Advance(6 * time.Minute)
 	entered := make(chan struct{})
-	r := b.reconciler(t, func(ctx context.Context, _ *sidekiq.Job) {
+	r := b.reconciler(t, func(ctx context.Context, _ *wire.Job) {
 		close(entered)
 		<-ctx.Done()
 	})
@@ -87,7 +86,7 @@ func TestPollerBoundsAStuckPass(t *testing.T) {
 	job := newJob(t, "DurableJob")
 	b.insert(t, job, ptr(testNow))
 	b.clk.Advance(6 * time.Minute)
-	r := b.reconciler(t, func(ctx context.Context, _ *sidekiq.Job) { <-ctx.Done() })
+	r := b.reconciler(t, func(ctx context.Context, _ *wire.Job) { <-ctx.Done() })
 	p1, err := NewPoller(&PollerConfig{Reconciler: r, Pool: b.pool, Identity: "one", Interval: time.Minute, MaxPass: 200 * time.Millisecond})
 	require.NoError(t, err)
 	done := make(chan error, 1)

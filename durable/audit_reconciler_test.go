@@ -8,7 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // The first strike records when the job was actually looked for, not when
@@ -27,7 +29,7 @@ func TestStrikeTimeIsWhenTheRowIsChecked(t *testing.T) {
 		b.insert(t, later, nil) // never missed: first strike in page 2
 		b.clk.Advance(6 * time.Minute)
 		r, err := NewReconciler(&ReconcilerConfig{Durable: b.d, API: b.api, PageSize: 1,
-			FailureNotifier: func(context.Context, *sidekiq.Job) { b.clk.Advance(4 * time.Minute) }})
+			FailureNotifier: func(context.Context, *wire.Job) { b.clk.Advance(4 * time.Minute) }})
 		require.NoError(t, err)
 		res := b.reconcile(t, r)
 		require.Equal(t, []string{lost.JID()}, res.KilledJIDs)
@@ -53,7 +55,7 @@ func TestReconcilerUsesWrappedClassExtension(t *testing.T) {
 	t.Parallel()
 	urls := backends[1].urls(t)
 	b := setup(t, bundleOpts{urls: urls[:], classes: map[string]time.Duration{AllClasses: 0, "LongJob": 20 * time.Minute}})
-	job := newJob(t, sidekiq.ActiveJobWrapperClass, map[string]any{"job_class": "LongJob", "arguments": []any{}})
+	job := newJob(t, wire.ActiveJobWrapper, map[string]any{"job_class": "LongJob", "arguments": []any{}})
 	job.Set("wrapped", rubyjson.StringValue("LongJob"))
 	b.insert(t, job, nil)
 	require.True(t, micro(testNow.Add(20*time.Minute)).Equal(b.row(t, job.JID()).AssumeDeadAt), "client side: the wrapped class's")
@@ -70,8 +72,8 @@ func TestPanickingDeathHandlerDoesNotStopThePass(t *testing.T) {
 	t.Parallel()
 	urls := backends[1].urls(t)
 	b := setup(t, bundleOpts{urls: urls[:]})
-	api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: b.pool, Clock: b.clk, DeathHandlers: []sidekiq.DeathHandler{
-		func(context.Context, *sidekiq.Job, error) { panic("handler bug") },
+	admin, err := api.New(&api.Config{Pool: b.pool, Clock: b.clk, DeathHandlers: []sidekiq.DeathHandler{
+		func(context.Context, *wire.Job, error) { panic("handler bug") },
 	}})
 	require.NoError(t, err)
 	var jids []string
@@ -81,10 +83,10 @@ func TestPanickingDeathHandlerDoesNotStopThePass(t *testing.T) {
 		jids = append(jids, j.JID())
 	}
 	b.clk.Advance(6 * time.Minute)
-	r, err := NewReconciler(&ReconcilerConfig{Durable: b.d, API: api})
+	r, err := NewReconciler(&ReconcilerConfig{Durable: b.d, API: admin})
 	require.NoError(t, err)
 	res := b.reconcile(t, r)
 	require.ElementsMatch(t, jids, res.KilledJIDs)
-	require.Equal(t, 2, b.zcard(t, sidekiq.KeyDead))
+	require.Equal(t, 2, b.zcard(t, wire.KeyDead))
 	require.Equal(t, 2, b.logs.count("error", "death handler panicked"))
 }

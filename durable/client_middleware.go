@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // ClientMiddleware returns the client middleware that writes a durable
@@ -26,7 +27,7 @@ import (
 // server's own client (in-job pushes and the retry/schedule poller's
 // re-pushes go through it).
 func (d *Durable) ClientMiddleware() sidekiq.ClientMiddleware {
-	return func(ctx context.Context, job *sidekiq.Job, next func(context.Context) error) error {
+	return func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
 		if err := next(ctx); err != nil {
 			return err
 		}

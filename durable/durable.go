@@ -10,9 +10,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gojob/gojob/internal/clock"
+	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // DefaultExtension is Amigo's default heartbeat_extension.
@@ -197,9 +198,9 @@ func (d *Durable) Extension(class string) (time.Duration, bool) {
 
 // jobExtension resolves a job: by class, and for an ActiveJob payload by
 // its wrapped class.
-func (d *Durable) jobExtension(job *sidekiq.Job) (time.Duration, bool) {
+func (d *Durable) jobExtension(job *wire.Job) (time.Duration, bool) {
 	class := job.Class()
-	if sidekiq.IsActiveJobWrapper(class) {
+	if wire.IsActiveJobWrapper(class) {
 		if w := wrappedClass(job); w != "" {
 			if ext, ok := d.cfg.Classes[w]; ok {
 				return cmp.Or(ext, d.cfg.DefaultExtension), true
@@ -209,7 +210,7 @@ func (d *Durable) jobExtension(job *sidekiq.Job) (time.Duration, bool) {
 	return d.Extension(class)
 }
 
-func wrappedClass(job *sidekiq.Job) string {
+func wrappedClass(job *wire.Job) string {
 	if w := job.Wrapped(); w != "" {
 		return w
 	}
@@ -227,10 +228,10 @@ func wrappedClass(job *sidekiq.Job) string {
 // class's (or wrapped class's), else the default. A class this process
 // does not know is not an error: Ruby processes may share the table.
 func (d *Durable) rowExtension(class, itemJSON string) time.Duration {
-	if sidekiq.IsActiveJobWrapper(class) {
+	if wire.IsActiveJobWrapper(class) {
 		// As the middleware resolve it: the wrapped class first, then the
 		// wrapper's own entry or AllClasses.
-		if j, err := sidekiq.ParseJob([]byte(itemJSON)); err == nil {
+		if j, err := wire.ParseJob([]byte(itemJSON)); err == nil {
 			if ext, ok := d.jobExtension(j); ok {
 				return ext
 			}
@@ -246,7 +247,7 @@ func (d *Durable) rowExtension(class, itemJSON string) time.Duration {
 type InsertParams struct {
 	// Job is the item as pushed. Its "at" (epoch seconds), when present, is
 	// the run time; otherwise now.
-	Job *sidekiq.Job
+	Job *wire.Job
 	// Queue defaults to the job's queue.
 	Queue string
 	// Extension defaults to the class's, or DefaultExtension.
@@ -291,7 +292,7 @@ func (d *Durable) Insert(ctx context.Context, p *InsertParams) (*InsertResult, e
 	runAt := now
 	if v, ok := job.Get("at"); ok {
 		if f, isNum := v.Float(); isNum {
-			runAt = sidekiq.FromEpochSeconds(f)
+			runAt = wire.FromEpochSeconds(f)
 		}
 	}
 	up := upsertParams{
@@ -340,7 +341,7 @@ const repushSlack = time.Second
 // isRepush reports whether job was created before this push: the
 // scheduler's and the retry poller's re-pushes, a retry from the API, a
 // push of the same jid from inside the job.
-func isRepush(job *sidekiq.Job, now time.Time) bool {
+func isRepush(job *wire.Job, now time.Time) bool {
 	created, ok := job.CreatedAt()
 	return ok && created.Before(now.Add(-repushSlack))
 }
@@ -494,8 +495,8 @@ func (d *Durable) Migrate(ctx context.Context) (*MigrateResult, error) {
 
 // errorItem returns the job's JSON with error_class and error_message set,
 // as the server middleware records a failure on the row.
-func errorItem(job *sidekiq.Job, failure error) string {
-	j, err := sidekiq.ParseJob(job.Bytes())
+func errorItem(job *wire.Job, failure error) string {
+	j, err := wire.ParseJob(job.Bytes())
 	if err != nil {
 		j = job.Clone()
 	}

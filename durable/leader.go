@@ -11,10 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/gomodule/redigo/redis"
 	"github.com/rs/zerolog"
-
-	"github.com/gojob/gojob/sidekiq"
 )
 
 // DefaultLeaseKey is the Redis key of the reconciler's leader lease.
@@ -101,7 +100,7 @@ func NewPoller(cfg *PollerConfig) (*Poller, error) {
 	c.MaxPass = cmp.Or(c.MaxPass, 10*c.Interval)
 	if c.Identity == "" {
 		host, _ := os.Hostname()
-		c.Identity = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), sidekiq.NewJID()[:12])
+		c.Identity = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), wire.NewJID()[:12])
 	}
 	p := &Poller{cfg: c, log: c.Reconciler.log, ttl: 2 * c.Interval}
 	if c.Logger != nil {

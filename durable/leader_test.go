@@ -5,10 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
-
-	"github.com/gojob/gojob/sidekiq"
 )
 
 func TestPollerLeaderElection(t *testing.T) {
@@ -66,7 +65,7 @@ func TestPollerLoopReconciles(t *testing.T) {
 	b.insert(t, job, ptr(testNow))
 	b.clk.Advance(6 * time.Minute)
 	killed := make(chan string, 1)
-	r := b.reconciler(t, func(_ context.Context, j *sidekiq.Job) { killed <- j.JID() })
+	r := b.reconciler(t, func(_ context.Context, j *wire.Job) { killed <- j.JID() })
 	p, err := NewPoller(&PollerConfig{Reconciler: r, Pool: b.pool, Interval: 20 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, p.Start(context.Background()))

@@ -13,9 +13,11 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/internal/clock"
+	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/api"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // The loss test of issue 5: 1000 durable jobs, a gojob worker process
@@ -62,7 +64,7 @@ func lossChild() int {
 	}
 	srv.Use(d.ServerMiddleware(srv.Identity()))
 	var started atomic.Int64
-	srv.HandleFunc("LossJob", func(ctx context.Context, job *sidekiq.Job) error {
+	srv.HandleFunc("LossJob", func(ctx context.Context, job *wire.Job) error {
 		conn := pool.Get()
 		defer conn.Close()
 		if started.Add(1) > lossBlockAfter {
@@ -100,7 +102,7 @@ func TestLossKill9(t *testing.T) {
 	require.NoError(t, err)
 	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Middleware: []sidekiq.ClientMiddleware{d.ClientMiddleware()}})
 	require.NoError(t, err)
-	jobs := make([]*sidekiq.Job, lossJobs)
+	jobs := make([]*wire.Job, lossJobs)
 	for i := range jobs {
 		jobs[i] = newJob(t, "LossJob", i)
 	}
@@ -136,7 +138,7 @@ func TestLossKill9(t *testing.T) {
 
 	// The process's heartbeat keys expire 60 s after its last beat, long
 	// before a second strike (two extensions later); expire them now.
-	ids, err := redis.Strings(conn.Do("SMEMBERS", sidekiq.KeyProcesses))
+	ids, err := redis.Strings(conn.Do("SMEMBERS", wire.KeyProcesses))
 	require.NoError(t, err)
 	require.Len(t, ids, 1)
 	_, err = conn.Do("DEL", ids[0])
@@ -145,7 +147,7 @@ func TestLossKill9(t *testing.T) {
 	done, err := redis.Strings(conn.Do("SMEMBERS", keyLossDone))
 	require.NoError(t, err)
 	require.Len(t, done, lossBlockAfter)
-	queued, err := redis.Strings(conn.Do("LRANGE", sidekiq.QueueKey("default"), 0, -1))
+	queued, err := redis.Strings(conn.Do("LRANGE", wire.QueueKey("default"), 0, -1))
 	require.NoError(t, err)
 	require.Len(t, queued, lossJobs-lossBlockAfter-lossConc)
 	doneSet, queuedSet := map[string]bool{}, map[string]bool{}
@@ -153,7 +155,7 @@ func TestLossKill9(t *testing.T) {
 		doneSet[jid] = true
 	}
 	for _, p := range queued {
-		j, err := sidekiq.ParseJob([]byte(p))
+		j, err := wire.ParseJob([]byte(p))
 		require.NoError(t, err)
 		queuedSet[j.JID()] = true
 	}
@@ -164,12 +166,12 @@ func TestLossKill9(t *testing.T) {
 		}
 	}
 	require.Len(t, lost, lossConc, "BasicFetch lost the jobs in flight")
-	require.Equal(t, 0, zcard(t, conn, sidekiq.KeyDead))
+	require.Equal(t, 0, zcard(t, conn, wire.KeyDead))
 
 	clk := clock.NewFake(pushedAt.Add(lossExt + time.Second))
-	api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: pool, Clock: clk, Client: client})
+	admin, err := api.New(&api.Config{Pool: pool, Clock: clk, Client: client})
 	require.NoError(t, err)
-	r, err := NewReconciler(&ReconcilerConfig{Durable: d, API: api, Clock: clk})
+	r, err := NewReconciler(&ReconcilerConfig{Durable: d, API: admin, Clock: clk})
 	require.NoError(t, err)
 	first, err := r.RunOnce(ctx)
 	require.NoError(t, err)
@@ -184,11 +186,11 @@ func TestLossKill9(t *testing.T) {
 
 	// Every lost job is in the dead set with durable_killed_at; no completed
 	// job is there; nothing else changed.
-	deadVals, err := redis.ByteSlices(conn.Do("ZRANGE", sidekiq.KeyDead, 0, -1))
+	deadVals, err := redis.ByteSlices(conn.Do("ZRANGE", wire.KeyDead, 0, -1))
 	require.NoError(t, err)
 	var deadJIDs []string
 	for _, v := range deadVals {
-		j, err := sidekiq.ParseJob(v)
+		j, err := wire.ParseJob(v)
 		require.NoError(t, err)
 		require.True(t, j.Has("durable_killed_at"), string(v))
 		require.False(t, doneSet[j.JID()], "a completed job is in the dead set")
@@ -196,14 +198,14 @@ func TestLossKill9(t *testing.T) {
 		deadJIDs = append(deadJIDs, j.JID())
 	}
 	require.ElementsMatch(t, lost, deadJIDs)
-	after, err := redis.Strings(conn.Do("LRANGE", sidekiq.QueueKey("default"), 0, -1))
+	after, err := redis.Strings(conn.Do("LRANGE", wire.QueueKey("default"), 0, -1))
 	require.NoError(t, err)
 	require.Equal(t, queued, after, "queue unchanged")
 	doneAfter, err := redis.Strings(conn.Do("SMEMBERS", keyLossDone))
 	require.NoError(t, err)
 	require.ElementsMatch(t, done, doneAfter)
-	require.Equal(t, 0, zcard(t, conn, sidekiq.KeyRetry))
-	require.Equal(t, 0, zcard(t, conn, sidekiq.KeySchedule))
+	require.Equal(t, 0, zcard(t, conn, wire.KeyRetry))
+	require.Equal(t, 0, zcard(t, conn, wire.KeySchedule))
 	st, err = d.Status(ctx)
 	require.NoError(t, err)
 	require.Equal(t, DatabaseStatus{Database: st.Databases[0].Database, Kind: "postgres", Total: int64(len(queued)), Waiting: int64(len(queued)),

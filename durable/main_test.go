@@ -18,9 +18,11 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/internal/clock"
+	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/api"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // The PostgreSQL tests create two databases of their own on the server of
@@ -188,7 +190,7 @@ type testBundle struct {
 	rs     *redistest.Server
 	pool   *redis.Pool
 	client *sidekiq.Client
-	api    *sidekiq.API
+	api    *api.API
 	conn   redis.Conn
 	deaths *deathRecorder
 }
@@ -242,20 +244,20 @@ func setup(t *testing.T, o bundleOpts) *testBundle {
 	require.NoError(t, err)
 	client.Use(d.ClientMiddleware())
 	deaths := &deathRecorder{}
-	api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: pool, Clock: clk, Client: client, DeathHandlers: []sidekiq.DeathHandler{deaths.record}})
+	admin, err := api.New(&api.Config{Pool: pool, Clock: clk, Client: client, DeathHandlers: []sidekiq.DeathHandler{deaths.record}})
 	require.NoError(t, err)
 	conn := pool.Get()
 	t.Cleanup(func() { conn.Close() })
-	return &testBundle{d: d, urls: o.urls, clk: clk, logs: logs, log: log, rs: rs, pool: pool, client: client, api: api, conn: conn, deaths: deaths}
+	return &testBundle{d: d, urls: o.urls, clk: clk, logs: logs, log: log, rs: rs, pool: pool, client: client, api: admin, conn: conn, deaths: deaths}
 }
 
 type deathRecorder struct {
 	mu   sync.Mutex
-	jobs []*sidekiq.Job
+	jobs []*wire.Job
 	errs []error
 }
 
-func (r *deathRecorder) record(_ context.Context, job *sidekiq.Job, err error) {
+func (r *deathRecorder) record(_ context.Context, job *wire.Job, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.jobs = append(r.jobs, job.Clone())
@@ -286,19 +288,19 @@ func (b *testBundle) rowIn(t testing.TB, i int, jid string) *row {
 
 // insert writes a row as Amigo's insert_job (through the first database
 // that accepts it).
-func (b *testBundle) insert(t testing.TB, job *sidekiq.Job, missingAt *time.Time) {
+func (b *testBundle) insert(t testing.TB, job *wire.Job, missingAt *time.Time) {
 	t.Helper()
 	_, err := b.d.Insert(context.Background(), &InsertParams{Job: job, missingAt: missingAt})
 	require.NoError(t, err)
 }
 
 // newJob builds a normalized job (jid, queue, retry) without pushing it.
-func newJob(t testing.TB, class string, args ...any) *sidekiq.Job {
+func newJob(t testing.TB, class string, args ...any) *wire.Job {
 	t.Helper()
-	j, err := sidekiq.NewJob(class, args...)
+	j, err := wire.NewJob(class, args...)
 	require.NoError(t, err)
 	if j.JID() == "" {
-		j.SetJID(sidekiq.NewJID())
+		j.SetJID(wire.NewJID())
 	}
 	if j.Queue() == "" {
 		j.SetQueue("default")
@@ -329,19 +331,19 @@ func (b *testBundle) zcard(t testing.TB, key string) int {
 
 func (b *testBundle) llen(t testing.TB, queue string) int {
 	t.Helper()
-	n, err := redis.Int(b.conn.Do("LLEN", sidekiq.QueueKey(queue)))
+	n, err := redis.Int(b.conn.Do("LLEN", wire.QueueKey(queue)))
 	require.NoError(t, err)
 	return n
 }
 
 // deadJobs returns the dead set's jobs.
-func (b *testBundle) deadJobs(t testing.TB) []*sidekiq.Job {
+func (b *testBundle) deadJobs(t testing.TB) []*wire.Job {
 	t.Helper()
-	vals, err := redis.ByteSlices(b.conn.Do("ZRANGE", sidekiq.KeyDead, 0, -1))
+	vals, err := redis.ByteSlices(b.conn.Do("ZRANGE", wire.KeyDead, 0, -1))
 	require.NoError(t, err)
-	var out []*sidekiq.Job
+	var out []*wire.Job
 	for _, v := range vals {
-		j, err := sidekiq.ParseJob(v)
+		j, err := wire.ParseJob(v)
 		require.NoError(t, err)
 		out = append(out, j)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // The tests named A9_n are items of the conformance checklist of
@@ -45,7 +46,7 @@ func TestA9_01_MigrateCreatesTableInEachDatabase(t *testing.T) {
 
 // rubyPush runs the client middleware on a job as Ruby's client would,
 // with "at" present for a scheduled job, and returns it.
-func rubyPush(t *testing.T, b *testBundle, job *sidekiq.Job) {
+func rubyPush(t *testing.T, b *testBundle, job *wire.Job) {
 	t.Helper()
 	reached := false
 	err := b.d.ClientMiddleware()(context.Background(), job, func(context.Context) error { reached = true; return nil })
@@ -69,10 +70,10 @@ func TestA9_02_ClientInsertsIntoFirstDatabase(t *testing.T) {
 		// perform_in(10 min) and perform_at(+5 min): Ruby's client hands the
 		// middleware the item with "at".
 		j2 := newJob(t, "DurableJob", 2)
-		j2.Set("at", rubyjson.FloatValue(sidekiq.EpochSeconds(testNow.Add(10*time.Minute))))
+		j2.Set("at", rubyjson.FloatValue(wire.EpochSeconds(testNow.Add(10*time.Minute))))
 		rubyPush(t, b, j2)
 		j3 := newJob(t, "DurableJob", 3)
-		j3.Set("at", rubyjson.FloatValue(sidekiq.EpochSeconds(testNow.Add(5*time.Minute))))
+		j3.Set("at", rubyjson.FloatValue(wire.EpochSeconds(testNow.Add(5*time.Minute))))
 		rubyPush(t, b, j3)
 
 		for _, c := range []struct {
@@ -91,7 +92,7 @@ func TestA9_02_ClientInsertsIntoFirstDatabase(t *testing.T) {
 			require.Equal(t, c.queue, r.Queue)
 			require.Nil(t, r.LockedBy)
 			require.WithinDuration(t, c.deadline, r.AssumeDeadAt, time.Millisecond)
-			item, err := sidekiq.ParseJob([]byte(r.ItemJSON))
+			item, err := wire.ParseJob([]byte(r.ItemJSON))
 			require.NoError(t, err)
 			require.Equal(t, "DurableJob", item.Class())
 			args, _ := item.Get("args")
@@ -132,7 +133,7 @@ type spyConn struct {
 }
 
 func (c *spyConn) spy(cmd string, args []any) {
-	if cmd == "LPUSH" || (cmd == "ZADD" && len(args) > 0 && args[0] == sidekiq.KeySchedule) {
+	if cmd == "LPUSH" || (cmd == "ZADD" && len(args) > 0 && args[0] == wire.KeySchedule) {
 		c.onPush()
 	}
 }
@@ -172,7 +173,7 @@ func TestA9_05_InsertHappensBeforeRedisPush(t *testing.T) {
 		b := setup(t, bundleOpts{urls: urls[:]})
 		var mu sync.Mutex
 		var order []string
-		var job *sidekiq.Job
+		var job *wire.Job
 		spied := &redis.Pool{Dial: func() (redis.Conn, error) {
 			c, err := b.rs.Dial()
 			if err != nil {
@@ -215,11 +216,11 @@ func startServer(t *testing.T, b *testBundle, handlers map[string]sidekiq.Handle
 	t.Helper()
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{
 		Pool: b.pool, Client: b.client, Clock: b.clk, Logger: b.log, Concurrency: 2,
-		DisablePoller: true, HeartbeatInterval: time.Hour, Queues: []sidekiq.QueueWeight{{Name: "default"}},
+		DisablePoller: true, HeartbeatInterval: time.Hour, Queues: []wire.QueueWeight{{Name: "default"}},
 	})
 	require.NoError(t, err)
 	done := make(chan jobOutcome, 16)
-	srv.Use(func(ctx context.Context, job *sidekiq.Job, next func(context.Context) error) error {
+	srv.Use(func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
 		defer func() {
 			if p := recover(); p != nil {
 				done <- jobOutcome{job.JID(), fmt.Errorf("panic: %v", p)}
@@ -260,7 +261,7 @@ func TestA9_07_08_LockedWhileRunningDeletedAfterSuccess(t *testing.T) {
 		b := setup(t, bundleOpts{urls: urls[:]})
 		var during *Row
 		var active bool
-		s := startServer(t, b, map[string]sidekiq.HandlerFunc{"DurableJob": func(ctx context.Context, job *sidekiq.Job) error {
+		s := startServer(t, b, map[string]sidekiq.HandlerFunc{"DurableJob": func(ctx context.Context, job *wire.Job) error {
 			during = b.row(t, job.JID())
 			_, active = Active(ctx)
 			return nil
@@ -284,7 +285,7 @@ func TestA9_09_ErrorUnlocksAndRecordsError(t *testing.T) {
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
-		s := startServer(t, b, map[string]sidekiq.HandlerFunc{"DurableJob": func(ctx context.Context, job *sidekiq.Job) error {
+		s := startServer(t, b, map[string]sidekiq.HandlerFunc{"DurableJob": func(ctx context.Context, job *wire.Job) error {
 			b.clk.Advance(time.Minute) // the job took a minute
 			return sidekiq.WithErrorClass("NotImplementedError", errors.New("hi"))
 		}})
@@ -297,7 +298,7 @@ func TestA9_09_ErrorUnlocksAndRecordsError(t *testing.T) {
 		require.Empty(t, r.LockedBy)
 		require.Nil(t, r.LockedAt)
 		require.True(t, micro(testNow.Add(6*time.Minute)).Equal(r.AssumeDeadAt))
-		item, err := sidekiq.ParseJob([]byte(r.ItemJSON))
+		item, err := wire.ParseJob([]byte(r.ItemJSON))
 		require.NoError(t, err)
 		require.Equal(t, "NotImplementedError", item.ErrorClass())
 		require.Equal(t, "hi", item.ErrorMessage())
@@ -309,7 +310,7 @@ func TestA9_09_PanicUnlocksAndRecordsError(t *testing.T) {
 	t.Parallel()
 	urls := backends[1].urls(t)
 	b := setup(t, bundleOpts{urls: urls[:]})
-	s := startServer(t, b, map[string]sidekiq.HandlerFunc{"DurableJob": func(ctx context.Context, job *sidekiq.Job) error {
+	s := startServer(t, b, map[string]sidekiq.HandlerFunc{"DurableJob": func(ctx context.Context, job *wire.Job) error {
 		panic("boom")
 	}})
 	res, err := b.client.Enqueue(context.Background(), "", "DurableJob", 1)
@@ -319,7 +320,7 @@ func TestA9_09_PanicUnlocksAndRecordsError(t *testing.T) {
 	r := b.row(t, res.JID)
 	require.NotNil(t, r)
 	require.Empty(t, r.LockedBy)
-	item, err := sidekiq.ParseJob([]byte(r.ItemJSON))
+	item, err := wire.ParseJob([]byte(r.ItemJSON))
 	require.NoError(t, err)
 	require.Equal(t, "Panic", item.ErrorClass())
 	require.Equal(t, "panic: boom", item.ErrorMessage())
@@ -335,7 +336,7 @@ func TestA9_10_NoRowLogsAndRuns(t *testing.T) {
 		_, err = b.d.stores[0].deleteJob(context.Background(), res.JID)
 		require.NoError(t, err)
 		ran := make(chan bool, 1)
-		s := startServer(t, b, map[string]sidekiq.HandlerFunc{"DurableJob": func(ctx context.Context, job *sidekiq.Job) error {
+		s := startServer(t, b, map[string]sidekiq.HandlerFunc{"DurableJob": func(ctx context.Context, job *wire.Job) error {
 			_, active := Active(ctx)
 			ran <- active
 			return nil
@@ -352,7 +353,7 @@ func TestA9_12_NonDurableClassIsUntouched(t *testing.T) {
 		urls := be.urls(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		ran := make(chan bool, 1)
-		s := startServer(t, b, map[string]sidekiq.HandlerFunc{"PlainJob": func(ctx context.Context, job *sidekiq.Job) error {
+		s := startServer(t, b, map[string]sidekiq.HandlerFunc{"PlainJob": func(ctx context.Context, job *wire.Job) error {
 			_, active := Active(ctx)
 			ran <- active
 			return nil
@@ -485,7 +486,7 @@ func TestInJobPushOfSameJIDKeepsRow(t *testing.T) {
 	// Amigo's retry helper re-pushes the same jid from inside the job, then
 	// the job returns successfully: the row now stands for the new push.
 	err := b.d.ServerMiddleware("h:1:n")(ctx, job, func(ctx context.Context) error {
-		again, err := sidekiq.ParseJob(job.Bytes())
+		again, err := wire.ParseJob(job.Bytes())
 		require.NoError(t, err)
 		_, err = b.client.Push(ctx, again, &sidekiq.PushOpts{In: time.Hour})
 		return err
@@ -500,12 +501,12 @@ func TestActiveJobWrapperUsesWrappedClass(t *testing.T) {
 	t.Parallel()
 	urls := backends[1].urls(t)
 	b := setup(t, bundleOpts{urls: urls[:]})
-	job := newJob(t, sidekiq.ActiveJobWrapperClass, map[string]any{"job_class": "ShortJob", "arguments": []any{}})
+	job := newJob(t, wire.ActiveJobWrapper, map[string]any{"job_class": "ShortJob", "arguments": []any{}})
 	job.Set("wrapped", rubyjson.StringValue("ShortJob"))
 	_, err := b.client.Push(context.Background(), job, nil)
 	require.NoError(t, err)
 	r := b.row(t, job.JID())
 	require.NotNil(t, r)
-	require.Equal(t, sidekiq.ActiveJobWrapperClass, r.JobClass, "job_class is the item's class, as in Ruby")
+	require.Equal(t, wire.ActiveJobWrapper, r.JobClass, "job_class is the item's class, as in Ruby")
 	require.True(t, micro(testNow.Add(20*time.Second)).Equal(r.AssumeDeadAt))
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // The tests of this file make the first database unreachable while jobs
@@ -238,7 +239,7 @@ func TestOutageFinishingWritesLandWhenTheDatabaseIsBack(t *testing.T) {
 		st0 := b.d.stores[0]
 
 		var handlerErrs []error
-		s := startServer(t, b, map[string]sidekiq.HandlerFunc{"DurableJob": func(ctx context.Context, job *sidekiq.Job) error {
+		s := startServer(t, b, map[string]sidekiq.HandlerFunc{"DurableJob": func(ctx context.Context, job *wire.Job) error {
 			arg, _ := job.Args()[0].Str()
 			switch arg {
 			case "ok":
@@ -275,13 +276,13 @@ func TestOutageFinishingWritesLandWhenTheDatabaseIsBack(t *testing.T) {
 		// job again: its row is created in DB2, DB1's copy must go. The job
 		// runs and succeeds on DB2's row.
 		b.clk.Advance(time.Hour)
-		scheduled, err := sidekiq.ParseJob(sched.Payload)
+		scheduled, err := wire.ParseJob(sched.Payload)
 		require.NoError(t, err)
 		_, err = b.client.Repush(ctx, scheduled)
 		require.NoError(t, err)
 		require.Equal(t, jobOutcome{sched.JID, nil}, s.wait(t))
 		require.NoError(t, s.srv.Stop(ctx)) // the failed job's retry is stored when it returns
-		require.Equal(t, 1, b.zcard(t, sidekiq.KeyRetry))
+		require.Equal(t, 1, b.zcard(t, wire.KeyRetry))
 		require.Equal(t, pendingRemove, b.d.pend.get(st0, sched.JID).kind)
 		require.Nil(t, b.rowIn(t, 1, sched.JID), "DB2's row was deleted after the success")
 		require.Equal(t, 3, b.logs.count("warn", "retrying in the background")+b.logs.count("warn", "is retried in the background"))
@@ -294,7 +295,7 @@ func TestOutageFinishingWritesLandWhenTheDatabaseIsBack(t *testing.T) {
 		failed := b.rowIn(t, 0, bad.JID)
 		require.NotNil(t, failed)
 		require.Nil(t, failed.LockedBy, "the failed job's row is unlocked")
-		item, err := sidekiq.ParseJob([]byte(failed.ItemJSON))
+		item, err := wire.ParseJob([]byte(failed.ItemJSON))
 		require.NoError(t, err)
 		require.Equal(t, "boom", item.ErrorMessage())
 		require.GreaterOrEqual(t, b.logs.count("info", "pending durable row write applied"), 2)
@@ -311,7 +312,7 @@ func TestOutageFinishingWritesLandWhenTheDatabaseIsBack(t *testing.T) {
 			require.Zero(t, res.Killed)
 			require.Zero(t, res.Marked)
 		}
-		require.Zero(t, b.zcard(t, sidekiq.KeyDead))
+		require.Zero(t, b.zcard(t, wire.KeyDead))
 		require.Zero(t, b.deaths.count())
 		require.Equal(t, 0, b.logs.count("error", `"component":"durable`))
 	})
@@ -333,10 +334,10 @@ func TestReconcilerLeavesRowsWithPendingWrites(t *testing.T) {
 		require.NoError(t, err)
 		lost, err := b.client.Enqueue(ctx, "", "DurableJob", "lost")
 		require.NoError(t, err)
-		_, err = b.conn.Do("DEL", sidekiq.QueueKey("default")) // taken by workers
+		_, err = b.conn.Do("DEL", wire.QueueKey("default")) // taken by workers
 		require.NoError(t, err)
 
-		job, err := sidekiq.ParseJob(done.Payload)
+		job, err := wire.ParseJob(done.Payload)
 		require.NoError(t, err)
 		require.NoError(t, b.d.ServerMiddleware("h:1:n")(ctx, job, func(context.Context) error { return o.down() }))
 		require.NotNil(t, b.d.pend.get(st0, done.JID))
@@ -373,7 +374,7 @@ func TestLockAppliesThePendingRemovalFirst(t *testing.T) {
 		st0 := b.d.stores[0]
 		res, err := b.client.Push(ctx, newJob(t, "DurableJob"), &sidekiq.PushOpts{In: time.Hour})
 		require.NoError(t, err)
-		job, err := sidekiq.ParseJob(res.Payload)
+		job, err := wire.ParseJob(res.Payload)
 		require.NoError(t, err)
 
 		require.NoError(t, o.down())
@@ -393,7 +394,7 @@ func TestLockAppliesThePendingRemovalFirst(t *testing.T) {
 		// first, then writes the new push's row, which is kept.
 		again, err := b.client.Enqueue(ctx, "", "DurableJob", 2)
 		require.NoError(t, err)
-		j2, err := sidekiq.ParseJob(again.Payload)
+		j2, err := wire.ParseJob(again.Payload)
 		require.NoError(t, err)
 		require.NoError(t, b.d.ServerMiddleware("h:1:n")(ctx, j2, func(context.Context) error { return o.down() }))
 		require.Equal(t, pendingDelete, b.d.pend.get(st0, again.JID).kind)
@@ -420,7 +421,7 @@ func TestStopTriesPendingWritesOnceAndLogsTheRest(t *testing.T) {
 		complete := func(b *testBundle) string {
 			res, err := b.client.Enqueue(ctx, "", "DurableJob", 1)
 			require.NoError(t, err)
-			job, err := sidekiq.ParseJob(res.Payload)
+			job, err := wire.ParseJob(res.Payload)
 			require.NoError(t, err)
 			require.NoError(t, b.d.ServerMiddleware("h:1:n")(ctx, job, func(context.Context) error { return o.down() }))
 			require.Equal(t, 1, b.d.pend.len())

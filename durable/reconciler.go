@@ -9,15 +9,16 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gojob/gojob/internal/clock"
-	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // FailureNotifier is called with each job the reconciler moved to the dead
 // set (Amigo's failure_notifier). When one is set, the death handlers are
 // not called, as in Ruby.
-type FailureNotifier func(ctx context.Context, job *sidekiq.Job)
+type FailureNotifier func(ctx context.Context, job *wire.Job)
 
 // ReconcilerConfig configures a Reconciler.
 type ReconcilerConfig struct {
@@ -25,7 +26,7 @@ type ReconcilerConfig struct {
 	Durable *Durable
 	// API reads Redis and kills jobs into the dead set, with its trims
 	// (DeadMaxJobs, DeadTimeout) and its DeathHandlers. Required.
-	API *sidekiq.API
+	API *api.API
 	// FailureNotifier, when set, is called for each killed job instead of
 	// the death handlers.
 	FailureNotifier FailureNotifier
@@ -75,7 +76,7 @@ func (c *ReconcilerConfig) validate() error {
 // is left for the next pass, and two reconcilers never kill a job twice.
 type Reconciler struct {
 	d        *Durable
-	api      *sidekiq.API
+	api      *api.API
 	notifier FailureNotifier
 	pageSize int
 	clock    clock.Clock
@@ -232,10 +233,10 @@ type pageCheck struct {
 	dr      *DatabaseReconcile
 }
 
-func (p *pageCheck) wanted() map[string]bool {
-	out := make(map[string]bool, len(p.pending))
+func (p *pageCheck) wanted() []string {
+	out := make([]string, 0, len(p.pending))
 	for jid := range p.pending {
-		out[jid] = true
+		out = append(out, jid)
 	}
 	return out
 }
@@ -266,15 +267,14 @@ func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *D
 	now := r.clock.Now()
 	dr.Checked += len(rows)
 	p := &pageCheck{r: r, st: st, now: now, pending: make(map[string]*row, len(rows)), dr: dr}
-	byQueue := map[string]map[string]bool{}
+	byQueue := map[string][]string{}
 	var queues []string
 	for _, rw := range rows {
 		p.pending[rw.JobID] = rw
 		if byQueue[rw.Queue] == nil {
-			byQueue[rw.Queue] = map[string]bool{}
 			queues = append(queues, rw.Queue)
 		}
-		byQueue[rw.Queue][rw.JobID] = true
+		byQueue[rw.Queue] = append(byQueue[rw.Queue], rw.JobID)
 	}
 	conn, err := r.api.Client().Pool().GetContext(ctx)
 	if err != nil {
@@ -284,7 +284,7 @@ func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *D
 
 	// 1. Waiting in its queue.
 	for _, q := range queues {
-		found, err := findInQueue(ctx, conn, q, byQueue[q])
+		found, err := wire.FindInQueue(ctx, conn, q, byQueue[q])
 		if err != nil {
 			return nil, err
 		}
@@ -317,20 +317,20 @@ func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *D
 	for _, set := range []struct {
 		key     string
 		counter *int
-	}{{sidekiq.KeyRetry, &dr.Retrying}, {sidekiq.KeySchedule, &dr.Scheduled}} {
-		found, err := findInSet(ctx, conn, set.key, p.wanted())
+	}{{wire.KeyRetry, &dr.Retrying}, {wire.KeySchedule, &dr.Scheduled}} {
+		found, err := wire.FindInSet(ctx, conn, set.key, p.wanted())
 		if err != nil {
 			return nil, err
 		}
-		for jid, score := range found {
+		for jid, m := range found {
 			rw := p.pending[jid]
-			if err := p.found(ctx, rw, sidekiq.FromEpochSeconds(score).Add(r.ext(rw)), set.counter); err != nil {
+			if err := p.found(ctx, rw, wire.FromEpochSeconds(m.Score).Add(r.ext(rw)), set.counter); err != nil {
 				return err, nil
 			}
 		}
 	}
 	// 4. Already dead: the row has done its job.
-	found, err := findInSet(ctx, conn, sidekiq.KeyDead, p.wanted())
+	found, err := wire.FindInSet(ctx, conn, wire.KeyDead, p.wanted())
 	if err != nil {
 		return nil, err
 	}
@@ -396,11 +396,11 @@ func (r *Reconciler) kill(ctx context.Context, st store, rw *row, now time.Time,
 		r.log.Error().Err(e).Str("component", "durable-reconciler").Str("jid", rw.JobID).Msg("lost durable job cannot be moved to the dead set")
 		return nil, nil
 	}
-	job := sidekiq.JobFromMap(m)
+	job := wire.JobFromMap(m)
 	if v, ok := job.Get("jid"); !ok || v.IsNull() {
 		job.SetJID(rw.JobID)
 	}
-	job.Set("durable_killed_at", sidekiq.TimestampValue(now, r.api.Version()))
+	job.Set("durable_killed_at", wire.TimestampValue(now, r.api.Version()))
 	ok, err := st.claim(ctx, claimParams{JobID: rw.JobID, Expect: rw.AssumeDeadAt})
 	if err != nil {
 		return fmt.Errorf("durable: claim %s in %s: %w", rw.JobID, st.name(), err), nil
@@ -446,5 +446,5 @@ func (r *Reconciler) killToDeadSet(ctx context.Context, jid string, payload []by
 			err = nil
 		}
 	}()
-	return r.api.DeadSet().Kill(ctx, payload, &sidekiq.KillOpts{SkipDeathHandlers: r.notifier != nil})
+	return r.api.DeadSet().Kill(ctx, payload, &api.KillOpts{SkipDeathHandlers: r.notifier != nil})
 }

@@ -10,18 +10,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-func (b *testBundle) zadd(t testing.TB, key string, at time.Time, job *sidekiq.Job) {
+func (b *testBundle) zadd(t testing.TB, key string, at time.Time, job *wire.Job) {
 	t.Helper()
-	_, err := b.conn.Do("ZADD", key, sidekiq.Score(at), job.Encode())
+	_, err := b.conn.Do("ZADD", key, wire.Score(at), job.Encode())
 	require.NoError(t, err)
 }
 
-func (b *testBundle) lpush(t testing.TB, queue string, job *sidekiq.Job) {
+func (b *testBundle) lpush(t testing.TB, queue string, job *wire.Job) {
 	t.Helper()
-	_, err := b.conn.Do("LPUSH", sidekiq.QueueKey(queue), job.Encode())
+	_, err := b.conn.Do("LPUSH", wire.QueueKey(queue), job.Encode())
 	require.NoError(t, err)
 }
 
@@ -29,8 +31,8 @@ func (b *testBundle) lpush(t testing.TB, queue string, job *sidekiq.Job) {
 func filler(n int, class string) []any {
 	out := make([]any, 0, n)
 	for i := range n {
-		j, _ := sidekiq.NewJob(class, i)
-		j.SetJID(sidekiq.NewJID())
+		j, _ := wire.NewJob(class, i)
+		j.SetJID(wire.NewJID())
 		j.SetQueue("default")
 		out = append(out, j.Encode())
 	}
@@ -79,8 +81,8 @@ func TestA9_20_FailureNotifierInsteadOfDeathHandlers(t *testing.T) {
 		b.insert(t, job, ptr(testNow))
 		b.clk.Advance(6 * time.Minute)
 		var mu sync.Mutex
-		var notified []*sidekiq.Job
-		res := b.reconcile(t, b.reconciler(t, func(_ context.Context, j *sidekiq.Job) {
+		var notified []*wire.Job
+		res := b.reconcile(t, b.reconciler(t, func(_ context.Context, j *wire.Job) {
 			mu.Lock()
 			defer mu.Unlock()
 			notified = append(notified, j)
@@ -90,7 +92,7 @@ func TestA9_20_FailureNotifierInsteadOfDeathHandlers(t *testing.T) {
 		require.Equal(t, "DurableJob", notified[0].Class())
 		require.True(t, notified[0].Has("durable_killed_at"))
 		require.Equal(t, 0, b.deaths.count(), "death handlers are not called")
-		require.Equal(t, 1, b.zcard(t, sidekiq.KeyDead))
+		require.Equal(t, 1, b.zcard(t, wire.KeyDead))
 	})
 }
 
@@ -106,7 +108,7 @@ func TestA9_21_DeathHandlersWithoutNotifier(t *testing.T) {
 		require.Equal(t, 1, b.deaths.count())
 		require.Equal(t, job.JID(), b.deaths.jobs[0].JID())
 		require.True(t, b.deaths.jobs[0].Has("durable_killed_at"))
-		require.ErrorIs(t, b.deaths.errs[0], sidekiq.ErrKilledByAPI)
+		require.ErrorIs(t, b.deaths.errs[0], api.ErrKilledByAPI)
 		require.Equal(t, "RuntimeError", sidekiq.ErrorClassOf(b.deaths.errs[0]))
 	})
 }
@@ -139,7 +141,7 @@ func TestA9_22_TwoStrikes(t *testing.T) {
 		for _, db := range st.Databases {
 			require.Equal(t, int64(0), db.Total)
 		}
-		require.Equal(t, 2, b.zcard(t, sidekiq.KeyDead))
+		require.Equal(t, 2, b.zcard(t, wire.KeyDead))
 	})
 }
 
@@ -152,15 +154,15 @@ func TestA9_23_24_LargeRetryAndDeadSetsDoNotDisable(t *testing.T) {
 		urls := be.urls(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		conn := b.conn
-		args := []any{sidekiq.KeyRetry}
+		args := []any{wire.KeyRetry}
 		for i, p := range filler(1500, "Other") {
-			args = append(args, float64(i)+sidekiq.EpochSeconds(testNow.Add(time.Hour)), p)
+			args = append(args, float64(i)+wire.EpochSeconds(testNow.Add(time.Hour)), p)
 		}
 		_, err := conn.Do("ZADD", args...)
 		require.NoError(t, err)
-		args = []any{sidekiq.KeyDead}
+		args = []any{wire.KeyDead}
 		for i, p := range filler(1500, "Other") {
-			args = append(args, float64(i)+sidekiq.EpochSeconds(testNow), p)
+			args = append(args, float64(i)+wire.EpochSeconds(testNow), p)
 		}
 		_, err = conn.Do("ZADD", args...)
 		require.NoError(t, err)
@@ -169,10 +171,10 @@ func TestA9_23_24_LargeRetryAndDeadSetsDoNotDisable(t *testing.T) {
 		b.insert(t, lost, ptr(testNow))
 		retrying := newJob(t, "DurableJob")
 		b.insert(t, retrying, ptr(testNow))
-		b.zadd(t, sidekiq.KeyRetry, testNow.Add(3*24*time.Hour), retrying)
+		b.zadd(t, wire.KeyRetry, testNow.Add(3*24*time.Hour), retrying)
 		dead := newJob(t, "DurableJob")
 		b.insert(t, dead, ptr(testNow))
-		b.zadd(t, sidekiq.KeyDead, testNow.Add(-time.Hour), dead)
+		b.zadd(t, wire.KeyDead, testNow.Add(-time.Hour), dead)
 		// Enough rows to use the streaming lookup (more than 8 wanted jids).
 		var lostMany []string
 		for i := range 12 {
@@ -187,7 +189,7 @@ func TestA9_23_24_LargeRetryAndDeadSetsDoNotDisable(t *testing.T) {
 		require.Equal(t, 1, res.AlreadyDead)
 		require.True(t, micro(testNow.Add(3*24*time.Hour+5*time.Minute)).Equal(b.row(t, retrying.JID()).AssumeDeadAt))
 		require.Nil(t, b.row(t, dead.JID()))
-		require.Equal(t, 1501, b.zcard(t, sidekiq.KeyRetry))
+		require.Equal(t, 1501, b.zcard(t, wire.KeyRetry))
 	})
 }
 
@@ -198,7 +200,7 @@ func TestA9_25_JobsWaitingInQueuesAreExtended(t *testing.T) {
 		b := setup(t, bundleOpts{urls: urls[:]})
 		ctx := context.Background()
 		// q1 is long (chunked reads); its job sits deep in it.
-		var q1Jobs []*sidekiq.Job
+		var q1Jobs []*wire.Job
 		for i := range 3 {
 			j := newJob(t, "DurableJob", i)
 			j.SetQueue("q1")
@@ -206,9 +208,9 @@ func TestA9_25_JobsWaitingInQueuesAreExtended(t *testing.T) {
 			require.NoError(t, err)
 			q1Jobs = append(q1Jobs, j)
 		}
-		_, err := b.conn.Do("LPUSH", append([]any{sidekiq.QueueKey("q1")}, filler(2500, "Other")...)...)
+		_, err := b.conn.Do("LPUSH", append([]any{wire.QueueKey("q1")}, filler(2500, "Other")...)...)
 		require.NoError(t, err)
-		_, err = b.conn.Do("RPUSH", append([]any{sidekiq.QueueKey("q1")}, filler(1200, "Other")...)...)
+		_, err = b.conn.Do("RPUSH", append([]any{wire.QueueKey("q1")}, filler(1200, "Other")...)...)
 		require.NoError(t, err)
 		q2 := newJob(t, "DurableJob")
 		q2.SetQueue("q2")
@@ -235,7 +237,7 @@ func TestA9_26_JobInRetrySet(t *testing.T) {
 		job := newJob(t, "DurableJob")
 		b.insert(t, job, ptr(testNow))
 		retryAt := testNow.Add(3 * 24 * time.Hour)
-		b.zadd(t, sidekiq.KeyRetry, retryAt, job)
+		b.zadd(t, wire.KeyRetry, retryAt, job)
 		b.clk.Advance(6 * time.Minute)
 		res := b.reconcile(t, b.reconciler(t, nil))
 		require.Equal(t, 1, res.Retrying)
@@ -253,12 +255,12 @@ func TestA9_27_JobInDeadSet(t *testing.T) {
 		b := setup(t, bundleOpts{urls: urls[:]})
 		job := newJob(t, "DurableJob")
 		b.insert(t, job, nil)
-		b.zadd(t, sidekiq.KeyDead, testNow, job)
+		b.zadd(t, wire.KeyDead, testNow, job)
 		b.clk.Advance(6 * time.Minute)
 		res := b.reconcile(t, b.reconciler(t, nil))
 		require.Equal(t, 1, res.AlreadyDead)
 		require.Nil(t, b.row(t, job.JID()))
-		require.Equal(t, 1, b.zcard(t, sidekiq.KeyDead))
+		require.Equal(t, 1, b.zcard(t, wire.KeyDead))
 	})
 }
 
@@ -278,7 +280,7 @@ func TestScheduledJobIsFoundInScheduleSet(t *testing.T) {
 		// row's deadline it is still in the schedule set, which Ruby never
 		// consults, so it is not a lost job.
 		conn := b.pool.Get()
-		_, err = conn.Do("ZADD", sidekiq.KeySchedule, "XX", sidekiq.Score(testNow.Add(3*time.Hour)), res.Payload)
+		_, err = conn.Do("ZADD", wire.KeySchedule, "XX", wire.Score(testNow.Add(3*time.Hour)), res.Payload)
 		conn.Close()
 		require.NoError(t, err)
 		b.clk.Advance(time.Hour + 6*time.Minute)
@@ -292,15 +294,15 @@ func TestScheduledJobIsFoundInScheduleSet(t *testing.T) {
 
 // fakeProcess registers a live process whose work hash runs job (spec
 // §7.3/§7.4 layout).
-func (b *testBundle) fakeProcess(t testing.TB, identity string, job *sidekiq.Job) {
+func (b *testBundle) fakeProcess(t testing.TB, identity string, job *wire.Job) {
 	t.Helper()
 	w := rubyjson.NewMap()
 	w.Set("queue", rubyjson.StringValue("default"))
 	w.Set("payload", rubyjson.StringValue(string(job.Encode())))
 	w.Set("run_at", rubyjson.IntValue(testNow.Unix()))
-	_, err := b.conn.Do("SADD", sidekiq.KeyProcesses, identity)
+	_, err := b.conn.Do("SADD", wire.KeyProcesses, identity)
 	require.NoError(t, err)
-	_, err = b.conn.Do("HSET", identity, "info", `{"hostname":"h"}`, "busy", 1, "beat", sidekiq.Score(testNow), "quiet", "false")
+	_, err = b.conn.Do("HSET", identity, "info", `{"hostname":"h"}`, "busy", 1, "beat", wire.Score(testNow), "quiet", "false")
 	require.NoError(t, err)
 	_, err = b.conn.Do("HSET", identity+":work", "tid1", w.Encode())
 	require.NoError(t, err)
@@ -412,22 +414,22 @@ func TestKillTrimsDeadSet(t *testing.T) {
 	t.Parallel()
 	urls := backends[1].urls(t)
 	b := setup(t, bundleOpts{urls: urls[:]})
-	api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: b.pool, Clock: b.clk, DeadMaxJobs: 3})
+	admin, err := api.New(&api.Config{Pool: b.pool, Clock: b.clk, DeadMaxJobs: 3})
 	require.NoError(t, err)
-	args := []any{sidekiq.KeyDead}
+	args := []any{wire.KeyDead}
 	for i, p := range filler(5, "Other") {
-		args = append(args, sidekiq.EpochSeconds(testNow)-float64(10-i), p)
+		args = append(args, wire.EpochSeconds(testNow)-float64(10-i), p)
 	}
 	_, err = b.conn.Do("ZADD", args...)
 	require.NoError(t, err)
 	job := newJob(t, "DurableJob")
 	b.insert(t, job, ptr(testNow))
 	b.clk.Advance(6 * time.Minute)
-	r, err := NewReconciler(&ReconcilerConfig{Durable: b.d, API: api})
+	r, err := NewReconciler(&ReconcilerConfig{Durable: b.d, API: admin})
 	require.NoError(t, err)
 	require.Equal(t, 1, b.reconcile(t, r).Killed)
 	// dead_max_jobs 3 keeps the newest 2, as Ruby's trim does.
-	vals, err := redis.ByteSlices(b.conn.Do("ZRANGE", sidekiq.KeyDead, 0, -1))
+	vals, err := redis.ByteSlices(b.conn.Do("ZRANGE", wire.KeyDead, 0, -1))
 	require.NoError(t, err)
 	require.Len(t, vals, 2)
 	require.Contains(t, string(vals[1]), job.JID())

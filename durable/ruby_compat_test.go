@@ -11,7 +11,7 @@ import (
 
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/rubytest"
-	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // rubyTable is the table of shared/spec/durable.md §A2 in Sequel's
@@ -137,9 +137,9 @@ puts [l[:locked_by], l[:missing_at].inspect, l[:locked_at].class].join("|")
 	require.Nil(t, b.row(t, "rubyjid1"), "gojob deleted the Ruby row after success")
 }
 
-func mustParse(t *testing.T, s string) *sidekiq.Job {
+func mustParse(t *testing.T, s string) *wire.Job {
 	t.Helper()
-	j, err := sidekiq.ParseJob([]byte(s))
+	j, err := wire.ParseJob([]byte(s))
 	require.NoError(t, err)
 	return j
 }

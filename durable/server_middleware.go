@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // activeKey is the context key of the durable job a handler runs.
@@ -42,7 +43,7 @@ type activeJob struct {
 // locked_by value Ruby writes too. Add it early in the server chain so
 // that it sees the failures of the middleware after it.
 func (d *Durable) ServerMiddleware(identity string) sidekiq.ServerMiddleware {
-	return func(ctx context.Context, job *sidekiq.Job, next func(context.Context) error) error {
+	return func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
 		ext, ok := d.jobExtension(job)
 		if !ok {
 			return next(ctx)
@@ -103,7 +104,7 @@ func (d *Durable) ServerMiddleware(identity string) sidekiq.ServerMiddleware {
 	}
 }
 
-func (d *Durable) unlock(ctx context.Context, a *activeJob, job *sidekiq.Job, failure error) {
+func (d *Durable) unlock(ctx context.Context, a *activeJob, job *wire.Job, failure error) {
 	up := unlockParams{
 		JobID:        a.jid,
 		LockedBy:     a.identity,

@@ -11,8 +11,9 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/gojob/gojob/internal/clock"
+	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // Gem constants (SideJob::CONFIGURATION).
@@ -34,8 +35,8 @@ type Config struct {
 	// writing Version's format.
 	Sidekiq *sidekiq.Client
 	// Version is the Sidekiq wire format of pushed items when Sidekiq is nil.
-	// Default sidekiq.DefaultVersion.
-	Version sidekiq.Version
+	// Default wire.DefaultVersion.
+	Version wire.Version
 	// Clock is the time source. Default the system clock.
 	Clock clock.Clock
 	// LockExpiration is the job lock TTL of a run. Default 60 s.

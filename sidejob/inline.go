@@ -7,8 +7,8 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // InlineOpts are the options of RunInline (the gem's testing helper
@@ -63,7 +63,7 @@ func (rt *Runtime) Drain(ctx context.Context, o *DrainOpts) (int, error) {
 		queues := o.Queues
 		if len(queues) == 0 {
 			var err error
-			if queues, err = redis.Strings(rt.c.do(ctx, "SMEMBERS", sidekiq.KeyQueues)); err != nil {
+			if queues, err = redis.Strings(rt.c.do(ctx, "SMEMBERS", wire.KeyQueues)); err != nil {
 				return n, fmt.Errorf("sidejob: drain: %w", err)
 			}
 		}
@@ -73,14 +73,14 @@ func (rt *Runtime) Drain(ctx context.Context, o *DrainOpts) (int, error) {
 				if err := ctx.Err(); err != nil {
 					return n, err
 				}
-				raw, err := redis.Bytes(rt.c.do(ctx, "RPOP", sidekiq.QueueKey(q)))
+				raw, err := redis.Bytes(rt.c.do(ctx, "RPOP", wire.QueueKey(q)))
 				if errors.Is(err, redis.ErrNil) {
 					break
 				}
 				if err != nil {
 					return n, fmt.Errorf("sidejob: drain %s: %w", q, err)
 				}
-				job, err := sidekiq.ParseJob(raw)
+				job, err := wire.ParseJob(raw)
 				if err != nil {
 					return n, fmt.Errorf("sidejob: drain %s: %w", q, err)
 				}

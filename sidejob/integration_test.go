@@ -11,6 +11,7 @@ import (
 
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // TestIntegrationChannels is spec/integration/channels_spec.rb: four TestSum
@@ -238,7 +239,7 @@ func TestIntegrationSidekiqServer(t *testing.T) {
 	b := setup(t)
 	b.register(t, "TestSumFlow", testSumFlow{}, `{"inports":{},"outports":{"out":{}}}`)
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{
-		Pool: b.pool, Queues: []sidekiq.QueueWeight{{Name: "testq"}}, Concurrency: 4,
+		Pool: b.pool, Queues: []wire.QueueWeight{{Name: "testq"}}, Concurrency: 4,
 		DisablePoller: true, HeartbeatInterval: time.Second,
 	})
 	require.NoError(t, err)

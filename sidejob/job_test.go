@@ -6,10 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
-
-	"github.com/gojob/gojob/sidekiq"
 )
 
 // sidejob_spec.rb and job_spec.rb
@@ -120,7 +119,7 @@ func TestRun(t *testing.T) {
 	require.NoError(t, err)
 	score, err := strconv.ParseFloat(sched[1], 64)
 	require.NoError(t, err)
-	want, _ := strconv.ParseFloat(sidekiq.Score(at), 64)
+	want, _ := strconv.ParseFloat(wire.Score(at), 64)
 	require.Equal(t, want, score, "exactly that time")
 	_, err = j.Run(ctx, &RunOpts{Wait: time.Minute})
 	require.NoError(t, err)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
@@ -86,11 +86,11 @@ func (c *Client) Reap(ctx context.Context, p *ReapParams) (*ReapResult, error) {
 	if len(candidates) == 0 {
 		return res, nil
 	}
-	api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: c.pool, Client: c.sk})
+	admin, err := api.New(&api.Config{Pool: c.pool, Client: c.sk})
 	if err != nil {
 		return nil, err
 	}
-	work, err := api.WorkSet(ctx)
+	work, err := admin.WorkSet(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sidejob: reap: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // RunOpts are the options of Job.Run. A nil *RunOpts runs the job now.
@@ -128,7 +129,7 @@ func (j *Job) sidekiqQueue(ctx context.Context, at time.Time) error {
 	if !at.IsZero() {
 		opts = &sidekiq.PushOpts{At: at}
 	}
-	if _, err := j.c.sk.Push(ctx, sidekiq.JobFromMap(item), opts); err != nil {
+	if _, err := j.c.sk.Push(ctx, wire.JobFromMap(item), opts); err != nil {
 		return fmt.Errorf("sidejob: job %d queue: %w", j.id, err)
 	}
 	return nil
@@ -150,7 +151,7 @@ const queuePageSize = 100
 // integer (or an integral float, as Ruby's Integer ==) or, unlike Ruby, as
 // a JSON string of the same digits (spec §10.6).
 func (j *Job) waitingInQueue(ctx context.Context, queue string) (bool, error) {
-	key := sidekiq.QueueKey(queue)
+	key := wire.QueueKey(queue)
 	digits := strconv.FormatInt(j.id, 10)
 	plain := []byte(`"jid":` + digits)
 	quoted := []byte(`"jid":"` + digits + `"`)

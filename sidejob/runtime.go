@@ -11,6 +11,7 @@ import (
 
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // RuntimeConfig configures a Runtime.
@@ -94,7 +95,7 @@ func (rt *Runtime) Mount(srv *sidekiq.Server) {
 // errors are handled as the gem does (status failed, log entry) and are not
 // returned, so Sidekiq counts the job as processed; Redis errors are
 // returned.
-func (rt *Runtime) Perform(ctx context.Context, job *sidekiq.Job) error {
+func (rt *Runtime) Perform(ctx context.Context, job *wire.Job) error {
 	id, _ := rubyToI(job.JID())
 	return rt.execute(ctx, job.Class(), id, job.Args(), rt.returnErrors)
 }

@@ -8,14 +8,15 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/gojob/gojob/internal/clock"
+	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // ClientMiddleware wraps a push, as Sidekiq's client middleware does. It may
 // change the job, and it stops the push by returning without calling next
 // (the job is then reported with an empty jid). An error aborts the push.
-type ClientMiddleware func(ctx context.Context, job *Job, next func(context.Context) error) error
+type ClientMiddleware func(ctx context.Context, job *wire.Job, next func(context.Context) error) error
 
 // ClientConfig configures a Client.
 type ClientConfig struct {
@@ -23,7 +24,7 @@ type ClientConfig struct {
 	Pool *redis.Pool
 	// Version is the Sidekiq release whose format is written (timestamps).
 	// Default DefaultVersion.
-	Version Version
+	Version wire.Version
 	// Clock is the time source. Default the system clock.
 	Clock clock.Clock
 	// Middleware runs around every push, first added first.
@@ -43,7 +44,7 @@ func (c *ClientConfig) validate() error {
 // It is safe for concurrent use.
 type Client struct {
 	pool    *redis.Pool
-	version Version
+	version wire.Version
 	clock   clock.Clock
 	mw      []ClientMiddleware
 	queue   string
@@ -59,7 +60,7 @@ func NewClient(cfg *ClientConfig) (*Client, error) {
 	}
 	v := cfg.Version
 	if v.IsZero() {
-		v = DefaultVersion
+		v = wire.DefaultVersion
 	}
 	q := cfg.DefaultQueue
 	if q == "" {
@@ -69,10 +70,16 @@ func NewClient(cfg *ClientConfig) (*Client, error) {
 }
 
 // Version returns the wire format the client writes.
-func (c *Client) Version() Version { return c.version }
+func (c *Client) Version() wire.Version { return c.version }
 
 // Pool returns the client's Redis pool.
 func (c *Client) Pool() *redis.Pool { return c.pool }
+
+// Clock returns the client's time source.
+func (c *Client) Clock() clock.Clock { return c.clock }
+
+// DefaultQueue returns the queue of jobs that name none.
+func (c *Client) DefaultQueue() string { return c.queue }
 
 // Use appends client middleware. Call it before the client is shared.
 func (c *Client) Use(mw ...ClientMiddleware) { c.mw = append(c.mw, mw...) }
@@ -119,14 +126,14 @@ type PushResult struct {
 // missing), runs the client middleware, then in one pipelined round trip
 // either SADD queues + LPUSH queue:<q> (with a fresh enqueued_at) or ZADD
 // schedule (without enqueued_at). The job is modified in place.
-func (c *Client) Push(ctx context.Context, job *Job, opts *PushOpts) (*PushResult, error) {
+func (c *Client) Push(ctx context.Context, job *wire.Job, opts *PushOpts) (*PushResult, error) {
 	now := c.clock.Now()
 	at, scheduled := opts.runAt(now)
-	if !scheduled && job != nil && job.m != nil {
+	if !scheduled && !job.IsZero() {
 		// Ruby's Client.push("at" => epoch) form.
 		if v, ok := job.Get("at"); ok {
 			if f, isNum := v.Float(); isNum {
-				if t := FromEpochSeconds(f); t.After(now) {
+				if t := wire.FromEpochSeconds(f); t.After(now) {
 					at, scheduled = t, true
 				}
 			}
@@ -137,7 +144,7 @@ func (c *Client) Push(ctx context.Context, job *Job, opts *PushOpts) (*PushResul
 	}
 	if scheduled {
 		// Client middleware sees "at", as in Ruby; it is not stored.
-		job.Set("at", rubyjson.FloatValue(EpochSeconds(at)))
+		job.Set("at", rubyjson.FloatValue(wire.EpochSeconds(at)))
 	}
 	ok, err := c.runMiddleware(ctx, job)
 	job.Delete("at")
@@ -156,13 +163,13 @@ func (c *Client) Push(ctx context.Context, job *Job, opts *PushOpts) (*PushResul
 	if scheduled {
 		job.Delete("enqueued_at")
 		payload = job.Encode()
-		conn.Send("ZADD", KeySchedule, Score(at), payload)
+		conn.Send("ZADD", wire.KeySchedule, wire.Score(at), payload)
 	} else {
 		job.SetTime("enqueued_at", now, c.version)
 		payload = job.Encode()
 		q := job.Queue()
-		conn.Send("SADD", KeyQueues, q)
-		conn.Send("LPUSH", QueueKey(q), payload)
+		conn.Send("SADD", wire.KeyQueues, q)
+		conn.Send("LPUSH", wire.QueueKey(q), payload)
 	}
 	if _, err := redis.DoContext(conn, ctx, ""); err != nil {
 		return nil, fmt.Errorf("sidekiq: push %s: %w", job.JID(), err)
@@ -173,7 +180,7 @@ func (c *Client) Push(ctx context.Context, job *Job, opts *PushOpts) (*PushResul
 // Enqueue builds a job of class with args and pushes it: the Go form of
 // Ruby's `Class.perform_async(*args)` (use Push for other options).
 func (c *Client) Enqueue(ctx context.Context, queue, class string, args ...any) (*PushResult, error) {
-	job, err := NewJob(class, args...)
+	job, err := wire.NewJob(class, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -194,9 +201,9 @@ type BulkResult struct {
 // round trip, one enqueued_at, as in Ruby. Jobs are grouped by queue: one
 // SADD queues for all of them and one LPUSH per queue. With opts.At or In,
 // all jobs go to the schedule set.
-func (c *Client) PushBulk(ctx context.Context, jobs []*Job, opts *PushOpts) (*BulkResult, error) {
+func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts) (*BulkResult, error) {
 	now := c.clock.Now()
-	created := TimestampValue(now, c.version)
+	created := wire.TimestampValue(now, c.version)
 	for i, j := range jobs {
 		if err := c.normalize(j, now, false); err != nil {
 			return nil, fmt.Errorf("sidekiq: bulk job %d: %w", i, err)
@@ -215,14 +222,14 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*Job, opts *PushOpts) (*Bu
 	batch := c.version.BulkBatchSize()
 	for start := 0; start < len(jobs); start += batch {
 		end := min(start+batch, len(jobs))
-		enq := TimestampValue(c.clock.Now(), c.version)
+		enq := wire.TimestampValue(c.clock.Now(), c.version)
 		var queues []any
 		byQueue := map[string][]any{}
 		var zadd []any
 		for i := start; i < end; i++ {
 			j := jobs[i]
 			if scheduled {
-				j.Set("at", rubyjson.FloatValue(EpochSeconds(at)))
+				j.Set("at", rubyjson.FloatValue(wire.EpochSeconds(at)))
 			}
 			ok, err := c.runMiddleware(ctx, j)
 			j.Delete("at")
@@ -235,7 +242,7 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*Job, opts *PushOpts) (*Bu
 			res.JIDs[i] = j.JID()
 			if scheduled {
 				j.Delete("enqueued_at")
-				zadd = append(zadd, Score(at), j.Encode())
+				zadd = append(zadd, wire.Score(at), j.Encode())
 				continue
 			}
 			j.Set("enqueued_at", enq)
@@ -247,14 +254,14 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*Job, opts *PushOpts) (*Bu
 		}
 		n := 0
 		if len(zadd) > 0 {
-			conn.Send("ZADD", append([]any{KeySchedule}, zadd...)...)
+			conn.Send("ZADD", append([]any{wire.KeySchedule}, zadd...)...)
 			n++
 		}
 		if len(queues) > 0 {
-			conn.Send("SADD", append([]any{KeyQueues}, queues...)...)
+			conn.Send("SADD", append([]any{wire.KeyQueues}, queues...)...)
 			n++
 			for _, q := range queues {
-				conn.Send("LPUSH", append([]any{QueueKey(q.(string))}, byQueue[q.(string)]...)...)
+				conn.Send("LPUSH", append([]any{wire.QueueKey(q.(string))}, byQueue[q.(string)]...)...)
 				n++
 			}
 		}
@@ -271,26 +278,25 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*Job, opts *PushOpts) (*Bu
 // Repush pushes a job taken from the retry or schedule set, or retried from
 // the API, through the normal client path: defaults filled, middleware run,
 // a new enqueued_at, SADD + LPUSH to its queue.
-func (c *Client) Repush(ctx context.Context, job *Job) (*PushResult, error) {
+func (c *Client) Repush(ctx context.Context, job *wire.Job) (*PushResult, error) {
 	return c.Push(ctx, job, nil)
 }
 
 // normalize applies Ruby's normalize_item and validate.
-func (c *Client) normalize(job *Job, now time.Time, setCreated bool) error {
-	if job == nil || job.m == nil {
+func (c *Client) normalize(job *wire.Job, now time.Time, setCreated bool) error {
+	if job.IsZero() {
 		return errors.New("sidekiq: nil job")
 	}
 	defaults := rubyjson.NewMap()
 	defaults.Set("retry", rubyjson.BoolValue(true))
 	defaults.Set("queue", rubyjson.StringValue(c.queue))
-	job.m = job.m.MergeFront(defaults)
-	job.dirty = true
-	job.m.Delete("at")
+	job.MergeDefaults(defaults)
+	job.Delete("at")
 	if err := validateJob(job); err != nil {
 		return err
 	}
 	if !job.Has("jid") {
-		job.SetJID(NewJID())
+		job.SetJID(wire.NewJID())
 	}
 	if setCreated && !job.Has("created_at") {
 		job.SetTime("created_at", now, c.version)
@@ -299,7 +305,7 @@ func (c *Client) normalize(job *Job, now time.Time, setCreated bool) error {
 }
 
 // validateJob mirrors Sidekiq's JobUtil#validate.
-func validateJob(job *Job) error {
+func validateJob(job *wire.Job) error {
 	cls, _ := job.Get("class")
 	if s, ok := cls.Str(); !ok || s == "" {
 		return errors.New("sidekiq: job must have a class name (\"class\")")
@@ -329,7 +335,7 @@ func validateJob(job *Job) error {
 	return nil
 }
 
-func (c *Client) runMiddleware(ctx context.Context, job *Job) (bool, error) {
+func (c *Client) runMiddleware(ctx context.Context, job *wire.Job) (bool, error) {
 	if len(c.mw) == 0 {
 		return true, nil
 	}

@@ -9,15 +9,16 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/internal/clock"
+	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 var fixedNow = time.Unix(1795296573, 165170700)
 
-func newClient(t *testing.T, v sidekiq.Version) (*sidekiq.Client, *redis.Pool, *clock.Fake) {
+func newClient(t *testing.T, v wire.Version) (*sidekiq.Client, *redis.Pool, *clock.Fake) {
 	t.Helper()
 	srv := redistest.Start(t)
 	pool := srv.Pool(t)
@@ -29,8 +30,8 @@ func newClient(t *testing.T, v sidekiq.Version) (*sidekiq.Client, *redis.Pool, *
 
 func TestPushImmediate(t *testing.T) {
 	t.Parallel()
-	c, pool, _ := newClient(t, sidekiq.Version6)
-	job, err := sidekiq.NewJob("HardJob", 1, "two", map[string]any{"three": 3.5})
+	c, pool, _ := newClient(t, wire.Version6)
+	job, err := wire.NewJob("HardJob", 1, "two", map[string]any{"three": 3.5})
 	require.NoError(t, err)
 	res, err := c.Push(context.Background(), job, nil)
 	require.NoError(t, err)
@@ -47,8 +48,8 @@ func TestPushImmediate(t *testing.T) {
 
 func TestPushScheduledV8(t *testing.T) {
 	t.Parallel()
-	c, pool, _ := newClient(t, sidekiq.Version8)
-	job, _ := sidekiq.NewJob("Later", "x")
+	c, pool, _ := newClient(t, wire.Version8)
+	job, _ := wire.NewJob("Later", "x")
 	job.SetQueue("low")
 	res, err := c.Push(context.Background(), job, &sidekiq.PushOpts{In: time.Hour})
 	require.NoError(t, err)
@@ -65,8 +66,8 @@ func TestPushScheduledV8(t *testing.T) {
 
 func TestPushBulkAndMiddleware(t *testing.T) {
 	t.Parallel()
-	c, pool, _ := newClient(t, sidekiq.Version7)
-	c.Use(func(ctx context.Context, job *sidekiq.Job, next func(context.Context) error) error {
+	c, pool, _ := newClient(t, wire.Version7)
+	c.Use(func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
 		if a := job.Args(); len(a) > 0 {
 			if n, _ := a[0].Int(); n%2 == 1 {
 				return nil // stop odd ones
@@ -74,9 +75,9 @@ func TestPushBulkAndMiddleware(t *testing.T) {
 		}
 		return next(ctx)
 	})
-	var jobs []*sidekiq.Job
+	var jobs []*wire.Job
 	for i := 0; i < 2500; i++ {
-		j, _ := sidekiq.NewJob("Bulk", i)
+		j, _ := wire.NewJob("Bulk", i)
 		jobs = append(jobs, j)
 	}
 	res, err := c.PushBulk(context.Background(), jobs, nil)
@@ -92,23 +93,23 @@ func TestPushBulkAndMiddleware(t *testing.T) {
 
 func TestMiddlewareSeesAt(t *testing.T) {
 	t.Parallel()
-	c, pool, _ := newClient(t, sidekiq.Version6)
+	c, pool, _ := newClient(t, wire.Version6)
 	var seen []string
-	c.Use(func(ctx context.Context, job *sidekiq.Job, next func(context.Context) error) error {
+	c.Use(func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
 		v, _ := job.Get("at")
 		seen = append(seen, v.NumberText())
 		return next(ctx)
 	})
-	job, _ := sidekiq.NewJob("Later")
+	job, _ := wire.NewJob("Later")
 	_, err := c.Push(context.Background(), job, &sidekiq.PushOpts{In: time.Minute})
 	require.NoError(t, err)
 	// Ruby's Client.push("at" => ...) form.
-	job2, _ := sidekiq.NewJob("Later2")
+	job2, _ := wire.NewJob("Later2")
 	job2.Set("at", rubyjson.FloatValue(1795296573.1651707+120))
 	res, err := c.Push(context.Background(), job2, nil)
 	require.NoError(t, err)
 	require.True(t, res.Scheduled)
-	now, _ := sidekiq.NewJob("Now")
+	now, _ := wire.NewJob("Now")
 	_, err = c.Push(context.Background(), now, nil)
 	require.NoError(t, err)
 	require.Equal(t, []string{"1795296633.1651707", "1795296693.1651707", ""}, seen)

@@ -1,8 +1,10 @@
 package sidekiq
 
+// The job metrics of 7.0+ as the server records and flushes them; the key
+// formats and the recorder are tested in internal/maintenance.
+
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
@@ -11,89 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/internal/wait"
+	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
-
-	"github.com/gojob/gojob/internal/redistest"
-	"github.com/gojob/gojob/internal/rubytest"
 )
-
-// Each limit is exclusive: Histogram#record_time breaks at the first
-// bucket with ms < limit.
-func TestHistogramBucket(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, 26, histogramBuckets)
-	cases := map[int64]int{0: 0, 19: 0, 20: 1, 29: 1, 30: 2, 99: 4, 100: 5, 280: 7, 334999: 24, 335000: 25, 1 << 40: 25}
-	for i, lim := range histogramLimits {
-		cases[lim-1] = i
-		cases[lim] = i + 1
-	}
-	for ms, want := range cases {
-		require.Equal(t, want, histogramBucket(ms), "%d ms", ms)
-	}
-}
-
-func TestMetricsKeyFormats(t *testing.T) {
-	t.Parallel()
-	est := time.FixedZone("EST", -5*3600)
-	cases := []struct {
-		v     Version
-		at    time.Time
-		jKeys []string
-		hKey  string
-	}{
-		// The 7.3.10 capture of spec §7.8 (its process started at 1795296821).
-		{Version7, time.Unix(1795296821, 0), []string{"j|20261121|21:33"}, "HardJob-21-21:33"},
-		{Version{7, 0, 0}, time.Date(2026, 11, 5, 9, 5, 59, 0, time.UTC), []string{"j|20261105|9:5"}, "HardJob-05-09:5"},
-		// Local times are converted to UTC (04:07 EST = 09:07 UTC).
-		{Version7, time.Date(2026, 11, 5, 4, 7, 0, 0, est), []string{"j|20261105|9:7"}, "HardJob-05-09:7"},
-		{Version7, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), []string{"j|20260101|0:0"}, "HardJob-01-00:0"},
-		// The 8.x examples of spec §7.8.
-		{Version8, time.Date(2026, 11, 21, 21, 3, 0, 0, time.UTC), []string{"j|261121|21:0", "j|261121|21:03"}, "h|HardJob-21-21:3"},
-		{Version{8, 0, 0}, time.Date(2026, 11, 5, 9, 5, 0, 0, time.UTC), []string{"j|261105|9:0", "j|261105|9:05"}, "h|HardJob-5-9:5"},
-		{Version8, time.Date(2026, 11, 5, 4, 59, 0, 0, est), []string{"j|261105|9:5", "j|261105|9:59"}, "h|HardJob-5-9:59"},
-		{Version8, time.Date(2030, 12, 31, 23, 40, 0, 0, time.UTC), []string{"j|301231|23:4", "j|301231|23:40"}, "h|HardJob-31-23:40"},
-	}
-	for _, c := range cases {
-		keys, ttls := metricsKeys(c.v, c.at)
-		require.Equal(t, c.jKeys, keys, "%s at %s", c.v, c.at)
-		if len(keys) == 2 {
-			require.Equal(t, []int{259200, 28800}, ttls)
-		} else {
-			require.Equal(t, []int{28800}, ttls)
-		}
-		require.Equal(t, c.hKey, histogramKey(c.v, "HardJob", c.at), "%s at %s", c.v, c.at)
-	}
-}
-
-func TestJobMetricsRecordTakeRestore(t *testing.T) {
-	t.Parallel()
-	require.Nil(t, newJobMetrics(Version6))
-	var none *jobMetrics // 6.x: every method is a no-op
-	none.record("A", time.Second, false)
-	none.restore(map[string]*classMetrics{"A": {processed: 1}})
-	require.Nil(t, none.take())
-
-	m := newJobMetrics(Version{7, 0, 0})
-	require.Nil(t, m.take(), "nothing recorded")
-	m.record("A", 1500*time.Microsecond, false) // 1 ms, truncated
-	m.record("A", -time.Second, false)          // clock went back: 0 ms
-	m.record("A", time.Minute, true)            // failures add no time
-	snap := m.take()
-	require.Nil(t, m.take())
-	want := &classMetrics{processed: 3, failed: 1, succeeded: 2, ms: 1}
-	want.hist[0] = 2
-	require.Equal(t, map[string]*classMetrics{"A": want}, snap)
-
-	// A failed flush puts its counts back under what came since.
-	m.record("A", 25*time.Millisecond, false)
-	m.record("B", 0, true)
-	m.restore(snap)
-	got := m.take()
-	wantA := &classMetrics{processed: 4, failed: 1, succeeded: 3, ms: 26}
-	wantA.hist[0], wantA.hist[1] = 2, 1
-	require.Equal(t, map[string]*classMetrics{"A": wantA, "B": {processed: 1, failed: 1}}, got)
-}
 
 // metricsBundle is a server whose handler "advances" the fake clock by
 // args[0] ms, so that run times are exact, and fails when args[1] is
@@ -109,7 +34,7 @@ func newMetricsServer(t *testing.T, cfg ServerConfig) *metricsBundle {
 		cfg.Concurrency = 1
 	}
 	b := &metricsBundle{srvBundle: newTestServer(t, cfg), started: make(chan string, 100)}
-	run := func(ctx context.Context, job *Job) error {
+	run := func(ctx context.Context, job *wire.Job) error {
 		args := job.Args()
 		if len(args) == 0 { // ActiveJob payload: fixed 0 ms
 			return nil
@@ -124,7 +49,7 @@ func newMetricsServer(t *testing.T, cfg ServerConfig) *metricsBundle {
 	for _, c := range []string{"HardJob", "FailOnly", "MyAjJob"} {
 		b.srv.HandleFunc(c, run)
 	}
-	b.srv.HandleFunc("Slow", func(ctx context.Context, job *Job) error {
+	b.srv.HandleFunc("Slow", func(ctx context.Context, job *wire.Job) error {
 		b.started <- job.JID()
 		<-ctx.Done()
 		return ctx.Err()
@@ -143,7 +68,7 @@ func (b *metricsBundle) job(t *testing.T, class string, ms int, outcome string) 
 func (b *metricsBundle) activeJob(t *testing.T) {
 	t.Helper()
 	b.push(t, "default", fmt.Sprintf(`{"retry":false,"queue":"default","class":%q,"wrapped":"MyAjJob","args":[],"jid":"%024x","created_at":1795296573.1,"enqueued_at":1795296573.2}`,
-		ActiveJobWrapperClass, metricsJID.Add(1)))
+		wire.ActiveJobWrapper, metricsJID.Add(1)))
 }
 
 // pushMix pushes 8 jobs: HardJob runs of 19, 20, 5 and 400000 ms and one
@@ -161,13 +86,6 @@ func (b *metricsBundle) pushMix(t *testing.T) {
 	b.job(t, "NoHandler", 0, "ok")
 }
 
-// waitProcessed waits until n jobs have finished (their metrics are
-// recorded before the processed count moves).
-func (b *metricsBundle) waitProcessed(t *testing.T, n int64) {
-	t.Helper()
-	waitFor(t, fmt.Sprintf("%d jobs processed", n), func() bool { return b.srv.processed.Load() == n })
-}
-
 // The hash every flush of pushMix writes to each j| bucket.
 var mixCounts = map[string]string{
 	"HardJob|ms": "400044", "HardJob|f": "1", "HardJob|p": "5",
@@ -175,77 +93,19 @@ var mixCounts = map[string]string{
 	"MyAjJob|ms": "0", "MyAjJob|p": "1",
 }
 
-func histogram(t *testing.T, c redis.Conn, key string) []int64 {
-	t.Helper()
-	args := []any{key}
-	for i := range histogramBuckets {
-		args = append(args, "GET", "u16", "#"+strconv.Itoa(i))
-	}
-	vals, err := redis.Int64s(c.Do("BITFIELD", args...))
-	require.NoError(t, err)
-	return vals
-}
-
-func hist(set map[int]int64) []int64 {
-	out := make([]int64, histogramBuckets)
-	for i, n := range set {
-		out[i] = n
-	}
-	return out
-}
-
-// metricKeys lists the keys that are neither the process registry nor
-// stats, queues or sets: the metrics keys.
-func metricKeys(t *testing.T, c redis.Conn, identity string) []string {
-	t.Helper()
-	all, err := redis.Strings(c.Do("KEYS", "*"))
-	require.NoError(t, err)
-	var out []string
-	for _, k := range all {
-		if strings.HasPrefix(k, "stat:") || strings.HasPrefix(k, "queue") || strings.HasPrefix(k, identity) ||
-			k == KeyProcesses || k == KeyRetry || k == KeyDead || k == KeySchedule {
-			continue
-		}
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func commandCalls(t *testing.T, c redis.Conn, cmd string) int {
-	t.Helper()
-	info, err := redis.String(c.Do("INFO", "commandstats"))
-	require.NoError(t, err)
-	for _, line := range strings.Split(info, "\r\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
-			n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-			require.NoError(t, err)
-			return n
-		}
-	}
-	return 0
-}
-
-func ttl(t *testing.T, c redis.Conn, key string) int {
-	t.Helper()
-	n, err := redis.Int(c.Do("TTL", key))
-	require.NoError(t, err)
-	return n
-}
-
 func TestMetricsFlushPerVersion(t *testing.T) {
 	t.Parallel()
 	// 04:05:42 EST: the buckets are in UTC, 09:05.
 	flushAt := time.Date(2026, 11, 5, 4, 5, 42, 0, time.FixedZone("EST", -5*3600))
 	cases := []struct {
-		v       Version
+		v       wire.Version
 		buckets map[string]int // j| key → TTL
 		hists   [2]string      // HardJob, MyAjJob
 	}{
-		{Version{7, 0, 0}, map[string]int{"j|20261105|9:5": 28800}, [2]string{"HardJob-05-09:5", "MyAjJob-05-09:5"}},
-		{Version7, map[string]int{"j|20261105|9:5": 28800}, [2]string{"HardJob-05-09:5", "MyAjJob-05-09:5"}},
-		{Version{8, 0, 0}, map[string]int{"j|261105|9:0": 259200, "j|261105|9:05": 28800}, [2]string{"h|HardJob-5-9:5", "h|MyAjJob-5-9:5"}},
-		{Version8, map[string]int{"j|261105|9:0": 259200, "j|261105|9:05": 28800}, [2]string{"h|HardJob-5-9:5", "h|MyAjJob-5-9:5"}},
+		{wire.Version{Major: 7}, map[string]int{"j|20261105|9:5": 28800}, [2]string{"HardJob-05-09:5", "MyAjJob-05-09:5"}},
+		{wire.Version7, map[string]int{"j|20261105|9:5": 28800}, [2]string{"HardJob-05-09:5", "MyAjJob-05-09:5"}},
+		{wire.Version{Major: 8}, map[string]int{"j|261105|9:0": 259200, "j|261105|9:05": 28800}, [2]string{"h|HardJob-5-9:5", "h|MyAjJob-5-9:5"}},
+		{wire.Version8, map[string]int{"j|261105|9:0": 259200, "j|261105|9:05": 28800}, [2]string{"h|HardJob-5-9:5", "h|MyAjJob-5-9:5"}},
 	}
 	for _, c := range cases {
 		t.Run(c.v.String(), func(t *testing.T) {
@@ -255,11 +115,11 @@ func TestMetricsFlushPerVersion(t *testing.T) {
 			b.start(t)
 			b.waitProcessed(t, 8)
 			// The hot path wrote nothing.
-			require.Zero(t, commandCalls(t, b.conn, "hincrby"))
-			require.Zero(t, commandCalls(t, b.conn, "bitfield"))
+			require.Zero(t, redistest.CommandCalls(t, b.conn, "hincrby"))
+			require.Zero(t, redistest.CommandCalls(t, b.conn, "bitfield"))
 
 			b.clk.Set(flushAt)
-			require.NoError(t, b.srv.heartbeat(context.Background()))
+			b.beat(t)
 			var want []string
 			for key, wantTTL := range c.buckets {
 				got, err := redis.StringMap(b.conn.Do("HGETALL", key))
@@ -281,15 +141,15 @@ func TestMetricsFlushPerVersion(t *testing.T) {
 			require.Equal(t, want, metricKeys(t, b.conn, b.srv.Identity()))
 
 			// A beat with nothing new writes no metrics.
-			hincrby := commandCalls(t, b.conn, "hincrby")
-			require.NoError(t, b.srv.heartbeat(context.Background()))
-			require.Equal(t, hincrby, commandCalls(t, b.conn, "hincrby"))
+			hincrby := redistest.CommandCalls(t, b.conn, "hincrby")
+			b.beat(t)
+			require.Equal(t, hincrby, redistest.CommandCalls(t, b.conn, "hincrby"))
 
 			// The next flush in the same minute adds to the same keys.
 			b.job(t, "HardJob", 100, "ok")
 			b.waitProcessed(t, 1)
 			b.clk.Set(flushAt.Add(10 * time.Second))
-			require.NoError(t, b.srv.heartbeat(context.Background()))
+			b.beat(t)
 			for key := range c.buckets {
 				got, err := redis.StringMap(b.conn.Do("HGETALL", key))
 				require.NoError(t, err)
@@ -306,12 +166,12 @@ func TestMetricsFlushPerVersion(t *testing.T) {
 // A 6.x target keeps no metrics and writes none, at beats or at exit.
 func TestMetricsNotWrittenFor6(t *testing.T) {
 	t.Parallel()
-	b := newMetricsServer(t, ServerConfig{Version: Version6})
+	b := newMetricsServer(t, ServerConfig{Version: wire.Version6})
 	require.Nil(t, b.srv.metrics)
 	b.pushMix(t)
 	b.start(t)
 	b.waitProcessed(t, 8)
-	require.NoError(t, b.srv.heartbeat(context.Background()))
+	b.beat(t)
 	n, err := redis.Int(b.conn.Do("GET", "stat:processed"))
 	require.NoError(t, err)
 	require.Equal(t, 8, n)
@@ -324,14 +184,14 @@ func TestMetricsNotWrittenFor6(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 9, n)
 	require.Empty(t, metricKeys(t, b.conn, b.srv.Identity()))
-	require.Zero(t, commandCalls(t, b.conn, "hincrby"))
-	require.Zero(t, commandCalls(t, b.conn, "bitfield"))
+	require.Zero(t, redistest.CommandCalls(t, b.conn, "hincrby"))
+	require.Zero(t, redistest.CommandCalls(t, b.conn, "bitfield"))
 }
 
 // A beat that cannot reach Redis keeps the metrics for the next one.
 func TestMetricsKeptOnFailedFlush(t *testing.T) {
 	t.Parallel()
-	b := newMetricsServer(t, ServerConfig{Version: Version8})
+	b := newMetricsServer(t, ServerConfig{Version: wire.Version8})
 	b.pushMix(t)
 	b.start(t)
 	b.waitProcessed(t, 8)
@@ -339,14 +199,14 @@ func TestMetricsKeptOnFailedFlush(t *testing.T) {
 	b.clk.Set(flushAt)
 
 	b.redis.Kill()
-	require.Error(t, b.srv.heartbeat(context.Background()))
-	require.Error(t, b.srv.heartbeat(context.Background()))
+	require.Error(t, b.srv.heartbeat.Beat(context.Background()))
+	require.Error(t, b.srv.heartbeat.Beat(context.Background()))
 	b.redis.Restart(t) // empty
 
 	conn := b.pool.Get()
 	defer conn.Close()
 	// The pool may hand out a connection broken by the restart first.
-	waitFor(t, "a beat after the restart", func() bool { return b.srv.heartbeat(context.Background()) == nil })
+	wait.For(t, "a beat after the restart", func() bool { return b.srv.heartbeat.Beat(context.Background()) == nil })
 	for _, key := range []string{"j|261121|21:3", "j|261121|21:33"} {
 		got, err := redis.StringMap(conn.Do("HGETALL", key))
 		require.NoError(t, err)
@@ -363,7 +223,7 @@ func TestMetricsKeptOnFailedFlush(t *testing.T) {
 // through Ruby's metrics middleware.
 func TestMetricsFlushedAtShutdown(t *testing.T) {
 	t.Parallel()
-	b := newMetricsServer(t, ServerConfig{Version: Version7, Concurrency: 2, ShutdownTimeout: 50 * time.Millisecond})
+	b := newMetricsServer(t, ServerConfig{Version: wire.Version7, Concurrency: 2, ShutdownTimeout: 50 * time.Millisecond})
 	b.job(t, "HardJob", 3, "ok")
 	b.start(t)
 	b.waitProcessed(t, 1)
@@ -380,79 +240,52 @@ func TestMetricsFlushedAtShutdown(t *testing.T) {
 	require.Equal(t, hist(map[int]int64{0: 1}), histogram(t, b.conn, "HardJob-21-21:33"))
 	require.Equal(t, []string{"HardJob-21-21:33", "j|20261121|21:33"}, metricKeys(t, b.conn, b.srv.Identity()))
 	// The Slow job went back to its queue.
-	n, err := redis.Int(b.conn.Do("LLEN", QueueKey("default")))
+	n, err := redis.Int(b.conn.Do("LLEN", wire.QueueKey("default")))
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 }
 
-// Ruby Sidekiq here is 6.4.1, which has no metrics, so this reads gojob's
-// keys the way 7.x/8.x do, with Ruby's own strftime and the format strings
-// of tracking.rb, shared.rb and query.rb (8.x query.rb builds the 10-minute
-// key from the minute's first digit rather than by dropping a character).
-func TestMetricsKeysReadWithRubyFormats(t *testing.T) {
-	t.Parallel()
-	rubytest.Require(t)
-	rs := redistest.StartWith(t, redistest.Options{TCP: true})
-	conn := rs.Pool(t).Get()
-	defer conn.Close()
-	times := []time.Time{
-		time.Date(2026, 11, 5, 9, 5, 7, 0, time.UTC),
-		time.Date(2026, 11, 21, 21, 33, 41, 0, time.UTC),
-		time.Date(2027, 2, 1, 0, 0, 0, 0, time.UTC),
-		time.Date(2026, 12, 31, 23, 59, 59, 0, time.UTC),
+// histogram reads the 26 u16 counters of a histogram key.
+func histogram(t *testing.T, c redis.Conn, key string) []int64 {
+	t.Helper()
+	args := []any{key}
+	for i := range 26 {
+		args = append(args, "GET", "u16", "#"+strconv.Itoa(i))
 	}
-	var epochs []string
-	for i, at := range times {
-		for _, v := range []Version{Version7, Version8} {
-			m := newJobMetrics(v)
-			m.record("HardJob", time.Duration(i+1)*time.Millisecond, false)
-			m.record("HardJob", 21*time.Millisecond, false)
-			m.record("HardJob", 0, true)
-			sendMetrics(conn, v, at, m.take())
-			_, err := conn.Do("")
-			require.NoError(t, err)
-		}
-		epochs = append(epochs, strconv.FormatInt(at.Unix(), 10))
-	}
-	out := rubytest.Run(t, rs.URL(), `
-gets = (0..25).flat_map { |i| ["GET", "u16", "##{i}"] }
-res = [`+strings.Join(epochs, ",")+`].map do |epoch|
-  t = Time.at(epoch).utc
-  m = t.min
-  mins = (m < 10) ? "0" : m.to_s[0]
-  Sidekiq.redis do |c|
-    {
-      "j7" => c.hgetall(t.strftime("j|%Y%m%d|%-H:%-M")),
-      "h7" => c.bitfield("HardJob-#{t.strftime("%d-%H:%-M")}", *gets),
-      "j8" => c.hgetall(t.strftime("j|%y%m%d|%-H:%M")),
-      "j8_10" => c.hgetall(t.strftime("j|%y%m%d|%-H:#{mins}")),
-      "h8" => c.call("BITFIELD_RO", "h|HardJob-#{t.strftime("%-d-%-H:%-M")}", *gets),
-    }
-  end
-end
-print JSON.generate(res)
-`)
-	var got []map[string]any
-	require.NoError(t, json.Unmarshal([]byte(out), &got))
-	require.Len(t, got, len(times))
-	for i := range times {
-		counts := map[string]any{"HardJob|ms": fmt.Sprint(i + 1 + 21), "HardJob|f": "1", "HardJob|p": "3"}
-		h := make([]any, histogramBuckets)
-		for j := range h {
-			h[j] = float64(0)
-		}
-		h[0], h[1] = float64(1), float64(1)
-		want := map[string]any{"j7": counts, "j8": counts, "j8_10": counts, "h7": h, "h8": h}
-		require.Equal(t, want, got[i], times[i])
-	}
+	vals, err := redis.Int64s(c.Do("BITFIELD", args...))
+	require.NoError(t, err)
+	return vals
 }
 
-// The hot path: one mutex and a map lookup per job.
-func BenchmarkJobMetricsRecord(b *testing.B) {
-	m := newJobMetrics(Version8)
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			m.record("HardJob", 3*time.Millisecond, false)
+func hist(set map[int]int64) []int64 {
+	out := make([]int64, 26)
+	for i, n := range set {
+		out[i] = n
+	}
+	return out
+}
+
+// metricKeys lists the keys that are neither the process registry nor
+// stats, queues or sets: the metrics keys.
+func metricKeys(t *testing.T, c redis.Conn, identity string) []string {
+	t.Helper()
+	all, err := redis.Strings(c.Do("KEYS", "*"))
+	require.NoError(t, err)
+	var out []string
+	for _, k := range all {
+		if strings.HasPrefix(k, "stat:") || strings.HasPrefix(k, "queue") || strings.HasPrefix(k, identity) ||
+			k == wire.KeyProcesses || k == wire.KeyRetry || k == wire.KeyDead || k == wire.KeySchedule {
+			continue
 		}
-	})
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func ttl(t *testing.T, c redis.Conn, key string) int {
+	t.Helper()
+	n, err := redis.Int(c.Do("TTL", key))
+	require.NoError(t, err)
+	return n
 }

@@ -7,7 +7,10 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/sidekiq/internal/fetch"
+	"github.com/gojob/gojob/sidekiq/internal/maintenance"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // workItem is one running job, shown in the work hash of the heartbeat.
@@ -35,53 +38,27 @@ func (w *workItem) abandon() bool { return w.state.CompareAndSwap(workRunning, w
 // (and requeued) it first.
 func (w *workItem) finish() bool { return w.state.CompareAndSwap(workRunning, workFinished) }
 
-// workJSON is the work-hash value of §7.4: the payload as a JSON string.
-func (w *workItem) workJSON() []byte {
-	m := rubyjson.NewMap()
-	m.Set("queue", rubyjson.StringValue(w.queue))
-	m.Set("payload", rubyjson.StringValue(string(w.raw)))
-	m.Set("run_at", rubyjson.IntValue(w.runAt.Unix()))
-	return m.Encode()
-}
-
-// ActiveJob wrapper class names (spec §3.1).
-const (
-	ActiveJobWrapperClass   = "ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper"
-	ActiveJobWrapperClass8  = "Sidekiq::ActiveJob::Wrapper"
-	activeJobArgJobClassKey = "job_class"
-)
-
-// IsActiveJobWrapper reports whether class is one of the ActiveJob wrapper
-// class names.
-func IsActiveJobWrapper(class string) bool {
-	return class == ActiveJobWrapperClass || class == ActiveJobWrapperClass8
+// runningWork lists the running jobs for the heartbeat's work hash.
+func (s *Server) runningWork() []maintenance.Work {
+	var out []maintenance.Work
+	s.work.Range(func(k, v any) bool {
+		w := v.(*workItem)
+		out = append(out, maintenance.Work{TID: k.(string), Queue: w.queue, Raw: w.raw, RunAt: w.runAt})
+		return true
+	})
+	return out
 }
 
 // handlerFor finds the handler of a job: by class, and for ActiveJob
 // payloads by the job class ActiveJob itself runs (args[0].job_class, else
 // `wrapped`).
-func (s *Server) handlerFor(job *Job) (*registration, string) {
+func (s *Server) handlerFor(job *wire.Job) (*registration, string) {
 	class := job.Class()
 	if r, ok := s.handlers[class]; ok {
 		return r, class
 	}
-	if IsActiveJobWrapper(class) {
-		name := ""
-		if a := job.Args(); len(a) > 0 {
-			if m, ok := a[0].Map(); ok {
-				v, _ := m.Get(activeJobArgJobClassKey)
-				name, _ = v.Str()
-			}
-		}
-		if name == "" {
-			name = job.Wrapped()
-		}
-		if r, ok := s.handlers[name]; ok {
-			return r, name
-		}
-		if name != "" {
-			return nil, name
-		}
+	if name := job.ActiveJobClass(); name != "" {
+		return s.handlers[name], name
 	}
 	return nil, class
 }
@@ -89,21 +66,21 @@ func (s *Server) handlerFor(job *Job) (*registration, string) {
 // setProviderJobID does what the ActiveJob wrapper does before it runs a
 // job: job_data.merge("provider_job_id" => jid). Only the in-memory job the
 // handler sees changes.
-func setProviderJobID(job *Job) {
-	if !IsActiveJobWrapper(job.Class()) {
+func setProviderJobID(job *wire.Job) {
+	if !job.IsActiveJob() {
 		return
 	}
 	if a := job.Args(); len(a) > 0 {
 		if m, ok := a[0].Map(); ok {
 			m.Set("provider_job_id", rubyjson.StringValue(job.JID()))
-			job.dirty = true
+			job.Map() // marks the job changed
 		}
 	}
 }
 
 // process runs one fetched job to completion (spec §5.1).
 func (s *Server) process(tid, queue string, raw []byte) {
-	job, err := ParseJob(raw)
+	job, err := wire.ParseJob(raw)
 	if err != nil {
 		// Unparsable: to the dead set unchanged, no stats (spec §5.1 step 1).
 		s.log.Error().Err(err).Str("component", "processor").Str("queue", queue).
@@ -114,14 +91,14 @@ func (s *Server) process(tid, queue string, raw []byte) {
 	reg, _ := s.handlerFor(job)
 	w := &workItem{queue: queue, raw: raw, runAt: s.cfg.Clock.Now()}
 	if reg != nil && s.metrics != nil {
-		w.class = metricsClass(job)
+		w.class = maintenance.MetricsClass(job)
 	}
 	s.workMu.RLock()
 	if s.abandoning {
 		// Fetched before the hard shutdown but not started: push it back
 		// as the shutdown did with the running jobs.
 		s.workMu.RUnlock()
-		s.requeue(queue, raw)
+		s.fetcher.Requeue([]fetch.Unit{{Queue: queue, Raw: raw}})
 		return
 	}
 	s.work.Store(tid, w)
@@ -151,13 +128,13 @@ func (s *Server) process(tid, queue string, raw []byte) {
 		return
 	}
 	if w.class != "" {
-		s.metrics.record(w.class, took, err != nil)
+		s.metrics.Record(w.class, took, err != nil)
 	}
-	s.processed.Add(1)
 	if err == nil {
+		s.counters.Add(1, 0)
 		return
 	}
-	s.failed.Add(1)
+	s.counters.Add(1, 1)
 	s.log.Warn().Err(err).Str("component", "processor").Str("queue", queue).
 		Str("jid", job.JID()).Str("class", job.Class()).Msg("job failed")
 	s.handleFailure(queue, raw, reg, err)
@@ -165,7 +142,7 @@ func (s *Server) process(tid, queue string, raw []byte) {
 
 // execute runs the middleware chain and the handler, turning panics into
 // *PanicError.
-func (s *Server) execute(ctx context.Context, job *Job, reg *registration) (err error) {
+func (s *Server) execute(ctx context.Context, job *wire.Job, reg *registration) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = &PanicError{Value: p, Stack: CallerStack(3)}
@@ -194,8 +171,8 @@ func (s *Server) execute(ctx context.Context, job *Job, reg *registration) (err 
 // bury sends a payload to the dead set with the trims, retrying through an
 // outage.
 func (s *Server) bury(payload []byte) {
-	err := s.withRetry(func(conn redis.Conn) error {
-		return sendToMorgue(s.writeCtx, conn, morgueParams{Payload: payload, Now: s.cfg.Clock.Now()})
+	err := s.writes.Do(func(conn redis.Conn) error {
+		return wire.SendToMorgue(s.writes.Ctx, conn, wire.MorgueParams{Payload: payload, Now: s.cfg.Clock.Now()})
 	})
 	if err != nil {
 		s.log.Error().Err(err).Str("component", "processor").Bytes("payload", payload).
@@ -204,7 +181,7 @@ func (s *Server) bury(payload []byte) {
 }
 
 // death calls the death handlers.
-func (s *Server) death(job *Job, err error) {
+func (s *Server) death(job *wire.Job, err error) {
 	for _, h := range s.cfg.DeathHandlers {
 		func() {
 			defer func() {

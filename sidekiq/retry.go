@@ -11,6 +11,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // maxErrorMessage is Sidekiq's truncation of error_message (characters).
@@ -20,7 +21,7 @@ const maxErrorMessage = 10_000
 type retryPlan struct {
 	// payload is the job to write (retry or dead set), nil when dropped.
 	payload []byte
-	job     *Job
+	job     *wire.Job
 	// retryAt is the retry score; zero means not retried.
 	retryAt time.Time
 	// toDead is true when the job goes to the dead set.
@@ -41,7 +42,7 @@ func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure 
 	}
 	// The retry payload is built from the original bytes, not from what
 	// middleware may have changed (JobRetry#global/local).
-	msg, err := ParseJob(raw)
+	msg, err := wire.ParseJob(raw)
 	if err != nil {
 		return retryPlan{payload: raw, toDead: true}
 	}
@@ -142,7 +143,7 @@ func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure 
 // callRetryIn calls the class's RetryIn hook. A panic in it is logged and
 // means the default delay, as Ruby rescues an error in sidekiq_retry_in
 // ("falling back to default").
-func (s *Server) callRetryIn(reg *registration, count int, failure error, msg *Job) (d time.Duration, dec RetryDecision) {
+func (s *Server) callRetryIn(reg *registration, count int, failure error, msg *wire.Job) (d time.Duration, dec RetryDecision) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.Error().Interface("panic", p).Str("jid", msg.JID()).Str("component", "retry").
@@ -156,7 +157,7 @@ func (s *Server) callRetryIn(reg *registration, count int, failure error, msg *J
 // callRetriesExhausted calls the class's RetriesExhausted hook. A panic in
 // it is logged and ignored (the job still goes to the dead set), as Ruby
 // rescues an error in sidekiq_retries_exhausted.
-func (s *Server) callRetriesExhausted(reg *registration, msg *Job, failure error) (dec RetryDecision) {
+func (s *Server) callRetriesExhausted(reg *registration, msg *wire.Job, failure error) (dec RetryDecision) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.Error().Interface("panic", p).Str("jid", msg.JID()).Str("component", "retry").
@@ -169,7 +170,7 @@ func (s *Server) callRetriesExhausted(reg *registration, msg *Job, failure error
 
 // jitter is Sidekiq's retry jitter: rand(10)*(count+1) up to 7.x,
 // rand(10*(count+1)) from 8.0.
-func jitter(v Version, count int, rnd func(n int) int) int {
+func jitter(v wire.Version, count int, rnd func(n int) int) int {
 	if count < 0 {
 		count = 0
 	}
@@ -185,8 +186,8 @@ func (s *Server) handleFailure(queue string, raw []byte, reg *registration, fail
 	p := s.planRetry(queue, raw, reg, failure, now, rand.IntN)
 	switch {
 	case !p.retryAt.IsZero():
-		err := s.withRetry(func(conn redis.Conn) error {
-			_, err := conn.Do("ZADD", KeyRetry, Score(p.retryAt), p.payload)
+		err := s.writes.Do(func(conn redis.Conn) error {
+			_, err := conn.Do("ZADD", wire.KeyRetry, wire.Score(p.retryAt), p.payload)
 			return err
 		})
 		if err != nil {
@@ -284,7 +285,7 @@ func backtraceLines(opt rubyjson.Value, lines []string) []string {
 		n = int64(f)
 	case rubyjson.String:
 		str, _ := opt.Str()
-		n = rubyToI(str) // api.go
+		n = wire.RubyToI(str) // api.go
 	}
 	end := int64(len(lines))
 	if n >= 0 {
@@ -314,7 +315,7 @@ func backtraceOf(err error) []string {
 // lexical type (integer = ms), 7.x always as seconds (`failed_at + rf <
 // Time.now.to_f`, spec §2.2), so gojob decides exactly as a 7.x process
 // would on the same payload.
-func failedAtFor(msg *Job, v Version) (time.Time, bool) {
+func failedAtFor(msg *wire.Job, v wire.Version) (time.Time, bool) {
 	if v.MillisecondTimestamps() {
 		return msg.FailedAt()
 	}
@@ -326,5 +327,5 @@ func failedAtFor(msg *Job, v Version) (time.Time, bool) {
 	if !ok {
 		return time.Time{}, false
 	}
-	return FromEpochSeconds(f), true
+	return wire.FromEpochSeconds(f), true
 }

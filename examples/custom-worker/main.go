@@ -10,9 +10,10 @@ import (
 
 	"github.com/gojob/gojob/cli"
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-func hardJob(ctx context.Context, job *sidekiq.Job) error {
+func hardJob(ctx context.Context, job *wire.Job) error {
 	fmt.Println("HardJob", job.JID(), string(job.Encode()))
 	return nil
 }

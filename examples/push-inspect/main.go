@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/api"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 func main() {
@@ -26,7 +28,7 @@ func main() {
 	defer pool.Close()
 
 	// Write the format of the oldest Sidekiq that reads this Redis.
-	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: sidekiq.Version6})
+	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: wire.Version6})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -36,7 +38,7 @@ func main() {
 	}
 	fmt.Printf("pushed %s: %s\n", res.JID, res.Payload)
 
-	later, err := sidekiq.NewJob("ReportJob", "daily")
+	later, err := wire.NewJob("ReportJob", "daily")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -45,16 +47,16 @@ func main() {
 		log.Fatal(err)
 	}
 
-	api, err := sidekiq.NewAPI(&sidekiq.APIConfig{Pool: pool, Client: client})
+	admin, err := api.New(&api.Config{Pool: pool, Client: client})
 	if err != nil {
 		log.Fatal(err)
 	}
-	stats, err := api.Stats(ctx)
+	stats, err := admin.Stats(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Printf("enqueued=%d scheduled=%d retries=%d dead=%d\n", stats.Enqueued, stats.Scheduled, stats.Retries, stats.Dead)
-	err = api.ScheduledSet().Each(ctx, func(e *sidekiq.SortedEntry) error {
+	err = admin.ScheduledSet().Each(ctx, func(e *api.SortedEntry) error {
 		fmt.Printf("scheduled %s %s at %s\n", e.JID(), e.Class(), e.At().Format(time.RFC3339))
 		return nil
 	})

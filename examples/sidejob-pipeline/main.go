@@ -40,6 +40,7 @@ import (
 	"github.com/gojob/gojob/sidejob"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // Queue is the queue the pipeline's workers are served from.
@@ -177,7 +178,7 @@ func run(ctx context.Context, url string, n int, serve bool, out io.Writer) erro
 		return err
 	}
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{
-		Pool: pool, Queues: []sidekiq.QueueWeight{{Name: Queue}}, Concurrency: 4,
+		Pool: pool, Queues: []wire.QueueWeight{{Name: Queue}}, Concurrency: 4,
 		PollIntervalAverage: time.Second, Tag: "sidejob-pipeline", Logger: logger,
 	})
 	if err != nil {

@@ -1,0 +1,31 @@
+// Package wait is the one polling helper of gojob's tests, for effects that
+// happen in Redis, in a database or in another process, where the test has
+// no signal to wait on. Prefer a channel or a test hook where there is one.
+package wait
+
+import (
+	"testing"
+	"time"
+)
+
+// DefaultTimeout is how long For waits.
+const DefaultTimeout = 10 * time.Second
+
+// For polls cond every 5 ms until it holds, and fails the test after
+// DefaultTimeout. cond runs on the test's goroutine, so it may use require.
+func For(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	Within(t, DefaultTimeout, what, cond)
+}
+
+// Within is For with a timeout of its own.
+func Within(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

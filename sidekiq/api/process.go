@@ -1,0 +1,433 @@
+package api
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+// Signal names a process reacts to (spec §7.5).
+const (
+	// SignalQuiet stops fetching (Ruby's Process#quiet!).
+	SignalQuiet = "TSTP"
+	// SignalStop shuts the process down (Process#stop!).
+	SignalStop = "TERM"
+	// SignalDump asks for a thread dump in the log (Process#dump_threads).
+	SignalDump = "TTIN"
+)
+
+// Process is one live Sidekiq process (Ruby's Sidekiq::Process): its info
+// JSON merged with the heartbeat fields.
+type Process struct {
+	// Identity is the process's key in the processes set.
+	Identity string
+	// Attributes is the info JSON with "busy", "beat", "quiet", "rss",
+	// "rtt_us" merged in as Ruby's ProcessSet#each does, and "concurrency"
+	// from the hash field when the process writes one (8.1.2+ layout).
+	Attributes *rubyjson.Map
+	// Hostname, PID, Tag, Labels, Queues and StartedAt come from info.
+	Hostname  string
+	PID       int64
+	Tag       string
+	Labels    []string
+	Queues    []string
+	StartedAt time.Time
+	// Concurrency is the hash field when present, else info's.
+	Concurrency int64
+	// Busy is the number of jobs running at the last beat.
+	Busy int64
+	// Beat is the time of the last heartbeat.
+	Beat time.Time
+	// RSS is the resident memory in KB.
+	RSS int64
+	// RTTMicros is the Redis round trip measured at the last beat, in µs.
+	RTTMicros int64
+	// Embedded is info's "embedded" (7.0.3+); embedded processes cannot be
+	// quieted or stopped through the API.
+	Embedded bool
+
+	quiet string
+	api   *API
+}
+
+// Stopping reports whether the process is quiet: its "quiet" field is
+// "true" (Ruby's stopping?).
+func (p *Process) Stopping() bool { return p.quiet == "true" }
+
+// Quiet sends TSTP: the process stops fetching new jobs.
+func (p *Process) Quiet(ctx context.Context) error {
+	return p.signalUnlessEmbedded(ctx, SignalQuiet)
+}
+
+// Stop sends TERM: the process shuts down.
+func (p *Process) Stop(ctx context.Context) error {
+	return p.signalUnlessEmbedded(ctx, SignalStop)
+}
+
+// DumpThreads sends TTIN: the process logs its thread backtraces.
+func (p *Process) DumpThreads(ctx context.Context) error {
+	return p.api.SignalProcess(ctx, p.Identity, SignalDump)
+}
+
+func (p *Process) signalUnlessEmbedded(ctx context.Context, sig string) error {
+	if p.Embedded {
+		return fmt.Errorf("sidekiq: process %s is embedded and cannot be sent %s", p.Identity, sig)
+	}
+	return p.api.SignalProcess(ctx, p.Identity, sig)
+}
+
+// SignalProcess sends a signal name to a process as the Web UI does: MULTI
+// LPUSH <identity>-signals <sig>; EXPIRE <identity>-signals 60; EXEC. The
+// process pops it at its next heartbeat.
+func (a *API) SignalProcess(ctx context.Context, identity, sig string) error {
+	conn, err := a.conn(ctx, "signal process")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	key := wire.SignalsKey(identity)
+	_, err = redisx.ExecMulti(ctx, conn, func(c redis.Conn) {
+		c.Send("LPUSH", key, sig)
+		c.Send("EXPIRE", key, 60)
+	})
+	if err != nil {
+		return fmt.Errorf("sidekiq: signal %s to %s: %w", sig, identity, err)
+	}
+	return nil
+}
+
+// ProcessListParams tune Processes.
+type ProcessListParams struct {
+	// SkipCleanup does not run CleanupProcesses first (Ruby's
+	// ProcessSet.new(false)).
+	SkipCleanup bool
+}
+
+// ProcessList is the live processes.
+type ProcessList struct {
+	// Processes are sorted by identity; ids without an info field are
+	// skipped.
+	Processes []*Process
+	// TotalConcurrency is the sum of Concurrency.
+	TotalConcurrency int64
+	// TotalRSS is the sum of RSS, in KB.
+	TotalRSS int64
+}
+
+// Processes lists the live processes as Ruby's ProcessSet does: cleanup
+// (unless skipped), SSCAN processes (sorted), then one pipeline of HMGET
+// <id> info busy beat quiet rss rtt_us concurrency.
+func (a *API) Processes(ctx context.Context, p *ProcessListParams) (*ProcessList, error) {
+	if p == nil || !p.SkipCleanup {
+		if _, err := a.CleanupProcesses(ctx); err != nil {
+			return nil, err
+		}
+	}
+	conn, err := a.conn(ctx, "list processes")
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ids, err := redisx.SScanAll(ctx, conn, wire.KeyProcesses)
+	if err != nil {
+		return nil, fmt.Errorf("sidekiq: list processes: %w", err)
+	}
+	for _, id := range ids {
+		conn.Send("HMGET", id, "info", "busy", "beat", "quiet", "rss", "rtt_us", "concurrency")
+	}
+	if err := conn.Flush(); err != nil {
+		return nil, fmt.Errorf("sidekiq: list processes: %w", err)
+	}
+	out := &ProcessList{}
+	for _, id := range ids {
+		f, err := redis.Values(redis.ReceiveContext(conn, ctx))
+		if err != nil {
+			return nil, fmt.Errorf("sidekiq: list processes: %w", err)
+		}
+		if f[0] == nil {
+			continue
+		}
+		proc, err := a.newProcess(f)
+		if err != nil {
+			return nil, fmt.Errorf("sidekiq: process %s: %w", id, err)
+		}
+		out.Processes = append(out.Processes, proc)
+		out.TotalConcurrency += proc.Concurrency
+		out.TotalRSS += proc.RSS
+	}
+	return out, nil
+}
+
+// newProcess builds a Process from HMGET info busy beat quiet rss rtt_us
+// concurrency.
+func (a *API) newProcess(f []any) (*Process, error) {
+	info, err := rubyjson.ParseObject(f[0].([]byte))
+	if err != nil {
+		return nil, fmt.Errorf("info: %w", err)
+	}
+	m := info.Clone()
+	p := &Process{api: a, Attributes: m}
+	p.Busy = wire.RubyToI(redisx.OptString(f[1]))
+	beat := wire.RubyToF(redisx.OptString(f[2]))
+	p.Beat = wire.FromEpochSeconds(beat)
+	p.RSS = wire.RubyToI(redisx.OptString(f[4]))
+	p.RTTMicros = wire.RubyToI(redisx.OptString(f[5]))
+	m.Set("busy", rubyjson.IntValue(p.Busy))
+	m.Set("beat", rubyjson.FloatValue(beat))
+	if f[3] == nil {
+		m.Set("quiet", rubyjson.NullValue())
+	} else {
+		p.quiet = redisx.OptString(f[3])
+		m.Set("quiet", rubyjson.StringValue(p.quiet))
+	}
+	m.Set("rss", rubyjson.IntValue(p.RSS))
+	m.Set("rtt_us", rubyjson.IntValue(p.RTTMicros))
+	if f[6] != nil {
+		m.Set("concurrency", rubyjson.IntValue(wire.RubyToI(redisx.OptString(f[6]))))
+	}
+	str := func(k string) string {
+		v, _ := m.Get(k)
+		s, _ := v.Str()
+		return s
+	}
+	strs := func(k string) []string {
+		v, _ := m.Get(k)
+		a, _ := v.Array()
+		out := make([]string, 0, len(a))
+		for _, e := range a {
+			if s, ok := e.Str(); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	num := func(k string) int64 {
+		v, _ := m.Get(k)
+		if n, ok := v.Int(); ok {
+			return n
+		}
+		fl, _ := v.Float()
+		return int64(fl)
+	}
+	p.Identity = str("identity")
+	p.Hostname = str("hostname")
+	p.Tag = str("tag")
+	p.PID = num("pid")
+	p.Concurrency = num("concurrency")
+	p.Labels = strs("labels")
+	p.Queues = strs("queues")
+	if v, ok := m.Get("started_at"); ok {
+		if fl, ok := v.Float(); ok {
+			p.StartedAt = wire.FromEpochSeconds(fl)
+		}
+	}
+	if v, ok := m.Get("embedded"); ok {
+		p.Embedded = v.Truthy()
+	}
+	return p, nil
+}
+
+// ProcessCount returns SCARD processes (Ruby's ProcessSet#size), which may
+// include dead processes until cleanup runs.
+func (a *API) ProcessCount(ctx context.Context) (int64, error) {
+	conn, err := a.conn(ctx, "count processes")
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	n, err := redis.Int64(redis.DoContext(conn, ctx, "SCARD", wire.KeyProcesses))
+	if err != nil {
+		return 0, fmt.Errorf("sidekiq: count processes: %w", err)
+	}
+	return n, nil
+}
+
+// CleanupResult reports a cleanup.
+type CleanupResult = wire.CleanupResult
+
+// CleanupProcesses removes dead processes from the processes set the way
+// Sidekiq 6.5.2+ does: only when SET process_cleanup 1 NX EX 60 succeeds,
+// then SSCAN processes, pipelined HGET <id> info, and one SREM of the ids
+// whose hash has no info (it expired 60 s after the last beat). Ran is
+// false when another caller cleaned up in the last minute.
+func (a *API) CleanupProcesses(ctx context.Context) (*CleanupResult, error) {
+	conn, err := a.conn(ctx, "cleanup processes")
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return wire.CleanupProcesses(ctx, conn, wire.CleanupParams{Lock: true})
+}
+
+// Leader returns the Sidekiq Enterprise leader's identity (GET
+// dear-leader), "" when there is none.
+func (a *API) Leader(ctx context.Context) (string, error) {
+	conn, err := a.conn(ctx, "leader")
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	s, err := redis.String(redis.DoContext(conn, ctx, "GET", "dear-leader"))
+	if err == redis.ErrNil {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("sidekiq: leader: %w", err)
+	}
+	return s, nil
+}
+
+// Work is one job running in a process (an entry of Ruby's WorkSet).
+type Work struct {
+	// Identity is the process.
+	Identity string
+	// TID is the thread id (the work hash field).
+	TID string
+	// Queue is the queue the job was fetched from.
+	Queue string
+	// Payload is the job; nil when PayloadRaw is not a JSON object.
+	Payload *wire.Job
+	// PayloadRaw is the job's JSON (the string stored in the work entry, or
+	// the encoding of an object payload).
+	PayloadRaw []byte
+	// RunAt is when the job started (integer epoch seconds on the wire).
+	RunAt time.Time
+	// ParseErr is set when the work entry itself is not valid JSON; then
+	// PayloadRaw holds the entry as stored.
+	ParseErr error
+}
+
+// WorkSet lists the running jobs of every live process, sorted by RunAt
+// (then identity and tid), in one pipeline: EXISTS <id>, HGETALL
+// <id>:workers (≤6.4.1) and HGETALL <id>:work (6.4.2+) for each process;
+// processes whose hash is gone are skipped, as in Ruby. Reading both keys
+// shows the busy jobs of a mixed cluster.
+func (a *API) WorkSet(ctx context.Context) ([]*Work, error) {
+	conn, err := a.conn(ctx, "work set")
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ids, err := redisx.SScanAll(ctx, conn, wire.KeyProcesses)
+	if err != nil {
+		return nil, fmt.Errorf("sidekiq: work set: %w", err)
+	}
+	workers, work := wire.Version{Major: 6, Minor: 4, Patch: 1}, wire.Version{Major: 6, Minor: 4, Patch: 2}
+	for _, id := range ids {
+		conn.Send("EXISTS", id)
+		conn.Send("HGETALL", wire.WorkKey(id, workers))
+		conn.Send("HGETALL", wire.WorkKey(id, work))
+	}
+	if err := conn.Flush(); err != nil {
+		return nil, fmt.Errorf("sidekiq: work set: %w", err)
+	}
+	var out []*Work
+	for _, id := range ids {
+		exists, err := redis.Int(redis.ReceiveContext(conn, ctx))
+		if err != nil {
+			return nil, fmt.Errorf("sidekiq: work set: %w", err)
+		}
+		for range 2 {
+			fields, err := redis.StringMap(redis.ReceiveContext(conn, ctx))
+			if err != nil {
+				return nil, fmt.Errorf("sidekiq: work set: %w", err)
+			}
+			if exists == 0 {
+				continue
+			}
+			for tid, js := range fields {
+				w, err := parseWork(id, tid, js)
+				if err != nil {
+					// A malformed entry is listed as such instead of hiding
+					// every other process's work (Ruby raises here).
+					w = &Work{Identity: id, TID: tid, PayloadRaw: []byte(js), ParseErr: err}
+				}
+				out = append(out, w)
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(x, y *Work) int {
+		return cmp.Or(x.RunAt.Compare(y.RunAt), cmp.Compare(x.Identity, y.Identity), cmp.Compare(x.TID, y.TID))
+	})
+	return out, nil
+}
+
+// parseWork reads a work hash value: {"queue":…,"payload":<JSON string or
+// object>,"run_at":<epoch seconds>}.
+func parseWork(id, tid, js string) (*Work, error) {
+	m, err := rubyjson.ParseObject([]byte(js))
+	if err != nil {
+		return nil, err
+	}
+	w := &Work{Identity: id, TID: tid}
+	if v, ok := m.Get("queue"); ok {
+		w.Queue, _ = v.Str()
+	}
+	if v, ok := m.Get("payload"); ok {
+		if s, isStr := v.Str(); isStr {
+			w.PayloadRaw = []byte(s)
+			w.Payload, _ = wire.ParseJob(w.PayloadRaw)
+		} else if obj, isObj := v.Map(); isObj {
+			w.PayloadRaw = obj.Encode()
+			w.Payload, _ = wire.ParseJob(w.PayloadRaw)
+		}
+	}
+	if v, ok := m.Get("run_at"); ok {
+		switch v.Kind() {
+		case rubyjson.Integer:
+			n, _ := v.Int()
+			w.RunAt = time.Unix(n, 0)
+		case rubyjson.Float:
+			f, _ := v.Float()
+			w.RunAt = wire.FromEpochSeconds(f)
+		case rubyjson.String:
+			s, _ := v.Str()
+			if f, err := strconv.ParseFloat(s, 64); err == nil {
+				w.RunAt = wire.FromEpochSeconds(f)
+			}
+		}
+	}
+	return w, nil
+}
+
+// WorkSetSize returns the number of running jobs as Ruby's WorkSet#size:
+// the sum of HGET <id> busy over the processes set (as fresh as the last
+// heartbeats).
+func (a *API) WorkSetSize(ctx context.Context) (int64, error) {
+	conn, err := a.conn(ctx, "work set size")
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	ids, err := redisx.SScanAll(ctx, conn, wire.KeyProcesses)
+	if err != nil {
+		return 0, fmt.Errorf("sidekiq: work set size: %w", err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	for _, id := range ids {
+		conn.Send("HGET", id, "busy")
+	}
+	if err := conn.Flush(); err != nil {
+		return 0, fmt.Errorf("sidekiq: work set size: %w", err)
+	}
+	var n int64
+	for range ids {
+		r, err := redis.ReceiveContext(conn, ctx)
+		if err != nil {
+			return 0, fmt.Errorf("sidekiq: work set size: %w", err)
+		}
+		n += wire.RubyToI(redisx.OptString(r))
+	}
+	return n, nil
+}

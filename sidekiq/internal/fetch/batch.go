@@ -1,0 +1,145 @@
+package fetch
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/gojob/gojob/sidekiq/wire"
+	"github.com/gomodule/redigo/redis"
+)
+
+// batchFetch takes, in one `BLMPOP 2 n queue:a … RIGHT COUNT k` (Redis
+// 7.0+), as many jobs as there are idle slots, from the first non-empty
+// queue in the same order BRPOP would use. A job is only popped when a slot
+// is free to run it, so a crash loses exactly what BasicFetch loses (the
+// jobs being run), but a busy process needs far fewer round trips.
+type batchFetch struct {
+	cfg  *Config
+	jobs chan Unit
+	idle chan struct{} // one token per idle slot
+	wg   sync.WaitGroup
+}
+
+// NewBatch returns the batched fetch, or, on a Redis without BLMPOP (before
+// 7.0), the BRPOP fetch with a warning.
+func NewBatch(cfg *Config) Fetcher {
+	if !supportsBLMPOP(cfg.Pool) {
+		cfg.Logger.Warn().Msg("this Redis has no BLMPOP (Redis < 7.0): using BRPOP fetch")
+		return NewBRPOP(cfg)
+	}
+	n := cfg.Concurrency
+	return &batchFetch{cfg: cfg, jobs: make(chan Unit, n), idle: make(chan struct{}, n)}
+}
+
+// Start starts the workers and the fetcher.
+func (b *batchFetch) Start() {
+	for i := 0; i < b.cfg.Concurrency; i++ {
+		b.idle <- struct{}{}
+		b.wg.Add(1)
+		go b.worker(i)
+	}
+	b.wg.Add(1)
+	go b.fetch()
+}
+
+// Wait blocks until the fetcher and the workers have returned.
+func (b *batchFetch) Wait() { b.wg.Wait() }
+
+// Depth is 0: the batch fetch pipelines no BRPOPs.
+func (b *batchFetch) Depth() int { return 0 }
+
+// Requeue pushes unfinished jobs back with one RPUSH per queue.
+func (b *batchFetch) Requeue(units []Unit) error { return b.cfg.bulkRequeue(units) }
+
+// fetch is the single fetcher. It owns the idle-slot tokens: it pops at
+// most as many jobs as slots are free and hands each to a worker.
+func (b *batchFetch) fetch() {
+	defer b.wg.Done()
+	defer close(b.jobs)
+	cfg := b.cfg
+	idle := b.idle
+	r := NewRand(uint64(cfg.Concurrency))
+	fc := &conn{cfg: cfg}
+	defer fc.close()
+	giveBack := func(n int) {
+		for i := 0; i < n; i++ {
+			idle <- struct{}{}
+		}
+	}
+	for {
+		// Wait for one free slot, then take every other free one.
+		select {
+		case <-idle:
+		case <-cfg.Quiet:
+			return
+		}
+		k := 1
+	more:
+		for k < cfg.Concurrency {
+			select {
+			case <-idle:
+				k++
+			default:
+				break more
+			}
+		}
+		if cfg.quiet() || !fc.ready() {
+			return
+		}
+		keys := cfg.Order.Args(r)
+		args := make([]any, 0, len(keys)+4)
+		args = append(args, Timeout, len(keys)-1)
+		args = append(args, keys[:len(keys)-1]...)
+		args = append(args, "RIGHT", "COUNT", k)
+		reply, err := redis.Values(fc.c.Do("BLMPOP", args...))
+		if errors.Is(err, redis.ErrNil) {
+			giveBack(k)
+			fc.ok()
+			continue
+		}
+		if err != nil {
+			giveBack(k)
+			if !fc.failed(err) {
+				return
+			}
+			continue
+		}
+		fc.ok()
+		if len(reply) != 2 {
+			giveBack(k)
+			continue
+		}
+		key, _ := redis.String(reply[0], nil)
+		elems, _ := redis.ByteSlices(reply[1], nil)
+		queue := wire.QueueName(key)
+		giveBack(k - len(elems))
+		for i, e := range elems {
+			if cfg.quiet() {
+				// Push the rest back in one RPUSH, last popped first, so
+				// the queue keeps its order (the first popped runs next).
+				cfg.requeue(queue, reversed(elems[i:])...)
+				giveBack(len(elems) - i)
+				break
+			}
+			b.jobs <- Unit{Queue: queue, Raw: e}
+		}
+	}
+}
+
+// worker runs jobs handed over by the fetcher.
+func (b *batchFetch) worker(slot int) {
+	defer b.wg.Done()
+	tid := tidFor(slot)
+	for u := range b.jobs {
+		b.cfg.Process(tid, u)
+		b.idle <- struct{}{}
+	}
+}
+
+// supportsBLMPOP asks Redis whether it knows BLMPOP (7.0+).
+func supportsBLMPOP(pool *redis.Pool) bool {
+	conn := pool.Get()
+	defer conn.Close()
+	reply, err := redis.Values(conn.Do("COMMAND", "INFO", "BLMPOP"))
+	return err == nil && len(reply) == 1 && reply[0] != nil
+}

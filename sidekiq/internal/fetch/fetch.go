@@ -1,0 +1,243 @@
+// Package fetch takes jobs from Sidekiq's queues for a server's idle
+// concurrency slots. Each layout is a Fetcher:
+//
+//   - BRPOP (NewBRPOP): Sidekiq's BasicFetch, one `BRPOP queue:a queue:b … 2`
+//     per idle slot, the BRPOPs of several slots pipelined on one
+//     connection;
+//   - batch (NewBatch): one BLMPOP (Redis 7.0+) takes a job for every idle
+//     slot at once.
+//
+// A job is popped only for a slot that is free to run it, so a crash loses
+// exactly what Ruby's BasicFetch loses: the jobs being run. The fetch facts
+// are in docs/sidekiq-wire.md#fetch.
+package fetch
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/zerolog"
+
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+// Timeout is BasicFetch's BRPOP timeout in seconds.
+const Timeout = 2
+
+// Unit is one fetched job: the queue it came from and its exact bytes
+// (Ruby's UnitOfWork).
+type Unit struct {
+	Queue string
+	Raw   []byte
+}
+
+// Fetcher feeds the slots of a server.
+type Fetcher interface {
+	// Start starts the fetch goroutines and the slots. Each slot calls
+	// Config.Process for every job fetched for it and stops fetching when
+	// Config.Quiet is closed.
+	Start()
+	// Wait blocks until every slot and fetch goroutine has returned (after
+	// quiet, once the running jobs are done).
+	Wait()
+	// Requeue gives unfinished jobs back to the pop end of their queues, so
+	// they run next, as Sidekiq's bulk_requeue: one pipeline with one
+	// `RPUSH queue:<q> job…` per queue, retried through an outage until
+	// Config.Writes gives up.
+	Requeue(units []Unit) error
+	// Depth is the number of BRPOPs one connection carries at most, 0 for
+	// the batch fetch.
+	Depth() int
+}
+
+// Config is what a Fetcher needs from its server.
+type Config struct {
+	// Pool serves the short commands (CLIENT probes, COMMAND INFO).
+	Pool *redis.Pool
+	// Dial opens the fetch connections, which are not pooled.
+	Dial func(ctx context.Context) (redis.Conn, error)
+	// Order is the queue order.
+	Order *Order
+	// Concurrency is the number of slots.
+	Concurrency int
+	// Pipeline is how many BRPOPs one connection carries (BRPOP layout).
+	Pipeline int
+	// Quiet is closed when the server goes quiet: slots stop fetching.
+	Quiet <-chan struct{}
+	// Process runs one job to completion in slot tid.
+	Process func(tid string, u Unit)
+	// Writes carries the requeues through an outage.
+	Writes *redisx.Retrier
+	// Outage is told about fetch connection failures.
+	Outage *redisx.OutageLog
+	// Logger receives the fetch logs.
+	Logger zerolog.Logger
+}
+
+func (c *Config) quiet() bool {
+	select {
+	case <-c.Quiet:
+		return true
+	default:
+		return false
+	}
+}
+
+// sleepOrQuiet sleeps d and reports false when the server went quiet.
+func (c *Config) sleepOrQuiet(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.Quiet:
+		return false
+	}
+}
+
+func (c *Config) dial() (redis.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return c.Dial(ctx)
+}
+
+// requeue pushes jobs back to the pop end of their queue in one RPUSH (the
+// last one given is popped first), retrying through an outage until the
+// server's shutdown gives up.
+func (c *Config) requeue(queue string, raws ...[]byte) {
+	args := make([]any, 0, len(raws)+1)
+	args = append(args, wire.QueueKey(queue))
+	for _, r := range raws {
+		args = append(args, r)
+	}
+	err := c.Writes.Do(func(conn redis.Conn) error {
+		_, err := conn.Do("RPUSH", args...)
+		return err
+	})
+	if err != nil {
+		for _, raw := range raws {
+			c.Logger.Error().Err(err).Str("queue", queue).Bytes("payload", raw).Msg("could not requeue job")
+		}
+	}
+}
+
+// bulkRequeue is Requeue for the layouts that keep nothing in Redis while a
+// job runs.
+func (c *Config) bulkRequeue(units []Unit) error {
+	if len(units) == 0 {
+		return nil
+	}
+	var order []string
+	byQueue := map[string][]any{}
+	for _, u := range units {
+		if _, ok := byQueue[u.Queue]; !ok {
+			order = append(order, u.Queue)
+		}
+		byQueue[u.Queue] = append(byQueue[u.Queue], u.Raw)
+	}
+	err := c.Writes.Do(func(conn redis.Conn) error {
+		for _, q := range order {
+			conn.Send("RPUSH", append([]any{wire.QueueKey(q)}, byQueue[q]...)...)
+		}
+		replies, err := redis.Values(redis.DoContext(conn, c.Writes.Ctx, ""))
+		for _, r := range replies {
+			if e, ok := r.(redis.Error); ok && err == nil {
+				err = e
+			}
+		}
+		return err
+	})
+	if err != nil {
+		for _, u := range units {
+			c.Logger.Error().Str("queue", u.Queue).Bytes("payload", u.Raw).Msg("could not requeue job at shutdown")
+		}
+		return fmt.Errorf("sidekiq: requeue %d jobs: %w", len(units), err)
+	}
+	c.Logger.Info().Int("jobs", len(units)).Msg("requeued unfinished jobs")
+	return nil
+}
+
+// conn is a fetch connection and its reconnect policy.
+type conn struct {
+	cfg   *Config
+	c     redis.Conn
+	fresh bool // dialled for the coming command
+	b     redisx.Backoff
+}
+
+// ready makes sure there is a connection, dialling with backoff through an
+// outage; it reports false when the server went quiet meanwhile.
+func (f *conn) ready() bool {
+	if f.c != nil {
+		f.fresh = false
+		return true
+	}
+	for {
+		c, err := f.cfg.dial()
+		if err == nil {
+			f.c, f.fresh = c, true
+			return true
+		}
+		f.cfg.Outage.Failed(err)
+		if !f.cfg.sleepOrQuiet(f.b.Next()) {
+			return false
+		}
+	}
+}
+
+// failed drops the connection after an error. A connection error on a
+// connection that had been idle (Redis restarted while we ran a job) is
+// retried at once; anything else is an outage, with backoff. It reports
+// false when the server went quiet meanwhile.
+func (f *conn) failed(err error) bool {
+	f.close()
+	if !f.fresh && redisx.IsConnError(err) {
+		return true
+	}
+	f.cfg.Outage.Failed(err)
+	return f.cfg.sleepOrQuiet(f.b.Next())
+}
+
+// ok records a successful command.
+func (f *conn) ok() {
+	f.cfg.Outage.OK()
+	f.b.Reset()
+}
+
+func (f *conn) close() {
+	if f.c != nil {
+		f.c.Close()
+		f.c = nil
+	}
+}
+
+// tidFor returns a short base-36 thread id for a slot, like Ruby's
+// (Thread#object_id ^ pid).to_s(36).
+func tidFor(slot int) string {
+	n := uint64(slot+1)*2654435761 ^ uint64(os.Getpid())
+	const digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+	var b [13]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = digits[n%36]
+		n /= 36
+		if n == 0 {
+			break
+		}
+	}
+	return string(b[i:])
+}
+
+// reversed returns a reversed copy of b.
+func reversed(b [][]byte) [][]byte {
+	out := make([][]byte, len(b))
+	for i, x := range b {
+		out[len(b)-1-i] = x
+	}
+	return out
+}

@@ -1,0 +1,41 @@
+package fetch
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+func TestOrderStrictOrWeighted(t *testing.T) {
+	t.Parallel()
+	f := NewOrder([]wire.QueueWeight{{Name: "a"}, {Name: "b"}, {Name: "a"}}, wire.Version6)
+	require.True(t, f.Strict())
+	require.Equal(t, []any{"queue:a", "queue:b", Timeout}, f.Args(nil))
+	require.Equal(t, []string{"a", "b"}, f.Names())
+	w := NewOrder([]wire.QueueWeight{{Name: "a", Weight: 3}, {Name: "b", Weight: 1}}, wire.Version6)
+	require.False(t, w.Strict())
+	first := map[any]int{}
+	r := NewRand(1)
+	for i := 0; i < 4000; i++ {
+		args := w.Args(r)
+		require.Len(t, args, 3)
+		first[args[0]]++
+	}
+	// a is first with probability 3/4.
+	require.InDelta(t, 3000, first["queue:a"], 200)
+}
+
+// 7.0.0-7.0.2 fetch strictly when the weighted list has no duplicates (so
+// `-q a,1 -q b,1` is strict there); 6.4 and 7.0.3+ only when no weight is
+// given.
+func TestOrderStrictnessPerVersion(t *testing.T) {
+	t.Parallel()
+	ones := []wire.QueueWeight{{Name: "a", Weight: 1}, {Name: "b", Weight: 1}}
+	require.True(t, NewOrder(ones, wire.Version{Major: 7, Patch: 1}).Strict())
+	require.False(t, NewOrder(ones, wire.Version6).Strict())
+	require.False(t, NewOrder(ones, wire.Version7).Strict())
+	require.False(t, NewOrder([]wire.QueueWeight{{Name: "a", Weight: 2}, {Name: "b", Weight: 1}}, wire.Version{Major: 7, Patch: 1}).Strict())
+	require.True(t, NewOrder([]wire.QueueWeight{{Name: "a"}, {Name: "b"}}, wire.Version8).Strict())
+}

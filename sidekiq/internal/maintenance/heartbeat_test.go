@@ -1,0 +1,201 @@
+package maintenance
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+type beatBundle struct {
+	rs       *redistest.Server
+	conn     redis.Conn
+	hb       *Heartbeat
+	counters *Counters
+	work     []Work
+	quiet    atomic.Bool
+	signals  chan string
+}
+
+func newBeatBundle(t *testing.T, v wire.Version, mod func(*HeartbeatConfig)) *beatBundle {
+	t.Helper()
+	rs := redistest.Start(t)
+	pool := rs.Pool(t)
+	conn := pool.Get()
+	t.Cleanup(func() { conn.Close() })
+	b := &beatBundle{rs: rs, conn: conn, counters: &Counters{}, signals: make(chan string, 4)}
+	log := zerolog.New(zerolog.NewTestWriter(t))
+	cfg := &HeartbeatConfig{
+		Pool:    pool,
+		Version: v,
+		Clock:   clock.NewFake(time.Unix(1795296573, 0)),
+		Logger:  log,
+		Outage:  &redisx.OutageLog{Log: &log},
+		Info: &ProcessInfo{Identity: "host:1:abc", Hostname: "host", Concurrency: 4, Version: v,
+			Queues: []wire.QueueWeight{{Name: "a", Weight: 3}, {Name: "b"}}},
+		Counters: b.counters,
+		Metrics:  NewJobMetrics(v),
+		Work:     func() []Work { return b.work },
+		Quiet:    b.quiet.Load,
+		OnSignal: func(sig string) { b.signals <- sig },
+	}
+	if mod != nil {
+		mod(cfg)
+	}
+	hb, err := NewHeartbeat(cfg)
+	require.NoError(t, err)
+	b.hb = hb
+	return b
+}
+
+func TestNewHeartbeatValidates(t *testing.T) {
+	t.Parallel()
+	_, err := NewHeartbeat(nil)
+	require.Error(t, err)
+	_, err = NewHeartbeat(&HeartbeatConfig{Pool: &redis.Pool{}})
+	require.ErrorContains(t, err, "needs Pool, Outage, Info")
+}
+
+func TestHeartbeatIntervalPerVersion(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 5*time.Second, newBeatBundle(t, wire.Version6, nil).hb.Interval())
+	require.Equal(t, 10*time.Second, newBeatBundle(t, wire.Version7, nil).hb.Interval())
+	require.Equal(t, time.Second, newBeatBundle(t, wire.Version7, func(c *HeartbeatConfig) { c.Interval = time.Second }).hb.Interval())
+}
+
+// The heartbeat's Redis traffic per version (docs/sidekiq-wire.md#heartbeat):
+// 6.4.1 one MULTI with the stats and the work hash (EXPIRE even when idle),
+// HMSET; 7.0.0-7.2.2 the work hash in a pipeline, one HSET per thread and
+// always an EXPIRE, HMSET in 7.0.x; 7.2.3+ a MULTI without EXPIRE when
+// idle, HSET.
+func TestHeartbeatTrafficPerVersion(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		v    wire.Version
+		cmds []string // command names of an idle beat after one processed job
+	}{
+		{wire.Version6, []string{"multi", "incrby", "incrby", "expire", "incrby", "incrby", "expire", "unlink", "expire", "exec",
+			"ping", "multi", "sadd", "exists", "hmset", "expire", "rpop", "exec"}},
+		{wire.Version{Major: 7}, []string{"incrby", "incrby", "expire", "incrby", "incrby", "expire", "unlink", "expire",
+			"ping", "multi", "sadd", "exists", "hmset", "expire", "rpop", "exec"}},
+		{wire.Version{Major: 7, Minor: 2, Patch: 2}, []string{"incrby", "incrby", "expire", "incrby", "incrby", "expire", "unlink", "expire",
+			"ping", "multi", "sadd", "exists", "hset", "expire", "rpop", "exec"}},
+		{wire.Version7, []string{"incrby", "incrby", "expire", "incrby", "incrby", "expire", "multi", "unlink", "exec",
+			"ping", "multi", "sadd", "exists", "hset", "expire", "rpop", "exec"}},
+	}
+	for _, c := range cases {
+		t.Run(c.v.String(), func(t *testing.T) {
+			b := newBeatBundle(t, c.v, nil)
+			b.counters.Add(1, 0)
+			mon := b.rs.StartMonitor(t)
+			require.NoError(t, b.hb.Beat(context.Background()))
+			require.Equal(t, c.cmds, redistest.Names(mon.Lines(t)))
+			h, err := redis.StringMap(b.conn.Do("HGETALL", "host:1:abc"))
+			require.NoError(t, err)
+			require.Equal(t, "4", h["concurrency"])
+			require.Equal(t, "0", h["busy"])
+			require.Equal(t, "false", h["quiet"])
+		})
+	}
+}
+
+// Busy work hash with two running jobs: 7.0.0-7.2.2 send one HSET per
+// thread, 7.2.3+ one HSET with every pair.
+func TestHeartbeatWritesTheWorkHash(t *testing.T) {
+	t.Parallel()
+	for _, v := range []wire.Version{{Major: 7, Minor: 1}, wire.Version7} {
+		t.Run(v.String(), func(t *testing.T) {
+			b := newBeatBundle(t, v, nil)
+			b.work = []Work{
+				{TID: "t1", Queue: "default", Raw: []byte(`{"a":1}`), RunAt: time.Unix(1795296573, 0)},
+				{TID: "t2", Queue: "default", Raw: []byte(`{"a":2}`), RunAt: time.Unix(1795296573, 0)},
+			}
+			mon := b.rs.StartMonitor(t)
+			require.NoError(t, b.hb.Beat(context.Background()))
+			workKey := wire.WorkKey("host:1:abc", v)
+			var hsets []string
+			for _, l := range mon.Lines(t) {
+				if strings.HasPrefix(strings.ToLower(l), `"hset" "`+strings.ToLower(workKey)) {
+					hsets = append(hsets, l)
+				}
+			}
+			if v.AtLeast(7, 2, 3) {
+				require.Len(t, hsets, 1)
+			} else {
+				require.Len(t, hsets, 2)
+			}
+			work, err := redis.StringMap(b.conn.Do("HGETALL", workKey))
+			require.NoError(t, err)
+			require.Equal(t, map[string]string{
+				"t1": `{"queue":"default","payload":"{\"a\":1}","run_at":1795296573}`,
+				"t2": `{"queue":"default","payload":"{\"a\":2}","run_at":1795296573}`,
+			}, work)
+			busy, _ := redis.String(b.conn.Do("HGET", "host:1:abc", "busy"))
+			require.Equal(t, "2", busy)
+		})
+	}
+}
+
+// A signal the Web UI left in <identity>-signals reaches OnSignal; the
+// quiet flag is reported.
+func TestHeartbeatDeliversSignalsAndReportsQuiet(t *testing.T) {
+	t.Parallel()
+	b := newBeatBundle(t, wire.Version7, nil)
+	_, err := b.conn.Do("LPUSH", "host:1:abc-signals", "TSTP")
+	require.NoError(t, err)
+	require.NoError(t, b.hb.Beat(context.Background()))
+	require.Equal(t, "TSTP", <-b.signals)
+	b.quiet.Store(true)
+	require.NoError(t, b.hb.Beat(context.Background()))
+	q, _ := redis.String(b.conn.Do("HGET", "host:1:abc", "quiet"))
+	require.Equal(t, "true", q)
+	require.Empty(t, b.signals)
+}
+
+// A beat that cannot reach Redis keeps the counts for the next one.
+func TestHeartbeatKeepsCountsOnFailedBeat(t *testing.T) {
+	t.Parallel()
+	b := newBeatBundle(t, wire.Version7, nil)
+	b.counters.Add(3, 1)
+	b.rs.Kill()
+	require.Error(t, b.hb.Beat(context.Background()))
+	p, f := b.counters.Pending()
+	require.Equal(t, [2]int64{3, 1}, [2]int64{p, f})
+}
+
+// Unregister flushes the counts and leaves the registry: SREM processes and
+// UNLINK of the work hash; the process hash expires by itself.
+func TestHeartbeatUnregister(t *testing.T) {
+	t.Parallel()
+	b := newBeatBundle(t, wire.Version7, nil)
+	require.NoError(t, b.hb.Beat(context.Background()))
+	b.counters.Add(2, 1)
+	require.NoError(t, b.hb.Unregister(context.Background()))
+	st, err := redis.Strings(b.conn.Do("MGET", "stat:processed", "stat:failed"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"2", "1"}, st)
+	n, _ := redis.Int(b.conn.Do("SISMEMBER", wire.KeyProcesses, "host:1:abc"))
+	require.Zero(t, n)
+}
+
+// Start beats every Interval until Stop.
+func TestHeartbeatStartStop(t *testing.T) {
+	t.Parallel()
+	b := newBeatBundle(t, wire.Version7, func(c *HeartbeatConfig) { c.Interval = 10 * time.Millisecond })
+	_, err := b.conn.Do("LPUSH", "host:1:abc-signals", "TTIN")
+	require.NoError(t, err)
+	require.NoError(t, b.hb.Start(context.Background()))
+	require.Equal(t, "TTIN", <-b.signals, "a beat of the loop popped the signal")
+	require.NoError(t, b.hb.Stop(context.Background()))
+	require.NoError(t, b.hb.Stop(context.Background()), "twice")
+}

@@ -1,0 +1,164 @@
+package maintenance
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/internal/rubytest"
+	"github.com/gojob/gojob/sidekiq/wire"
+	"github.com/stretchr/testify/require"
+)
+
+// Each limit is exclusive: Histogram#record_time breaks at the first
+// bucket with ms < limit.
+func TestHistogramBucket(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 26, histogramBuckets)
+	cases := map[int64]int{0: 0, 19: 0, 20: 1, 29: 1, 30: 2, 99: 4, 100: 5, 280: 7, 334999: 24, 335000: 25, 1 << 40: 25}
+	for i, lim := range histogramLimits {
+		cases[lim-1] = i
+		cases[lim] = i + 1
+	}
+	for ms, want := range cases {
+		require.Equal(t, want, histogramBucket(ms), "%d ms", ms)
+	}
+}
+
+func TestMetricsKeyFormats(t *testing.T) {
+	t.Parallel()
+	est := time.FixedZone("EST", -5*3600)
+	cases := []struct {
+		v     wire.Version
+		at    time.Time
+		jKeys []string
+		hKey  string
+	}{
+		// The 7.3.10 capture of docs/sidekiq-wire.md#metrics (its process started at 1795296821).
+		{wire.Version7, time.Unix(1795296821, 0), []string{"j|20261121|21:33"}, "HardJob-21-21:33"},
+		{wire.Version{Major: 7}, time.Date(2026, 11, 5, 9, 5, 59, 0, time.UTC), []string{"j|20261105|9:5"}, "HardJob-05-09:5"},
+		// Local times are converted to UTC (04:07 EST = 09:07 UTC).
+		{wire.Version7, time.Date(2026, 11, 5, 4, 7, 0, 0, est), []string{"j|20261105|9:7"}, "HardJob-05-09:7"},
+		{wire.Version7, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), []string{"j|20260101|0:0"}, "HardJob-01-00:0"},
+		// The 8.x examples of docs/sidekiq-wire.md#metrics.
+		{wire.Version8, time.Date(2026, 11, 21, 21, 3, 0, 0, time.UTC), []string{"j|261121|21:0", "j|261121|21:03"}, "h|HardJob-21-21:3"},
+		{wire.Version{Major: 8}, time.Date(2026, 11, 5, 9, 5, 0, 0, time.UTC), []string{"j|261105|9:0", "j|261105|9:05"}, "h|HardJob-5-9:5"},
+		{wire.Version8, time.Date(2026, 11, 5, 4, 59, 0, 0, est), []string{"j|261105|9:5", "j|261105|9:59"}, "h|HardJob-5-9:59"},
+		{wire.Version8, time.Date(2030, 12, 31, 23, 40, 0, 0, time.UTC), []string{"j|301231|23:4", "j|301231|23:40"}, "h|HardJob-31-23:40"},
+	}
+	for _, c := range cases {
+		keys, ttls := metricsKeys(c.v, c.at)
+		require.Equal(t, c.jKeys, keys, "%s at %s", c.v, c.at)
+		if len(keys) == 2 {
+			require.Equal(t, []int{259200, 28800}, ttls)
+		} else {
+			require.Equal(t, []int{28800}, ttls)
+		}
+		require.Equal(t, c.hKey, histogramKey(c.v, "HardJob", c.at), "%s at %s", c.v, c.at)
+	}
+}
+
+func TestJobMetricsRecordTakeRestore(t *testing.T) {
+	t.Parallel()
+	require.Nil(t, NewJobMetrics(wire.Version6))
+	var none *JobMetrics // 6.x: every method is a no-op
+	none.Record("A", time.Second, false)
+	none.restore(map[string]*classMetrics{"A": {processed: 1}})
+	require.Nil(t, none.take())
+
+	m := NewJobMetrics(wire.Version{Major: 7})
+	require.Nil(t, m.take(), "nothing recorded")
+	m.Record("A", 1500*time.Microsecond, false) // 1 ms, truncated
+	m.Record("A", -time.Second, false)          // clock went back: 0 ms
+	m.Record("A", time.Minute, true)            // failures add no time
+	snap := m.take()
+	require.Nil(t, m.take())
+	want := &classMetrics{processed: 3, failed: 1, succeeded: 2, ms: 1}
+	want.hist[0] = 2
+	require.Equal(t, map[string]*classMetrics{"A": want}, snap)
+
+	// A failed flush puts its counts back under what came since.
+	m.Record("A", 25*time.Millisecond, false)
+	m.Record("B", 0, true)
+	m.restore(snap)
+	got := m.take()
+	wantA := &classMetrics{processed: 4, failed: 1, succeeded: 3, ms: 26}
+	wantA.hist[0], wantA.hist[1] = 2, 1
+	require.Equal(t, map[string]*classMetrics{"A": wantA, "B": {processed: 1, failed: 1}}, got)
+}
+
+// Ruby Sidekiq here is 6.4.1, which has no metrics, so this reads gojob's
+// keys the way 7.x/8.x do, with Ruby's own strftime and the format strings
+// of tracking.rb, shared.rb and query.rb (8.x query.rb builds the 10-minute
+// key from the minute's first digit rather than by dropping a character).
+func TestMetricsKeysReadWithRubyFormats(t *testing.T) {
+	t.Parallel()
+	rubytest.Require(t)
+	rs := redistest.StartWith(t, redistest.Options{TCP: true})
+	conn := rs.Pool(t).Get()
+	defer conn.Close()
+	times := []time.Time{
+		time.Date(2026, 11, 5, 9, 5, 7, 0, time.UTC),
+		time.Date(2026, 11, 21, 21, 33, 41, 0, time.UTC),
+		time.Date(2027, 2, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2026, 12, 31, 23, 59, 59, 0, time.UTC),
+	}
+	var epochs []string
+	for i, at := range times {
+		for _, v := range []wire.Version{wire.Version7, wire.Version8} {
+			m := NewJobMetrics(v)
+			m.Record("HardJob", time.Duration(i+1)*time.Millisecond, false)
+			m.Record("HardJob", 21*time.Millisecond, false)
+			m.Record("HardJob", 0, true)
+			sendMetrics(conn, v, at, m.take())
+			_, err := conn.Do("")
+			require.NoError(t, err)
+		}
+		epochs = append(epochs, strconv.FormatInt(at.Unix(), 10))
+	}
+	out := rubytest.Run(t, rs.URL(), `
+gets = (0..25).flat_map { |i| ["GET", "u16", "##{i}"] }
+res = [`+strings.Join(epochs, ",")+`].map do |epoch|
+  t = Time.at(epoch).utc
+  m = t.min
+  mins = (m < 10) ? "0" : m.to_s[0]
+  Sidekiq.redis do |c|
+    {
+      "j7" => c.hgetall(t.strftime("j|%Y%m%d|%-H:%-M")),
+      "h7" => c.bitfield("HardJob-#{t.strftime("%d-%H:%-M")}", *gets),
+      "j8" => c.hgetall(t.strftime("j|%y%m%d|%-H:%M")),
+      "j8_10" => c.hgetall(t.strftime("j|%y%m%d|%-H:#{mins}")),
+      "h8" => c.call("BITFIELD_RO", "h|HardJob-#{t.strftime("%-d-%-H:%-M")}", *gets),
+    }
+  end
+end
+print JSON.generate(res)
+`)
+	var got []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	require.Len(t, got, len(times))
+	for i := range times {
+		counts := map[string]any{"HardJob|ms": fmt.Sprint(i + 1 + 21), "HardJob|f": "1", "HardJob|p": "3"}
+		h := make([]any, histogramBuckets)
+		for j := range h {
+			h[j] = float64(0)
+		}
+		h[0], h[1] = float64(1), float64(1)
+		want := map[string]any{"j7": counts, "j8": counts, "j8_10": counts, "h7": h, "h8": h}
+		require.Equal(t, want, got[i], times[i])
+	}
+}
+
+// The hot path: one mutex and a map lookup per job.
+func BenchmarkJobMetricsRecord(b *testing.B) {
+	m := NewJobMetrics(wire.Version8)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.Record("HardJob", 3*time.Millisecond, false)
+		}
+	})
+}

@@ -1,0 +1,211 @@
+package maintenance_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/internal/rubytest"
+	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/internal/maintenance"
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+type pollBundle struct {
+	rs     *redistest.Server
+	conn   redis.Conn
+	clk    *clock.Fake
+	poller *maintenance.Poller
+	buried [][]byte
+}
+
+// newPollBundle is a poller that pushes through a real client and buries
+// into a list the test reads.
+func newPollBundle(t *testing.T, rs *redistest.Server, v wire.Version) *pollBundle {
+	t.Helper()
+	if rs == nil {
+		rs = redistest.Start(t)
+	}
+	pool := rs.Pool(t)
+	conn := pool.Get()
+	t.Cleanup(func() { conn.Close() })
+	b := &pollBundle{rs: rs, conn: conn, clk: clock.NewFake(time.Unix(1795296573, 0))}
+	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: v, Clock: b.clk})
+	require.NoError(t, err)
+	log := zerolog.New(zerolog.NewTestWriter(t))
+	outage := &redisx.OutageLog{Log: &log}
+	b.poller, err = maintenance.NewPoller(&maintenance.PollerConfig{
+		Pool:    pool,
+		Version: v,
+		Clock:   b.clk,
+		Logger:  log,
+		Outage:  outage,
+		Writes:  &redisx.Retrier{Pool: pool, Ctx: context.Background(), Outage: outage},
+		Enqueue: func(ctx context.Context, job *wire.Job) error { _, err := client.Repush(ctx, job); return err },
+		Bury: func(p []byte) {
+			c := pool.Get()
+			defer c.Close()
+			require.NoError(t, wire.SendToMorgue(context.Background(), c, wire.MorgueParams{Payload: p, Now: b.clk.Now()}))
+		},
+	})
+	require.NoError(t, err)
+	return b
+}
+
+func zcard(t *testing.T, c redis.Conn, key string) int {
+	n, err := redis.Int(c.Do("ZCARD", key))
+	require.NoError(t, err)
+	return n
+}
+
+// A pass moves every due member of retry and schedule to its queue through
+// the client path (defaults, a new enqueued_at, SADD queues), leaves the
+// members not yet due, and buries an unparsable member unchanged.
+func TestPollerMovesDueJobsThroughTheClient(t *testing.T) {
+	t.Parallel()
+	for _, v := range []wire.Version{wire.Version6, wire.Version7} {
+		t.Run(v.String(), func(t *testing.T) {
+			b := newPollBundle(t, nil, v)
+			now := b.clk.Now()
+			_, err := b.conn.Do("ZADD", wire.KeySchedule, wire.Score(now.Add(-time.Second)), `{"class":"A","args":[],"jid":"due1","created_at":1.5}`,
+				wire.Score(now.Add(time.Hour)), `{"retry":true,"queue":"q","class":"A","args":[],"jid":"later"}`)
+			require.NoError(t, err)
+			_, err = b.conn.Do("ZADD", wire.KeyRetry, wire.Score(now.Add(-time.Minute)), `{"retry":true,"queue":"low","class":"B","args":[],"jid":"r1","retry_count":0}`,
+				wire.Score(now.Add(-time.Minute)), `not json`)
+			require.NoError(t, err)
+			res, err := b.poller.RunOnce(context.Background())
+			require.NoError(t, err)
+			require.Equal(t, 2, res.Enqueued)
+			require.Equal(t, 1, res.Buried)
+			d, _ := redis.Strings(b.conn.Do("LRANGE", "queue:default", 0, -1))
+			require.Equal(t, []string{`{"retry":true,"queue":"default","class":"A","args":[],"jid":"due1","created_at":1.5,"enqueued_at":1795296573.0}`}, d)
+			l, _ := redis.Strings(b.conn.Do("LRANGE", "queue:low", 0, -1))
+			require.Len(t, l, 1)
+			qs, _ := redis.Strings(b.conn.Do("SMEMBERS", wire.KeyQueues))
+			require.ElementsMatch(t, []string{"default", "low"}, qs)
+			require.Equal(t, 1, zcard(t, b.conn, wire.KeySchedule))
+			dead, _ := redis.Strings(b.conn.Do("ZRANGE", wire.KeyDead, 0, -1))
+			require.Equal(t, []string{"not json"}, dead)
+		})
+	}
+}
+
+// The poller's Lua script is byte-identical to Ruby's LUA_ZPOPBYSCORE, so
+// both share one SHA (EVALSHA and the script cache cannot tell gojob
+// apart).
+func TestPollerScriptIsRubys(t *testing.T) {
+	t.Parallel()
+	rubytest.Require(t)
+	rs := redistest.StartWith(t, redistest.Options{TCP: true})
+	out := rubytest.Run(t, rs.URL(), `
+require "sidekiq/scheduled"
+require "digest"
+print Digest::SHA1.hexdigest(Sidekiq::Scheduled::Enq::LUA_ZPOPBYSCORE)
+`)
+	require.Equal(t, strings.TrimSpace(out), wire.ZPopByScore(wire.Version6).Hash())
+
+	// 7.1+ (lib/sidekiq/scheduled.rb): the same script with ZRANGE … BYSCORE.
+	want7 := "local key, now = KEYS[1], ARGV[1]\n" +
+		"local jobs = redis.call(\"zrange\", key, \"-inf\", now, \"byscore\", \"limit\", 0, 1)\n" +
+		"if jobs[1] then\n  redis.call(\"zrem\", key, jobs[1])\n  return jobs[1]\nend\n"
+	sum := sha1.Sum([]byte(want7))
+	require.Equal(t, hex.EncodeToString(sum[:]), wire.ZPopByScore(wire.Version7).Hash())
+
+	// And the poller loads exactly that script.
+	b := newPollBundle(t, rs, wire.Version6)
+	_, err := b.poller.RunOnce(context.Background())
+	require.NoError(t, err)
+	ex, err := redis.Ints(b.conn.Do("SCRIPT", "EXISTS", strings.TrimSpace(out)))
+	require.NoError(t, err)
+	require.Equal(t, []int{1}, ex)
+}
+
+// The poller loads its script as Enq#zpopbyscore does: SCRIPT LOAD once,
+// then EVALSHA, and SCRIPT LOAD again after a NOSCRIPT (never a full EVAL).
+func TestPollerLoadsItsScriptOnce(t *testing.T) {
+	t.Parallel()
+	b := newPollBundle(t, nil, wire.Version6)
+	mon := b.rs.StartMonitor(t)
+	names := func() []string {
+		var out []string
+		for _, l := range mon.Lines(t) {
+			f := strings.Fields(strings.ToLower(l))
+			name := strings.Trim(f[0], `"`)
+			if name == "script" {
+				name += " " + strings.Trim(f[1], `"`)
+			}
+			if name == "evalsha" || name == "eval" || name == "script load" {
+				out = append(out, name)
+			}
+		}
+		return out
+	}
+	ctx := context.Background()
+	_, err := b.poller.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"script load", "evalsha", "evalsha"}, names())
+	_, err = b.poller.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"evalsha", "evalsha"}, names())
+	_, err = b.conn.Do("SCRIPT", "FLUSH")
+	require.NoError(t, err)
+	_, err = b.poller.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"evalsha", "script load", "evalsha", "evalsha"}, names())
+}
+
+// 6.4's Poller#poll_interval_average is `options[:poll_interval_average]
+// ||= scaled_poll_interval`: the scaled interval is computed at the first
+// poll and kept, while the process count is re-read for the <10 branch.
+// 6.5+ recomputes it every time.
+func TestPollIntervalScaledByProcessesAndCachedIn64(t *testing.T) {
+	t.Parallel()
+	for _, v := range []wire.Version{wire.Version6, wire.Version7} {
+		t.Run(v.String(), func(t *testing.T) {
+			b := newPollBundle(t, nil, v)
+			ctx := context.Background()
+			_, err := b.conn.Do("SADD", wire.KeyProcesses, "p1")
+			require.NoError(t, err)
+			_, err = b.conn.Do("HSET", "p1", "info", "{}")
+			require.NoError(t, err)
+			first := b.poller.NextSleep(ctx)
+			require.True(t, first >= 2500*time.Millisecond && first < 7500*time.Millisecond, "%v", first)
+			_, err = b.conn.Do("SADD", wire.KeyProcesses, "p2", "p3")
+			require.NoError(t, err)
+			_, err = b.conn.Do("HSET", "p2", "info", "{}")
+			require.NoError(t, err)
+			_, err = b.conn.Do("HSET", "p3", "info", "{}")
+			require.NoError(t, err)
+			for i := 0; i < 20; i++ {
+				d := b.poller.NextSleep(ctx)
+				if v.AtLeast(6, 5, 0) {
+					// 3 processes: interval 15 s, sleep 7.5-22.5 s.
+					require.True(t, d >= 7500*time.Millisecond && d < 22500*time.Millisecond, "%v", d)
+				} else {
+					// interval kept at 5 s, sleep 2.5-7.5 s.
+					require.True(t, d >= 2500*time.Millisecond && d < 7500*time.Millisecond, "%v", d)
+				}
+			}
+		})
+	}
+}
+
+// Stop ends a poller in its initial wait at once.
+func TestPollerStopsDuringItsInitialWait(t *testing.T) {
+	t.Parallel()
+	b := newPollBundle(t, nil, wire.Version7)
+	require.NoError(t, b.poller.Start(context.Background()))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	require.NoError(t, b.poller.Stop(ctx))
+}

@@ -1,0 +1,127 @@
+package redisx
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/zerolog"
+)
+
+// Backoff is an exponential backoff from 100 ms to 5 s with jitter. The
+// zero value is ready to use.
+type Backoff struct{ d time.Duration }
+
+// Next returns the next wait: half the current step plus up to half again.
+func (b *Backoff) Next() time.Duration {
+	if b.d == 0 {
+		b.d = 100 * time.Millisecond
+	} else {
+		b.d = min(b.d*2, 5*time.Second)
+	}
+	return b.d/2 + rand.N(b.d/2+1)
+}
+
+// Reset starts the backoff afresh after a success.
+func (b *Backoff) Reset() { b.d = 0 }
+
+// OutageLog logs a Redis outage once when it starts and once when it ends,
+// however many goroutines see it. The zero value logs nowhere; set Log.
+type OutageLog struct {
+	// Log receives the two lines.
+	Log *zerolog.Logger
+
+	mu    sync.Mutex
+	down  bool
+	since time.Time
+}
+
+// Failed records a failure; the first one of an outage is logged.
+func (o *OutageLog) Failed(err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.down {
+		return
+	}
+	o.down = true
+	o.since = time.Now()
+	if o.Log != nil {
+		o.Log.Error().Err(err).Str("component", "redis").Msg("redis unavailable; retrying with backoff")
+	}
+}
+
+// OK records a success; it logs the end of an outage.
+func (o *OutageLog) OK() {
+	o.mu.Lock()
+	if !o.down {
+		o.mu.Unlock()
+		return
+	}
+	o.down = false
+	d := time.Since(o.since)
+	o.mu.Unlock()
+	if o.Log != nil {
+		o.Log.Info().Dur("outage", d).Str("component", "redis").Msg("redis is back")
+	}
+}
+
+// StaleRetries is how many connection errors are retried at once before an
+// outage is declared: after a Redis restart the pool still holds dead
+// connections, which fail once each.
+const StaleRetries = 3
+
+// Retrier runs writes that must not be lost (retry and dead entries,
+// requeues, the poller's pushes) until they succeed, riding out a Redis
+// outage with backoff, until its context ends.
+type Retrier struct {
+	// Pool lends the connections.
+	Pool *redis.Pool
+	// Ctx bounds the retries: the server cancels it when its shutdown
+	// gives up.
+	Ctx context.Context
+	// Outage is told about failures and recoveries.
+	Outage *OutageLog
+}
+
+// Do runs f on a pooled connection until it succeeds, fails with a Redis
+// error reply, or r.Ctx ends.
+func (r *Retrier) Do(f func(redis.Conn) error) error {
+	return r.Retry(func() error {
+		conn, err := r.Pool.GetContext(r.Ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		return f(conn)
+	})
+}
+
+// Retry runs f until it succeeds, fails with a Redis error reply (or any
+// error that is not a connection failure), or r.Ctx ends, backing off
+// while Redis is unreachable.
+func (r *Retrier) Retry(f func() error) error {
+	var b Backoff
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if err == nil {
+			r.Outage.OK()
+			return nil
+		}
+		if !IsConnError(err) || r.Ctx.Err() != nil {
+			return err
+		}
+		if attempt <= StaleRetries {
+			continue // a stale pooled connection; the pool drops it
+		}
+		r.Outage.Failed(err)
+		t := time.NewTimer(b.Next())
+		select {
+		case <-t.C:
+		case <-r.Ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
+}

@@ -1,0 +1,170 @@
+package sidekiq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/zerolog"
+
+	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+// FetchMode selects how jobs are taken from the queues.
+type FetchMode int
+
+const (
+	// FetchBRPOP is Sidekiq's BasicFetch: every idle concurrency slot has
+	// one `BRPOP queue:a queue:b … 2` in Redis, one BRPOP per job. The
+	// BRPOPs of up to ServerConfig.FetchPipeline slots share a connection
+	// as a pipeline.
+	FetchBRPOP FetchMode = iota
+	// FetchBatch takes, in one `BLMPOP 2 n queue:a … RIGHT COUNT k`
+	// (Redis 7.0+), as many jobs as there are idle slots, from the first
+	// non-empty queue in the same order BRPOP would use. A job is only
+	// popped when a slot is free to run it, so a crash loses exactly what
+	// BasicFetch loses (the jobs being run), but a busy process needs far
+	// fewer round trips. On a Redis without BLMPOP it falls back to
+	// FetchBRPOP.
+	FetchBatch
+)
+
+// ParseFetchMode reads "brpop" or "batch".
+func ParseFetchMode(s string) (FetchMode, error) {
+	switch strings.ToLower(s) {
+	case "", "brpop", "basic":
+		return FetchBRPOP, nil
+	case "batch", "blmpop":
+		return FetchBatch, nil
+	}
+	return 0, errors.New("sidekiq: fetch mode must be brpop or batch")
+}
+
+// DefaultFetchPipeline is how many BRPOPs one fetch connection carries at
+// once unless ServerConfig.FetchPipeline says otherwise.
+const DefaultFetchPipeline = 8
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// Pool is the Redis pool for everything but the fetchers. Required.
+	Pool *redis.Pool
+	// Dial opens the fetch connections, which are not pooled (see
+	// FetchPipeline). Default: Pool.DialContext / Pool.Dial.
+	Dial func(ctx context.Context) (redis.Conn, error)
+	// Queues to fetch from, in order, with optional weights
+	// (docs/sidekiq-wire.md#fetch). Default: [default].
+	Queues []wire.QueueWeight
+	// Concurrency is the number of jobs run at once. Default 10 (Sidekiq 6.4
+	// uses 10 too).
+	Concurrency int
+	// Fetch selects BasicFetch's BRPOP (default) or batched BLMPOP.
+	Fetch FetchMode
+	// FetchPipeline is, in BRPOP mode, how many idle slots' BRPOPs one
+	// fetch connection carries at once, pipelined; the server opens
+	// ceil(Concurrency/FetchPipeline) fetch connections. 1 gives each slot
+	// its own connection and round trips, as Ruby does. Default
+	// DefaultFetchPipeline (8).
+	FetchPipeline int
+	// ShutdownTimeout bounds the wait for running jobs at stop (-t). Default
+	// 25 s.
+	ShutdownTimeout time.Duration
+	// JobTimeout, when set, cancels each job's context after it.
+	JobTimeout time.Duration
+	// Version is the Sidekiq release whose format is written. Default
+	// wire.DefaultVersion.
+	Version wire.Version
+	// MaxRetries is the retry count for `"retry": true`. Default 25.
+	MaxRetries int
+	// Tag is the process tag shown in the Web UI (-g).
+	Tag string
+	// Labels are shown in the Web UI.
+	Labels []string
+	// Hostname overrides the host name in the identity.
+	Hostname string
+	// Client pushes the poller's re-enqueues. Default: a client on Pool
+	// with Version.
+	Client *Client
+	// Clock is the time source. Default the system clock.
+	Clock clock.Clock
+	// Logger receives the runtime's logs. Default: none.
+	Logger zerolog.Logger
+	// DeathHandlers run when a job dies.
+	DeathHandlers []DeathHandler
+	// PollIntervalAverage, when set, replaces the scaled scheduled-poll
+	// interval (Sidekiq's average_scheduled_poll_interval × processes).
+	PollIntervalAverage time.Duration
+	// DisablePoller turns off the scheduled/retry poller.
+	DisablePoller bool
+	// HeartbeatInterval overrides the version's beat (5 s for 6.x, 10 s for
+	// 7.x/8.x). For tests.
+	HeartbeatInterval time.Duration
+	// OnSignal is called for every signal read from the signals list or sent
+	// with Signal (after the Server acted on it).
+	OnSignal func(sig string)
+}
+
+func (c *ServerConfig) withDefaults() *ServerConfig {
+	out := *c
+	if len(out.Queues) == 0 {
+		out.Queues = []wire.QueueWeight{{Name: "default"}}
+	}
+	if out.Concurrency <= 0 {
+		out.Concurrency = 10
+	}
+	if out.FetchPipeline <= 0 {
+		out.FetchPipeline = DefaultFetchPipeline
+	}
+	if out.ShutdownTimeout <= 0 {
+		out.ShutdownTimeout = 25 * time.Second
+	}
+	if out.Version.IsZero() {
+		out.Version = wire.DefaultVersion
+	}
+	if out.MaxRetries <= 0 {
+		out.MaxRetries = 25
+	}
+	out.Clock = clock.Or(out.Clock)
+	if out.Hostname == "" {
+		out.Hostname = os.Getenv("DYNO")
+	}
+	if out.Hostname == "" {
+		out.Hostname, _ = os.Hostname()
+	}
+	if out.Tag == "" && out.Version.AtLeast(8, 0, 0) {
+		// 8.0+ tags a non-Rails process with its directory's name.
+		if wd, err := os.Getwd(); err == nil {
+			out.Tag = filepath.Base(wd)
+		}
+	}
+	if out.Dial == nil && out.Pool != nil {
+		p := out.Pool
+		out.Dial = func(ctx context.Context) (redis.Conn, error) {
+			if p.DialContext != nil {
+				return p.DialContext(ctx)
+			}
+			return p.Dial()
+		}
+	}
+	return &out
+}
+
+func (c *ServerConfig) validate() error {
+	if c.Pool == nil {
+		return errors.New("sidekiq: ServerConfig.Pool is required")
+	}
+	for _, q := range c.Queues {
+		if q.Name == "" {
+			return errors.New("sidekiq: empty queue name")
+		}
+	}
+	if c.Fetch != FetchBRPOP && c.Fetch != FetchBatch {
+		return fmt.Errorf("sidekiq: unknown fetch mode %d", c.Fetch)
+	}
+	return nil
+}

@@ -1,0 +1,113 @@
+package sidekiq
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gojob/gojob/sidekiq/internal/fetch"
+)
+
+// hardShutdownGrace is how long Stop waits for the fetchers after a hard
+// shutdown: the BRPOP timeout plus a second (Ruby waits 3 s for its
+// processor threads).
+const hardShutdownGrace = (fetch.Timeout + 1) * time.Second
+
+// Stop shuts down gracefully: quiet, wait up to ShutdownTimeout (or ctx) for
+// running jobs, push the unfinished ones back to their queues with their
+// original bytes, flush stats, and remove the process from the registry.
+func (s *Server) Stop(ctx context.Context) error {
+	if s.state.Load() == stateNew {
+		return errors.New("sidekiq: server not started")
+	}
+	if !s.state.CompareAndSwap(stateRunning, stateStopped) {
+		<-s.done
+		return s.stopErr
+	}
+	s.Quiet()
+	s.requestStop()
+	fetchersDone := make(chan struct{})
+	go func() { s.fetcher.Wait(); close(fetchersDone) }()
+	timer := time.NewTimer(s.cfg.ShutdownTimeout)
+	defer timer.Stop()
+	hard := true
+	select {
+	case <-fetchersDone:
+		hard = false
+	case <-timer.C:
+		s.log.Warn().Int64("busy", s.busy.Load()).Msg("shutdown timeout: requeueing unfinished jobs")
+	case <-ctx.Done():
+		s.log.Warn().Int64("busy", s.busy.Load()).Msg("shutdown cancelled: requeueing unfinished jobs")
+	}
+	// The caller's ctx may be spent by now; the requeue and the goodbye
+	// still get a few seconds of their own, since skipping them loses jobs.
+	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	stopWrites := context.AfterFunc(final, s.writeStop)
+	defer stopWrites()
+	// Give up the running jobs before cancelling their contexts: a handler
+	// that returns as soon as its context ends must find its job already
+	// abandoned (Ruby raises Sidekiq::Shutdown, which is never retried),
+	// not fail it into the retry set or, with retry: false, drop it.
+	units := s.abandonRunning()
+	s.hardStop()
+	var errs []error
+	if err := s.fetcher.Requeue(units); err != nil {
+		errs = append(errs, err)
+	}
+	if hard {
+		// As manager.rb#hard_shutdown, give the fetchers up to 3 s: an
+		// idle one may still be in its 2 s BRPOP and receive a job (the
+		// requeued ones included), which it must push back before the
+		// process goes; a failure may still be writing its retry entry.
+		grace := time.NewTimer(hardShutdownGrace)
+		select {
+		case <-fetchersDone:
+		case <-grace.C:
+			s.log.Warn().Dur("waited", hardShutdownGrace).Msg("shutdown: some fetchers did not stop (a handler ignoring its cancelled context?); leaving them behind")
+		case <-final.Done():
+		}
+		grace.Stop()
+	}
+	if s.poller != nil {
+		if err := s.poller.Stop(final); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := s.heartbeat.Stop(final); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.heartbeat.Unregister(final); err != nil {
+		errs = append(errs, err)
+	}
+	s.writeStop()
+	s.stopErr = errors.Join(errs...)
+	close(s.done)
+	s.log.Info().Str("identity", s.identity).Msg("gojob stopped")
+	return s.stopErr
+}
+
+// abandonRunning marks every running job abandoned and returns them. From
+// now on a fetched job is pushed back instead of started. Ruby counts a job
+// killed at hard shutdown as processed and failed (Processor#stats' rescue
+// and ensure run when Sidekiq::Shutdown is raised in the thread), so gojob
+// counts them too.
+func (s *Server) abandonRunning() []fetch.Unit {
+	s.workMu.Lock()
+	defer s.workMu.Unlock()
+	s.abandoning = true
+	var units []fetch.Unit
+	s.work.Range(func(_, v any) bool {
+		w := v.(*workItem)
+		if w.abandon() {
+			units = append(units, fetch.Unit{Queue: w.queue, Raw: w.raw})
+			if w.class != "" {
+				// The metrics middleware sees Sidekiq::Shutdown too.
+				s.metrics.Record(w.class, 0, true)
+			}
+		}
+		return true
+	})
+	s.counters.Add(int64(len(units)), int64(len(units)))
+	return units
+}

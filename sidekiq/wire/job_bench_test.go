@@ -1,0 +1,42 @@
+package wire_test
+
+import (
+	"testing"
+
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+var benchPayload = []byte(`{"retry":true,"queue":"default","args":[1,"two",{"three":3.5,"é":[null,true,1.0e+16]}],"class":"HardJob","jid":"2192851646718f18b780163c","created_at":1795296573.1651707,"enqueued_at":1795296573.165405}`)
+
+// BenchmarkParseJob is the per-job decode cost on the fetch path.
+func BenchmarkParseJob(b *testing.B) {
+	b.ReportAllocs()
+	b.SetBytes(int64(len(benchPayload)))
+	for b.Loop() {
+		if _, err := wire.ParseJob(benchPayload); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkEncodeJob is the Ruby-exact re-encoding (retry entries, pushes).
+func BenchmarkEncodeJob(b *testing.B) {
+	job, err := wire.ParseJob(benchPayload)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = job.Encode()
+	}
+}
+
+// BenchmarkNewJob builds a payload from Go values, as Client.Push callers do.
+func BenchmarkNewJob(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := wire.NewJob("HardJob", 1, "two", map[string]any{"three": 3.5}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

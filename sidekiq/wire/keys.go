@@ -1,0 +1,43 @@
+package wire
+
+// Sidekiq's Redis key names (spec §1). No prefix is used; Sidekiq keys carry
+// no hash tags, so multi-key scripts need a single Redis node.
+const (
+	KeyQueues         = "queues"
+	KeySchedule       = "schedule"
+	KeyRetry          = "retry"
+	KeyDead           = "dead"
+	KeyProcesses      = "processes"
+	KeyStatProcessed  = "stat:processed"
+	KeyStatFailed     = "stat:failed"
+	KeyProcessCleanup = "process_cleanup"
+)
+
+// QueueKey returns the list key of a queue: "queue:<name>".
+func QueueKey(name string) string { return "queue:" + name }
+
+// QueueName strips the "queue:" prefix from a list key.
+func QueueName(key string) string {
+	if len(key) > 6 && key[:6] == "queue:" {
+		return key[6:]
+	}
+	return key
+}
+
+// DailyStatKey returns "stat:<kind>:<YYYY-MM-DD>" for kind "processed" or
+// "failed".
+func DailyStatKey(kind, date string) string { return "stat:" + kind + ":" + date }
+
+// WorkKey returns the busy-jobs hash of a process for version v.
+func WorkKey(identity string, v Version) string { return identity + ":" + v.WorkKeySuffix() }
+
+// SignalsKey returns the signal list of a process.
+func SignalsKey(identity string) string { return identity + "-signals" }
+
+// Dead-set limits (Sidekiq defaults, spec §5.4).
+const (
+	DeadMaxJobs          = 10000
+	DeadTimeoutInSeconds = 180 * 24 * 3600
+	// StatTTL is the TTL of the daily stat keys, 5×365 days.
+	StatTTL = 157680000
+)
