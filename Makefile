@@ -14,8 +14,7 @@ build: ## Build bin/gojob
 deps: ## Install what the tests need (redis-server, Ruby Sidekiq 6.4.1) when missing
 	bash scripts/deps.sh
 
-test: deps ## Run every test (unit, fuzz seeds, real Redis, Ruby compat) with the race detector
-	$(GO) vet $(PKGS)
+test: deps lint ## Lint, then run every test (unit, fuzz seeds, examples, real Redis, Ruby compat) with the race detector
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 test/unit: ## Fast tests only (no Ruby compat tests)
@@ -28,16 +27,18 @@ vet: ## go vet
 	$(GO) vet $(PKGS)
 
 fmt: ## gofmt -w
-	gofmt -w $$(git ls-files '*.go')
+	gofmt -w .
 
-lint: vet ## gofmt check + go vet
-	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
+lint: ## Fail on gofmt, go vet or go mod tidy drift
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run make tidy"; exit 1; }
 
 bench: ## Go benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 fuzz: ## Fuzz the payload round trip for 60s
-	$(GO) test -run '^$$' -fuzz FuzzJobRoundTrip -fuzztime 60s ./sidekiq/
+	$(GO) test -run '^$$' -fuzz FuzzJobRoundTrip -fuzztime 60s ./sidekiq/wire/
 
 fixtures: deps ## Regenerate testdata/ruby-fixtures with real Ruby Sidekiq 6.4.1
 	bash testdata/ruby-fixtures/capture.sh

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -19,47 +18,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/internal/testlog"
+	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
-
-// safeBuffer collects a command's output across goroutines.
-type safeBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *safeBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *safeBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // runCLI runs the in-process CLI. Tests that do so are not parallel:
 // urfave/cli v2 applies its package-level HelpFlag in every App, so two Apps
 // parsing at once race (a library limitation; one binary runs one App).
 func runCLI(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	var out, errb safeBuffer
-	code := Run(context.Background(), append([]string{"gojob"}, args...), &out, &errb)
+	out, errb := testlog.New(nil), testlog.New(nil)
+	code := Run(context.Background(), append([]string{"gojob"}, args...), out, errb)
 	return out.String(), errb.String(), code
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestWorkExecAndHTTPHandlers(t *testing.T) {
@@ -100,16 +72,16 @@ if [ "$GOJOB_CLASS" = "FailJob" ]; then echo "some noise" >&2; echo "disk full o
 	require.NoError(t, err)
 
 	wctx, cancel := context.WithCancel(ctx)
-	var errb safeBuffer
+	errb := testlog.New(nil)
 	done := make(chan int)
 	go func() {
 		done <- Run(wctx, []string{"gojob", "work", "-r", srv.URL(), "-c", "2", "--sidekiq-version", "6",
 			"--exec", "ShellJob=" + script, "--exec", "FailJob=" + script,
-			"--http", "Hook=" + web.URL, "--http", "HookFail=" + web.URL}, io.Discard, &errb)
+			"--http", "Hook=" + web.URL, "--http", "HookFail=" + web.URL}, io.Discard, errb)
 	}()
 	conn := pool.Get()
 	defer conn.Close()
-	waitUntil(t, "two retry entries", func() bool {
+	wait.Within(t, 20*time.Second, "two retry entries", func() bool {
 		n, _ := redis.Int(conn.Do("ZCARD", "retry"))
 		return n == 2
 	})
@@ -190,13 +162,13 @@ func TestAdminCommands(t *testing.T) {
 func TestDevStartsEmbeddedRedis(t *testing.T) {
 	// Not parallel: see the note on runCLI.
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &safeBuffer{}
+	out := testlog.New(nil)
 	done := make(chan int)
 	go func() {
 		done <- Run(ctx, []string{"gojob", "dev", "--addr", "127.0.0.1:0", "--log-level", "warn"}, out, io.Discard)
 	}()
 	var url string
-	waitUntil(t, "dev to print its URL", func() bool {
+	wait.Within(t, 20*time.Second, "dev to print its URL", func() bool {
 		for _, f := range strings.Fields(out.String()) {
 			if strings.HasPrefix(f, "redis://") {
 				url = f
@@ -210,7 +182,7 @@ func TestDevStartsEmbeddedRedis(t *testing.T) {
 	defer pool.Close()
 	conn := pool.Get()
 	defer conn.Close()
-	waitUntil(t, "demo jobs to run", func() bool {
+	wait.Within(t, 20*time.Second, "demo jobs to run", func() bool {
 		n, _ := redis.Int(conn.Do("LLEN", "queue:default"))
 		procs, _ := redis.Int(conn.Do("SCARD", "processes"))
 		sched, _ := redis.Int(conn.Do("ZCARD", "schedule"))
@@ -269,13 +241,13 @@ func TestDevFallsBackWhenDefaultPortIsTaken(t *testing.T) {
 	defer func() { defaultDevAddr = old }()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &safeBuffer{}
+	out := testlog.New(nil)
 	done := make(chan int)
 	go func() {
 		done <- Run(ctx, []string{"gojob", "dev", "--no-demo", "--log-level", "warn"}, out, io.Discard)
 	}()
 	var url string
-	waitUntil(t, "dev to print its URL", func() bool {
+	wait.Within(t, 20*time.Second, "dev to print its URL", func() bool {
 		for _, f := range strings.Fields(out.String()) {
 			if strings.HasPrefix(f, "redis://") {
 				url = f
@@ -293,7 +265,7 @@ func TestDevFallsBackWhenDefaultPortIsTaken(t *testing.T) {
 	defer pool.Close()
 	conn := pool.Get()
 	defer conn.Close()
-	waitUntil(t, "the worker to register", func() bool {
+	wait.Within(t, 20*time.Second, "the worker to register", func() bool {
 		n, _ := redis.Int(conn.Do("SCARD", "processes"))
 		return n == 1
 	})

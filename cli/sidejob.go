@@ -4,17 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/sidejob"
-	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -196,43 +193,6 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// portView is a port as show and ports print it.
-type portView struct {
-	Type     string          `json:"type"`
-	Name     string          `json:"name"`
-	Size     int64           `json:"size"`
-	Default  json.RawMessage `json:"default,omitempty"`
-	Channels []string        `json:"channels,omitempty"`
-}
-
-func portViews(ctx context.Context, j *sidejob.Job) ([]portView, error) {
-	var out []portView
-	for _, list := range []func(context.Context) ([]*sidejob.Port, error){j.Inports, j.Outports} {
-		ports, err := list(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, p := range ports {
-			v := portView{Type: p.Type().String(), Name: p.Name()}
-			if v.Size, err = p.Size(ctx); err != nil {
-				return nil, err
-			}
-			d, err := p.Default(ctx)
-			if err != nil {
-				return nil, err
-			}
-			if d != nil {
-				v.Default = d.Value.Encode()
-			}
-			if v.Channels, err = p.Channels(ctx); err != nil {
-				return nil, err
-			}
-			out = append(out, v)
-		}
-	}
-	return out, nil
-}
-
 func sjShow(ctx context.Context, e *sjEnv) error {
 	j, err := e.job(ctx, 0)
 	if err != nil {
@@ -299,41 +259,6 @@ func sjShow(ctx context.Context, e *sjEnv) error {
 		fmt.Fprintf(tw, "state\t%s = %s\n", k, v.Encode())
 	}
 	tw.Flush()
-	return printPorts(e.out, ports)
-}
-
-func printPorts(w io.Writer, ports []portView) error {
-	if len(ports) == 0 {
-		fmt.Fprintln(w, "no ports")
-		return nil
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PORT\tSIZE\tDEFAULT\tCHANNELS")
-	for _, p := range ports {
-		def := "-"
-		if p.Default != nil {
-			def = string(p.Default)
-		}
-		fmt.Fprintf(tw, "%s:%s\t%d\t%s\t%s\n", p.Type, p.Name, p.Size, def, strings.Join(p.Channels, ","))
-	}
-	return tw.Flush()
-}
-
-func sjPorts(ctx context.Context, e *sjEnv) error {
-	j, err := e.job(ctx, 0)
-	if err != nil {
-		return err
-	}
-	ports, err := portViews(ctx, j)
-	if err != nil {
-		return err
-	}
-	if e.json {
-		if ports == nil {
-			ports = []portView{}
-		}
-		return e.printJSON(ports)
-	}
 	return printPorts(e.out, ports)
 }
 
@@ -436,71 +361,6 @@ func sjTree(ctx context.Context, e *sjEnv) error {
 	return nil
 }
 
-func (e *sjEnv) port(ctx context.Context) (*sidejob.Port, error) {
-	j, err := e.job(ctx, 0)
-	if err != nil {
-		return nil, err
-	}
-	name := e.c.Args().Get(1)
-	if name == "" {
-		return nil, ucli.Exit(e.c.Command.Name+": PORT is required", 2)
-	}
-	if e.c.Bool("out") {
-		return j.Output(ctx, name)
-	}
-	return j.Input(ctx, name)
-}
-
-func sjWrite(ctx context.Context, e *sjEnv) error {
-	p, err := e.port(ctx)
-	if err != nil {
-		return err
-	}
-	vals := e.c.Args().Slice()[2:]
-	if len(vals) == 0 {
-		return ucli.Exit("write: VALUE is required", 2)
-	}
-	for _, s := range vals {
-		v := jsonArg(s)
-		if e.c.Bool("default") {
-			err = p.SetDefault(ctx, v)
-		} else {
-			err = p.Write(ctx, v)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	if e.json {
-		return e.printJSON(map[string]any{"port": p.String(), "written": len(vals)})
-	}
-	fmt.Fprintf(e.out, "wrote %d value(s) to %s\n", len(vals), p)
-	return nil
-}
-
-func sjRead(ctx context.Context, e *sjEnv) error {
-	p, err := e.port(ctx)
-	if err != nil {
-		return err
-	}
-	d, err := p.Read(ctx)
-	if err != nil {
-		return err
-	}
-	if d == nil {
-		if e.json {
-			return e.printJSON(map[string]any{"port": p.String(), "none": true})
-		}
-		fmt.Fprintln(e.out, "(no data)")
-		return nil
-	}
-	if e.json {
-		return e.printJSON(map[string]any{"port": p.String(), "data": json.RawMessage(d.Value.Encode()), "context": json.RawMessage(d.Context.Encode())})
-	}
-	fmt.Fprintln(e.out, string(d.Value.Encode()))
-	return nil
-}
-
 func sjRun(ctx context.Context, e *sjEnv) error {
 	j, err := e.job(ctx, 0)
 	if err != nil {
@@ -565,113 +425,4 @@ func sjDelete(ctx context.Context, e *sjEnv) error {
 	}
 	fmt.Fprintf(e.out, "deleted job %d\n", j.ID())
 	return nil
-}
-
-func sjPublish(ctx context.Context, e *sjEnv) error {
-	if e.c.Args().Len() != 2 {
-		return ucli.Exit("publish: CHANNEL and VALUE are required", 2)
-	}
-	ch := e.c.Args().Get(0)
-	if err := e.sj.Publish(ctx, ch, jsonArg(e.c.Args().Get(1))); err != nil {
-		return err
-	}
-	if e.json {
-		return e.printJSON(map[string]any{"channel": ch})
-	}
-	fmt.Fprintf(e.out, "published to %s\n", ch)
-	return nil
-}
-
-func sjLog(ctx context.Context, e *sjEnv) error {
-	if !e.c.Bool("follow") {
-		msg := strings.Join(e.c.Args().Slice(), " ")
-		if msg == "" {
-			return ucli.Exit("log: MESSAGE or --follow is required", 2)
-		}
-		return e.sj.Log(ctx, msg)
-	}
-	// A connection of its own: a subscribed connection cannot go back to
-	// the pool.
-	dial, err := sidekiq.Dialer(e.c.String("redis"), 0)
-	if err != nil {
-		return err
-	}
-	conn, err := dial(ctx)
-	if err != nil {
-		return err
-	}
-	psc := redis.PubSubConn{Conn: conn}
-	if err := psc.Subscribe(sidejob.LogChannel); err != nil {
-		conn.Close()
-		return err
-	}
-	go func() {
-		<-ctx.Done()
-		conn.Close()
-	}()
-	for {
-		switch v := psc.Receive().(type) {
-		case redis.Message:
-			if e.json {
-				fmt.Fprintln(e.out, string(v.Data))
-				continue
-			}
-			fmt.Fprintln(e.out, formatLogEntry(v.Data))
-		case redis.Subscription:
-			if v.Kind == "unsubscribe" && v.Count == 0 {
-				return nil
-			}
-		case error:
-			if ctx.Err() != nil {
-				return nil
-			}
-			return v
-		}
-	}
-}
-
-// formatLogEntry renders a log entry on one line: time, context, then the
-// event.
-func formatLogEntry(data []byte) string {
-	m, err := rubyjson.ParseObject(data)
-	if err != nil {
-		return string(data)
-	}
-	var ts string
-	var parts []string
-	for i := 0; i < m.Len(); i++ {
-		k, v := m.At(i)
-		switch k {
-		case "timestamp":
-			ts, _ = v.Str()
-		case "read", "write":
-			items, _ := v.Array()
-			for _, it := range items {
-				im, ok := it.Map()
-				if !ok {
-					continue
-				}
-				job, _ := im.Get("job")
-				port := ""
-				for _, pk := range []string{"inport", "outport"} {
-					if pv, ok := im.Get(pk); ok {
-						s, _ := pv.Str()
-						port = strings.TrimSuffix(pk, "port") + ":" + s
-					}
-				}
-				d, _ := im.Get("data")
-				parts = append(parts, fmt.Sprintf("%s job %s %s %s", k, job.Encode(), port, d.Encode()))
-			}
-		default:
-			if s, ok := v.Str(); ok {
-				parts = append(parts, k+"="+s)
-			} else {
-				parts = append(parts, k+"="+string(v.Encode()))
-			}
-		}
-	}
-	if t, err := sidejob.ParseTimestamp(ts); err == nil {
-		ts = t.Local().Format("15:04:05.000")
-	}
-	return strings.TrimSpace(ts + " " + strings.Join(parts, " "))
 }

@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/internal/testlog"
+	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidejob"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
@@ -20,14 +23,14 @@ import (
 // runSideJobCLI runs `gojob sidejob …` in an App that has only the sidejob
 // command (not parallel: see runCLI).
 func runSideJobCLI(ctx context.Context, args ...string) (string, string, int) {
-	var out safeBuffer
-	return runSideJobCLITo(ctx, &out, args...)
+	out := testlog.New(nil)
+	return runSideJobCLITo(ctx, out, args...)
 }
 
-func runSideJobCLITo(ctx context.Context, out *safeBuffer, args ...string) (string, string, int) {
-	var errb safeBuffer
+func runSideJobCLITo(ctx context.Context, out *testlog.Buffer, args ...string) (string, string, int) {
+	errb := testlog.New(nil)
 	app := &ucli.App{
-		Name: "gojob", Writer: out, ErrWriter: &errb,
+		Name: "gojob", Writer: out, ErrWriter: errb,
 		ExitErrHandler: func(*ucli.Context, error) {},
 		Commands:       []*ucli.Command{sidejobCommand(&options{})},
 	}
@@ -38,7 +41,7 @@ func runSideJobCLITo(ctx context.Context, out *safeBuffer, args ...string) (stri
 		if errors.As(err, &ec) {
 			code = ec.ExitCode()
 		}
-		fmt.Fprintln(&errb, err)
+		fmt.Fprintln(errb, err)
 	}
 	return out.String(), errb.String(), code
 }
@@ -98,13 +101,13 @@ func TestSideJobCommands(t *testing.T) {
 
 	// log --follow prints entries until its context ends
 	fctx, cancel := context.WithCancel(ctx)
-	var follow safeBuffer
+	follow := testlog.New(nil)
 	done := make(chan string)
 	go func() {
-		out, _, _ := runSideJobCLITo(fctx, &follow, "log", r, "--follow")
+		out, _, _ := runSideJobCLITo(fctx, follow, "log", r, "--follow")
 		done <- out
 	}()
-	waitUntil(t, "the log subscription", func() bool {
+	wait.Within(t, 20*time.Second, "the log subscription", func() bool {
 		conn := pool.Get()
 		defer conn.Close()
 		v, _ := redis.Values(conn.Do("PUBSUB", "NUMSUB", sidejob.LogChannel))
@@ -114,7 +117,7 @@ func TestSideJobCommands(t *testing.T) {
 	run("log", "hello", "there")
 	run("publish", "/nowhere", "7")
 	require.NoError(t, c.Log(sidejob.WithContext(ctx, "job", 9), "second"))
-	waitUntil(t, "both entries", func() bool { return strings.Contains(follow.String(), "second") })
+	wait.Within(t, 20*time.Second, "both entries", func() bool { return strings.Contains(follow.String(), "second") })
 	cancel()
 	followed := <-done
 	require.Contains(t, followed, "message=hello there")

@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/internal/testlog"
+	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
 )
 
@@ -39,16 +41,16 @@ func TestBinaryOSSignals(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "started")
 	cmd := exec.Command(bin, "work", "-r", srv.URL(), "-c", "2", "-t", "1", "--sidekiq-version", "6",
 		"--exec", "Sleepy=touch "+marker+"; sleep 30")
-	var logs safeBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	logs := testlog.New(nil)
+	cmd.Stdout, cmd.Stderr = logs, logs
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() { cmd.Process.Kill() })
 
-	waitUntil(t, "the job to start", func() bool { _, err := os.Stat(marker); return err == nil })
+	wait.Within(t, 20*time.Second, "the job to start", func() bool { _, err := os.Stat(marker); return err == nil })
 	var identity string
-	waitUntil(t, "the process to register", func() bool {
+	wait.Within(t, 20*time.Second, "the process to register", func() bool {
 		ids, _ := redis.Strings(conn.Do("SMEMBERS", "processes"))
 		if len(ids) == 1 {
 			identity = ids[0]
@@ -56,7 +58,7 @@ func TestBinaryOSSignals(t *testing.T) {
 		return identity != ""
 	})
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTSTP))
-	waitUntil(t, "quiet=true after SIGTSTP (next heartbeat, ≤5 s)", func() bool {
+	wait.Within(t, 20*time.Second, "quiet=true after SIGTSTP (next heartbeat, ≤5 s)", func() bool {
 		q, _ := redis.String(conn.Do("HGET", identity, "quiet"))
 		return q == "true"
 	})

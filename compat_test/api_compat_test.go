@@ -17,6 +17,7 @@ import (
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/rubytest"
+	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -705,7 +706,7 @@ cli.run
 	require.NoError(t, err)
 
 	var proc *api.Process
-	apiEventually(t, "the process registers", 30*time.Second, func() bool {
+	wait.Within(t, 30*time.Second, "the process registers", func() bool {
 		list, err := admin.Processes(ctx, &api.ProcessListParams{SkipCleanup: true})
 		require.NoError(t, err)
 		for _, p := range list.Processes {
@@ -727,7 +728,7 @@ cli.run
 	require.Equal(t, strings.TrimSpace(rubyAttrs), string(m.Encode()))
 
 	require.NoError(t, proc.Quiet(ctx))
-	apiEventually(t, "the process turns quiet", 20*time.Second, func() bool {
+	wait.Within(t, 20*time.Second, "the process turns quiet", func() bool {
 		list, err := admin.Processes(ctx, &api.ProcessListParams{SkipCleanup: true})
 		require.NoError(t, err)
 		return len(list.Processes) == 1 && list.Processes[0].Stopping()
@@ -735,24 +736,9 @@ cli.run
 	require.Equal(t, "true\n", e.ruby(t, `puts Sidekiq::ProcessSet.new(false).first.stopping?`))
 
 	require.NoError(t, proc.Stop(ctx))
-	apiEventually(t, "the process unregisters", 30*time.Second, func() bool {
+	wait.Within(t, 30*time.Second, "the process unregisters", func() bool {
 		n, err := admin.ProcessCount(ctx)
 		require.NoError(t, err)
 		return n == 0
 	})
-}
-
-// apiEventually polls cond against Redis (the state a Ruby process
-// changes at its heartbeats) until it holds.
-func apiEventually(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		<-tick.C
-	}
 }

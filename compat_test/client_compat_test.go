@@ -418,7 +418,7 @@ puts JSON.generate({
 // TestClientCompatRescheduleKeepsOneMember: Ruby's SortedEntry#reschedule
 // re-encodes the member (ZINCRBY set delta dump_json(item)); for Go-written
 // retry and schedule entries that re-encoding is byte-identical, so exactly
-// one member remains with the new score (§2.3). A payload written by Go's
+// one member remains with the new score (docs/sidekiq-wire.md#json-generation). A payload written by Go's
 // encoding/json, the control, shows the hazard: a second member appears.
 func TestClientCompatRescheduleKeepsOneMember(t *testing.T) {
 	t.Parallel()
@@ -472,7 +472,7 @@ Sidekiq::ScheduledSet.new.find_job("0123456789abcdef01234567").reschedule(%s)
 	require.Equal(t, string(res.Payload), ours[0][0])
 	near(ours[0][1], newSched)
 
-	require.Len(t, others, 2, "the encoding/json control should show the §2.3 duplicate")
+	require.Len(t, others, 2, "the encoding/json control should show the re-serialization duplicate (docs/sidekiq-wire.md#json-generation)")
 	if others[0][0] != string(naive) {
 		others[0], others[1] = others[1], others[0]
 	}

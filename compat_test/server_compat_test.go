@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/internal/rubytest"
+	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -62,19 +63,6 @@ func svStop(t *testing.T, s *sidekiq.Server) {
 	require.NoError(t, s.Stop(ctx))
 }
 
-// svWaitFor polls cond until it holds or the deadline passes. The effects
-// awaited are in Redis or in other processes, where no Go signal exists.
-func svWaitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // svInt reads an integer reply.
 func svInt(t *testing.T, e *env, cmd string, args ...any) int {
 	t.Helper()
@@ -115,7 +103,7 @@ func svRubySidekiq(t *testing.T, e *env, worker string, args ...string) *svRuby 
 	require.NoError(t, err)
 	cmd := rubytest.Start(t, e.srv.URL(), svCLIScript, "SV_SIDEKIQ_ARGS="+string(argv))
 	r := &svRuby{pid: cmd.Process.Pid, stop: func() { cmd.Process.Signal(syscall.SIGTERM) }}
-	svWaitFor(t, 30*time.Second, "the Ruby Sidekiq process's first heartbeat", func() bool {
+	wait.Within(t, 30*time.Second, "the Ruby Sidekiq process's first heartbeat", func() bool {
 		r.identity = svProcessByPID(t, e, r.pid)
 		return r.identity != ""
 	})
@@ -337,7 +325,7 @@ puts JSON.generate(jids)
 		}
 		return out
 	}
-	svWaitFor(t, 30*time.Second, "all scheduled jobs to run", func() bool {
+	wait.Within(t, 30*time.Second, "all scheduled jobs to run", func() bool {
 		mu.Lock()
 		g := len(goRuns)
 		mu.Unlock()
@@ -349,7 +337,7 @@ puts JSON.generate(jids)
 	// Stop both; each finishes what it has fetched, so any duplicate still
 	// in flight is recorded before counting.
 	ruby.stop()
-	svWaitFor(t, 15*time.Second, "the Ruby process to unregister", func() bool {
+	wait.Within(t, 15*time.Second, "the Ruby process to unregister", func() bool {
 		return svInt(t, e, "SISMEMBER", wire.KeyProcesses, ruby.identity) == 0
 	})
 	svStop(t, srv)
@@ -380,7 +368,7 @@ puts JSON.generate(jids)
 	require.Zero(t, svInt(t, e, "LLEN", wire.QueueKey("svsched")))
 	// Ruby flushes its counters at exit, after it left `processes`; the
 	// probe counts too.
-	svWaitFor(t, 10*time.Second, "stat:processed to count every run", func() bool {
+	wait.Within(t, 10*time.Second, "stat:processed to count every run", func() bool {
 		return svInt(t, e, "GET", wire.KeyStatProcessed) == n+1
 	})
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/internal/rubytest"
+	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -198,7 +199,7 @@ func TestWebUICompatBusyShowsGojobAndRuby(t *testing.T) {
 	}
 	goWork := wire.WorkKey(srv.Identity(), wire.Version6)
 	rubyWork := ruby.identity + ":workers"
-	svWaitFor(t, 15*time.Second, "both running jobs in the work hashes", func() bool {
+	wait.Within(t, 15*time.Second, "both running jobs in the work hashes", func() bool {
 		return svInt(t, e, "HLEN", goWork) == 1 && svInt(t, e, "HLEN", rubyWork) == 1
 	})
 
@@ -274,7 +275,7 @@ func TestWebUICompatQuietAndStop(t *testing.T) {
 		}
 	})
 	id := srv.Identity()
-	svWaitFor(t, 10*time.Second, "gojob to register", func() bool {
+	wait.Within(t, 10*time.Second, "gojob to register", func() bool {
 		return svInt(t, e, "SISMEMBER", wire.KeyProcesses, id) == 1
 	})
 	ui := rubytest.StartWebUI(t, e.srv.URL())
@@ -304,7 +305,7 @@ func TestWebUICompatQuietAndStop(t *testing.T) {
 	ui.Post(t, page, "/busy", url.Values{"identity": {id}, "quiet": {"1"}})
 	require.Equal(t, "TSTP", nextSignal())
 	require.True(t, srv.IsQuiet())
-	svWaitFor(t, 10*time.Second, `quiet = "true" in the process hash`, func() bool {
+	wait.Within(t, 10*time.Second, `quiet = "true" in the process hash`, func() bool {
 		q, _ := redis.String(e.do(t, "HGET", id, "quiet"), nil)
 		return q == "true"
 	})
@@ -369,7 +370,7 @@ func TestWebUICompatRetryNow(t *testing.T) {
 	before := wire.EpochSeconds(time.Now())
 	jidA := uiPush(t, e, "svretry", "SvFlakyJob", nil, "a")
 	jidB := uiPush(t, e, "svretry", "SvFlakyJob", nil, "b")
-	svWaitFor(t, 10*time.Second, "both failures in the retry set", func() bool {
+	wait.Within(t, 10*time.Second, "both failures in the retry set", func() bool {
 		return svInt(t, e, "ZCARD", wire.KeyRetry) == 2
 	})
 	after := wire.EpochSeconds(time.Now())
@@ -483,7 +484,7 @@ func TestWebUICompatDeadPage(t *testing.T) {
 
 	// B's first failure is a retry 15-25 s ahead: make it due now, as if
 	// the time had passed, so gojob's poller enqueues it again.
-	svWaitFor(t, 10*time.Second, "B in the retry set", func() bool {
+	wait.Within(t, 10*time.Second, "B in the retry set", func() bool {
 		return svInt(t, e, "ZCARD", wire.KeyRetry) == 1
 	})
 	e.do(t, "ZADD", wire.KeyRetry, "XX", wire.Score(time.Now()), svRetryMember(t, e, jidB))
@@ -593,7 +594,7 @@ func TestWebUICompatDashboardStats(t *testing.T) {
 		_, err = e.client.Push(context.Background(), job, &sidekiq.PushOpts{In: time.Hour})
 		require.NoError(t, err)
 	}
-	svWaitFor(t, 10*time.Second, "server A to run its 12 jobs", func() bool {
+	wait.Within(t, 10*time.Second, "server A to run its 12 jobs", func() bool {
 		return ok.Load() == 7 && svInt(t, e, "ZCARD", wire.KeyRetry) == 3 && svInt(t, e, "ZCARD", wire.KeyDead) == 2
 	})
 	st := uiGetStats(t, ui).Sidekiq
@@ -617,7 +618,7 @@ func TestWebUICompatDashboardStats(t *testing.T) {
 	uiPush(t, e, "svstats", "SvStatsOK", nil, 100)
 	uiPush(t, e, "svstats", "SvStatsOK", nil, 101)
 	uiPush(t, e, "svstats", "SvStatsFail", nil, 102)
-	svWaitFor(t, 10*time.Second, "the heartbeat to flush server B's counts", func() bool {
+	wait.Within(t, 10*time.Second, "the heartbeat to flush server B's counts", func() bool {
 		return uiGetStats(t, ui).Sidekiq.Processed == 15
 	})
 	st = uiGetStats(t, ui).Sidekiq

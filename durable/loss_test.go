@@ -15,6 +15,7 @@ import (
 
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -92,7 +93,7 @@ func TestLossKill9(t *testing.T) {
 	conn := pool.Get()
 	defer conn.Close()
 	ctx := context.Background()
-	logs := &logBuffer{t: t}
+	logs := testlog.New(t)
 	log := zerolog.New(logs)
 
 	d, err := New(&Config{URLs: []string{dbURL}, Table: table, Classes: lossClasses, Logger: log})

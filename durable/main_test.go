@@ -1,7 +1,6 @@
 package durable
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -17,9 +16,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -44,6 +45,12 @@ func TestMain(m *testing.M) {
 	drop := setupPostgres()
 	code := m.Run()
 	drop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
@@ -147,45 +154,13 @@ func eachBackend(t *testing.T, f func(t *testing.T, be backend)) {
 	}
 }
 
-// logBuffer collects log lines for assertions and also writes them to the
-// test log.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	t   testing.TB
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.t.Logf("%s", bytes.TrimRight(p, "\n"))
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-// count returns how many lines have level and contain substr.
-func (l *logBuffer) count(level, substr string) int {
-	n := 0
-	for _, line := range bytes.Split([]byte(l.String()), []byte("\n")) {
-		if bytes.Contains(line, []byte(`"level":"`+level+`"`)) && bytes.Contains(line, []byte(substr)) {
-			n++
-		}
-	}
-	return n
-}
-
 // testBundle is a Durable on fresh tables, a private Redis, a client with
 // the durable middleware and a fake clock.
 type testBundle struct {
 	d      *Durable
 	urls   []string
 	clk    *clock.Fake
-	logs   *logBuffer
+	logs   *testlog.Buffer
 	log    zerolog.Logger
 	rs     *redistest.Server
 	pool   *redis.Pool
@@ -209,7 +184,7 @@ var testNow = time.Date(2026, 3, 4, 5, 6, 7, 123456000, time.UTC)
 
 func setup(t *testing.T, o bundleOpts) *testBundle {
 	t.Helper()
-	logs := &logBuffer{t: t}
+	logs := testlog.New(t)
 	log := zerolog.New(logs).With().Timestamp().Logger()
 	clk := clock.NewFake(testNow)
 	if o.classes == nil {

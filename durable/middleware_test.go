@@ -16,14 +16,15 @@ import (
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// The tests named A9_n are items of the conformance checklist of
-// shared/spec/durable.md §A9 (Amigo's durable_job_spec.rb); each runs on
-// PostgreSQL (two databases) and on SQLite (two files).
+// Tests marked "Checklist item N" implement that item of
+// docs/durable.md#conformance-checklist (Amigo's durable_job_spec.rb); each
+// runs on PostgreSQL (two databases) and on SQLite (two files).
 
 // Ruby's enabled=false (items 6, 11, 18, 28) is, in gojob, not installing
 // the middleware: nothing of this package runs then.
 
-func TestA9_01_MigrateCreatesTableInEachDatabase(t *testing.T) {
+// Checklist item 1 (docs/durable.md#conformance-checklist).
+func TestMigrateCreatesTableInEachDatabase(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
@@ -54,7 +55,8 @@ func rubyPush(t *testing.T, b *testBundle, job *wire.Job) {
 	require.True(t, reached)
 }
 
-func TestA9_02_ClientInsertsIntoFirstDatabase(t *testing.T) {
+// Checklist item 2 (docs/durable.md#conformance-checklist).
+func TestClientInsertsIntoFirstDatabase(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
@@ -102,7 +104,8 @@ func TestA9_02_ClientInsertsIntoFirstDatabase(t *testing.T) {
 	})
 }
 
-func TestA9_03_FallsBackToSecondDatabase(t *testing.T) {
+// Checklist item 3 (docs/durable.md#conformance-checklist).
+func TestFallsBackToSecondDatabase(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
@@ -110,19 +113,20 @@ func TestA9_03_FallsBackToSecondDatabase(t *testing.T) {
 		res, err := b.client.Enqueue(context.Background(), "", "DurableJob", 1)
 		require.NoError(t, err)
 		require.NotNil(t, b.rowIn(t, 1, res.JID))
-		require.Equal(t, 1, b.logs.count("warn", "durable insert failed"))
-		require.Equal(t, 0, b.logs.count("error", ""))
+		require.Equal(t, 1, b.logs.Count("warn", "durable insert failed"))
+		require.Equal(t, 0, b.logs.Count("error", ""))
 	})
 }
 
-func TestA9_04_NoDatabaseLogsAndStillPushes(t *testing.T) {
+// Checklist item 4 (docs/durable.md#conformance-checklist).
+func TestNoDatabaseLogsAndStillPushes(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		b := setup(t, bundleOpts{urls: []string{be.unreachable}})
 		_, err := b.client.Enqueue(context.Background(), "", "DurableJob", 1)
 		require.NoError(t, err)
 		require.Equal(t, 1, b.llen(t, "default"))
-		require.Equal(t, 1, b.logs.count("error", "no database available to insert"))
+		require.Equal(t, 1, b.logs.Count("error", "no database available to insert"))
 	})
 }
 
@@ -166,7 +170,8 @@ func (c *spyConn) ReceiveWithTimeout(d time.Duration) (any, error) {
 	return redis.ReceiveWithTimeout(c.Conn, d)
 }
 
-func TestA9_05_InsertHappensBeforeRedisPush(t *testing.T) {
+// Checklist item 5 (docs/durable.md#conformance-checklist).
+func TestInsertHappensBeforeRedisPush(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
@@ -254,7 +259,8 @@ func (s *serverBundle) wait(t *testing.T) jobOutcome {
 	return jobOutcome{}
 }
 
-func TestA9_07_08_LockedWhileRunningDeletedAfterSuccess(t *testing.T) {
+// Checklist items 7, 8 (docs/durable.md#conformance-checklist).
+func TestLockedWhileRunningDeletedAfterSuccess(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
@@ -280,7 +286,8 @@ func TestA9_07_08_LockedWhileRunningDeletedAfterSuccess(t *testing.T) {
 	})
 }
 
-func TestA9_09_ErrorUnlocksAndRecordsError(t *testing.T) {
+// Checklist item 9 (docs/durable.md#conformance-checklist).
+func TestErrorUnlocksAndRecordsError(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
@@ -306,7 +313,8 @@ func TestA9_09_ErrorUnlocksAndRecordsError(t *testing.T) {
 	})
 }
 
-func TestA9_09_PanicUnlocksAndRecordsError(t *testing.T) {
+// Checklist item 9 (docs/durable.md#conformance-checklist).
+func TestPanicUnlocksAndRecordsError(t *testing.T) {
 	t.Parallel()
 	urls := backends[1].urls(t)
 	b := setup(t, bundleOpts{urls: urls[:]})
@@ -326,7 +334,8 @@ func TestA9_09_PanicUnlocksAndRecordsError(t *testing.T) {
 	require.Equal(t, "panic: boom", item.ErrorMessage())
 }
 
-func TestA9_10_NoRowLogsAndRuns(t *testing.T) {
+// Checklist item 10 (docs/durable.md#conformance-checklist).
+func TestNoRowLogsAndRuns(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
@@ -343,11 +352,12 @@ func TestA9_10_NoRowLogsAndRuns(t *testing.T) {
 		}})
 		require.NoError(t, s.wait(t).err)
 		require.False(t, <-ran, "ran without a durable row")
-		require.Equal(t, 1, b.logs.count("error", "DurableJob: DurableJob["+res.JID+"]: no row found in database"))
+		require.Equal(t, 1, b.logs.Count("error", "DurableJob: DurableJob["+res.JID+"]: no row found in database"))
 	})
 }
 
-func TestA9_12_NonDurableClassIsUntouched(t *testing.T) {
+// Checklist item 12 (docs/durable.md#conformance-checklist).
+func TestNonDurableClassIsUntouched(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
@@ -363,11 +373,12 @@ func TestA9_12_NonDurableClassIsUntouched(t *testing.T) {
 		require.NoError(t, s.wait(t).err)
 		require.False(t, <-ran)
 		require.Nil(t, b.row(t, res.JID))
-		require.Equal(t, 0, b.logs.count("error", ""))
+		require.Equal(t, 0, b.logs.Count("error", ""))
 	})
 }
 
-func TestA9_13_14_15_InsertJob(t *testing.T) {
+// Checklist items 13, 14, 15 (docs/durable.md#conformance-checklist).
+func TestInsertJob(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
@@ -404,7 +415,8 @@ func TestA9_13_14_15_InsertJob(t *testing.T) {
 	})
 }
 
-func TestA9_16_17_Heartbeat(t *testing.T) {
+// Checklist items 16, 17 (docs/durable.md#conformance-checklist).
+func TestHeartbeat(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
@@ -472,7 +484,7 @@ func TestLockFindsRowInAnotherDatabase(t *testing.T) {
 		})
 		require.NoError(t, err)
 		require.Nil(t, down.rowIn(t, 1, j2.JID()))
-		require.Equal(t, 1, down.logs.count("warn", "durable lock: database skipped"))
+		require.Equal(t, 1, down.logs.Count("warn", "durable lock: database skipped"))
 	})
 }
 

@@ -285,7 +285,7 @@ func TestOutageFinishingWritesLandWhenTheDatabaseIsBack(t *testing.T) {
 		require.Equal(t, 1, b.zcard(t, wire.KeyRetry))
 		require.Equal(t, pendingRemove, b.d.pend.get(st0, sched.JID).kind)
 		require.Nil(t, b.rowIn(t, 1, sched.JID), "DB2's row was deleted after the success")
-		require.Equal(t, 3, b.logs.count("warn", "retrying in the background")+b.logs.count("warn", "is retried in the background"))
+		require.Equal(t, 3, b.logs.Count("warn", "retrying in the background")+b.logs.Count("warn", "is retried in the background"))
 
 		// DB1 answers again: the loop applies the pending writes by itself.
 		require.NoError(t, o.up())
@@ -298,7 +298,7 @@ func TestOutageFinishingWritesLandWhenTheDatabaseIsBack(t *testing.T) {
 		item, err := wire.ParseJob([]byte(failed.ItemJSON))
 		require.NoError(t, err)
 		require.Equal(t, "boom", item.ErrorMessage())
-		require.GreaterOrEqual(t, b.logs.count("info", "pending durable row write applied"), 2)
+		require.GreaterOrEqual(t, b.logs.Count("info", "pending durable row write applied"), 2)
 		for _, e := range handlerErrs {
 			require.NoError(t, e)
 		}
@@ -314,7 +314,7 @@ func TestOutageFinishingWritesLandWhenTheDatabaseIsBack(t *testing.T) {
 		}
 		require.Zero(t, b.zcard(t, wire.KeyDead))
 		require.Zero(t, b.deaths.count())
-		require.Equal(t, 0, b.logs.count("error", `"component":"durable`))
+		require.Equal(t, 0, b.logs.Count("error", `"component":"durable`))
 	})
 }
 
@@ -435,14 +435,14 @@ func TestStopTriesPendingWritesOnceAndLogsTheRest(t *testing.T) {
 		defer cancel()
 		err := b.d.Stop(stopCtx)
 		require.ErrorIs(t, err, ErrPendingWrites)
-		require.Equal(t, 1, b.logs.count("error", "still pending at shutdown"))
-		require.Equal(t, 1, b.logs.count("error", `"jid":"`+jid+`"`))
-		require.Equal(t, 1, b.logs.count("error", `"database":"`+b.d.stores[0].name()+`"`))
+		require.Equal(t, 1, b.logs.Count("error", "still pending at shutdown"))
+		require.Equal(t, 1, b.logs.Count("error", `"jid":"`+jid+`"`))
+		require.Equal(t, 1, b.logs.Count("error", `"database":"`+b.d.stores[0].name()+`"`))
 		require.NoError(t, b.d.Stop(stopCtx), "a second Stop does nothing")
 		// A write that fails after Stop is logged, not queued.
 		b.d.pend.add(&pendingWrite{st: b.d.stores[0], jid: "late", kind: pendingRemove})
 		require.Zero(t, b.d.pend.len())
-		require.Equal(t, 1, b.logs.count("error", "after shutdown"))
+		require.Equal(t, 1, b.logs.Count("error", "after shutdown"))
 		require.NoError(t, o.up())
 		require.NotNil(t, b.rowIn(t, 0, jid), "left for the operator")
 
@@ -452,7 +452,7 @@ func TestStopTriesPendingWritesOnceAndLogsTheRest(t *testing.T) {
 		require.NoError(t, o.up())
 		require.NoError(t, b2.d.Stop(stopCtx))
 		require.Nil(t, b2.rowIn(t, 0, jid2))
-		require.Equal(t, 0, b2.logs.count("error", ""))
+		require.Equal(t, 0, b2.logs.Count("error", ""))
 	})
 }
 
@@ -477,7 +477,7 @@ func TestPendingWritesReplaceAndBound(t *testing.T) {
 	p.add(&pendingWrite{st: st, jid: "c", kind: pendingRemove})
 	require.Equal(t, 2, p.len())
 	require.Nil(t, p.get(st, "c"))
-	require.Equal(t, 1, b.logs.count("error", "too many durable row writes pending"))
+	require.Equal(t, 1, b.logs.Count("error", "too many durable row writes pending"))
 	p.add(&pendingWrite{st: st, jid: "b", kind: pendingRemove})
 	require.Equal(t, 2, p.len(), "replacing a write is not bounded")
 	p.add(&pendingWrite{st: st, jid: "b", kind: pendingUnlock})

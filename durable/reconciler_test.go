@@ -39,7 +39,8 @@ func filler(n int, class string) []any {
 	return out
 }
 
-func TestA9_19_KillsExpiredMissingJobLeavesOthers(t *testing.T) {
+// Checklist item 19 (docs/durable.md#conformance-checklist).
+func TestKillsExpiredMissingJobLeavesOthers(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
@@ -72,7 +73,8 @@ func TestA9_19_KillsExpiredMissingJobLeavesOthers(t *testing.T) {
 	})
 }
 
-func TestA9_20_FailureNotifierInsteadOfDeathHandlers(t *testing.T) {
+// Checklist item 20 (docs/durable.md#conformance-checklist).
+func TestFailureNotifierInsteadOfDeathHandlers(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
@@ -96,7 +98,8 @@ func TestA9_20_FailureNotifierInsteadOfDeathHandlers(t *testing.T) {
 	})
 }
 
-func TestA9_21_DeathHandlersWithoutNotifier(t *testing.T) {
+// Checklist item 21 (docs/durable.md#conformance-checklist).
+func TestDeathHandlersWithoutNotifier(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
@@ -113,7 +116,8 @@ func TestA9_21_DeathHandlersWithoutNotifier(t *testing.T) {
 	})
 }
 
-func TestA9_22_TwoStrikes(t *testing.T) {
+// Checklist item 22 (docs/durable.md#conformance-checklist).
+func TestTwoStrikes(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
@@ -148,7 +152,8 @@ func TestA9_22_TwoStrikes(t *testing.T) {
 // Ruby skips the whole poll once the retry or dead set holds 500 entries
 // (items 23, 24) and skips queues of 500 (item 25); gojob looks jobs up by
 // jid and never skips.
-func TestA9_23_24_LargeRetryAndDeadSetsDoNotDisable(t *testing.T) {
+// Checklist items 23, 24 (docs/durable.md#conformance-checklist).
+func TestLargeRetryAndDeadSetsDoNotDisable(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
@@ -193,7 +198,8 @@ func TestA9_23_24_LargeRetryAndDeadSetsDoNotDisable(t *testing.T) {
 	})
 }
 
-func TestA9_25_JobsWaitingInQueuesAreExtended(t *testing.T) {
+// Checklist item 25 (docs/durable.md#conformance-checklist).
+func TestJobsWaitingInQueuesAreExtended(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
@@ -229,7 +235,8 @@ func TestA9_25_JobsWaitingInQueuesAreExtended(t *testing.T) {
 	})
 }
 
-func TestA9_26_JobInRetrySet(t *testing.T) {
+// Checklist item 26 (docs/durable.md#conformance-checklist).
+func TestJobInRetrySet(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
@@ -248,7 +255,8 @@ func TestA9_26_JobInRetrySet(t *testing.T) {
 	})
 }
 
-func TestA9_27_JobInDeadSet(t *testing.T) {
+// Checklist item 27 (docs/durable.md#conformance-checklist).
+func TestJobInDeadSet(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
@@ -292,8 +300,8 @@ func TestScheduledJobIsFoundInScheduleSet(t *testing.T) {
 	})
 }
 
-// fakeProcess registers a live process whose work hash runs job (spec
-// §7.3/§7.4 layout).
+// fakeProcess registers a live process whose work hash runs job (layout of
+// docs/sidekiq-wire.md#process-info and #work-hash).
 func (b *testBundle) fakeProcess(t testing.TB, identity string, job *wire.Job) {
 	t.Helper()
 	w := rubyjson.NewMap()
@@ -326,7 +334,7 @@ func TestRunningJobIsNotKilled(t *testing.T) {
 			require.Equal(t, 0, res.Killed)
 		}
 		require.Nil(t, b.row(t, job.JID()).MissingAt)
-		require.Equal(t, 3, b.logs.count("warn", "runs longer than its heartbeat extension"), "one warning per pass")
+		require.Equal(t, 3, b.logs.Count("warn", "runs longer than its heartbeat extension"), "one warning per pass")
 		// Once its process is gone (keys expired), the two strikes apply.
 		_, err := b.conn.Do("DEL", "h:1:abc")
 		require.NoError(t, err)
@@ -445,4 +453,82 @@ func TestNewReconcilerValidates(t *testing.T) {
 	require.ErrorContains(t, err, "at least one database")
 	_, err = New(&Config{URLs: []string{"sqlite:x.db"}, Classes: map[string]time.Duration{"A": -time.Second}})
 	require.ErrorContains(t, err, "negative")
+}
+
+// The first strike records when the job was actually looked for, not when
+// the pass began: a pass slowed down (here by a failure notifier taking
+// four minutes) must not let the second strike come less than one
+// extension after the first.
+func TestStrikeTimeIsWhenTheRowIsChecked(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, be backend) {
+		urls := be.urls(t)
+		b := setup(t, bundleOpts{urls: urls[:]})
+		lost := newJob(t, "DurableJob", 1)
+		b.insert(t, lost, ptr(testNow)) // second strike due: killed in page 1
+		b.clk.Advance(time.Second)
+		later := newJob(t, "DurableJob", 2)
+		b.insert(t, later, nil) // never missed: first strike in page 2
+		b.clk.Advance(6 * time.Minute)
+		r, err := NewReconciler(&ReconcilerConfig{Durable: b.d, API: b.api, PageSize: 1,
+			FailureNotifier: func(context.Context, *wire.Job) { b.clk.Advance(4 * time.Minute) }})
+		require.NoError(t, err)
+		res := b.reconcile(t, r)
+		require.Equal(t, []string{lost.JID()}, res.KilledJIDs)
+		require.Equal(t, 1, res.Marked)
+		checkedAt := b.clk.Now() // page 2 was checked after the notifier's 4 minutes
+		row := b.row(t, later.JID())
+		require.True(t, micro(checkedAt).Equal(*row.MissingAt), "missing_at %v, checked at %v", row.MissingAt, checkedAt)
+		require.True(t, micro(checkedAt.Add(5*time.Minute)).Equal(row.AssumeDeadAt))
+
+		// Two minutes after it was found missing, the job is not killed.
+		b.clk.Advance(2 * time.Minute)
+		res = b.reconcile(t, r)
+		require.Empty(t, res.KilledJIDs)
+		require.NotNil(t, b.row(t, later.JID()))
+	})
+}
+
+// An ActiveJob row gets its wrapped class's extension from the reconciler
+// too, as from the client and server middleware, even when '*' makes every
+// class durable: the first strike gives the job that class's extension
+// before the second.
+func TestReconcilerUsesWrappedClassExtension(t *testing.T) {
+	t.Parallel()
+	urls := backends[1].urls(t)
+	b := setup(t, bundleOpts{urls: urls[:], classes: map[string]time.Duration{AllClasses: 0, "LongJob": 20 * time.Minute}})
+	job := newJob(t, wire.ActiveJobWrapper, map[string]any{"job_class": "LongJob", "arguments": []any{}})
+	job.Set("wrapped", rubyjson.StringValue("LongJob"))
+	b.insert(t, job, nil)
+	require.True(t, micro(testNow.Add(20*time.Minute)).Equal(b.row(t, job.JID()).AssumeDeadAt), "client side: the wrapped class's")
+	b.clk.Advance(21 * time.Minute)
+	res := b.reconcile(t, b.reconciler(t, nil))
+	require.Equal(t, 1, res.Marked)
+	require.True(t, micro(b.clk.Now().Add(20*time.Minute)).Equal(b.row(t, job.JID()).AssumeDeadAt), "%v", b.row(t, job.JID()).AssumeDeadAt)
+}
+
+// A death handler that panics (the server recovers those of its own
+// failures) does not crash the reconciler, which runs inside every worker
+// process; the job is in the dead set and the pass goes on.
+func TestPanickingDeathHandlerDoesNotStopThePass(t *testing.T) {
+	t.Parallel()
+	urls := backends[1].urls(t)
+	b := setup(t, bundleOpts{urls: urls[:]})
+	admin, err := api.New(&api.Config{Pool: b.pool, Clock: b.clk, DeathHandlers: []sidekiq.DeathHandler{
+		func(context.Context, *wire.Job, error) { panic("handler bug") },
+	}})
+	require.NoError(t, err)
+	var jids []string
+	for i := range 2 {
+		j := newJob(t, "DurableJob", i)
+		b.insert(t, j, ptr(testNow))
+		jids = append(jids, j.JID())
+	}
+	b.clk.Advance(6 * time.Minute)
+	r, err := NewReconciler(&ReconcilerConfig{Durable: b.d, API: admin})
+	require.NoError(t, err)
+	res := b.reconcile(t, r)
+	require.ElementsMatch(t, jids, res.KilledJIDs)
+	require.Equal(t, 2, b.zcard(t, wire.KeyDead))
+	require.Equal(t, 2, b.logs.Count("error", "death handler panicked"))
 }

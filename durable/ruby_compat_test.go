@@ -14,7 +14,7 @@ import (
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// rubyTable is the table of shared/spec/durable.md §A2 in Sequel's
+// rubyTable is the table of docs/durable.md#table in Sequel's
 // create_table DSL, as Amigo's ensure_jobs_tables declares it, followed by
 // helpers that write rows the way Amigo's insert_job and lock_job do.
 const rubyTable = `

@@ -330,3 +330,19 @@ WHERE n.nspname = $1 AND t.relname = $2 AND c.conname = $3`, schema, table, tabl
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND tablename = $2`, schema, table).Scan(&indexes))
 	require.Equal(t, 1, indexes, "only the unique index: assume_dead_at is deliberately not indexed")
 }
+
+func TestStoreUpsertReportsCreation(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, be backend) {
+		s := openTestStore(t, be)
+		ctx := context.Background()
+		p := upsertParams{JobID: "j", JobClass: "C", ItemJSON: "{}", Queue: "q", InsertedAt: testNow, AssumeDeadAt: testNow}
+		created, err := s.upsertCreated(ctx, p)
+		require.NoError(t, err)
+		require.True(t, created)
+		p.InsertedAt = testNow.Add(time.Minute)
+		created, err = s.upsertCreated(ctx, p)
+		require.NoError(t, err)
+		require.False(t, created, "a refresh of the row")
+	})
+}

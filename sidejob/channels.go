@@ -11,7 +11,7 @@ import (
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
-// Publish sends message to channel as SideJob.publish does (spec §4):
+// Publish sends message to channel as SideJob.publish does (docs/sidejob.md#channels):
 //
 //  1. a Redis PUBLISH of its JSON to the exact channel;
 //  2. a reliable delivery walk, with "channel": channel added to the log

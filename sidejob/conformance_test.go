@@ -12,7 +12,7 @@ import (
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
-// Examples of the gem's suite (spec §9) that the other test files do not
+// Examples of the gem's suite (docs/sidejob.md#gem-test-suite) that the other test files do not
 // cover.
 
 // sidejob_spec.rb: "args are stored and passed to perform"; "parent+name

@@ -7,8 +7,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-// ConnectTo moves all of the port's data to dests (Port#connect_to, spec
-// §3.4): the source list and default are read and the list deleted
+// ConnectTo moves all of the port's data to dests (Port#connect_to,
+// docs/sidejob.md#port-operations): the source list and default are read and the list deleted
 // atomically; the raw envelopes (with their original context and options)
 // are appended to every destination, and the source's default is copied to
 // every destination whose default differs. When data moved, one log entry

@@ -21,7 +21,8 @@ func (quietWorker) Perform(context.Context, *Job, []rubyjson.Value) error {
 	return &tracedError{msg: "boom", trace: []string{"<frames>", "/gems/sidekiq/processor.rb:1:in `call'"}}
 }
 
-// TestGoldenScenario reproduces the spec §12 run of the 4.1.0 gem and checks
+// TestGoldenScenario reproduces the recorded run of the 4.1.0 gem
+// (docs/sidejob.md#golden-session) and checks
 // the pub/sub messages and the Redis keys against the golden sample (ids and
 // timestamps aside).
 func TestGoldenScenario(t *testing.T) {
@@ -146,7 +147,7 @@ func TestGoldenScenario(t *testing.T) {
 }
 
 // TestReadGoldenState loads a Redis state written as the 4.1.0 gem writes it
-// (spec §12 values) and checks that the API reads it.
+// (the values of docs/sidejob.md#golden-session) and checks that the API reads it.
 func TestReadGoldenState(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

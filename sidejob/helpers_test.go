@@ -262,7 +262,7 @@ func (s *pubsubRecorder) stop(t *testing.T, b *testBundle) []message {
 
 var tsRE = regexp.MustCompile(`"timestamp":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z"`)
 
-// normalize replaces timestamps by "…" as the spec's golden sample does.
+// normalize replaces timestamps by "…" as the golden session of docs/sidejob.md#golden-session does.
 func normalize(msgs []message) []string {
 	out := make([]string, len(msgs))
 	for i, m := range msgs {

@@ -11,7 +11,7 @@ import (
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
-// Job statuses (spec §2.4).
+// Job statuses (docs/sidejob.md#statuses).
 const (
 	StatusQueued      = "queued"
 	StatusRunning     = "running"

@@ -2,6 +2,7 @@ package sidejob
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -246,4 +247,52 @@ func TestStateAndLocks(t *testing.T) {
 	require.True(t, ok)
 	_, err = j.State(ctx)
 	require.ErrorIs(t, err, ErrJobNotFound)
+}
+
+// Ruby's status= checks that the job exists (docs/sidejob.md#ruby-api: "nearly every method
+// first checks that the job exists", and 4.0's status= went through set,
+// which raised "Job N does not exist!"). SetStatus on a deleted job fails
+// and does not recreate job:<id>:status or publish; the middleware's final
+// status writes on a job deleted during perform leave it gone too.
+func TestSetStatusOnADeletedJobFails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	j := b.queue(t, "TestWorker", nil)
+	require.NoError(t, j.SetStatus(ctx, StatusTerminated))
+	deleted, err := j.Delete(ctx)
+	require.NoError(t, err)
+	require.True(t, deleted)
+	sub := b.subscribe(t)
+	err = j.SetStatus(ctx, StatusQueued)
+	require.ErrorIs(t, err, ErrJobNotFound)
+	var nf *JobNotFoundError
+	require.True(t, errors.As(err, &nf))
+	require.Equal(t, j.ID(), nf.ID)
+	require.False(t, b.exists(t, j.key("status")))
+	require.Empty(t, sub.stop(t, b), "nothing published")
+
+	// a job that deletes itself during perform and then fails: the gem's
+	// failed write would raise; here nothing is written and the worker's
+	// error is what comes back
+	w := &hookWorker{perform: func(ctx context.Context, j *Job) error {
+		require.NoError(t, j.SetStatus(ctx, StatusTerminated))
+		ok, err := j.Delete(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+		return errors.New("boom")
+	}}
+	j2 := b.hook(t, w)
+	err = b.exec(t, j2)
+	require.EqualError(t, err, "boom")
+	require.False(t, b.exists(t, j2.key("status")), "failed is not written to a deleted job")
+	// and one that completes normally
+	w3 := &hookWorker{perform: func(ctx context.Context, j *Job) error {
+		require.NoError(t, j.SetStatus(ctx, StatusTerminated))
+		_, err := j.Delete(ctx)
+		return err
+	}}
+	j3 := b.hook(t, w3)
+	require.NoError(t, b.exec(t, j3))
+	require.False(t, b.exists(t, j3.key("status")))
 }

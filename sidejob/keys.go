@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Redis keys and pub/sub channels shared with the Ruby gem (spec §1, §4).
+// Redis keys and pub/sub channels shared with the Ruby gem (docs/sidejob.md#redis-keys, #channels).
 // Job keys are "job:<id>:<suffix>"; see JobKey.
 const (
 	// KeyJobs is the set of live job ids.

@@ -115,7 +115,7 @@ func (j *Job) SetOutports(ctx context.Context, defs []PortDef) error {
 	return j.setPorts(ctx, OutPort, defs)
 }
 
-// setPorts writes the port set in one MULTI (spec §3.3): the data of ports
+// setPorts writes the port set in one MULTI (docs/sidejob.md#setting-ports): the data of ports
 // that are not kept is deleted, the name set, defaults and channels are
 // rewritten, and the job is added to channel:<ch> for every channel (in and
 // out). Defaults are encoded with the context and group options of ctx.

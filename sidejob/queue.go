@@ -29,7 +29,7 @@ type QueueOpts struct {
 }
 
 // Queue creates a job of class in queue and queues its first run
-// (SideJob.queue, spec §2.1): the class must be registered in
+// (SideJob.queue, docs/sidejob.md#creating-a-job): the class must be registered in
 // workers:<queue>; the job gets the next id, status completed, its
 // timestamps and ports, is adopted by o.Parent, then Run moves it to queued
 // and pushes it to Sidekiq.
@@ -37,7 +37,7 @@ type QueueOpts struct {
 // Unlike the gem, the parent, the name and the ports (names and defaults,
 // merged with the worker config) are checked before the id is allocated,
 // and a job whose adoption or port setup still fails (a concurrent adopt, a
-// Redis error) is removed again, so no orphan is left behind (spec §10.2).
+// Redis error) is removed again, so no orphan is left behind (docs/sidejob.md#weakness-2-orphan-job-after-a-failed-queue).
 func (c *Client) Queue(ctx context.Context, queue, class string, o *QueueOpts) (*Job, error) {
 	if o == nil {
 		o = &QueueOpts{}

@@ -28,7 +28,7 @@ type ReapResult struct {
 }
 
 // Reap finds jobs stuck in running after their worker process died and
-// runs them again (the gem has no such reaper; spec §10.3). A job is stuck
+// runs them again (the gem has no such reaper; docs/sidejob.md#weakness-3-job-stuck-in-running). A job is stuck
 // when its status is running, its job lock is free, its ran_at is older
 // than MinAge, and no live Sidekiq process (Ruby or Go; a process whose
 // heartbeat key still exists) lists it among its busy jobs. Its status goes

@@ -32,7 +32,7 @@ type RunOpts struct {
 // runnable are the statuses Run accepts without Force.
 var runnable = []string{StatusRunning, StatusQueued, StatusSuspended, StatusCompleted}
 
-// Run asks for a run of the job (Job#run, spec §2.2): unless Force, only a
+// Run asks for a run of the job (Job#run, docs/sidejob.md#requesting-a-run): unless Force, only a
 // running, queued, suspended or completed job is run (the status check and
 // the change to queued are one atomic step here); the status becomes queued
 // (published when it changed) and a Sidekiq item is pushed unless one is
@@ -84,7 +84,7 @@ func (j *Job) Run(ctx context.Context, o *RunOpts) (*Job, error) {
 // in its queue.
 var ErrNotRegistered = errors.New("sidejob: worker not registered")
 
-// sidekiqQueue pushes the job's Sidekiq item (spec §2.2 step 5), at a time
+// sidekiqQueue pushes the job's Sidekiq item (docs/sidejob.md#requesting-a-run step 5), at a time
 // when at is not zero and in the future.
 func (j *Job) sidekiqQueue(ctx context.Context, at time.Time) error {
 	replies, err := j.c.pipeline(ctx, command("EXISTS", j.key("lock:worker")), command("GET", j.key("worker")))
@@ -141,7 +141,7 @@ const queuePageSize = 100
 
 // waitingInQueue reports whether an item with the job's jid waits in the
 // immediate list queue:<queue>, as Sidekiq::Queue#find_job does for the
-// gem's duplicate check (spec §2.2 step 5.2; the schedule set is not looked
+// gem's duplicate check (docs/sidejob.md#requesting-a-run step 5.2; the schedule set is not looked
 // at). Like Ruby, it scans client-side, a page at a time from the head, so
 // Redis is never blocked by a long queue. Items pushed meanwhile (LPUSH)
 // only shift entries towards the tail and items taken by workers (BRPOP)
@@ -149,7 +149,7 @@ const queuePageSize = 100
 // (an entry removed from the middle during the scan) only costs a
 // duplicate push, which the middleware skips. The jid matches as a JSON
 // integer (or an integral float, as Ruby's Integer ==) or, unlike Ruby, as
-// a JSON string of the same digits (spec §10.6).
+// a JSON string of the same digits (docs/sidejob.md#weakness-6-duplicate-check-of-run-requests).
 func (j *Job) waitingInQueue(ctx context.Context, queue string) (bool, error) {
 	key := wire.QueueKey(queue)
 	digits := strconv.FormatInt(j.id, 10)

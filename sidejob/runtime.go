@@ -101,7 +101,7 @@ func (rt *Runtime) Perform(ctx context.Context, job *wire.Job) error {
 }
 
 // Execute runs the middleware algorithm once for job id with the worker of
-// class (spec §2.3).
+// class (docs/sidejob.md#executing-a-job).
 func (rt *Runtime) Execute(ctx context.Context, class string, id int64, args []rubyjson.Value) error {
 	return rt.execute(ctx, class, id, args, rt.returnErrors)
 }
@@ -135,7 +135,7 @@ func (rt *Runtime) execute(ctx context.Context, class string, id int64, args []r
 	}
 	if token == "" {
 		// Locked out: try again in a second. Unlike the gem, a terminating
-		// job is rescheduled too (spec §10.1).
+		// job is rescheduled too (docs/sidejob.md#weakness-1-terminate-lost-under-the-job-lock).
 		st, err := j.Status(ctx)
 		if err != nil {
 			return err
@@ -213,7 +213,7 @@ func (rt *Runtime) runWorker(ctx context.Context, j *Job, w Worker, args []rubyj
 	}
 	// queued → running only if still queued (the gem writes running
 	// unconditionally, overwriting a terminate requested since the status
-	// was read; spec §10.5). A job that became terminating is terminated
+	// was read; docs/sidejob.md#weakness-5-status-changes-are-not-atomic). A job that became terminating is terminated
 	// now, as the lock is held; any other status is left alone.
 	ok, err := j.setStatusIf(ctx, StatusRunning, "in", StatusQueued)
 	if err != nil {
@@ -235,7 +235,7 @@ func (rt *Runtime) runWorker(ctx context.Context, j *Job, w Worker, args []rubyj
 	if errors.Is(ctx.Err(), context.Canceled) {
 		// Hard shutdown: the Sidekiq server puts the item back in its
 		// queue, so the job goes back to queued and runs again (the gem
-		// leaves it running for ever, spec §10.3). A job timeout
+		// leaves it running for ever, docs/sidejob.md#weakness-3-job-stuck-in-running). A job timeout
 		// (DeadlineExceeded) is an ordinary failure below.
 		_, err := j.setStatusIf(done, StatusQueued, "in", StatusRunning)
 		return errors.Join(fmt.Errorf("sidejob: job %d interrupted: %w", j.id, ctx.Err()), ignoreGone(err))
@@ -253,7 +253,7 @@ func (rt *Runtime) runWorker(ctx context.Context, j *Job, w Worker, args []rubyj
 
 // fail records a worker error: status failed unless the job is terminating
 // or terminated, or (after perform started) a re-run was requested, which
-// the gem would drop (spec §10.4); then the error is logged or returned.
+// the gem would drop (docs/sidejob.md#weakness-4-failure-drops-a-requested-re-run); then the error is logged or returned.
 func (rt *Runtime) fail(ctx context.Context, j *Job, werr error, performed, returnErrors bool) error {
 	keep := []string{StatusTerminating, StatusTerminated}
 	if performed {

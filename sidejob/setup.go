@@ -14,7 +14,7 @@ type ServeOpts struct {
 	// Logger receives the runtime's logs.
 	Logger zerolog.Logger
 	// ReapInterval, when positive, runs Reap that often while the server
-	// runs, so jobs left running by a dead process run again (spec §10.3).
+	// runs, so jobs left running by a dead process run again (docs/sidejob.md#weakness-3-job-stuck-in-running).
 	ReapInterval time.Duration
 }
 

@@ -49,7 +49,7 @@ var ErrSuspended = errors.New("sidejob: suspended")
 func Suspend() error { return ErrSuspended }
 
 // ForInputs reads the named inports row by row and calls fn with one value
-// per port (Worker#for_inputs, spec §3.5). Each pass runs in its own port
+// per port (Worker#for_inputs, docs/sidejob.md#for_inputs). Each pass runs in its own port
 // group, so each row makes one log entry with its reads and the writes fn
 // makes:
 //   - when no port has data or a default, it returns nil;

@@ -78,11 +78,11 @@ func setProviderJobID(job *wire.Job) {
 	}
 }
 
-// process runs one fetched job to completion (spec §5.1).
+// process runs one fetched job to completion (docs/sidekiq-wire.md#processing-order).
 func (s *Server) process(tid, queue string, raw []byte) {
 	job, err := wire.ParseJob(raw)
 	if err != nil {
-		// Unparsable: to the dead set unchanged, no stats (spec §5.1 step 1).
+		// Unparsable: to the dead set unchanged, no stats (docs/sidekiq-wire.md#unparsable-payloads).
 		s.log.Error().Err(err).Str("component", "processor").Str("queue", queue).
 			Msg("unparsable job payload moved to the dead set unchanged")
 		s.bury(raw)

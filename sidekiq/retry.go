@@ -30,7 +30,7 @@ type retryPlan struct {
 	died bool
 }
 
-// planRetry applies Sidekiq's retry algorithm (spec §5.2-§5.3) for the target
+// planRetry applies Sidekiq's retry algorithm (docs/sidekiq-wire.md#retries) for the target
 // version to a failure of the job whose original bytes are raw, fetched from
 // queue. reg is nil for an unknown class. It does not touch Redis.
 func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure error, now time.Time, rnd func(n int) int) retryPlan {
@@ -313,7 +313,7 @@ func backtraceOf(err error) []string {
 
 // failedAtFor reads failed_at as the target version's JobRetry does: 8.x by
 // lexical type (integer = ms), 7.x always as seconds (`failed_at + rf <
-// Time.now.to_f`, spec §2.2), so gojob decides exactly as a 7.x process
+// Time.now.to_f`, docs/sidekiq-wire.md#timestamps), so gojob decides exactly as a 7.x process
 // would on the same payload.
 func failedAtFor(msg *wire.Job, v wire.Version) (time.Time, bool) {
 	if v.MillisecondTimestamps() {

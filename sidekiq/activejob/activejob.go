@@ -206,7 +206,7 @@ func (p *Params) validate() error {
 }
 
 // New builds the Sidekiq payload Rails 6.1's Sidekiq adapter
-// writes for p (spec §3.2): args[0] is the serialized job in
+// writes for p (docs/sidekiq-wire.md#wrapper-payload): args[0] is the serialized job in
 // ActiveJob::Core#serialize key order (job_class, job_id, provider_job_id,
 // queue_name, priority, arguments, executions, exception_executions, locale,
 // timezone, enqueued_at). For Sidekiq < 7.3.3 the keys are class, wrapped,

@@ -20,7 +20,8 @@ import (
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// ajCaptured is spec §3.2's payload, captured from Sidekiq 6.4.1 + Rails 6.1.7.
+// ajCaptured is the payload of docs/sidekiq-wire.md#wrapper-payload,
+// captured from Sidekiq 6.4.1 + Rails 6.1.7.
 const ajCaptured = `{"retry":true,"queue":"mailers","class":"ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper","wrapped":"MyAjJob","args":[{"job_class":"MyAjJob","job_id":"2a9e29a2-a6ef-44aa-b262-1774d5db212d","provider_job_id":null,"queue_name":"mailers","priority":null,"arguments":[1,"two",{"_aj_serialized":"ActiveJob::Serializers::SymbolSerializer","value":"sym"},{"a":1,"b":2,"_aj_symbol_keys":["b"]},{"x":1,"_aj_hash_with_indifferent_access":true},{"_aj_serialized":"ActiveJob::Serializers::TimeSerializer","value":"2024-01-02T03:04:05.000000000Z"},{"k":"v","_aj_ruby2_keywords":["k"]}],"executions":0,"exception_executions":{},"locale":"en","timezone":null,"enqueued_at":"2026-11-21T21:32:28Z"}],"jid":"c1361047e1fbb605ada036ad","created_at":1795296748.123443,"enqueued_at":1795296748.1236255}`
 
 func ajSym(name string) string {

@@ -15,7 +15,7 @@ import (
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// Signal names a process reacts to (spec §7.5).
+// Signal names a process reacts to (docs/sidekiq-wire.md#signals).
 const (
 	// SignalQuiet stops fetching (Ruby's Process#quiet!).
 	SignalQuiet = "TSTP"

@@ -435,8 +435,9 @@ func (e *SortedEntry) Kill(ctx context.Context, opts *KillOpts) error {
 // does: ZINCRBY <set> (at - score) <re-encoded job>. The re-encoding is
 // Ruby's JSON.generate of the parsed payload, so for a member that is not
 // already in Ruby's canonical form this adds a second member with the
-// difference as its score and leaves the original (the spec's
-// re-serialization hazard; Ruby does the same).
+// difference as its score and leaves the original (the
+// re-serialization hazard of docs/sidekiq-wire.md#json-generation; Ruby
+// does the same).
 func (e *SortedEntry) Reschedule(ctx context.Context, at time.Time) error {
 	if e.Job == nil {
 		return fmt.Errorf("sidekiq: reschedule entry of %s: %w", e.set.name, ErrUnparsableJob)

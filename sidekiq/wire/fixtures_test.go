@@ -16,8 +16,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // The wire fixtures in testdata/ruby-fixtures: 6.4.1/ is captured from real
@@ -373,7 +373,7 @@ func checkErrorBacktrace(t *testing.T, m *fixtureManifest, j *wire.Job, e jobExp
 }
 
 // checkScore relates a sorted-set member's score to its payload: the retry
-// delay formula (§5.3), perform_in's hour, and the time of death.
+// delay formula (docs/sidekiq-wire.md#retries), perform_in's hour, and the time of death.
 func checkScore(t *testing.T, m *fixtureManifest, f fixtureEntry, j *wire.Job) {
 	require.NotEmpty(t, f.Redis.Score, "zset fixtures record their score")
 	score, err := wire.ParseScore(f.Redis.Score)

@@ -1,6 +1,6 @@
 package wire
 
-// Sidekiq's Redis key names (spec §1). No prefix is used; Sidekiq keys carry
+// Sidekiq's Redis key names (docs/sidekiq-wire.md#keys). No prefix is used; Sidekiq keys carry
 // no hash tags, so multi-key scripts need a single Redis node.
 const (
 	KeyQueues         = "queues"
@@ -34,7 +34,7 @@ func WorkKey(identity string, v Version) string { return identity + ":" + v.Work
 // SignalsKey returns the signal list of a process.
 func SignalsKey(identity string) string { return identity + "-signals" }
 
-// Dead-set limits (Sidekiq defaults, spec §5.4).
+// Dead-set limits (Sidekiq defaults, docs/sidekiq-wire.md#dead-set).
 const (
 	DeadMaxJobs          = 10000
 	DeadTimeoutInSeconds = 180 * 24 * 3600

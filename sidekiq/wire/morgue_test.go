@@ -58,4 +58,3 @@ func TestSendToMorgueDefaultRankLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"x"}, top)
 }
-

@@ -8,7 +8,7 @@ import (
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
-// ReadTimestamp reads a job timestamp by its JSON lexical type (spec §2.2):
+// ReadTimestamp reads a job timestamp by its JSON lexical type (docs/sidekiq-wire.md#timestamps):
 // an integer is epoch milliseconds (8.x), a number with a fraction or an
 // exponent is epoch seconds (6.x, 7.x). It returns false for anything else.
 func ReadTimestamp(v rubyjson.Value) (time.Time, bool) {

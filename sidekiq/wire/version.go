@@ -13,7 +13,8 @@ type Version struct {
 	Major, Minor, Patch int
 }
 
-// The releases gojob knows by name (the spec's reference tags).
+// The releases gojob knows by name (the reference releases of
+// docs/sidekiq-wire.md#sources).
 var (
 	Version6 = Version{6, 4, 1}
 	Version7 = Version{7, 3, 10}
@@ -23,7 +24,7 @@ var (
 // DefaultVersion is the target when none is configured: Debian's 6.4.1.
 var DefaultVersion = Version6
 
-// ParseVersion reads "6", "7", "8" (the spec's reference release of that
+// ParseVersion reads "6", "7", "8" (the reference release of that
 // major) or a full "x.y.z".
 func ParseVersion(s string) (Version, error) {
 	s = strings.TrimSpace(s)

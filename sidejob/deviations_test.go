@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// §10.1: a terminate is not lost when the job is locked.
-func TestFixTerminateWhileLocked(t *testing.T) {
+// Fixes docs/sidejob.md#weakness-1-terminate-lost-under-the-job-lock: a terminate is not lost when the job is locked.
+func TestTerminateWhileLockedIsNotLost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
@@ -32,8 +32,8 @@ func TestFixTerminateWhileLocked(t *testing.T) {
 	require.Equal(t, []string{"shutdown"}, w.calls)
 }
 
-// §10.2: a failed adoption leaves no orphan job.
-func TestFixNoOrphan(t *testing.T) {
+// Fixes docs/sidejob.md#weakness-2-orphan-job-after-a-failed-queue: a failed adoption leaves no orphan job.
+func TestFailedAdoptionLeavesNoOrphan(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
@@ -49,9 +49,9 @@ func TestFixNoOrphan(t *testing.T) {
 	require.False(t, b.exists(t, "job:3:status"))
 }
 
-// §10.3: a job left running by a dead process is queued again; one that a
+// Fixes docs/sidejob.md#weakness-3-job-stuck-in-running: a job left running by a dead process is queued again; one that a
 // live process runs, or whose lock is held, is not.
-func TestFixReaper(t *testing.T) {
+func TestReaperRequeuesJobsLeftRunning(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
@@ -86,8 +86,8 @@ func TestFixReaper(t *testing.T) {
 	require.Equal(t, "completed", b.status(t, stuck))
 }
 
-// §10.4: a failure does not drop a re-run requested during perform.
-func TestFixFailureKeepsRerun(t *testing.T) {
+// Fixes docs/sidejob.md#weakness-4-failure-drops-a-requested-re-run: a failure does not drop a re-run requested during perform.
+func TestFailureKeepsARequestedRerun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	w := &hookWorker{perform: func(ctx context.Context, j *Job) error {
@@ -108,9 +108,9 @@ func TestFixFailureKeepsRerun(t *testing.T) {
 	require.False(t, b.exists(t, j2.key("ran_at")))
 }
 
-// §10.5: conditional status changes are atomic: of many concurrent
+// Fixes docs/sidejob.md#weakness-5-status-changes-are-not-atomic: conditional status changes are atomic: of many concurrent
 // "running → completed" transitions exactly one happens and publishes.
-func TestFixAtomicStatus(t *testing.T) {
+func TestStatusChangesAreAtomic(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
@@ -144,10 +144,10 @@ func TestFixAtomicStatus(t *testing.T) {
 	require.Equal(t, 1, n)
 }
 
-// §10.5: a terminate requested after the middleware re-read "queued" (here
+// Fixes docs/sidejob.md#weakness-5-status-changes-are-not-atomic: a terminate requested after the middleware re-read "queued" (here
 // during startup) is not overwritten by "running": the job is not performed
 // and, as the lock is held, it is terminated right away.
-func TestFixTerminateDuringStartup(t *testing.T) {
+func TestTerminateDuringStartupIsNotLost(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	w := &hookWorker{}

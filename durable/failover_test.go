@@ -73,21 +73,5 @@ func TestRepushInPlaceTouchesNoOtherDatabase(t *testing.T) {
 	_, err = b.client.Repush(ctx, again)
 	require.NoError(t, err)
 	require.True(t, micro(b.clk.Now().Add(5*time.Minute)).Equal(b.row(t, job.JID()).AssumeDeadAt))
-	require.Equal(t, 0, b.logs.count("warn", ""), "the unreachable second database was not asked")
-}
-
-func TestStoreUpsertReportsCreation(t *testing.T) {
-	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		s := openTestStore(t, be)
-		ctx := context.Background()
-		p := upsertParams{JobID: "j", JobClass: "C", ItemJSON: "{}", Queue: "q", InsertedAt: testNow, AssumeDeadAt: testNow}
-		created, err := s.upsertCreated(ctx, p)
-		require.NoError(t, err)
-		require.True(t, created)
-		p.InsertedAt = testNow.Add(time.Minute)
-		created, err = s.upsertCreated(ctx, p)
-		require.NoError(t, err)
-		require.False(t, created, "a refresh of the row")
-	})
+	require.Equal(t, 0, b.logs.Count("warn", ""), "the unreachable second database was not asked")
 }

@@ -1,0 +1,68 @@
+package sidejob
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// goneJob removes a job's membership and status the way a delete does,
+// but leaves its parent's children entry behind (a dangling entry, as a
+// delete racing an adopt, or data edited by hand, leaves).
+func (b *testBundle) goneJob(t *testing.T, j *Job) {
+	t.Helper()
+	b.do(t, "SREM", KeyJobs, j.ID())
+	b.do(t, "DEL", j.key("status"), j.key("worker"), j.key("parent"))
+}
+
+// Ruby's child(name) is SideJob.find(id) and children maps every id through
+// find: a child whose job is gone is nil, never a handle. So it is not in
+// Children, Child returns nil, its name is free for a new child, and the
+// parent's Terminated (and so Delete) no longer waits for it for ever.
+func TestDeletedChildIsNotAChild(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	parent := b.queue(t, "TestWorker", nil)
+	gone, err := parent.Queue(ctx, "testq", "TestWorker", &QueueOpts{Name: "gone"})
+	require.NoError(t, err)
+	kept, err := parent.Queue(ctx, "testq", "TestWorker", &QueueOpts{Name: "kept"})
+	require.NoError(t, err)
+	b.goneJob(t, gone)
+	require.Equal(t, map[string]string{"gone": "2", "kept": "3"}, b.hash(t, parent.key("children")))
+
+	ch, err := parent.Child(ctx, "gone")
+	require.NoError(t, err)
+	require.Nil(t, ch)
+	ch, err = parent.Child(ctx, "kept")
+	require.NoError(t, err)
+	require.True(t, kept.Equal(ch))
+	children, err := parent.Children(ctx)
+	require.NoError(t, err)
+	require.Len(t, children, 1)
+	require.Equal(t, "kept", children[0].Name)
+	require.True(t, kept.Equal(children[0].Job))
+	require.ErrorIs(t, parent.Disown(ctx, "gone"), ErrNotChild, "Ruby: cannot disown non-existent child")
+
+	require.NoError(t, parent.SetStatus(ctx, StatusTerminated))
+	require.NoError(t, kept.SetStatus(ctx, StatusTerminated))
+	ok, err := parent.Terminated(ctx)
+	require.NoError(t, err)
+	require.True(t, ok, "the gone child does not hold the parent back")
+	require.NoError(t, parent.Terminate(ctx, true), "recursive terminate skips the gone child")
+
+	// the gone child's name is free again (Ruby's adopt checks child(name))
+	again, err := parent.Queue(ctx, "testq", "TestWorker", &QueueOpts{Name: "gone"})
+	require.NoError(t, err)
+	require.Equal(t, strconv.FormatInt(again.ID(), 10), b.hash(t, parent.key("children"))["gone"])
+	require.NoError(t, again.SetStatus(ctx, StatusTerminated))
+
+	b.goneJob(t, again)
+	deleted, err := parent.Delete(ctx)
+	require.NoError(t, err)
+	require.True(t, deleted)
+	require.False(t, b.exists(t, parent.key("children")))
+	require.Empty(t, b.set(t, KeyJobs))
+}
