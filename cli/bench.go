@@ -76,8 +76,8 @@ It only touches its own keys, never flushes, and removes them when done.`,
 			&ucli.IntFlag{Name: "jobs", Aliases: []string{"n"}, Value: 100000, Usage: "jobs to process"},
 			&ucli.IntFlag{Name: "concurrency", Aliases: []string{"c"}, Value: 25, Usage: "server concurrency"},
 			&ucli.IntFlag{Name: "latency-jobs", Value: 500, Usage: "single pushes for the pickup latency"},
-			&ucli.StringFlag{Name: "fetch", Value: "brpop", Usage: "fetch mode: brpop (Sidekiq's BasicFetch) or batch (BLMPOP for idle slots, Redis 7+)"},
-			&ucli.IntFlag{Name: "fetch-pipeline", Value: sidekiq.DefaultFetchPipeline, Usage: "brpop fetch: BRPOPs pipelined per connection (1 = a connection per slot, as Ruby)"},
+			&ucli.StringFlag{Name: "fetch", Value: "reliable", Usage: "fetch mode: reliable (in-progress lists, loses no job), reliable-batch, basic (Sidekiq's BasicFetch, BRPOP) or batch (BLMPOP for idle slots, Redis 7+)"},
+			&ucli.IntFlag{Name: "fetch-pipeline", Value: sidekiq.DefaultFetchPipeline, Usage: "basic and reliable fetch: idle slots' fetches pipelined per connection (1 = a connection per slot, as Ruby)"},
 			&ucli.BoolFlag{Name: "ruby", Usage: "also run Ruby Sidekiq 6.4.1 (Debian ruby-sidekiq) and print the ratio"},
 			&ucli.BoolFlag{Name: "redis-benchmark", Usage: "also run redis-benchmark -t rpop -c C and print the ratio"},
 			newJSONFlag(),
@@ -142,7 +142,7 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 	if err != nil {
 		return nil, err
 	}
-	res := &BenchResult{Jobs: n, Concurrency: conc, LatencySample: latencyJobs, Fetch: map[sidekiq.FetchMode]string{sidekiq.FetchBRPOP: "brpop", sidekiq.FetchBatch: "batch"}[mode]}
+	res := &BenchResult{Jobs: n, Concurrency: conc, LatencySample: latencyJobs, Fetch: mode.String()}
 
 	pushStart := time.Now()
 	if err := pushBenchJobs(ctx, client, queue, n); err != nil {
@@ -435,7 +435,7 @@ func printBench(w io.Writer, r *BenchResult, asJSON bool) error {
 	case r.FetchPipeline == 1:
 		fetch += " (a connection per slot, as Ruby)"
 	case r.FetchPipeline > 1:
-		fetch += fmt.Sprintf(" (up to %d BRPOPs pipelined per connection)", r.FetchPipeline)
+		fetch += fmt.Sprintf(" (up to %d fetches pipelined per connection)", r.FetchPipeline)
 	}
 	fmt.Fprintf(w, "jobs:            %d at concurrency %d, fetch %s\n", r.Jobs, r.Concurrency, fetch)
 	fmt.Fprintf(w, "push:            %.0f jobs/s (bulk, 1000 per round trip)\n", r.PushPerSec)

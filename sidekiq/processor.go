@@ -79,13 +79,14 @@ func setProviderJobID(job *wire.Job) {
 }
 
 // process runs one fetched job to completion (docs/sidekiq-wire.md#processing-order).
-func (s *Server) process(tid, queue string, raw []byte) {
+func (s *Server) process(tid string, u fetch.Unit) {
+	queue, raw := u.Queue, u.Raw
 	job, err := wire.ParseJob(raw)
 	if err != nil {
 		// Unparsable: to the dead set unchanged, no stats (docs/sidekiq-wire.md#unparsable-payloads).
 		s.log.Error().Err(err).Str("component", "processor").Str("queue", queue).
 			Msg("unparsable job payload moved to the dead set unchanged")
-		s.bury(raw)
+		s.fetcher.Finish(u, &fetch.Outcome{Set: wire.KeyDead, At: s.cfg.Clock.Now(), Payload: raw})
 		return
 	}
 	reg, _ := s.handlerFor(job)
@@ -98,7 +99,7 @@ func (s *Server) process(tid, queue string, raw []byte) {
 		// Fetched before the hard shutdown but not started: push it back
 		// as the shutdown did with the running jobs.
 		s.workMu.RUnlock()
-		s.fetcher.Requeue([]fetch.Unit{{Queue: queue, Raw: raw}})
+		s.fetcher.Requeue([]fetch.Unit{u})
 		return
 	}
 	s.work.Store(tid, w)
@@ -132,12 +133,11 @@ func (s *Server) process(tid, queue string, raw []byte) {
 	}
 	if err == nil {
 		s.counters.Add(1, 0)
+		s.fetcher.Finish(u, nil)
 		return
 	}
 	s.counters.Add(1, 1)
-	s.log.Warn().Err(err).Str("component", "processor").Str("queue", queue).
-		Str("jid", job.JID()).Str("class", job.Class()).Msg("job failed")
-	s.handleFailure(queue, raw, reg, err)
+	s.handleFailure(u, job, reg, err)
 }
 
 // execute runs the middleware chain and the handler, turning panics into
@@ -168,8 +168,8 @@ func (s *Server) execute(ctx context.Context, job *wire.Job, reg *registration) 
 	return call(0)(ctx)
 }
 
-// bury sends a payload to the dead set with the trims, retrying through an
-// outage.
+// bury sends a payload that no fetched unit holds (the poller's) to the
+// dead set with the trims, retrying through an outage.
 func (s *Server) bury(payload []byte) {
 	err := s.writes.Do(func(conn redis.Conn) error {
 		return wire.SendToMorgue(s.writes.Ctx, conn, wire.MorgueParams{Payload: payload, Now: s.cfg.Clock.Now()})

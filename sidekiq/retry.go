@@ -8,8 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/gomodule/redigo/redis"
-
+	"github.com/gojob/gojob/sidekiq/internal/fetch"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -180,22 +179,27 @@ func jitter(v wire.Version, count int, rnd func(n int) int) int {
 	return rnd(10) * (count + 1)
 }
 
-// handleFailure plans the retry and writes it, retrying through an outage.
-func (s *Server) handleFailure(queue string, raw []byte, reg *registration, failure error) {
+// handleFailure plans the retry, writes it through the fetch (which
+// releases the unit in the same step), logs where the job went, and runs
+// the death handlers.
+func (s *Server) handleFailure(u fetch.Unit, job *wire.Job, reg *registration, failure error) {
 	now := s.cfg.Clock.Now()
-	p := s.planRetry(queue, raw, reg, failure, now, rand.IntN)
+	p := s.planRetry(u.Queue, u.Raw, reg, failure, now, rand.IntN)
+	ev := s.log.Warn().Err(failure).Str("component", "processor").Str("queue", u.Queue).
+		Str("jid", job.JID()).Str("class", job.Class())
+	var o *fetch.Outcome
 	switch {
 	case !p.retryAt.IsZero():
-		err := s.writes.Do(func(conn redis.Conn) error {
-			_, err := conn.Do("ZADD", wire.KeyRetry, wire.Score(p.retryAt), p.payload)
-			return err
-		})
-		if err != nil {
-			s.log.Error().Err(err).Str("component", "retry").Bytes("payload", p.payload).Msg("could not schedule retry")
-		}
+		o = &fetch.Outcome{Set: wire.KeyRetry, At: p.retryAt, Payload: p.payload}
+		ev.Time("retry_at", p.retryAt).Msg("job failed; retry scheduled")
 	case p.toDead:
-		s.bury(p.payload)
+		o = &fetch.Outcome{Set: wire.KeyDead, At: now, Payload: p.payload}
+		ev.Msg("job failed; moved to the dead set")
+	default:
+		o = &fetch.Outcome{}
+		ev.Msg("job failed; discarded (no retry, no dead set)")
 	}
+	s.fetcher.Finish(u, o)
 	if p.died && p.job != nil {
 		s.death(p.job, failure)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -101,7 +102,7 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 		log:       c.Logger,
 		client:    client,
 		handlers:  map[string]*registration{},
-		identity:  fmt.Sprintf("%s:%d:%s", c.Hostname, os.Getpid(), wire.NewJID()[:12]),
+		identity:  fmt.Sprintf("%s:%d:%s", strings.ReplaceAll(c.Hostname, ":", "-"), os.Getpid(), wire.NewJID()[:12]),
 		order:     fetch.NewOrder(c.Queues, c.Version),
 		metrics:   maintenance.NewJobMetrics(c.Version),
 		quietCh:   make(chan struct{}),
@@ -205,6 +206,27 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.heartbeat.Beat(ctx); err != nil {
 		s.log.Warn().Err(err).Str("component", "heartbeat").Msg("first heartbeat failed; retrying in the background")
 	}
+	fetcher, err := s.newFetcher(ctx)
+	if err != nil {
+		s.state.Store(stateNew)
+		return err
+	}
+	s.fetcher = fetcher
+	s.fetchDepth.Store(int32(s.fetcher.Depth()))
+	s.fetcher.Start()
+	s.heartbeat.Start(s.hardCtx)
+	if s.poller != nil {
+		s.poller.Start(s.hardCtx)
+	}
+	s.log.Info().Str("identity", s.identity).Int("concurrency", s.cfg.Concurrency).Str("fetch", s.cfg.Fetch.String()).
+		Str("queues", s.order.String()).Str("sidekiq_version", s.cfg.Version.String()).Msg("gojob started")
+	return nil
+}
+
+// newFetcher builds the fetch of the configured mode. The reliable fetch
+// writes its heartbeat and registers its lists here, retrying through a
+// Redis outage until ctx ends.
+func (s *Server) newFetcher(ctx context.Context) (fetch.Fetcher, error) {
 	fc := &fetch.Config{
 		Pool:        s.cfg.Pool,
 		Dial:        s.cfg.Dial,
@@ -212,25 +234,27 @@ func (s *Server) Start(ctx context.Context) error {
 		Concurrency: s.cfg.Concurrency,
 		Pipeline:    s.cfg.FetchPipeline,
 		Quiet:       s.quietCh,
-		Process:     func(tid string, u fetch.Unit) { s.process(tid, u.Queue, u.Raw) },
+		Process:     s.process,
 		Writes:      s.writes,
 		Outage:      &s.outage,
 		Logger:      s.log,
+
+		Identity:         s.identity,
+		Version:          s.cfg.Version,
+		Clock:            s.cfg.Clock,
+		RecoveryLimit:    s.cfg.RecoveryLimit,
+		RecoveryInterval: s.cfg.RecoveryInterval,
+		Died:             s.death,
 	}
-	if s.cfg.Fetch == FetchBatch {
-		s.fetcher = fetch.NewBatch(fc)
-	} else {
-		s.fetcher = fetch.NewBRPOP(fc)
+	switch s.cfg.Fetch {
+	case FetchBatch:
+		return fetch.NewBatch(fc), nil
+	case FetchReliable:
+		return fetch.NewReliable(ctx, fc)
+	case FetchReliableBatch:
+		return fetch.NewReliableBatch(ctx, fc)
 	}
-	s.fetchDepth.Store(int32(s.fetcher.Depth()))
-	s.fetcher.Start()
-	s.heartbeat.Start(s.hardCtx)
-	if s.poller != nil {
-		s.poller.Start(s.hardCtx)
-	}
-	s.log.Info().Str("identity", s.identity).Int("concurrency", s.cfg.Concurrency).
-		Str("queues", s.order.String()).Str("sidekiq_version", s.cfg.Version.String()).Msg("gojob started")
-	return nil
+	return fetch.NewBRPOP(fc), nil
 }
 
 // Run starts the server and blocks until ctx is done or a TERM signal

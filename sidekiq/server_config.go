@@ -33,17 +33,53 @@ const (
 	// fewer round trips. On a Redis without BLMPOP it falls back to
 	// FetchBRPOP.
 	FetchBatch
+	// FetchReliable keeps every job in Redis until its outcome is written:
+	// a job moves atomically from its queue to this process's in-progress
+	// list (BLMOVE; BRPOPLPUSH before Redis 6.2) and leaves it with its
+	// acknowledgement or, in the same script, its retry or dead entry. The
+	// lists of a process that dies (kill -9, OOM, a lost node) are pushed
+	// back to their queues by the live processes, so no job is lost. The
+	// moves of idle slots are pipelined as in FetchBRPOP. The key layout is
+	// the gitlab-sidekiq-fetcher gem's (docs/reliable-fetch.md).
+	FetchReliable
+	// FetchReliableBatch is FetchReliable with one script call moving a job
+	// for every idle slot (never more), and acknowledgements sent in
+	// batches.
+	FetchReliableBatch
 )
 
-// ParseFetchMode reads "brpop" or "batch".
+// String returns the name ParseFetchMode reads.
+func (m FetchMode) String() string {
+	switch m {
+	case FetchBRPOP:
+		return "basic"
+	case FetchBatch:
+		return "batch"
+	case FetchReliable:
+		return "reliable"
+	case FetchReliableBatch:
+		return "reliable-batch"
+	}
+	return fmt.Sprintf("FetchMode(%d)", int(m))
+}
+
+// Reliable reports whether the mode keeps running jobs in Redis.
+func (m FetchMode) Reliable() bool { return m == FetchReliable || m == FetchReliableBatch }
+
+// ParseFetchMode reads "basic" (or "brpop"), "batch", "reliable" or
+// "reliable-batch".
 func ParseFetchMode(s string) (FetchMode, error) {
 	switch strings.ToLower(s) {
 	case "", "brpop", "basic":
 		return FetchBRPOP, nil
 	case "batch", "blmpop":
 		return FetchBatch, nil
+	case "reliable":
+		return FetchReliable, nil
+	case "reliable-batch":
+		return FetchReliableBatch, nil
 	}
-	return 0, errors.New("sidekiq: fetch mode must be brpop or batch")
+	return 0, fmt.Errorf("sidekiq: unknown fetch mode %q (want basic, batch, reliable or reliable-batch)", s)
 }
 
 // DefaultFetchPipeline is how many BRPOPs one fetch connection carries at
@@ -63,8 +99,18 @@ type ServerConfig struct {
 	// Concurrency is the number of jobs run at once. Default 10 (Sidekiq 6.4
 	// uses 10 too).
 	Concurrency int
-	// Fetch selects BasicFetch's BRPOP (default) or batched BLMPOP.
+	// Fetch selects how jobs are taken from the queues: Sidekiq's
+	// BasicFetch (FetchBRPOP, the zero value), FetchBatch, or reliable
+	// fetch (FetchReliable, FetchReliableBatch), which loses no job when
+	// the process dies.
 	Fetch FetchMode
+	// RecoveryLimit is, with reliable fetch, how many times a job may be
+	// recovered from a dead process before it is a poison pill and goes to
+	// the dead set. Default 3.
+	RecoveryLimit int
+	// RecoveryInterval is, with reliable fetch, the time between passes
+	// that recover the in-progress lists of dead processes. Default 15 s.
+	RecoveryInterval time.Duration
 	// FetchPipeline is, in BRPOP mode, how many idle slots' BRPOPs one
 	// fetch connection carries at once, pipelined; the server opens
 	// ceil(Concurrency/FetchPipeline) fetch connections. 1 gives each slot
@@ -163,7 +209,7 @@ func (c *ServerConfig) validate() error {
 			return errors.New("sidekiq: empty queue name")
 		}
 	}
-	if c.Fetch != FetchBRPOP && c.Fetch != FetchBatch {
+	if c.Fetch < FetchBRPOP || c.Fetch > FetchReliableBatch {
 		return fmt.Errorf("sidekiq: unknown fetch mode %d", c.Fetch)
 	}
 	return nil

@@ -69,6 +69,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		}
 		grace.Stop()
 	}
+	s.fetcher.Close()
 	if s.poller != nil {
 		if err := s.poller.Stop(final); err != nil {
 			errs = append(errs, err)

@@ -26,3 +26,35 @@ func KB(field string) int64 {
 	}
 	return 0
 }
+
+// BootID returns this machine's boot id (/proc/sys/kernel/random/boot_id),
+// which differs between machines and between boots, or "" when unknown.
+func BootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// StartTime returns when process pid started, in clock ticks after boot
+// (field 22 of /proc/<pid>/stat), or "" when there is no such process. A
+// pid reused by another process has another start time.
+func StartTime(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	// The command name (field 2) may hold spaces and parentheses: the
+	// fields after it start after the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19] // field 22: the third field after the state (field 3)
+}

@@ -51,6 +51,9 @@ func (b *batchFetch) Depth() int { return 0 }
 // Requeue pushes unfinished jobs back with one RPUSH per queue.
 func (b *batchFetch) Requeue(units []Unit) error { return b.cfg.bulkRequeue(units) }
 
+// Finish writes a failed job's retry or dead entry.
+func (b *batchFetch) Finish(u Unit, o *Outcome) error { return b.cfg.writeOutcome(o) }
+
 // fetch is the single fetcher. It owns the idle-slot tokens: it pops at
 // most as many jobs as slots are free and hands each to a worker.
 func (b *batchFetch) fetch() {
@@ -143,3 +146,6 @@ func supportsBLMPOP(pool *redis.Pool) bool {
 	reply, err := redis.Values(conn.Do("COMMAND", "INFO", "BLMPOP"))
 	return err == nil && len(reply) == 1 && reply[0] != nil
 }
+
+// Close does nothing: nothing outlives the slots.
+func (f *batchFetch) Close() {}

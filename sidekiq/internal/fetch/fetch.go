@@ -21,6 +21,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/rs/zerolog"
 
+	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -33,6 +34,24 @@ const Timeout = 2
 type Unit struct {
 	Queue string
 	Raw   []byte
+
+	// list is the in-progress list holding the job (reliable fetch).
+	list string
+	// slot is the pipelined reliable slot that runs it, which sends its
+	// acknowledgement with its next fetch.
+	slot *slotState
+}
+
+// Outcome is the write that ends a failed job: its retry entry or its
+// dead-set entry (with the trims of wire.SendToMorgue).
+type Outcome struct {
+	// Set is wire.KeyRetry or wire.KeyDead; "" writes nothing (the job is
+	// dropped: retry false, a discard).
+	Set string
+	// At is the retry time or the time of death (the score).
+	At time.Time
+	// Payload is the member written.
+	Payload []byte
 }
 
 // Fetcher feeds the slots of a server.
@@ -47,9 +66,18 @@ type Fetcher interface {
 	// Requeue gives unfinished jobs back to the pop end of their queues, so
 	// they run next, as Sidekiq's bulk_requeue: one pipeline with one
 	// `RPUSH queue:<q> job…` per queue, retried through an outage until
-	// Config.Writes gives up.
+	// Config.Writes gives up. A reliable fetch moves them out of its
+	// in-progress lists in the same atomic step, so none runs twice.
 	Requeue(units []Unit) error
-	// Depth is the number of BRPOPs one connection carries at most, 0 for
+	// Close ends what outlives the slots (the reliable fetch's heartbeat and
+	// orphan recovery) once the server has requeued its unfinished jobs.
+	Close()
+	// Finish ends a unit the slot processed: nil for a success, otherwise
+	// the failure's outcome, written through an outage. A fetch that keeps
+	// running jobs in Redis (reliable) releases the unit in the same atomic
+	// step.
+	Finish(u Unit, o *Outcome) error
+	// Depth is the number of fetches one connection carries at most, 0 for
 	// the batch fetch.
 	Depth() int
 }
@@ -76,6 +104,25 @@ type Config struct {
 	Outage *redisx.OutageLog
 	// Logger receives the fetch logs.
 	Logger zerolog.Logger
+
+	// The reliable fetch also needs these.
+
+	// Identity is the process identity ("host:pid:nonce"), which names its
+	// in-progress lists.
+	Identity string
+	// Version is the format of the dead-set entries it writes for poison
+	// pills.
+	Version wire.Version
+	// Clock is the time of those entries.
+	Clock clock.Clock
+	// RecoveryLimit is how many times a job may be recovered from a dead
+	// process before it is a poison pill (to the dead set). Default 3.
+	RecoveryLimit int
+	// RecoveryInterval is the time between orphan recovery passes. Default
+	// 15 s.
+	RecoveryInterval time.Duration
+	// Died is called for a poison pill moved to the dead set.
+	Died func(job *wire.Job, err error)
 }
 
 func (c *Config) quiet() bool {
@@ -123,6 +170,27 @@ func (c *Config) requeue(queue string, raws ...[]byte) {
 			c.Logger.Error().Err(err).Str("queue", queue).Bytes("payload", raw).Msg("could not requeue job")
 		}
 	}
+}
+
+// writeOutcome writes a failed job's retry or dead-set entry, retrying
+// through an outage until the server's shutdown gives up.
+func (c *Config) writeOutcome(o *Outcome) error {
+	if o == nil || o.Set == "" {
+		return nil
+	}
+	err := c.Writes.Do(func(conn redis.Conn) error {
+		if o.Set == wire.KeyDead {
+			return wire.SendToMorgue(c.Writes.Ctx, conn, wire.MorgueParams{Payload: o.Payload, Now: o.At})
+		}
+		_, err := conn.Do("ZADD", o.Set, wire.Score(o.At), o.Payload)
+		return err
+	})
+	if err != nil {
+		c.Logger.Error().Err(err).Str("component", "processor").Str("set", o.Set).Bytes("payload", o.Payload).
+			Msg("could not write the job's outcome")
+		return fmt.Errorf("sidekiq: write to %s: %w", o.Set, err)
+	}
+	return nil
 }
 
 // bulkRequeue is Requeue for the layouts that keep nothing in Redis while a

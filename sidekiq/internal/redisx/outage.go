@@ -52,6 +52,23 @@ func (o *OutageLog) Failed(err error) {
 	}
 }
 
+// Stalled records that Redis has not answered a command for d: it is
+// stalled (SIGSTOP, a long fork, a saturated host) or unreachable. The
+// first report of an outage is logged; OK logs its end.
+func (o *OutageLog) Stalled(d time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.down {
+		return
+	}
+	o.down = true
+	o.since = time.Now().Add(-d)
+	if o.Log != nil {
+		o.Log.Error().Dur("no_reply_for", d).Str("component", "redis").
+			Msg("redis is not answering; still waiting on its connections (nothing is dropped)")
+	}
+}
+
 // OK records a success; it logs the end of an outage.
 func (o *OutageLog) OK() {
 	o.mu.Lock()

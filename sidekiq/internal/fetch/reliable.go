@@ -1,0 +1,538 @@
+package fetch
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/internal/procstat"
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+// The reliable fetch keeps every job it takes in Redis until the job's
+// outcome is written: a job moves atomically from queue:<q> to this
+// process's in-progress list working:queue:<q>:<identity> (BLMOVE, or
+// BRPOPLPUSH before Redis 6.2), and leaves it with its acknowledgement (LREM
+// after a success) or, in the same script, with its retry or dead entry.
+// When the process dies, the list outlives it, and a live process pushes
+// its jobs back (recovery.go). The layout is the gitlab-sidekiq-fetcher
+// gem's (docs/reliable-fetch.md), so that Ruby processes using it and gojob
+// recover each other's orphans.
+//
+// One queue: each idle slot has one `BLMOVE queue:q list RIGHT LEFT 2` in
+// Redis, pipelined like the BRPOP fetch. Several queues: a script moves a
+// job from the first non-empty queue in fetch order (strict or weighted),
+// and when all are empty the slot blocks on the first queue for
+// multiQueueIdle before it tries them all again.
+//
+// A success's LREM goes in the same write as the slot's next fetch, so a
+// job costs two commands and one round trip.
+
+var (
+	//go:embed lua/reliable_take.lua
+	takeSrc string
+	//go:embed lua/reliable_finish.lua
+	finishSrc string
+	//go:embed lua/reliable_requeue.lua
+	requeueSrc string
+	//go:embed lua/reliable_recover.lua
+	recoverSrc string
+
+	takeScript    = redis.NewScript(-1, takeSrc)
+	finishScript  = redis.NewScript(2, finishSrc)
+	requeueScript = redis.NewScript(2, requeueSrc)
+	recoverScript = redis.NewScript(7, recoverSrc)
+)
+
+// multiQueueIdle is how long a slot of a several-queue reliable fetch
+// blocks on its first queue once all of them were empty; a job pushed to
+// another queue meanwhile waits at most this long per pipelined slot.
+const multiQueueIdle = 0.25
+
+// heartbeatInterval is how often the reliable-fetch heartbeat is renewed;
+// it expires after wire.HeartbeatTTL (60 s), so a live process misses five
+// renewals before it could be taken for dead.
+const heartbeatInterval = 10 * time.Second
+
+// slotState is what a pipelined reliable slot holds: the job it runs and a
+// finished job whose acknowledgement is not yet confirmed.
+type slotState struct {
+	mu       sync.Mutex
+	unit     []byte
+	unitList string
+	ack      []byte
+	ackList  string
+}
+
+func (s *slotState) hold(list string, raw []byte) {
+	s.mu.Lock()
+	s.unit, s.unitList = raw, list
+	s.mu.Unlock()
+}
+
+// done records a success: the job is released by the LREM sent with the
+// slot's next request.
+func (s *slotState) done(list string, raw []byte) {
+	s.mu.Lock()
+	s.unit, s.ack, s.ackList = nil, raw, list
+	s.mu.Unlock()
+}
+
+func (s *slotState) drop() {
+	s.mu.Lock()
+	s.unit = nil
+	s.mu.Unlock()
+}
+
+func (s *slotState) pendingAck() (list string, raw []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ackList, s.ack
+}
+
+func (s *slotState) acked(raw []byte) {
+	s.mu.Lock()
+	if len(s.ack) == len(raw) && (len(raw) == 0 || &s.ack[0] == &raw[0]) {
+		s.ack = nil
+	}
+	s.mu.Unlock()
+}
+
+// held adds the jobs the slot holds to in, by list.
+func (s *slotState) held(in map[string]map[string]int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unit != nil {
+		add(in, s.unitList, s.unit)
+	}
+	if s.ack != nil {
+		add(in, s.ackList, s.ack)
+	}
+}
+
+func add(in map[string]map[string]int, list string, raw []byte) {
+	if in[list] == nil {
+		in[list] = map[string]int{}
+	}
+	in[list][string(raw)]++
+}
+
+// reliableFetch is the pipelined reliable fetch.
+type reliableFetch struct {
+	cfg    *Config
+	pipes  *pipes
+	single bool              // one queue: BLMOVE straight away
+	moveOK bool              // Redis has LMOVE/BLMOVE (6.2+)
+	lists  map[string]string // queue key → in-progress list
+	slots  []*slotState
+	life   *reliableLife
+	wg     sync.WaitGroup // slots, pipes and their watch
+}
+
+// NewReliable returns the pipelined reliable fetch. It writes the process's
+// reliable-fetch heartbeat and registers its in-progress lists before it
+// returns, so that no other process takes them for orphans; through a Redis
+// outage it retries until ctx ends.
+func NewReliable(ctx context.Context, cfg *Config) (Fetcher, error) {
+	f := &reliableFetch{cfg: cfg, lists: map[string]string{}}
+	writes, err := f.setup(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f.pipes = newPipes(cfg, cfg.Concurrency)
+	f.slots = make([]*slotState, cfg.Concurrency)
+	for i := range f.slots {
+		f.slots[i] = &slotState{}
+	}
+	f.life.holders = f.held
+	f.life.dropped = f.pipes.dropped.Load
+	f.life.waitingSince = f.oldestWait
+	if err := f.life.start(writes); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// setup checks the configuration and the Redis commands, loads the
+// scripts and prepares the heartbeat and the recovery, which the caller
+// starts with the returned retrier once it has wired their hooks.
+func (f *reliableFetch) setup(ctx context.Context) (*redisx.Retrier, error) {
+	cfg := f.cfg
+	if cfg.Identity == "" {
+		return nil, errors.New("sidekiq: reliable fetch needs the process identity")
+	}
+	if _, _, ok := wire.ParseWorkingListKey(wire.WorkingListKey("q", cfg.Identity)); !ok {
+		return nil, fmt.Errorf("sidekiq: reliable fetch: identity %q is not host:pid:hex", cfg.Identity)
+	}
+	names := cfg.Order.Names()
+	f.single = len(names) == 1
+	for _, q := range names {
+		f.lists[wire.QueueKey(q)] = wire.WorkingListKey(q, cfg.Identity)
+	}
+	writes := &redisx.Retrier{Pool: cfg.Pool, Ctx: ctx, Outage: cfg.Outage}
+	var err error
+	f.moveOK, err = probeLMOVE(writes)
+	if err != nil {
+		return nil, err
+	}
+	f.life = newReliableLife(cfg, f.ownLists())
+	return writes, nil
+}
+
+// probeLMOVE asks Redis whether it knows LMOVE (6.2+), loads the scripts
+// the slots send with EVALSHA, and reports a Redis that cannot be reached.
+func probeLMOVE(writes *redisx.Retrier) (bool, error) {
+	var ok bool
+	err := writes.Do(func(conn redis.Conn) error {
+		_, err := conn.Do("LMOVE", "gojob-probe-absent", "gojob-probe-absent", "RIGHT", "LEFT")
+		var re redis.Error
+		switch {
+		case err == nil:
+			ok = true
+		case errors.As(err, &re) && isRefused(re):
+			ok = false
+		default:
+			return err
+		}
+		for _, s := range []*redis.Script{takeScript, finishScript, requeueScript, recoverScript} {
+			if err := s.Load(conn); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("sidekiq: reliable fetch setup: %w", err)
+	}
+	return ok, nil
+}
+
+func (f *reliableFetch) ownLists() []string {
+	out := make([]string, 0, len(f.lists))
+	for _, q := range f.cfg.Order.Names() {
+		out = append(out, f.lists[wire.QueueKey(q)])
+	}
+	return out
+}
+
+// Start starts the slots and their pipes.
+func (f *reliableFetch) Start() {
+	f.pipes.start(&f.wg)
+	for i := 0; i < f.cfg.Concurrency; i++ {
+		f.wg.Add(1)
+		go f.slot(i, f.slots[i])
+	}
+}
+
+// Wait blocks until the slots and the pipes have returned.
+func (f *reliableFetch) Wait() { f.wg.Wait() }
+
+// Depth returns how many fetches each connection carries at most.
+func (f *reliableFetch) Depth() int { return f.pipes.depth }
+
+// held lists the jobs the slots hold, by in-progress list.
+func (f *reliableFetch) held() map[string]map[string]int {
+	in := map[string]map[string]int{}
+	for _, s := range f.slots {
+		s.held(in)
+	}
+	return in
+}
+
+// oldestWait returns since when the pipe that has waited longest for a
+// reply has been waiting (0 when none is waiting).
+func (f *reliableFetch) oldestWait() int64 {
+	var oldest int64
+	for _, fp := range f.pipes.list {
+		if w := fp.waitingSince.Load(); w != 0 && (oldest == 0 || w < oldest) {
+			oldest = w
+		}
+	}
+	return oldest
+}
+
+// slot is one concurrency slot: it moves a job to the in-progress list
+// through the pipes, runs it, and repeats until the server is quiet. The
+// acknowledgement of the previous job travels with the next fetch.
+func (f *reliableFetch) slot(i int, st *slotState) {
+	defer f.wg.Done()
+	cfg := f.cfg
+	r := NewRand(uint64(i))
+	tid := tidFor(i)
+	req := &fetchReq{reply: make(chan fetchReply, 1)}
+	block := false // several queues, all empty at the last try
+	for {
+		req.cmds = req.cmds[:0]
+		ackList, ackRaw := st.pendingAck()
+		if ackRaw != nil {
+			req.cmds = append(req.cmds, pipeCmd{"LREM", []any{ackList, -1, ackRaw}})
+		}
+		keys := cfg.Order.Args(r)
+		keys = keys[:len(keys)-1] // the BRPOP timeout
+		var list string
+		switch {
+		case f.single || block:
+			src := keys[0].(string)
+			list = f.lists[src]
+			timeout := any(Timeout)
+			if !f.single {
+				timeout = multiQueueIdle
+			}
+			if f.moveOK {
+				req.cmds = append(req.cmds, pipeCmd{"BLMOVE", []any{src, list, "RIGHT", "LEFT", timeout}})
+			} else {
+				req.cmds = append(req.cmds, pipeCmd{"BRPOPLPUSH", []any{src, list, timeout}})
+			}
+			req.decode = moveReply(wire.QueueName(src), list)
+		default:
+			args := make([]any, 0, 3+2*len(keys))
+			args = append(args, takeScript.Hash(), 2*len(keys))
+			args = append(args, keys...)
+			for _, k := range keys {
+				args = append(args, f.lists[k.(string)])
+			}
+			args = append(args, 1)
+			req.cmds = append(req.cmds, pipeCmd{"EVALSHA", args})
+			req.decode = f.takeReply(keys)
+		}
+		rep, ok := f.pipes.do(req)
+		if !ok {
+			f.flushAck(st)
+			return
+		}
+		if rep.done && rep.err == nil && ackRaw != nil {
+			st.acked(ackRaw)
+		}
+		if rep.err != nil && strings.HasPrefix(rep.err.Error(), "NOSCRIPT") {
+			f.loadScripts()
+		}
+		if !rep.ok {
+			block = !f.single && !block && rep.done && rep.err == nil
+			continue
+		}
+		block = false
+		if list == "" {
+			list = f.lists[wire.QueueKey(rep.queue)]
+		}
+		st.hold(list, rep.raw)
+		u := Unit{Queue: rep.queue, Raw: rep.raw, list: list, slot: st}
+		if cfg.quiet() {
+			// Fetched after we were told to stop: back to the queue.
+			f.Requeue([]Unit{u})
+			f.flushAck(st)
+			return
+		}
+		cfg.Process(tid, u)
+	}
+}
+
+// flushAck sends a slot's last acknowledgement on a pooled connection.
+func (f *reliableFetch) flushAck(st *slotState) {
+	list, raw := st.pendingAck()
+	if raw == nil {
+		return
+	}
+	if err := f.ack(list, raw); err == nil {
+		st.acked(raw)
+	}
+}
+
+// ack takes a finished job out of its in-progress list, through an outage.
+func (f *reliableFetch) ack(list string, raw []byte) error {
+	var n int
+	err := f.cfg.Writes.Do(func(conn redis.Conn) error {
+		var err error
+		n, err = redis.Int(conn.Do("LREM", list, -1, raw))
+		return err
+	})
+	if err != nil {
+		f.cfg.Logger.Error().Err(err).Str("component", "fetch").Str("list", list).
+			Msg("could not acknowledge a finished job; it stays in the in-progress list and runs again if this process dies")
+		return err
+	}
+	if n == 0 {
+		f.life.notOwned(list, raw)
+	}
+	return nil
+}
+
+func (f *reliableFetch) loadScripts() {
+	_ = f.cfg.Writes.Do(func(conn redis.Conn) error {
+		for _, s := range []*redis.Script{takeScript, finishScript, requeueScript, recoverScript} {
+			if err := s.Load(conn); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// moveReply reads a BLMOVE/BRPOPLPUSH reply: the job, or nil on timeout.
+func moveReply(queue, list string) func(v any) (fetchReply, error) {
+	return func(v any) (fetchReply, error) {
+		switch v := v.(type) {
+		case nil:
+			return fetchReply{}, nil
+		case redis.Error:
+			return fetchReply{}, v
+		case []byte:
+			return fetchReply{ok: true, queue: queue, raw: v}, nil
+		}
+		return fetchReply{}, errors.New("sidekiq: unexpected BLMOVE reply")
+	}
+}
+
+// takeReply reads the take script's reply for one job.
+func (f *reliableFetch) takeReply(keys []any) func(v any) (fetchReply, error) {
+	return func(v any) (fetchReply, error) {
+		jobs, err := takeJobs(v, keys)
+		if err != nil || len(jobs) == 0 {
+			return fetchReply{}, err
+		}
+		return fetchReply{ok: true, queue: jobs[0].Queue, raw: jobs[0].Raw}, nil
+	}
+}
+
+// takeJobs reads the take script's reply {i1, job1, …} as units of the
+// queues keys[i-1].
+func takeJobs(v any, keys []any) ([]Unit, error) {
+	if e, ok := v.(redis.Error); ok {
+		return nil, e
+	}
+	vals, err := redis.Values(v, nil)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Unit, 0, len(vals)/2)
+	for i := 0; i+1 < len(vals); i += 2 {
+		idx, err := redis.Int(vals[i], nil)
+		raw, err2 := redis.Bytes(vals[i+1], nil)
+		if err != nil || err2 != nil || idx < 1 || idx > len(keys) {
+			return nil, errors.New("sidekiq: unexpected reply of the take script")
+		}
+		out = append(out, Unit{Queue: wire.QueueName(keys[idx-1].(string)), Raw: raw})
+	}
+	return out, nil
+}
+
+// Finish acknowledges a success (with the slot's next fetch) or writes a
+// failure's outcome and takes the job out of the in-progress list in one
+// script.
+func (f *reliableFetch) Finish(u Unit, o *Outcome) error {
+	if o == nil {
+		if u.slot != nil {
+			u.slot.done(u.list, u.Raw)
+			return nil
+		}
+		return f.ack(u.list, u.Raw)
+	}
+	if u.slot != nil {
+		defer u.slot.drop()
+	}
+	return finish(f.cfg, f.life, u, o)
+}
+
+// finish runs the finish script for a failed (or unparsable) job.
+func finish(cfg *Config, life *reliableLife, u Unit, o *Outcome) error {
+	set, score, cutoff, maxJobs := u.list, "", "", ""
+	if o.Set != "" {
+		set, score = o.Set, wire.Score(o.At)
+	}
+	if o.Set == wire.KeyDead {
+		lim := wire.MorgueLimits{}.OrDefault()
+		cutoff = wire.FormatScore(wire.EpochSeconds(o.At) - lim.Timeout.Seconds())
+		maxJobs = fmt.Sprint(lim.MaxJobs)
+	}
+	var n int
+	err := cfg.Writes.Do(func(conn redis.Conn) error {
+		var err error
+		n, err = redis.Int(finishScript.DoContext(cfg.Writes.Ctx, conn, u.list, set, u.Raw, score, o.Payload, cutoff, maxJobs))
+		return err
+	})
+	if err != nil {
+		cfg.Logger.Error().Err(err).Str("component", "processor").Str("set", o.Set).Bytes("payload", o.Payload).
+			Msg("could not write the job's outcome; it stays in the in-progress list and runs again if this process dies")
+		return fmt.Errorf("sidekiq: write to %s: %w", o.Set, err)
+	}
+	if n == 0 {
+		life.notOwned(u.list, u.Raw)
+	}
+	return nil
+}
+
+// Requeue moves unfinished jobs from the in-progress lists back to the pop
+// end of their queues, one script per list: a job already acknowledged or
+// recovered by another process is not pushed again.
+func (f *reliableFetch) Requeue(units []Unit) error {
+	for _, u := range units {
+		if u.slot != nil {
+			u.slot.drop()
+		}
+	}
+	return requeue(f.cfg, units)
+}
+
+func requeue(cfg *Config, units []Unit) error {
+	if len(units) == 0 {
+		return nil
+	}
+	type group struct {
+		list, queue string
+		raws        []any
+	}
+	var order []*group
+	byList := map[string]*group{}
+	for _, u := range units {
+		g := byList[u.list]
+		if g == nil {
+			g = &group{list: u.list, queue: wire.QueueKey(u.Queue)}
+			byList[u.list] = g
+			order = append(order, g)
+		}
+		g.raws = append(g.raws, u.Raw)
+	}
+	moved := 0
+	for _, g := range order {
+		err := cfg.Writes.Do(func(conn redis.Conn) error {
+			n, err := redis.Int(requeueScript.DoContext(cfg.Writes.Ctx, conn, append([]any{g.list, g.queue}, g.raws...)...))
+			moved += n
+			return err
+		})
+		if err != nil {
+			for _, raw := range g.raws {
+				cfg.Logger.Error().Err(err).Str("queue", wire.QueueName(g.queue)).Bytes("payload", raw.([]byte)).
+					Msg("could not requeue job; it stays in the in-progress list and is recovered when this process is gone")
+			}
+			return fmt.Errorf("sidekiq: requeue %d jobs: %w", len(g.raws), err)
+		}
+	}
+	cfg.Logger.Info().Int("jobs", moved).Msg("requeued unfinished jobs")
+	return nil
+}
+
+// Close sweeps the in-progress lists one last time (anything still there
+// is held by no slot: the server has requeued what it ran), then stops the
+// heartbeat and the recovery.
+func (f *reliableFetch) Close() { f.life.close() }
+
+// heartbeatValue is the value of the reliable-fetch heartbeat key. Ruby's
+// gem only checks that the key exists; gojob reads the boot id and the
+// process's start time to tell, on the same host, that a predecessor whose
+// key has not expired yet is gone.
+func heartbeatValue() string {
+	return "gojob " + procstat.BootID() + " " + procstat.StartTime(os.Getpid())
+}
+
+// ctxTimeout is a context for one short Redis call of the background
+// goroutines.
+func ctxTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}

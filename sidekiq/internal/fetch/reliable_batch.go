@@ -1,0 +1,332 @@
+package fetch
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+var (
+	//go:embed lua/reliable_ack.lua
+	ackSrc    string
+	ackScript = redis.NewScript(-1, ackSrc)
+)
+
+// reliableBatch is the batched reliable fetch: one fetcher moves, in one
+// script call, a job for every idle slot (never more: a crash exposes
+// nothing that is not running), and an acknowledger takes the finished
+// jobs out of the in-progress list in batches. Under load a job costs a
+// fraction of a command each way.
+type reliableBatch struct {
+	cfg     *Config
+	base    *reliableFetch // lists, Redis probe, life
+	jobs    chan Unit
+	idle    chan struct{} // one token per idle slot
+	workers []*slotState
+	acker   acker
+	wg      sync.WaitGroup // fetcher and workers
+	// drops counts fetch commands whose connection failed before their
+	// reply: they may have moved jobs nobody holds.
+	drops atomic.Int64
+}
+
+// NewReliableBatch returns the batched reliable fetch.
+func NewReliableBatch(ctx context.Context, cfg *Config) (Fetcher, error) {
+	base := &reliableFetch{cfg: cfg, lists: map[string]string{}}
+	writes, err := base.setup(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n := cfg.Concurrency
+	f := &reliableBatch{cfg: cfg, base: base, jobs: make(chan Unit, n), idle: make(chan struct{}, n)}
+	f.acker = acker{cfg: cfg, life: base.life, in: make(chan Unit, 2*n), pending: map[string]map[string]int{}}
+	f.workers = make([]*slotState, n)
+	for i := range f.workers {
+		f.workers[i] = &slotState{}
+	}
+	base.life.holders = f.held
+	base.life.dropped = f.drops.Load
+	base.life.waitingSince = func() int64 { return 0 }
+	if err := base.life.start(writes); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Start starts the workers, the fetcher and the acknowledger.
+func (f *reliableBatch) Start() {
+	for i := 0; i < f.cfg.Concurrency; i++ {
+		f.idle <- struct{}{}
+		f.wg.Add(1)
+		go f.worker(i)
+	}
+	f.wg.Add(1)
+	go f.fetch()
+	f.acker.done.Add(1)
+	go f.acker.run()
+}
+
+// Wait blocks until the workers are done and their acknowledgements sent.
+func (f *reliableBatch) Wait() {
+	f.wg.Wait()
+	f.acker.close()
+	f.acker.done.Wait()
+}
+
+// Depth is 0: the batched fetch pipelines no blocking commands.
+func (f *reliableBatch) Depth() int { return 0 }
+
+// Requeue moves unfinished jobs back, as the pipelined reliable fetch does.
+func (f *reliableBatch) Requeue(units []Unit) error { return requeue(f.cfg, units) }
+
+// Finish queues a success's acknowledgement or writes a failure's outcome.
+func (f *reliableBatch) Finish(u Unit, o *Outcome) error {
+	if o == nil {
+		return f.acker.add(u)
+	}
+	return finish(f.cfg, f.base.life, u, o)
+}
+
+// Close ends the heartbeat and the recovery.
+func (f *reliableBatch) Close() { f.base.life.close() }
+
+func (f *reliableBatch) held() map[string]map[string]int {
+	in := map[string]map[string]int{}
+	for _, s := range f.workers {
+		s.held(in)
+	}
+	f.acker.held(in)
+	return in
+}
+
+// fetch is the single fetcher. It owns the idle-slot tokens: it moves at
+// most as many jobs as slots are free and hands each to a worker.
+func (f *reliableBatch) fetch() {
+	defer f.wg.Done()
+	defer close(f.jobs)
+	cfg := f.cfg
+	r := NewRand(uint64(cfg.Concurrency))
+	fc := &conn{cfg: cfg}
+	defer fc.close()
+	giveBack := func(n int) {
+		for range n {
+			f.idle <- struct{}{}
+		}
+	}
+	for {
+		select {
+		case <-f.idle:
+		case <-cfg.Quiet:
+			return
+		}
+		k := 1
+	more:
+		for k < cfg.Concurrency {
+			select {
+			case <-f.idle:
+				k++
+			default:
+				break more
+			}
+		}
+		if cfg.quiet() || !fc.ready() {
+			giveBack(k)
+			return
+		}
+		keys := cfg.Order.Args(r)
+		keys = keys[:len(keys)-1]
+		args := make([]any, 0, 2*len(keys)+1)
+		args = append(args, keys...)
+		for _, q := range keys {
+			args = append(args, f.base.lists[q.(string)])
+		}
+		args = append(args, k)
+		reply, err := takeScript.Do(fc.c, append([]any{2 * len(keys)}, args...)...)
+		var units []Unit
+		if err == nil {
+			units, err = takeJobs(reply, keys)
+		}
+		if err == nil && len(units) == 0 {
+			// Every queue is empty: block for one job on the first.
+			giveBack(k - 1)
+			k = 1
+			src := keys[0].(string)
+			var timeout any = Timeout
+			if len(keys) > 1 {
+				timeout = multiQueueIdle
+			}
+			var v any
+			if f.base.moveOK {
+				v, err = fc.c.Do("BLMOVE", src, f.base.lists[src], "RIGHT", "LEFT", timeout)
+			} else {
+				v, err = fc.c.Do("BRPOPLPUSH", src, f.base.lists[src], timeout)
+			}
+			if err == nil && v != nil {
+				var raw []byte
+				if raw, err = redis.Bytes(v, nil); err == nil {
+					units = []Unit{{Queue: wire.QueueName(src), Raw: raw}}
+				}
+			}
+		}
+		if err != nil {
+			giveBack(k)
+			if errors.Is(err, redis.ErrNil) {
+				continue
+			}
+			if redisx.IsConnError(err) {
+				f.drops.Add(1)
+			}
+			if !fc.failed(err) {
+				return
+			}
+			continue
+		}
+		fc.ok()
+		giveBack(k - len(units))
+		for i := range units {
+			units[i].list = f.base.lists[wire.QueueKey(units[i].Queue)]
+		}
+		if cfg.quiet() {
+			f.Requeue(units)
+			giveBack(len(units))
+			return
+		}
+		for _, u := range units {
+			f.jobs <- u
+		}
+	}
+}
+
+// worker runs jobs handed over by the fetcher.
+func (f *reliableBatch) worker(i int) {
+	defer f.wg.Done()
+	tid := tidFor(i)
+	st := f.workers[i]
+	for u := range f.jobs {
+		st.hold(u.list, u.Raw)
+		f.cfg.Process(tid, u)
+		st.drop()
+		f.idle <- struct{}{}
+	}
+}
+
+// acker sends the acknowledgements of finished jobs in batches, on pooled
+// connections, through an outage.
+type acker struct {
+	cfg  *Config
+	life *reliableLife
+	in   chan Unit
+	done sync.WaitGroup
+
+	// closeMu orders sends on in against its close: senders hold it for
+	// reading.
+	closeMu sync.RWMutex
+	closed  bool
+
+	mu      sync.Mutex
+	pending map[string]map[string]int // queued or in flight, not yet confirmed
+}
+
+func (a *acker) add(u Unit) error {
+	a.closeMu.RLock()
+	defer a.closeMu.RUnlock()
+	if a.closed {
+		return a.send([]Unit{u})
+	}
+	a.mu.Lock()
+	add(a.pending, u.list, u.Raw)
+	a.mu.Unlock()
+	a.in <- u
+	return nil
+}
+
+func (a *acker) close() {
+	a.closeMu.Lock()
+	if !a.closed {
+		a.closed = true
+		close(a.in)
+	}
+	a.closeMu.Unlock()
+}
+
+func (a *acker) held(in map[string]map[string]int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for list, raws := range a.pending {
+		for raw, n := range raws {
+			if in[list] == nil {
+				in[list] = map[string]int{}
+			}
+			in[list][raw] += n
+		}
+	}
+}
+
+func (a *acker) run() {
+	defer a.done.Done()
+	batch := make([]Unit, 0, 256)
+	for u := range a.in {
+		batch = append(batch[:0], u)
+	more:
+		for len(batch) < cap(batch) {
+			select {
+			case u, ok := <-a.in:
+				if !ok {
+					break more
+				}
+				batch = append(batch, u)
+			default:
+				break more
+			}
+		}
+		a.send(batch)
+		a.mu.Lock()
+		for _, u := range batch {
+			if m := a.pending[u.list]; m != nil {
+				if m[string(u.Raw)]--; m[string(u.Raw)] <= 0 {
+					delete(m, string(u.Raw))
+				}
+			}
+		}
+		a.mu.Unlock()
+		clear(batch)
+	}
+}
+
+// send runs the ack script for units.
+func (a *acker) send(units []Unit) error {
+	var keys []any
+	index := map[string]int{}
+	args := make([]any, 0, 2*len(units))
+	for _, u := range units {
+		i, ok := index[u.list]
+		if !ok {
+			keys = append(keys, u.list)
+			i = len(keys)
+			index[u.list] = i
+		}
+		args = append(args, i, u.Raw)
+	}
+	var found int
+	err := a.cfg.Writes.Do(func(conn redis.Conn) error {
+		var err error
+		found, err = redis.Int(ackScript.Do(conn, append(append([]any{len(keys)}, keys...), args...)...))
+		return err
+	})
+	if err != nil {
+		a.cfg.Logger.Error().Err(err).Str("component", "fetch").Int("jobs", len(units)).
+			Msg("could not acknowledge finished jobs; they stay in the in-progress list and run again if this process dies")
+		return err
+	}
+	if found < len(units) {
+		a.life.notOwned(units[0].list, nil)
+	}
+	return nil
+}
