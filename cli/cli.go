@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/gojob/gojob/internal/redact"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -146,7 +147,7 @@ func isTerminal(w io.Writer) bool {
 func openPool(ctx context.Context, url string, maxActive int) (*redis.Pool, error) {
 	pool, err := sidekiq.NewPool(url, &sidekiq.PoolOptions{MaxActive: maxActive})
 	if err != nil {
-		return nil, ucli.Exit(err.Error(), 2)
+		return nil, ucli.Exit(redact.String(err.Error(), url), 2)
 	}
 	conn, err := pool.GetContext(ctx)
 	if err == nil {
@@ -155,7 +156,7 @@ func openPool(ctx context.Context, url string, maxActive int) (*redis.Pool, erro
 	}
 	if err != nil {
 		pool.Close()
-		return nil, ucli.Exit(fmt.Sprintf("cannot reach Redis at %s: %v", url, err), 3)
+		return nil, ucli.Exit(redact.String(fmt.Sprintf("cannot reach Redis at %s: %v", redact.URL(url), err), url), 3)
 	}
 	return pool, nil
 }

@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/gojob/gojob/internal/redact"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -124,12 +124,8 @@ func openPostgres(rawURL, schema, table string, o *Config) (*sqlStore, error) {
 
 // redactURL hides a password in a URL.
 func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme == "" {
-		if strings.Contains(raw, "password=") {
-			return "(connection string)"
-		}
-		return raw
+	if strings.Contains(raw, "password=") && !strings.Contains(raw, "://") {
+		return "(connection string)" // libpq key=value form
 	}
-	return u.Redacted()
+	return redact.URL(raw)
 }

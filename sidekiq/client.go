@@ -292,7 +292,7 @@ func (c *Client) normalize(job *wire.Job, now time.Time, setCreated bool) error 
 	defaults.Set("queue", rubyjson.StringValue(c.queue))
 	job.MergeDefaults(defaults)
 	job.Delete("at")
-	if err := validateJob(job); err != nil {
+	if err := wire.Validate(job); err != nil {
 		return err
 	}
 	if !job.Has("jid") {
@@ -300,37 +300,6 @@ func (c *Client) normalize(job *wire.Job, now time.Time, setCreated bool) error 
 	}
 	if setCreated && !job.Has("created_at") {
 		job.SetTime("created_at", now, c.version)
-	}
-	return nil
-}
-
-// validateJob mirrors Sidekiq's JobUtil#validate.
-func validateJob(job *wire.Job) error {
-	cls, _ := job.Get("class")
-	if s, ok := cls.Str(); !ok || s == "" {
-		return errors.New("sidekiq: job must have a class name (\"class\")")
-	}
-	args, _ := job.Get("args")
-	if _, ok := args.Array(); !ok {
-		return fmt.Errorf("sidekiq: job %s: args must be an array", job.Class())
-	}
-	q, _ := job.Get("queue")
-	if s, ok := q.Str(); !ok || s == "" {
-		return fmt.Errorf("sidekiq: job %s must have a valid queue name", job.Class())
-	}
-	if tags, ok := job.Get("tags"); ok {
-		if _, isArr := tags.Array(); !isArr {
-			return fmt.Errorf("sidekiq: job %s: tags must be an array", job.Class())
-		}
-	}
-	if rf, ok := job.Get("retry_for"); ok && !rf.IsNull() {
-		f, isNum := rf.Float()
-		if !isNum {
-			return fmt.Errorf("sidekiq: job %s: retry_for must be a number of seconds", job.Class())
-		}
-		if f > 1_000_000_000 {
-			return fmt.Errorf("sidekiq: job %s: retry_for must be a relative amount of time", job.Class())
-		}
 	}
 	return nil
 }

@@ -3,10 +3,12 @@ package sidekiq
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
 
+	"github.com/gojob/gojob/internal/redact"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -57,13 +59,21 @@ func NewPool(rawURL string, o *PoolOptions) (*redis.Pool, error) {
 	}, nil
 }
 
-// Dialer returns a dial function for a Redis URL.
+// keepAlive makes the kernel probe an idle TCP connection to Redis after
+// 10 s and give up after 3 unanswered probes 5 s apart: a vanished host
+// ends a blocked read in about 25 s, while a stalled Redis (whose kernel
+// still answers) keeps its connections, and the commands on them.
+var keepAlive = net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, Interval: 5 * time.Second, Count: 3}
+
+// Dialer returns a dial function for a Redis URL. Errors never show the
+// URL's password.
 func Dialer(rawURL string, readTimeout time.Duration) (func(ctx context.Context) (redis.Conn, error), error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("sidekiq: redis url: %w", err)
+		return nil, fmt.Errorf("sidekiq: redis url: %s", redact.String(err.Error(), rawURL))
 	}
-	opts := []redis.DialOption{redis.DialConnectTimeout(5 * time.Second)}
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAliveConfig: keepAlive}
+	opts := []redis.DialOption{redis.DialConnectTimeout(5 * time.Second), redis.DialContextFunc(dialer.DialContext)}
 	if readTimeout > 0 {
 		opts = append(opts, redis.DialReadTimeout(readTimeout))
 	}
@@ -73,7 +83,7 @@ func Dialer(rawURL string, readTimeout time.Duration) (func(ctx context.Context)
 		if db := u.Query().Get("db"); db != "" {
 			var n int
 			if _, err := fmt.Sscan(db, &n); err != nil {
-				return nil, fmt.Errorf("sidekiq: redis url: bad db %q", db)
+				return nil, fmt.Errorf("sidekiq: redis url %s: bad db %q", redact.URL(rawURL), db)
 			}
 			opts = append(opts, redis.DialDatabase(n))
 		}
@@ -89,8 +99,22 @@ func Dialer(rawURL string, readTimeout time.Duration) (func(ctx context.Context)
 		}
 		s := u.String()
 		return func(ctx context.Context) (redis.Conn, error) {
-			return redis.DialURLContext(ctx, s, opts...)
+			c, err := redis.DialURLContext(ctx, s, opts...)
+			if err != nil {
+				return nil, redactedError{err, s}
+			}
+			return c, nil
 		}, nil
 	}
-	return nil, fmt.Errorf("sidekiq: redis url %q: scheme must be redis, rediss or unix", rawURL)
+	return nil, fmt.Errorf("sidekiq: redis url %q: scheme must be redis, rediss or unix", redact.URL(rawURL))
 }
+
+// redactedError is a dial error whose text hides the URL's password; it
+// unwraps to the original (a net.Error stays one).
+type redactedError struct {
+	err error
+	url string
+}
+
+func (e redactedError) Error() string { return redact.String(e.err.Error(), e.url) }
+func (e redactedError) Unwrap() error { return e.err }

@@ -203,9 +203,19 @@ func (p *Poller) runOnce(ctx context.Context) (*PollResult, error) {
 			err = p.cfg.Writes.Retry(func() error {
 				return p.cfg.Enqueue(p.cfg.Writes.Ctx, job)
 			})
+			if err != nil && !redisx.IsConnError(err) && !redisx.IsTransient(err) {
+				// Not Redis: the job itself cannot be pushed (it fails the
+				// client's validation, or a client middleware refuses
+				// it). Keep it, unchanged, where an operator sees it.
+				p.cfg.Logger.Error().Err(err).Str("component", "poller").Str("set", set).Str("jid", job.JID()).
+					Bytes("payload", member).Msg("a due job cannot be pushed to its queue; moved to the dead set unchanged")
+				p.cfg.Bury(member)
+				res.Buried++
+				continue
+			}
 			if err != nil {
 				p.cfg.Logger.Error().Err(err).Str("component", "poller").Str("jid", job.JID()).
-					Bytes("payload", member).Msg("could not enqueue a due job")
+					Bytes("payload", member).Msg("could not enqueue a due job before the shutdown gave up")
 				return res, fmt.Errorf("sidekiq: poller enqueue %s: %w", job.JID(), err)
 			}
 			res.Enqueued++

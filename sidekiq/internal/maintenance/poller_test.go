@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/rubytest"
+	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/internal/maintenance"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
@@ -26,7 +26,7 @@ type pollBundle struct {
 	conn   redis.Conn
 	clk    *clock.Fake
 	poller *maintenance.Poller
-	buried [][]byte
+	logs   *testlog.Buffer
 }
 
 // newPollBundle is a poller that pushes through a real client and buries
@@ -39,10 +39,10 @@ func newPollBundle(t *testing.T, rs *redistest.Server, v wire.Version) *pollBund
 	pool := rs.Pool(t)
 	conn := pool.Get()
 	t.Cleanup(func() { conn.Close() })
-	b := &pollBundle{rs: rs, conn: conn, clk: clock.NewFake(time.Unix(1795296573, 0))}
+	b := &pollBundle{rs: rs, conn: conn, clk: clock.NewFake(time.Unix(1795296573, 0)), logs: testlog.New(t)}
 	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: v, Clock: b.clk})
 	require.NoError(t, err)
-	log := zerolog.New(zerolog.NewTestWriter(t))
+	log := b.logs.Logger()
 	outage := &redisx.OutageLog{Log: &log}
 	b.poller, err = maintenance.NewPoller(&maintenance.PollerConfig{
 		Pool:    pool,
@@ -208,4 +208,39 @@ func TestPollerStopsDuringItsInitialWait(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	require.NoError(t, b.poller.Stop(ctx))
+}
+
+// A due member that parses but cannot be pushed (it fails the client's
+// validation) goes to the dead set unchanged, is never reported as a Redis
+// outage, and does not hold up the due jobs behind it.
+func TestPollerBuriesJobsThatCannotBePushed(t *testing.T) {
+	t.Parallel()
+	b := newPollBundle(t, nil, wire.Version7)
+	now := b.clk.Now()
+	bad := []string{
+		`{"class":"Good","args":{"a":1},"jid":"aaaaaaaaaaaaaaaaaaaaaaaa","queue":"default"}`,
+		`{"args":[],"jid":"noclass","queue":"default"}`,
+		`{"class":"X","args":[],"jid":"badtags","queue":"default","tags":"x"}`,
+		`{"class":"X","args":[],"jid":"badretryfor","queue":"default","retry_for":"soon"}`,
+	}
+	for i, m := range bad {
+		_, err := b.conn.Do("ZADD", wire.KeySchedule, wire.Score(now.Add(time.Duration(-10+i)*time.Second)), m)
+		require.NoError(t, err)
+	}
+	_, err := b.conn.Do("ZADD", wire.KeySchedule, wire.Score(now.Add(-time.Second)), `{"class":"Good","args":[1],"jid":"valid","queue":"default"}`)
+	require.NoError(t, err)
+	res, err := b.poller.RunOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Enqueued)
+	require.Equal(t, len(bad), res.Buried)
+	dead, err := redis.Strings(b.conn.Do("ZRANGE", wire.KeyDead, 0, -1))
+	require.NoError(t, err)
+	require.ElementsMatch(t, bad, dead, "unchanged")
+	q, err := redis.Strings(b.conn.Do("LRANGE", "queue:default", 0, -1))
+	require.NoError(t, err)
+	require.Len(t, q, 1)
+	require.Contains(t, q[0], `"jid":"valid"`)
+	require.Zero(t, zcard(t, b.conn, wire.KeySchedule))
+	require.Zero(t, b.logs.Count("", "redis unavailable"), "a validation error is not an outage")
+	require.Equal(t, len(bad), b.logs.Count("error", "cannot be pushed"))
 }

@@ -115,9 +115,9 @@ func (r *Retrier) Do(f func(redis.Conn) error) error {
 	})
 }
 
-// Retry runs f until it succeeds, fails with a Redis error reply (or any
-// error that is not a connection failure), or r.Ctx ends, backing off
-// while Redis is unreachable.
+// Retry runs f until it succeeds, fails with an error that is neither a
+// connection failure nor a transient error reply (IsTransient), or r.Ctx
+// ends, backing off while Redis is unreachable.
 func (r *Retrier) Retry(f func() error) error {
 	var b Backoff
 	for attempt := 1; ; attempt++ {
@@ -126,10 +126,10 @@ func (r *Retrier) Retry(f func() error) error {
 			r.Outage.OK()
 			return nil
 		}
-		if !IsConnError(err) || r.Ctx.Err() != nil {
+		if !(IsConnError(err) || IsTransient(err)) || r.Ctx.Err() != nil {
 			return err
 		}
-		if attempt <= StaleRetries {
+		if attempt <= StaleRetries && IsConnError(err) {
 			continue // a stale pooled connection; the pool drops it
 		}
 		r.Outage.Failed(err)

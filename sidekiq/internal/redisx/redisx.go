@@ -9,7 +9,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
+	"strings"
+	"syscall"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -85,9 +89,43 @@ func OptString(r any) string {
 	return string(b)
 }
 
-// IsConnError reports whether err is a network or connection failure
-// (worth retrying on another connection) rather than a Redis error reply.
+// IsConnError reports whether err is a failure of the connection to Redis
+// (refused, reset, timed out, closed, a broken reply stream), worth
+// retrying on another connection, rather than an error reply of Redis or an
+// error of the caller's own (an invalid job, a middleware's refusal).
 func IsConnError(err error) bool {
+	if err == nil {
+		return false
+	}
 	var re redis.Error
-	return err != nil && !errors.As(err, &re)
+	if errors.As(err, &re) {
+		return false
+	}
+	var ne net.Error
+	var errno syscall.Errno
+	switch {
+	case errors.As(err, &ne), errors.As(err, &errno),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, context.DeadlineExceeded):
+		return true
+	}
+	// redigo's own: "connection closed", "unexpected response line", a
+	// pool exhausted or closed.
+	return strings.HasPrefix(err.Error(), "redigo: ")
+}
+
+// IsTransient reports whether err is an error reply that a later try can
+// get past: Redis loading its data set, busy with a script, or in a
+// failover.
+func IsTransient(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	for _, p := range []string{"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "READONLY"} {
+		if strings.HasPrefix(string(re), p) {
+			return true
+		}
+	}
+	return false
 }
