@@ -21,7 +21,9 @@ import (
 // GOJOB_JID, GOJOB_CLASS and GOJOB_QUEUE in the environment. Exit status 0
 // is success; otherwise the job fails with the last non-empty line of
 // stderr as its error message. A cancelled job (hard shutdown, job timeout)
-// kills the command's process group.
+// kills the command's process group, and so does the end of gojob itself,
+// kill -9 included (execGuard), so that a job recovered by another process
+// never runs twice at the same time.
 type ExecHandler struct {
 	Command string
 	Log     zerolog.Logger
@@ -38,19 +40,47 @@ func (e *ExecError) Error() string { return e.Message }
 // ErrorClass names the failure for the Web UI.
 func (e *ExecError) ErrorClass() string { return "Gojob::ExecError" }
 
+// execGuard runs the job's command (GOJOB_EXEC_COMMAND) in a shell that is
+// the leader of its own process group, beside a watcher that reads fd 3: a
+// pipe whose only writer is gojob. When gojob ends, however it ends, the
+// kernel closes the writer, the read returns, and the watcher kills the
+// whole group: the shell, the command and anything it started. After a
+// normal end of the command the shell kills its watcher first.
+const execGuard = `( read -r _ <&3; kill -KILL 0 ) >/dev/null 2>&1 &
+gojob_watcher=$!
+exec 3<&-
+gojob_cmd=$GOJOB_EXEC_COMMAND
+unset GOJOB_EXEC_COMMAND
+eval "$gojob_cmd"
+gojob_status=$?
+kill $gojob_watcher 2>/dev/null
+exit $gojob_status`
+
 // Perform runs the command.
 func (h *ExecHandler) Perform(ctx context.Context, job *wire.Job) error {
-	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", h.Command)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// The read end goes to the child as fd 3; gojob keeps the write end,
+	// close-on-exec, so no other child inherits it.
+	guardR, guardW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("run %q: %w", h.Command, err)
+	}
+	defer guardW.Close()
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", execGuard)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
+	cmd.ExtraFiles = []*os.File{guardR}
 	cmd.Stdin = bytes.NewReader(job.Bytes())
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(os.Environ(), "GOJOB_EXEC_COMMAND="+h.Command,
 		"GOJOB_JID="+job.JID(), "GOJOB_CLASS="+job.Class(), "GOJOB_QUEUE="+job.Queue())
 	stderr := &tailBuffer{max: 64 << 10}
 	cmd.Stderr = stderr
 	cmd.Stdout = &logWriter{log: h.Log, jid: job.JID()}
-	err := cmd.Run()
+	err = cmd.Start()
+	guardR.Close()
+	if err == nil {
+		err = cmd.Wait()
+	}
 	if err == nil {
 		return nil
 	}

@@ -1,11 +1,54 @@
 package cli
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var (
+	binOnce sync.Once
+	binDir  string
+	binPath string
+	binErr  error
+)
+
+// gojobBinary builds the real gojob binary once per test run.
+func gojobBinary(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "gojob-bin-")
+		if binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "gojob")
+		build := exec.Command("go", "build", "-o", binPath, "../cmd/gojob")
+		out, err := build.CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v: %s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
 }

@@ -24,10 +24,7 @@ import (
 // running goes back to its queue with its original bytes.
 func TestBinaryOSSignals(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(t.TempDir(), "gojob")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/gojob")
-	build.Stderr = os.Stderr
-	require.NoError(t, build.Run())
+	bin := gojobBinary(t)
 
 	srv := redistest.StartWith(t, redistest.Options{TCP: true})
 	pool := srv.Pool(t)

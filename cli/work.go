@@ -20,12 +20,19 @@ func workCommand(o *options) *ucli.Command {
 	return &ucli.Command{
 		Name:  "work",
 		Usage: "process jobs from Sidekiq queues, as a Ruby Sidekiq process would",
-		Description: `Fetches jobs from the given queues (BRPOP, as Sidekiq's BasicFetch: one BRPOP
-per job, sent only for an idle slot; the BRPOPs of up to --fetch-pipeline idle
-slots share a connection as a pipeline), runs them, retries failures with
-Sidekiq's algorithm, polls the retry and schedule sets and keeps a heartbeat so the Sidekiq Web UI shows this process on its Busy
-page (Quiet and Stop work from there). SIGTSTP quiets, SIGTERM/SIGINT stop
-gracefully (unfinished jobs go back to their queue), SIGTTIN dumps goroutines.
+		Description: `Fetches jobs from the given queues, runs them, retries failures with Sidekiq's
+algorithm, polls the retry and schedule sets and keeps a heartbeat so that the
+Sidekiq Web UI shows this process on its Busy page (Quiet and Stop work from
+there). SIGTSTP quiets, SIGTERM/SIGINT stop gracefully (unfinished jobs go back
+to their queue), SIGTTIN dumps goroutines.
+
+By default (--fetch reliable) a job moves atomically from its queue to this
+process's in-progress list (working:queue:NAME:IDENTITY) and leaves it only
+once its outcome is written; if the process dies (kill -9, OOM, a lost node),
+live processes push its jobs back, so none is lost. A job whose process died
+--max-recoveries times goes to the dead set as a poison pill. --fetch basic is
+Sidekiq's BasicFetch byte for byte (BRPOP; a crash loses the running jobs);
+--fetch batch and reliable-batch take jobs for all idle slots at once.
 
 A stock binary has no Go handlers: use --exec CLASS=COMMAND (the payload JSON on
 stdin; GOJOB_JID, GOJOB_CLASS, GOJOB_QUEUE in the environment; exit 0 = success,
@@ -41,8 +48,9 @@ otherwise the last line of stderr is the error message) or --http CLASS=URL
 			newVersionFlag(),
 			&ucli.StringSliceFlag{Name: "exec", Usage: "run `CLASS=COMMAND` (sh -c) for each job of CLASS; repeat"},
 			&ucli.StringSliceFlag{Name: "http", Usage: "POST each job of CLASS to URL: `CLASS=URL`; repeat"},
-			&ucli.StringFlag{Name: "fetch", Value: "brpop", Usage: "brpop (Sidekiq's BasicFetch, default) or batch (one BLMPOP for all idle slots; Redis 7+; same loss on crash, far fewer round trips)"},
-			&ucli.IntFlag{Name: "fetch-pipeline", Value: sidekiq.DefaultFetchPipeline, Usage: "brpop fetch: idle slots whose BRPOPs share one connection, pipelined (1 = a connection per slot, as Ruby)"},
+			&ucli.StringFlag{Name: "fetch", Value: "reliable", Usage: "reliable (in-progress lists; no job lost when a process dies), reliable-batch, basic (Sidekiq's BasicFetch: BRPOP, Ruby's behaviour byte for byte) or batch (one BLMPOP for all idle slots, Redis 7+)"},
+			&ucli.IntFlag{Name: "fetch-pipeline", Value: sidekiq.DefaultFetchPipeline, Usage: "reliable and basic fetch: idle slots whose fetches share one connection, pipelined (1 = a connection per slot, as Ruby)"},
+			&ucli.IntFlag{Name: "max-recoveries", Value: 3, Usage: "reliable fetch: a job whose process died this many times while running it goes to the dead set (poison pill)"},
 			&ucli.DurationFlag{Name: "job-timeout", Usage: "cancel a job after this long (0 = never)"},
 			&ucli.IntFlag{Name: "max-retries", Value: 25, Usage: "retries for jobs with retry: true"},
 			&ucli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text"},
@@ -87,6 +95,7 @@ func serverConfigFromFlags(c *ucli.Context, log zerolog.Logger) (*sidekiq.Server
 		JobTimeout:      c.Duration("job-timeout"),
 		MaxRetries:      c.Int("max-retries"),
 		FetchPipeline:   c.Int("fetch-pipeline"),
+		RecoveryLimit:   c.Int("max-recoveries"),
 		Logger:          log,
 	}
 	if c.IsSet("fetch") || c.String("fetch") != "" {
@@ -98,6 +107,9 @@ func serverConfigFromFlags(c *ucli.Context, log zerolog.Logger) (*sidekiq.Server
 	}
 	if cfg.Concurrency <= 0 {
 		return nil, ucli.Exit("--concurrency must be at least 1", 2)
+	}
+	if c.IsSet("max-recoveries") && cfg.RecoveryLimit <= 0 {
+		return nil, ucli.Exit("--max-recoveries must be at least 1", 2)
 	}
 	if c.IsSet("fetch-pipeline") && cfg.FetchPipeline <= 0 {
 		return nil, ucli.Exit("--fetch-pipeline must be at least 1", 2)

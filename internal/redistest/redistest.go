@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -152,6 +153,13 @@ func (s *Server) Restart(t testing.TB) {
 	}
 	t.Fatal("redistest: redis-server did not restart")
 }
+
+// Pause stops the server process (SIGSTOP): it keeps its connections and
+// answers nothing until Resume, as a stalled Redis does.
+func (s *Server) Pause() error { return s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() error { return s.cmd.Process.Signal(syscall.SIGCONT) }
 
 // Kill stops the server (for outage tests); Restart brings it back.
 func (s *Server) Kill() {

@@ -94,7 +94,7 @@ func (b *batchFetch) fetch() {
 		args = append(args, Timeout, len(keys)-1)
 		args = append(args, keys[:len(keys)-1]...)
 		args = append(args, "RIGHT", "COUNT", k)
-		reply, err := redis.Values(fc.c.Do("BLMPOP", args...))
+		reply, err := redis.Values(cfg.do(fc.c, "BLMPOP", args...))
 		if errors.Is(err, redis.ErrNil) {
 			giveBack(k)
 			fc.ok()

@@ -229,6 +229,14 @@ func (c *Config) bulkRequeue(units []Unit) error {
 	return nil
 }
 
+// do runs one command on a fetch connection, logging a stall once (as the
+// pipes' watch does) when Redis takes longer than stallAfter to answer.
+func (c *Config) do(conn redis.Conn, cmd string, args ...any) (any, error) {
+	t := time.AfterFunc(stallAfter, func() { c.Outage.Stalled(stallAfter) })
+	defer t.Stop()
+	return conn.Do(cmd, args...)
+}
+
 // conn is a fetch connection and its reconnect policy.
 type conn struct {
 	cfg   *Config

@@ -33,8 +33,8 @@ import (
 // and when all are empty the slot blocks on the first queue for
 // multiQueueIdle before it tries them all again.
 //
-// A success's LREM goes in the same write as the slot's next fetch, so a
-// job costs two commands and one round trip.
+// A success's LREM is sent by the acker, pipelined with the other slots'
+// (ack.go): a job costs two commands.
 
 var (
 	//go:embed lua/reliable_take.lua
@@ -62,27 +62,17 @@ const multiQueueIdle = 0.25
 // renewals before it could be taken for dead.
 const heartbeatInterval = 10 * time.Second
 
-// slotState is what a pipelined reliable slot holds: the job it runs and a
-// finished job whose acknowledgement is not yet confirmed.
+// slotState is the job a reliable slot runs, for the sweep of the own
+// lists (a job a slot holds is not an orphan).
 type slotState struct {
-	mu       sync.Mutex
-	unit     []byte
-	unitList string
-	ack      []byte
-	ackList  string
+	mu   sync.Mutex
+	unit []byte
+	list string
 }
 
 func (s *slotState) hold(list string, raw []byte) {
 	s.mu.Lock()
-	s.unit, s.unitList = raw, list
-	s.mu.Unlock()
-}
-
-// done records a success: the job is released by the LREM sent with the
-// slot's next request.
-func (s *slotState) done(list string, raw []byte) {
-	s.mu.Lock()
-	s.unit, s.ack, s.ackList = nil, raw, list
+	s.unit, s.list = raw, list
 	s.mu.Unlock()
 }
 
@@ -92,29 +82,12 @@ func (s *slotState) drop() {
 	s.mu.Unlock()
 }
 
-func (s *slotState) pendingAck() (list string, raw []byte) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ackList, s.ack
-}
-
-func (s *slotState) acked(raw []byte) {
-	s.mu.Lock()
-	if len(s.ack) == len(raw) && (len(raw) == 0 || &s.ack[0] == &raw[0]) {
-		s.ack = nil
-	}
-	s.mu.Unlock()
-}
-
-// held adds the jobs the slot holds to in, by list.
+// held adds the job the slot holds to in, by list.
 func (s *slotState) held(in map[string]map[string]int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.unit != nil {
-		add(in, s.unitList, s.unit)
-	}
-	if s.ack != nil {
-		add(in, s.ackList, s.ack)
+		add(in, s.list, s.unit)
 	}
 }
 
@@ -134,6 +107,7 @@ type reliableFetch struct {
 	lists  map[string]string // queue key → in-progress list
 	slots  []*slotState
 	life   *reliableLife
+	acker  *acker
 	wg     sync.WaitGroup // slots, pipes and their watch
 }
 
@@ -152,6 +126,7 @@ func NewReliable(ctx context.Context, cfg *Config) (Fetcher, error) {
 	for i := range f.slots {
 		f.slots[i] = &slotState{}
 	}
+	f.acker = newAcker(cfg, f.life, cfg.Concurrency)
 	f.life.holders = f.held
 	f.life.dropped = f.pipes.dropped.Load
 	f.life.waitingSince = f.oldestWait
@@ -223,8 +198,9 @@ func (f *reliableFetch) ownLists() []string {
 	return out
 }
 
-// Start starts the slots and their pipes.
+// Start starts the slots, their pipes and the acknowledgements.
 func (f *reliableFetch) Start() {
+	f.acker.start()
 	f.pipes.start(&f.wg)
 	for i := 0; i < f.cfg.Concurrency; i++ {
 		f.wg.Add(1)
@@ -232,8 +208,12 @@ func (f *reliableFetch) Start() {
 	}
 }
 
-// Wait blocks until the slots and the pipes have returned.
-func (f *reliableFetch) Wait() { f.wg.Wait() }
+// Wait blocks until the slots and the pipes have returned and the
+// acknowledgements are sent.
+func (f *reliableFetch) Wait() {
+	f.wg.Wait()
+	f.acker.close()
+}
 
 // Depth returns how many fetches each connection carries at most.
 func (f *reliableFetch) Depth() int { return f.pipes.depth }
@@ -244,6 +224,7 @@ func (f *reliableFetch) held() map[string]map[string]int {
 	for _, s := range f.slots {
 		s.held(in)
 	}
+	f.acker.held(in)
 	return in
 }
 
@@ -260,21 +241,15 @@ func (f *reliableFetch) oldestWait() int64 {
 }
 
 // slot is one concurrency slot: it moves a job to the in-progress list
-// through the pipes, runs it, and repeats until the server is quiet. The
-// acknowledgement of the previous job travels with the next fetch.
+// through the pipes, runs it, and repeats until the server is quiet.
 func (f *reliableFetch) slot(i int, st *slotState) {
 	defer f.wg.Done()
 	cfg := f.cfg
 	r := NewRand(uint64(i))
 	tid := tidFor(i)
-	req := &fetchReq{reply: make(chan fetchReply, 1)}
+	req := &fetchReq{cmds: make([]pipeCmd, 1), reply: make(chan fetchReply, 1)}
 	block := false // several queues, all empty at the last try
 	for {
-		req.cmds = req.cmds[:0]
-		ackList, ackRaw := st.pendingAck()
-		if ackRaw != nil {
-			req.cmds = append(req.cmds, pipeCmd{"LREM", []any{ackList, -1, ackRaw}})
-		}
 		keys := cfg.Order.Args(r)
 		keys = keys[:len(keys)-1] // the BRPOP timeout
 		var list string
@@ -287,9 +262,9 @@ func (f *reliableFetch) slot(i int, st *slotState) {
 				timeout = multiQueueIdle
 			}
 			if f.moveOK {
-				req.cmds = append(req.cmds, pipeCmd{"BLMOVE", []any{src, list, "RIGHT", "LEFT", timeout}})
+				req.cmds[0] = pipeCmd{"BLMOVE", []any{src, list, "RIGHT", "LEFT", timeout}}
 			} else {
-				req.cmds = append(req.cmds, pipeCmd{"BRPOPLPUSH", []any{src, list, timeout}})
+				req.cmds[0] = pipeCmd{"BRPOPLPUSH", []any{src, list, timeout}}
 			}
 			req.decode = moveReply(wire.QueueName(src), list)
 		default:
@@ -300,16 +275,12 @@ func (f *reliableFetch) slot(i int, st *slotState) {
 				args = append(args, f.lists[k.(string)])
 			}
 			args = append(args, 1)
-			req.cmds = append(req.cmds, pipeCmd{"EVALSHA", args})
+			req.cmds[0] = pipeCmd{"EVALSHA", args}
 			req.decode = f.takeReply(keys)
 		}
 		rep, ok := f.pipes.do(req)
 		if !ok {
-			f.flushAck(st)
 			return
-		}
-		if rep.done && rep.err == nil && ackRaw != nil {
-			st.acked(ackRaw)
 		}
 		if rep.err != nil && strings.HasPrefix(rep.err.Error(), "NOSCRIPT") {
 			f.loadScripts()
@@ -327,41 +298,10 @@ func (f *reliableFetch) slot(i int, st *slotState) {
 		if cfg.quiet() {
 			// Fetched after we were told to stop: back to the queue.
 			f.Requeue([]Unit{u})
-			f.flushAck(st)
 			return
 		}
 		cfg.Process(tid, u)
 	}
-}
-
-// flushAck sends a slot's last acknowledgement on a pooled connection.
-func (f *reliableFetch) flushAck(st *slotState) {
-	list, raw := st.pendingAck()
-	if raw == nil {
-		return
-	}
-	if err := f.ack(list, raw); err == nil {
-		st.acked(raw)
-	}
-}
-
-// ack takes a finished job out of its in-progress list, through an outage.
-func (f *reliableFetch) ack(list string, raw []byte) error {
-	var n int
-	err := f.cfg.Writes.Do(func(conn redis.Conn) error {
-		var err error
-		n, err = redis.Int(conn.Do("LREM", list, -1, raw))
-		return err
-	})
-	if err != nil {
-		f.cfg.Logger.Error().Err(err).Str("component", "fetch").Str("list", list).
-			Msg("could not acknowledge a finished job; it stays in the in-progress list and runs again if this process dies")
-		return err
-	}
-	if n == 0 {
-		f.life.notOwned(list, raw)
-	}
-	return nil
 }
 
 func (f *reliableFetch) loadScripts() {
@@ -423,19 +363,14 @@ func takeJobs(v any, keys []any) ([]Unit, error) {
 	return out, nil
 }
 
-// Finish acknowledges a success (with the slot's next fetch) or writes a
-// failure's outcome and takes the job out of the in-progress list in one
-// script.
+// Finish queues a success's acknowledgement, or writes a failure's outcome
+// and takes the job out of the in-progress list in one script.
 func (f *reliableFetch) Finish(u Unit, o *Outcome) error {
-	if o == nil {
-		if u.slot != nil {
-			u.slot.done(u.list, u.Raw)
-			return nil
-		}
-		return f.ack(u.list, u.Raw)
-	}
 	if u.slot != nil {
 		defer u.slot.drop()
+	}
+	if o == nil {
+		return f.acker.add(u)
 	}
 	return finish(f.cfg, f.life, u, o)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -11,12 +12,6 @@ import (
 
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/wire"
-)
-
-var (
-	//go:embed lua/reliable_ack.lua
-	ackSrc    string
-	ackScript = redis.NewScript(-1, ackSrc)
 )
 
 // reliableBatch is the batched reliable fetch: one fetcher moves, in one
@@ -30,7 +25,7 @@ type reliableBatch struct {
 	jobs    chan Unit
 	idle    chan struct{} // one token per idle slot
 	workers []*slotState
-	acker   acker
+	acker   *acker
 	wg      sync.WaitGroup // fetcher and workers
 	// drops counts fetch commands whose connection failed before their
 	// reply: they may have moved jobs nobody holds.
@@ -46,7 +41,7 @@ func NewReliableBatch(ctx context.Context, cfg *Config) (Fetcher, error) {
 	}
 	n := cfg.Concurrency
 	f := &reliableBatch{cfg: cfg, base: base, jobs: make(chan Unit, n), idle: make(chan struct{}, n)}
-	f.acker = acker{cfg: cfg, life: base.life, in: make(chan Unit, 2*n), pending: map[string]map[string]int{}}
+	f.acker = newAcker(cfg, base.life, n)
 	f.workers = make([]*slotState, n)
 	for i := range f.workers {
 		f.workers[i] = &slotState{}
@@ -69,15 +64,13 @@ func (f *reliableBatch) Start() {
 	}
 	f.wg.Add(1)
 	go f.fetch()
-	f.acker.done.Add(1)
-	go f.acker.run()
+	f.acker.start()
 }
 
 // Wait blocks until the workers are done and their acknowledgements sent.
 func (f *reliableBatch) Wait() {
 	f.wg.Wait()
 	f.acker.close()
-	f.acker.done.Wait()
 }
 
 // Depth is 0: the batched fetch pipelines no blocking commands.
@@ -148,7 +141,7 @@ func (f *reliableBatch) fetch() {
 			args = append(args, f.base.lists[q.(string)])
 		}
 		args = append(args, k)
-		reply, err := takeScript.Do(fc.c, append([]any{2 * len(keys)}, args...)...)
+		reply, err := cfg.do(fc.c, "EVALSHA", append([]any{takeScript.Hash(), 2 * len(keys)}, args...)...)
 		var units []Unit
 		if err == nil {
 			units, err = takeJobs(reply, keys)
@@ -164,9 +157,9 @@ func (f *reliableBatch) fetch() {
 			}
 			var v any
 			if f.base.moveOK {
-				v, err = fc.c.Do("BLMOVE", src, f.base.lists[src], "RIGHT", "LEFT", timeout)
+				v, err = cfg.do(fc.c, "BLMOVE", src, f.base.lists[src], "RIGHT", "LEFT", timeout)
 			} else {
-				v, err = fc.c.Do("BRPOPLPUSH", src, f.base.lists[src], timeout)
+				v, err = cfg.do(fc.c, "BRPOPLPUSH", src, f.base.lists[src], timeout)
 			}
 			if err == nil && v != nil {
 				var raw []byte
@@ -179,6 +172,9 @@ func (f *reliableBatch) fetch() {
 			giveBack(k)
 			if errors.Is(err, redis.ErrNil) {
 				continue
+			}
+			if strings.HasPrefix(err.Error(), "NOSCRIPT") {
+				f.base.loadScripts()
 			}
 			if redisx.IsConnError(err) {
 				f.drops.Add(1)
@@ -215,118 +211,4 @@ func (f *reliableBatch) worker(i int) {
 		st.drop()
 		f.idle <- struct{}{}
 	}
-}
-
-// acker sends the acknowledgements of finished jobs in batches, on pooled
-// connections, through an outage.
-type acker struct {
-	cfg  *Config
-	life *reliableLife
-	in   chan Unit
-	done sync.WaitGroup
-
-	// closeMu orders sends on in against its close: senders hold it for
-	// reading.
-	closeMu sync.RWMutex
-	closed  bool
-
-	mu      sync.Mutex
-	pending map[string]map[string]int // queued or in flight, not yet confirmed
-}
-
-func (a *acker) add(u Unit) error {
-	a.closeMu.RLock()
-	defer a.closeMu.RUnlock()
-	if a.closed {
-		return a.send([]Unit{u})
-	}
-	a.mu.Lock()
-	add(a.pending, u.list, u.Raw)
-	a.mu.Unlock()
-	a.in <- u
-	return nil
-}
-
-func (a *acker) close() {
-	a.closeMu.Lock()
-	if !a.closed {
-		a.closed = true
-		close(a.in)
-	}
-	a.closeMu.Unlock()
-}
-
-func (a *acker) held(in map[string]map[string]int) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for list, raws := range a.pending {
-		for raw, n := range raws {
-			if in[list] == nil {
-				in[list] = map[string]int{}
-			}
-			in[list][raw] += n
-		}
-	}
-}
-
-func (a *acker) run() {
-	defer a.done.Done()
-	batch := make([]Unit, 0, 256)
-	for u := range a.in {
-		batch = append(batch[:0], u)
-	more:
-		for len(batch) < cap(batch) {
-			select {
-			case u, ok := <-a.in:
-				if !ok {
-					break more
-				}
-				batch = append(batch, u)
-			default:
-				break more
-			}
-		}
-		a.send(batch)
-		a.mu.Lock()
-		for _, u := range batch {
-			if m := a.pending[u.list]; m != nil {
-				if m[string(u.Raw)]--; m[string(u.Raw)] <= 0 {
-					delete(m, string(u.Raw))
-				}
-			}
-		}
-		a.mu.Unlock()
-		clear(batch)
-	}
-}
-
-// send runs the ack script for units.
-func (a *acker) send(units []Unit) error {
-	var keys []any
-	index := map[string]int{}
-	args := make([]any, 0, 2*len(units))
-	for _, u := range units {
-		i, ok := index[u.list]
-		if !ok {
-			keys = append(keys, u.list)
-			i = len(keys)
-			index[u.list] = i
-		}
-		args = append(args, i, u.Raw)
-	}
-	var found int
-	err := a.cfg.Writes.Do(func(conn redis.Conn) error {
-		var err error
-		found, err = redis.Int(ackScript.Do(conn, append(append([]any{len(keys)}, keys...), args...)...))
-		return err
-	})
-	if err != nil {
-		a.cfg.Logger.Error().Err(err).Str("component", "fetch").Int("jobs", len(units)).
-			Msg("could not acknowledge finished jobs; they stay in the in-progress list and run again if this process dies")
-		return err
-	}
-	if found < len(units) {
-		a.life.notOwned(units[0].list, nil)
-	}
-	return nil
 }

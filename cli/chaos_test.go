@@ -1,0 +1,93 @@
+package cli
+
+import (
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/internal/wait"
+)
+
+// envInt reads a test size from the environment (make chaos sets them).
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// SIGKILL a running `gojob work` (reliable fetch, the default) at random
+// moments of a drain: every job runs at least once, and only jobs that were
+// in the killed process's in-progress list (in flight at the kill) run
+// again. Each new process recovers its dead predecessor's list at start
+// (same host, pid gone). GOJOB_CHAOS_JOBS and GOJOB_CHAOS_KILLS size it
+// (make chaos: 100,000 and 20).
+func TestKillDuringDrainLosesNoJob(t *testing.T) {
+	t.Parallel()
+	n := envInt("GOJOB_CHAOS_JOBS", 3000)
+	kills := envInt("GOJOB_CHAOS_KILLS", 3)
+	conc := envInt("GOJOB_CHAOS_CONCURRENCY", 10)
+	rs := redistest.StartWith(t, redistest.Options{TCP: true})
+	pool := rs.Pool(t)
+	conn := pool.Get()
+	defer conn.Close()
+	jids := pushJobs(t, pool, "Chaos", "chaos", n)
+	runs := newRunLog(t)
+	args := []string{"-c", strconv.Itoa(conc), "--exec", runs.execArg("Chaos")}
+	start := time.Now()
+	inflight := map[string]int{}
+	killedInFlight := 0
+	for k := 0; k < kills; k++ {
+		w := startWorker(t, rs.URL(), args...)
+		id := w.identity(t)
+		before := runs.total(t)
+		step := rand.IntN(max(n/(2*kills), 50)) + 20
+		wait.Within(t, 60*time.Second, "progress before the kill", func() bool { return runs.total(t) >= before+step })
+		require.NoError(t, w.cmd.Process.Signal(syscall.SIGKILL))
+		w.wait()
+		// Nothing else recovers until the next process starts: the killed
+		// process's list holds exactly the jobs in flight at the kill.
+		for _, jid := range workingJIDs(t, conn, id) {
+			inflight[jid]++
+			killedInFlight++
+		}
+	}
+	final := startWorker(t, rs.URL(), args...)
+	wait.Within(t, 10*time.Minute, "every job to run", func() bool {
+		return len(runs.counts(t)) == n
+	})
+	wait.For(t, "the queue and the in-progress lists to empty", func() bool {
+		q, _ := redis.Int(conn.Do("LLEN", "queue:default"))
+		lists, _ := redis.Strings(conn.Do("KEYS", "working:*"))
+		if q != 0 || len(lists) != 0 {
+			t.Logf("queue %d, lists %v", q, lists)
+			return false
+		}
+		return true
+	})
+	require.NoError(t, final.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, final.wait(), final.logs.String())
+
+	counts := runs.counts(t)
+	again := 0
+	for _, jid := range jids {
+		c := counts[jid]
+		require.GreaterOrEqual(t, c, 1, "%s never ran", jid)
+		require.LessOrEqual(t, c, 1+inflight[jid], "%s ran %d times but was in flight at %d kills", jid, c, inflight[jid])
+		again += c - 1
+	}
+	require.Len(t, counts, n, "nothing but the pushed jobs ran")
+	require.Positive(t, killedInFlight, "the kills hit jobs in flight")
+	dead, err := redis.Int(conn.Do("ZCARD", "dead"))
+	require.NoError(t, err)
+	require.Zero(t, dead)
+	t.Logf("chaos: %d jobs, %d kills at -c %d in %.1f s: 0 lost, %d in flight at the kills, %d ran again",
+		n, kills, conc, time.Since(start).Seconds(), killedInFlight, again)
+}

@@ -1,0 +1,145 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/testlog"
+	"github.com/gojob/gojob/internal/wait"
+	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+// runLog is a file the jobs of a test append their jid to, one line per
+// run (an --exec command's append is atomic).
+type runLog string
+
+func newRunLog(t *testing.T) runLog { return runLog(filepath.Join(t.TempDir(), "runs")) }
+
+// execArg is the --exec handler that records each run of class.
+func (r runLog) execArg(class string) string {
+	return class + `=echo "$GOJOB_JID" >> ` + string(r)
+}
+
+// counts returns how many times each jid ran.
+func (r runLog) counts(t testing.TB) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	f, err := os.Open(string(r))
+	if os.IsNotExist(err) {
+		return out
+	}
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			out[l]++
+		}
+	}
+	return out
+}
+
+func (r runLog) total(t testing.TB) int {
+	n := 0
+	for _, c := range r.counts(t) {
+		n += c
+	}
+	return n
+}
+
+// workerProc is a real `gojob work` process.
+type workerProc struct {
+	cmd  *exec.Cmd
+	logs *testlog.Buffer
+	done chan struct{} // closed when it has exited
+	err  error         // its exit, once done
+}
+
+// wait waits for the process to exit and returns how it did.
+func (w *workerProc) wait() error {
+	<-w.done
+	return w.err
+}
+
+var identityRE = regexp.MustCompile(`identity=(\S+)`)
+
+// startWorker runs `gojob work -r url args…`.
+func startWorker(t *testing.T, url string, args ...string) *workerProc {
+	t.Helper()
+	w := &workerProc{logs: testlog.New(nil), done: make(chan struct{})}
+	w.cmd = exec.Command(gojobBinary(t), append([]string{"work", "-r", url, "--sidekiq-version", "7"}, args...)...)
+	w.cmd.Stdout, w.cmd.Stderr = w.logs, w.logs
+	require.NoError(t, w.cmd.Start())
+	go func() { w.err = w.cmd.Wait(); close(w.done) }()
+	t.Cleanup(func() {
+		w.cmd.Process.Kill()
+		<-w.done
+		if t.Failed() {
+			t.Logf("gojob work log:\n%s", w.logs.String())
+		}
+	})
+	return w
+}
+
+// identity reads the process identity from the start log line.
+func (w *workerProc) identity(t *testing.T) string {
+	t.Helper()
+	var id string
+	wait.For(t, "the worker to start", func() bool {
+		m := identityRE.FindStringSubmatch(w.logs.String())
+		if m != nil {
+			id = m[1]
+		}
+		return id != ""
+	})
+	return id
+}
+
+// pushJobs pushes n jobs of class with jids "<prefix><i>".
+func pushJobs(t *testing.T, pool *redis.Pool, class, prefix string, n int) []string {
+	t.Helper()
+	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: wire.Version7})
+	require.NoError(t, err)
+	var jobs []*wire.Job
+	var jids []string
+	for i := range n {
+		j, err := wire.NewJob(class, i)
+		require.NoError(t, err)
+		jid := fmt.Sprintf("%s%06d", prefix, i)
+		j.SetJID(jid)
+		jobs = append(jobs, j)
+		jids = append(jids, jid)
+	}
+	_, err = client.PushBulk(context.Background(), jobs, nil)
+	require.NoError(t, err)
+	return jids
+}
+
+// workingJIDs returns the jids in the in-progress lists of identity.
+func workingJIDs(t *testing.T, c redis.Conn, identity string) []string {
+	t.Helper()
+	keys, err := redis.Strings(c.Do("KEYS", "working:queue:*:"+identity))
+	require.NoError(t, err)
+	var out []string
+	for _, k := range keys {
+		vals, err := redis.ByteSlices(c.Do("LRANGE", k, 0, -1))
+		require.NoError(t, err)
+		for _, v := range vals {
+			j, err := wire.ParseJob(v)
+			require.NoError(t, err)
+			out = append(out, j.JID())
+		}
+	}
+	return out
+}
