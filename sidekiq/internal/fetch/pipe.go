@@ -74,6 +74,8 @@ type pipes struct {
 	// dropped counts connections closed with requests in flight: their
 	// commands may still run in Redis.
 	dropped atomic.Int64
+	// lastReply is when any pipe last read a reply (unix nanoseconds).
+	lastReply atomic.Int64
 }
 
 // fetchPipe is one fetch connection.
@@ -329,6 +331,7 @@ func (p *pipes) receive(fp *fetchPipe) (any, error) {
 	fp.waitingSince.Store(0)
 	if err == nil {
 		fp.inflight.Add(-1)
+		p.lastReply.Store(time.Now().UnixNano())
 		p.cfg.Outage.OK() // ends a stall, if one was logged
 	}
 	return v, err
@@ -354,10 +357,15 @@ func (p *pipes) watch(wg *sync.WaitGroup) {
 		case <-stopped:
 			return
 		}
+		// Stalled: a pipe has waited longer than stallAfter, and no pipe
+		// has had a reply meanwhile.
 		now := time.Now().UnixNano()
-		for _, fp := range p.list {
-			if since := fp.waitingSince.Load(); since != 0 && time.Duration(now-since) > stallAfter {
-				p.cfg.Outage.Stalled(stallAfter)
+		if time.Duration(now-p.lastReply.Load()) > stallAfter {
+			for _, fp := range p.list {
+				if since := fp.waitingSince.Load(); since != 0 && time.Duration(now-since) > stallAfter {
+					p.cfg.Outage.Stalled(stallAfter)
+					break
+				}
 			}
 		}
 		if !unblocking || !p.cfg.quiet() {

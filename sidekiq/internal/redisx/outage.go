@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -36,6 +37,9 @@ type OutageLog struct {
 	mu    sync.Mutex
 	down  bool
 	since time.Time
+	// isDown mirrors down for OK's lock-free fast path (OK runs for every
+	// fetch reply).
+	isDown atomic.Bool
 }
 
 // Failed records a failure; the first one of an outage is logged.
@@ -46,6 +50,7 @@ func (o *OutageLog) Failed(err error) {
 		return
 	}
 	o.down = true
+	o.isDown.Store(true)
 	o.since = time.Now()
 	if o.Log != nil {
 		o.Log.Error().Err(err).Str("component", "redis").Msg("redis unavailable; retrying with backoff")
@@ -62,6 +67,7 @@ func (o *OutageLog) Stalled(d time.Duration) {
 		return
 	}
 	o.down = true
+	o.isDown.Store(true)
 	o.since = time.Now().Add(-d)
 	if o.Log != nil {
 		o.Log.Error().Dur("no_reply_for", d).Str("component", "redis").
@@ -71,12 +77,16 @@ func (o *OutageLog) Stalled(d time.Duration) {
 
 // OK records a success; it logs the end of an outage.
 func (o *OutageLog) OK() {
+	if !o.isDown.Load() {
+		return
+	}
 	o.mu.Lock()
 	if !o.down {
 		o.mu.Unlock()
 		return
 	}
 	o.down = false
+	o.isDown.Store(false)
 	d := time.Since(o.since)
 	o.mu.Unlock()
 	if o.Log != nil {
