@@ -113,8 +113,9 @@
 //     job is pushed anyway: a push never fails because of the databases).
 //   - A job is moved to the dead set only after two reconciler passes,
 //     at least one extension apart, both failed to find it in its queue,
-//     the work hashes of live processes, the retry set, the schedule set
-//     and the dead set.
+//     the work hashes of live processes, the in-progress lists of reliable
+//     fetch (a dead process's jobs there are about to be recovered), the
+//     retry set, the schedule set and the dead set.
 //   - Every reconciler change is a compare-and-set on the assume_dead_at
 //     it read. Locking, heartbeating, unlocking and re-pushing all move
 //     assume_dead_at, so a job that started, failed or was pushed again

@@ -16,6 +16,7 @@ import (
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/testlog"
+	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -59,7 +60,11 @@ func lossChild() int {
 	if err != nil {
 		return fail(err)
 	}
-	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: pool, Client: client, Concurrency: lossConc, DisablePoller: true, Logger: log})
+	fetch, err := sidekiq.ParseFetchMode(os.Getenv("LOSS_FETCH"))
+	if err != nil {
+		return fail(err)
+	}
+	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: pool, Client: client, Concurrency: lossConc, DisablePoller: true, Logger: log, Fetch: fetch})
 	if err != nil {
 		return fail(err)
 	}
@@ -223,4 +228,102 @@ func zcard(t testing.TB, conn redis.Conn, key string) int {
 	n, err := redis.Int(conn.Do("ZCARD", key))
 	require.NoError(t, err)
 	return n
+}
+
+// With reliable fetch, the same kill loses nothing: the jobs in flight are
+// in the dead process's in-progress list, which the reconciler counts as
+// in progress (never missing, never killed), and a new process recovers
+// and runs them.
+func TestLossKill9WithReliableFetchKillsNothing(t *testing.T) {
+	t.Parallel()
+	dbURL := pgDatabases(t)[0]
+	table := uniqueTable()
+	rs := redistest.Start(t)
+	pool := rs.Pool(t)
+	conn := pool.Get()
+	defer conn.Close()
+	ctx := context.Background()
+	logs := testlog.New(t)
+	log := zerolog.New(logs)
+	d, err := New(&Config{URLs: []string{dbURL}, Table: table, Classes: lossClasses, Logger: log})
+	require.NoError(t, err)
+	defer d.Close()
+	_, err = d.Migrate(ctx)
+	require.NoError(t, err)
+	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Middleware: []sidekiq.ClientMiddleware{d.ClientMiddleware()}})
+	require.NoError(t, err)
+	jobs := make([]*wire.Job, lossJobs)
+	for i := range jobs {
+		jobs[i] = newJob(t, "LossJob", i)
+	}
+	_, err = client.PushBulk(ctx, jobs, nil)
+	require.NoError(t, err)
+	pushedAt := time.Now()
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), lossChildEnv+"=1", "LOSS_REDIS="+rs.URL(), "LOSS_DB="+dbURL, "LOSS_TABLE="+table, "LOSS_FETCH=reliable")
+	cmd.Stdout, cmd.Stderr = logs, logs
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	waitConn, err := redis.Dial("unix", rs.Socket)
+	require.NoError(t, err)
+	defer waitConn.Close()
+	for range lossConc {
+		_, err := redis.Values(waitConn.Do("BLPOP", keyLossBlocked, 30))
+		require.NoError(t, err, "the worker did not reach its hanging jobs")
+	}
+	require.NoError(t, cmd.Process.Signal(os.Kill))
+	require.Error(t, <-exited, "killed")
+	exited <- nil
+	ids, err := redis.Strings(conn.Do("SMEMBERS", wire.KeyProcesses))
+	require.NoError(t, err)
+	require.Len(t, ids, 1)
+	_, err = conn.Do("DEL", ids[0])
+	require.NoError(t, err)
+	inFlight, err := redis.Int(conn.Do("LLEN", wire.WorkingListKey("default", ids[0])))
+	require.NoError(t, err)
+	require.Equal(t, lossConc, inFlight, "the jobs in flight are in the dead process's in-progress list")
+
+	clk := clock.NewFake(pushedAt.Add(lossExt + time.Second))
+	admin, err := api.New(&api.Config{Pool: pool, Clock: clk, Client: client})
+	require.NoError(t, err)
+	r, err := NewReconciler(&ReconcilerConfig{Durable: d, API: admin, Clock: clk})
+	require.NoError(t, err)
+	for pass := range 2 {
+		res, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, lossConc, res.InProgress, "pass %d", pass)
+		require.Zero(t, res.Marked+res.Killed, "pass %d", pass)
+		clk.Advance(lossExt + time.Second)
+	}
+	require.Equal(t, 0, zcard(t, conn, wire.KeyDead))
+
+	// A new process recovers the dead one's jobs at once (same host, its
+	// pid is gone) and runs everything left.
+	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: pool, Client: client, Concurrency: lossConc, DisablePoller: true,
+		Logger: log, Fetch: sidekiq.FetchReliable})
+	require.NoError(t, err)
+	srv.Use(d.ServerMiddleware(srv.Identity()))
+	srv.HandleFunc("LossJob", func(ctx context.Context, job *wire.Job) error {
+		c := pool.Get()
+		defer c.Close()
+		_, err := c.Do("SADD", keyLossDone, job.JID())
+		return err
+	})
+	require.NoError(t, srv.Start(ctx))
+	defer srv.Stop(ctx)
+	wait.Within(t, 30*time.Second, "every job to run", func() bool {
+		n, _ := redis.Int(conn.Do("SCARD", keyLossDone))
+		return n == lossJobs
+	})
+	wait.Within(t, 30*time.Second, "every row to go", func() bool {
+		st, err := d.Status(ctx)
+		return err == nil && st.Databases[0].Total == 0
+	})
+	require.Equal(t, 0, zcard(t, conn, wire.KeyDead))
 }

@@ -116,6 +116,10 @@ type ReconcileCounts struct {
 	Queued int `json:"queued"`
 	// Running jobs were in a live process's work hash.
 	Running int `json:"running"`
+	// InProgress jobs were in a reliable-fetch in-progress list: taken by a
+	// process that runs them, or by one that died, whose jobs the live
+	// processes push back to their queues.
+	InProgress int `json:"in_progress"`
 	// Retrying jobs were in the retry set.
 	Retrying int `json:"retrying"`
 	// Scheduled jobs were in the schedule set.
@@ -138,6 +142,7 @@ func (c *ReconcileCounts) add(o ReconcileCounts) {
 	c.Checked += o.Checked
 	c.Queued += o.Queued
 	c.Running += o.Running
+	c.InProgress += o.InProgress
 	c.Retrying += o.Retrying
 	c.Scheduled += o.Scheduled
 	c.AlreadyDead += o.AlreadyDead
@@ -313,7 +318,21 @@ func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *D
 			}
 		}
 	}
-	// 3. Retry and schedule sets: wait until the entry is due.
+	// 3. In an in-progress list of reliable fetch: running, or waiting to
+	// be recovered from a dead process. Not lost either way.
+	if len(p.pending) > 0 {
+		found, err := wire.FindInWorkingLists(ctx, conn, p.wanted())
+		if err != nil {
+			return nil, err
+		}
+		for jid := range found {
+			rw := p.pending[jid]
+			if err := p.found(ctx, rw, now.Add(r.ext(rw)), &dr.InProgress); err != nil {
+				return err, nil
+			}
+		}
+	}
+	// 4. Retry and schedule sets: wait until the entry is due.
 	for _, set := range []struct {
 		key     string
 		counter *int
@@ -329,7 +348,7 @@ func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *D
 			}
 		}
 	}
-	// 4. Already dead: the row has done its job.
+	// 5. Already dead: the row has done its job.
 	found, err := wire.FindInSet(ctx, conn, wire.KeyDead, p.wanted())
 	if err != nil {
 		return nil, err
@@ -347,7 +366,7 @@ func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *D
 			dr.Changed++
 		}
 	}
-	// 5. Nowhere: first strike, or lost. Each is dated after the lookups
+	// 6. Nowhere: first strike, or lost. Each is dated after the lookups
 	// that missed the job (and after any slow failure notifier before it).
 	for _, rw := range rows {
 		if _, ok := p.pending[rw.JobID]; !ok {

@@ -211,3 +211,65 @@ func globEscape(s string) string {
 	}
 	return b.String()
 }
+
+// FindInWorkingLists returns, for each wanted jid found in a reliable-fetch
+// in-progress list (working:queue:<q>:<identity>, of a live process or of
+// a dead one whose jobs are about to be recovered), the list that holds it.
+// The lists are gojob's registry (KeyWorkingLists) and, for jids still not
+// found, those a SCAN finds (Ruby processes using the
+// gitlab-sidekiq-fetcher gem do not register theirs).
+func FindInWorkingLists(ctx context.Context, conn redis.Conn, jids []string) (map[string]string, error) {
+	found := map[string]string{}
+	if len(jids) == 0 {
+		return found, nil
+	}
+	want := make(map[string]bool, len(jids))
+	for _, jid := range jids {
+		want[jid] = true
+	}
+	seen := map[string]bool{}
+	search := func(lists []string) error {
+		for _, list := range lists {
+			if seen[list] || len(found) == len(want) {
+				continue
+			}
+			seen[list] = true
+			vals, err := redis.ByteSlices(redis.DoContext(conn, ctx, "LRANGE", list, 0, -1))
+			if err != nil {
+				return fmt.Errorf("sidekiq: read %s: %w", list, err)
+			}
+			for _, v := range vals {
+				if jid, ok := MemberJID(v, want); ok {
+					found[jid] = list
+				}
+			}
+		}
+		return nil
+	}
+	registered, err := redis.Strings(redis.DoContext(conn, ctx, "SMEMBERS", KeyWorkingLists))
+	if err != nil {
+		return nil, fmt.Errorf("sidekiq: read %s: %w", KeyWorkingLists, err)
+	}
+	if err := search(registered); err != nil {
+		return nil, err
+	}
+	cursor := "0"
+	for len(found) < len(want) {
+		vals, err := redis.Values(redis.DoContext(conn, ctx, "SCAN", cursor, "MATCH", WorkingListPattern, "COUNT", lookupChunk))
+		if err != nil {
+			return nil, fmt.Errorf("sidekiq: scan for in-progress lists: %w", err)
+		}
+		if len(vals) != 2 {
+			return nil, fmt.Errorf("sidekiq: scan for in-progress lists: unexpected reply")
+		}
+		cursor, _ = redis.String(vals[0], nil)
+		keys, _ := redis.Strings(vals[1], nil)
+		if err := search(keys); err != nil {
+			return nil, err
+		}
+		if cursor == "0" {
+			break
+		}
+	}
+	return found, nil
+}
