@@ -195,24 +195,32 @@ func TestDevStartsEmbeddedRedis(t *testing.T) {
 func TestBenchSmall(t *testing.T) {
 	// Not parallel: see the note on runCLI.
 	srv := redistest.StartWith(t, redistest.Options{TCP: true})
-	out, errOut, code := runCLI(t, "bench", "-r", srv.URL(), "-n", "2000", "-c", "4", "--latency-jobs", "20", "--json")
-	require.Equal(t, 0, code, errOut)
-	var r BenchResult
-	require.NoError(t, json.Unmarshal([]byte(out), &r))
-	require.Equal(t, 2000, r.Jobs)
-	require.Greater(t, r.JobsPerSec, 0.0)
-	require.InDelta(t, 1.0, r.RedisCalls, 0.1) // one BRPOP per job
-	require.Equal(t, 20, r.LatencySample)
-	require.Equal(t, 4, r.FetchPipeline) // min(default 8, -c 4)
-	require.Greater(t, r.CPUPerJobUS, 0.0)
-	require.Greater(t, r.RedisCPUPerJobUS, 0.0)
+	for _, c := range []struct {
+		fetch string
+		calls float64
+	}{{"reliable", 2}, {"basic", 1}} { // BLMOVE + LREM; one BRPOP
+		out, errOut, code := runCLI(t, "bench", "-r", srv.URL(), "-n", "2000", "-c", "4", "--latency-jobs", "20", "--json", "--fetch", c.fetch)
+		require.Equal(t, 0, code, errOut)
+		var r BenchResult
+		require.NoError(t, json.Unmarshal([]byte(out), &r))
+		require.Equal(t, 2000, r.Jobs)
+		require.Equal(t, c.fetch, r.Fetch)
+		require.Greater(t, r.JobsPerSec, 0.0)
+		require.InDelta(t, c.calls, r.RedisCalls, 0.1, c.fetch)
+		require.Equal(t, 20, r.LatencySample)
+		require.Equal(t, 4, r.FetchPipeline) // min(default 8, -c 4)
+		require.Greater(t, r.CPUPerJobUS, 0.0)
+		require.Greater(t, r.RedisCPUPerJobUS, 0.0)
+	}
 	// It cleaned up after itself.
 	conn, err := srv.Dial()
 	require.NoError(t, err)
 	defer conn.Close()
-	keys, err := redis.Strings(conn.Do("KEYS", "queue:*"))
-	require.NoError(t, err)
-	require.Empty(t, keys)
+	for _, pattern := range []string{"queue:*", "working:*", "reliable-fetcher-heartbeat-*"} {
+		keys, err := redis.Strings(conn.Do("KEYS", pattern))
+		require.NoError(t, err)
+		require.Empty(t, keys, pattern)
+	}
 }
 
 func TestUsageErrors(t *testing.T) {

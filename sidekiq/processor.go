@@ -15,8 +15,9 @@ import (
 
 // workItem is one running job, shown in the work hash of the heartbeat.
 type workItem struct {
-	queue string
-	raw   []byte
+	// unit is the job as fetched: its queue, its bytes, and where the
+	// fetch keeps it.
+	unit  fetch.Unit
 	runAt time.Time
 	state atomic.Int32 // workRunning, workFinished, workAbandoned
 	// class is the job's metrics class (`wrapped || class`), or "" when no
@@ -43,7 +44,7 @@ func (s *Server) runningWork() []maintenance.Work {
 	var out []maintenance.Work
 	s.work.Range(func(k, v any) bool {
 		w := v.(*workItem)
-		out = append(out, maintenance.Work{TID: k.(string), Queue: w.queue, Raw: w.raw, RunAt: w.runAt})
+		out = append(out, maintenance.Work{TID: k.(string), Queue: w.unit.Queue, Raw: w.unit.Raw, RunAt: w.runAt})
 		return true
 	})
 	return out
@@ -90,7 +91,7 @@ func (s *Server) process(tid string, u fetch.Unit) {
 		return
 	}
 	reg, _ := s.handlerFor(job)
-	w := &workItem{queue: queue, raw: raw, runAt: s.cfg.Clock.Now()}
+	w := &workItem{unit: u, runAt: s.cfg.Clock.Now()}
 	if reg != nil && s.metrics != nil {
 		w.class = maintenance.MetricsClass(job)
 	}

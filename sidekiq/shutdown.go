@@ -101,7 +101,7 @@ func (s *Server) abandonRunning() []fetch.Unit {
 	s.work.Range(func(_, v any) bool {
 		w := v.(*workItem)
 		if w.abandon() {
-			units = append(units, fetch.Unit{Queue: w.queue, Raw: w.raw})
+			units = append(units, w.unit)
 			if w.class != "" {
 				// The metrics middleware sees Sidekiq::Shutdown too.
 				s.metrics.Record(w.class, 0, true)

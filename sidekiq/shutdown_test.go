@@ -40,23 +40,29 @@ func slowPayload(jid string, retry string) string {
 
 func TestStopRequeuesUnfinishedJobs(t *testing.T) {
 	t.Parallel()
-	b := newTestServer(t, ServerConfig{Concurrency: 1, ShutdownTimeout: 100 * time.Millisecond})
-	started := make(chan struct{})
-	b.srv.HandleFunc("Slow", func(ctx context.Context, job *wire.Job) error {
-		close(started)
-		<-ctx.Done()
-		return ctx.Err()
-	})
-	require.NoError(t, b.srv.Start(context.Background()))
-	raw := `{"retry":true,"queue":"default","class":"Slow","args":[],"jid":"slow1","enqueued_at":1.5}`
-	b.push(t, "default", raw)
-	<-started
-	require.NoError(t, b.srv.Stop(context.Background()))
-	vals, _ := redis.Strings(b.conn.Do("LRANGE", "queue:default", 0, -1))
-	require.Equal(t, []string{raw}, vals)
-	require.Zero(t, zcard(t, b.conn, wire.KeyRetry))
-	isMember, _ := redis.Bool(b.conn.Do("SISMEMBER", wire.KeyProcesses, b.srv.Identity()))
-	require.False(t, isMember)
+	for _, mode := range fetchModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			b := newTestServer(t, ServerConfig{Concurrency: 1, ShutdownTimeout: 100 * time.Millisecond, Fetch: mode})
+			started := make(chan struct{})
+			b.srv.HandleFunc("Slow", func(ctx context.Context, job *wire.Job) error {
+				close(started)
+				<-ctx.Done()
+				return ctx.Err()
+			})
+			require.NoError(t, b.srv.Start(context.Background()))
+			raw := `{"retry":true,"queue":"default","class":"Slow","args":[],"jid":"slow1","enqueued_at":1.5}`
+			b.push(t, "default", raw)
+			<-started
+			require.NoError(t, b.srv.Stop(context.Background()))
+			vals, _ := redis.Strings(b.conn.Do("LRANGE", "queue:default", 0, -1))
+			require.Equal(t, []string{raw}, vals)
+			require.Zero(t, zcard(t, b.conn, wire.KeyRetry))
+			isMember, _ := redis.Bool(b.conn.Do("SISMEMBER", wire.KeyProcesses, b.srv.Identity()))
+			require.False(t, isMember)
+			b.requireNothingInProgress(t)
+		})
+	}
 }
 
 func TestStopWithSpentContextStillRequeues(t *testing.T) {
@@ -89,10 +95,11 @@ func TestHardShutdownRequeuesContextAwareJobs(t *testing.T) {
 	// The race is between the cancellation waking the handlers and the
 	// shutdown collecting the running jobs: 64 jobs and 5 rounds made the
 	// old order fail in nearly every run.
-	for round := 0; round < 5; round++ {
+	for round := 0; round < 2*len(fetchModes); round++ {
 		const n = 64
 		var died atomic.Int32
-		b := newTestServer(t, ServerConfig{Concurrency: n, ShutdownTimeout: 20 * time.Millisecond,
+		mode := fetchModes[round%len(fetchModes)]
+		b := newTestServer(t, ServerConfig{Concurrency: n, ShutdownTimeout: 20 * time.Millisecond, Fetch: mode,
 			DeathHandlers: []DeathHandler{func(ctx context.Context, job *wire.Job, err error) { died.Add(1) }}})
 		started := make(chan string, n)
 		b.srv.Handle("Slow", slowHandler(started), nil)
@@ -109,10 +116,11 @@ func TestHardShutdownRequeuesContextAwareJobs(t *testing.T) {
 		require.NoError(t, b.srv.Stop(context.Background()))
 		vals, err := redis.Strings(b.conn.Do("LRANGE", "queue:default", 0, -1))
 		require.NoError(t, err)
-		require.ElementsMatch(t, want, vals, "round %d: every running job is back in its queue", round)
+		require.ElementsMatch(t, want, vals, "round %d (%s): every running job is back in its queue", round, mode)
 		require.Zero(t, died.Load(), "round %d: no job died", round)
 		require.Zero(t, zcard(t, b.conn, wire.KeyRetry))
 		require.Zero(t, zcard(t, b.conn, wire.KeyDead))
+		b.requireNothingInProgress(t)
 	}
 }
 
@@ -338,21 +346,24 @@ end
 // in flight when quiet came.
 func TestStopUnderLoadLosesAndDuplicatesNothing(t *testing.T) {
 	t.Parallel()
-	for _, depth := range []int{1, 8} {
-		t.Run(fmt.Sprint("pipeline", depth), func(t *testing.T) {
+	for _, c := range []struct {
+		mode  FetchMode
+		depth int
+	}{{FetchBRPOP, 1}, {FetchBRPOP, 8}, {FetchReliable, 1}, {FetchReliable, 8}, {FetchReliableBatch, 0}} {
+		t.Run(fmt.Sprint(c.mode, " pipeline ", c.depth), func(t *testing.T) {
 			t.Parallel()
-			b := newTestServer(t, ServerConfig{Concurrency: 25, FetchPipeline: depth})
+			b := newTestServer(t, ServerConfig{Concurrency: 25, FetchPipeline: c.depth, Fetch: c.mode})
 			const n = 20000
 			var mu sync.Mutex
 			ran := map[string]int{}
-			b.srv.HandleFunc("wire.Job", func(ctx context.Context, job *wire.Job) error {
+			b.srv.HandleFunc("Job", func(ctx context.Context, job *wire.Job) error {
 				mu.Lock()
 				ran[job.JID()]++
 				mu.Unlock()
 				return nil
 			})
 			for i := 0; i < n; i++ {
-				b.conn.Send("LPUSH", "queue:default", fmt.Sprintf(`{"class":"wire.Job","args":[],"jid":"j%d","queue":"default"}`, i))
+				b.conn.Send("LPUSH", "queue:default", fmt.Sprintf(`{"class":"Job","args":[],"jid":"j%d","queue":"default"}`, i))
 			}
 			_, err := b.conn.Do("")
 			require.NoError(t, err)
@@ -379,6 +390,7 @@ func TestStopUnderLoadLosesAndDuplicatesNothing(t *testing.T) {
 			require.Equal(t, n, len(ran)+len(left))
 			pending, _ := b.srv.counters.Pending()
 			require.EqualValues(t, len(ran), pending+flushedProcessed(t, b.conn))
+			b.requireNothingInProgress(t)
 		})
 	}
 }
