@@ -37,8 +37,7 @@ type Unit struct {
 
 	// list is the in-progress list holding the job (reliable fetch).
 	list string
-	// slot is the pipelined reliable slot that runs it, which sends its
-	// acknowledgement with its next fetch.
+	// slot is the reliable slot that runs it.
 	slot *slotState
 }
 

@@ -177,7 +177,7 @@ func probeLMOVE(writes *redisx.Retrier) (bool, error) {
 		default:
 			return err
 		}
-		for _, s := range []*redis.Script{takeScript, finishScript, requeueScript, recoverScript} {
+		for _, s := range []*redis.Script{takeScript, finishScript, requeueScript, recoverScript, ackScript} {
 			if err := s.Load(conn); err != nil {
 				return err
 			}
@@ -224,14 +224,13 @@ func (f *reliableFetch) held() map[string]map[string]int {
 	for _, s := range f.slots {
 		s.held(in)
 	}
-	f.acker.held(in)
 	return in
 }
 
-// oldestWait returns since when the pipe that has waited longest for a
-// reply has been waiting (0 when none is waiting).
+// oldestWait returns since when the pipe or acknowledgement that has
+// waited longest for a reply has been waiting (0 when none is waiting).
 func (f *reliableFetch) oldestWait() int64 {
-	var oldest int64
+	oldest := f.acker.waitingSince()
 	for _, fp := range f.pipes.list {
 		if w := fp.waitingSince.Load(); w != 0 && (oldest == 0 || w < oldest) {
 			oldest = w
@@ -249,25 +248,26 @@ func (f *reliableFetch) slot(i int, st *slotState) {
 	tid := tidFor(i)
 	req := &fetchReq{cmds: make([]pipeCmd, 1), reply: make(chan fetchReply, 1)}
 	block := false // several queues, all empty at the last try
-	for {
+	// With one queue, every fetch is the same command.
+	var fixed pipeCmd
+	var fixedDecode func(any) (fetchReply, error)
+	if f.single {
 		keys := cfg.Order.Args(r)
-		keys = keys[:len(keys)-1] // the BRPOP timeout
+		fixed, fixedDecode = f.move(keys[0].(string))
+	}
+	for {
 		var list string
 		switch {
-		case f.single || block:
-			src := keys[0].(string)
-			list = f.lists[src]
-			timeout := any(Timeout)
-			if !f.single {
-				timeout = multiQueueIdle
-			}
-			if f.moveOK {
-				req.cmds[0] = pipeCmd{"BLMOVE", []any{src, list, "RIGHT", "LEFT", timeout}}
-			} else {
-				req.cmds[0] = pipeCmd{"BRPOPLPUSH", []any{src, list, timeout}}
-			}
-			req.decode = moveReply(wire.QueueName(src), list)
+		case f.single:
+			req.cmds[0], req.decode = fixed, fixedDecode
+			list = fixed.args[1].(string)
+		case block:
+			keys := cfg.Order.Args(r)
+			req.cmds[0], req.decode = f.move(keys[0].(string))
+			list = req.cmds[0].args[1].(string)
 		default:
+			keys := cfg.Order.Args(r)
+			keys = keys[:len(keys)-1] // the BRPOP timeout
 			args := make([]any, 0, 3+2*len(keys))
 			args = append(args, takeScript.Hash(), 2*len(keys))
 			args = append(args, keys...)
@@ -306,13 +306,28 @@ func (f *reliableFetch) slot(i int, st *slotState) {
 
 func (f *reliableFetch) loadScripts() {
 	_ = f.cfg.Writes.Do(func(conn redis.Conn) error {
-		for _, s := range []*redis.Script{takeScript, finishScript, requeueScript, recoverScript} {
+		for _, s := range []*redis.Script{takeScript, finishScript, requeueScript, recoverScript, ackScript} {
 			if err := s.Load(conn); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// move returns the blocking move of one job from queue key src to its
+// in-progress list, and the reader of its reply.
+func (f *reliableFetch) move(src string) (pipeCmd, func(any) (fetchReply, error)) {
+	list := f.lists[src]
+	timeout := any(Timeout)
+	if !f.single {
+		timeout = multiQueueIdle
+	}
+	cmd := pipeCmd{"BRPOPLPUSH", []any{src, list, timeout}}
+	if f.moveOK {
+		cmd = pipeCmd{"BLMOVE", []any{src, list, "RIGHT", "LEFT", timeout}}
+	}
+	return cmd, moveReply(wire.QueueName(src), list)
 }
 
 // moveReply reads a BLMOVE/BRPOPLPUSH reply: the job, or nil on timeout.

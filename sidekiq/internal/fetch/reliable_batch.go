@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 
@@ -42,13 +43,14 @@ func NewReliableBatch(ctx context.Context, cfg *Config) (Fetcher, error) {
 	n := cfg.Concurrency
 	f := &reliableBatch{cfg: cfg, base: base, jobs: make(chan Unit, n), idle: make(chan struct{}, n)}
 	f.acker = newAcker(cfg, base.life, n)
+	f.acker.script = false
 	f.workers = make([]*slotState, n)
 	for i := range f.workers {
 		f.workers[i] = &slotState{}
 	}
 	base.life.holders = f.held
 	base.life.dropped = f.drops.Load
-	base.life.waitingSince = func() int64 { return 0 }
+	base.life.waitingSince = f.acker.waitingSince
 	if err := base.life.start(writes); err != nil {
 		return nil, err
 	}
@@ -95,7 +97,6 @@ func (f *reliableBatch) held() map[string]map[string]int {
 	for _, s := range f.workers {
 		s.held(in)
 	}
-	f.acker.held(in)
 	return in
 }
 
@@ -113,22 +114,14 @@ func (f *reliableBatch) fetch() {
 			f.idle <- struct{}{}
 		}
 	}
+	full := false // the last take moved as many jobs as it asked for
 	for {
 		select {
 		case <-f.idle:
 		case <-cfg.Quiet:
 			return
 		}
-		k := 1
-	more:
-		for k < cfg.Concurrency {
-			select {
-			case <-f.idle:
-				k++
-			default:
-				break more
-			}
-		}
+		k := 1 + f.gather(full)
 		if cfg.quiet() || !fc.ready() {
 			giveBack(k)
 			return
@@ -141,10 +134,16 @@ func (f *reliableBatch) fetch() {
 			args = append(args, f.base.lists[q.(string)])
 		}
 		args = append(args, k)
-		reply, err := cfg.do(fc.c, "EVALSHA", append([]any{takeScript.Hash(), 2 * len(keys)}, args...)...)
 		var units []Unit
-		if err == nil {
-			units, err = takeJobs(reply, keys)
+		var err error
+		if len(keys) == 1 && f.base.moveOK {
+			units, err = f.takeMoves(fc, keys[0].(string), k)
+		} else {
+			var reply any
+			reply, err = cfg.do(fc.c, "EVALSHA", append([]any{takeScript.Hash(), 2 * len(keys)}, args...)...)
+			if err == nil {
+				units, err = takeJobs(reply, keys)
+			}
 		}
 		if err == nil && len(units) == 0 {
 			// Every queue is empty: block for one job on the first.
@@ -185,6 +184,7 @@ func (f *reliableBatch) fetch() {
 			continue
 		}
 		fc.ok()
+		full = len(units) == k
 		giveBack(k - len(units))
 		for i := range units {
 			units[i].list = f.base.lists[wire.QueueKey(units[i].Queue)]
@@ -198,6 +198,84 @@ func (f *reliableBatch) fetch() {
 			f.jobs <- u
 		}
 	}
+}
+
+// gatherFor is how long the fetcher waits for more idle slots when the
+// last batch found work waiting: a take costs the same for one job as for
+// twenty, so fuller batches cost Redis far less per job.
+const gatherFor = 100 * time.Microsecond
+
+// gather takes further idle-slot tokens: those free now and, when the
+// queues had work at the last take (busy), those freed within gatherFor,
+// up to half the slots. It returns how many it took.
+func (f *reliableBatch) gather(busy bool) int {
+	k := 0
+	target := f.cfg.Concurrency/2 - 1
+	var deadline <-chan time.Time
+	for k < f.cfg.Concurrency-1 {
+		select {
+		case <-f.idle:
+			k++
+			continue
+		default:
+		}
+		if !busy || k >= target {
+			return k
+		}
+		if deadline == nil {
+			t := time.NewTimer(gatherFor)
+			defer t.Stop()
+			deadline = t.C
+		}
+		select {
+		case <-f.idle:
+			k++
+		case <-deadline:
+			return k
+		}
+	}
+	return k
+}
+
+// takeMoves moves up to k jobs from one queue to its in-progress list with
+// k LMOVEs in one write. Each move is atomic; a job moved before a crash is
+// in the in-progress list, where recovery finds it. Cheaper than the take
+// script, whose cost per call is mostly Lua's.
+func (f *reliableBatch) takeMoves(fc *conn, src string, k int) ([]Unit, error) {
+	list := f.base.lists[src]
+	c := fc.c
+	for range k {
+		c.Send("LMOVE", src, list, "RIGHT", "LEFT")
+	}
+	t := time.AfterFunc(stallAfter, func() { f.cfg.Outage.Stalled(stallAfter) })
+	defer t.Stop()
+	if err := c.Flush(); err != nil {
+		return nil, err
+	}
+	queue := wire.QueueName(src)
+	units := make([]Unit, 0, k)
+	var firstErr error
+	for range k {
+		v, err := c.Receive()
+		if err != nil {
+			// The connection broke: what was moved and not read is in the
+			// in-progress list (the own-list sweep puts it back).
+			f.drops.Add(1)
+			return units, err
+		}
+		switch v := v.(type) {
+		case []byte:
+			units = append(units, Unit{Queue: queue, Raw: v})
+		case redis.Error:
+			if firstErr == nil {
+				firstErr = v
+			}
+		}
+	}
+	if firstErr != nil && len(units) == 0 {
+		return nil, firstErr
+	}
+	return units, nil
 }
 
 // worker runs jobs handed over by the fetcher.
