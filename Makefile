@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    := ./...
 BIN     := bin/gojob
 
-.PHONY: help build test test/unit test/race deps lint vet fmt bench fuzz tidy verify fixtures
+.PHONY: help build test test/unit test/race deps lint vet fmt bench fuzz chaos tidy verify fixtures
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z/_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -36,6 +36,10 @@ lint: ## Fail on gofmt, go vet or go mod tidy drift
 
 bench: ## Go benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+chaos: deps ## SIGKILL gojob work 20 times during a 100,000-job drain; every job runs, only jobs in flight run twice
+	GOJOB_CHAOS_JOBS=100000 GOJOB_CHAOS_KILLS=20 GOJOB_CHAOS_CONCURRENCY=25 \
+		$(GO) test -count=1 -timeout 60m -run TestKillDuringDrainLosesNoJob -v ./cli/
 
 fuzz: ## Fuzz the payload round trip for 60s
 	$(GO) test -run '^$$' -fuzz FuzzJobRoundTrip -fuzztime 60s ./sidekiq/wire/
