@@ -15,11 +15,12 @@ import (
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// reliableBatch is the batched reliable fetch: one fetcher moves, in one
-// script call, a job for every idle slot (never more: a crash exposes
-// nothing that is not running), and an acknowledger takes the finished
-// jobs out of the in-progress list in batches. Under load a job costs a
-// fraction of a command each way.
+// reliableBatch is the batched reliable fetch: a fetcher moves, in one
+// round trip, a job for every idle slot it holds (never more: a crash
+// exposes nothing that is not running), and an acknowledger takes the
+// finished jobs out of the in-progress list in batches. A job still costs
+// two commands (its move and its acknowledgement), but a round trip carries
+// a batch of them each way.
 type reliableBatch struct {
 	cfg     *Config
 	base    *reliableFetch // lists, Redis probe, life
@@ -31,6 +32,10 @@ type reliableBatch struct {
 	// drops counts fetch commands whose connection failed before their
 	// reply: they may have moved jobs nobody holds.
 	drops atomic.Int64
+	// taking is, per fetcher, since when its take has been on its way
+	// (unix nanoseconds; 0 when none): the jobs it moves are nobody's
+	// orphans until they are handed to the workers.
+	taking [batchTakers]atomic.Int64
 }
 
 // NewReliableBatch returns the batched reliable fetch.
@@ -50,7 +55,7 @@ func NewReliableBatch(ctx context.Context, cfg *Config) (Fetcher, error) {
 	}
 	base.life.holders = f.held
 	base.life.dropped = f.drops.Load
-	base.life.waitingSince = f.acker.waitingSince
+	base.life.waitingSince = f.oldestWait
 	if err := base.life.start(writes); err != nil {
 		return nil, err
 	}
@@ -64,8 +69,20 @@ func (f *reliableBatch) Start() {
 		f.wg.Add(1)
 		go f.worker(i)
 	}
+	var takers sync.WaitGroup
+	takers.Add(batchTakers)
+	for i := range batchTakers {
+		go func() {
+			defer takers.Done()
+			f.fetch(&f.taking[i])
+		}()
+	}
 	f.wg.Add(1)
-	go f.fetch()
+	go func() {
+		defer f.wg.Done()
+		takers.Wait()
+		close(f.jobs)
+	}()
 	f.acker.start()
 }
 
@@ -92,6 +109,18 @@ func (f *reliableBatch) Finish(u Unit, o *Outcome) error {
 // Close ends the heartbeat and the recovery.
 func (f *reliableBatch) Close() { f.base.life.close() }
 
+// oldestWait returns since when the take or acknowledgement that has waited
+// longest has been on its way (0 when none is).
+func (f *reliableBatch) oldestWait() int64 {
+	oldest := f.acker.waitingSince()
+	for i := range f.taking {
+		if w := f.taking[i].Load(); w != 0 && (oldest == 0 || w < oldest) {
+			oldest = w
+		}
+	}
+	return oldest
+}
+
 func (f *reliableBatch) held() map[string]map[string]int {
 	in := map[string]map[string]int{}
 	for _, s := range f.workers {
@@ -100,11 +129,16 @@ func (f *reliableBatch) held() map[string]map[string]int {
 	return in
 }
 
-// fetch is the single fetcher. It owns the idle-slot tokens: it moves at
-// most as many jobs as slots are free and hands each to a worker.
-func (f *reliableBatch) fetch() {
-	defer f.wg.Done()
-	defer close(f.jobs)
+// batchTakers is how many fetchers take batches at once, each on its own
+// connection: while the workers run one batch the next is on its way (a
+// third only adds contention; measured with gojob bench on 2 cores: 1
+// fetcher 147k jobs/s, 2 fetchers 157-164k, 3 fetchers 116k).
+const batchTakers = 2
+
+// fetch is one fetcher. The fetchers share the idle-slot tokens: each moves
+// at most as many jobs as it holds tokens and hands each job to a worker,
+// so together they never move more jobs than slots are free.
+func (f *reliableBatch) fetch(taking *atomic.Int64) {
 	cfg := f.cfg
 	r := NewRand(uint64(cfg.Concurrency))
 	fc := &conn{cfg: cfg}
@@ -115,13 +149,16 @@ func (f *reliableBatch) fetch() {
 		}
 	}
 	full := false // the last take moved as many jobs as it asked for
+	defer taking.Store(0)
 	for {
+		taking.Store(0)
 		select {
 		case <-f.idle:
 		case <-cfg.Quiet:
 			return
 		}
 		k := 1 + f.gather(full)
+		taking.Store(time.Now().UnixNano())
 		if cfg.quiet() || !fc.ready() {
 			giveBack(k)
 			return
@@ -168,6 +205,7 @@ func (f *reliableBatch) fetch() {
 			}
 		}
 		if err != nil {
+			taking.Store(0) // nothing to hand over
 			giveBack(k)
 			if errors.Is(err, redis.ErrNil) {
 				continue
