@@ -3,6 +3,7 @@ package durable
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"sync/atomic"
@@ -91,62 +92,15 @@ func lossChild() int {
 
 func TestLossKill9(t *testing.T) {
 	t.Parallel()
-	dbURL := pgDatabases(t)[0]
-	table := uniqueTable()
-	rs := redistest.Start(t)
-	pool := rs.Pool(t)
-	conn := pool.Get()
-	defer conn.Close()
-	ctx := context.Background()
-	logs := testlog.New(t)
-	log := zerolog.New(logs)
-
-	d, err := New(&Config{URLs: []string{dbURL}, Table: table, Classes: lossClasses, Logger: log})
-	require.NoError(t, err)
-	defer d.Close()
-	_, err = d.Migrate(ctx)
-	require.NoError(t, err)
-	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Middleware: []sidekiq.ClientMiddleware{d.ClientMiddleware()}})
-	require.NoError(t, err)
-	jobs := make([]*wire.Job, lossJobs)
-	for i := range jobs {
-		jobs[i] = newJob(t, "LossJob", i)
-	}
-	_, err = client.PushBulk(ctx, jobs, nil)
-	require.NoError(t, err)
-	pushedAt := time.Now()
-	st, err := d.Status(ctx)
+	e := startLoss(t)
+	st, err := e.d.Status(e.ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(lossJobs), st.Databases[0].Total)
-
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), lossChildEnv+"=1", "LOSS_REDIS="+rs.URL(), "LOSS_DB="+dbURL, "LOSS_TABLE="+table)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	// Wait until every slot hangs in a job: each earlier job has finished
-	// completely (its row deleted), so the kill catches only hanging jobs.
-	wait, err := redis.Dial("unix", rs.Socket)
-	require.NoError(t, err)
-	defer wait.Close()
-	for range lossConc {
-		_, err := redis.Values(wait.Do("BLPOP", keyLossBlocked, 30))
-		require.NoError(t, err, "the worker did not reach its hanging jobs")
-	}
-	require.NoError(t, cmd.Process.Signal(os.Kill))
-	require.Error(t, <-exited, "killed")
-	exited <- nil
+	ids := e.killWorkerInJobs(t, "basic")
+	conn, pool, ctx, d, client, jobs, pushedAt := e.conn, e.pool, e.ctx, e.d, e.client, e.jobs, e.pushedAt
 
 	// The process's heartbeat keys expire 60 s after its last beat, long
 	// before a second strike (two extensions later); expire them now.
-	ids, err := redis.Strings(conn.Do("SMEMBERS", wire.KeyProcesses))
-	require.NoError(t, err)
-	require.Len(t, ids, 1)
 	_, err = conn.Do("DEL", ids[0])
 	require.NoError(t, err)
 
@@ -236,55 +190,12 @@ func zcard(t testing.TB, conn redis.Conn, key string) int {
 // and runs them.
 func TestLossKill9WithReliableFetchKillsNothing(t *testing.T) {
 	t.Parallel()
-	dbURL := pgDatabases(t)[0]
-	table := uniqueTable()
-	rs := redistest.Start(t)
-	pool := rs.Pool(t)
-	conn := pool.Get()
-	defer conn.Close()
-	ctx := context.Background()
-	logs := testlog.New(t)
-	log := zerolog.New(logs)
-	d, err := New(&Config{URLs: []string{dbURL}, Table: table, Classes: lossClasses, Logger: log})
+	e := startLoss(t)
+	ids := e.killWorkerInJobs(t, "reliable")
+	// Expire the dead process's Sidekiq heartbeat now, as in TestLossKill9.
+	_, err := e.conn.Do("DEL", ids[0])
 	require.NoError(t, err)
-	defer d.Close()
-	_, err = d.Migrate(ctx)
-	require.NoError(t, err)
-	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Middleware: []sidekiq.ClientMiddleware{d.ClientMiddleware()}})
-	require.NoError(t, err)
-	jobs := make([]*wire.Job, lossJobs)
-	for i := range jobs {
-		jobs[i] = newJob(t, "LossJob", i)
-	}
-	_, err = client.PushBulk(ctx, jobs, nil)
-	require.NoError(t, err)
-	pushedAt := time.Now()
-
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), lossChildEnv+"=1", "LOSS_REDIS="+rs.URL(), "LOSS_DB="+dbURL, "LOSS_TABLE="+table, "LOSS_FETCH=reliable")
-	cmd.Stdout, cmd.Stderr = logs, logs
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	waitConn, err := redis.Dial("unix", rs.Socket)
-	require.NoError(t, err)
-	defer waitConn.Close()
-	for range lossConc {
-		_, err := redis.Values(waitConn.Do("BLPOP", keyLossBlocked, 30))
-		require.NoError(t, err, "the worker did not reach its hanging jobs")
-	}
-	require.NoError(t, cmd.Process.Signal(os.Kill))
-	require.Error(t, <-exited, "killed")
-	exited <- nil
-	ids, err := redis.Strings(conn.Do("SMEMBERS", wire.KeyProcesses))
-	require.NoError(t, err)
-	require.Len(t, ids, 1)
-	_, err = conn.Do("DEL", ids[0])
-	require.NoError(t, err)
+	conn, pool, ctx, d, client, log, pushedAt := e.conn, e.pool, e.ctx, e.d, e.client, e.log, e.pushedAt
 	inFlight, err := redis.Int(conn.Do("LLEN", wire.WorkingListKey("default", ids[0])))
 	require.NoError(t, err)
 	require.Equal(t, lossConc, inFlight, "the jobs in flight are in the dead process's in-progress list")
@@ -326,4 +237,78 @@ func TestLossKill9WithReliableFetchKillsNothing(t *testing.T) {
 		return err == nil && st.Databases[0].Total == 0
 	})
 	require.Equal(t, 0, zcard(t, conn, wire.KeyDead))
+}
+
+// lossEnv is a durable store, a Redis and lossJobs durable jobs pushed.
+type lossEnv struct {
+	rs       *redistest.Server
+	pool     *redis.Pool
+	conn     redis.Conn
+	ctx      context.Context
+	logs     io.Writer
+	log      zerolog.Logger
+	dbURL    string
+	table    string
+	d        *Durable
+	client   *sidekiq.Client
+	jobs     []*wire.Job
+	pushedAt time.Time
+}
+
+func startLoss(t *testing.T) *lossEnv {
+	t.Helper()
+	e := &lossEnv{dbURL: pgDatabases(t)[0], table: uniqueTable(), rs: redistest.Start(t), ctx: context.Background()}
+	e.pool = e.rs.Pool(t)
+	e.conn = e.pool.Get()
+	t.Cleanup(func() { e.conn.Close() })
+	e.logs = testlog.New(t)
+	e.log = zerolog.New(e.logs)
+	d, err := New(&Config{URLs: []string{e.dbURL}, Table: e.table, Classes: lossClasses, Logger: e.log})
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close() })
+	e.d = d
+	_, err = d.Migrate(e.ctx)
+	require.NoError(t, err)
+	e.client, err = sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Middleware: []sidekiq.ClientMiddleware{d.ClientMiddleware()}})
+	require.NoError(t, err)
+	e.jobs = make([]*wire.Job, lossJobs)
+	for i := range e.jobs {
+		e.jobs[i] = newJob(t, "LossJob", i)
+	}
+	_, err = e.client.PushBulk(e.ctx, e.jobs, nil)
+	require.NoError(t, err)
+	e.pushedAt = time.Now()
+	return e
+}
+
+// killWorkerInJobs runs a worker process with the given fetch, waits until
+// every slot hangs in a job (each earlier job has finished completely, its
+// row deleted, so the kill catches only hanging jobs), kills it with
+// SIGKILL and returns the process identities left in Redis.
+func (e *lossEnv) killWorkerInJobs(t *testing.T, fetch string) []string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), lossChildEnv+"=1", "LOSS_REDIS="+e.rs.URL(), "LOSS_DB="+e.dbURL, "LOSS_TABLE="+e.table, "LOSS_FETCH="+fetch)
+	cmd.Stdout, cmd.Stderr = e.logs, e.logs
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	waitConn, err := redis.Dial("unix", e.rs.Socket)
+	require.NoError(t, err)
+	defer waitConn.Close()
+	for range lossConc {
+		_, err := redis.Values(waitConn.Do("BLPOP", keyLossBlocked, 30))
+		require.NoError(t, err, "the worker did not reach its hanging jobs")
+	}
+	require.NoError(t, cmd.Process.Signal(os.Kill))
+	require.Error(t, <-exited, "killed")
+	exited <- nil
+	ids, err := redis.Strings(e.conn.Do("SMEMBERS", wire.KeyProcesses))
+	require.NoError(t, err)
+	require.Len(t, ids, 1)
+	return ids
 }
