@@ -112,7 +112,7 @@ func newRedisFlag() *ucli.StringFlag {
 func newVersionFlag() *ucli.StringFlag {
 	return &ucli.StringFlag{
 		Name:  "sidekiq-version",
-		Usage: "Sidekiq wire format to write: 6, 7, 8, x.y.z, or auto (oldest live Ruby process; 6 when none)",
+		Usage: "Sidekiq wire format to write: 6, 7, 8, x.y.z, or auto (the oldest live Ruby process; with none, the version recorded when one was last seen, else what Ruby left in Redis, else a format every Web UI reads; see docs/version-follow.md)",
 		Value: "auto",
 	}
 }
@@ -161,20 +161,17 @@ func openPool(ctx context.Context, url string, maxActive int) (*redis.Pool, erro
 	return pool, nil
 }
 
-// resolveVersion turns the --sidekiq-version flag into a Version, reading
-// live processes for "auto".
+// resolveVersion turns the --sidekiq-version flag into the version a
+// one-off command writes: the flag's, or with auto wire.DecideFormat's
+// decision (read only: a command records nothing).
 func resolveVersion(ctx context.Context, pool *redis.Pool, flag string, log zerolog.Logger) (wire.Version, error) {
-	if flag == "" || strings.EqualFold(flag, "auto") {
-		v, found, err := wire.DetectVersion(ctx, pool)
+	if isAuto(flag) {
+		d, err := wire.DecideFormat(ctx, pool, time.Now())
 		if err != nil {
 			return wire.Version{}, err
 		}
-		if len(found) == 0 {
-			log.Info().Str("sidekiq_version", v.String()).Msg("no live Sidekiq process reports a version; writing the 6.x format")
-		} else {
-			log.Info().Str("sidekiq_version", v.String()).Strs("processes", found).Msg("writing the format of the oldest live Sidekiq process")
-		}
-		return v, nil
+		log.Info().Str("sidekiq_version", d.Format.Version.String()).Str("source", d.Source).Strs("processes", d.Ruby).Msg(d.Reason())
+		return d.Format.Version, nil
 	}
 	v, err := wire.ParseVersion(flag)
 	if err != nil {
@@ -182,6 +179,10 @@ func resolveVersion(ctx context.Context, pool *redis.Pool, flag string, log zero
 	}
 	return v, nil
 }
+
+// isAuto reports whether a --sidekiq-version value asks to follow the
+// cluster.
+func isAuto(flag string) bool { return flag == "" || strings.EqualFold(flag, "auto") }
 
 // cmdEnv is what a command that talks to Redis works with: the parsed
 // flags, a pool, the wire format to write and where to print.
@@ -202,14 +203,10 @@ func withRedis(c *ucli.Context, f func(e *cmdEnv) error) error {
 		return err
 	}
 	defer pool.Close()
-	v := wire.DefaultVersion
-	if flag := c.String("sidekiq-version"); flag != "" {
-		log := newLogger(c.App.ErrWriter, false, "warn")
-		if v, err = resolveVersion(c.Context, pool, flag, log); err != nil {
-			return err
-		}
-	} else if dv, _, err := wire.DetectVersion(c.Context, pool); err == nil {
-		v = dv
+	log := newLogger(c.App.ErrWriter, false, "warn")
+	v, err := resolveVersion(c.Context, pool, c.String("sidekiq-version"), log)
+	if err != nil {
+		return err
 	}
 	return f(&cmdEnv{c: c, pool: pool, version: v, out: c.App.Writer, json: c.Bool("json")})
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -46,6 +47,7 @@ otherwise the last line of stderr is the error message) or --http CLASS=URL
 			&ucli.StringFlag{Name: "tag", Aliases: []string{"g"}, Usage: "process tag shown in the Web UI"},
 			&ucli.StringSliceFlag{Name: "label", Usage: "process label shown in the Web UI (repeat)"},
 			newVersionFlag(),
+			&ucli.BoolFlag{Name: "force-version", Usage: "write an explicit --sidekiq-version even where live Ruby processes cannot read it (8.x over 7.x or 6.x readers)"},
 			&ucli.StringSliceFlag{Name: "exec", Usage: "run `CLASS=COMMAND` (sh -c) for each job of CLASS; repeat"},
 			&ucli.StringSliceFlag{Name: "http", Usage: "POST each job of CLASS to URL: `CLASS=URL`; repeat"},
 			&ucli.StringFlag{Name: "fetch", Value: "reliable", Usage: "reliable (in-progress lists; no job lost when a process dies), reliable-batch, basic (Sidekiq's BasicFetch: BRPOP, Ruby's behaviour byte for byte) or batch (one BLMPOP for all idle slots, Redis 7+)"},
@@ -68,9 +70,12 @@ otherwise the last line of stderr is the error message) or --http CLASS=URL
 			}
 			defer pool.Close()
 			cfg.Pool = pool
-			if cfg.Version, err = resolveVersion(c.Context, pool, c.String("sidekiq-version"), log); err != nil {
-				return err
+			if isAuto(c.String("sidekiq-version")) {
+				cfg.FollowVersion = true
+			} else if cfg.Version, err = wire.ParseVersion(c.String("sidekiq-version")); err != nil {
+				return ucli.Exit(err.Error(), 2)
 			}
+			cfg.ForceVersion = c.Bool("force-version")
 			srv, err := buildServer(cfg, o, c.StringSlice("exec"), c.StringSlice("http"), log)
 			if err != nil {
 				return err
@@ -184,6 +189,9 @@ func runServer(ctx context.Context, srv *sidekiq.Server, log zerolog.Logger) err
 		}
 	}()
 	if err := srv.Run(ctx); err != nil {
+		if errors.Is(err, sidekiq.ErrVersionUnreadable) {
+			return ucli.Exit(err.Error(), 2)
+		}
 		log.Error().Err(err).Msg("shutdown finished with errors")
 		return ucli.Exit("", 1)
 	}

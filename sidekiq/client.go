@@ -25,6 +25,9 @@ type ClientConfig struct {
 	// Version is the Sidekiq release whose format is written (timestamps).
 	// Default DefaultVersion.
 	Version wire.Version
+	// Format, when set, replaces Version: the client writes the version it
+	// holds at each push (a Server's Format follows the cluster's version).
+	Format *wire.LiveFormat
 	// Clock is the time source. Default the system clock.
 	Clock clock.Clock
 	// Middleware runs around every push, first added first.
@@ -43,11 +46,11 @@ func (c *ClientConfig) validate() error {
 // Client pushes jobs into Redis exactly as Ruby's Sidekiq::Client does.
 // It is safe for concurrent use.
 type Client struct {
-	pool    *redis.Pool
-	version wire.Version
-	clock   clock.Clock
-	mw      []ClientMiddleware
-	queue   string
+	pool   *redis.Pool
+	format *wire.LiveFormat
+	clock  clock.Clock
+	mw     []ClientMiddleware
+	queue  string
 }
 
 // NewClient returns a client.
@@ -58,19 +61,23 @@ func NewClient(cfg *ClientConfig) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	v := cfg.Version
-	if v.IsZero() {
-		v = wire.DefaultVersion
+	f := cfg.Format
+	if f == nil {
+		v := cfg.Version
+		if v.IsZero() {
+			v = wire.DefaultVersion
+		}
+		f = wire.FixedFormat(v)
 	}
 	q := cfg.DefaultQueue
 	if q == "" {
 		q = "default"
 	}
-	return &Client{pool: cfg.Pool, version: v, clock: clock.Or(cfg.Clock), mw: cfg.Middleware, queue: q}, nil
+	return &Client{pool: cfg.Pool, format: f, clock: clock.Or(cfg.Clock), mw: cfg.Middleware, queue: q}, nil
 }
 
-// Version returns the wire format the client writes.
-func (c *Client) Version() wire.Version { return c.version }
+// Version returns the wire format the client writes now.
+func (c *Client) Version() wire.Version { return c.format.Version() }
 
 // Pool returns the client's Redis pool.
 func (c *Client) Pool() *redis.Pool { return c.pool }
@@ -165,7 +172,7 @@ func (c *Client) Push(ctx context.Context, job *wire.Job, opts *PushOpts) (*Push
 		payload = job.Encode()
 		conn.Send("ZADD", wire.KeySchedule, wire.Score(at), payload)
 	} else {
-		job.SetTime("enqueued_at", now, c.version)
+		job.SetTime("enqueued_at", now, c.Version())
 		payload = job.Encode()
 		q := job.Queue()
 		conn.Send("SADD", wire.KeyQueues, q)
@@ -203,7 +210,8 @@ type BulkResult struct {
 // all jobs go to the schedule set.
 func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts) (*BulkResult, error) {
 	now := c.clock.Now()
-	created := wire.TimestampValue(now, c.version)
+	v := c.Version()
+	created := wire.TimestampValue(now, v)
 	for i, j := range jobs {
 		if err := c.normalize(j, now, false); err != nil {
 			return nil, fmt.Errorf("sidekiq: bulk job %d: %w", i, err)
@@ -219,10 +227,10 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 		return nil, fmt.Errorf("sidekiq: push bulk: %w", err)
 	}
 	defer conn.Close()
-	batch := c.version.BulkBatchSize()
+	batch := v.BulkBatchSize()
 	for start := 0; start < len(jobs); start += batch {
 		end := min(start+batch, len(jobs))
-		enq := wire.TimestampValue(c.clock.Now(), c.version)
+		enq := wire.TimestampValue(c.clock.Now(), v)
 		var queues []any
 		byQueue := map[string][]any{}
 		var zadd []any
@@ -299,7 +307,7 @@ func (c *Client) normalize(job *wire.Job, now time.Time, setCreated bool) error 
 		job.SetJID(wire.NewJID())
 	}
 	if setCreated && !job.Has("created_at") {
-		job.SetTime("created_at", now, c.version)
+		job.SetTime("created_at", now, c.Version())
 	}
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/gojob/gojob/sidekiq/internal/maintenance"
 )
 
 // ErrorClasser is implemented by errors that name their Ruby-style class,
@@ -152,3 +154,8 @@ func CallerStack(skip int) []string {
 	}
 	return out
 }
+
+// ErrVersionUnreadable is returned by Start when ServerConfig.Version would
+// break the readers of the live Ruby processes (8.x over older ones) and
+// ForceVersion is not set.
+var ErrVersionUnreadable = maintenance.ErrVersionUnreadable

@@ -167,7 +167,6 @@ func TestMetricsFlushPerVersion(t *testing.T) {
 func TestMetricsNotWrittenFor6(t *testing.T) {
 	t.Parallel()
 	b := newMetricsServer(t, ServerConfig{Version: wire.Version6})
-	require.Nil(t, b.srv.metrics)
 	b.pushMix(t)
 	b.start(t)
 	b.waitProcessed(t, 8)
@@ -273,7 +272,7 @@ func metricKeys(t *testing.T, c redis.Conn, identity string) []string {
 	require.NoError(t, err)
 	var out []string
 	for _, k := range all {
-		if strings.HasPrefix(k, "stat:") || strings.HasPrefix(k, "queue") || strings.HasPrefix(k, identity) ||
+		if strings.HasPrefix(k, "stat:") || strings.HasPrefix(k, "gojob-") || strings.HasPrefix(k, "queue") || strings.HasPrefix(k, identity) ||
 			k == wire.KeyProcesses || k == wire.KeyRetry || k == wire.KeyDead || k == wire.KeySchedule {
 			continue
 		}

@@ -21,7 +21,7 @@ type workItem struct {
 	runAt time.Time
 	state atomic.Int32 // workRunning, workFinished, workAbandoned
 	// class is the job's metrics class (`wrapped || class`), or "" when no
-	// metrics are kept for it (6.x target, or no handler).
+	// metrics are kept for it (a 6.x format, or no handler).
 	class string
 }
 
@@ -92,7 +92,7 @@ func (s *Server) process(tid string, u fetch.Unit) {
 	}
 	reg, _ := s.handlerFor(job)
 	w := &workItem{unit: u, runAt: s.cfg.Clock.Now()}
-	if reg != nil && s.metrics != nil {
+	if reg != nil && s.format.Version().AtLeast(7, 0, 0) {
 		w.class = maintenance.MetricsClass(job)
 	}
 	s.workMu.RLock()

@@ -33,7 +33,7 @@ type retryPlan struct {
 // version to a failure of the job whose original bytes are raw, fetched from
 // queue. reg is nil for an unknown class. It does not touch Redis.
 func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure error, now time.Time, rnd func(n int) int) retryPlan {
-	v := s.cfg.Version
+	v := s.format.Version()
 	var out *outcome
 	errors.As(failure, &out)
 	if out != nil && out.discard {

@@ -110,7 +110,7 @@ func TestRetryPlanPerVersion(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := &Server{cfg: (&ServerConfig{Version: c.version}).withDefaults(), hardCtx: context.Background()}
+			s := planServer(c.version)
 			p := s.planRetry("default", []byte(c.payload), c.reg, c.err, now, c.rnd)
 			if c.wantRetry > 0 {
 				require.Equal(t, now.Add(c.wantRetry), p.retryAt)
@@ -134,13 +134,13 @@ func TestRetryForReadsFailedAtAsTheTargetDoes(t *testing.T) {
 	// An integer failed_at: 7.3 reads it as seconds (long expired), 8.x as
 	// milliseconds (1795296500000 ms = 100 s ago, within retry_for).
 	payload := `{"retry":true,"queue":"default","class":"X","args":[],"jid":"j","retry_for":3600,"retry_count":0,"failed_at":1795296500}`
-	s7 := &Server{cfg: (&ServerConfig{Version: wire.Version7}).withDefaults(), hardCtx: context.Background()}
+	s7 := planServer(wire.Version7)
 	p7 := s7.planRetry("default", []byte(payload), &registration{}, errors.New("x"), now, zero)
 	require.False(t, p7.retryAt.IsZero(), "7.3: 1795296500 s + 3600 s is in the future")
 	payloadMS := `{"retry":true,"queue":"default","class":"X","args":[],"jid":"j","retry_for":60,"retry_count":0,"failed_at":1795296500000}`
 	p7ms := s7.planRetry("default", []byte(payloadMS), &registration{}, errors.New("x"), now, zero)
 	require.False(t, p7ms.retryAt.IsZero(), "7.3 reads ms as far-future seconds: never expires (as Ruby 7)")
-	s8 := &Server{cfg: (&ServerConfig{Version: wire.Version8}).withDefaults(), hardCtx: context.Background()}
+	s8 := planServer(wire.Version8)
 	p8 := s8.planRetry("default", []byte(payloadMS), &registration{}, errors.New("x"), now, zero)
 	require.True(t, p8.toDead, "8.x: failed 100 s ago with retry_for 60 s: exhausted")
 }
@@ -175,7 +175,7 @@ func TestBacktraceOptionLimitsLines(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.bt, func(t *testing.T) {
-			s := &Server{cfg: (&ServerConfig{Version: wire.Version6}).withDefaults(), hardCtx: context.Background()}
+			s := planServer(wire.Version6)
 			p := s.planRetry("default", []byte(`{"retry":true,"queue":"default","backtrace":`+c.bt+`,"class":"X","args":[],"jid":"j"}`),
 				&registration{}, stackErr{}, now, func(int) int { return 0 })
 			require.NotNil(t, p.job)
@@ -221,7 +221,7 @@ func TestDiscardFromRetryInSetsDiscardedAt(t *testing.T) {
 		v    wire.Version
 		want bool
 	}{{wire.Version{Major: 8, Patch: 7}, false}, {wire.Version{Major: 8, Patch: 8}, true}, {wire.Version7, false}} {
-		s := &Server{cfg: (&ServerConfig{Version: c.v}).withDefaults(), hardCtx: context.Background()}
+		s := planServer(c.v)
 		p := s.planRetry("default", []byte(`{"retry":true,"queue":"default","class":"X","args":[],"jid":"j"}`), reg, errors.New("x"), now, func(int) int { return 0 })
 		require.True(t, p.retryAt.IsZero())
 		require.False(t, p.toDead)
@@ -240,7 +240,7 @@ func TestDiscardFromRetryInSetsDiscardedAt(t *testing.T) {
 func TestRetryHookPanicsFallBackToDefaults(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1795296600, 0)
-	s := &Server{cfg: (&ServerConfig{Version: wire.Version6}).withDefaults(), hardCtx: context.Background()}
+	s := planServer(wire.Version6)
 	reg := &registration{opts: HandlerOptions{
 		RetryIn: func(int, error, *wire.Job) (time.Duration, RetryDecision) { panic("retry_in bug") },
 		RetriesExhausted: func(context.Context, *wire.Job, error) RetryDecision {
@@ -253,4 +253,9 @@ func TestRetryHookPanicsFallBackToDefaults(t *testing.T) {
 	p = s.planRetry("default", []byte(`{"retry":0,"queue":"default","class":"X","args":[],"jid":"j"}`), reg, errors.New("x"), now, zero)
 	require.True(t, p.toDead)
 	require.True(t, p.died)
+}
+
+// planServer is a server that only plans retries, writing version v.
+func planServer(v wire.Version) *Server {
+	return &Server{cfg: (&ServerConfig{Version: v}).withDefaults(), format: wire.FixedFormat(v), hardCtx: context.Background()}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -39,13 +40,17 @@ type Server struct {
 	order     *fetch.Order
 	fetcher   fetch.Fetcher
 	heartbeat *maintenance.Heartbeat
+	follower  *maintenance.VersionFollower
 	poller    *maintenance.Poller // nil when disabled
-	info      *maintenance.ProcessInfo
+	// format is what the server writes; with FollowVersion the follower
+	// changes it before a heartbeat.
+	format *wire.LiveFormat
+	info   *maintenance.ProcessInfo
 	// fetchDepth is the BRPOP pipeline depth in use, once started.
 	fetchDepth atomic.Int32
 
 	counters maintenance.Counters    // processed and failed, not yet flushed
-	metrics  *maintenance.JobMetrics // 7.0+ job metrics; nil for 6.x
+	metrics  *maintenance.JobMetrics // job metrics, written by 7.0+ formats
 	busy     atomic.Int64
 	work     sync.Map // tid string → *workItem
 
@@ -87,10 +92,15 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	c := cfg.withDefaults()
+	format := wire.FixedFormat(c.Version)
+	if c.FollowVersion {
+		// Until Start decides: the format every reader shows.
+		format = wire.NewLiveFormat(wire.FormatForAll)
+	}
 	client := c.Client
 	if client == nil {
 		var err error
-		client, err = NewClient(&ClientConfig{Pool: c.Pool, Version: c.Version, Clock: c.Clock})
+		client, err = NewClient(&ClientConfig{Pool: c.Pool, Format: format, Clock: c.Clock})
 		if err != nil {
 			return nil, err
 		}
@@ -103,8 +113,9 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 		client:    client,
 		handlers:  map[string]*registration{},
 		identity:  fmt.Sprintf("%s:%d:%s", strings.ReplaceAll(c.Hostname, ":", "-"), os.Getpid(), wire.NewJID()[:12]),
-		order:     fetch.NewOrder(c.Queues, c.Version),
-		metrics:   maintenance.NewJobMetrics(c.Version),
+		format:    format,
+		order:     fetch.NewOrder(c.Queues, format.Version()),
+		metrics:   maintenance.NewJobMetrics(),
 		quietCh:   make(chan struct{}),
 		stopCh:    make(chan struct{}),
 		hardCtx:   hard,
@@ -121,12 +132,23 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 		Labels:      c.Labels,
 		Concurrency: c.Concurrency,
 		Queues:      c.Queues,
-		Version:     c.Version,
+		DirTag:      dirTag(),
 	}
 	var err error
+	s.follower, err = maintenance.NewVersionFollower(&maintenance.VersionFollowerConfig{
+		Pool:     c.Pool,
+		Identity: s.identity,
+		Format:   format,
+		Follow:   c.FollowVersion,
+		Clock:    c.Clock,
+		Logger:   c.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
 	s.heartbeat, err = maintenance.NewHeartbeat(&maintenance.HeartbeatConfig{
 		Pool:     c.Pool,
-		Version:  c.Version,
+		Format:   format,
 		Clock:    c.Clock,
 		Logger:   c.Logger,
 		Outage:   &s.outage,
@@ -137,6 +159,9 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 		Work:     s.runningWork,
 		Quiet:    s.IsQuiet,
 		OnSignal: s.Signal,
+		BeforeBeat: func(ctx context.Context) {
+			s.follower.Check(ctx) // logs what it finds; an outage fails the beat
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -144,7 +169,7 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 	if !c.DisablePoller {
 		s.poller, err = maintenance.NewPoller(&maintenance.PollerConfig{
 			Pool:            c.Pool,
-			Version:         c.Version,
+			Format:          format,
 			Clock:           c.Clock,
 			Logger:          c.Logger,
 			Outage:          &s.outage,
@@ -186,6 +211,20 @@ func (s *Server) Identity() string { return s.identity }
 // as the durable reconciler that kill jobs on the server's behalf).
 func (s *Server) DeathHandlers() []DeathHandler { return s.cfg.DeathHandlers }
 
+// Format returns the format the server writes. With FollowVersion it
+// changes when the cluster does; a Client built with it follows too.
+func (s *Server) Format() *wire.LiveFormat { return s.format }
+
+// dirTag is the tag Sidekiq 8.0+ gives a process without one: its working
+// directory's base name.
+func dirTag() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	return filepath.Base(wd)
+}
+
 // Client returns the client the server re-pushes with.
 func (s *Server) Client() *Client { return s.client }
 
@@ -203,6 +242,13 @@ func (s *Server) Start(ctx context.Context) error {
 		return ErrClosed
 	}
 	s.info.StartedAt = s.cfg.Clock.Now()
+	if _, err := s.follower.Check(ctx); errors.Is(err, maintenance.ErrVersionUnreadable) {
+		if !s.cfg.ForceVersion {
+			s.state.Store(stateNew)
+			return fmt.Errorf("sidekiq: %w; ServerConfig.ForceVersion (--force-version) writes it anyway", err)
+		}
+		s.log.Error().Str("component", "version").Msg(err.Error() + "; writing it anyway (ForceVersion)")
+	}
 	if err := s.heartbeat.Beat(ctx); err != nil {
 		s.log.Warn().Err(err).Str("component", "heartbeat").Msg("first heartbeat failed; retrying in the background")
 	}
@@ -219,7 +265,7 @@ func (s *Server) Start(ctx context.Context) error {
 		s.poller.Start(s.hardCtx)
 	}
 	s.log.Info().Str("identity", s.identity).Int("concurrency", s.cfg.Concurrency).Str("fetch", s.cfg.Fetch.String()).
-		Str("queues", s.order.String()).Str("sidekiq_version", s.cfg.Version.String()).Msg("gojob started")
+		Str("queues", s.order.String()).Str("sidekiq_version", s.format.Format().String()).Msg("gojob started")
 	return nil
 }
 
@@ -240,7 +286,7 @@ func (s *Server) newFetcher(ctx context.Context) (fetch.Fetcher, error) {
 		Logger:      s.log,
 
 		Identity:         s.identity,
-		Version:          s.cfg.Version,
+		Format:           s.format,
 		Clock:            s.cfg.Clock,
 		RecoveryLimit:    s.cfg.RecoveryLimit,
 		RecoveryInterval: s.cfg.RecoveryInterval,

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -123,8 +122,19 @@ type ServerConfig struct {
 	// JobTimeout, when set, cancels each job's context after it.
 	JobTimeout time.Duration
 	// Version is the Sidekiq release whose format is written. Default
-	// wire.DefaultVersion.
+	// wire.DefaultVersion. Ignored with FollowVersion.
 	Version wire.Version
+	// FollowVersion makes the server follow the cluster: it decides its
+	// format at Start and again before every heartbeat (wire.DecideFormat:
+	// the oldest live Ruby process, else the recorded format, else what
+	// Ruby left in Redis, else a format every reader shows) and switches
+	// when the decision changes (docs/version-follow.md).
+	FollowVersion bool
+	// ForceVersion lets Start write a Version that live Ruby processes
+	// cannot read (8.x millisecond timestamps where a 7.x or 6.x process
+	// or Web UI reads them). Without it Start refuses with
+	// ErrVersionUnreadable.
+	ForceVersion bool
 	// MaxRetries is the retry count for `"retry": true`. Default 25.
 	MaxRetries int
 	// Tag is the process tag shown in the Web UI (-g).
@@ -181,12 +191,6 @@ func (c *ServerConfig) withDefaults() *ServerConfig {
 	}
 	if out.Hostname == "" {
 		out.Hostname, _ = os.Hostname()
-	}
-	if out.Tag == "" && out.Version.AtLeast(8, 0, 0) {
-		// 8.0+ tags a non-Rails process with its directory's name.
-		if wd, err := os.Getwd(); err == nil {
-			out.Tag = filepath.Base(wd)
-		}
 	}
 	if out.Dial == nil && out.Pool != nil {
 		p := out.Pool

@@ -2,8 +2,6 @@ package sidekiq
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -146,13 +144,4 @@ func TestNewServerValidates(t *testing.T) {
 	require.ErrorContains(t, err, "empty queue name")
 	_, err = NewServer(&ServerConfig{Pool: pool, Fetch: FetchMode(9)})
 	require.ErrorContains(t, err, "unknown fetch mode")
-}
-
-func TestDefaultTagPerVersion(t *testing.T) {
-	t.Parallel()
-	wd, err := os.Getwd()
-	require.NoError(t, err)
-	require.Equal(t, "", (&ServerConfig{Version: wire.Version7}).withDefaults().Tag)
-	require.Equal(t, filepath.Base(wd), (&ServerConfig{Version: wire.Version8}).withDefaults().Tag)
-	require.Equal(t, "mine", (&ServerConfig{Version: wire.Version8, Tag: "mine"}).withDefaults().Tag)
 }

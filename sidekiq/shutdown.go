@@ -81,6 +81,9 @@ func (s *Server) Stop(ctx context.Context) error {
 	if err := s.heartbeat.Unregister(final); err != nil {
 		errs = append(errs, err)
 	}
+	if err := s.follower.Unregister(final); err != nil {
+		errs = append(errs, err)
+	}
 	s.writeStop()
 	s.stopErr = errors.Join(errs...)
 	close(s.done)

@@ -68,6 +68,14 @@ func (v Version) AtLeast(major, minor, patch int) bool {
 	return v.Patch >= patch
 }
 
+// Breaks reports whether what v writes breaks a reader of version r: 8.x
+// millisecond timestamps are seconds to 6.x and 7.x (far-future dates,
+// negative latencies, a Busy page that fails; docs/sidekiq-wire.md#timestamps).
+// Other differences only hide data from older readers.
+func (v Version) Breaks(r Version) bool {
+	return v.MillisecondTimestamps() && !r.MillisecondTimestamps()
+}
+
 // IsZero reports whether v is unset.
 func (v Version) IsZero() bool { return v == Version{} }
 

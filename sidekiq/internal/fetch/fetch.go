@@ -109,9 +109,9 @@ type Config struct {
 	// Identity is the process identity ("host:pid:nonce"), which names its
 	// in-progress lists.
 	Identity string
-	// Version is the format of the dead-set entries it writes for poison
-	// pills.
-	Version wire.Version
+	// Format is the format of the dead-set entries it writes for poison
+	// pills, read when one is written. Required for reliable fetch.
+	Format *wire.LiveFormat
 	// Clock is the time of those entries.
 	Clock clock.Clock
 	// RecoveryLimit is how many times a job may be recovered from a dead

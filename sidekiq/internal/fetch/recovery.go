@@ -364,7 +364,7 @@ func (l *reliableLife) recoverJob(ctx context.Context, conn redis.Conn, list, hb
 		now := l.cfg.Clock.Now()
 		mode = "dead"
 		deadScore = wire.Score(now)
-		deadPayload = poisonPayload(job, pill, now, l.cfg.Version)
+		deadPayload = poisonPayload(job, pill, now, l.cfg.Format.Version())
 		lim := wire.MorgueLimits{}.OrDefault()
 		cutoff = wire.FormatScore(wire.EpochSeconds(now) - lim.Timeout.Seconds())
 		maxJobs = strconv.Itoa(lim.MaxJobs)

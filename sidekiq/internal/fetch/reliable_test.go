@@ -30,7 +30,7 @@ func reliableBundle(t *testing.T, rs *redistest.Server, mod func(*Config)) *fetc
 	t.Helper()
 	return newFetchBundle(t, rs, func(c *Config) {
 		c.Identity = testIdentity
-		c.Version = wire.Version7
+		c.Format = wire.FixedFormat(wire.Version7)
 		if mod != nil {
 			mod(c)
 		}

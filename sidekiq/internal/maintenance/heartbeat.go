@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -40,8 +41,8 @@ func (w *Work) json() string {
 type HeartbeatConfig struct {
 	// Pool is the Redis pool. Required.
 	Pool *redis.Pool
-	// Version is the target Sidekiq release: the layout of every write.
-	Version wire.Version
+	// Format is the layout of every write, read at each beat. Required.
+	Format *wire.LiveFormat
 	// Clock is the time source. Default the system clock.
 	Clock clock.Clock
 	// Logger receives the failures (the first of a run of them).
@@ -50,11 +51,15 @@ type HeartbeatConfig struct {
 	Outage *redisx.OutageLog
 	// Interval overrides the version's beat (5 s for 6.x, 10 s from 7.0).
 	Interval time.Duration
+	// BeforeBeat, when set, runs at the start of every beat (the version
+	// follower: it may change Format).
+	BeforeBeat func(ctx context.Context)
 	// Info describes the process. Required.
 	Info *ProcessInfo
 	// Counters are flushed at each beat. Required.
 	Counters *Counters
-	// Metrics are flushed at each beat; nil for 6.x.
+	// Metrics are flushed at each beat (7.0+ formats; a 6.x beat drops
+	// them). Optional.
 	Metrics *JobMetrics
 	// Work lists the running jobs.
 	Work func() []Work
@@ -65,8 +70,8 @@ type HeartbeatConfig struct {
 }
 
 func (c *HeartbeatConfig) validate() error {
-	if c.Pool == nil || c.Outage == nil || c.Info == nil || c.Counters == nil || c.Work == nil || c.Quiet == nil {
-		return errors.New("sidekiq: HeartbeatConfig needs Pool, Outage, Info, Counters, Work and Quiet")
+	if c.Pool == nil || c.Format == nil || c.Outage == nil || c.Info == nil || c.Counters == nil || c.Work == nil || c.Quiet == nil {
+		return errors.New("sidekiq: HeartbeatConfig needs Pool, Format, Outage, Info, Counters, Work and Quiet")
 	}
 	return nil
 }
@@ -76,10 +81,17 @@ func (c *HeartbeatConfig) validate() error {
 // hash with a 60 s TTL, and the signal the Web UI left in
 // <identity>-signals.
 type Heartbeat struct {
-	cfg     HeartbeatConfig
-	info    []byte // info JSON, dumped once as Ruby does
-	loop    loop
-	started bool
+	cfg HeartbeatConfig
+	// info is the info JSON, dumped once per version as Ruby dumps it once.
+	info        []byte
+	infoVersion wire.Version
+	// workKeys are the work-hash keys the last beat wrote: a key the format
+	// no longer writes is removed at once.
+	workKeys []string
+	// concurrency is whether the last beat wrote the concurrency field.
+	concurrency bool
+	loop        loop
+	started     bool
 }
 
 // NewHeartbeat returns a heartbeat.
@@ -92,20 +104,26 @@ func NewHeartbeat(cfg *HeartbeatConfig) (*Heartbeat, error) {
 	}
 	c := *cfg
 	c.Clock = clock.Or(c.Clock)
-	if c.Interval <= 0 {
-		c.Interval = 5 * time.Second
-		if c.Version.AtLeast(7, 0, 0) {
-			c.Interval = 10 * time.Second
-		}
-	}
 	if c.OnSignal == nil {
 		c.OnSignal = func(string) {}
+	}
+	if c.BeforeBeat == nil {
+		c.BeforeBeat = func(context.Context) {}
 	}
 	return &Heartbeat{cfg: c, loop: newLoop()}, nil
 }
 
-// Interval returns the time between beats.
-func (h *Heartbeat) Interval() time.Duration { return h.cfg.Interval }
+// Interval returns the time between beats: the configured one, or the
+// current version's (5 s for 6.x, 10 s from 7.0).
+func (h *Heartbeat) Interval() time.Duration {
+	if h.cfg.Interval > 0 {
+		return h.cfg.Interval
+	}
+	if h.cfg.Format.Version().AtLeast(7, 0, 0) {
+		return 10 * time.Second
+	}
+	return 5 * time.Second
+}
 
 // Start beats every Interval until Stop, or until ctx ends. The first beat
 // is the caller's (Beat), so that a process is visible when Start returns.
@@ -119,7 +137,8 @@ func (h *Heartbeat) Start(ctx context.Context) error {
 func (h *Heartbeat) Stop(ctx context.Context) error { return h.loop.Stop(ctx, h.started) }
 
 func (h *Heartbeat) run(ctx context.Context) {
-	t := time.NewTicker(h.cfg.Interval)
+	interval := h.Interval()
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	failing := false
 	for {
@@ -143,29 +162,31 @@ func (h *Heartbeat) run(ctx context.Context) {
 			h.cfg.Outage.OK()
 		}
 		failing = err != nil
+		if i := h.Interval(); i != interval {
+			interval = i
+			t.Reset(interval) // the format changed between 6.x and 7.0+
+		}
 	}
 }
 
-// Beat writes one beat for the target version (docs/sidekiq-wire.md#heartbeat)
+// Beat writes one beat for the current format (docs/sidekiq-wire.md#heartbeat)
 // and hands a signal found in the signals list to OnSignal. On failure the
 // stat counts and metrics are kept for the next beat.
 func (h *Heartbeat) Beat(ctx context.Context) error {
-	v := h.cfg.Version
+	h.cfg.BeforeBeat(ctx)
+	f := h.cfg.Format.Format()
+	v := f.Version
 	procd, fails := h.cfg.Counters.take()
-	metrics := h.cfg.Metrics.take() // nil for 6.x
-	restore := func() {
-		h.cfg.Counters.restore(procd, fails)
-		h.cfg.Metrics.restore(metrics)
-	}
 	conn, err := h.cfg.Pool.GetContext(ctx)
 	if err != nil {
-		restore()
+		h.cfg.Counters.restore(procd, fails)
 		return fmt.Errorf("sidekiq: heartbeat: %w", err)
 	}
 	defer conn.Close()
 
 	identity := h.cfg.Info.Identity
-	workKey := wire.WorkKey(identity, v)
+	workKeys := f.WorkKeys(identity)
+	stale := minusKeys(h.workKeys, workKeys)
 	work := h.cfg.Work()
 	now := h.cfg.Clock.Now()
 	date := now.UTC().Format("2006-01-02")
@@ -173,25 +194,27 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 		// 6.x: one MULTI with the stats (even when zero) and the work hash.
 		conn.Send("MULTI")
 		sendStats(conn, procd, fails, date)
-		conn.Send("UNLINK", workKey)
-		for _, w := range work {
-			conn.Send("HSET", workKey, w.TID, w.json())
+		for _, key := range stale {
+			conn.Send("UNLINK", key)
 		}
-		conn.Send("EXPIRE", workKey, 60)
+		for _, key := range workKeys {
+			conn.Send("UNLINK", key)
+			for _, w := range work {
+				conn.Send("HSET", key, w.TID, w.json())
+			}
+			conn.Send("EXPIRE", key, 60)
+		}
 		if _, err := conn.Do("EXEC"); err != nil {
-			restore()
+			h.cfg.Counters.restore(procd, fails)
 			return fmt.Errorf("sidekiq: heartbeat: %w", err)
 		}
 	} else {
-		// The stats pipeline, skipped when there is nothing to write, also
-		// carries the job metrics Ruby flushes on its :beat event.
-		if procd != 0 || fails != 0 || metrics != nil {
-			if procd != 0 || fails != 0 {
-				sendStats(conn, procd, fails, date)
-			}
-			sendMetrics(conn, v, now, metrics)
+		// 7.0+: the stats in a pipeline, skipped when there is nothing to
+		// write.
+		if procd != 0 || fails != 0 {
+			sendStats(conn, procd, fails, date)
 			if _, err := conn.Do(""); err != nil {
-				restore()
+				h.cfg.Counters.restore(procd, fails)
 				return fmt.Errorf("sidekiq: heartbeat stats: %w", err)
 			}
 		}
@@ -199,29 +222,40 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 		if v.AtLeast(7, 2, 3) {
 			// 7.2.3+: MULTI, one HSET with every thread, no EXPIRE when idle.
 			conn.Send("MULTI")
-			conn.Send("UNLINK", workKey)
-			if len(work) > 0 {
-				args := []any{workKey}
-				for _, w := range work {
-					args = append(args, w.TID, w.json())
+			for _, key := range stale {
+				conn.Send("UNLINK", key)
+			}
+			for _, key := range workKeys {
+				conn.Send("UNLINK", key)
+				if len(work) > 0 {
+					args := []any{key}
+					for _, w := range work {
+						args = append(args, w.TID, w.json())
+					}
+					conn.Send("HSET", args...)
+					conn.Send("EXPIRE", key, 60)
 				}
-				conn.Send("HSET", args...)
-				conn.Send("EXPIRE", workKey, 60)
 			}
 			_, err = conn.Do("EXEC")
 		} else {
 			// 7.0.0-7.2.2: a pipeline, one HSET per thread, always EXPIRE.
-			conn.Send("UNLINK", workKey)
-			for _, w := range work {
-				conn.Send("HSET", workKey, w.TID, w.json())
+			for _, key := range stale {
+				conn.Send("UNLINK", key)
 			}
-			conn.Send("EXPIRE", workKey, 60)
+			for _, key := range workKeys {
+				conn.Send("UNLINK", key)
+				for _, w := range work {
+					conn.Send("HSET", key, w.TID, w.json())
+				}
+				conn.Send("EXPIRE", key, 60)
+			}
 			_, err = conn.Do("")
 		}
 		if err != nil {
 			return fmt.Errorf("sidekiq: heartbeat work: %w", err)
 		}
 	}
+	h.workKeys = workKeys
 	start := time.Now()
 	if _, err := conn.Do("PING"); err != nil {
 		return fmt.Errorf("sidekiq: heartbeat ping: %w", err)
@@ -231,8 +265,8 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 	if h.cfg.Quiet() {
 		quiet = "true"
 	}
-	if h.info == nil {
-		h.info = h.cfg.Info.JSON()
+	if h.info == nil || h.infoVersion != v {
+		h.info, h.infoVersion = h.cfg.Info.JSON(v), v
 	}
 	conn.Send("MULTI")
 	conn.Send("SADD", wire.KeyProcesses, identity)
@@ -241,32 +275,60 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 	if !v.AtLeast(7, 0, 0) || (v.Major == 7 && v.Minor == 0) {
 		hset = "HMSET"
 	}
-	conn.Send(hset, identity,
-		"info", h.info,
-		"concurrency", h.cfg.Info.Concurrency,
+	args := []any{identity, "info", h.info}
+	if f.ConcurrencyField() {
+		args = append(args, "concurrency", h.cfg.Info.Concurrency)
+	}
+	args = append(args,
 		"busy", len(work),
 		"beat", rubyjson.FormatFloat(wire.EpochSeconds(h.cfg.Clock.Now())),
 		"rtt_us", rtt,
 		"quiet", quiet,
 		"rss", procstat.KB("VmRSS"))
+	conn.Send(hset, args...)
+	if h.concurrency && !f.ConcurrencyField() {
+		conn.Send("HDEL", identity, "concurrency") // the format changed
+	}
 	conn.Send("EXPIRE", identity, 60)
 	conn.Send("RPOP", wire.SignalsKey(identity))
 	reply, err := redis.Values(conn.Do("EXEC"))
 	if err != nil {
 		return fmt.Errorf("sidekiq: heartbeat: %w", err)
 	}
-	if len(reply) == 5 && reply[4] != nil {
-		if sig, err := redis.String(reply[4], nil); err == nil {
+	h.concurrency = f.ConcurrencyField()
+	if sig := reply[len(reply)-1]; sig != nil {
+		if sig, err := redis.String(sig, nil); err == nil {
 			h.cfg.OnSignal(sig)
 		}
 	}
+	// 7.0+ flushes the job metrics on the :beat event, after the process
+	// hash (lib/sidekiq/metrics/tracking.rb; captured 7.3.10).
+	if metrics := h.cfg.Metrics.take(); metrics != nil && v.AtLeast(7, 0, 0) {
+		sendMetrics(conn, v, h.cfg.Clock.Now(), metrics)
+		if _, err := conn.Do(""); err != nil {
+			h.cfg.Metrics.restore(metrics)
+			return fmt.Errorf("sidekiq: heartbeat metrics: %w", err)
+		}
+	}
 	return nil
+}
+
+// minusKeys returns the keys of a that are not in b.
+func minusKeys(a, b []string) []string {
+	var out []string
+	for _, k := range a {
+		if !slices.Contains(b, k) {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // Unregister flushes the stats and the job metrics (7.0+) and removes the
 // process from the registry (docs/sidekiq-wire.md#shutdown): SREM
 // processes, UNLINK the work hash. The identity hash expires by itself.
 func (h *Heartbeat) Unregister(ctx context.Context) error {
+	f := h.cfg.Format.Format()
 	procd, fails := h.cfg.Counters.take()
 	metrics := h.cfg.Metrics.take()
 	conn, err := h.cfg.Pool.GetContext(ctx)
@@ -279,9 +341,13 @@ func (h *Heartbeat) Unregister(ctx context.Context) error {
 	if procd != 0 || fails != 0 {
 		sendStats(conn, procd, fails, date)
 	}
-	sendMetrics(conn, h.cfg.Version, now, metrics)
+	if f.Version.AtLeast(7, 0, 0) {
+		sendMetrics(conn, f.Version, now, metrics)
+	}
 	conn.Send("SREM", wire.KeyProcesses, h.cfg.Info.Identity)
-	conn.Send("UNLINK", wire.WorkKey(h.cfg.Info.Identity, h.cfg.Version))
+	for _, key := range append(f.WorkKeys(h.cfg.Info.Identity), minusKeys(h.workKeys, f.WorkKeys(h.cfg.Info.Identity))...) {
+		conn.Send("UNLINK", key)
+	}
 	if _, err := redis.DoContext(conn, ctx, ""); err != nil {
 		h.cfg.Logger.Error().Int64("processed", procd).Int64("failed", fails).Msg("could not flush stats at shutdown")
 		return fmt.Errorf("sidekiq: unregister: %w", err)

@@ -36,15 +36,15 @@ func newBeatBundle(t *testing.T, v wire.Version, mod func(*HeartbeatConfig)) *be
 	b := &beatBundle{rs: rs, conn: conn, counters: &Counters{}, signals: make(chan string, 4)}
 	log := zerolog.New(zerolog.NewTestWriter(t))
 	cfg := &HeartbeatConfig{
-		Pool:    pool,
-		Version: v,
-		Clock:   clock.NewFake(time.Unix(1795296573, 0)),
-		Logger:  log,
-		Outage:  &redisx.OutageLog{Log: &log},
-		Info: &ProcessInfo{Identity: "host:1:abc", Hostname: "host", Concurrency: 4, Version: v,
+		Pool:   pool,
+		Format: wire.FixedFormat(v),
+		Clock:  clock.NewFake(time.Unix(1795296573, 0)),
+		Logger: log,
+		Outage: &redisx.OutageLog{Log: &log},
+		Info: &ProcessInfo{Identity: "host:1:abc", Hostname: "host", Concurrency: 4,
 			Queues: []wire.QueueWeight{{Name: "a", Weight: 3}, {Name: "b"}}},
 		Counters: b.counters,
-		Metrics:  NewJobMetrics(v),
+		Metrics:  NewJobMetrics(),
 		Work:     func() []Work { return b.work },
 		Quiet:    b.quiet.Load,
 		OnSignal: func(sig string) { b.signals <- sig },
@@ -63,7 +63,7 @@ func TestNewHeartbeatValidates(t *testing.T) {
 	_, err := NewHeartbeat(nil)
 	require.Error(t, err)
 	_, err = NewHeartbeat(&HeartbeatConfig{Pool: &redis.Pool{}})
-	require.ErrorContains(t, err, "needs Pool, Outage, Info")
+	require.ErrorContains(t, err, "needs Pool, Format, Outage, Info")
 }
 
 func TestHeartbeatIntervalPerVersion(t *testing.T) {
@@ -102,7 +102,7 @@ func TestHeartbeatTrafficPerVersion(t *testing.T) {
 			require.Equal(t, c.cmds, redistest.Names(mon.Lines(t)))
 			h, err := redis.StringMap(b.conn.Do("HGETALL", "host:1:abc"))
 			require.NoError(t, err)
-			require.Equal(t, "4", h["concurrency"])
+			require.NotContains(t, h, "concurrency", "a hash field only from 8.1.2")
 			require.Equal(t, "0", h["busy"])
 			require.Equal(t, "false", h["quiet"])
 		})
@@ -198,4 +198,56 @@ func TestHeartbeatStartStop(t *testing.T) {
 	require.Equal(t, "TTIN", <-b.signals, "a beat of the loop popped the signal")
 	require.NoError(t, b.hb.Stop(context.Background()))
 	require.NoError(t, b.hb.Stop(context.Background()), "twice")
+}
+
+// The format for all readers writes the running jobs under both work-hash
+// keys (6.4.1's and 6.4.2+'s) and the 8.1.2+ concurrency field; a switch
+// of format removes the key the new one no longer writes, at once.
+func TestHeartbeatForAllReadersAndSwitches(t *testing.T) {
+	t.Parallel()
+	b := newBeatBundle(t, wire.Version7, nil)
+	b.hb.cfg.Format.Set(wire.FormatForAll)
+	b.work = []Work{{TID: "t1", Queue: "default", Raw: []byte(`{"a":1}`), RunAt: time.Unix(1795296573, 0)}}
+	require.NoError(t, b.hb.Beat(context.Background()))
+	want := map[string]string{"t1": `{"queue":"default","payload":"{\"a\":1}","run_at":1795296573}`}
+	for _, key := range []string{"host:1:abc:work", "host:1:abc:workers"} {
+		work, err := redis.StringMap(b.conn.Do("HGETALL", key))
+		require.NoError(t, err)
+		require.Equal(t, want, work, key)
+		require.InDelta(t, 60, ttl(t, b.conn, key), 1, key)
+	}
+	h, err := redis.StringMap(b.conn.Do("HGETALL", "host:1:abc"))
+	require.NoError(t, err)
+	require.Equal(t, "4", h["concurrency"])
+	require.Contains(t, h["info"], `"version":"7.3.10"`)
+
+	// An older Ruby process joined: 6.4.1 writes only :workers, every 5 s.
+	b.hb.cfg.Format.Set(wire.Format{Version: wire.Version6})
+	require.Equal(t, 5*time.Second, b.hb.Interval())
+	require.NoError(t, b.hb.Beat(context.Background()))
+	n, err := redis.Int(b.conn.Do("EXISTS", "host:1:abc:work"))
+	require.NoError(t, err)
+	require.Zero(t, n, "the 6.4.2+ key went with the switch")
+	work, err := redis.StringMap(b.conn.Do("HGETALL", "host:1:abc:workers"))
+	require.NoError(t, err)
+	require.Equal(t, want, work)
+	h, err = redis.StringMap(b.conn.Do("HGETALL", "host:1:abc"))
+	require.NoError(t, err)
+	require.NotContains(t, h, "concurrency")
+	require.NotContains(t, h["info"], `"version"`, "6.4.1's info")
+
+	// At stop both layouts go.
+	b.hb.cfg.Format.Set(wire.FormatForAll)
+	require.NoError(t, b.hb.Beat(context.Background()))
+	require.NoError(t, b.hb.Unregister(context.Background()))
+	n, err = redis.Int(b.conn.Do("EXISTS", "host:1:abc:work", "host:1:abc:workers"))
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
+func ttl(t *testing.T, c redis.Conn, key string) int {
+	t.Helper()
+	n, err := redis.Int(c.Do("TTL", key))
+	require.NoError(t, err)
+	return n
 }

@@ -1,7 +1,6 @@
 package maintenance
 
 import (
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -14,8 +13,8 @@ import (
 // lib/sidekiq/metrics/tracking.rb and shared.rb). Ruby records them in a server middleware and
 // flushes them on the :beat event; the Web UI's Metrics tab reads them. gojob
 // records each job in memory (one mutex, no Redis command) and writes the
-// counts in the heartbeat's stats pipeline and at shutdown. A 6.x target has
-// no metrics: nothing is recorded or written.
+// counts after each beat's process hash, as Ruby does, and at shutdown. A
+// beat in a 6.x format drops them: 6.x writes no metrics.
 //
 // Per flush, with now = the flush time in UTC (Ruby buckets by flush time,
 // not by job time):
@@ -34,13 +33,6 @@ import (
 // ms) and "|f" on the first failure, and so does gojob. Class is
 // `wrapped || class`. Jobs whose class has no handler are not counted (Ruby
 // fails in constantize, before the middleware chain).
-
-// Metrics TTLs in seconds (tracking.rb SHORT_TERM, MID_TERM; shared.rb
-// HISTOGRAM_TTL).
-const (
-	metricsShortTTL = 8 * 60 * 60      // j|<minute> and the histograms
-	metricsMidTTL   = 3 * 24 * 60 * 60 // 8.0+ j|<10 minutes>
-)
 
 // histogramLimits are the exclusive upper limits in ms of the first 25
 // histogram buckets (shared.rb BUCKET_INTERVALS); the 26th takes the rest.
@@ -67,87 +59,64 @@ func histogramBucket(ms int64) int {
 	return len(histogramLimits)
 }
 
-// metricsKeys returns the j|… hash keys a flush at now writes, in Ruby's
-// order, with their TTLs.
-func metricsKeys(v wire.Version, now time.Time) (keys []string, ttls []int) {
-	now = now.UTC()
-	if !v.AtLeast(8, 0, 0) {
-		// %Y%m%d|%-H:%-M
-		b := make([]byte, 0, 24)
-		b = append(b, "j|"...)
-		b = now.AppendFormat(b, "20060102")
-		b = append(b, '|')
-		b = strconv.AppendInt(b, int64(now.Hour()), 10)
-		b = append(b, ':')
-		b = strconv.AppendInt(b, int64(now.Minute()), 10)
-		return []string{string(b)}, []int{metricsShortTTL}
-	}
-	// %y%m%d|%-H:%M; the 10-minute bucket drops the last character.
-	b := make([]byte, 0, 24)
-	b = append(b, "j|"...)
-	b = now.AppendFormat(b, "060102")
-	b = append(b, '|')
-	b = strconv.AppendInt(b, int64(now.Hour()), 10)
-	b = append(b, ':')
-	b = now.AppendFormat(b, "04")
-	minute := string(b)
-	return []string{minute[:len(minute)-1], minute}, []int{metricsMidTTL, metricsShortTTL}
+// metricsSnap is the counts since the last flush, in Ruby's order: the
+// counters ("<Class>|ms", "|f", "|p") and the histograms in the order they
+// were first touched (ExecutionTracker's @jobs and @grams are Ruby hashes,
+// which keep insertion order).
+type metricsSnap struct {
+	counters  map[string]int64
+	order     []string
+	grams     map[string]*[histogramBuckets]int64
+	gramOrder []string
 }
 
-// histogramKey is the BITFIELD key of class for a flush at now: 7.x
-// `<Class>-%d-%H:%-M`, 8.0+ `h|<Class>-%-d-%-H:%-M`.
-func histogramKey(v wire.Version, class string, now time.Time) string {
-	now = now.UTC()
-	b := make([]byte, 0, len(class)+16)
-	if v.AtLeast(8, 0, 0) {
-		b = append(b, "h|"...)
-		b = append(b, class...)
-		b = append(b, '-')
-		b = strconv.AppendInt(b, int64(now.Day()), 10)
-		b = append(b, '-')
-		b = strconv.AppendInt(b, int64(now.Hour()), 10)
-	} else {
-		b = append(b, class...)
-		b = now.AppendFormat(b, "-02-15")
-	}
-	b = append(b, ':')
-	b = strconv.AppendInt(b, int64(now.Minute()), 10)
-	return string(b)
+func newMetricsSnap() *metricsSnap {
+	return &metricsSnap{counters: map[string]int64{}, grams: map[string]*[histogramBuckets]int64{}}
 }
 
-// classMetrics are one class's counts since the last flush.
-type classMetrics struct {
-	processed int64
-	failed    int64
-	succeeded int64 // successful runs: "|ms" and the histogram exist when > 0
-	ms        int64 // total ms of the successful runs
-	hist      [histogramBuckets]int64
+func (m *metricsSnap) count(key string, n int64) {
+	if _, ok := m.counters[key]; !ok {
+		m.order = append(m.order, key)
+	}
+	m.counters[key] += n
 }
 
-func (c *classMetrics) add(o *classMetrics) {
-	c.processed += o.processed
-	c.failed += o.failed
-	c.succeeded += o.succeeded
-	c.ms += o.ms
-	for i, n := range o.hist {
-		c.hist[i] += n
+func (m *metricsSnap) gram(class string) *[histogramBuckets]int64 {
+	g := m.grams[class]
+	if g == nil {
+		g = &[histogramBuckets]int64{}
+		m.grams[class] = g
+		m.gramOrder = append(m.gramOrder, class)
 	}
+	return g
+}
+
+// merge adds o, which is older: its keys come first.
+func (m *metricsSnap) merge(o *metricsSnap) {
+	n := newMetricsSnap()
+	for _, src := range []*metricsSnap{o, m} {
+		for _, k := range src.order {
+			n.count(k, src.counters[k])
+		}
+		for _, c := range src.gramOrder {
+			g := n.gram(c)
+			for i, v := range src.grams[c] {
+				g[i] += v
+			}
+		}
+	}
+	*m = *n
 }
 
 // JobMetrics accumulates the per-class metrics between flushes. A nil
-// *JobMetrics (6.x target) records nothing.
+// *JobMetrics records nothing.
 type JobMetrics struct {
-	mu      sync.Mutex
-	classes map[string]*classMetrics
+	mu  sync.Mutex
+	cur *metricsSnap
 }
 
-// NewJobMetrics returns the recorder for a target version: nil before 7.0.
-func NewJobMetrics(v wire.Version) *JobMetrics {
-	if !v.AtLeast(7, 0, 0) {
-		return nil
-	}
-	return &JobMetrics{classes: map[string]*classMetrics{}}
-}
+// NewJobMetrics returns an empty recorder.
+func NewJobMetrics() *JobMetrics { return &JobMetrics{cur: newMetricsSnap()} }
 
 // MetricsClass is the class name metrics are kept under: Ruby's
 // `hash["wrapped"] || hash["class"]`.
@@ -162,100 +131,73 @@ func MetricsClass(job *wire.Job) string {
 
 // Record counts one execution of class that took d; a failed run counts in
 // "|f" and, as in Ruby, adds neither time nor a histogram entry. Durations
-// are whole milliseconds, truncated.
+// are whole milliseconds, truncated. The keys are touched in Ruby's order
+// (ExecutionTracker#track): "|ms" and the histogram, or "|f"; then "|p".
 func (m *JobMetrics) Record(class string, d time.Duration, failed bool) {
 	if m == nil {
 		return
 	}
 	ms := max(d.Milliseconds(), 0)
 	m.mu.Lock()
-	c := m.classes[class]
-	if c == nil {
-		c = &classMetrics{}
-		m.classes[class] = c
-	}
-	c.processed++
 	if failed {
-		c.failed++
+		m.cur.count(class+"|f", 1)
 	} else {
-		c.succeeded++
-		c.ms += ms
-		c.hist[histogramBucket(ms)]++
+		m.cur.gram(class)[histogramBucket(ms)]++
+		m.cur.count(class+"|ms", ms)
 	}
+	m.cur.count(class+"|p", 1)
 	m.mu.Unlock()
 }
 
 // take returns the counts since the last take and starts afresh; nil when
 // there is nothing to flush.
-func (m *JobMetrics) take() map[string]*classMetrics {
+func (m *JobMetrics) take() *metricsSnap {
 	if m == nil {
 		return nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(m.classes) == 0 {
+	if len(m.cur.order) == 0 {
 		return nil
 	}
-	out := m.classes
-	m.classes = make(map[string]*classMetrics, len(out))
+	out := m.cur
+	m.cur = newMetricsSnap()
 	return out
 }
 
 // restore adds back the counts of a flush that failed, so the next flush
 // writes them.
-func (m *JobMetrics) restore(snap map[string]*classMetrics) {
-	if m == nil || len(snap) == 0 {
+func (m *JobMetrics) restore(snap *metricsSnap) {
+	if m == nil || snap == nil {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for class, c := range snap {
-		if cur := m.classes[class]; cur != nil {
-			cur.add(c)
-		} else {
-			m.classes[class] = c
-		}
-	}
+	m.cur.merge(snap)
 }
 
 // sendMetrics queues the commands of a metrics flush at now (see the
 // comment at the top of this file) on conn; the caller sends them with
-// Do(""). Classes go in name order.
-func sendMetrics(conn redis.Conn, v wire.Version, now time.Time, snap map[string]*classMetrics) {
-	if len(snap) == 0 {
+// Do(""). Histograms and counters go in the order they were first touched.
+func sendMetrics(conn redis.Conn, v wire.Version, now time.Time, snap *metricsSnap) {
+	if snap == nil {
 		return
 	}
-	classes := make([]string, 0, len(snap))
-	for class := range snap {
-		classes = append(classes, class)
-	}
-	sort.Strings(classes)
-	for _, class := range classes {
-		c := snap[class]
-		if c.succeeded == 0 {
-			continue // Ruby makes a histogram on the first success only
-		}
-		key := histogramKey(v, class, now)
+	for _, class := range snap.gramOrder {
+		key := wire.HistogramKey(v, class, now)
 		args := []any{key, "OVERFLOW", "SAT"}
-		for i, n := range c.hist {
+		for i, n := range snap.grams[class] {
 			if n > 0 {
 				args = append(args, "INCRBY", "u16", "#"+strconv.Itoa(i), n)
 			}
 		}
 		conn.Send("BITFIELD", args...)
-		conn.Send("EXPIRE", key, metricsShortTTL)
+		conn.Send("EXPIRE", key, wire.MetricsShortTTL)
 	}
-	keys, ttls := metricsKeys(v, now)
+	keys, ttls := wire.MetricsKeys(v, now)
 	for i, key := range keys {
-		for _, class := range classes {
-			c := snap[class]
-			if c.succeeded > 0 {
-				conn.Send("HINCRBY", key, class+"|ms", c.ms)
-			}
-			if c.failed > 0 {
-				conn.Send("HINCRBY", key, class+"|f", c.failed)
-			}
-			conn.Send("HINCRBY", key, class+"|p", c.processed)
+		for _, k := range snap.order {
+			conn.Send("HINCRBY", key, k, snap.counters[k])
 		}
 		conn.Send("EXPIRE", key, ttls[i])
 	}

@@ -51,44 +51,49 @@ func TestMetricsKeyFormats(t *testing.T) {
 		{wire.Version8, time.Date(2030, 12, 31, 23, 40, 0, 0, time.UTC), []string{"j|301231|23:4", "j|301231|23:40"}, "h|HardJob-31-23:40"},
 	}
 	for _, c := range cases {
-		keys, ttls := metricsKeys(c.v, c.at)
+		keys, ttls := wire.MetricsKeys(c.v, c.at)
 		require.Equal(t, c.jKeys, keys, "%s at %s", c.v, c.at)
 		if len(keys) == 2 {
 			require.Equal(t, []int{259200, 28800}, ttls)
 		} else {
 			require.Equal(t, []int{28800}, ttls)
 		}
-		require.Equal(t, c.hKey, histogramKey(c.v, "HardJob", c.at), "%s at %s", c.v, c.at)
+		require.Equal(t, c.hKey, wire.HistogramKey(c.v, "HardJob", c.at), "%s at %s", c.v, c.at)
 	}
 }
 
-func TestJobMetricsRecordTakeRestore(t *testing.T) {
+// A recorder keeps Ruby's order (ExecutionTracker#track): the counters
+// and histograms in the order they were first touched, "|ms" before "|p"
+// for a success and "|f" before "|p" for a failure. A failed flush puts
+// its counts back ahead of what came since.
+func TestJobMetricsKeepRubysOrder(t *testing.T) {
 	t.Parallel()
-	require.Nil(t, NewJobMetrics(wire.Version6))
-	var none *JobMetrics // 6.x: every method is a no-op
+	var none *JobMetrics // every method is a no-op
 	none.Record("A", time.Second, false)
-	none.restore(map[string]*classMetrics{"A": {processed: 1}})
+	none.restore(newMetricsSnap())
 	require.Nil(t, none.take())
 
-	m := NewJobMetrics(wire.Version{Major: 7})
+	m := NewJobMetrics()
 	require.Nil(t, m.take(), "nothing recorded")
 	m.Record("A", 1500*time.Microsecond, false) // 1 ms, truncated
+	m.Record("B", time.Minute, true)            // failures add no time
 	m.Record("A", -time.Second, false)          // clock went back: 0 ms
-	m.Record("A", time.Minute, true)            // failures add no time
+	m.Record("B", 25*time.Millisecond, false)
 	snap := m.take()
 	require.Nil(t, m.take())
-	want := &classMetrics{processed: 3, failed: 1, succeeded: 2, ms: 1}
-	want.hist[0] = 2
-	require.Equal(t, map[string]*classMetrics{"A": want}, snap)
+	require.Equal(t, []string{"A|ms", "A|p", "B|f", "B|p", "B|ms"}, snap.order)
+	require.Equal(t, map[string]int64{"A|ms": 1, "A|p": 2, "B|f": 1, "B|p": 2, "B|ms": 25}, snap.counters)
+	require.Equal(t, []string{"A", "B"}, snap.gramOrder)
+	require.Equal(t, int64(2), snap.grams["A"][0])
+	require.Equal(t, int64(1), snap.grams["B"][1])
 
-	// A failed flush puts its counts back under what came since.
-	m.Record("A", 25*time.Millisecond, false)
-	m.Record("B", 0, true)
+	m.Record("C", 0, true)
+	m.Record("A", 0, false)
 	m.restore(snap)
 	got := m.take()
-	wantA := &classMetrics{processed: 4, failed: 1, succeeded: 3, ms: 26}
-	wantA.hist[0], wantA.hist[1] = 2, 1
-	require.Equal(t, map[string]*classMetrics{"A": wantA, "B": {processed: 1, failed: 1}}, got)
+	require.Equal(t, []string{"A|ms", "A|p", "B|f", "B|p", "B|ms", "C|f", "C|p"}, got.order)
+	require.Equal(t, int64(3), got.counters["A|p"])
+	require.Equal(t, int64(3), got.grams["A"][0])
 }
 
 // Ruby Sidekiq here is 6.4.1, which has no metrics, so this reads gojob's
@@ -110,7 +115,7 @@ func TestMetricsKeysReadWithRubyFormats(t *testing.T) {
 	var epochs []string
 	for i, at := range times {
 		for _, v := range []wire.Version{wire.Version7, wire.Version8} {
-			m := NewJobMetrics(v)
+			m := NewJobMetrics()
 			m.Record("HardJob", time.Duration(i+1)*time.Millisecond, false)
 			m.Record("HardJob", 21*time.Millisecond, false)
 			m.Record("HardJob", 0, true)
@@ -155,7 +160,7 @@ print JSON.generate(res)
 
 // The hot path: one mutex and a map lookup per job.
 func BenchmarkJobMetricsRecord(b *testing.B) {
-	m := NewJobMetrics(wire.Version8)
+	m := NewJobMetrics()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			m.Record("HardJob", 3*time.Millisecond, false)

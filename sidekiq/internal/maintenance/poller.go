@@ -23,8 +23,9 @@ const averagePollInterval = 5 * time.Second
 type PollerConfig struct {
 	// Pool is the Redis pool. Required.
 	Pool *redis.Pool
-	// Version picks the script and the interval rules.
-	Version wire.Version
+	// Format picks the script and the interval rules, read at each poll.
+	// Required.
+	Format *wire.LiveFormat
 	// Clock is the time source (the "now" the script compares scores
 	// with). Default the system clock.
 	Clock clock.Clock
@@ -48,8 +49,8 @@ type PollerConfig struct {
 }
 
 func (c *PollerConfig) validate() error {
-	if c.Pool == nil || c.Outage == nil || c.Writes == nil || c.Enqueue == nil || c.Bury == nil {
-		return errors.New("sidekiq: PollerConfig needs Pool, Outage, Writes, Enqueue and Bury")
+	if c.Pool == nil || c.Format == nil || c.Outage == nil || c.Writes == nil || c.Enqueue == nil || c.Bury == nil {
+		return errors.New("sidekiq: PollerConfig needs Pool, Format, Outage, Writes, Enqueue and Bury")
 	}
 	return nil
 }
@@ -81,7 +82,7 @@ func NewPoller(cfg *PollerConfig) (*Poller, error) {
 	}
 	c := *cfg
 	c.Clock = clock.Or(c.Clock)
-	cleaner, err := NewProcessCleaner(&ProcessCleanerConfig{Pool: c.Pool, Version: c.Version, Logger: c.Logger})
+	cleaner, err := NewProcessCleaner(&ProcessCleanerConfig{Pool: c.Pool, Format: c.Format, Logger: c.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +154,7 @@ func (p *Poller) sleep(ctx context.Context) time.Duration {
 	}
 	if interval == 0 {
 		interval = averagePollInterval * time.Duration(count)
-		if err == nil && !p.cfg.Version.AtLeast(6, 5, 0) {
+		if err == nil && !p.cfg.Format.Version().AtLeast(6, 5, 0) {
 			p.average = interval
 		}
 	}
@@ -161,7 +162,7 @@ func (p *Poller) sleep(ctx context.Context) time.Duration {
 	switch {
 	case count < 10:
 		return time.Duration(float64(interval)*r) + interval/2
-	case p.cfg.Version.AtLeast(8, 0, 10):
+	case p.cfg.Format.Version().AtLeast(8, 0, 10):
 		return time.Duration(float64(interval) * r * 2)
 	default:
 		return time.Duration(float64(interval) * r)
@@ -180,7 +181,7 @@ type PollResult struct {
 // through the client path, one member per script call as Sidekiq does.
 func (p *Poller) runOnce(ctx context.Context) (*PollResult, error) {
 	res := &PollResult{}
-	script := wire.ZPopByScore(p.cfg.Version)
+	script := wire.ZPopByScore(p.cfg.Format.Version())
 	for _, set := range []string{wire.KeyRetry, wire.KeySchedule} {
 		for !p.stopping() {
 			member, err := p.popDue(ctx, script, set)

@@ -46,7 +46,7 @@ func newPollBundle(t *testing.T, rs *redistest.Server, v wire.Version) *pollBund
 	outage := &redisx.OutageLog{Log: &log}
 	b.poller, err = maintenance.NewPoller(&maintenance.PollerConfig{
 		Pool:    pool,
-		Version: v,
+		Format:  wire.FixedFormat(v),
 		Clock:   b.clk,
 		Logger:  log,
 		Outage:  outage,

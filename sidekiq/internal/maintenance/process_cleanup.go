@@ -15,8 +15,8 @@ import (
 type ProcessCleanerConfig struct {
 	// Pool is the Redis pool. Required.
 	Pool *redis.Pool
-	// Version decides when and how dead processes are pruned.
-	Version wire.Version
+	// Format decides when and how dead processes are pruned. Required.
+	Format *wire.LiveFormat
 	// Logger receives cleanup failures.
 	Logger zerolog.Logger
 }
@@ -39,8 +39,8 @@ type ProcessCleaner struct {
 
 // NewProcessCleaner returns a cleaner.
 func NewProcessCleaner(cfg *ProcessCleanerConfig) (*ProcessCleaner, error) {
-	if cfg == nil || cfg.Pool == nil {
-		return nil, errors.New("sidekiq: ProcessCleanerConfig.Pool is required")
+	if cfg == nil || cfg.Pool == nil || cfg.Format == nil {
+		return nil, errors.New("sidekiq: ProcessCleanerConfig needs Pool and Format")
 	}
 	return &ProcessCleaner{cfg: *cfg}, nil
 }
@@ -48,7 +48,7 @@ func NewProcessCleaner(cfg *ProcessCleanerConfig) (*ProcessCleaner, error) {
 // runOnce is the 6.5.7+ startup cleanup; before 6.5.7 it does nothing (the
 // pruning happens in count).
 func (p *ProcessCleaner) runOnce(ctx context.Context) (*wire.CleanupResult, error) {
-	if !p.cfg.Version.AtLeast(6, 5, 7) {
+	if !p.cfg.Format.Version().AtLeast(6, 5, 7) {
 		return &wire.CleanupResult{}, nil
 	}
 	conn, err := p.cfg.Pool.GetContext(ctx)
@@ -76,7 +76,7 @@ func (p *ProcessCleaner) count(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	defer conn.Close()
-	legacy := !p.cfg.Version.AtLeast(6, 5, 0)
+	legacy := !p.cfg.Format.Version().AtLeast(6, 5, 0)
 	if legacy && p.calls%10 == 0 {
 		if _, err := wire.CleanupProcesses(ctx, conn, wire.CleanupParams{}); err != nil {
 			return 0, err

@@ -24,7 +24,7 @@ func TestProcessCleanupPerVersion(t *testing.T) {
 			pool := rs.Pool(t)
 			conn := pool.Get()
 			defer conn.Close()
-			c, err := NewProcessCleaner(&ProcessCleanerConfig{Pool: pool, Version: v, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+			c, err := NewProcessCleaner(&ProcessCleanerConfig{Pool: pool, Format: wire.FixedFormat(v), Logger: zerolog.New(zerolog.NewTestWriter(t))})
 			require.NoError(t, err)
 			ctx := context.Background()
 			_, err = conn.Do("SADD", wire.KeyProcesses, "dead1", "live1")

@@ -11,25 +11,30 @@ import (
 // ProcessInfo is what the `info` field of the process hash says about this
 // process (docs/sidekiq-wire.md#process-info).
 type ProcessInfo struct {
-	Identity    string
-	Hostname    string
-	StartedAt   time.Time
-	Tag         string
+	Identity  string
+	Hostname  string
+	StartedAt time.Time
+	Tag       string
+	// DirTag is the tag 8.0+ writes when Tag is empty: the base name of the
+	// working directory.
+	DirTag      string
 	Labels      []string
 	Concurrency int
 	Queues      []wire.QueueWeight
-	// Version picks the fields and their order.
-	Version wire.Version
 }
 
-// JSON returns the info JSON the target version writes (Launcher#to_data).
-func (p *ProcessInfo) JSON() []byte {
-	v := p.Version
+// JSON returns the info JSON version v writes (Launcher#to_data); v picks
+// the fields and their order.
+func (p *ProcessInfo) JSON(v wire.Version) []byte {
 	m := rubyjson.NewMap()
 	m.Set("hostname", rubyjson.StringValue(p.Hostname))
 	m.Set("started_at", rubyjson.FloatValue(wire.EpochSeconds(p.StartedAt)))
 	m.Set("pid", rubyjson.IntValue(int64(os.Getpid())))
-	m.Set("tag", rubyjson.StringValue(p.Tag))
+	tag := p.Tag
+	if tag == "" && v.AtLeast(8, 0, 0) {
+		tag = p.DirTag
+	}
+	m.Set("tag", rubyjson.StringValue(tag))
 	if !v.AtLeast(8, 1, 2) {
 		// 8.1.2+ writes concurrency only as a field of the process hash.
 		m.Set("concurrency", rubyjson.IntValue(int64(p.Concurrency)))

@@ -29,8 +29,8 @@ func TestProcessInfoPerVersion(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.v.String(), func(t *testing.T) {
 			p := &ProcessInfo{Identity: "h:1:x", Hostname: "h", StartedAt: time.Unix(1795296573, 500000000), Concurrency: 4,
-				Queues: []wire.QueueWeight{{Name: "a", Weight: 3}, {Name: "b"}}, Version: c.v}
-			info, err := rubyjson.ParseObject(p.JSON())
+				Queues: []wire.QueueWeight{{Name: "a", Weight: 3}, {Name: "b"}}}
+			info, err := rubyjson.ParseObject(p.JSON(c.v))
 			require.NoError(t, err)
 			require.Equal(t, c.keys, info.Keys())
 			if c.weights != "" {
@@ -52,10 +52,26 @@ func TestProcessInfoCapsuleMode(t *testing.T) {
 		"random":   {{Name: "a", Weight: 1}, {Name: "b", Weight: 1}},
 		"weighted": {{Name: "a", Weight: 2}, {Name: "b", Weight: 1}},
 	} {
-		p := &ProcessInfo{Queues: qs, Version: wire.Version8}
-		info, err := rubyjson.ParseObject(p.JSON())
+		p := &ProcessInfo{Queues: qs}
+		info, err := rubyjson.ParseObject(p.JSON(wire.Version8))
 		require.NoError(t, err)
 		caps, _ := info.Get("capsules")
 		require.Contains(t, string(caps.Encode()), `"mode":"`+want+`"`)
 	}
+}
+
+// 8.0+ tags a process without a tag with its directory's name; older
+// versions leave the tag empty.
+func TestProcessInfoDefaultTagPerVersion(t *testing.T) {
+	t.Parallel()
+	tag := func(p *ProcessInfo, v wire.Version) string {
+		info, err := rubyjson.ParseObject(p.JSON(v))
+		require.NoError(t, err)
+		s, _ := info.Get("tag")
+		str, _ := s.Str()
+		return str
+	}
+	require.Equal(t, "", tag(&ProcessInfo{DirTag: "app"}, wire.Version7))
+	require.Equal(t, "app", tag(&ProcessInfo{DirTag: "app"}, wire.Version8))
+	require.Equal(t, "mine", tag(&ProcessInfo{DirTag: "app", Tag: "mine"}, wire.Version8))
 }

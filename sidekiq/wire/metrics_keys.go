@@ -1,0 +1,64 @@
+package wire
+
+import (
+	"strconv"
+	"time"
+)
+
+// Job metrics keys of Sidekiq 7.0+ (docs/sidekiq-wire.md#metrics; Ruby's
+// lib/sidekiq/metrics/tracking.rb and shared.rb). Buckets are UTC.
+
+// Metrics TTLs in seconds (tracking.rb SHORT_TERM, MID_TERM; shared.rb
+// HISTOGRAM_TTL).
+const (
+	MetricsShortTTL = 8 * 60 * 60      // j|<minute> and the histograms
+	MetricsMidTTL   = 3 * 24 * 60 * 60 // 8.0+ j|<10 minutes>
+)
+
+// MetricsKeys returns the j|… hash keys a flush at now writes, in Ruby's
+// order, with their TTLs.
+func MetricsKeys(v Version, now time.Time) (keys []string, ttls []int) {
+	now = now.UTC()
+	if !v.AtLeast(8, 0, 0) {
+		// %Y%m%d|%-H:%-M
+		b := make([]byte, 0, 24)
+		b = append(b, "j|"...)
+		b = now.AppendFormat(b, "20060102")
+		b = append(b, '|')
+		b = strconv.AppendInt(b, int64(now.Hour()), 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, int64(now.Minute()), 10)
+		return []string{string(b)}, []int{MetricsShortTTL}
+	}
+	// %y%m%d|%-H:%M; the 10-minute bucket drops the last character.
+	b := make([]byte, 0, 24)
+	b = append(b, "j|"...)
+	b = now.AppendFormat(b, "060102")
+	b = append(b, '|')
+	b = strconv.AppendInt(b, int64(now.Hour()), 10)
+	b = append(b, ':')
+	b = now.AppendFormat(b, "04")
+	minute := string(b)
+	return []string{minute[:len(minute)-1], minute}, []int{MetricsMidTTL, MetricsShortTTL}
+}
+
+// HistogramKey is the BITFIELD key of class for a flush at now: 7.x
+// `<Class>-%d-%H:%-M`, 8.0+ `h|<Class>-%-d-%-H:%-M`.
+func HistogramKey(v Version, class string, now time.Time) string {
+	now = now.UTC()
+	b := make([]byte, 0, len(class)+16)
+	if v.AtLeast(8, 0, 0) {
+		b = append(b, "h|"...)
+		b = append(b, class...)
+		b = append(b, '-')
+		b = strconv.AppendInt(b, int64(now.Day()), 10)
+		b = append(b, '-')
+		b = strconv.AppendInt(b, int64(now.Hour()), 10)
+	} else {
+		b = append(b, class...)
+		b = now.AppendFormat(b, "-02-15")
+	}
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(now.Minute()), 10)
+	return string(b)
+}
