@@ -172,7 +172,9 @@ func (c *Client) Push(ctx context.Context, job *wire.Job, opts *PushOpts) (*Push
 		payload = job.Encode()
 		conn.Send("ZADD", wire.KeySchedule, wire.Score(at), payload)
 	} else {
-		job.SetTime("enqueued_at", now, c.Version())
+		// Ruby takes enqueued_at at the push (Client#atomic_push), after
+		// created_at (normalize_item) and the middleware.
+		job.SetTime("enqueued_at", c.clock.Now(), c.Version())
 		payload = job.Encode()
 		q := job.Queue()
 		conn.Send("SADD", wire.KeyQueues, q)
@@ -185,9 +187,10 @@ func (c *Client) Push(ctx context.Context, job *wire.Job, opts *PushOpts) (*Push
 }
 
 // Enqueue builds a job of class with args and pushes it: the Go form of
-// Ruby's `Class.perform_async(*args)` (use Push for other options).
+// Ruby's `Class.perform_async(*args)` (use Push for other options), with
+// its key order: args before class (captured 6.4.1 and 7.3.10).
 func (c *Client) Enqueue(ctx context.Context, queue, class string, args ...any) (*PushResult, error) {
-	job, err := wire.NewJob(class, args...)
+	job, err := performAsyncJob(class, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -195,6 +198,20 @@ func (c *Client) Enqueue(ctx context.Context, queue, class string, args ...any) 
 		job.SetQueue(queue)
 	}
 	return c.Push(ctx, job, nil)
+}
+
+// performAsyncJob is the item perform_async hands to the client: "args",
+// then "class".
+func performAsyncJob(class string, args ...any) (*wire.Job, error) {
+	j, err := wire.NewJob(class, args...)
+	if err != nil {
+		return nil, err
+	}
+	m := rubyjson.NewMap()
+	a, _ := j.Get("args")
+	m.Set("args", a)
+	m.Set("class", rubyjson.StringValue(class))
+	return wire.JobFromMap(m), nil
 }
 
 // BulkResult reports a bulk push.

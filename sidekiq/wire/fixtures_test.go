@@ -1,9 +1,12 @@
 package wire_test
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -21,15 +24,19 @@ import (
 )
 
 // The wire fixtures in testdata/ruby-fixtures: 6.4.1/ is captured from real
-// Ruby Sidekiq by capture.sh, 7.3.10/ and 8.1.7/ are hand-written from the
-// spec by handwritten.rb. Each directory's manifest.json lists its files;
-// the "expect" blocks hold Ruby's own reading of each value. These tests need
-// neither Ruby nor Redis.
+// Ruby Sidekiq by capture.sh; 7.3.10/ is cut by captured_7_3_10.rb from a
+// capture of real Ruby Sidekiq 7.3.10, copied verbatim in 7.3.10/capture/;
+// 8.1.7/ is hand-written from the spec by handwritten.rb. Each directory's
+// manifest.json lists its files; the "expect" blocks hold Ruby's own reading
+// of each value. These tests need neither Ruby nor Redis; the tests that
+// compare what gojob writes with them live beside the writers (sidekiq,
+// maintenance).
 const fixturesRoot = "../../testdata/ruby-fixtures"
 
 type fixtureManifest struct {
 	SidekiqVersion string            `json:"sidekiq_version"`
 	Source         string            `json:"source"`
+	Capture        *fixtureCapture   `json:"capture"`
 	Fixtures       []fixtureEntry    `json:"fixtures"`
 	Observations   []json.RawMessage `json:"observations"`
 
@@ -47,11 +54,19 @@ type fixtureEntry struct {
 	Expect     json.RawMessage `json:"expect"`
 }
 
+// fixtureCapture pins the verbatim copy of a capture (capture/).
+type fixtureCapture struct {
+	CopiedFrom string            `json:"copied_from"`
+	SHA256     map[string]string `json:"sha256"`
+}
+
 type fixtureRedis struct {
 	Key   string `json:"key"`
 	Type  string `json:"type"`
 	Field string `json:"field"`
 	Score string `json:"score"`
+	// Delay is perform_in/perform_at's delay in seconds (schedule).
+	Delay *float64 `json:"delay"`
 }
 
 type jobExpect struct {
@@ -175,6 +190,15 @@ func TestFixtures(t *testing.T) {
 					require.NotEmpty(t, members)
 				case "log":
 					require.NotEmpty(t, data)
+				case "monitor":
+					checkMonitor(t, data)
+				case "process_hash":
+					checkProcessHash(t, m, data)
+				case "metrics_counters":
+					checkMetricsCounters(t, data)
+				case "histogram":
+					require.Zero(t, len(data)%2, "u16 counters")
+					require.LessOrEqual(t, len(data), 2*26, "26 buckets at most")
 				default:
 					t.Fatalf("fixture kind %q has no test", f.Kind)
 				}
@@ -193,15 +217,86 @@ func TestFixtureManifestsComplete(t *testing.T) {
 			require.False(t, listed[f.File], "%s listed twice", f.File)
 			listed[f.File] = true
 			require.NotEmpty(t, f.ProducedBy, f.File)
-			if m.version != wire.Version6 {
+			switch {
+			case strings.HasPrefix(m.Source, "hand-written"):
 				require.True(t, strings.HasPrefix(f.Source, "hand-written from spec"), "%s/%s must be marked hand-written", m.SidekiqVersion, f.File)
+			case m.Capture != nil:
+				require.True(t, strings.HasPrefix(f.Source, "captured: capture/"), "%s/%s must name its capture file", m.SidekiqVersion, f.File)
 			}
 		}
 		entries, err := os.ReadDir(m.dir)
 		require.NoError(t, err)
 		for _, e := range entries {
+			if e.IsDir() && e.Name() == "capture" && m.Capture != nil {
+				checkCaptureCopy(t, m)
+				continue
+			}
 			require.True(t, listed[e.Name()], "%s/%s is not in the manifest", m.SidekiqVersion, e.Name())
 		}
+	}
+}
+
+// checkCaptureCopy makes sure capture/ is the capture the manifest was cut
+// from, unchanged: the same files with the same SHA-256.
+func checkCaptureCopy(t *testing.T, m *fixtureManifest) {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(m.dir, "capture"))
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, e := range entries {
+		data := m.read(t, filepath.Join("capture", e.Name()))
+		sum := sha256.Sum256(data)
+		got[e.Name()] = hex.EncodeToString(sum[:])
+	}
+	require.Equal(t, m.Capture.SHA256, got, "capture/ differs from the copy the manifest pins")
+}
+
+// monitorLineRE is one redis-cli MONITOR line: time, [db client], arguments.
+var monitorLineRE = regexp.MustCompile(`^\d+\.\d+ \[\d+ [^\]]+\]( "(?:[^"\\]|\\.)*")+$`)
+
+func checkMonitor(t *testing.T, data []byte) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	require.NotEmpty(t, lines)
+	for _, l := range lines {
+		require.Regexp(t, monitorLineRE, l)
+	}
+}
+
+// checkProcessHash reads a process hash as HGETALL pairs: Ruby's field set
+// below 8.1.2 (no concurrency field), an info that reads as process info.
+func checkProcessHash(t *testing.T, m *fixtureManifest, data []byte) {
+	t.Helper()
+	var pairs [][2]string
+	require.NoError(t, json.Unmarshal(data, &pairs))
+	fields := map[string]string{}
+	for _, p := range pairs {
+		fields[p[0]] = p[1]
+	}
+	want := []string{"info", "busy", "beat", "rtt_us", "quiet", "rss"}
+	if m.version.AtLeast(8, 1, 2) {
+		want = append(want, "concurrency")
+	}
+	require.ElementsMatch(t, want, slices.Collect(maps.Keys(fields)))
+	_, err := rubyjson.ParseObject([]byte(fields["info"]))
+	require.NoError(t, err)
+	beat, err := strconv.ParseFloat(fields["beat"], 64)
+	require.NoError(t, err)
+	require.Equal(t, fields["beat"], rubyjson.FormatFloat(beat), "beat is Float#to_s")
+	require.Contains(t, []string{"true", "false"}, fields["quiet"])
+}
+
+// checkMetricsCounters reads a j| hash as HGETALL pairs: "<Class>|ms|p|f"
+// fields with integer values.
+func checkMetricsCounters(t *testing.T, data []byte) {
+	t.Helper()
+	var pairs [][2]string
+	require.NoError(t, json.Unmarshal(data, &pairs))
+	require.NotEmpty(t, pairs)
+	for _, p := range pairs {
+		require.Regexp(t, `^[A-Za-z0-9_:]+\|(ms|p|f)$`, p[0])
+		_, err := strconv.ParseInt(p[1], 10, 64)
+		require.NoError(t, err, p[1])
 	}
 }
 
@@ -401,7 +496,11 @@ func checkScore(t *testing.T, m *fixtureManifest, f fixtureEntry, j *wire.Job) {
 		require.True(t, ok)
 		require.False(t, j.Has("enqueued_at"), "scheduled jobs have no enqueued_at")
 		require.False(t, j.Has("at"), "at is removed from the stored job")
-		require.InDelta(t, 3600, at.Sub(ca).Seconds(), 1)
+		delay := 3600.0 // perform_in(3600) unless the manifest says
+		if f.Redis.Delay != nil {
+			delay = *f.Redis.Delay
+		}
+		require.InDelta(t, delay, at.Sub(ca).Seconds(), 1)
 	case "dead":
 		last, ok := j.RetriedAt()
 		if !ok {

@@ -1,12 +1,12 @@
-# Writes the HAND-WRITTEN 7.3.10/ and 8.1.7/ fixtures (no Sidekiq 7 or 8 is
-# installable here). The payloads below are literal text written from the
+# Writes the HAND-WRITTEN 8.1.7/ fixtures (no Sidekiq 8 is installable
+# here; 7.3.10/ is cut from a real capture by captured_7_3_10.rb). The payloads below are literal text written from the
 # spec (/work/shared/spec/sidekiq-wire.md §2.2, §2.5, §3.1-3.3, §7.3, §7.4);
 # only the error_backtrace values are computed, with Ruby's zlib and
 # pack("m0") (strict base64, 7.2.1+), so they decode for real. The manifest's
 # "expect" blocks come from Ruby's own JSON.parse of each file (fixture_lib.rb).
 #
 # Run: ruby testdata/ruby-fixtures/handwritten.rb   (needs only ruby)
-# Idempotent: the two directories are rewritten byte-for-byte identically.
+# Idempotent: the directory is rewritten byte-for-byte identically.
 require_relative "fixture_lib"
 require "fileutils"
 
@@ -39,53 +39,6 @@ def write_dir(version)
   })
   yield m, lines_for(version)
   m.save
-end
-
-# --- 7.3.10: float-second timestamps, strict base64 backtraces --------------
-write_dir("7.3.10") do |m, lines|
-  bt3 = BT.call(lines.first(3))
-  bt_all = BT.call(lines)
-  m.job("perform_async_simple.json",
-    '{"retry":true,"queue":"default","args":[1,"two",{"three":3.5}],"class":"HardJob","jid":"5b0ee2b4c1a7d3e8f9012345","created_at":1795296821.8104506,"enqueued_at":1795296821.8105512}',
-    produced_by: 'HardJob.perform_async(1, "two", {"three" => 3.5})', source: spec_source("§2.3, §2.5"),
-    redis: {"key" => "queue:default", "type" => "list"})
-  m.job("perform_in.json",
-    '{"retry":true,"queue":"default","class":"HardJob","args":["later"],"jid":"6c1ff3c5d2b8e4f90a123456","created_at":1795296821.8113937}',
-    produced_by: 'HardJob.perform_in(3600, "later")', source: spec_source("§2.1 enqueued_at, §2.4"),
-    redis: {"key" => "schedule", "type" => "zset", "score" => "1795300421.8113737"},
-    notes: "7.1.2+ removes enqueued_at from scheduled jobs")
-  m.job("retry_backtrace_3.json",
-    %({"retry":2,"queue":"default","backtrace":3,"args":[42],"class":"FailJob","jid":"9e8c1d2e3f4a5b6c7d8e9f00","created_at":1795296821.812733,"enqueued_at":1795296821.8127446,"error_message":"boom é","error_class":"ArgumentError","failed_at":1795296824.9051416,"retry_count":0,"error_backtrace":"#{bt3}"}),
-    produced_by: "FailJob.set(retry: 2, backtrace: 3).perform_async(42), failed once", source: spec_source("§2.1 error_backtrace, §2.5"),
-    redis: {"key" => "retry", "type" => "zset", "score" => "1795296843.9052718"})
-  m.job("retry_retried_once.json",
-    %({"retry":5,"queue":"default","backtrace":true,"args":["twice"],"class":"FailJob","jid":"0a1b2c3d4e5f60718293a4b5","created_at":1795296821.8131862,"enqueued_at":1795296845.0021458,"error_message":"boom é","error_class":"ArgumentError","failed_at":1795296824.9060993,"retry_count":1,"error_backtrace":"#{bt_all}","retried_at":1795296845.0109212}),
-    produced_by: 'FailJob.set(retry: 5, backtrace: true).perform_async("twice"), failed twice', source: spec_source("§2.1, §2.3 (retried_at after error_backtrace)"),
-    redis: {"key" => "retry", "type" => "zset", "score" => "1795296876.0110393"})
-  m.job("dead_exhausted.json",
-    '{"retry":1,"queue":"default","args":["exhaust"],"class":"FailJob","jid":"1b2c3d4e5f607182930a4b5c","created_at":1795296821.8135405,"enqueued_at":1795296845.0034504,"error_message":"boom é","error_class":"ArgumentError","failed_at":1795296824.9064226,"retry_count":1,"retried_at":1795296845.0120125}',
-    produced_by: 'FailJob.set(retry: 1).perform_async("exhaust"), failed twice', source: spec_source("§5.3, §5.4"),
-    redis: {"key" => "dead", "type" => "zset", "score" => "1795296845.0122418"})
-  m.job("api_retry_now.json",
-    '{"retry":true,"queue":"default","args":["no-bt"],"class":"FailJob","jid":"2c3d4e5f60718293a4b5c6d7","created_at":1795296821.8129146,"enqueued_at":1795296870.5551932,"error_message":"boom é","error_class":"ArgumentError","failed_at":1795296824.9049335,"retry_count":-1}',
-    produced_by: "Sidekiq::RetrySet.new.find_job(jid).retry", source: spec_source("§2.1 retry_count, §9"),
-    redis: {"key" => "queue:default", "type" => "list"})
-  m.job("activejob.json",
-    '{"retry":true,"queue":"mailers","wrapped":"MyAjJob","args":[{"job_class":"MyAjJob","job_id":"0f7c3a52-7f0e-4e4b-9a55-5c2a8f1d3e21","provider_job_id":null,"queue_name":"mailers","priority":null,"arguments":[1,{"_aj_serialized":"ActiveJob::Serializers::SymbolSerializer","value":"sym"},{"k":"v","_aj_ruby2_keywords":["k"]}],"executions":0,"exception_executions":{},"locale":"en","timezone":"UTC","enqueued_at":"2026-11-21T21:33:41.813912345Z","scheduled_at":null}],"class":"ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper","jid":"3d4e5f60718293a4b5c6d7e8","created_at":1795296821.8140101,"enqueued_at":1795296821.8140223}',
-    produced_by: 'MyAjJob.perform_later(1, :sym, k: "v") with Sidekiq 7.3.10\'s own adapter and Rails 7.1+',
-    source: spec_source("§3.1, §3.2 (Wrapper.set(wrapped:, queue:).perform_async order), §3.3"),
-    redis: {"key" => "queue:mailers", "type" => "list"})
-  m.add("heartbeat_info.json",
-    '{"hostname":"vm","started_at":1795296821.8020742,"pid":20695,"tag":"","concurrency":3,"queues":["default","slow"],"weights":[{"default":2,"slow":1}],"labels":[],"identity":"vm:20695:9d9b0d011e33","version":"7.3.10","embedded":false}',
-    kind: "process_info", produced_by: "HGET <identity> info", source: spec_source("§7.3 [captured 7.3.10] example"),
-    redis: {"key" => "vm:20695:9d9b0d011e33", "type" => "hash", "field" => "info"},
-    expect: {"identity" => "vm:20695:9d9b0d011e33", "hostname" => "vm", "pid" => 20695, "concurrency" => 3, "tag" => "",
-             "queues" => %w[default slow], "version" => "7.3.10", "embedded" => false})
-  m.add("work.json",
-    '{"queue":"slow","payload":"{\"retry\":true,\"queue\":\"slow\",\"args\":[\"slow\"],\"class\":\"SlowJob\",\"jid\":\"4e5f60718293a4b5c6d7e8f9\",\"created_at\":1795296825.4073305,\"enqueued_at\":1795296825.4073505}","run_at":1795296825}',
-    kind: "work", produced_by: "HGETALL <identity>:work", source: spec_source("§7.4"),
-    redis: {"key" => "vm:20695:9d9b0d011e33:work", "type" => "hash", "field" => "1pxv"},
-    expect: {"queue" => "slow", "payload_is_string" => true, "jid" => "4e5f60718293a4b5c6d7e8f9"})
 end
 
 # --- 8.1.7: integer-ms timestamps, mixed payloads, Sidekiq::ActiveJob::Wrapper -
@@ -140,4 +93,4 @@ write_dir("8.1.7") do |m, lines|
     redis: {"key" => "vm:31337:0123456789ab:work", "type" => "hash", "field" => "2aq"},
     expect: {"queue" => "slow", "payload_is_string" => true, "jid" => "b8c9d0e1f2a3b4c5d6e7f8a9"})
 end
-puts "wrote 7.3.10/ and 8.1.7/"
+puts "wrote 8.1.7/"

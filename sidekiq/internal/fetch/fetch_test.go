@@ -2,6 +2,8 @@ package fetch
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -118,12 +120,16 @@ func TestRequeuePushesBackOnePerQueue(t *testing.T) {
 	require.NoError(t, f.Requeue(nil))
 }
 
-func TestTIDsAreDistinctBase36(t *testing.T) {
+// Thread ids are distinct and as long as Ruby's: the pid's length in base
+// 36 (3 or 4 characters for the pids of a Linux host below 1,679,616).
+func TestTIDsAreDistinctAndRubySized(t *testing.T) {
 	t.Parallel()
 	seen := map[string]bool{}
+	width := len(strconv.FormatInt(int64(os.Getpid()), 36))
 	for i := range 100 {
 		tid := tidFor(i)
 		require.Regexp(t, `^[0-9a-z]+$`, tid)
+		require.InDelta(t, width, len(tid), 1, tid)
 		require.False(t, seen[tid], tid)
 		seen[tid] = true
 	}

@@ -2,6 +2,8 @@ package maintenance
 
 import (
 	"context"
+	"encoding/json"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/internal/rubyfixtures"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -250,4 +253,89 @@ func ttl(t *testing.T, c redis.Conn, key string) int {
 	n, err := redis.Int(c.Do("TTL", key))
 	require.NoError(t, err)
 	return n
+}
+
+// The captured Ruby 7.3.10 process (`sidekiq -c 3 -q default,2 -q slow,1
+// -g captag`, testdata/ruby-fixtures/7.3.10).
+const capturedIdentity = "vm:19741:68474479f68e"
+
+func capturedInfo() *ProcessInfo {
+	return &ProcessInfo{PID: 19741, Identity: capturedIdentity, Hostname: "vm", Tag: "captag", Concurrency: 3,
+		StartedAt: wire.FromEpochSeconds(1795443861.8323052),
+		Queues:    []wire.QueueWeight{{Name: "default", Weight: 2}, {Name: "slow", Weight: 1}}}
+}
+
+// monitorArgs drops the time and client of a captured MONITOR line and
+// lower-cases the command name (its case is the client library's).
+func monitorArgs(line string) string {
+	if i := strings.Index(line, `] "`); i >= 0 {
+		line = line[i+2:]
+	}
+	name, rest, _ := strings.Cut(line, " ")
+	return strings.ToLower(name) + " " + rest
+}
+
+// A 7.3.10 heartbeat sends what the captured Ruby 7.3.10 beat sent, command
+// for command and byte for byte, but for the measured rtt_us and rss: the
+// stats pipeline, the work hash in a MULTI, PING, the process hash in a
+// MULTI (its fields in Ruby's order), then the job metrics in the order Ruby
+// touched them. The process hash has the captured field set; the captured
+// HGETALL order itself is Redis's: the info value is longer than
+// hash-max-listpack-value, so the hash is a hashtable, whose order depends
+// on the server's random hash seed.
+func TestHeartbeatMatchesRubyCapture(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	pool := rs.Pool(t)
+	conn := pool.Get()
+	defer conn.Close()
+	clk := clock.NewFake(wire.FromEpochSeconds(1795443861.8338773))
+	counters, metrics := &Counters{}, NewJobMetrics()
+	var work []Work
+	log := zerolog.New(zerolog.NewTestWriter(t))
+	hb, err := NewHeartbeat(&HeartbeatConfig{Pool: pool, Format: wire.FixedFormat(wire.Version7), Clock: clk, Logger: log,
+		Outage: &redisx.OutageLog{Log: &log}, Info: capturedInfo(), Counters: counters, Metrics: metrics,
+		Work: func() []Work { return work }, Quiet: func() bool { return false }})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, hb.Beat(ctx)) // the boot beat
+
+	// Beat 2: four jobs done (three failed), SlowJob running.
+	var slow struct {
+		Payload string `json:"payload"`
+	}
+	require.NoError(t, json.Unmarshal(rubyfixtures.Read(t, "7.3.10", "work.json"), &slow))
+	work = []Work{{TID: "eip", Queue: "slow", Raw: []byte(slow.Payload), RunAt: time.Unix(1795443862, 0)}}
+	counters.Add(4, 3)
+	metrics.Record("RecJob", time.Millisecond, false)
+	metrics.Record("BtFailJob", 0, true)
+	metrics.Record("DieJob", 0, true)
+	metrics.Record("NoRetryJob", 0, true)
+	clk.Set(wire.FromEpochSeconds(1795443871.835928))
+	mon := rs.StartMonitor(t)
+	require.NoError(t, hb.Beat(ctx))
+	got := mon.Lines(t)
+
+	var want []string
+	for _, l := range strings.Split(strings.TrimSpace(string(rubyfixtures.Read(t, "7.3.10", "heartbeat_busy.monitor"))), "\n") {
+		want = append(want, monitorArgs(l))
+	}
+	measured := regexp.MustCompile(`"(rtt_us|rss)" "\d+"`)
+	require.Len(t, got, len(want))
+	for i := range want {
+		g := measured.ReplaceAllString(monitorArgs(got[i]), `"$1" "N"`)
+		w := measured.ReplaceAllString(want[i], `"$1" "N"`)
+		require.Equal(t, w, g, "command %d", i)
+	}
+
+	fields, err := redis.Strings(conn.Do("HKEYS", capturedIdentity))
+	require.NoError(t, err)
+	var wantFields []string
+	for _, p := range rubyfixtures.Pairs(t, "7.3.10", "process_hash.json") {
+		wantFields = append(wantFields, p[0])
+	}
+	require.ElementsMatch(t, wantFields, fields)
+	enc, err := redis.String(conn.Do("OBJECT", "ENCODING", capturedIdentity))
+	require.NoError(t, err)
+	require.Equal(t, "hashtable", enc)
 }

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/internal/rubyfixtures"
 	"github.com/gojob/gojob/internal/rubytest"
 	"github.com/gojob/gojob/sidekiq/wire"
+	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 )
 
@@ -166,4 +168,44 @@ func BenchmarkJobMetricsRecord(b *testing.B) {
 			m.Record("HardJob", 3*time.Millisecond, false)
 		}
 	})
+}
+
+// The flushes of the captured beats 2 and 3 (RecJob 1 ms, three failures;
+// then RecJob 0 ms and SlowJob 12,001 ms) leave what Ruby 7.3.10 left: the
+// minute hash with its fields in the captured order and values, and the
+// histograms byte for byte.
+func TestMetricsMatchRubyCapture(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	conn := rs.Pool(t).Get()
+	defer conn.Close()
+	flush := func(at float64, record func(m *JobMetrics)) {
+		m := NewJobMetrics()
+		record(m)
+		sendMetrics(conn, wire.Version7, wire.FromEpochSeconds(at), m.take())
+		_, err := conn.Do("")
+		require.NoError(t, err)
+	}
+	flush(1795443871.836402, func(m *JobMetrics) {
+		m.Record("RecJob", time.Millisecond, false)
+		m.Record("BtFailJob", 0, true)
+		m.Record("DieJob", 0, true)
+		m.Record("NoRetryJob", 0, true)
+	})
+	flush(1795443881.838376, func(m *JobMetrics) {
+		m.Record("RecJob", 0, false)
+		m.Record("SlowJob", 12001*time.Millisecond, false)
+	})
+	var got [][2]string
+	flat, err := redis.Strings(conn.Do("HGETALL", "j|20261123|14:24"))
+	require.NoError(t, err)
+	for i := 0; i+1 < len(flat); i += 2 {
+		got = append(got, [2]string{flat[i], flat[i+1]})
+	}
+	require.Equal(t, rubyfixtures.Pairs(t, "7.3.10", "metrics_counters.json"), got)
+	for _, class := range []string{"RecJob", "SlowJob"} {
+		h, err := redis.Bytes(conn.Do("GET", class+"-23-14:24"))
+		require.NoError(t, err)
+		require.Equal(t, rubyfixtures.Read(t, "7.3.10", "histogram_"+class+".bin"), h, class)
+	}
 }

@@ -11,6 +11,8 @@ import (
 // ProcessInfo is what the `info` field of the process hash says about this
 // process (docs/sidekiq-wire.md#process-info).
 type ProcessInfo struct {
+	// PID is the pid written; 0 means this process's.
+	PID       int
 	Identity  string
 	Hostname  string
 	StartedAt time.Time
@@ -29,7 +31,11 @@ func (p *ProcessInfo) JSON(v wire.Version) []byte {
 	m := rubyjson.NewMap()
 	m.Set("hostname", rubyjson.StringValue(p.Hostname))
 	m.Set("started_at", rubyjson.FloatValue(wire.EpochSeconds(p.StartedAt)))
-	m.Set("pid", rubyjson.IntValue(int64(os.Getpid())))
+	pid := p.PID
+	if pid == 0 {
+		pid = os.Getpid()
+	}
+	m.Set("pid", rubyjson.IntValue(int64(pid)))
 	tag := p.Tag
 	if tag == "" && v.AtLeast(8, 0, 0) {
 		tag = p.DirTag

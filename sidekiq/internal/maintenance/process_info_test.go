@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/rubyfixtures"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -74,4 +75,11 @@ func TestProcessInfoDefaultTagPerVersion(t *testing.T) {
 	require.Equal(t, "", tag(&ProcessInfo{DirTag: "app"}, wire.Version7))
 	require.Equal(t, "app", tag(&ProcessInfo{DirTag: "app"}, wire.Version8))
 	require.Equal(t, "mine", tag(&ProcessInfo{DirTag: "app", Tag: "mine"}, wire.Version8))
+}
+
+// The 7.3.10 info of the captured process's options is the captured info,
+// byte for byte.
+func TestProcessInfoMatchesRubyCapture(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, string(rubyfixtures.Read(t, "7.3.10", "heartbeat_info.json")), string(capturedInfo().JSON(wire.Version7)))
 }
