@@ -44,8 +44,10 @@ chaos: deps ## SIGKILL gojob work 20 times during a 100,000-job drain; every job
 fuzz: ## Fuzz the payload round trip for 60s
 	$(GO) test -run '^$$' -fuzz FuzzJobRoundTrip -fuzztime 60s ./sidekiq/wire/
 
-fixtures: deps ## Regenerate testdata/ruby-fixtures with real Ruby Sidekiq 6.4.1
+fixtures: deps ## Regenerate testdata/ruby-fixtures: capture Ruby Sidekiq 6.4.1, cut 7.3.10 from its capture, write 8.1.7
 	bash testdata/ruby-fixtures/capture.sh
+	ruby testdata/ruby-fixtures/captured_7_3_10.rb
+	ruby testdata/ruby-fixtures/handwritten.rb
 
 tidy: ## go mod tidy
 	$(GO) mod tidy

@@ -247,6 +247,52 @@ func TestWebUICompatBusyShowsGojobAndRuby(t *testing.T) {
 	require.Equal(t, []string{rubyJID, "svruby", "SvRubyBlockJob", `"ruby-arg"`}, w.cells[2:6])
 }
 
+// A gojob alone in a Redis that shows no Sidekiq version (FollowVersion,
+// the default of gojob work) writes for every Web UI: the 6.4.1 Busy page
+// shows it and its running job (from <id>:workers, which it writes beside
+// the 6.4.2+ <id>:work), with its thread count.
+func TestWebUICompatBusyShowsAGojobAloneWritingForAllReaders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	started := make(chan string, 1)
+	release := make(chan struct{})
+	srv := svServer(t, e, sidekiq.ServerConfig{
+		Queues: []wire.QueueWeight{{Name: "svalone"}}, Concurrency: 3, DisablePoller: true, FollowVersion: true,
+	}, func(s *sidekiq.Server) {
+		s.HandleFunc("SvAloneJob", func(ctx context.Context, job *wire.Job) error {
+			started <- job.JID()
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	})
+	t.Cleanup(func() { close(release) })
+	require.Equal(t, wire.FormatForAll, srv.Format().Format())
+	ui := rubytest.StartWebUI(t, e.srv.URL())
+	jid := uiPush(t, e, "svalone", "SvAloneJob", nil, 7)
+	select {
+	case got := <-started:
+		require.Equal(t, jid, got)
+	case <-time.After(10 * time.Second):
+		t.Fatal("gojob did not start the job")
+	}
+	wait.Within(t, 15*time.Second, "the running job in both work hashes", func() bool {
+		return svInt(t, e, "HLEN", srv.Identity()+":workers") == 1 && svInt(t, e, "HLEN", srv.Identity()+":work") == 1
+	})
+	page := ui.Get(t, "/busy")
+	require.Equal(t, "1", uiStat(t, page, "Processes"))
+	require.Equal(t, "3", uiStat(t, page, "Threads"))
+	require.Equal(t, "1", uiStat(t, page, "Busy"))
+	row, ok := uiProcessRow(uiTable(t, page, "processes"), srv.Identity())
+	require.True(t, ok, "gojob is not on the Busy page")
+	require.Equal(t, []string{"3", "1"}, row.cells[3:5], "threads, busy")
+	w, ok := uiWorkerRow(uiTable(t, page, "workers"), srv.Identity())
+	require.True(t, ok, "gojob's running job is not on the 6.4.1 Busy page")
+	require.Equal(t, []string{jid, "svalone", "SvAloneJob", "7"}, w.cells[2:6])
+}
+
 // Quiet and Stop posted as the Busy page posts them (identity, quiet/stop
 // and the page's CSRF token) quiet and then stop a gojob server.
 func TestWebUICompatQuietAndStop(t *testing.T) {
