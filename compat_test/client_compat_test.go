@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/big"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/rubyfixtures"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -262,10 +262,11 @@ puts JSON.generate({
 	require.NoError(t, err)
 	require.True(t, inAt >= wire.EpochSeconds(before.Add(time.Hour))-1e-6 && inAt <= wire.EpochSeconds(after.Add(time.Hour))+1e-6)
 
-	// Key order matches Ruby's Client.push and push_bulk.
+	// Key order matches Ruby's Client.push and push_bulk; Enqueue's, Ruby's
+	// perform_async (args before class; captured from 6.4.1).
 	rubyKeys := recs[rres.RubyPush].Keys
 	require.Equal(t, []string{"retry", "queue", "class", "args", "jid", "created_at", "enqueued_at"}, rubyKeys)
-	require.Equal(t, rubyKeys, recs[plainJID].Keys)
+	require.Equal(t, performAsyncKeys(t), recs[plainJID].Keys)
 	require.Equal(t, rubyKeys, recs[bres.JIDs[0]].Keys)
 	require.Equal(t, recs[rres.RubyBulk[0]].Keys, recs[bres.JIDs[nBulk-1]].Keys)
 	require.Equal(t, rubyKeys[:6], recs[inJID].Keys)
@@ -581,5 +582,14 @@ puts JSON.generate(res)
 	require.Equal(t, "Integer", v8.EnqueuedAtClass)
 	require.Equal(t, ms, v8.RawCreated)
 	require.Equal(t, msTime.UnixMilli(), v8.CreatedAt[0])
-	require.True(t, slices.Equal([]string{"retry", "queue", "class", "args", "jid", "created_at", "enqueued_at"}, v8.Keys))
+	require.Equal(t, performAsyncKeys(t), v8.Keys)
+}
+
+// performAsyncKeys is the key order of a perform_async payload captured
+// from Ruby Sidekiq 6.4.1.
+func performAsyncKeys(t *testing.T) []string {
+	t.Helper()
+	m, err := rubyjson.ParseObject(rubyfixtures.Read(t, "6.4.1", "perform_async_simple.json"))
+	require.NoError(t, err)
+	return m.Keys()
 }
