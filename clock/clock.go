@@ -55,3 +55,31 @@ func Or(c Clock) Clock {
 	}
 	return c
 }
+
+// Sequence is a clock for tests that returns its times in turn, then the
+// last one forever: it replays the clock readings of a recorded run (Ruby
+// reads the clock for created_at, then again for enqueued_at). It is safe
+// for concurrent use.
+type Sequence struct {
+	mu    sync.Mutex
+	times []time.Time
+}
+
+// NewSequence returns a Sequence of times; it needs at least one.
+func NewSequence(times ...time.Time) *Sequence {
+	if len(times) == 0 {
+		panic("clock: NewSequence needs a time")
+	}
+	return &Sequence{times: times}
+}
+
+// Now returns the next time.
+func (s *Sequence) Now() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.times[0]
+	if len(s.times) > 1 {
+		s.times = s.times[1:]
+	}
+	return t
+}

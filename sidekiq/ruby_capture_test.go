@@ -3,12 +3,12 @@ package sidekiq
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/rubyfixtures"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
@@ -20,36 +20,19 @@ import (
 // the poller's push, the retry and dead entries. Each case gives gojob the
 // captured jid and the captured clock readings.
 
-// seqClock returns its times in turn, then the last one forever: Ruby reads
-// the clock once for created_at and again for enqueued_at.
-type seqClock struct {
-	mu    sync.Mutex
-	times []time.Time
-}
-
-func (c *seqClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := c.times[0]
-	if len(c.times) > 1 {
-		c.times = c.times[1:]
-	}
-	return t
-}
-
 // capturedTimes reads the epoch-second fields of a captured payload as the
 // clock readings that made them.
-func capturedTimes(t *testing.T, raw []byte, fields ...string) *seqClock {
+func capturedTimes(t *testing.T, raw []byte, fields ...string) *clock.Sequence {
 	t.Helper()
 	j, err := wire.ParseJob(raw)
 	require.NoError(t, err)
-	c := &seqClock{}
+	var times []time.Time
 	for _, f := range fields {
 		ts, ok := j.Time(f)
 		require.True(t, ok, f)
-		c.times = append(c.times, ts)
+		times = append(times, ts)
 	}
-	return c
+	return clock.NewSequence(times...)
 }
 
 func capturedJID(t *testing.T, raw []byte) string {
@@ -63,7 +46,7 @@ func TestClientPushesAsRubyDid(t *testing.T) {
 	t.Parallel()
 	pool := redistest.Start(t).Pool(t)
 	ctx := context.Background()
-	client := func(clk *seqClock) *Client {
+	client := func(clk clock.Clock) *Client {
 		c, err := NewClient(&ClientConfig{Pool: pool, Version: wire.Version7, Clock: clk})
 		require.NoError(t, err)
 		return c
@@ -147,7 +130,7 @@ func TestPollerPushAsRubyDid(t *testing.T) {
 	j.Delete("enqueued_at") // the schedule member Ruby's poller popped
 	member, err := wire.ParseJob(j.Encode())
 	require.NoError(t, err)
-	c, err := NewClient(&ClientConfig{Pool: redistest.Start(t).Pool(t), Version: wire.Version7, Clock: &seqClock{times: []time.Time{enq}}})
+	c, err := NewClient(&ClientConfig{Pool: redistest.Start(t).Pool(t), Version: wire.Version7, Clock: clock.NewSequence(enq)})
 	require.NoError(t, err)
 	res, err := c.Repush(context.Background(), member)
 	require.NoError(t, err)

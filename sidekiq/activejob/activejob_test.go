@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/big"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
 
@@ -587,22 +586,6 @@ func ExampleDecode() {
 	// keyword k: v
 }
 
-// twoTimes is a clock that reads created_at, then enqueued_at.
-type twoTimes struct {
-	mu sync.Mutex
-	t  []time.Time
-}
-
-func (c *twoTimes) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := c.t[0]
-	if len(c.t) > 1 {
-		c.t = c.t[1:]
-	}
-	return t
-}
-
 // AjJob.perform_later(1, "x") with Sidekiq 7.3.10's own adapter and
 // ActiveJob 6.1 (captured): gojob's push of the same job is the captured
 // payload, byte for byte.
@@ -614,7 +597,7 @@ func TestPushMatchesRubyCapture(t *testing.T) {
 	created, _ := want.CreatedAt()
 	enqueued, _ := want.EnqueuedAt()
 	c, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: redistest.Start(t).Pool(t), Version: wire.Version7,
-		Clock: &twoTimes{t: []time.Time{created, enqueued}}})
+		Clock: clock.NewSequence(created, enqueued)})
 	require.NoError(t, err)
 	job, err := activejob.New(&activejob.Params{Class: "AjJob", Args: []any{1, "x"}, JobID: "89c94c75-7239-4dc5-a691-12325327a1b0",
 		EnqueuedAt: time.Date(2026, 11, 23, 14, 22, 59, 0, time.UTC), Version: wire.Version7})

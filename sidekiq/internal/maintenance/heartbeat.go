@@ -194,16 +194,7 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 		// 6.x: one MULTI with the stats (even when zero) and the work hash.
 		conn.Send("MULTI")
 		sendStats(conn, procd, fails, date)
-		for _, key := range stale {
-			conn.Send("UNLINK", key)
-		}
-		for _, key := range workKeys {
-			conn.Send("UNLINK", key)
-			for _, w := range work {
-				conn.Send("HSET", key, w.TID, w.json())
-			}
-			conn.Send("EXPIRE", key, 60)
-		}
+		sendWork(conn, stale, workKeys, work, false)
 		if _, err := conn.Do("EXEC"); err != nil {
 			h.cfg.Counters.restore(procd, fails)
 			return fmt.Errorf("sidekiq: heartbeat: %w", err)
@@ -222,33 +213,11 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 		if v.AtLeast(7, 2, 3) {
 			// 7.2.3+: MULTI, one HSET with every thread, no EXPIRE when idle.
 			conn.Send("MULTI")
-			for _, key := range stale {
-				conn.Send("UNLINK", key)
-			}
-			for _, key := range workKeys {
-				conn.Send("UNLINK", key)
-				if len(work) > 0 {
-					args := []any{key}
-					for _, w := range work {
-						args = append(args, w.TID, w.json())
-					}
-					conn.Send("HSET", args...)
-					conn.Send("EXPIRE", key, 60)
-				}
-			}
+			sendWork(conn, stale, workKeys, work, true)
 			_, err = conn.Do("EXEC")
 		} else {
 			// 7.0.0-7.2.2: a pipeline, one HSET per thread, always EXPIRE.
-			for _, key := range stale {
-				conn.Send("UNLINK", key)
-			}
-			for _, key := range workKeys {
-				conn.Send("UNLINK", key)
-				for _, w := range work {
-					conn.Send("HSET", key, w.TID, w.json())
-				}
-				conn.Send("EXPIRE", key, 60)
-			}
+			sendWork(conn, stale, workKeys, work, false)
 			_, err = conn.Do("")
 		}
 		if err != nil {
@@ -311,6 +280,34 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// sendWork queues the work-hash writes: UNLINK of the keys the format no
+// longer writes (stale), then for each key UNLINK, the running jobs and
+// EXPIRE 60. oneHSET (7.2.3+) sends one HSET with every job and no EXPIRE
+// when idle; otherwise one HSET per job and always an EXPIRE.
+func sendWork(conn redis.Conn, stale, keys []string, work []Work, oneHSET bool) {
+	for _, key := range stale {
+		conn.Send("UNLINK", key)
+	}
+	for _, key := range keys {
+		conn.Send("UNLINK", key)
+		if oneHSET {
+			if len(work) == 0 {
+				continue
+			}
+			args := []any{key}
+			for _, w := range work {
+				args = append(args, w.TID, w.json())
+			}
+			conn.Send("HSET", args...)
+		} else {
+			for _, w := range work {
+				conn.Send("HSET", key, w.TID, w.json())
+			}
+		}
+		conn.Send("EXPIRE", key, 60)
+	}
 }
 
 // minusKeys returns the keys of a that are not in b.
