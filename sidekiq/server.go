@@ -45,7 +45,10 @@ type Server struct {
 	// format is what the server writes; with FollowVersion the follower
 	// changes it before a heartbeat.
 	format *wire.LiveFormat
-	info   *maintenance.ProcessInfo
+	// checkedAtStart spares the first beat the follower's check that Start
+	// has just made.
+	checkedAtStart atomic.Bool
+	info           *maintenance.ProcessInfo
 	// fetchDepth is the BRPOP pipeline depth in use, once started.
 	fetchDepth atomic.Int32
 
@@ -160,6 +163,9 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 		Quiet:    s.IsQuiet,
 		OnSignal: s.Signal,
 		BeforeBeat: func(ctx context.Context) {
+			if s.checkedAtStart.Swap(false) {
+				return // Start checked just before its first beat
+			}
 			s.follower.Check(ctx) // logs what it finds; an outage fails the beat
 		},
 	})
@@ -242,7 +248,9 @@ func (s *Server) Start(ctx context.Context) error {
 		return ErrClosed
 	}
 	s.info.StartedAt = s.cfg.Clock.Now()
-	if _, err := s.follower.Check(ctx); errors.Is(err, maintenance.ErrVersionUnreadable) {
+	_, err := s.follower.Check(ctx)
+	s.checkedAtStart.Store(err == nil || errors.Is(err, maintenance.ErrVersionUnreadable))
+	if errors.Is(err, maintenance.ErrVersionUnreadable) {
 		if !s.cfg.ForceVersion {
 			s.state.Store(stateNew)
 			return fmt.Errorf("sidekiq: %w; ServerConfig.ForceVersion (--force-version) writes it anyway", err)

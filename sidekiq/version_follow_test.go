@@ -9,6 +9,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -84,4 +85,14 @@ func TestStartRefusesAVersionLiveProcessesCannotRead(t *testing.T) {
 	require.NoError(t, err)
 	forced.start(t)
 	require.Equal(t, wire.Version8, forced.srv.Format().Version())
+}
+
+// Start checks the cluster once: its first beat does not check again.
+func TestStartChecksTheClusterOnce(t *testing.T) {
+	t.Parallel()
+	b := newTestServer(t, ServerConfig{FollowVersion: true})
+	b.start(t)
+	require.Equal(t, 1, redistest.CommandCalls(t, b.conn, "zadd"), "one registration in gojob-processes")
+	b.beat(t)
+	require.Equal(t, 2, redistest.CommandCalls(t, b.conn, "zadd"), "each later beat checks")
 }

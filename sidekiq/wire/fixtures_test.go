@@ -513,18 +513,27 @@ func checkScore(t *testing.T, m *fixtureManifest, f fixtureEntry, j *wire.Job) {
 	}
 }
 
-func checkProcessInfo(t *testing.T, f fixtureEntry, data []byte) {
-	e := decodeExpect[processInfoExpect](t, f.Expect)
+// parseAsRuby parses a JSON object and checks that it re-encodes as Ruby's
+// parse + generate does (the file itself, or reencode) and, when given,
+// its key order.
+func parseAsRuby(t *testing.T, data []byte, reencode *string, keys []string) *rubyjson.Map {
+	t.Helper()
 	obj, err := rubyjson.ParseObject(data)
 	require.NoError(t, err)
 	want := string(data)
-	if e.RubyReencode != nil {
-		want = *e.RubyReencode
+	if reencode != nil {
+		want = *reencode
 	}
 	require.Equal(t, want, string(obj.Encode()))
-	if e.Keys != nil {
-		require.Equal(t, e.Keys, obj.Keys())
+	if keys != nil {
+		require.Equal(t, keys, obj.Keys())
 	}
+	return obj
+}
+
+func checkProcessInfo(t *testing.T, f fixtureEntry, data []byte) {
+	e := decodeExpect[processInfoExpect](t, f.Expect)
+	obj := parseAsRuby(t, data, e.RubyReencode, e.Keys)
 	str := func(k string) string {
 		v, _ := obj.Get(k)
 		s, _ := v.Str()
@@ -574,16 +583,7 @@ func checkProcessInfo(t *testing.T, f fixtureEntry, data []byte) {
 
 func checkWork(t *testing.T, f fixtureEntry, data []byte) {
 	e := decodeExpect[workExpect](t, f.Expect)
-	obj, err := rubyjson.ParseObject(data)
-	require.NoError(t, err)
-	want := string(data)
-	if e.RubyReencode != nil {
-		want = *e.RubyReencode
-	}
-	require.Equal(t, want, string(obj.Encode()))
-	if e.Keys != nil {
-		require.Equal(t, e.Keys, obj.Keys())
-	}
+	obj := parseAsRuby(t, data, e.RubyReencode, e.Keys)
 	q, _ := obj.Get("queue")
 	qs, _ := q.Str()
 	require.Equal(t, e.Queue, qs)

@@ -342,7 +342,8 @@ func (h *Heartbeat) Unregister(ctx context.Context) error {
 		sendMetrics(conn, f.Version, now, metrics)
 	}
 	conn.Send("SREM", wire.KeyProcesses, h.cfg.Info.Identity)
-	for _, key := range append(f.WorkKeys(h.cfg.Info.Identity), minusKeys(h.workKeys, f.WorkKeys(h.cfg.Info.Identity))...) {
+	keys := f.WorkKeys(h.cfg.Info.Identity)
+	for _, key := range append(keys, minusKeys(h.workKeys, keys)...) {
 		conn.Send("UNLINK", key)
 	}
 	if _, err := redis.DoContext(conn, ctx, ""); err != nil {
