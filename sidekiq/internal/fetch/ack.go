@@ -1,10 +1,6 @@
 package fetch
 
 import (
-	_ "embed"
-	"errors"
-	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,37 +8,39 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-var (
-	//go:embed lua/reliable_ack.lua
-	ackSrc    string
-	ackScript = redis.NewScript(-1, ackSrc)
-)
-
 // acker takes finished jobs out of their in-progress lists: one LREM per
-// job, pipelined in batches on pooled connections, or one script call per
-// batch (script: the batched fetch, whose batches are large). An acknowledgement never
+// job, pipelined in batches on pooled connections. An acknowledgement never
 // waits behind a blocked fetch, so a job that has finished stays in flight
-// (and would run again if the process died) for one round trip.
+// (and would run again if the process died) for about one round trip.
+//
+// With hold > 0 (the batched fetch) the acker leaves queued
+// acknowledgements for up to hold to the fetchers, which send them in their
+// next take's write (steal): one round trip instead of two. What no take
+// picks up within hold, the acker sends itself, so an empty queue (a fetch
+// blocked in BLMOVE) delays an acknowledgement by hold at most.
 type acker struct {
-	cfg    *Config
-	life   *reliableLife
-	script bool
-	in     chan Unit
+	cfg  *Config
+	life *reliableLife
+	hold time.Duration
+
+	mu     sync.Mutex
+	queued []Unit
+	since  int64 // when the oldest queued acknowledgement was added (unix ns)
+	closed bool
+	kick   chan struct{} // capacity 1: something was queued, or close
 	done   sync.WaitGroup
 
-	// closeMu orders sends on in against its close: senders hold it for
-	// reading.
-	closeMu sync.RWMutex
-	closed  bool
-
-	// busySince is when the batch being sent was taken from in (unix
+	// busySince is when the batch being sent was taken from the queue (unix
 	// nanoseconds; 0 when idle): its jobs are finished, not orphans, until
 	// the send ends (the own-list sweep asks).
 	busySince atomic.Int64
 }
 
-func newAcker(cfg *Config, life *reliableLife, n int) *acker {
-	return &acker{cfg: cfg, life: life, in: make(chan Unit, 4*n)}
+// ackBatch is the most acknowledgements one write carries.
+const ackBatch = 256
+
+func newAcker(cfg *Config, life *reliableLife) *acker {
+	return &acker{cfg: cfg, life: life, kick: make(chan struct{}, 1)}
 }
 
 // start runs the acknowledgements until close.
@@ -52,76 +50,151 @@ func (a *acker) start() {
 }
 
 // add queues the acknowledgement of u; after close it is sent at once.
+// Slots hold at most one job each, so the queue holds at most one
+// acknowledgement per slot that has not been sent.
 func (a *acker) add(u Unit) error {
-	a.closeMu.RLock()
-	defer a.closeMu.RUnlock()
+	a.mu.Lock()
 	if a.closed {
+		a.mu.Unlock()
 		return a.send([]Unit{u})
 	}
-	a.in <- u
+	if len(a.queued) == 0 {
+		a.since = time.Now().UnixNano()
+	}
+	a.queued = append(a.queued, u)
+	first := len(a.queued) == 1
+	a.mu.Unlock()
+	if first {
+		a.wake()
+	}
 	return nil
+}
+
+func (a *acker) wake() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
 }
 
 // close ends the acknowledgements once those queued are sent.
 func (a *acker) close() {
-	a.closeMu.Lock()
-	if !a.closed {
-		a.closed = true
-		close(a.in)
-	}
-	a.closeMu.Unlock()
+	a.mu.Lock()
+	a.closed = true
+	a.mu.Unlock()
+	a.wake()
 	a.done.Wait()
 }
 
-// waitingSince returns since when a batch has been on its way (0: none),
-// or now while jobs wait in the channel.
+// waitingSince returns since when an acknowledgement has been queued or on
+// its way (0: none).
 func (a *acker) waitingSince() int64 {
-	if len(a.in) > 0 {
-		return time.Now().UnixNano()
+	a.mu.Lock()
+	since := a.since
+	if len(a.queued) == 0 {
+		since = 0
 	}
-	return a.busySince.Load()
+	a.mu.Unlock()
+	if b := a.busySince.Load(); b != 0 && (since == 0 || b < since) {
+		return b
+	}
+	return since
+}
+
+// take removes up to max queued acknowledgements and appends them to buf.
+func (a *acker) take(buf []Unit, max int) []Unit {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.takeLocked(buf, max)
+}
+
+func (a *acker) takeLocked(buf []Unit, max int) []Unit {
+	n := min(max, len(a.queued))
+	buf = append(buf, a.queued[:n]...)
+	rest := copy(a.queued, a.queued[n:])
+	clear(a.queued[rest:])
+	a.queued = a.queued[:rest]
+	// With some left, since stays that of the oldest taken: earlier than
+	// theirs, which only makes the own-list sweep wait longer.
+	return buf
+}
+
+// steal takes up to max queued acknowledgements for a fetcher that sends
+// them in its take's write, and moves the fetcher's waiting time (taking,
+// unix ns) back to when they were queued, in the same critical section, so
+// that the own-list sweep never sees them neither here nor there. The
+// caller sends them or gives them back with resend.
+func (a *acker) steal(buf []Unit, max int, taking *atomic.Int64) []Unit {
+	if a.hold == 0 {
+		return buf
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.queued) > 0 {
+		if w := taking.Load(); w == 0 || a.since < w {
+			taking.Store(a.since)
+		}
+	}
+	return a.takeLocked(buf, max)
+}
+
+// resend sends acknowledgements whose stolen send's connection broke before
+// their replies were read. That send may have taken the jobs out already,
+// so finding them gone is no sign of another process's recovery.
+func (a *acker) resend(units []Unit) {
+	for i := range units {
+		units[i].resent = true
+	}
+	a.send(units)
 }
 
 // checked reads one LREM reply of an acknowledgement.
 func (a *acker) checked(u Unit, reply any) {
-	if n, err := redis.Int(reply, nil); err == nil && n == 0 {
+	if n, err := redis.Int(reply, nil); err == nil && n == 0 && !u.resent {
 		a.life.notOwned(u.list, u.Raw)
 	}
 }
 
 func (a *acker) run() {
 	defer a.done.Done()
-	batch := make([]Unit, 0, 256)
-	for u := range a.in {
-		a.busySince.Store(time.Now().UnixNano())
-		batch = append(batch[:0], u)
-		// Let the slots that are finishing their jobs join this batch:
-		// fewer, fuller writes.
-		runtime.Gosched()
-	more:
-		for len(batch) < cap(batch) {
-			select {
-			case u, ok := <-a.in:
-				if !ok {
-					break more
+	batch := make([]Unit, 0, ackBatch)
+	var timer *time.Timer
+	for range a.kick {
+		if a.hold > 0 {
+			a.mu.Lock()
+			wait := a.since + int64(a.hold) - time.Now().UnixNano()
+			closed := a.closed
+			a.mu.Unlock()
+			if wait > 0 && !closed {
+				if timer == nil {
+					timer = time.NewTimer(time.Duration(wait))
+				} else {
+					timer.Reset(time.Duration(wait))
 				}
-				batch = append(batch, u)
-			default:
-				break more
+				<-timer.C
 			}
 		}
-		a.send(batch)
-		a.busySince.Store(0)
-		clear(batch)
+		for {
+			batch = a.take(batch[:0], ackBatch)
+			if len(batch) == 0 {
+				break
+			}
+			a.busySince.Store(time.Now().UnixNano())
+			a.send(batch)
+			a.busySince.Store(0)
+			clear(batch)
+		}
+		a.mu.Lock()
+		closed, empty := a.closed, len(a.queued) == 0
+		a.mu.Unlock()
+		if closed && empty {
+			return
+		}
 	}
 }
 
-// send sends the LREMs of units in one pipeline (or one script call),
-// through an outage.
+// send sends the LREMs of units in one pipeline, through an outage.
 func (a *acker) send(units []Unit) error {
-	if a.script {
-		return a.sendScript(units)
-	}
 	var replies []any
 	err := a.cfg.Writes.Do(func(conn redis.Conn) error {
 		for _, u := range units {
@@ -140,62 +213,6 @@ func (a *acker) send(units []Unit) error {
 		if i < len(units) {
 			a.checked(units[i], r)
 		}
-	}
-	return nil
-}
-
-// ackArgs returns the EVALSHA arguments of the ack script for units.
-func ackArgs(units []Unit) []any {
-	var keys []any
-	index := map[string]int{}
-	args := make([]any, 0, 2*len(units))
-	for _, u := range units {
-		i, ok := index[u.list]
-		if !ok {
-			keys = append(keys, u.list)
-			i = len(keys)
-			index[u.list] = i
-		}
-		args = append(args, i, u.Raw)
-	}
-	out := make([]any, 0, 2+len(keys)+len(args))
-	out = append(out, ackScript.Hash(), len(keys))
-	out = append(out, keys...)
-	return append(out, args...)
-}
-
-// acked reads the ack script's reply for units.
-func (a *acker) acked(units []Unit, reply any, err error) error {
-	missing, err := redis.Ints(reply, err)
-	if err != nil {
-		return err
-	}
-	for _, i := range missing {
-		if i >= 1 && i <= len(units) {
-			a.life.notOwned(units[i-1].list, units[i-1].Raw)
-		}
-	}
-	return nil
-}
-
-// sendScript acknowledges units with one call of the ack script.
-func (a *acker) sendScript(units []Unit) error {
-	args := ackArgs(units)
-	err := a.cfg.Writes.Do(func(conn redis.Conn) error {
-		reply, err := conn.Do("EVALSHA", args...)
-		var re redis.Error
-		if errors.As(err, &re) && strings.HasPrefix(string(re), "NOSCRIPT") {
-			if err := ackScript.Load(conn); err != nil {
-				return err
-			}
-			reply, err = conn.Do("EVALSHA", args...)
-		}
-		return a.acked(units, reply, err)
-	})
-	if err != nil {
-		a.cfg.Logger.Error().Err(err).Str("component", "fetch").Int("jobs", len(units)).
-			Msg("could not acknowledge finished jobs; they stay in the in-progress list and run again if this process dies")
-		return err
 	}
 	return nil
 }

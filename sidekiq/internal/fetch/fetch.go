@@ -39,6 +39,10 @@ type Unit struct {
 	list string
 	// slot is the reliable slot that runs it.
 	slot *slotState
+	// resent marks an acknowledgement sent again after its first send's
+	// connection broke: that send may have taken the job out already, so
+	// finding it gone is no sign of another process's recovery.
+	resent bool
 }
 
 // Outcome is the write that ends a failed job: its retry entry or its

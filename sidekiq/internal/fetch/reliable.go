@@ -126,7 +126,7 @@ func NewReliable(ctx context.Context, cfg *Config) (Fetcher, error) {
 	for i := range f.slots {
 		f.slots[i] = &slotState{}
 	}
-	f.acker = newAcker(cfg, f.life, cfg.Concurrency)
+	f.acker = newAcker(cfg, f.life)
 	f.life.holders = f.held
 	f.life.dropped = f.pipes.dropped.Load
 	f.life.waitingSince = f.oldestWait
@@ -177,7 +177,7 @@ func probeLMOVE(writes *redisx.Retrier) (bool, error) {
 		default:
 			return err
 		}
-		for _, s := range []*redis.Script{takeScript, finishScript, requeueScript, recoverScript, ackScript} {
+		for _, s := range []*redis.Script{takeScript, finishScript, requeueScript, recoverScript} {
 			if err := s.Load(conn); err != nil {
 				return err
 			}
@@ -306,7 +306,7 @@ func (f *reliableFetch) slot(i int, st *slotState) {
 
 func (f *reliableFetch) loadScripts() {
 	_ = f.cfg.Writes.Do(func(conn redis.Conn) error {
-		for _, s := range []*redis.Script{takeScript, finishScript, requeueScript, recoverScript, ackScript} {
+		for _, s := range []*redis.Script{takeScript, finishScript, requeueScript, recoverScript} {
 			if err := s.Load(conn); err != nil {
 				return err
 			}
