@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh Debian machine: redis-server;
 # Debian's Ruby Sidekiq 6.4.1 (with ActiveJob and WEBrick for the Web UI) for
-# the compat tests; PostgreSQL, and Ruby's Sequel and pg for the durable
+# the compat tests; the sidekiq-cron gem 1.8.0 for the cron tests; PostgreSQL, and Ruby's Sequel and pg for the durable
 # table's Ruby check. Does nothing when everything is present.
 set -euo pipefail
 
@@ -15,8 +15,9 @@ if command -v ruby >/dev/null 2>&1; then
   ruby -e 'require "rack/test"' >/dev/null 2>&1 || need+=(ruby-rack-test)
   ruby -e 'require "sequel"' >/dev/null 2>&1 || need+=(ruby-sequel)
   ruby -e 'require "pg"' >/dev/null 2>&1 || need+=(ruby-pg)
+  ruby -e 'require "sidekiq-cron"' >/dev/null 2>&1 || need+=(ruby-sidekiq-cron)
 else
-  need+=(ruby-sidekiq ruby-activejob ruby-webrick ruby-rack-test ruby-sequel ruby-pg)
+  need+=(ruby-sidekiq ruby-activejob ruby-webrick ruby-rack-test ruby-sequel ruby-pg ruby-sidekiq-cron)
 fi
 
 command -v pg_ctlcluster >/dev/null 2>&1 || need+=(postgresql)

@@ -186,6 +186,31 @@ func (c *Client) Push(ctx context.Context, job *wire.Job, opts *PushOpts) (*Push
 	return &PushResult{JID: job.JID(), Payload: payload, Scheduled: scheduled}, nil
 }
 
+// Prepared is a job made ready for its queue by Prepare.
+type Prepared struct {
+	JID     string
+	Queue   string
+	Payload []byte
+}
+
+// Prepare does what Push does before its write (Ruby's normalize_item, the
+// client middleware, a fresh enqueued_at) and returns the payload Push would
+// LPUSH, for callers that write it in their own atomic script together with
+// other state (the cron scheduler: the tick's lock and the job in one
+// step). It returns nil, nil when middleware stopped the push. The caller
+// must SADD queues and LPUSH queue:<Queue>, as Push does.
+func (c *Client) Prepare(ctx context.Context, job *wire.Job) (*Prepared, error) {
+	if err := c.normalize(job, c.clock.Now(), true); err != nil {
+		return nil, err
+	}
+	ok, err := c.runMiddleware(ctx, job)
+	if err != nil || !ok {
+		return nil, err
+	}
+	job.SetTime("enqueued_at", c.clock.Now(), c.Version())
+	return &Prepared{JID: job.JID(), Queue: job.Queue(), Payload: job.Encode()}, nil
+}
+
 // Enqueue builds a job of class with args and pushes it: the Go form of
 // Ruby's `Class.perform_async(*args)` (use Push for other options), with
 // its key order: args before class (captured 6.4.1 and 7.3.10).
