@@ -92,6 +92,7 @@ func NewApp(stdout, stderr io.Writer, o *options) *ucli.App {
 			benchCommand(o),
 			durableCommand(o),
 			sidejobCommand(o),
+			cronCommand(),
 		}, adminCommands()...),
 	}
 }

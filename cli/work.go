@@ -57,7 +57,7 @@ otherwise the last line of stderr is the error message) or --http CLASS=URL
 			&ucli.IntFlag{Name: "max-retries", Value: 25, Usage: "retries for jobs with retry: true"},
 			&ucli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text"},
 			&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn, error"},
-		}, durableWorkFlags()...),
+		}, append(durableWorkFlags(), cronWorkFlags()...)...),
 		Action: func(c *ucli.Context) error {
 			log := newLogger(c.App.ErrWriter, c.Bool("log-json"), c.String("log-level"))
 			cfg, err := serverConfigFromFlags(c, log)
@@ -85,6 +85,11 @@ otherwise the last line of stderr is the error message) or --http CLASS=URL
 				return err
 			}
 			defer stopDurable()
+			stopCron, err := startCron(c, srv.Client(), log)
+			if err != nil {
+				return err
+			}
+			defer stopCron()
 			return runServer(c.Context, srv, log)
 		},
 	}

@@ -1,0 +1,216 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/zerolog"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/gojob/gojob/cron"
+	"github.com/gojob/gojob/sidekiq"
+)
+
+// cronLayoutFlags select the sidekiq-cron key layout.
+func cronLayoutFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "cron-layout", Value: "auto", Usage: "sidekiq-cron key layout: v2 (cron_jobs:NAMESPACE), v1 (cron_jobs, the gem before 2.0) or auto (v1 when only a v1 schedule exists)"},
+		&ucli.StringFlag{Name: "cron-namespace", Value: cron.DefaultNamespace, Usage: "sidekiq-cron 2.x namespace"},
+	}
+}
+
+// cronLayout resolves --cron-layout: auto picks v1 when the 1.x set has
+// jobs and the 2.x namespace's set has none.
+func cronLayout(ctx context.Context, c *ucli.Context, pool *redis.Pool) (cron.Layout, error) {
+	l := cron.Layout{Namespace: c.String("cron-namespace")}
+	switch c.String("cron-layout") {
+	case "v2":
+		return l, nil
+	case "v1":
+		l.V1 = true
+		return l, nil
+	case "auto", "":
+	default:
+		return l, ucli.Exit(fmt.Sprintf("--cron-layout %q: want auto, v1 or v2", c.String("cron-layout")), 2)
+	}
+	conn, err := pool.GetContext(ctx)
+	if err != nil {
+		return l, err
+	}
+	defer conn.Close()
+	conn.Send("SCARD", cron.Layout{V1: true}.SetKey())
+	conn.Send("SCARD", l.SetKey())
+	n, err := redis.Ints(redis.DoContext(conn, ctx, ""))
+	if err != nil {
+		return l, err
+	}
+	l.V1 = n[0] > 0 && n[1] == 0
+	return l, nil
+}
+
+func withCron(f func(ctx context.Context, e *cmdEnv, st *cron.Store) error) ucli.ActionFunc {
+	return func(c *ucli.Context) error {
+		return withRedis(c, func(e *cmdEnv) error {
+			client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: e.version})
+			if err != nil {
+				return err
+			}
+			l, err := cronLayout(c.Context, c, e.pool)
+			if err != nil {
+				return err
+			}
+			err = f(c.Context, e, &cron.Store{Client: client, Layout: l})
+			if errors.Is(err, cron.ErrNotFound) {
+				return ucli.Exit(err.Error(), 4)
+			}
+			return err
+		})
+	}
+}
+
+func cronCommand() *ucli.Command {
+	flags := func(extra ...ucli.Flag) []ucli.Flag {
+		return append(append([]ucli.Flag{newRedisFlag(), newJSONFlag()}, cronLayoutFlags()...), extra...)
+	}
+	one := func(name, usage string, f func(ctx context.Context, e *cmdEnv, st *cron.Store, job string) error) *ucli.Command {
+		return &ucli.Command{Name: name, Usage: usage, ArgsUsage: "NAME", Flags: flags(),
+			Action: withCron(func(ctx context.Context, e *cmdEnv, st *cron.Store) error {
+				if e.c.NArg() != 1 {
+					return ucli.Exit(name+": one job NAME is required", 2)
+				}
+				return f(ctx, e, st, e.c.Args().First())
+			})}
+	}
+	return &ucli.Command{
+		Name:  "cron",
+		Usage: "periodic jobs, shared with Ruby's sidekiq-cron gem (its Web UI tab shows them)",
+		Description: `Reads and writes the schedule in sidekiq-cron's Redis layout (docs/cron.md).
+Processes started with gojob work --cron FILE (or --cron-serve) push the due
+ticks, each once across gojob and Ruby sidekiq-cron processes.`,
+		Subcommands: []*ucli.Command{
+			{Name: "list", Usage: "list periodic jobs", Flags: flags(), Action: withCron(cronList)},
+			{Name: "add", Usage: "add or replace a periodic job", ArgsUsage: "NAME",
+				Flags: flags(
+					&ucli.StringFlag{Name: "cron", Required: true, Usage: "schedule: 5 or 6 fields, @hourly…, optional trailing zone"},
+					&ucli.StringFlag{Name: "class", Required: true, Usage: "job class"},
+					&ucli.StringFlag{Name: "queue", Aliases: []string{"q"}, Value: "default", Usage: "queue"},
+					&ucli.StringFlag{Name: "args", Value: "[]", Usage: "arguments, a JSON array"},
+					&ucli.StringFlag{Name: "description", Usage: "description shown in the Web UI"},
+					&ucli.BoolFlag{Name: "disabled", Usage: "add it disabled"},
+				),
+				Action: withCron(cronAdd)},
+			one("enable", "enable a periodic job", func(ctx context.Context, e *cmdEnv, st *cron.Store, n string) error {
+				return st.SetEnabled(ctx, n, true)
+			}),
+			one("disable", "disable a periodic job", func(ctx context.Context, e *cmdEnv, st *cron.Store, n string) error {
+				return st.SetEnabled(ctx, n, false)
+			}),
+			one("run-now", "push a periodic job now (its schedule is unchanged)", func(ctx context.Context, e *cmdEnv, st *cron.Store, n string) error {
+				jid, err := st.RunNow(ctx, n)
+				if err != nil {
+					return err
+				}
+				if e.json {
+					return e.printJSON(map[string]string{"jid": jid})
+				}
+				fmt.Fprintln(e.out, jid)
+				return nil
+			}),
+			one("delete", "delete a periodic job and its history", func(ctx context.Context, e *cmdEnv, st *cron.Store, n string) error {
+				return st.Delete(ctx, n)
+			}),
+		},
+	}
+}
+
+func cronAdd(ctx context.Context, e *cmdEnv, st *cron.Store) error {
+	c := e.c
+	if c.NArg() != 1 {
+		return ucli.Exit("add: one job NAME is required", 2)
+	}
+	j, err := cron.NewJobJSON(c.Args().First(), c.String("cron"), c.String("class"), c.String("queue"), c.String("args"))
+	if err != nil {
+		return ucli.Exit(err.Error(), 2)
+	}
+	j.Description = c.String("description")
+	j.Enabled = !c.Bool("disabled")
+	return st.Save(ctx, j)
+}
+
+func cronList(ctx context.Context, e *cmdEnv, st *cron.Store) error {
+	jobs, err := st.List(ctx)
+	if err != nil {
+		return err
+	}
+	if e.json {
+		out := []map[string]any{}
+		for _, j := range jobs {
+			m := map[string]any{"name": j.Name, "cron": j.Cron, "class": j.Class, "queue": j.Queue(),
+				"status": j.Status(), "source": j.Source, "description": j.Description, "args": j.Args}
+			if !j.LastEnqueue.IsZero() {
+				m["last_enqueue_time"] = j.LastEnqueue.UTC().Format(time.RFC3339)
+			}
+			out = append(out, m)
+		}
+		return e.printJSON(out)
+	}
+	if len(jobs) == 0 {
+		fmt.Fprintf(e.out, "no periodic jobs (%s)\n", st.Layout)
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tCRON\tCLASS\tQUEUE\tSTATUS\tLAST ENQUEUED")
+	for _, j := range jobs {
+		last := "never"
+		if !j.LastEnqueue.IsZero() {
+			last = j.LastEnqueue.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Cron, j.Class, j.Queue(), j.Status(), last)
+	}
+	return tw.Flush()
+}
+
+// startCron loads --cron FILE (if given) and, with it or --cron-serve,
+// runs a scheduler until the returned stop is called.
+func startCron(c *ucli.Context, client *sidekiq.Client, log zerolog.Logger) (func(), error) {
+	file := c.String("cron")
+	if file == "" && !c.Bool("cron-serve") {
+		return func() {}, nil
+	}
+	l, err := cronLayout(c.Context, c, client.Pool())
+	if err != nil {
+		return nil, err
+	}
+	st := &cron.Store{Client: client, Layout: l}
+	if file != "" {
+		jobs, err := cron.LoadFile(file)
+		if err != nil {
+			return nil, ucli.Exit(err.Error(), 2)
+		}
+		if err := st.Sync(c.Context, jobs); err != nil {
+			return nil, fmt.Errorf("cron: loading %s: %w", file, err)
+		}
+		log.Info().Str("component", "cron").Str("file", file).Int("jobs", len(jobs)).Str("layout", l.String()).Msg("cron schedule loaded")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	s := &cron.Scheduler{Store: st, Interval: c.Duration("cron-poll-interval"), Logger: log}
+	go func() {
+		defer close(done)
+		s.Run(ctx)
+	}()
+	return func() { cancel(); <-done }, nil
+}
+
+// cronWorkFlags are gojob work's cron flags.
+func cronWorkFlags() []ucli.Flag {
+	return append([]ucli.Flag{
+		&ucli.StringFlag{Name: "cron", Usage: "load periodic jobs from `FILE` (sidekiq-cron's schedule.yml format) and push their ticks"},
+		&ucli.BoolFlag{Name: "cron-serve", Usage: "push the ticks of the periodic jobs in Redis (as a sidekiq-cron poller does) without a file"},
+		&ucli.DurationFlag{Name: "cron-poll-interval", Value: 30 * time.Second, Usage: "average time between cron passes (sidekiq-cron's cron_poll_interval)"},
+	}, cronLayoutFlags()...)
+}
