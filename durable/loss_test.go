@@ -97,7 +97,7 @@ func TestLossKill9(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(lossJobs), st.Databases[0].Total)
 	ids := e.killWorkerInJobs(t, "basic")
-	conn, pool, ctx, d, client, jobs, pushedAt := e.conn, e.pool, e.ctx, e.d, e.client, e.jobs, e.pushedAt
+	conn, pool, ctx, d, client, jobs := e.conn, e.pool, e.ctx, e.d, e.client, e.jobs
 
 	// The process's heartbeat keys expire 60 s after its last beat, long
 	// before a second strike (two extensions later); expire them now.
@@ -128,7 +128,10 @@ func TestLossKill9(t *testing.T) {
 	require.Len(t, lost, lossConc, "BasicFetch lost the jobs in flight")
 	require.Equal(t, 0, zcard(t, conn, wire.KeyDead))
 
-	clk := clock.NewFake(pushedAt.Add(lossExt + time.Second))
+	// Rows are due one extension after their job's start (in flight) or
+	// push (queued); on a loaded machine the last start can be seconds after
+	// the push, so the clock starts from the kill.
+	clk := clock.NewFake(e.killedAt.Add(lossExt + time.Second))
 	admin, err := api.New(&api.Config{Pool: pool, Clock: clk, Client: client})
 	require.NoError(t, err)
 	r, err := NewReconciler(&ReconcilerConfig{Durable: d, API: admin, Clock: clk})
@@ -195,12 +198,15 @@ func TestLossKill9WithReliableFetchKillsNothing(t *testing.T) {
 	// Expire the dead process's Sidekiq heartbeat now, as in TestLossKill9.
 	_, err := e.conn.Do("DEL", ids[0])
 	require.NoError(t, err)
-	conn, pool, ctx, d, client, log, pushedAt := e.conn, e.pool, e.ctx, e.d, e.client, e.log, e.pushedAt
+	conn, pool, ctx, d, client, log := e.conn, e.pool, e.ctx, e.d, e.client, e.log
 	inFlight, err := redis.Int(conn.Do("LLEN", wire.WorkingListKey("default", ids[0])))
 	require.NoError(t, err)
 	require.Equal(t, lossConc, inFlight, "the jobs in flight are in the dead process's in-progress list")
 
-	clk := clock.NewFake(pushedAt.Add(lossExt + time.Second))
+	// Rows are due one extension after their job's start (in flight) or
+	// push (queued); on a loaded machine the last start can be seconds after
+	// the push, so the clock starts from the kill.
+	clk := clock.NewFake(e.killedAt.Add(lossExt + time.Second))
 	admin, err := api.New(&api.Config{Pool: pool, Clock: clk, Client: client})
 	require.NoError(t, err)
 	r, err := NewReconciler(&ReconcilerConfig{Durable: d, API: admin, Clock: clk})
@@ -252,7 +258,9 @@ type lossEnv struct {
 	d        *Durable
 	client   *sidekiq.Client
 	jobs     []*wire.Job
-	pushedAt time.Time
+	// killedAt is just after the worker's kill: every job it started (and
+	// pushed its row's assume_dead_at forward) started before it.
+	killedAt time.Time
 }
 
 func startLoss(t *testing.T) *lossEnv {
@@ -277,7 +285,6 @@ func startLoss(t *testing.T) *lossEnv {
 	}
 	_, err = e.client.PushBulk(e.ctx, e.jobs, nil)
 	require.NoError(t, err)
-	e.pushedAt = time.Now()
 	return e
 }
 
@@ -307,6 +314,7 @@ func (e *lossEnv) killWorkerInJobs(t *testing.T, fetch string) []string {
 	require.NoError(t, cmd.Process.Signal(os.Kill))
 	require.Error(t, <-exited, "killed")
 	exited <- nil
+	e.killedAt = time.Now()
 	ids, err := redis.Strings(e.conn.Do("SMEMBERS", wire.KeyProcesses))
 	require.NoError(t, err)
 	require.Len(t, ids, 1)
