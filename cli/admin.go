@@ -41,7 +41,17 @@ func adminCommands() []*ucli.Command {
 		},
 		{Name: "stats", Usage: "dashboard numbers (processed, failed, enqueued, …)", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag(),
 			&ucli.IntFlag{Name: "days", Value: 7, Usage: "days of history"}}, Action: withAPI(statsAction)},
-		{Name: "queues", Usage: "queues with size and latency", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(queuesAction)},
+		{Name: "queues", Usage: "queues with size, latency and pause state", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(queuesAction)},
+		{
+			Name:  "queue",
+			Usage: "pause or unpause a queue for every gojob process (Ruby processes do not know the pause)",
+			Subcommands: []*ucli.Command{
+				{Name: "pause", Usage: "stop gojob processes fetching from NAME within a second", ArgsUsage: "NAME",
+					Flags: []ucli.Flag{newRedisFlag()}, Action: withAPI(queuePauseAction(true))},
+				{Name: "unpause", Usage: "let gojob processes fetch from NAME again", ArgsUsage: "NAME",
+					Flags: []ucli.Flag{newRedisFlag()}, Action: withAPI(queuePauseAction(false))},
+			},
+		},
 		{Name: "retries", Usage: "list the retry set (next retry first)", Flags: pageFlags(), Action: withAPI(setAction(wire.KeyRetry))},
 		{Name: "scheduled", Usage: "list the schedule set (next due first)", Flags: pageFlags(), Action: withAPI(setAction(wire.KeySchedule))},
 		{Name: "dead", Usage: "list the dead set (newest first)", Flags: pageFlags(), Action: withAPI(setAction(wire.KeyDead))},
@@ -168,6 +178,19 @@ func statsAction(ctx context.Context, e *adminEnv) error {
 	return nil
 }
 
+func queuePauseAction(pause bool) func(ctx context.Context, e *adminEnv) error {
+	return func(ctx context.Context, e *adminEnv) error {
+		if e.c.NArg() != 1 {
+			return ucli.Exit("queue: one queue NAME is required", 2)
+		}
+		q := e.api.Queue(e.c.Args().First())
+		if pause {
+			return q.Pause(ctx)
+		}
+		return q.Unpause(ctx)
+	}
+}
+
 func queuesAction(ctx context.Context, e *adminEnv) error {
 	qs, err := e.api.Queues(ctx)
 	if err != nil {
@@ -177,6 +200,15 @@ func queuesAction(ctx context.Context, e *adminEnv) error {
 		Name    string  `json:"name"`
 		Size    int64   `json:"size"`
 		Latency float64 `json:"latency"`
+		Paused  bool    `json:"paused"`
+	}
+	pausedNames, err := e.api.PausedQueues(ctx)
+	if err != nil {
+		return err
+	}
+	paused := map[string]bool{}
+	for _, n := range pausedNames {
+		paused[n] = true
 	}
 	rows := make([]row, 0, len(qs))
 	for _, q := range qs {
@@ -188,7 +220,7 @@ func queuesAction(ctx context.Context, e *adminEnv) error {
 		if err != nil {
 			return err
 		}
-		rows = append(rows, row{q.Name(), size, lat.Seconds()})
+		rows = append(rows, row{q.Name(), size, lat.Seconds(), paused[q.Name()]})
 	}
 	if e.json {
 		return e.printJSON(rows)
@@ -198,9 +230,13 @@ func queuesAction(ctx context.Context, e *adminEnv) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tSIZE\tLATENCY")
+	fmt.Fprintln(tw, "QUEUE\tSIZE\tLATENCY\tSTATE")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%s\n", r.Name, r.Size, time.Duration(r.Latency*float64(time.Second)).Round(time.Millisecond))
+		state := "active"
+		if r.Paused {
+			state = "paused (gojob)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", r.Name, r.Size, time.Duration(r.Latency*float64(time.Second)).Round(time.Millisecond), state)
 	}
 	return tw.Flush()
 }

@@ -82,6 +82,12 @@ func setProviderJobID(job *wire.Job) {
 // process runs one fetched job to completion (docs/sidekiq-wire.md#processing-order).
 func (s *Server) process(tid string, u fetch.Unit) {
 	queue, raw := u.Queue, u.Raw
+	if s.order.Paused(queue) {
+		// Popped by a fetch that was on its way when the queue was paused:
+		// back to the pop end of its queue, not started.
+		s.fetcher.Requeue([]fetch.Unit{u})
+		return
+	}
 	job, err := wire.ParseJob(raw)
 	if err != nil {
 		// Unparsable: to the dead set unchanged, no stats (docs/sidekiq-wire.md#unparsable-payloads).

@@ -62,6 +62,10 @@ type Server struct {
 	stopCh   chan struct{} // closed when a stop is requested
 	stopOne  sync.Once
 	hardCtx  context.Context // cancelled at hard shutdown
+
+	// The paused-queues watcher (pause.go).
+	pauseCancel context.CancelFunc
+	pauseDone   chan struct{}
 	hardStop context.CancelFunc
 	// writes carries the writes that must not be lost (retry and dead
 	// entries, requeues, the poller's pushes) through an outage. Its
@@ -260,6 +264,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.heartbeat.Beat(ctx); err != nil {
 		s.log.Warn().Err(err).Str("component", "heartbeat").Msg("first heartbeat failed; retrying in the background")
 	}
+	s.checkPauses(ctx) // no fetch from a queue paused before the start
 	fetcher, err := s.newFetcher(ctx)
 	if err != nil {
 		s.state.Store(stateNew)
@@ -268,6 +273,12 @@ func (s *Server) Start(ctx context.Context) error {
 	s.fetcher = fetcher
 	s.fetchDepth.Store(int32(s.fetcher.Depth()))
 	s.fetcher.Start()
+	pauseCtx, pauseCancel := context.WithCancel(context.Background())
+	s.pauseCancel, s.pauseDone = pauseCancel, make(chan struct{})
+	go func() {
+		defer close(s.pauseDone)
+		s.watchPauses(pauseCtx)
+	}()
 	s.heartbeat.Start(s.hardCtx)
 	if s.poller != nil {
 		s.poller.Start(s.hardCtx)

@@ -70,6 +70,8 @@ func (s *Server) Stop(ctx context.Context) error {
 		grace.Stop()
 	}
 	s.fetcher.Close()
+	s.pauseCancel()
+	<-s.pauseDone
 	if s.poller != nil {
 		if err := s.poller.Stop(final); err != nil {
 			errs = append(errs, err)

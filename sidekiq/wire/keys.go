@@ -41,3 +41,8 @@ const (
 	// StatTTL is the TTL of the daily stat keys, 5×365 days.
 	StatTTL = 157680000
 )
+
+// KeyPausedQueues is gojob's set of paused queue names (docs/queue-pause.md):
+// gojob processes stop fetching from them within a second; Ruby processes
+// do not know it.
+const KeyPausedQueues = "gojob-paused-queues"

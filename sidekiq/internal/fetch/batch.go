@@ -86,7 +86,7 @@ func (b *batchFetch) fetch() {
 				break more
 			}
 		}
-		if cfg.quiet() || !fc.ready() {
+		if cfg.quiet() || !fc.ready() || !cfg.Order.WaitUnpaused(cfg.Quiet) {
 			return
 		}
 		keys := cfg.Order.Args(r)

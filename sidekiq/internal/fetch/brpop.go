@@ -57,6 +57,9 @@ func (f *brpopFetch) slot(i int) {
 	tid := tidFor(i)
 	req := &fetchReq{cmds: make([]pipeCmd, 1), decode: brpopReply, reply: make(chan fetchReply, 1)}
 	for {
+		if !cfg.Order.WaitUnpaused(cfg.Quiet) {
+			return
+		}
 		req.cmds[0] = pipeCmd{"BRPOP", cfg.Order.Args(r)}
 		rep, ok := f.pipes.do(req)
 		if !ok {

@@ -3,6 +3,7 @@ package fetch
 import (
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -17,6 +18,10 @@ type Order struct {
 	unique   []string // queue names in config order, unique
 	weighted []string // "queue:<name>" repeated max(weight,1) times
 	fixed    []any    // BRPOP args for strict mode, timeout included
+
+	// paused holds the "queue:<name>" keys of this order's paused queues
+	// (docs/queue-pause.md); nil or empty when none is.
+	paused atomic.Pointer[map[string]bool]
 }
 
 // NewOrder returns the order of qs for the fetch of Sidekiq v.
@@ -50,8 +55,69 @@ func NewOrder(qs []wire.QueueWeight, v wire.Version) *Order {
 	return f
 }
 
-// Args returns the BRPOP arguments (keys and timeout) for one fetch.
+// SetPaused sets the paused queues (names; others than this order's are
+// ignored) and reports whether the set changed.
+func (f *Order) SetPaused(names []string) bool {
+	next := map[string]bool{}
+	for _, n := range names {
+		for _, q := range f.unique {
+			if q == n {
+				next[wire.QueueKey(n)] = true
+			}
+		}
+	}
+	old := f.paused.Load()
+	if old != nil && len(*old) == len(next) {
+		same := true
+		for k := range next {
+			if !(*old)[k] {
+				same = false
+			}
+		}
+		if same {
+			return false
+		}
+	} else if old == nil && len(next) == 0 {
+		return false
+	}
+	f.paused.Store(&next)
+	return true
+}
+
+// Paused reports whether queue (a name) is paused.
+func (f *Order) Paused(queue string) bool {
+	p := f.paused.Load()
+	return p != nil && (*p)[wire.QueueKey(queue)]
+}
+
+// AllPaused reports whether every queue of the order is paused.
+func (f *Order) AllPaused() bool {
+	p := f.paused.Load()
+	return p != nil && len(*p) > 0 && len(*p) == len(f.unique)
+}
+
+// pausePoll is how often a fetch with every queue paused looks again.
+const pausePoll = 100 * time.Millisecond
+
+// WaitUnpaused blocks while every queue is paused; it returns false when
+// quiet closes first.
+func (f *Order) WaitUnpaused(quiet <-chan struct{}) bool {
+	for f.AllPaused() {
+		select {
+		case <-quiet:
+			return false
+		case <-time.After(pausePoll):
+		}
+	}
+	return true
+}
+
+// Args returns the BRPOP arguments (keys and timeout) for one fetch,
+// without paused queues (unless every queue is: see WaitUnpaused).
 func (f *Order) Args(r *rand.Rand) []any {
+	if p := f.paused.Load(); p != nil && len(*p) > 0 && len(*p) < len(f.unique) {
+		return f.unpausedArgs(r, *p)
+	}
 	if f.strict {
 		return f.fixed
 	}
@@ -62,6 +128,28 @@ func (f *Order) Args(r *rand.Rand) []any {
 	seen := make(map[string]bool, len(f.unique))
 	for _, k := range keys {
 		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return append(out, Timeout)
+}
+
+func (f *Order) unpausedArgs(r *rand.Rand, paused map[string]bool) []any {
+	var keys []string
+	if f.strict {
+		for _, q := range f.unique {
+			keys = append(keys, wire.QueueKey(q))
+		}
+	} else {
+		keys = make([]string, len(f.weighted))
+		copy(keys, f.weighted)
+		r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	}
+	out := make([]any, 0, len(f.unique)+1)
+	seen := make(map[string]bool, len(f.unique))
+	for _, k := range keys {
+		if !seen[k] && !paused[k] {
 			seen[k] = true
 			out = append(out, k)
 		}

@@ -39,3 +39,32 @@ func TestOrderStrictnessPerVersion(t *testing.T) {
 	require.False(t, NewOrder([]wire.QueueWeight{{Name: "a", Weight: 2}, {Name: "b", Weight: 1}}, wire.Version{Major: 7, Patch: 1}).Strict())
 	require.True(t, NewOrder([]wire.QueueWeight{{Name: "a"}, {Name: "b"}}, wire.Version8).Strict())
 }
+
+// Paused queues leave the fetch's key list, in strict and weighted order;
+// with every queue paused the fetch waits until unpaused or quiet.
+func TestOrderLeavesPausedQueuesOut(t *testing.T) {
+	t.Parallel()
+	r := NewRand(1)
+	strict := NewOrder([]wire.QueueWeight{{Name: "a"}, {Name: "b"}, {Name: "c"}}, wire.Version7)
+	require.False(t, strict.SetPaused(nil), "nothing changed")
+	require.True(t, strict.SetPaused([]string{"a", "other"}))
+	require.False(t, strict.SetPaused([]string{"a"}), "the same set")
+	require.Equal(t, []any{"queue:b", "queue:c", Timeout}, strict.Args(r))
+	require.True(t, strict.Paused("a"))
+	require.False(t, strict.Paused("other"), "not this order's queue")
+	require.False(t, strict.AllPaused())
+
+	weighted := NewOrder([]wire.QueueWeight{{Name: "a", Weight: 3}, {Name: "b", Weight: 1}}, wire.Version7)
+	weighted.SetPaused([]string{"a"})
+	for range 20 {
+		require.Equal(t, []any{"queue:b", Timeout}, weighted.Args(r))
+	}
+	weighted.SetPaused([]string{"a", "b"})
+	require.True(t, weighted.AllPaused())
+	quiet := make(chan struct{})
+	close(quiet)
+	require.False(t, weighted.WaitUnpaused(quiet))
+	weighted.SetPaused(nil)
+	require.True(t, weighted.WaitUnpaused(make(chan struct{})))
+	require.Len(t, weighted.Args(r), 3)
+}

@@ -256,6 +256,9 @@ func (f *reliableFetch) slot(i int, st *slotState) {
 		fixed, fixedDecode = f.move(keys[0].(string))
 	}
 	for {
+		if !cfg.Order.WaitUnpaused(cfg.Quiet) {
+			return
+		}
 		var list string
 		switch {
 		case f.single:

@@ -160,7 +160,7 @@ func (f *reliableBatch) fetch(taking *atomic.Int64) {
 		}
 		k := 1 + f.gather(full)
 		taking.Store(time.Now().UnixNano())
-		if cfg.quiet() || !fc.ready() {
+		if cfg.quiet() || !fc.ready() || !cfg.Order.WaitUnpaused(cfg.Quiet) {
 			giveBack(k)
 			return
 		}
