@@ -247,17 +247,17 @@ func TestLossKill9WithReliableFetchKillsNothing(t *testing.T) {
 
 // lossEnv is a durable store, a Redis and lossJobs durable jobs pushed.
 type lossEnv struct {
-	rs       *redistest.Server
-	pool     *redis.Pool
-	conn     redis.Conn
-	ctx      context.Context
-	logs     io.Writer
-	log      zerolog.Logger
-	dbURL    string
-	table    string
-	d        *Durable
-	client   *sidekiq.Client
-	jobs     []*wire.Job
+	rs     *redistest.Server
+	pool   *redis.Pool
+	conn   redis.Conn
+	ctx    context.Context
+	logs   io.Writer
+	log    zerolog.Logger
+	dbURL  string
+	table  string
+	d      *Durable
+	client *sidekiq.Client
+	jobs   []*wire.Job
 	// killedAt is just after the worker's kill: every job it started (and
 	// pushed its row's assume_dead_at forward) started before it.
 	killedAt time.Time

@@ -66,7 +66,7 @@ type Server struct {
 	// The paused-queues watcher (pause.go).
 	pauseCancel context.CancelFunc
 	pauseDone   chan struct{}
-	hardStop context.CancelFunc
+	hardStop    context.CancelFunc
 	// writes carries the writes that must not be lost (retry and dead
 	// entries, requeues, the poller's pushes) through an outage. Its
 	// context outlives the hard shutdown and ends when Stop finishes or
