@@ -36,6 +36,8 @@ func adminCommands() []*ucli.Command {
 				&ucli.StringFlag{Name: "retry", Usage: "true, false or a number of retries (default true)"},
 				&ucli.DurationFlag{Name: "in", Usage: "schedule after this delay"},
 				&ucli.StringFlag{Name: "at", Usage: "schedule at this time (RFC 3339 or epoch seconds)"},
+				&ucli.Float64Flag{Name: "unique-for", Usage: "push only if no job of this class, queue and arguments holds the unique lock; the lock lasts `SECONDS` (exit 3 when not pushed)"},
+				&ucli.StringFlag{Name: "unique-until", Usage: "release the unique lock at the job's start or success (default success)"},
 			},
 			Action: withAPI(pushAction),
 		},
@@ -118,6 +120,15 @@ func pushAction(ctx context.Context, e *adminEnv) error {
 			job.SetRetry(n)
 		}
 	}
+	if e.c.IsSet("unique-for") {
+		job.Set("unique_for", rubyjson.FloatValue(e.c.Float64("unique-for")))
+	}
+	if u := e.c.String("unique-until"); u != "" {
+		if !e.c.IsSet("unique-for") {
+			return ucli.Exit("push: --unique-until needs --unique-for", 2)
+		}
+		job.Set("unique_until", rubyjson.StringValue(u))
+	}
 	opts := &sidekiq.PushOpts{In: e.c.Duration("in")}
 	if at := e.c.String("at"); at != "" {
 		t, err := parseTime(at)
@@ -128,7 +139,18 @@ func pushAction(ctx context.Context, e *adminEnv) error {
 	}
 	res, err := e.api.Client().Push(ctx, job, opts)
 	if err != nil {
+		if strings.Contains(err.Error(), "unique_") {
+			return ucli.Exit("push: "+err.Error(), 2)
+		}
 		return err
+	}
+	if res.Duplicate {
+		if e.json {
+			e.printJSON(map[string]any{"jid": "", "duplicate": true, "lock": wire.UniqueKey(job)})
+			return ucli.Exit("", 3)
+		}
+		return ucli.Exit(fmt.Sprintf("not pushed: a %s job with these arguments on queue %s holds the unique lock %s",
+			job.Class(), job.Queue(), wire.UniqueKey(job)), 3)
 	}
 	if e.json {
 		return e.printJSON(map[string]any{"jid": res.JID, "scheduled": res.Scheduled, "payload": json.RawMessage(res.Payload)})

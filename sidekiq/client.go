@@ -126,6 +126,10 @@ type PushResult struct {
 	Payload []byte
 	// Scheduled is true when the job went to the schedule set.
 	Scheduled bool
+	// Duplicate is true when the job has unique_for and another job of the
+	// same class, queue and arguments holds the lock: nothing was pushed
+	// (JID is "").
+	Duplicate bool
 }
 
 // Push enqueues job. It normalizes the payload as Ruby's normalize_item does
@@ -134,6 +138,10 @@ type PushResult struct {
 // either SADD queues + LPUSH queue:<q> (with a fresh enqueued_at) or ZADD
 // schedule (without enqueued_at). The job is modified in place.
 func (c *Client) Push(ctx context.Context, job *wire.Job, opts *PushOpts) (*PushResult, error) {
+	return c.push(ctx, job, opts, true)
+}
+
+func (c *Client) push(ctx context.Context, job *wire.Job, opts *PushOpts, lock bool) (*PushResult, error) {
 	now := c.clock.Now()
 	at, scheduled := opts.runAt(now)
 	if !scheduled && !job.IsZero() {
@@ -161,6 +169,11 @@ func (c *Client) Push(ctx context.Context, job *wire.Job, opts *PushOpts) (*Push
 	if !ok {
 		return &PushResult{}, nil
 	}
+	ttl, unique, err := uniqueFor(job)
+	if err != nil {
+		return nil, err
+	}
+	unique = unique && lock
 	conn, err := c.pool.GetContext(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sidekiq: push %s: %w", job.JID(), err)
@@ -170,12 +183,26 @@ func (c *Client) Push(ctx context.Context, job *wire.Job, opts *PushOpts) (*Push
 	if scheduled {
 		job.Delete("enqueued_at")
 		payload = job.Encode()
-		conn.Send("ZADD", wire.KeySchedule, wire.Score(at), payload)
 	} else {
 		// Ruby takes enqueued_at at the push (Client#atomic_push), after
 		// created_at (normalize_item) and the middleware.
 		job.SetTime("enqueued_at", c.clock.Now(), c.Version())
 		payload = job.Encode()
+	}
+	if unique {
+		var runAt time.Time
+		if scheduled {
+			runAt = at
+		}
+		pushed, err := pushUnique(ctx, conn, job, ttl, payload, runAt, now)
+		if err != nil || !pushed {
+			return &PushResult{Duplicate: !pushed}, err
+		}
+		return &PushResult{JID: job.JID(), Payload: payload, Scheduled: scheduled}, nil
+	}
+	if scheduled {
+		conn.Send("ZADD", wire.KeySchedule, wire.Score(at), payload)
+	} else {
 		q := job.Queue()
 		conn.Send("SADD", wire.KeyQueues, q)
 		conn.Send("LPUSH", wire.QueueKey(q), payload)
@@ -241,7 +268,8 @@ func performAsyncJob(class string, args ...any) (*wire.Job, error) {
 
 // BulkResult reports a bulk push.
 type BulkResult struct {
-	// JIDs holds one jid per job in order; "" where middleware stopped it.
+	// JIDs holds one jid per job in order; "" where middleware stopped it
+	// or a unique job's lock was held (a duplicate).
 	JIDs []string
 }
 
@@ -289,6 +317,28 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 			if !ok {
 				continue
 			}
+			ttl, unique, err := uniqueFor(j)
+			if err != nil {
+				return res, fmt.Errorf("sidekiq: bulk job %d: %w", i, err)
+			}
+			if unique {
+				// Its own lock-and-push step; a duplicate keeps "".
+				var runAt time.Time
+				if scheduled {
+					runAt = at
+					j.Delete("enqueued_at")
+				} else {
+					j.Set("enqueued_at", enq)
+				}
+				pushed, err := pushUnique(ctx, conn, j, ttl, j.Encode(), runAt, now)
+				if err != nil {
+					return res, err
+				}
+				if pushed {
+					res.JIDs[i] = j.JID()
+				}
+				continue
+			}
 			res.JIDs[i] = j.JID()
 			if scheduled {
 				j.Delete("enqueued_at")
@@ -327,9 +377,11 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 
 // Repush pushes a job taken from the retry or schedule set, or retried from
 // the API, through the normal client path: defaults filled, middleware run,
-// a new enqueued_at, SADD + LPUSH to its queue.
+// a new enqueued_at, SADD + LPUSH to its queue. A unique job's lock is not
+// taken again (the job was already pushed once; refusing it now would lose
+// it): its release still only drops a lock it holds.
 func (c *Client) Repush(ctx context.Context, job *wire.Job) (*PushResult, error) {
-	return c.Push(ctx, job, nil)
+	return c.push(ctx, job, nil, false)
 }
 
 // normalize applies Ruby's normalize_item and validate.

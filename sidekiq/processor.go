@@ -118,6 +118,9 @@ func (s *Server) process(tid string, u fetch.Unit) {
 	}()
 
 	setProviderJobID(job)
+	if uniqueUntilStart(job) {
+		s.releaseUnique(job)
+	}
 	ctx := s.hardCtx
 	var cancel context.CancelFunc
 	if s.cfg.JobTimeout > 0 {
@@ -141,6 +144,9 @@ func (s *Server) process(tid string, u fetch.Unit) {
 	if err == nil {
 		s.counters.Add(1, 0)
 		s.fetcher.Finish(u, nil)
+		if !uniqueUntilStart(job) {
+			s.releaseUnique(job)
+		}
 		return
 	}
 	s.counters.Add(1, 1)

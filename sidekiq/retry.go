@@ -200,6 +200,10 @@ func (s *Server) handleFailure(u fetch.Unit, job *wire.Job, reg *registration, f
 		ev.Msg("job failed; discarded (no retry, no dead set)")
 	}
 	s.fetcher.Finish(u, o)
+	if p.retryAt.IsZero() && !uniqueUntilStart(job) {
+		// Dead or discarded: no run will release the lock.
+		s.releaseUnique(job)
+	}
 	if p.died && p.job != nil {
 		s.death(p.job, failure)
 	}

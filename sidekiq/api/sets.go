@@ -408,7 +408,7 @@ func (e *SortedEntry) requeue(ctx context.Context, decrement bool) (*sidekiq.Pus
 				job.SetRetryCount(n - 1)
 			}
 		}
-		res, err = e.set.api.client.Push(ctx, job, nil)
+		res, err = e.set.api.client.Repush(ctx, job)
 		return err
 	})
 	if err != nil {
