@@ -57,7 +57,7 @@ otherwise the last line of stderr is the error message) or --http CLASS=URL
 			&ucli.IntFlag{Name: "max-retries", Value: 25, Usage: "retries for jobs with retry: true"},
 			&ucli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text"},
 			&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn, error"},
-		}, append(durableWorkFlags(), cronWorkFlags()...)...),
+		}, append(append(durableWorkFlags(), cronWorkFlags()...), limitWorkFlags()...)...),
 		Action: func(c *ucli.Context) error {
 			log := newLogger(c.App.ErrWriter, c.Bool("log-json"), c.String("log-level"))
 			cfg, err := serverConfigFromFlags(c, log)
@@ -78,6 +78,9 @@ otherwise the last line of stderr is the error message) or --http CLASS=URL
 			cfg.ForceVersion = c.Bool("force-version")
 			srv, err := buildServer(cfg, o, c.StringSlice("exec"), c.StringSlice("http"), log)
 			if err != nil {
+				return err
+			}
+			if err := applyLimits(c, srv, pool); err != nil {
 				return err
 			}
 			stopDurable, err := setupDurable(c, srv, nil, log)

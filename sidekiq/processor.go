@@ -2,6 +2,7 @@ package sidekiq
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -139,7 +140,8 @@ func (s *Server) process(tid string, u fetch.Unit) {
 		return
 	}
 	if w.class != "" {
-		s.metrics.Record(w.class, took, err != nil)
+		var ol *OverLimitError
+		s.metrics.Record(w.class, took, err != nil && !errors.As(err, &ol))
 	}
 	if err == nil {
 		s.counters.Add(1, 0)
@@ -147,6 +149,10 @@ func (s *Server) process(tid string, u fetch.Unit) {
 		if !uniqueUntilStart(job) {
 			s.releaseUnique(job)
 		}
+		return
+	}
+	if s.rescheduleOverLimit(u, job, err) {
+		s.counters.Add(1, 0)
 		return
 	}
 	s.counters.Add(1, 1)
