@@ -59,6 +59,16 @@ func TestConcurrentLimitHoldsAcrossServers(t *testing.T) {
 		_, err := c.Enqueue(context.Background(), "default", "Limited", i)
 		require.NoError(t, err)
 	}
+	defer func() {
+		if t.Failed() {
+			conn := pool.Get()
+			defer conn.Close()
+			slots, _ := redis.Strings(conn.Do("ZRANGE", KeyPrefix+"class:Limited:concurrent", 0, -1, "WITHSCORES"))
+			sched, _ := redis.Int(conn.Do("ZCARD", wire.KeySchedule))
+			q, _ := redis.Int(conn.Do("LLEN", "queue:default"))
+			t.Logf("done %d, running %d, slots %v, scheduled %d, queued %d", done.Load(), running.Load(), slots, sched, q)
+		}
+	}()
 	wait.Within(t, 30*time.Second, "every job", func() bool { return done.Load() == 60 })
 	require.Equal(t, int64(3), peak.Load(), "three at a time, never four")
 	conn := pool.Get()

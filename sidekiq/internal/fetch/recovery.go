@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -409,9 +408,10 @@ func poisonPayload(job *wire.Job, pill *PoisonPillError, now time.Time, v wire.V
 }
 
 // sameHostGone reports whether the owner of a live-looking heartbeat is a
-// process of this machine (same boot) that is gone: its pid is this
-// process's own (a restarted container), or no process with its start time
-// has that pid any more.
+// process of this machine (same boot) that is gone: no process with its
+// start time has that pid any more. That covers a restarted container whose
+// new process got the old pid (its start time differs), and leaves alone
+// another server of this very process (same pid, same start time).
 func (l *reliableLife) sameHostGone(identity, hb string) bool {
 	f := strings.Fields(hb)
 	if len(f) != 3 || f[0] != "gojob" || l.bootID == "" || f[1] != l.bootID {
@@ -427,9 +427,6 @@ func (l *reliableLife) sameHostGone(identity, hb string) bool {
 	}
 	if identity == l.cfg.Identity {
 		return false
-	}
-	if pid == os.Getpid() {
-		return true
 	}
 	return procstat.StartTime(pid) != f[2]
 }

@@ -315,9 +315,10 @@ func TestRecoveryBuriesPoisonPills(t *testing.T) {
 }
 
 // On the same machine, a predecessor whose heartbeat has not expired yet
-// is known to be gone when its pid is this process's own (a restarted
-// container) or no longer the process that started then; a process that
-// still runs is left alone.
+// is known to be gone when its pid is no longer the process that started
+// then (a restarted container reusing this process's pid included); a
+// process that still runs, and another server of this very process, are
+// left alone.
 func TestRecoveryTakesSameHostPredecessorsAtOnce(t *testing.T) {
 	t.Parallel()
 	b := reliableBundle(t, nil, nil)
@@ -335,6 +336,7 @@ func TestRecoveryTakesSameHostPredecessorsAtOnce(t *testing.T) {
 		gone         bool
 	}{
 		{fmt.Sprintf("h:%d:aaaaaaaaaaaa", os.Getpid()), "gojob " + boot + " 1", true},
+		{fmt.Sprintf("h:%d:ffffffffffff", os.Getpid()), "gojob " + boot + " " + procstat.StartTime(os.Getpid()), false},
 		{fmt.Sprintf("h:%d:bbbbbbbbbbbb", spid), "gojob " + boot + " " + procstat.StartTime(spid), false},
 		{fmt.Sprintf("h:%d:cccccccccccc", spid), "gojob " + boot + " 99", true},
 		{fmt.Sprintf("h:%d:dddddddddddd", spid), "gojob other-boot 99", false},
