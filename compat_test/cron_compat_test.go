@@ -129,3 +129,41 @@ puts JSON.generate({
 	_, err = st.Find(ctx, "gojob-made")
 	require.ErrorIs(t, err, cron.ErrNotFound)
 }
+
+// The natural-language lines gojob reads give fugit's ticks (fugit 1.5.2,
+// Debian's, which sidekiq-cron 1.8.0 uses), tick for tick over a month.
+func TestNaturalLanguageCronMatchesFugit(t *testing.T) {
+	rubytest.Require(t)
+	phrases := []string{"every 5 minutes", "every minute", "every hour", "every 3 hours", "every day",
+		"every day at noon", "every day at midnight", "every day at 5pm", "every day at 17:30", "every day at 5",
+		"every monday at 8am", "every weekday at 7:30", "every 10 seconds", "every 2 days", "every sunday",
+		"every tuesday and thursday at 4pm", "every 30 minutes", "every 1 hour"}
+	list, err := json.Marshal(phrases)
+	require.NoError(t, err)
+	out := rubytest.Run(t, "redis://127.0.0.1:1/0", fmt.Sprintf(`
+require "fugit"
+JSON.parse(%q).each do |s|
+  c = Fugit.parse_nat(s)
+  c = c.first if c.is_a?(Array)
+  puts c.to_cron_s
+end
+`, list))
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, len(phrases))
+	base := time.Date(2024, 2, 27, 13, 7, 11, 0, time.UTC)
+	for i, p := range phrases {
+		ours, err := cron.ParseSchedule(p)
+		require.NoError(t, err, p)
+		theirs, err := cron.ParseSchedule(lines[i])
+		require.NoError(t, err, lines[i])
+		a, b := base, base
+		for n := 0; n < 200 && a.Before(base.AddDate(0, 1, 0)); n++ {
+			a, b = ours.Next(a, time.UTC), theirs.Next(b, time.UTC)
+			require.Equal(t, b, a, "%q (fugit: %s), tick %d", p, lines[i], n)
+		}
+	}
+	for _, refused := range []string{"every day at 12am", "every day at 11:45pm", "every day at five", "every weekend at 9am", "at noon"} {
+		_, err := cron.ParseSchedule(refused)
+		require.Error(t, err, refused)
+	}
+}

@@ -16,9 +16,11 @@ import (
 // Europe/Berlin or an offset such as +0100. Without a zone it is evaluated
 // in the scheduler's default location (fugit: the process's local zone).
 //
+// Natural language: the subset of fugit's that natural.go reads.
+//
 // Not supported (an error at parse, never a silently different schedule):
-// fugit's natural language ("every day at five"), L and negative days of
-// the month, dow#n, dow%n and the & suffix.
+// the rest of fugit's natural language ("every day at five"), L and
+// negative days of the month, dow#n, dow%n and the & suffix.
 type Schedule struct {
 	expr  string
 	sched rcron.Schedule
@@ -59,6 +61,17 @@ func ParseSchedule(expr string) (*Schedule, error) {
 		}
 		fields = strings.Fields(spec)
 	}
+	if strings.EqualFold(fields[0], "every") {
+		line, ok, err := naturalToCron(spec)
+		if err != nil {
+			return nil, fmt.Errorf("cron %q: %w", expr, err)
+		}
+		if !ok {
+			return nil, fmt.Errorf("cron %q: natural language gojob does not read (it reads \"every 5 minutes\", \"every weekday at 7:30\" and the like; docs/cron.md)", expr)
+		}
+		spec = line
+		fields = strings.Fields(spec)
+	}
 	if len(fields) == 5 || len(fields) == 6 {
 		for _, f := range fields {
 			if strings.ContainsAny(f, "L#%&") || strings.HasPrefix(f, "-") {
@@ -76,7 +89,14 @@ func ParseSchedule(expr string) (*Schedule, error) {
 		fields[dow] = strings.Join(items, ",")
 		spec = strings.Join(fields, " ")
 	} else if !strings.HasPrefix(spec, "@") {
-		return nil, fmt.Errorf("cron %q: want 5 or 6 fields or a descriptor (natural language such as \"every day at five\" is not supported)", expr)
+		line, ok, err := naturalToCron(spec)
+		if err != nil {
+			return nil, fmt.Errorf("cron %q: %w", expr, err)
+		}
+		if !ok {
+			return nil, fmt.Errorf("cron %q: want 5 or 6 fields, a descriptor, or natural language gojob reads (\"every 5 minutes\", \"every weekday at 7:30\"; docs/cron.md)", expr)
+		}
+		spec = line
 	}
 	sched, err := parser.Parse(spec)
 	if err != nil {

@@ -21,11 +21,12 @@ func TestScheduleParsesFugitFormsOrRefusesThem(t *testing.T) {
 	t.Parallel()
 	for _, ok := range []string{"* * * * *", "*/5 * * * *", "30 * * * * *", "0 9 * * mon-fri", "@hourly", "@daily",
 		"@midnight", "@noon", "@weekly", "@monthly", "@yearly", "@annually", "0 5 * * * Europe/Berlin", "0 5 * * * UTC",
-		"0 5 * * * +0100", "0 0 * * 7"} {
+		"0 5 * * * +0100", "0 0 * * 7", "every 5 minutes", "every weekday at 7:30", "every monday and friday at 5pm",
+		"every day at noon Europe/Berlin"} {
 		_, err := ParseSchedule(ok)
 		require.NoError(t, err, ok)
 	}
-	for _, bad := range []string{"", "every day at five", "0 0 L * *", "0 0 * * 1#2", "0 0 -1 * *", "@reboot",
+	for _, bad := range []string{"", "every day at five", "every day at 12am", "every day at 11:45pm", "every fortnight", "0 0 L * *", "0 0 * * 1#2", "0 0 -1 * *", "@reboot",
 		"0 5 * * * Mars/Olympus", "* * *"} {
 		_, err := ParseSchedule(bad)
 		require.Error(t, err, bad)
