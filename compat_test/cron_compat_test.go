@@ -167,3 +167,48 @@ end
 		require.Error(t, err, refused)
 	}
 }
+
+// The sidekiq-cron tab of the Ruby Web UI (gem 1.8.0 on Sidekiq 6.4.1)
+// lists a job gojob saved, and its Disable, Enable and Enqueue Now buttons
+// act on it as gojob reads it.
+func TestSidekiqCronWebTabControlsGojobJobs(t *testing.T) {
+	rubytest.Require(t)
+	rs := redistest.StartWith(t, redistest.Options{TCP: true})
+	pool := rs.Pool(t)
+	conn := pool.Get()
+	defer conn.Close()
+	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: wire.Version6})
+	require.NoError(t, err)
+	st := &cron.Store{Client: client, Layout: cron.Layout{V1: true}, Location: time.UTC}
+	ctx := context.Background()
+	j, err := cron.NewJob("nightly-report", "every day at 3am", "ReportJob", "reports", "daily")
+	require.NoError(t, err)
+	j.Description = "made by gojob"
+	require.NoError(t, st.Save(ctx, j))
+
+	ui := rubytest.StartWebUI(t, rs.URL(), "sidekiq/cron/web")
+	page := ui.Get(t, "/cron")
+	require.Contains(t, page, `<b style="">nightly-report</b>`)
+	require.Contains(t, page, `{"queue":"reports","class":"ReportJob","args":["daily"]}`)
+	require.Contains(t, page, "every&nbsp;day&nbsp;at&nbsp;3am")
+
+	ui.Post(t, page, "/cron/nightly-report/disable", nil)
+	got, err := st.Find(ctx, "nightly-report")
+	require.NoError(t, err)
+	require.False(t, got.Enabled, "disabled from the Ruby tab")
+	ui.Post(t, ui.Get(t, "/cron"), "/cron/nightly-report/enable", nil)
+	got, err = st.Find(ctx, "nightly-report")
+	require.NoError(t, err)
+	require.True(t, got.Enabled)
+
+	ui.Post(t, ui.Get(t, "/cron"), "/cron/nightly-report/enque", nil)
+	raws, err := redis.ByteSlices(conn.Do("LRANGE", "queue:reports", 0, -1))
+	require.NoError(t, err)
+	require.Len(t, raws, 1, "Enqueue Now pushed it")
+	pushed, err := wire.ParseJob(raws[0])
+	require.NoError(t, err)
+	require.Equal(t, "ReportJob", pushed.Class())
+	got, err = st.Find(ctx, "nightly-report")
+	require.NoError(t, err)
+	require.False(t, got.LastEnqueue.IsZero(), "gojob reads the last enqueue Ruby wrote")
+}

@@ -3,6 +3,7 @@ package cron
 import (
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -14,8 +15,9 @@ import (
 // name → options, or a list of options with a name each. Options: cron,
 // class (or klass), queue, args, description, status, active_job,
 // queue_name_prefix, queue_name_delimiter, retry, date_as_argument,
-// symbolize_args, message. The jobs are marked source "schedule". ERB
-// (<%= %>) is not evaluated: render such a file first.
+// symbolize_args, message. The jobs are marked source "schedule". Of ERB,
+// only <%= ENV['X'] %> and <%= ENV.fetch('X'[, 'default']) %> are
+// evaluated; other tags are an error.
 func LoadFile(path string) ([]*Job, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -24,11 +26,48 @@ func LoadFile(path string) ([]*Job, error) {
 	return ParseFile(data)
 }
 
-// ParseFile parses a schedule file's contents (see LoadFile).
-func ParseFile(data []byte) ([]*Job, error) {
-	if strings.Contains(string(data), "<%") {
-		return nil, fmt.Errorf("cron schedule: ERB tags (<%% %%>) are not evaluated by gojob; render the file first")
+// erbEnv matches the ERB tags gojob evaluates: <%= ENV['X'] %>,
+// <%= ENV.fetch('X') %> and <%= ENV.fetch('X', 'default') %>.
+var erbEnv = regexp.MustCompile(`<%=\s*ENV(?:\[\s*(['"])(\w+)['"]\s*\]|\.fetch\(\s*(['"])(\w+)['"]\s*(?:,\s*(['"])([^'"]*)['"]\s*)?\))\s*%>`)
+
+// renderERB evaluates the ENV tags of a schedule file, as the gem's ERB
+// pass would; any other ERB is an error.
+func renderERB(src string, getenv func(string) (string, bool)) (string, error) {
+	var missing error
+	out := erbEnv.ReplaceAllStringFunc(src, func(tag string) string {
+		m := erbEnv.FindStringSubmatch(tag)
+		if m[2] != "" { // ENV['X']: nil prints nothing
+			v, _ := getenv(m[2])
+			return v
+		}
+		if v, ok := getenv(m[4]); ok {
+			return v
+		}
+		if m[5] != "" {
+			return m[6]
+		}
+		if missing == nil {
+			missing = fmt.Errorf("cron schedule: ENV.fetch(%q): the variable is not set", m[4])
+		}
+		return ""
+	})
+	if missing != nil {
+		return "", missing
 	}
+	if strings.Contains(out, "<%") {
+		return "", fmt.Errorf("cron schedule: gojob evaluates only ENV['X'] and ENV.fetch('X'[, 'default']) ERB tags; render the file first")
+	}
+	return out, nil
+}
+
+// ParseFile parses a schedule file's contents (see LoadFile), its ENV ERB
+// tags evaluated from the environment.
+func ParseFile(data []byte) ([]*Job, error) {
+	src, err := renderERB(string(data), os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	data = []byte(src)
 	var doc any
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("cron schedule: %w", err)

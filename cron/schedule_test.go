@@ -112,10 +112,24 @@ heartbeat:
 	require.Equal(t, "OneJob", list[0].Class)
 	require.Equal(t, "[1,2]", list[0].Args)
 
-	_, err = ParseFile([]byte("x:\n  cron: \"<%= ENV['CRON'] %>\"\n  class: A\n"))
+	_, err = ParseFile([]byte("x:\n  cron: \"<%= 1 + 1 %>\"\n  class: A\n"))
 	require.ErrorContains(t, err, "ERB")
 	_, err = ParseFile([]byte("x:\n  cron: \"every day at five\"\n  class: A\n"))
 	require.ErrorContains(t, err, "natural language")
 	_, err = ParseFile([]byte("x:\n  cron: \"* * * * *\"\n"))
 	require.ErrorContains(t, err, "class must be set")
+}
+
+// The ENV tags of a schedule file are evaluated as Ruby's ERB would.
+func TestScheduleFileEnvERB(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"CRON": "*/10 * * * *", "Q": "mail"}
+	get := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	out, err := renderERB(`a: "<%= ENV['CRON'] %>" b: "<%= ENV.fetch("Q") %>" c: "<%= ENV.fetch('NONE', 'low') %>" d: "<%= ENV["NONE"] %>"`, get)
+	require.NoError(t, err)
+	require.Equal(t, `a: "*/10 * * * *" b: "mail" c: "low" d: ""`, out)
+	_, err = renderERB(`<%= ENV.fetch('NONE') %>`, get)
+	require.ErrorContains(t, err, `ENV.fetch("NONE")`)
+	_, err = renderERB(`<% if x %>`, get)
+	require.ErrorContains(t, err, "render the file first")
 }

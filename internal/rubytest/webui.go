@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"html"
 	"io"
 	"net/http"
@@ -61,11 +62,18 @@ type WebUI struct {
 }
 
 // StartWebUI starts the Sidekiq 6.4.1 Web UI for the Redis at redisURL and
-// stops it at the end of the test.
-func StartWebUI(t testing.TB, redisURL string) *WebUI {
+// stops it at the end of the test. requires are loaded after sidekiq/web
+// (extensions such as "sidekiq/cron/web" add their tabs).
+func StartWebUI(t testing.TB, redisURL string, requires ...string) *WebUI {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), "webui.rb")
-	if err := os.WriteFile(f, []byte(Prelude+webUIScript), 0o644); err != nil {
+	extra := ""
+	for _, r := range requires {
+		extra += fmt.Sprintf("require %q\n", r)
+	}
+	// After sidekiq/web: extensions register with Sidekiq::Web if defined.
+	script := strings.Replace(webUIScript, "require \"sidekiq/web\"\n", "require \"sidekiq/web\"\n"+extra, 1)
+	if err := os.WriteFile(f, []byte(Prelude+script), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("ruby", f)
