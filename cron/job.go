@@ -103,15 +103,11 @@ const LastEnqueueFormat = "2006-01-02 15:04:05 -0700"
 // ("" = default) on schedule cron, its message built as the gem builds it
 // for a class it cannot load: {"queue":…,"class":…,"args":…}.
 func NewJob(name, cronLine, class, queue string, args ...any) (*Job, error) {
-	vals := make([]rubyjson.Value, len(args))
-	for i, a := range args {
-		v, err := rubyjson.FromGo(a)
-		if err != nil {
-			return nil, fmt.Errorf("cron job %s: arg %d: %w", name, i, err)
-		}
-		vals[i] = v
+	v, err := rubyjson.FromGo(args)
+	if err != nil {
+		return nil, fmt.Errorf("cron job %s: args: %w", name, err)
 	}
-	return NewJobJSON(name, cronLine, class, queue, string(rubyjson.ArrayValue(vals...).Encode()))
+	return NewJobJSON(name, cronLine, class, queue, string(v.Encode()))
 }
 
 // NewJobJSON is NewJob with the arguments as a JSON array.

@@ -89,14 +89,7 @@ func ParseSchedule(expr string) (*Schedule, error) {
 		fields[dow] = strings.Join(items, ",")
 		spec = strings.Join(fields, " ")
 	} else if !strings.HasPrefix(spec, "@") {
-		line, ok, err := naturalToCron(spec)
-		if err != nil {
-			return nil, fmt.Errorf("cron %q: %w", expr, err)
-		}
-		if !ok {
-			return nil, fmt.Errorf("cron %q: want 5 or 6 fields, a descriptor, or natural language gojob reads (\"every 5 minutes\", \"every weekday at 7:30\"; docs/cron.md)", expr)
-		}
-		spec = line
+		return nil, fmt.Errorf("cron %q: want 5 or 6 fields, a descriptor, or natural language gojob reads (\"every 5 minutes\", \"every weekday at 7:30\"; docs/cron.md)", expr)
 	}
 	sched, err := parser.Parse(spec)
 	if err != nil {
