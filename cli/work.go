@@ -57,7 +57,7 @@ otherwise the last line of stderr is the error message) or --http CLASS=URL
 			&ucli.IntFlag{Name: "max-retries", Value: 25, Usage: "retries for jobs with retry: true"},
 			&ucli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text"},
 			&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn, error"},
-		}, append(append(durableWorkFlags(), cronWorkFlags()...), limitWorkFlags()...)...),
+		}, append(append(append(durableWorkFlags(), cronWorkFlags()...), limitWorkFlags()...), metricsWorkFlags()...)...),
 		Action: func(c *ucli.Context) error {
 			log := newLogger(c.App.ErrWriter, c.Bool("log-json"), c.String("log-level"))
 			cfg, err := serverConfigFromFlags(c, log)
@@ -83,6 +83,11 @@ otherwise the last line of stderr is the error message) or --http CLASS=URL
 			if err := applyLimits(c, srv, pool); err != nil {
 				return err
 			}
+			stopMetrics, err := startMetrics(c, srv, pool, log)
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
 			stopDurable, err := setupDurable(c, srv, nil, log)
 			if err != nil {
 				return err

@@ -95,6 +95,7 @@ func (s *Server) process(tid string, u fetch.Unit) {
 		s.log.Error().Err(err).Str("component", "processor").Str("queue", queue).
 			Msg("unparsable job payload moved to the dead set unchanged")
 		s.fetcher.Finish(u, &fetch.Outcome{Set: wire.KeyDead, At: s.cfg.Clock.Now(), Payload: raw})
+		s.observe(queue, "", 0, err)
 		return
 	}
 	reg, _ := s.handlerFor(job)
@@ -131,14 +132,12 @@ func (s *Server) process(tid string, u fetch.Unit) {
 	}
 	err = s.execute(ctx, job, reg)
 	cancel()
-	var took time.Duration
-	if w.class != "" {
-		took = s.cfg.Clock.Now().Sub(w.runAt)
-	}
+	took := s.cfg.Clock.Now().Sub(w.runAt)
 	if !w.finish() {
 		// Hard shutdown requeued it while it ran; whatever happened is moot.
 		return
 	}
+	defer func() { s.observe(queue, job.Class(), took, err) }()
 	if w.class != "" {
 		var ol *OverLimitError
 		s.metrics.Record(w.class, took, err != nil && !errors.As(err, &ol))

@@ -63,6 +63,8 @@ type Server struct {
 	stopOne  sync.Once
 	hardCtx  context.Context // cancelled at hard shutdown
 
+	observers []JobObserver
+
 	// The paused-queues watcher (pause.go).
 	pauseCancel context.CancelFunc
 	pauseDone   chan struct{}

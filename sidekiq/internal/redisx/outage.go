@@ -152,3 +152,7 @@ func (r *Retrier) Retry(f func() error) error {
 		}
 	}
 }
+
+// Down reports whether an outage is going on (a failure not yet followed
+// by a success).
+func (o *OutageLog) Down() bool { return o.isDown.Load() }

@@ -1,0 +1,53 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/zerolog"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/gojob/gojob/metrics"
+	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/api"
+)
+
+func metricsWorkFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus /metrics, /healthz and /readyz on `HOST:PORT` (e.g. 127.0.0.1:9090)"},
+	}
+}
+
+// startMetrics serves the exporter of srv on --metrics-addr (nothing when
+// unset) until the returned stop is called.
+func startMetrics(c *ucli.Context, srv *sidekiq.Server, pool *redis.Pool, log zerolog.Logger) (func(), error) {
+	addr := c.String("metrics-addr")
+	if addr == "" {
+		return func() {}, nil
+	}
+	admin, err := api.New(&api.Config{Pool: pool, Client: srv.Client()})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, ucli.Exit(fmt.Sprintf("--metrics-addr %s: %v", addr, err), 2)
+	}
+	hs := &http.Server{Handler: metrics.New(srv, admin, pool).Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Str("component", "metrics").Msg("metrics server stopped")
+		}
+	}()
+	log.Info().Str("component", "metrics").Str("addr", ln.Addr().String()).Msg("serving /metrics, /healthz and /readyz")
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		hs.Shutdown(ctx)
+	}, nil
+}

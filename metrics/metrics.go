@@ -1,0 +1,176 @@
+// Package metrics serves a gojob process's Prometheus metrics and its
+// health endpoints: /metrics (this process's jobs by queue and class, its
+// slots and Redis state, and the cluster's queues and sets read through the
+// admin API at scrape time), /healthz (the process runs) and /readyz
+// (Redis answers and the process takes jobs). README "Metrics and health"
+// lists the metrics.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/api"
+)
+
+// Exporter collects a server's metrics. Create it with New before the
+// server starts (it observes the server's jobs).
+type Exporter struct {
+	srv   *sidekiq.Server
+	admin *api.API
+	pool  *redis.Pool
+	reg   *prometheus.Registry
+
+	processed *prometheus.CounterVec
+	failed    *prometheus.CounterVec
+	overLimit *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+}
+
+// New returns the exporter of srv; admin reads the cluster-wide figures.
+func New(srv *sidekiq.Server, admin *api.API, pool *redis.Pool) *Exporter {
+	e := &Exporter{srv: srv, admin: admin, pool: pool, reg: prometheus.NewRegistry()}
+	labels := []string{"queue", "class"}
+	e.processed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gojob_jobs_processed_total",
+		Help: "Jobs this process finished (successes, failures and over-limit reschedules)."}, labels)
+	e.failed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gojob_jobs_failed_total",
+		Help: "Jobs this process finished with a failure."}, labels)
+	e.overLimit = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gojob_jobs_over_limit_total",
+		Help: "Jobs this process rescheduled because a limiter was full (not failures)."}, labels)
+	e.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gojob_job_duration_seconds",
+		Help:    "Execution time of the jobs this process finished.",
+		Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}}, labels)
+	e.reg.MustRegister(e.processed, e.failed, e.overLimit, e.duration, e,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv.Observe(e)
+	return e
+}
+
+// JobDone implements sidekiq.JobObserver.
+func (e *Exporter) JobDone(queue, class string, took time.Duration, err error) {
+	if class == "" {
+		class = "(unparsable)"
+	}
+	e.processed.WithLabelValues(queue, class).Inc()
+	var ol *sidekiq.OverLimitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ol):
+		e.overLimit.WithLabelValues(queue, class).Inc()
+	default:
+		e.failed.WithLabelValues(queue, class).Inc()
+	}
+	e.duration.WithLabelValues(queue, class).Observe(took.Seconds())
+}
+
+var (
+	descBusy        = prometheus.NewDesc("gojob_busy_slots", "Jobs this process runs now.", nil, nil)
+	descSlots       = prometheus.NewDesc("gojob_slots", "This process's concurrency.", nil, nil)
+	descQuiet       = prometheus.NewDesc("gojob_quiet", "1 when this process takes no new jobs (quiet or stopping).", nil, nil)
+	descRedisUp     = prometheus.NewDesc("gojob_redis_up", "0 while this process is in a Redis outage.", nil, nil)
+	descQueueSize   = prometheus.NewDesc("gojob_queue_size", "Jobs waiting in the queue (cluster-wide).", []string{"queue"}, nil)
+	descQueueLat    = prometheus.NewDesc("gojob_queue_latency_seconds", "Age of the queue's oldest job (cluster-wide).", []string{"queue"}, nil)
+	descSetSize     = prometheus.NewDesc("gojob_set_size", "Entries of the retry, schedule and dead sets (cluster-wide).", []string{"set"}, nil)
+	descClusterProc = prometheus.NewDesc("gojob_cluster_processed_total", "Sidekiq's stat:processed, all processes, Ruby included.", nil, nil)
+	descClusterFail = prometheus.NewDesc("gojob_cluster_failed_total", "Sidekiq's stat:failed, all processes, Ruby included.", nil, nil)
+	descScrapeErr   = prometheus.NewDesc("gojob_cluster_scrape_error", "1 when the cluster-wide figures could not be read for this scrape.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descBusy, descSlots, descQuiet, descRedisUp, descQueueSize, descQueueLat,
+		descSetSize, descClusterProc, descClusterFail, descScrapeErr} {
+		ch <- d
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Collect implements prometheus.Collector: the process gauges, then the
+// cluster's figures (at most 2 s of Redis reads per scrape).
+func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(descBusy, prometheus.GaugeValue, float64(e.srv.Busy()))
+	ch <- prometheus.MustNewConstMetric(descSlots, prometheus.GaugeValue, float64(e.srv.Concurrency()))
+	ch <- prometheus.MustNewConstMetric(descQuiet, prometheus.GaugeValue, b2f(e.srv.IsQuiet()))
+	ch <- prometheus.MustNewConstMetric(descRedisUp, prometheus.GaugeValue, b2f(!e.srv.RedisDown()))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	failed := e.collectCluster(ctx, ch) != nil
+	ch <- prometheus.MustNewConstMetric(descScrapeErr, prometheus.GaugeValue, b2f(failed))
+}
+
+func (e *Exporter) collectCluster(ctx context.Context, ch chan<- prometheus.Metric) error {
+	st, err := e.admin.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	ch <- prometheus.MustNewConstMetric(descClusterProc, prometheus.CounterValue, float64(st.Processed))
+	ch <- prometheus.MustNewConstMetric(descClusterFail, prometheus.CounterValue, float64(st.Failed))
+	ch <- prometheus.MustNewConstMetric(descSetSize, prometheus.GaugeValue, float64(st.Retries), "retry")
+	ch <- prometheus.MustNewConstMetric(descSetSize, prometheus.GaugeValue, float64(st.Scheduled), "schedule")
+	ch <- prometheus.MustNewConstMetric(descSetSize, prometheus.GaugeValue, float64(st.Dead), "dead")
+	for _, q := range st.Queues {
+		ch <- prometheus.MustNewConstMetric(descQueueSize, prometheus.GaugeValue, float64(q.Size), q.Name)
+		lat, err := e.admin.Queue(q.Name).Latency(ctx)
+		if err != nil {
+			return err
+		}
+		ch <- prometheus.MustNewConstMetric(descQueueLat, prometheus.GaugeValue, lat.Seconds(), q.Name)
+	}
+	return nil
+}
+
+// Handler serves /metrics, /healthz and /readyz.
+func (e *Exporter) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if !e.srv.Running() {
+			http.Error(w, "not running", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := e.ready(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+// ready: running, not quiet, and Redis answers a PING within a second.
+func (e *Exporter) ready(ctx context.Context) error {
+	if !e.srv.Running() {
+		return errors.New("not running")
+	}
+	if e.srv.IsQuiet() {
+		return errors.New("quiet: takes no new jobs")
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	conn, err := e.pool.GetContext(ctx)
+	if err != nil {
+		return errors.New("redis unreachable: " + err.Error())
+	}
+	defer conn.Close()
+	if _, err := redis.DoContext(conn, ctx, "PING"); err != nil {
+		return errors.New("redis unreachable: " + err.Error())
+	}
+	return nil
+}
