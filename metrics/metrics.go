@@ -59,7 +59,6 @@ func (e *Exporter) JobDone(queue, class string, took time.Duration, err error) {
 	if class == "" {
 		class = "(unparsable)"
 	}
-	e.processed.WithLabelValues(queue, class).Inc()
 	var ol *sidekiq.OverLimitError
 	switch {
 	case err == nil:
@@ -69,6 +68,8 @@ func (e *Exporter) JobDone(queue, class string, took time.Duration, err error) {
 		e.failed.WithLabelValues(queue, class).Inc()
 	}
 	e.duration.WithLabelValues(queue, class).Observe(took.Seconds())
+	// Last: a scrape that sees a job processed sees its outcome too.
+	e.processed.WithLabelValues(queue, class).Inc()
 }
 
 var (
