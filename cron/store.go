@@ -145,28 +145,33 @@ func (s *Store) Find(ctx context.Context, name string) (*Job, error) {
 }
 
 // SetEnabled enables or disables job name (the gem's enable!/disable!,
-// which rewrite the status field).
+// which rewrite the status field): one script, so a job deleted meanwhile
+// is not recreated as a bare hash.
 func (s *Store) SetEnabled(ctx context.Context, name string, enabled bool) error {
-	j, err := s.Find(ctx, name)
-	if err != nil {
-		return err
+	status := "disabled"
+	if enabled {
+		status = "enabled"
 	}
-	j.Enabled = enabled
 	conn, err := s.pool().GetContext(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	_, err = redis.DoContext(conn, ctx, "HSET", s.Layout.JobKey(name), "status", j.Status())
-	return err
+	n, err := redis.Int(redis.DoContext(conn, ctx, "EVAL",
+		`if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end redis.call('HSET', KEYS[1], 'status', ARGV[1]) return 1`,
+		1, s.Layout.JobKey(name), status))
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %q (%s)", ErrNotFound, name, s.Layout)
+	}
+	return nil
 }
 
 // Delete removes job name and its enqueued set and history (the gem's
-// destroy).
+// destroy), in one round trip.
 func (s *Store) Delete(ctx context.Context, name string) error {
-	if _, err := s.Find(ctx, name); err != nil {
-		return err
-	}
 	conn, err := s.pool().GetContext(ctx)
 	if err != nil {
 		return err
@@ -176,8 +181,14 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	conn.Send("DEL", s.Layout.EnqueuedKey(name))
 	conn.Send("DEL", s.Layout.HistoryKey(name))
 	conn.Send("DEL", s.Layout.JobKey(name))
-	_, err = redis.DoContext(conn, ctx, "")
-	return err
+	replies, err := redis.Ints(redis.DoContext(conn, ctx, ""))
+	if err != nil {
+		return err
+	}
+	if replies[3] == 0 {
+		return fmt.Errorf("%w: %q (%s)", ErrNotFound, name, s.Layout)
+	}
+	return nil
 }
 
 // RunNow pushes job name at once, as the gem's "Enqueue now" (enqueue!):
@@ -205,7 +216,6 @@ func (s *Store) enqueue(ctx context.Context, j *Job, tick time.Time) (string, bo
 	}
 	now := s.clock().Now().UTC()
 	last := now.Format(LastEnqueueFormat)
-	var history []byte
 	entry := rubyjson.NewMap()
 	entry.Set("jid", rubyjson.StringValue(p.JID))
 	if s.Layout.V1 {
@@ -213,7 +223,7 @@ func (s *Store) enqueue(ctx context.Context, j *Job, tick time.Time) (string, bo
 	} else {
 		entry.Set("enqueued", rubyjson.StringValue(now.Format("2006-01-02 15:04:05 UTC")))
 	}
-	history = entry.Encode()
+	history := entry.Encode()
 	score, member, trim := "", "", ""
 	if !tick.IsZero() {
 		score, member = wire.Score(tick), tickMember(tick)

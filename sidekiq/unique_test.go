@@ -148,9 +148,7 @@ func TestUniqueLockReleasedAtSuccessStartOrDeath(t *testing.T) {
 	require.True(t, locked(retried), "a retry keeps the lock")
 
 	dies := uniqueJob(t, "Fails", 60, "", "d")
-	dies.SetRetry(false)
-	dies.Set("dead", rubyjson.BoolValue(true))
-	dies.SetRetry(0)
+	dies.SetRetry(0) // straight to the dead set
 	_, err = c.Push(ctx, dies, nil)
 	require.NoError(t, err)
 	wait.For(t, "the death", func() bool {

@@ -87,7 +87,8 @@ func (f *Order) SetPaused(names []string) bool {
 // Paused reports whether queue (a name) is paused.
 func (f *Order) Paused(queue string) bool {
 	p := f.paused.Load()
-	return p != nil && (*p)[wire.QueueKey(queue)]
+	// Runs for every job: no key built while nothing is paused.
+	return p != nil && len(*p) > 0 && (*p)[wire.QueueKey(queue)]
 }
 
 // AllPaused reports whether every queue of the order is paused.

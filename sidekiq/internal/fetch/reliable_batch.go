@@ -153,6 +153,11 @@ func (f *reliableBatch) fetch(taking *atomic.Int64) {
 	defer taking.Store(0)
 	for {
 		taking.Store(0)
+		// Wait out a pause holding no slot and no take timestamp (which
+		// would hold off the own-list sweep).
+		if !cfg.Order.WaitUnpaused(cfg.Quiet) {
+			return
+		}
 		select {
 		case <-f.idle:
 		case <-cfg.Quiet:
@@ -160,7 +165,7 @@ func (f *reliableBatch) fetch(taking *atomic.Int64) {
 		}
 		k := 1 + f.gather(full)
 		taking.Store(time.Now().UnixNano())
-		if cfg.quiet() || !fc.ready() || !cfg.Order.WaitUnpaused(cfg.Quiet) {
+		if cfg.quiet() || !fc.ready() {
 			giveBack(k)
 			return
 		}
