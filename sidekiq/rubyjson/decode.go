@@ -486,15 +486,27 @@ func parseNumber(data []byte, pos int) (Value, int, error) {
 		}
 		return Value{kind: Integer, s: text}, pos, nil
 	}
-	f, err := strconv.ParseFloat(text, 64)
+	// The text is valid JSON; putting it in Float#to_s form waits until
+	// something reads or writes it (floatText), which a job that succeeds
+	// never does: most payloads carry two float timestamps.
+	return Value{kind: Float, s: text, b: true}, pos, nil
+}
+
+// floatText returns a Float's text in Float#to_s form. A parsed float keeps
+// its source text (v.b set) until then; one out of float64's range keeps it
+// for good: Ruby would parse an infinity and refuse to write it, so nothing
+// is lost by keeping the text.
+func (v Value) floatText() string {
+	if !v.b {
+		return v.s
+	}
+	f, err := strconv.ParseFloat(v.s, 64)
 	if err != nil {
-		// Out of float64 range: Ruby would parse an infinity and refuse to
-		// write it. Keep the text so nothing is lost.
-		return Value{kind: Float, s: text}, pos, nil
+		return v.s
 	}
 	var buf [32]byte
-	if out := AppendFloat(buf[:0], f); string(out) != text {
-		text = string(out)
+	if out := AppendFloat(buf[:0], f); string(out) != v.s {
+		return string(out)
 	}
-	return Value{kind: Float, s: text}, pos, nil
+	return v.s
 }

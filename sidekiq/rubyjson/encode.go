@@ -20,7 +20,12 @@ func (v Value) AppendTo(dst []byte) []byte {
 			return append(dst, "true"...)
 		}
 		return append(dst, "false"...)
-	case Integer, Float:
+	case Integer:
+		return append(dst, v.s...)
+	case Float:
+		if v.b {
+			return append(dst, v.floatText()...)
+		}
 		return append(dst, v.s...)
 	case String:
 		return AppendString(dst, v.s)

@@ -56,6 +56,28 @@ func TestNormalize(t *testing.T) {
 	}
 }
 
+func TestParsedFloatsReadInRubysForm(t *testing.T) {
+	t.Parallel()
+	// A parsed float keeps its source text until it is read or written;
+	// every reader sees Float#to_s form.
+	for in, want := range map[string]string{`1E3`: "1000.0", `2.50`: "2.5", `1.7468303847678468e+9`: "1746830384.7678468", `1e400`: "1e400", `0.1`: "0.1"} {
+		v, err := Parse([]byte(in))
+		require.NoError(t, err, in)
+		require.Equal(t, want, v.NumberText(), in)
+		f, ok := v.Float()
+		require.True(t, ok, in)
+		if in != `1e400` {
+			require.True(t, Equal(v, FloatValue(f)), in)
+		}
+		arr, err := Parse([]byte("[" + in + "]"))
+		require.NoError(t, err)
+		require.Equal(t, "["+want+"]", string(arr.Encode()))
+	}
+	a, _ := Parse([]byte(`2.50`))
+	b, _ := Parse([]byte(`2.5`))
+	require.True(t, Equal(a, b))
+}
+
 func TestMapOrder(t *testing.T) {
 	t.Parallel()
 	m := NewMap()

@@ -136,10 +136,13 @@ func (v Value) Str() (string, bool) {
 
 // NumberText returns the number's JSON text ("" when v is not a number).
 func (v Value) NumberText() string {
-	if !v.IsNumber() {
-		return ""
+	switch v.kind {
+	case Integer:
+		return v.s
+	case Float:
+		return v.floatText()
 	}
-	return v.s
+	return ""
 }
 
 // Int returns v as an int64 when it is an Integer that fits, or a Float with
@@ -200,7 +203,9 @@ func (v Value) Clone() Value {
 	return v
 }
 
-// Equal reports whether a and b encode to the same JSON.
+// Equal reports whether a and b encode to the same JSON. Compare Values with
+// it, not with == or reflect.DeepEqual: a parsed float keeps its source text
+// until it is read or written.
 func Equal(a, b Value) bool {
 	if a.kind != b.kind {
 		return false
@@ -210,8 +215,10 @@ func Equal(a, b Value) bool {
 		return true
 	case Bool:
 		return a.b == b.b
-	case Integer, Float, String:
+	case Integer, String:
 		return a.s == b.s
+	case Float:
+		return a.floatText() == b.floatText()
 	case Array:
 		if len(a.arr) != len(b.arr) {
 			return false
