@@ -83,12 +83,16 @@ var (
 	descClusterProc = prometheus.NewDesc("gojob_cluster_processed_total", "Sidekiq's stat:processed, all processes, Ruby included.", nil, nil)
 	descClusterFail = prometheus.NewDesc("gojob_cluster_failed_total", "Sidekiq's stat:failed, all processes, Ruby included.", nil, nil)
 	descScrapeErr   = prometheus.NewDesc("gojob_cluster_scrape_error", "1 when the cluster-wide figures could not be read for this scrape.", nil, nil)
+	descRecovered   = prometheus.NewDesc("gojob_recovered_jobs_total", "Jobs this process pushed back to their queue from the in-progress lists of processes that are gone (reliable fetch).", nil, nil)
+	descPoison      = prometheus.NewDesc("gojob_poison_pills_total", "Recovered jobs this process moved to the dead set instead: their process died while running them too often.", nil, nil)
+	descRedisErrors = prometheus.NewDesc("gojob_redis_errors_total", "Redis commands of this process that failed (connection errors and stalls).", nil, nil)
+	descOutages     = prometheus.NewDesc("gojob_redis_outages_total", "Redis outages this process went through.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBusy, descSlots, descQuiet, descRedisUp, descQueueSize, descQueueLat,
-		descSetSize, descClusterProc, descClusterFail, descScrapeErr} {
+		descSetSize, descClusterProc, descClusterFail, descScrapeErr, descRecovered, descPoison, descRedisErrors, descOutages} {
 		ch <- d
 	}
 }
@@ -107,6 +111,11 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descSlots, prometheus.GaugeValue, float64(e.srv.Concurrency()))
 	ch <- prometheus.MustNewConstMetric(descQuiet, prometheus.GaugeValue, b2f(e.srv.IsQuiet()))
 	ch <- prometheus.MustNewConstMetric(descRedisUp, prometheus.GaugeValue, b2f(!e.srv.RedisDown()))
+	fs := e.srv.FetchStats()
+	ch <- prometheus.MustNewConstMetric(descRecovered, prometheus.CounterValue, float64(fs.Recovered))
+	ch <- prometheus.MustNewConstMetric(descPoison, prometheus.CounterValue, float64(fs.PoisonPills))
+	ch <- prometheus.MustNewConstMetric(descRedisErrors, prometheus.CounterValue, float64(fs.RedisErrors))
+	ch <- prometheus.MustNewConstMetric(descOutages, prometheus.CounterValue, float64(fs.RedisOutages))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	failed := e.collectCluster(ctx, ch) != nil

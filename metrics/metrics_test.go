@@ -99,6 +99,19 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 	code, _ := status(t, web.URL+"/healthz")
 	require.Equal(t, http.StatusServiceUnavailable, code, "not started yet")
 
+	// A job left in the in-progress list of a process that is gone: this
+	// one recovers it at start, runs it, and counts the recovery.
+	orphan, _ := wire.NewJob("Ok")
+	orphan.SetQueue("default")
+	orphan.SetJID("0123456789abcdef01234567")
+	conn := pool.Get()
+	list := wire.WorkingListKey("default", "gone-host:4242:aaaaaaaaaaaa")
+	_, err = conn.Do("LPUSH", list, orphan.Encode())
+	require.NoError(t, err)
+	_, err = conn.Do("SADD", wire.KeyWorkingLists, list)
+	require.NoError(t, err)
+	conn.Close()
+
 	require.NoError(t, srv.Start(context.Background()))
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -121,19 +134,23 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 	require.NoError(t, err)
 
 	var fams map[string]*dto.MetricFamily
-	wait.For(t, "five jobs counted", func() bool {
+	wait.For(t, "six jobs counted", func() bool {
 		fams = scrape(t, web.URL)
 		f := fams["gojob_jobs_processed_total"]
 		total := 0.0
 		for _, m := range f.GetMetric() {
 			total += m.GetCounter().GetValue()
 		}
-		return total == 5
+		return total == 6
 	})
-	require.Equal(t, 3.0, value(t, fams, "gojob_jobs_processed_total", map[string]string{"queue": "default", "class": "Ok"}))
+	require.Equal(t, 4.0, value(t, fams, "gojob_jobs_processed_total", map[string]string{"queue": "default", "class": "Ok"}))
+	require.Equal(t, 1.0, value(t, fams, "gojob_recovered_jobs_total", nil))
+	require.Equal(t, 0.0, value(t, fams, "gojob_poison_pills_total", nil))
+	require.Equal(t, 0.0, value(t, fams, "gojob_redis_outages_total", nil))
+	require.Contains(t, fams, "gojob_redis_errors_total")
 	require.Equal(t, 1.0, value(t, fams, "gojob_jobs_failed_total", map[string]string{"class": "Bad"}))
 	require.Equal(t, 1.0, value(t, fams, "gojob_jobs_over_limit_total", map[string]string{"queue": "mail", "class": "Limited"}))
-	require.Equal(t, 3.0, value(t, fams, "gojob_job_duration_seconds", map[string]string{"class": "Ok"}))
+	require.Equal(t, 4.0, value(t, fams, "gojob_job_duration_seconds", map[string]string{"class": "Ok"}))
 	require.Equal(t, 3.0, value(t, fams, "gojob_slots", nil))
 	require.Equal(t, 0.0, value(t, fams, "gojob_busy_slots", nil))
 	require.Equal(t, 1.0, value(t, fams, "gojob_redis_up", nil))

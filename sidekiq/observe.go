@@ -33,3 +33,27 @@ func (s *Server) Running() bool { return s.state.Load() == stateRunning }
 // RedisDown reports whether the server is in a Redis outage (its last
 // command failed and none has succeeded since).
 func (s *Server) RedisDown() bool { return s.outage.Down() }
+
+// FetchStats are the counters of a server's fetch and Redis connections.
+type FetchStats struct {
+	// Recovered is how many jobs this process pushed back to their queue
+	// from the in-progress lists of processes that are gone (reliable fetch).
+	Recovered int64
+	// PoisonPills is how many recovered jobs it moved to the dead set
+	// instead, recovered too often.
+	PoisonPills int64
+	// RedisErrors is how many Redis commands failed; RedisOutages how many
+	// outages began (a failure or a stall after a success).
+	RedisErrors, RedisOutages int64
+}
+
+// FetchStats returns the fetch and Redis counters.
+func (s *Server) FetchStats() FetchStats {
+	errs, outages := s.outage.Counts()
+	return FetchStats{
+		Recovered:    s.fetchStats.Recovered.Load(),
+		PoisonPills:  s.fetchStats.PoisonPills.Load(),
+		RedisErrors:  errs,
+		RedisOutages: outages,
+	}
+}

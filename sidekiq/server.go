@@ -73,9 +73,10 @@ type Server struct {
 	// entries, requeues, the poller's pushes) through an outage. Its
 	// context outlives the hard shutdown and ends when Stop finishes or
 	// gives up.
-	writes    *redisx.Retrier
-	writeStop context.CancelFunc
-	outage    redisx.OutageLog
+	writes     *redisx.Retrier
+	writeStop  context.CancelFunc
+	outage     redisx.OutageLog
+	fetchStats fetch.Stats
 	// workMu orders starting a job against the hard shutdown's sweep of
 	// the running jobs: a job is either seen by the sweep or, once
 	// abandoning is set, pushed back instead of started.
@@ -312,6 +313,7 @@ func (s *Server) newFetcher(ctx context.Context) (fetch.Fetcher, error) {
 		RecoveryLimit:    s.cfg.RecoveryLimit,
 		RecoveryInterval: s.cfg.RecoveryInterval,
 		Died:             s.death,
+		Stats:            &s.fetchStats,
 	}
 	switch s.cfg.Fetch {
 	case FetchBatch:

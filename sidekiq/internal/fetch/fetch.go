@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -126,6 +127,26 @@ type Config struct {
 	RecoveryInterval time.Duration
 	// Died is called for a poison pill moved to the dead set.
 	Died func(job *wire.Job, err error)
+	// Stats counts the recoveries (optional).
+	Stats *Stats
+}
+
+// Stats counts what the reliable fetch's recovery did (the metrics
+// exporter reads it).
+type Stats struct {
+	// Recovered counts jobs pushed back to their queue from the
+	// in-progress lists of processes that are gone.
+	Recovered atomic.Int64
+	// PoisonPills counts recovered jobs moved to the dead set instead
+	// (recovered too often).
+	PoisonPills atomic.Int64
+}
+
+func (s *Stats) add(recovered, poisoned int) {
+	if s != nil {
+		s.Recovered.Add(int64(recovered))
+		s.PoisonPills.Add(int64(poisoned))
+	}
 }
 
 func (c *Config) quiet() bool {

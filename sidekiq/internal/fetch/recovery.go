@@ -326,6 +326,7 @@ func (l *reliableLife) recoverList(key string) (int, error) {
 			dead++
 		}
 	}
+	l.cfg.Stats.add(moved-dead, dead)
 	if moved > 0 {
 		l.cfg.Logger.Warn().Str("component", "recovery").Str("process", identity).Str("queue", queue).
 			Int("requeued", moved-dead).Int("poison_pills", dead).Bool("same_host", force).

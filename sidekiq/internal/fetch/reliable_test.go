@@ -286,8 +286,10 @@ func TestConcurrentRecoveryMovesEachJobOnce(t *testing.T) {
 func TestRecoveryBuriesPoisonPills(t *testing.T) {
 	t.Parallel()
 	var died []string
+	stats := &Stats{}
 	b := reliableBundle(t, nil, func(c *Config) {
 		c.Died = func(j *wire.Job, err error) { died = append(died, j.JID()+": "+err.Error()) }
+		c.Stats = stats
 	})
 	f := newReliable(t, b, "reliable")
 	t.Cleanup(f.Close)
@@ -311,6 +313,8 @@ func TestRecoveryBuriesPoisonPills(t *testing.T) {
 		require.True(t, ok)
 	}
 	require.Len(t, died, 2)
+	require.Equal(t, int64(1), stats.Recovered.Load())
+	require.Equal(t, int64(2), stats.PoisonPills.Load())
 	require.Empty(t, b.keys(t, wire.RecoveryCountKey("pill")), "a buried job's count is dropped")
 }
 

@@ -40,15 +40,23 @@ type OutageLog struct {
 	// isDown mirrors down for OK's lock-free fast path (OK runs for every
 	// fetch reply).
 	isDown atomic.Bool
+	// errors counts failures; outages counts outages begun (metrics).
+	errors, outages atomic.Int64
 }
+
+// Counts returns how many Redis failures were recorded and how many
+// outages began.
+func (o *OutageLog) Counts() (errors, outages int64) { return o.errors.Load(), o.outages.Load() }
 
 // Failed records a failure; the first one of an outage is logged.
 func (o *OutageLog) Failed(err error) {
+	o.errors.Add(1)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.down {
 		return
 	}
+	o.outages.Add(1)
 	o.down = true
 	o.isDown.Store(true)
 	o.since = time.Now()
@@ -66,6 +74,7 @@ func (o *OutageLog) Stalled(d time.Duration) {
 	if o.down {
 		return
 	}
+	o.outages.Add(1)
 	o.down = true
 	o.isDown.Store(true)
 	o.since = time.Now().Add(-d)
