@@ -36,7 +36,7 @@ func adminCommands() []*ucli.Command {
 				&ucli.StringFlag{Name: "retry", Usage: "true, false or a number of retries (default true)"},
 				&ucli.DurationFlag{Name: "in", Usage: "schedule after this delay"},
 				&ucli.StringFlag{Name: "at", Usage: "schedule at this time (RFC 3339 or epoch seconds)"},
-				&ucli.Float64Flag{Name: "unique-for", Usage: "push only if no job of this class, queue and arguments holds the unique lock; the lock lasts `SECONDS` (exit 3 when not pushed)"},
+				&ucli.Float64Flag{Name: "unique-for", Usage: "push only if no job of this class, queue and arguments holds the unique lock; the lock lasts `SECONDS` (exit 5 when not pushed)"},
 				&ucli.StringFlag{Name: "unique-until", Usage: "release the unique lock at the job's start or success (default success)"},
 			},
 			Action: withAPI(pushAction),
@@ -90,7 +90,7 @@ func withAPI(f func(ctx context.Context, e *adminEnv) error) ucli.ActionFunc {
 func pushAction(ctx context.Context, e *adminEnv) error {
 	args := e.c.Args().Slice()
 	if len(args) == 0 {
-		return ucli.Exit("push: CLASS is required", 2)
+		return ucli.Exit("push: CLASS is required", ExitUsage)
 	}
 	job, err := wire.NewJob(args[0])
 	if err != nil {
@@ -115,7 +115,7 @@ func pushAction(ctx context.Context, e *adminEnv) error {
 		default:
 			n, err := strconv.Atoi(r)
 			if err != nil || n < 0 {
-				return ucli.Exit("push: --retry must be true, false or a number", 2)
+				return ucli.Exit("push: --retry must be true, false or a number", ExitUsage)
 			}
 			job.SetRetry(n)
 		}
@@ -125,7 +125,7 @@ func pushAction(ctx context.Context, e *adminEnv) error {
 	}
 	if u := e.c.String("unique-until"); u != "" {
 		if !e.c.IsSet("unique-for") {
-			return ucli.Exit("push: --unique-until needs --unique-for", 2)
+			return ucli.Exit("push: --unique-until needs --unique-for", ExitUsage)
 		}
 		job.Set("unique_until", rubyjson.StringValue(u))
 	}
@@ -133,24 +133,24 @@ func pushAction(ctx context.Context, e *adminEnv) error {
 	if at := e.c.String("at"); at != "" {
 		t, err := parseTime(at)
 		if err != nil {
-			return ucli.Exit("push: --at: "+err.Error(), 2)
+			return ucli.Exit("push: --at: "+err.Error(), ExitUsage)
 		}
 		opts.At = t
 	}
 	res, err := e.api.Client().Push(ctx, job, opts)
 	if err != nil {
 		if strings.Contains(err.Error(), "unique_") {
-			return ucli.Exit("push: "+err.Error(), 2)
+			return ucli.Exit("push: "+err.Error(), ExitUsage)
 		}
 		return err
 	}
 	if res.Duplicate {
 		if e.json {
 			e.printJSON(map[string]any{"jid": "", "duplicate": true, "lock": wire.UniqueKey(job)})
-			return ucli.Exit("", 3)
+			return ucli.Exit("", ExitRefused)
 		}
 		return ucli.Exit(fmt.Sprintf("not pushed: a %s job with these arguments on queue %s holds the unique lock %s",
-			job.Class(), job.Queue(), wire.UniqueKey(job)), 3)
+			job.Class(), job.Queue(), wire.UniqueKey(job)), ExitRefused)
 	}
 	if e.json {
 		return e.printJSON(map[string]any{"jid": res.JID, "scheduled": res.Scheduled, "payload": json.RawMessage(res.Payload)})
@@ -203,7 +203,7 @@ func statsAction(ctx context.Context, e *adminEnv) error {
 func queuePauseAction(pause bool) func(ctx context.Context, e *adminEnv) error {
 	return func(ctx context.Context, e *adminEnv) error {
 		if e.c.NArg() != 1 {
-			return ucli.Exit("queue: one queue NAME is required", 2)
+			return ucli.Exit("queue: one queue NAME is required", ExitUsage)
 		}
 		q := e.api.Queue(e.c.Args().First())
 		if pause {
@@ -362,7 +362,7 @@ func entryAction(action string) func(ctx context.Context, e *adminEnv) error {
 	return func(ctx context.Context, e *adminEnv) error {
 		jid := e.c.Args().First()
 		if jid == "" {
-			return ucli.Exit(action+": JID is required", 2)
+			return ucli.Exit(action+": JID is required", ExitUsage)
 		}
 		for _, name := range sets {
 			en, err := e.set(name).FindJob(ctx, jid)
@@ -389,7 +389,7 @@ func entryAction(action string) func(ctx context.Context, e *adminEnv) error {
 			fmt.Fprintf(e.out, "%s %s (%s) from %s\n", pastTense(action), jid, en.Class(), name)
 			return nil
 		}
-		return ucli.Exit(fmt.Sprintf("%s: no job %s in %s", action, jid, strings.Join(sets, ", ")), 4)
+		return ucli.Exit(fmt.Sprintf("%s: no job %s in %s", action, jid, strings.Join(sets, ", ")), ExitNotFound)
 	}
 }
 
@@ -454,7 +454,7 @@ func signalAction(sig string) func(ctx context.Context, e *adminEnv) error {
 	return func(ctx context.Context, e *adminEnv) error {
 		id := e.c.Args().First()
 		if id == "" {
-			return ucli.Exit("IDENTITY (or all) is required; see gojob processes", 2)
+			return ucli.Exit("IDENTITY (or all) is required; see gojob processes", ExitUsage)
 		}
 		var ids []string
 		if id == "all" {
