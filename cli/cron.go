@@ -95,13 +95,23 @@ ticks, each once across gojob and Ruby sidekiq-cron processes.`,
 			{Name: "list", Usage: "list periodic jobs", Flags: flags(), Action: withCron(cronList)},
 			{Name: "add", Usage: "add or replace a periodic job", ArgsUsage: "NAME",
 				Flags: flags(
-					&ucli.StringFlag{Name: "cron", Required: true, Usage: "schedule: 5 or 6 fields, @hourly…, optional trailing zone"},
-					&ucli.StringFlag{Name: "class", Required: true, Usage: "job class"},
+					&ucli.StringFlag{Name: "cron", Usage: "schedule: 5 or 6 fields, @hourly…, optional trailing zone (required)"},
+					&ucli.StringFlag{Name: "class", Usage: "job class (required)"},
 					&ucli.StringFlag{Name: "queue", Aliases: []string{"q"}, Value: "default", Usage: "queue"},
 					&ucli.StringFlag{Name: "args", Value: "[]", Usage: "arguments, a JSON array"},
 					&ucli.StringFlag{Name: "description", Usage: "description shown in the Web UI"},
 					&ucli.BoolFlag{Name: "disabled", Usage: "add it disabled"},
 				),
+				Before: func(c *ucli.Context) error {
+					// Checked here rather than with Required, which urfave/cli
+					// reports as a plain error (exit 1), before Redis is reached.
+					for _, f := range []string{"cron", "class"} {
+						if c.String(f) == "" {
+							return usageError("gojob cron add", "--"+f+" is required")
+						}
+					}
+					return nil
+				},
 				Action: withCron(cronAdd)},
 			one("enable", "enable a periodic job", func(ctx context.Context, e *cmdEnv, st *cron.Store, n string) error {
 				return st.SetEnabled(ctx, n, true)

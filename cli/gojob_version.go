@@ -50,7 +50,7 @@ func versionCommand() *ucli.Command {
 		Name:  "version",
 		Usage: "print gojob's version (also gojob --version)",
 		Action: func(c *ucli.Context) error {
-			_, err := fmt.Fprintln(c.App.Writer, "gojob", versionString())
+			_, err := fmt.Fprintln(c.App.Writer, "gojob version", versionString())
 			return err
 		},
 	}
