@@ -195,10 +195,29 @@ func statsAction(ctx context.Context, e *adminEnv) error {
 		return err
 	}
 	if e.json {
+		// snake_case keys, as every --json output (the api's structs have
+		// Go field names).
+		type queueRow struct {
+			Name string `json:"name"`
+			Size int64  `json:"size"`
+		}
+		type dayRow struct {
+			Date      string `json:"date"`
+			Processed int64  `json:"processed"`
+			Failed    int64  `json:"failed"`
+		}
+		queues := make([]queueRow, 0, len(st.Queues))
+		for _, q := range st.Queues {
+			queues = append(queues, queueRow{q.Name, q.Size})
+		}
+		days := make([]dayRow, 0, len(hist.Days))
+		for _, d := range hist.Days {
+			days = append(days, dayRow{d.Date, d.Processed, d.Failed})
+		}
 		return e.printJSON(map[string]any{
 			"processed": st.Processed, "failed": st.Failed, "enqueued": st.Enqueued, "scheduled": st.Scheduled,
 			"retries": st.Retries, "dead": st.Dead, "processes": st.Processes, "busy": st.Busy,
-			"default_latency": st.DefaultQueueLatency.Seconds(), "queues": st.Queues, "history": hist.Days,
+			"default_latency": st.DefaultQueueLatency.Seconds(), "queues": queues, "history": days,
 		})
 	}
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
