@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -196,10 +197,17 @@ gojob durable poll.`,
 						return err
 					}
 					failed := printStatus(c.App.Writer, st, c.Bool("json"))
-					if failed {
-						return ucli.Exit("", ExitFailed)
+					if !failed {
+						return nil
 					}
-					return nil
+					// Not migrated yet (every failure is a missing table):
+					// "not found", with the command that creates it.
+					for _, d := range st.Databases {
+						if d.Err != nil && !errors.Is(d.Err, durable.ErrNoTable) {
+							return ucli.Exit("", ExitFailed)
+						}
+					}
+					return ucli.Exit("no durable_jobs table: run gojob durable migrate with the same --db first", ExitNotFound)
 				},
 			},
 		},

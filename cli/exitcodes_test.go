@@ -72,3 +72,18 @@ func TestHelpShowsExitCodesAndVersion(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(string(out2), "gojob version "), string(out2))
 }
+
+// gojob durable status before migrate says which command creates the
+// table, and exits 4 (not found) rather than 1.
+func TestDurableStatusBeforeMigrateHintsAtMigrate(t *testing.T) {
+	// Not parallel: see the note on runCLI.
+	db := "sqlite:" + t.TempDir() + "/d.db"
+	out, errOut, code := runCLI(t, "durable", "status", "--db", db)
+	require.Equal(t, ExitNotFound, code, errOut)
+	require.Contains(t, out, "gojob durable migrate")
+	require.Contains(t, errOut, "run gojob durable migrate")
+	_, errOut, code = runCLI(t, "durable", "migrate", "--db", db)
+	require.Equal(t, 0, code, errOut)
+	_, errOut, code = runCLI(t, "durable", "status", "--db", db)
+	require.Equal(t, 0, code, errOut)
+}
