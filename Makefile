@@ -3,13 +3,20 @@ GO      ?= go
 PKGS    := ./...
 BIN     := bin/gojob
 
-.PHONY: help build test test/unit test/race deps lint vet fmt bench fuzz chaos tidy verify fixtures
+.PHONY: help build install test test/unit test/race deps lint vet fmt bench fuzz chaos tidy verify fixtures
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z/_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
 build: ## Build bin/gojob
 	$(GO) build -o $(BIN) ./cmd/gojob
+
+install: ## Install gojob into $(go env GOPATH)/bin (or $GOBIN); the first build takes about a minute
+	@echo "building and installing gojob (the first build downloads and compiles its dependencies: about a minute)..."
+	$(GO) install ./cmd/gojob
+	@bin=$$($(GO) env GOBIN); [ -n "$$bin" ] || bin=$$($(GO) env GOPATH)/bin; \
+	echo "installed $$bin/gojob"; \
+	case ":$$PATH:" in *":$$bin:"*) ;; *) echo "note: $$bin is not on your PATH; add it: export PATH=\"$$bin:\$$PATH\"";; esac
 
 deps: ## Install what the tests need (redis-server, Ruby Sidekiq 6.4.1) when missing
 	bash scripts/deps.sh

@@ -36,9 +36,10 @@ func adminCommands() []*ucli.Command {
 				&ucli.StringFlag{Name: "retry", Usage: "true, false or a number of retries (default true)"},
 				&ucli.DurationFlag{Name: "in", Usage: "schedule after this delay"},
 				&ucli.StringFlag{Name: "at", Usage: "schedule at this time (RFC 3339 or epoch seconds)"},
-				&ucli.Float64Flag{Name: "unique-for", Usage: "push only if no job of this class, queue and arguments holds the unique lock; the lock lasts `SECONDS` (exit 3 when not pushed)"},
+				&ucli.Float64Flag{Name: "unique-for", Usage: "push only if no job of this class, queue and arguments holds the unique lock; the lock lasts `SECONDS` (exit 5 when not pushed)"},
 				&ucli.StringFlag{Name: "unique-until", Usage: "release the unique lock at the job's start or success (default success)"},
 			},
+			Before: func(c *ucli.Context) error { _, _, err := pushJobFromFlags(c); return err },
 			Action: withAPI(pushAction),
 		},
 		{Name: "stats", Usage: "dashboard numbers (processed, failed, enqueued, …)", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag(),
@@ -54,9 +55,9 @@ func adminCommands() []*ucli.Command {
 					Flags: []ucli.Flag{newRedisFlag()}, Action: withAPI(queuePauseAction(false))},
 			},
 		},
-		{Name: "retries", Usage: "list the retry set (next retry first)", Flags: pageFlags(), Action: withAPI(setAction(wire.KeyRetry))},
-		{Name: "scheduled", Usage: "list the schedule set (next due first)", Flags: pageFlags(), Action: withAPI(setAction(wire.KeySchedule))},
-		{Name: "dead", Usage: "list the dead set (newest first)", Flags: pageFlags(), Action: withAPI(setAction(wire.KeyDead))},
+		{Name: "retries", Usage: "list the retry set (next retry first)", Flags: pageFlags(), Before: checkPageFlags, Action: withAPI(setAction(wire.KeyRetry))},
+		{Name: "scheduled", Usage: "list the schedule set (next due first)", Flags: pageFlags(), Before: checkPageFlags, Action: withAPI(setAction(wire.KeySchedule))},
+		{Name: "dead", Usage: "list the dead set (newest first)", Flags: pageFlags(), Before: checkPageFlags, Action: withAPI(setAction(wire.KeyDead))},
 		{Name: "retry", Usage: "retry a job of the retry or dead set now", ArgsUsage: "JID", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(entryAction("retry"))},
 		{Name: "kill", Usage: "move a job of the retry or schedule set to the dead set", ArgsUsage: "JID", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(entryAction("kill"))},
 		{Name: "delete", Usage: "delete a job from the retry, schedule or dead set", ArgsUsage: "JID", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(entryAction("delete"))},
@@ -88,69 +89,24 @@ func withAPI(f func(ctx context.Context, e *adminEnv) error) ucli.ActionFunc {
 }
 
 func pushAction(ctx context.Context, e *adminEnv) error {
-	args := e.c.Args().Slice()
-	if len(args) == 0 {
-		return ucli.Exit("push: CLASS is required", 2)
-	}
-	job, err := wire.NewJob(args[0])
+	job, opts, err := pushJobFromFlags(e.c)
 	if err != nil {
 		return err
 	}
-	vals := make([]rubyjson.Value, 0, len(args)-1)
-	for _, a := range args[1:] {
-		v, err := rubyjson.Parse([]byte(a))
-		if err != nil {
-			v = rubyjson.StringValue(a)
-		}
-		vals = append(vals, v)
-	}
-	job.SetArgs(vals...)
-	job.SetQueue(e.c.String("queue"))
-	if r := e.c.String("retry"); r != "" {
-		switch r {
-		case "true":
-			job.SetRetry(true)
-		case "false":
-			job.SetRetry(false)
-		default:
-			n, err := strconv.Atoi(r)
-			if err != nil || n < 0 {
-				return ucli.Exit("push: --retry must be true, false or a number", 2)
-			}
-			job.SetRetry(n)
-		}
-	}
-	if e.c.IsSet("unique-for") {
-		job.Set("unique_for", rubyjson.FloatValue(e.c.Float64("unique-for")))
-	}
-	if u := e.c.String("unique-until"); u != "" {
-		if !e.c.IsSet("unique-for") {
-			return ucli.Exit("push: --unique-until needs --unique-for", 2)
-		}
-		job.Set("unique_until", rubyjson.StringValue(u))
-	}
-	opts := &sidekiq.PushOpts{In: e.c.Duration("in")}
-	if at := e.c.String("at"); at != "" {
-		t, err := parseTime(at)
-		if err != nil {
-			return ucli.Exit("push: --at: "+err.Error(), 2)
-		}
-		opts.At = t
-	}
 	res, err := e.api.Client().Push(ctx, job, opts)
 	if err != nil {
-		if strings.Contains(err.Error(), "unique_") {
-			return ucli.Exit("push: "+err.Error(), 2)
+		if strings.Contains(err.Error(), "unique_") || errors.Is(err, wire.ErrInvalidJob) {
+			return ucli.Exit("push: "+err.Error(), ExitUsage)
 		}
 		return err
 	}
 	if res.Duplicate {
 		if e.json {
 			e.printJSON(map[string]any{"jid": "", "duplicate": true, "lock": wire.UniqueKey(job)})
-			return ucli.Exit("", 3)
+			return ucli.Exit("", ExitRefused)
 		}
 		return ucli.Exit(fmt.Sprintf("not pushed: a %s job with these arguments on queue %s holds the unique lock %s",
-			job.Class(), job.Queue(), wire.UniqueKey(job)), 3)
+			job.Class(), job.Queue(), wire.UniqueKey(job)), ExitRefused)
 	}
 	if e.json {
 		return e.printJSON(map[string]any{"jid": res.JID, "scheduled": res.Scheduled, "payload": json.RawMessage(res.Payload)})
@@ -161,6 +117,65 @@ func pushAction(ctx context.Context, e *adminEnv) error {
 	}
 	fmt.Fprintf(e.out, "pushed %s to %s\n", res.JID, where)
 	return nil
+}
+
+// pushJobFromFlags builds the job `gojob push` pushes and checks it as
+// Sidekiq's client would, without Redis: bad input is a usage error (exit
+// 2) even when Redis is down.
+func pushJobFromFlags(c *ucli.Context) (*wire.Job, *sidekiq.PushOpts, error) {
+	args := c.Args().Slice()
+	if len(args) == 0 {
+		return nil, nil, ucli.Exit("push: CLASS is required", ExitUsage)
+	}
+	job, err := wire.NewJob(args[0])
+	if err != nil {
+		return nil, nil, ucli.Exit("push: "+err.Error(), ExitUsage)
+	}
+	vals := make([]rubyjson.Value, 0, len(args)-1)
+	for _, a := range args[1:] {
+		v, err := rubyjson.Parse([]byte(a))
+		if err != nil {
+			v = rubyjson.StringValue(a)
+		}
+		vals = append(vals, v)
+	}
+	job.SetArgs(vals...)
+	job.SetQueue(c.String("queue"))
+	if r := c.String("retry"); r != "" {
+		switch r {
+		case "true":
+			job.SetRetry(true)
+		case "false":
+			job.SetRetry(false)
+		default:
+			n, err := strconv.Atoi(r)
+			if err != nil || n < 0 {
+				return nil, nil, ucli.Exit("push: --retry must be true, false or a number", ExitUsage)
+			}
+			job.SetRetry(n)
+		}
+	}
+	if c.IsSet("unique-for") {
+		job.Set("unique_for", rubyjson.FloatValue(c.Float64("unique-for")))
+	}
+	if u := c.String("unique-until"); u != "" {
+		if !c.IsSet("unique-for") {
+			return nil, nil, ucli.Exit("push: --unique-until needs --unique-for", ExitUsage)
+		}
+		job.Set("unique_until", rubyjson.StringValue(u))
+	}
+	opts := &sidekiq.PushOpts{In: c.Duration("in")}
+	if at := c.String("at"); at != "" {
+		t, err := parseTime(at)
+		if err != nil {
+			return nil, nil, ucli.Exit("push: --at: "+err.Error(), ExitUsage)
+		}
+		opts.At = t
+	}
+	if err := wire.Validate(job); err != nil {
+		return nil, nil, ucli.Exit("push: "+err.Error(), ExitUsage)
+	}
+	return job, opts, nil
 }
 
 func parseTime(s string) (time.Time, error) {
@@ -180,10 +195,29 @@ func statsAction(ctx context.Context, e *adminEnv) error {
 		return err
 	}
 	if e.json {
+		// snake_case keys, as every --json output (the api's structs have
+		// Go field names).
+		type queueRow struct {
+			Name string `json:"name"`
+			Size int64  `json:"size"`
+		}
+		type dayRow struct {
+			Date      string `json:"date"`
+			Processed int64  `json:"processed"`
+			Failed    int64  `json:"failed"`
+		}
+		queues := make([]queueRow, 0, len(st.Queues))
+		for _, q := range st.Queues {
+			queues = append(queues, queueRow{q.Name, q.Size})
+		}
+		days := make([]dayRow, 0, len(hist.Days))
+		for _, d := range hist.Days {
+			days = append(days, dayRow{d.Date, d.Processed, d.Failed})
+		}
 		return e.printJSON(map[string]any{
 			"processed": st.Processed, "failed": st.Failed, "enqueued": st.Enqueued, "scheduled": st.Scheduled,
 			"retries": st.Retries, "dead": st.Dead, "processes": st.Processes, "busy": st.Busy,
-			"default_latency": st.DefaultQueueLatency.Seconds(), "queues": st.Queues, "history": hist.Days,
+			"default_latency": st.DefaultQueueLatency.Seconds(), "queues": queues, "history": days,
 		})
 	}
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
@@ -203,7 +237,7 @@ func statsAction(ctx context.Context, e *adminEnv) error {
 func queuePauseAction(pause bool) func(ctx context.Context, e *adminEnv) error {
 	return func(ctx context.Context, e *adminEnv) error {
 		if e.c.NArg() != 1 {
-			return ucli.Exit("queue: one queue NAME is required", 2)
+			return ucli.Exit("queue: one queue NAME is required", ExitUsage)
 		}
 		q := e.api.Queue(e.c.Args().First())
 		if pause {
@@ -303,20 +337,29 @@ func toEntryJSON(set string, en *api.SortedEntry) entryJSON {
 	return out
 }
 
+// checkPageFlags refuses a --limit or --offset the listing cannot take, as
+// a usage error and before Redis is reached.
+func checkPageFlags(c *ucli.Context) error {
+	if c.Int("limit") < 1 {
+		return usageError("gojob "+c.Command.Name, fmt.Sprintf("--limit %d: want at least 1", c.Int("limit")))
+	}
+	if c.Int("offset") < 0 {
+		return usageError("gojob "+c.Command.Name, fmt.Sprintf("--offset %d: want 0 or more", c.Int("offset")))
+	}
+	return nil
+}
+
 func setAction(name string) func(ctx context.Context, e *adminEnv) error {
 	return func(ctx context.Context, e *adminEnv) error {
 		set := e.set(name)
-		page, err := set.Page(ctx, &api.PageParams{Offset: e.c.Int("offset"), Limit: e.c.Int("limit")})
+		// Retries and Scheduled list the next due first, as the Web UI
+		// does (its page of the retry and schedule sets is a ZRANGE from
+		// the lowest score); Dead the newest first.
+		page, err := set.Page(ctx, &api.PageParams{Offset: e.c.Int("offset"), Limit: e.c.Int("limit"), Ascending: name != wire.KeyDead})
 		if err != nil {
 			return err
 		}
 		entries := page.Entries
-		if name != wire.KeyDead {
-			// Retries and Scheduled read next-due first, as in the Web UI.
-			for i, j := 0, len(entries)-1; i < j; i, j = i+1, j-1 {
-				entries[i], entries[j] = entries[j], entries[i]
-			}
-		}
 		if e.json {
 			rows := make([]entryJSON, 0, len(entries))
 			for _, en := range entries {
@@ -362,7 +405,7 @@ func entryAction(action string) func(ctx context.Context, e *adminEnv) error {
 	return func(ctx context.Context, e *adminEnv) error {
 		jid := e.c.Args().First()
 		if jid == "" {
-			return ucli.Exit(action+": JID is required", 2)
+			return ucli.Exit(action+": JID is required", ExitUsage)
 		}
 		for _, name := range sets {
 			en, err := e.set(name).FindJob(ctx, jid)
@@ -389,7 +432,7 @@ func entryAction(action string) func(ctx context.Context, e *adminEnv) error {
 			fmt.Fprintf(e.out, "%s %s (%s) from %s\n", pastTense(action), jid, en.Class(), name)
 			return nil
 		}
-		return ucli.Exit(fmt.Sprintf("%s: no job %s in %s", action, jid, strings.Join(sets, ", ")), 4)
+		return ucli.Exit(fmt.Sprintf("%s: no job %s in %s", action, jid, strings.Join(sets, ", ")), ExitNotFound)
 	}
 }
 
@@ -454,31 +497,53 @@ func signalAction(sig string) func(ctx context.Context, e *adminEnv) error {
 	return func(ctx context.Context, e *adminEnv) error {
 		id := e.c.Args().First()
 		if id == "" {
-			return ucli.Exit("IDENTITY (or all) is required; see gojob processes", 2)
+			return ucli.Exit("IDENTITY (or all) is required; see gojob processes", ExitUsage)
 		}
 		var ids []string
+		embedded := 0
 		if id == "all" {
 			list, err := e.api.Processes(ctx, nil)
 			if err != nil {
 				return err
 			}
 			for _, p := range list.Processes {
-				if !p.Embedded {
+				if p.Embedded {
+					embedded++
+				} else {
 					ids = append(ids, p.Identity)
 				}
 			}
 		} else {
 			ids = []string{id}
 		}
+		sent := []string{}
+		all := id == "all"
 		for _, id := range ids {
-			if err := e.api.SignalProcess(ctx, id, sig); err != nil {
+			err := e.api.SignalLiveProcess(ctx, id, sig)
+			if errors.Is(err, api.ErrProcessNotFound) && all {
+				continue // it exited since the listing
+			}
+			if errors.Is(err, api.ErrProcessNotFound) {
+				return ucli.Exit(fmt.Sprintf("%s: no live process %s (see gojob processes)", e.c.Command.Name, id), ExitNotFound)
+			}
+			if err != nil {
 				return err
 			}
+			sent = append(sent, id)
 		}
 		if e.json {
-			return e.printJSON(map[string]any{"signal": sig, "identities": ids})
+			return e.printJSON(map[string]any{"signal": sig, "identities": sent})
 		}
-		for _, id := range ids {
+		if len(sent) == 0 {
+			// "all" with nothing to signal is not an error: nothing runs.
+			msg := "no live process to " + e.c.Command.Name
+			if embedded > 0 {
+				msg += fmt.Sprintf(" (%d embedded, which take no signals)", embedded)
+			}
+			fmt.Fprintln(e.out, msg)
+			return nil
+		}
+		for _, id := range sent {
 			fmt.Fprintf(e.out, "sent %s to %s (it acts on it at its next heartbeat)\n", sig, id)
 		}
 		return nil

@@ -95,10 +95,10 @@ It only touches its own keys, never flushes, and removes them when done.`,
 				profile = out
 			}
 			if n <= 0 || conc <= 0 {
-				return ucli.Exit("--jobs and --concurrency must be positive", 2)
+				return ucli.Exit("--jobs and --concurrency must be positive", ExitUsage)
 			}
 			if c.Int("fetch-pipeline") <= 0 {
-				return ucli.Exit("--fetch-pipeline must be at least 1", 2)
+				return ucli.Exit("--fetch-pipeline must be at least 1", ExitUsage)
 			}
 			pool, err := openPool(c.Context, c.String("redis"), 0)
 			if err != nil {
@@ -107,7 +107,7 @@ It only touches its own keys, never flushes, and removes them when done.`,
 			defer pool.Close()
 			mode, err := sidekiq.ParseFetchMode(c.String("fetch"))
 			if err != nil {
-				return ucli.Exit(err.Error(), 2)
+				return ucli.Exit(err.Error(), ExitUsage)
 			}
 			res, err := runBench(c.Context, pool, n, conc, c.Int("latency-jobs"), mode, c.Int("fetch-pipeline"), profile)
 			if err != nil {
@@ -329,7 +329,7 @@ func redisCPU(pool *redis.Pool) (float64, error) {
 func runRubyBench(ctx context.Context, pool *redis.Pool, redisURL string, n, conc int, stderr io.Writer) (float64, error) {
 	bin, err := exec.LookPath("sidekiq")
 	if err != nil {
-		return 0, ucli.Exit("--ruby needs Debian's ruby-sidekiq (apt-get install ruby-sidekiq)", 3)
+		return 0, ucli.Exit("--ruby needs Debian's ruby-sidekiq (apt-get install ruby-sidekiq)", ExitFailed)
 	}
 	queue := "gojob-bench-ruby-" + wire.NewJID()[:8]
 	defer cleanupBench(pool, queue)
@@ -402,7 +402,7 @@ var rpopRE = regexp.MustCompile(`RPOP: ([0-9.]+) requests per second`)
 func runRedisBenchmark(ctx context.Context, redisURL string, n, conc int) (float64, error) {
 	u, err := url.Parse(redisURL)
 	if err != nil || (u.Scheme != "redis" && u.Scheme != "unix") {
-		return 0, ucli.Exit("--redis-benchmark needs a redis:// or unix:// URL", 2)
+		return 0, ucli.Exit("--redis-benchmark needs a redis:// or unix:// URL", ExitUsage)
 	}
 	args := []string{"-t", "rpop", "-c", strconv.Itoa(conc), "-n", strconv.Itoa(max(n, 100000)), "-q"}
 	if u.Scheme == "unix" {

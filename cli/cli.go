@@ -63,15 +63,23 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...O
 	if err := app.RunContext(ctx, args); err != nil {
 		var ec ucli.ExitCoder
 		if errors.As(err, &ec) {
-			if msg := err.Error(); msg != "" {
+			code := ec.ExitCode()
+			msg := err.Error()
+			if code == ExitUnreachable && strings.HasPrefix(msg, "No help topic for ") {
+				// `gojob help NOSUCH`: urfave/cli's help command exits 3,
+				// our code for an unreachable Redis.
+				name := strings.Trim(strings.TrimPrefix(msg, "No help topic for "), "'")
+				msg, code = fmt.Sprintf("unknown command %q\nRun 'gojob --help' for usage.", name), ExitUsage
+			}
+			if msg != "" {
 				fmt.Fprintln(stderr, "gojob:", msg)
 			}
-			return ec.ExitCode()
+			return code
 		}
 		fmt.Fprintln(stderr, "gojob:", err)
-		return 1
+		return ExitFailed
 	}
-	return 0
+	return ExitOK
 }
 
 // NewApp builds the urfave/cli application; tests drive it directly.
@@ -79,22 +87,26 @@ func NewApp(stdout, stderr io.Writer, o *options) *ucli.App {
 	if o == nil {
 		o = &options{}
 	}
-	return &ucli.App{
+	app := &ucli.App{
 		Name:                      "gojob",
 		Usage:                     "run and inspect Sidekiq jobs from Go, sharing Redis with Ruby Sidekiq",
+		Version:                   versionString(),
+		CustomAppHelpTemplate:     appHelpTemplate,
 		Writer:                    stdout,
 		ErrWriter:                 stderr,
 		DisableSliceFlagSeparator: true,
 		ExitErrHandler:            func(*ucli.Context, error) {}, // Run reports errors
-		Commands: append([]*ucli.Command{
+		Commands: append(append([]*ucli.Command{
 			workCommand(o),
 			devCommand(o),
 			benchCommand(o),
 			durableCommand(o),
 			sidejobCommand(o),
 			cronCommand(),
-		}, adminCommands()...),
+		}, adminCommands()...), versionCommand()),
 	}
+	applyUsageConventions(app)
+	return app
 }
 
 // Flags are built fresh for every App: urfave/cli writes into a flag when
@@ -148,7 +160,7 @@ func isTerminal(w io.Writer) bool {
 func openPool(ctx context.Context, url string, maxActive int) (*redis.Pool, error) {
 	pool, err := sidekiq.NewPool(url, &sidekiq.PoolOptions{MaxActive: maxActive})
 	if err != nil {
-		return nil, ucli.Exit(redact.String(err.Error(), url), 2)
+		return nil, ucli.Exit(redact.String(err.Error(), url), ExitUsage)
 	}
 	conn, err := pool.GetContext(ctx)
 	if err == nil {
@@ -157,7 +169,7 @@ func openPool(ctx context.Context, url string, maxActive int) (*redis.Pool, erro
 	}
 	if err != nil {
 		pool.Close()
-		return nil, ucli.Exit(redact.String(fmt.Sprintf("cannot reach Redis at %s: %v", redact.URL(url), err), url), 3)
+		return nil, ucli.Exit(redact.String(fmt.Sprintf("cannot reach Redis at %s: %v", redact.URL(url), err), url), ExitUnreachable)
 	}
 	return pool, nil
 }
@@ -176,7 +188,7 @@ func resolveVersion(ctx context.Context, pool *redis.Pool, flag string, log zero
 	}
 	v, err := wire.ParseVersion(flag)
 	if err != nil {
-		return wire.Version{}, ucli.Exit(err.Error(), 2)
+		return wire.Version{}, ucli.Exit(err.Error(), ExitUsage)
 	}
 	return v, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -237,46 +236,4 @@ func TestUsageErrors(t *testing.T) {
 	require.Contains(t, errOut, "--fetch-pipeline")
 	_, errOut, code = runCLI(t, "bench", "-r", "redis://127.0.0.1:1/0", "--fetch-pipeline", "0")
 	require.Equal(t, 2, code, errOut)
-}
-
-func TestDevFallsBackWhenDefaultPortIsTaken(t *testing.T) {
-	// Not parallel: see the note on runCLI (and it changes defaultDevAddr).
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer taken.Close()
-	old := defaultDevAddr
-	defaultDevAddr = taken.Addr().String()
-	defer func() { defaultDevAddr = old }()
-
-	ctx, cancel := context.WithCancel(context.Background())
-	out := testlog.New(nil)
-	done := make(chan int)
-	go func() {
-		done <- Run(ctx, []string{"gojob", "dev", "--no-demo", "--log-level", "warn"}, out, io.Discard)
-	}()
-	var url string
-	wait.Within(t, 20*time.Second, "dev to print its URL", func() bool {
-		for _, f := range strings.Fields(out.String()) {
-			if strings.HasPrefix(f, "redis://") {
-				url = f
-				return true
-			}
-		}
-		return false
-	})
-	require.Contains(t, out.String(), "is in use")
-	require.NotContains(t, url, taken.Addr().String())
-	// Wait until the worker runs there before stopping it, so the stop
-	// does not race its startup.
-	pool, err := sidekiq.NewPool(url, nil)
-	require.NoError(t, err)
-	defer pool.Close()
-	conn := pool.Get()
-	defer conn.Close()
-	wait.Within(t, 20*time.Second, "the worker to register", func() bool {
-		n, _ := redis.Int(conn.Do("SCARD", "processes"))
-		return n == 1
-	})
-	cancel()
-	require.Equal(t, 0, <-done)
 }

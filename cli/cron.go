@@ -35,7 +35,7 @@ func cronLayout(ctx context.Context, c *ucli.Context, pool *redis.Pool) (cron.La
 		return l, nil
 	case "auto", "":
 	default:
-		return l, ucli.Exit(fmt.Sprintf("--cron-layout %q: want auto, v1 or v2", c.String("cron-layout")), 2)
+		return l, ucli.Exit(fmt.Sprintf("--cron-layout %q: want auto, v1 or v2", c.String("cron-layout")), ExitUsage)
 	}
 	conn, err := pool.GetContext(ctx)
 	if err != nil {
@@ -65,7 +65,7 @@ func withCron(f func(ctx context.Context, e *cmdEnv, st *cron.Store) error) ucli
 			}
 			err = f(c.Context, e, &cron.Store{Client: client, Layout: l})
 			if errors.Is(err, cron.ErrNotFound) {
-				return ucli.Exit(err.Error(), 4)
+				return ucli.Exit(err.Error(), ExitNotFound)
 			}
 			return err
 		})
@@ -80,7 +80,7 @@ func cronCommand() *ucli.Command {
 		return &ucli.Command{Name: name, Usage: usage, ArgsUsage: "NAME", Flags: flags(),
 			Action: withCron(func(ctx context.Context, e *cmdEnv, st *cron.Store) error {
 				if e.c.NArg() != 1 {
-					return ucli.Exit(name+": one job NAME is required", 2)
+					return ucli.Exit(name+": one job NAME is required", ExitUsage)
 				}
 				return f(ctx, e, st, e.c.Args().First())
 			})}
@@ -95,13 +95,23 @@ ticks, each once across gojob and Ruby sidekiq-cron processes.`,
 			{Name: "list", Usage: "list periodic jobs", Flags: flags(), Action: withCron(cronList)},
 			{Name: "add", Usage: "add or replace a periodic job", ArgsUsage: "NAME",
 				Flags: flags(
-					&ucli.StringFlag{Name: "cron", Required: true, Usage: "schedule: 5 or 6 fields, @hourly…, optional trailing zone"},
-					&ucli.StringFlag{Name: "class", Required: true, Usage: "job class"},
+					&ucli.StringFlag{Name: "cron", Usage: "schedule: 5 or 6 fields, @hourly…, optional trailing zone (required)"},
+					&ucli.StringFlag{Name: "class", Usage: "job class (required)"},
 					&ucli.StringFlag{Name: "queue", Aliases: []string{"q"}, Value: "default", Usage: "queue"},
 					&ucli.StringFlag{Name: "args", Value: "[]", Usage: "arguments, a JSON array"},
 					&ucli.StringFlag{Name: "description", Usage: "description shown in the Web UI"},
 					&ucli.BoolFlag{Name: "disabled", Usage: "add it disabled"},
 				),
+				Before: func(c *ucli.Context) error {
+					// Checked here rather than with Required, which urfave/cli
+					// reports as a plain error (exit 1), before Redis is reached.
+					for _, f := range []string{"cron", "class"} {
+						if c.String(f) == "" {
+							return usageError("gojob cron add", "--"+f+" is required")
+						}
+					}
+					return nil
+				},
 				Action: withCron(cronAdd)},
 			one("enable", "enable a periodic job", func(ctx context.Context, e *cmdEnv, st *cron.Store, n string) error {
 				return st.SetEnabled(ctx, n, true)
@@ -130,11 +140,11 @@ ticks, each once across gojob and Ruby sidekiq-cron processes.`,
 func cronAdd(ctx context.Context, e *cmdEnv, st *cron.Store) error {
 	c := e.c
 	if c.NArg() != 1 {
-		return ucli.Exit("add: one job NAME is required", 2)
+		return ucli.Exit("add: one job NAME is required", ExitUsage)
 	}
 	j, err := cron.NewJobJSON(c.Args().First(), c.String("cron"), c.String("class"), c.String("queue"), c.String("args"))
 	if err != nil {
-		return ucli.Exit(err.Error(), 2)
+		return ucli.Exit(err.Error(), ExitUsage)
 	}
 	j.Description = c.String("description")
 	j.Enabled = !c.Bool("disabled")
@@ -189,7 +199,7 @@ func startCron(c *ucli.Context, client *sidekiq.Client, log zerolog.Logger) (fun
 	if file != "" {
 		jobs, err := cron.LoadFile(file)
 		if err != nil {
-			return nil, ucli.Exit(err.Error(), 2)
+			return nil, ucli.Exit(err.Error(), ExitUsage)
 		}
 		if err := st.Sync(c.Context, jobs); err != nil {
 			return nil, fmt.Errorf("cron: loading %s: %w", file, err)

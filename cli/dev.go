@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/rs/zerolog"
 	ucli "github.com/urfave/cli/v2"
 
@@ -26,11 +25,12 @@ func devCommand(o *options) *ucli.Command {
 		Description: `Starts an in-process Redis-protocol server (miniredis; nothing is saved),
 a gojob worker on it, and pushes a few demo jobs (DemoJob succeeds, FlakyJob
 fails now and then and goes to the retry set, LaterJob is scheduled). Point
-the Sidekiq Web UI or any gojob command at the printed URL. Use --redis to
+the Sidekiq Web UI or any gojob command at the printed URL (on another address
+than 127.0.0.1:6379, export the REDIS_URL it prints). Use --redis to
 run the worker and demo against a real Redis instead. --durable
 --durable-class '*' keeps durable rows in an SQLite file (gojob-durable.db).`,
 		Flags: append([]ucli.Flag{
-			&ucli.StringFlag{Name: "addr", Value: defaultDevAddr, Usage: "address of the embedded server (when the default is taken, a free port is used)"},
+			&ucli.StringFlag{Name: "addr", Value: defaultDevAddr, Usage: "address of the embedded server (when it is taken, dev exits 5: it does not move on its own; with another address it prints the REDIS_URL to export)"},
 			&ucli.StringFlag{Name: "redis", Aliases: []string{"r"}, Usage: "use this Redis instead of an embedded one"},
 			&ucli.StringSliceFlag{Name: "queue", Aliases: []string{"q"}, Usage: "queue to process, `NAME[,WEIGHT]` (default: default)"},
 			&ucli.IntFlag{Name: "concurrency", Aliases: []string{"c"}, Value: 5, Usage: "jobs run at once"},
@@ -51,30 +51,21 @@ run the worker and demo against a real Redis instead. --durable
 			log := newLogger(c.App.ErrWriter, c.Bool("log-json"), c.String("log-level"))
 			url := c.String("redis")
 			if url == "" {
-				mr := miniredis.NewMiniRedis()
-				if err := mr.StartAddr(c.String("addr")); err != nil {
-					if c.IsSet("addr") {
-						return ucli.Exit(fmt.Sprintf("cannot listen on %s: %v (is a Redis already there? use --addr 127.0.0.1:0 or --redis URL)", c.String("addr"), err), 3)
-					}
-					// The default port is taken (often by a real Redis): use
-					// a free one rather than touch it.
-					fmt.Fprintf(c.App.Writer, "%s is in use (%v); using a free port instead\n", c.String("addr"), err)
-					mr = miniredis.NewMiniRedis()
-					if err := mr.StartAddr("127.0.0.1:0"); err != nil {
-						return ucli.Exit(fmt.Sprintf("cannot listen on 127.0.0.1: %v", err), 3)
-					}
+				mr, u, err := startEmbedded(c.String("addr"))
+				if err != nil {
+					return err
 				}
 				defer mr.Close()
-				url = "redis://" + mr.Addr() + "/0"
+				url = u
 				fmt.Fprintf(c.App.Writer, "embedded Redis-protocol server listening on %s (nothing is saved)\n", url)
-				fmt.Fprintf(c.App.Writer, "try: gojob stats -r %s    or point the Sidekiq Web UI at it\n", url)
 			}
+			printDevHints(c.App.Writer, url)
 			cfg, err := serverConfigFromFlags(c, log)
 			if err != nil {
 				return err
 			}
 			if cfg.Version, err = wire.ParseVersion(c.String("sidekiq-version")); err != nil {
-				return ucli.Exit(err.Error(), 2)
+				return ucli.Exit(err.Error(), ExitUsage)
 			}
 			cfg.PollIntervalAverage = 2 * time.Second
 			pool, err := openPool(c.Context, url, 0)

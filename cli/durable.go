@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -76,13 +77,13 @@ func durableClasses(c *ucli.Context, prefix string) (map[string]time.Duration, e
 		class, ext, found := strings.Cut(spec, "=")
 		class = strings.TrimSpace(class)
 		if class == "" {
-			return nil, ucli.Exit(fmt.Sprintf("--%sclass %q: want CLASS[=EXTENSION]", prefix, spec), 2)
+			return nil, ucli.Exit(fmt.Sprintf("--%sclass %q: want CLASS[=EXTENSION]", prefix, spec), ExitUsage)
 		}
 		var d time.Duration
 		if found {
 			var err error
 			if d, err = time.ParseDuration(strings.TrimSpace(ext)); err != nil || d <= 0 {
-				return nil, ucli.Exit(fmt.Sprintf("--%sclass %q: bad extension (want a duration such as 5m)", prefix, spec), 2)
+				return nil, ucli.Exit(fmt.Sprintf("--%sclass %q: bad extension (want a duration such as 5m)", prefix, spec), ExitUsage)
 			}
 		}
 		out[class] = d
@@ -100,7 +101,7 @@ func openDurable(c *ucli.Context, prefix string, classes map[string]time.Duratio
 		Logger:           log,
 	})
 	if err != nil {
-		return nil, ucli.Exit(err.Error(), 2)
+		return nil, ucli.Exit(err.Error(), ExitUsage)
 	}
 	return d, nil
 }
@@ -131,7 +132,7 @@ gojob durable poll.`,
 					res, err := d.Migrate(c.Context)
 					printMigrate(c.App.Writer, res, c.Bool("json"))
 					if err != nil {
-						return ucli.Exit("", 1)
+						return ucli.Exit("", ExitFailed)
 					}
 					return nil
 				},
@@ -169,7 +170,7 @@ gojob durable poll.`,
 					}
 					r, err := durable.NewReconciler(&durable.ReconcilerConfig{Durable: d, API: admin, PageSize: c.Int("page-size")})
 					if err != nil {
-						return ucli.Exit(err.Error(), 2)
+						return ucli.Exit(err.Error(), ExitUsage)
 					}
 					res, err := r.RunOnce(c.Context)
 					if res != nil {
@@ -196,10 +197,17 @@ gojob durable poll.`,
 						return err
 					}
 					failed := printStatus(c.App.Writer, st, c.Bool("json"))
-					if failed {
-						return ucli.Exit("", 1)
+					if !failed {
+						return nil
 					}
-					return nil
+					// Not migrated yet (every failure is a missing table):
+					// "not found", with the command that creates it.
+					for _, d := range st.Databases {
+						if d.Err != nil && !errors.Is(d.Err, durable.ErrNoTable) {
+							return ucli.Exit("", ExitFailed)
+						}
+					}
+					return ucli.Exit("no durable_jobs table: run gojob durable migrate with the same --db first", ExitNotFound)
 				},
 			},
 		},
@@ -366,7 +374,7 @@ func setupDurable(c *ucli.Context, srv *sidekiq.Server, client *sidekiq.Client, 
 		return noop, err
 	}
 	if len(classes) == 0 {
-		return noop, ucli.Exit("--durable needs at least one --durable-class CLASS[=EXTENSION] (or '*' for every class)", 2)
+		return noop, ucli.Exit("--durable needs at least one --durable-class CLASS[=EXTENSION] (or '*' for every class)", ExitUsage)
 	}
 	d, err := openDurable(c, "durable-", classes, log)
 	if err != nil {
@@ -412,7 +420,7 @@ func setupDurable(c *ucli.Context, srv *sidekiq.Server, client *sidekiq.Client, 
 		Interval: c.Duration("durable-poll-interval")})
 	if err != nil {
 		d.Close()
-		return noop, ucli.Exit(err.Error(), 2)
+		return noop, ucli.Exit(err.Error(), ExitUsage)
 	}
 	if err := poller.Start(c.Context); err != nil {
 		d.Close()

@@ -12,6 +12,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// A command a test runs without -r (or with -r after an argument,
+	// where it is an argument) must not reach a Redis the test did not
+	// start, such as a developer's on 6379: point the default nowhere.
+	os.Setenv("REDIS_URL", "redis://127.0.0.1:1/0")
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)

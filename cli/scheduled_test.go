@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"encoding/json"
+	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -40,4 +43,55 @@ func TestInvalidScheduledJobDoesNotBlockThePoller(t *testing.T) {
 	require.Less(t, time.Since(stopped), 5*time.Second)
 	require.Zero(t, w.logs.Count("", "redis unavailable"), w.logs.String())
 	require.Equal(t, 1, w.logs.Count("", "cannot be pushed"), w.logs.String())
+}
+
+// gojob scheduled and gojob retries list the next due first even when the
+// set holds more than --limit entries (the Web UI's order); dead lists the
+// newest first.
+func TestScheduledAndRetriesListTheNextDueFirst(t *testing.T) {
+	// Not parallel: see the note on runCLI.
+	rs := redistest.StartWith(t, redistest.Options{TCP: true})
+	conn := rs.Pool(t).Get()
+	defer conn.Close()
+	now := time.Now()
+	for _, set := range []string{"schedule", "retry", "dead"} {
+		for i := 1; i <= 30; i++ {
+			// Added in a shuffled order; due i minutes from now.
+			n := (i*7)%30 + 1
+			job := fmt.Sprintf(`{"class":"Job%d","args":[],"jid":"%s%022d","queue":"default","retry":true}`, n, set[:2], n)
+			_, err := conn.Do("ZADD", set, wire.Score(now.Add(time.Duration(n)*time.Minute)), job)
+			require.NoError(t, err)
+		}
+	}
+	for cmd, want := range map[string][]string{
+		"scheduled": {"Job1", "Job2", "Job3", "Job4", "Job5"},
+		"retries":   {"Job1", "Job2", "Job3", "Job4", "Job5"},
+		"dead":      {"Job30", "Job29", "Job28", "Job27", "Job26"},
+	} {
+		out, errOut, code := runCLI(t, cmd, "-r", rs.URL(), "--limit", "5", "--json")
+		require.Equal(t, 0, code, errOut)
+		var page struct {
+			Size    int `json:"size"`
+			Entries []struct {
+				Class string `json:"class"`
+			} `json:"entries"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &page))
+		require.Equal(t, 30, page.Size)
+		var got []string
+		for _, e := range page.Entries {
+			got = append(got, e.Class)
+		}
+		require.Equal(t, want, got, cmd)
+
+		out, _, code = runCLI(t, cmd, "-r", rs.URL(), "--limit", "5", "--offset", "5")
+		require.Equal(t, 0, code)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.Len(t, lines, 7, out) // "<set>: 30", the header, 5 entries
+		if cmd != "dead" {
+			require.Contains(t, lines[2], " Job6 ", cmd)
+		} else {
+			require.Contains(t, lines[2], " Job25 ", cmd)
+		}
+	}
 }

@@ -104,14 +104,14 @@ func withSideJob(f func(ctx context.Context, e *sjEnv) error) ucli.ActionFunc {
 func (e *sjEnv) job(ctx context.Context, n int) (*sidejob.Job, error) {
 	ref := e.c.Args().Get(n)
 	if ref == "" {
-		return nil, ucli.Exit(e.c.Command.Name+": JOB is required", 2)
+		return nil, ucli.Exit(e.c.Command.Name+": JOB is required", ExitUsage)
 	}
 	j, err := e.sj.Find(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
 	if j == nil {
-		return nil, ucli.Exit(fmt.Sprintf("no job %s", ref), 4)
+		return nil, ucli.Exit(fmt.Sprintf("no job %s", ref), ExitNotFound)
 	}
 	return j, nil
 }
@@ -141,7 +141,7 @@ func sjTime(s string, in time.Duration) (time.Time, error) {
 func sjCreate(ctx context.Context, e *sjEnv) error {
 	args := e.c.Args().Slice()
 	if len(args) < 2 {
-		return ucli.Exit("create: QUEUE and CLASS are required", 2)
+		return ucli.Exit("create: QUEUE and CLASS are required", ExitUsage)
 	}
 	o := &sidejob.QueueOpts{By: e.c.String("by"), Name: e.c.String("name")}
 	for _, a := range args[2:] {
@@ -149,13 +149,13 @@ func sjCreate(ctx context.Context, e *sjEnv) error {
 	}
 	at, err := sjTime(e.c.String("at"), e.c.Duration("in"))
 	if err != nil {
-		return ucli.Exit("create: --at: "+err.Error(), 2)
+		return ucli.Exit("create: --at: "+err.Error(), ExitUsage)
 	}
 	o.At = at
 	for flag, dst := range map[string]*[]sidejob.PortDef{"inports": &o.Inports, "outports": &o.Outports} {
 		if s := e.c.String(flag); s != "" {
 			if *dst, err = sidejob.PortDefsFromJSON(s); err != nil {
-				return ucli.Exit(fmt.Sprintf("create: --%s: %v", flag, err), 2)
+				return ucli.Exit(fmt.Sprintf("create: --%s: %v", flag, err), ExitUsage)
 			}
 		}
 	}
@@ -165,7 +165,7 @@ func sjCreate(ctx context.Context, e *sjEnv) error {
 			return err
 		}
 		if p == nil {
-			return ucli.Exit("create: no parent job "+ref, 4)
+			return ucli.Exit("create: no parent job "+ref, ExitNotFound)
 		}
 		o.Parent = p
 		o.By = cmpOr(o.By, p.String())
@@ -368,7 +368,7 @@ func sjRun(ctx context.Context, e *sjEnv) error {
 	}
 	at, err := sjTime(e.c.String("at"), e.c.Duration("in"))
 	if err != nil {
-		return ucli.Exit("run: --at: "+err.Error(), 2)
+		return ucli.Exit("run: --at: "+err.Error(), ExitUsage)
 	}
 	got, err := j.Run(ctx, &sidejob.RunOpts{Force: e.c.Bool("force"), At: at})
 	if err != nil {
@@ -421,7 +421,7 @@ func sjDelete(ctx context.Context, e *sjEnv) error {
 		return e.printJSON(map[string]any{"job": j.ID(), "deleted": ok})
 	}
 	if !ok {
-		return ucli.Exit(fmt.Sprintf("job %d not deleted: it and all its descendants must be terminated (gojob sidejob terminate --recursive)", j.ID()), 1)
+		return ucli.Exit(fmt.Sprintf("job %d not deleted: it and all its descendants must be terminated (gojob sidejob terminate --recursive)", j.ID()), ExitRefused)
 	}
 	fmt.Fprintf(e.out, "deleted job %d\n", j.ID())
 	return nil

@@ -14,7 +14,7 @@ import (
 
 func sjPublish(ctx context.Context, e *sjEnv) error {
 	if e.c.Args().Len() != 2 {
-		return ucli.Exit("publish: CHANNEL and VALUE are required", 2)
+		return ucli.Exit("publish: CHANNEL and VALUE are required", ExitUsage)
 	}
 	ch := e.c.Args().Get(0)
 	if err := e.sj.Publish(ctx, ch, jsonArg(e.c.Args().Get(1))); err != nil {
@@ -31,7 +31,7 @@ func sjLog(ctx context.Context, e *sjEnv) error {
 	if !e.c.Bool("follow") {
 		msg := strings.Join(e.c.Args().Slice(), " ")
 		if msg == "" {
-			return ucli.Exit("log: MESSAGE or --follow is required", 2)
+			return ucli.Exit("log: MESSAGE or --follow is required", ExitUsage)
 		}
 		return e.sj.Log(ctx, msg)
 	}

@@ -91,7 +91,7 @@ func (e *sjEnv) port(ctx context.Context) (*sidejob.Port, error) {
 	}
 	name := e.c.Args().Get(1)
 	if name == "" {
-		return nil, ucli.Exit(e.c.Command.Name+": PORT is required", 2)
+		return nil, ucli.Exit(e.c.Command.Name+": PORT is required", ExitUsage)
 	}
 	if e.c.Bool("out") {
 		return j.Output(ctx, name)
@@ -106,7 +106,7 @@ func sjWrite(ctx context.Context, e *sjEnv) error {
 	}
 	vals := e.c.Args().Slice()[2:]
 	if len(vals) == 0 {
-		return ucli.Exit("write: VALUE is required", 2)
+		return ucli.Exit("write: VALUE is required", ExitUsage)
 	}
 	for _, s := range vals {
 		v := jsonArg(s)

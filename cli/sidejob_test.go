@@ -90,7 +90,7 @@ func TestSideJobCommands(t *testing.T) {
 	require.Contains(t, run("run", "1"), "not run: status terminating")
 	require.Contains(t, run("run", "--force", "1"), "job 1 queued")
 	_, _, code := runSideJobCLI(ctx, "delete", r, "1")
-	require.Equal(t, 1, code, "not terminated")
+	require.Equal(t, ExitRefused, code, "not terminated")
 	for _, id := range []int64{1, 2} {
 		require.NoError(t, c.Job(id).SetStatus(ctx, "terminated"))
 	}

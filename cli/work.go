@@ -73,7 +73,7 @@ otherwise the last line of stderr is the error message) or --http CLASS=URL
 			if isAuto(c.String("sidekiq-version")) {
 				cfg.FollowVersion = true
 			} else if cfg.Version, err = wire.ParseVersion(c.String("sidekiq-version")); err != nil {
-				return ucli.Exit(err.Error(), 2)
+				return ucli.Exit(err.Error(), ExitUsage)
 			}
 			cfg.ForceVersion = c.Bool("force-version")
 			srv, err := buildServer(cfg, o, c.StringSlice("exec"), c.StringSlice("http"), log)
@@ -119,23 +119,23 @@ func serverConfigFromFlags(c *ucli.Context, log zerolog.Logger) (*sidekiq.Server
 	if c.IsSet("fetch") || c.String("fetch") != "" {
 		mode, err := sidekiq.ParseFetchMode(c.String("fetch"))
 		if err != nil {
-			return nil, ucli.Exit(err.Error(), 2)
+			return nil, ucli.Exit(err.Error(), ExitUsage)
 		}
 		cfg.Fetch = mode
 	}
 	if cfg.Concurrency <= 0 {
-		return nil, ucli.Exit("--concurrency must be at least 1", 2)
+		return nil, ucli.Exit("--concurrency must be at least 1", ExitUsage)
 	}
 	if c.IsSet("max-recoveries") && cfg.RecoveryLimit <= 0 {
-		return nil, ucli.Exit("--max-recoveries must be at least 1", 2)
+		return nil, ucli.Exit("--max-recoveries must be at least 1", ExitUsage)
 	}
 	if c.IsSet("fetch-pipeline") && cfg.FetchPipeline <= 0 {
-		return nil, ucli.Exit("--fetch-pipeline must be at least 1", 2)
+		return nil, ucli.Exit("--fetch-pipeline must be at least 1", ExitUsage)
 	}
 	for _, q := range c.StringSlice("queue") {
 		qw, err := wire.ParseQueueWeight(q)
 		if err != nil {
-			return nil, ucli.Exit(err.Error(), 2)
+			return nil, ucli.Exit(err.Error(), ExitUsage)
 		}
 		cfg.Queues = append(cfg.Queues, qw)
 	}
@@ -147,7 +147,7 @@ func serverConfigFromFlags(c *ucli.Context, log zerolog.Logger) (*sidekiq.Server
 func buildServer(cfg *sidekiq.ServerConfig, o *options, execs, https []string, log zerolog.Logger) (*sidekiq.Server, error) {
 	srv, err := sidekiq.NewServer(cfg)
 	if err != nil {
-		return nil, ucli.Exit(err.Error(), 2)
+		return nil, ucli.Exit(err.Error(), ExitUsage)
 	}
 	for _, h := range o.handlers {
 		srv.Handle(h.class, h.h, h.opts)
@@ -155,14 +155,14 @@ func buildServer(cfg *sidekiq.ServerConfig, o *options, execs, https []string, l
 	for _, spec := range execs {
 		class, command, ok := strings.Cut(spec, "=")
 		if !ok || class == "" || command == "" {
-			return nil, ucli.Exit(fmt.Sprintf("--exec %q: want CLASS=COMMAND", spec), 2)
+			return nil, ucli.Exit(fmt.Sprintf("--exec %q: want CLASS=COMMAND", spec), ExitUsage)
 		}
 		srv.Handle(class, &ExecHandler{Command: command, Log: log}, nil)
 	}
 	for _, spec := range https {
 		class, url, ok := strings.Cut(spec, "=")
 		if !ok || class == "" || url == "" {
-			return nil, ucli.Exit(fmt.Sprintf("--http %q: want CLASS=URL", spec), 2)
+			return nil, ucli.Exit(fmt.Sprintf("--http %q: want CLASS=URL", spec), ExitUsage)
 		}
 		srv.Handle(class, &HTTPHandler{URL: url}, nil)
 	}
@@ -203,10 +203,10 @@ func runServer(ctx context.Context, srv *sidekiq.Server, log zerolog.Logger) err
 	}()
 	if err := srv.Run(ctx); err != nil {
 		if errors.Is(err, sidekiq.ErrVersionUnreadable) {
-			return ucli.Exit(err.Error(), 2)
+			return ucli.Exit(err.Error(), ExitUsage)
 		}
 		log.Error().Err(err).Msg("shutdown finished with errors")
-		return ucli.Exit("", 1)
+		return ucli.Exit("", ExitFailed)
 	}
 	return nil
 }

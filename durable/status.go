@@ -2,9 +2,28 @@ package durable
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
+
+// ErrNoTable is what a database's status error matches (errors.Is) when the
+// durable table does not exist yet: Migrate (gojob durable migrate)
+// creates it.
+var ErrNoTable = errors.New("durable: no durable_jobs table yet")
+
+// isMissingTable reports whether err says the table does not exist:
+// PostgreSQL's undefined_table (SQLSTATE 42P01), SQLite's "no such table".
+func isMissingTable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "42P01"
+	}
+	return err != nil && strings.Contains(err.Error(), "no such table")
+}
 
 // Status is the state of the rows in every database.
 type Status struct {
@@ -46,6 +65,9 @@ func (d *Durable) Status(ctx context.Context) (*Status, error) {
 	out := &Status{Now: now}
 	for _, s := range d.stores {
 		st, err := s.status(ctx, now)
+		if isMissingTable(err) {
+			err = fmt.Errorf("%w (create it with gojob durable migrate): %w", ErrNoTable, err)
+		}
 		if err != nil {
 			out.Databases = append(out.Databases, DatabaseStatus{Database: s.name(), Kind: s.kind(),
 				Err: fmt.Errorf("durable: status of %s: %w", s.name(), err)})

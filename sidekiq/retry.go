@@ -2,6 +2,7 @@ package sidekiq
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -27,6 +28,12 @@ type retryPlan struct {
 	toDead bool
 	// died is true when the death handlers run.
 	died bool
+	// retryCount and maxRetries are the job's retry_count after this
+	// failure and its limit, for the log line.
+	retryCount, maxRetries int
+	// why says, for the log line, why a job was not retried: "retry:
+	// false", "retries exhausted", …
+	why string
 }
 
 // planRetry applies Sidekiq's retry algorithm (docs/sidekiq-wire.md#retries) for the target
@@ -37,13 +44,13 @@ func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure 
 	var out *outcome
 	errors.As(failure, &out)
 	if out != nil && out.discard {
-		return retryPlan{}
+		return retryPlan{why: "the handler returned Discard"}
 	}
 	// The retry payload is built from the original bytes, not from what
 	// middleware may have changed (JobRetry#global/local).
 	msg, err := wire.ParseJob(raw)
 	if err != nil {
-		return retryPlan{payload: raw, toDead: true}
+		return retryPlan{payload: raw, toDead: true, why: "unparsable payload"}
 	}
 	rs := msg.Retry()
 	if rv, ok := msg.Get("retry"); reg != nil && (!ok || rv.IsNull()) {
@@ -60,7 +67,7 @@ func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure 
 	}
 	if !rs.Enabled {
 		// retry: false, or absent on an unknown class: death handlers only.
-		return retryPlan{job: msg, died: true}
+		return retryPlan{job: msg, died: true, why: "retry: false"}
 	}
 	max := rs.Max(s.cfg.MaxRetries)
 	if rq := msg.RetryQueue(); rq != "" {
@@ -108,7 +115,7 @@ func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure 
 				if v.AtLeast(8, 0, 8) {
 					msg.Set("discarded_at", rubyjson.IntValue(now.UnixMilli()))
 				}
-				return retryPlan{job: msg, died: v.AtLeast(8, 0, 7)}
+				return retryPlan{job: msg, died: v.AtLeast(8, 0, 7), why: "the RetryIn hook discarded it"}
 			case RetryKill:
 				kill = true
 			default:
@@ -122,21 +129,32 @@ func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure 
 				delay = time.Duration(math.Pow(float64(count), 4)+15) * time.Second
 			}
 			delay += time.Duration(jitter(v, count, rnd)) * time.Second
-			return retryPlan{payload: msg.Encode(), job: msg, retryAt: now.Add(delay)}
+			return retryPlan{payload: msg.Encode(), job: msg, retryAt: now.Add(delay), retryCount: count, maxRetries: max}
 		}
 	}
 	// Exhausted (or killed): the retries_exhausted hook, the dead set unless
 	// dead: false or the hook discards, then the death handlers.
 	toDead := msg.Dead()
+	why := fmt.Sprintf("retries exhausted: %d/%d", count, max)
+	switch {
+	case out != nil && out.kill:
+		why = "the handler returned Kill"
+	case kill:
+		why = "the RetryIn hook killed it"
+	}
+	if !toDead {
+		why += ", dead: false"
+	}
 	if reg != nil && reg.opts.RetriesExhausted != nil {
 		if s.callRetriesExhausted(reg, msg, failure) == RetryDiscard {
 			toDead = false
+			why += ", the RetriesExhausted hook discarded it"
 		}
 	}
 	if !toDead && v.AtLeast(8, 0, 8) {
 		msg.Set("discarded_at", rubyjson.IntValue(now.UnixMilli()))
 	}
-	return retryPlan{payload: msg.Encode(), job: msg, toDead: toDead, died: true}
+	return retryPlan{payload: msg.Encode(), job: msg, toDead: toDead, died: true, why: why}
 }
 
 // callRetryIn calls the class's RetryIn hook. A panic in it is logged and
@@ -191,13 +209,13 @@ func (s *Server) handleFailure(u fetch.Unit, job *wire.Job, reg *registration, f
 	switch {
 	case !p.retryAt.IsZero():
 		o = &fetch.Outcome{Set: wire.KeyRetry, At: p.retryAt, Payload: p.payload}
-		ev.Time("retry_at", p.retryAt).Msg("job failed; retry scheduled")
+		ev.Time("retry_at", p.retryAt).Msg(fmt.Sprintf("job failed; retry %d/%d at %s", p.retryCount+1, p.maxRetries, clockTime(p.retryAt, now)))
 	case p.toDead:
 		o = &fetch.Outcome{Set: wire.KeyDead, At: now, Payload: p.payload}
-		ev.Msg("job failed; moved to the dead set")
+		ev.Msg("job failed; moved to the dead set (" + p.why + ")")
 	default:
 		o = &fetch.Outcome{}
-		ev.Msg("job failed; discarded (no retry, no dead set)")
+		ev.Msg("job failed; discarded (" + p.why + ")")
 	}
 	s.fetcher.Finish(u, o)
 	if p.retryAt.IsZero() && !uniqueUntilStart(job) {
@@ -207,6 +225,16 @@ func (s *Server) handleFailure(u fetch.Unit, job *wire.Job, reg *registration, f
 	if p.died && p.job != nil {
 		s.death(p.job, failure)
 	}
+}
+
+// clockTime is at as a log line shows it: the local time of day, with the
+// date when it is not today's.
+func clockTime(at, now time.Time) string {
+	at, now = at.Local(), now.Local()
+	if at.YearDay() == now.YearDay() && at.Year() == now.Year() {
+		return at.Format("15:04:05")
+	}
+	return at.Format("2006-01-02 15:04:05")
 }
 
 // errorMessage is exception.message.to_s[0, 10_000], scrubbed to UTF-8.

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/gomodule/redigo/redis"
@@ -258,4 +261,43 @@ func TestRetryHookPanicsFallBackToDefaults(t *testing.T) {
 // planServer is a server that only plans retries, writing version v.
 func planServer(v wire.Version) *Server {
 	return &Server{cfg: (&ServerConfig{Version: v}).withDefaults(), format: wire.FixedFormat(v), hardCtx: context.Background()}
+}
+
+// A failed job's log line says where it went: the retry with its number
+// and time, the dead set and why, or discarded and why.
+func TestFailureLogSaysWhereTheJobWent(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	pool := rs.Pool(t)
+	logs := testlog.New(t)
+	clk := clock.NewFake(time.Unix(1795296573, 0))
+	srv, err := NewServer(&ServerConfig{Pool: pool, Clock: clk, DisablePoller: true, HeartbeatInterval: time.Hour, Logger: logs.Logger()})
+	require.NoError(t, err)
+	srv.HandleFunc("Fail", func(ctx context.Context, job *wire.Job) error { return errors.New("boom") })
+	require.NoError(t, srv.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Stop(ctx)
+	})
+	conn := pool.Get()
+	defer conn.Close()
+	for _, p := range []string{
+		`{"retry":3,"queue":"default","class":"Fail","args":[],"jid":"r00000000000000000000001","retry_count":1}`,
+		`{"retry":0,"queue":"default","class":"Fail","args":[],"jid":"d00000000000000000000001"}`,
+		`{"retry":false,"queue":"default","class":"Fail","args":[],"jid":"x00000000000000000000001"}`,
+	} {
+		_, err := conn.Do("LPUSH", "queue:default", p)
+		require.NoError(t, err)
+	}
+	wait.For(t, "three failures logged", func() bool { return logs.Count("", "job failed;") == 3 })
+	vals, err := redis.Strings(conn.Do("ZRANGE", "retry", 0, -1, "WITHSCORES"))
+	require.NoError(t, err)
+	require.Len(t, vals, 2)
+	score, err := strconv.ParseFloat(vals[1], 64)
+	require.NoError(t, err)
+	at := wire.FromEpochSeconds(score)
+	require.Equal(t, 1, logs.Count("", "job failed; retry 3/3 at "+at.Local().Format("15:04:05")), logs.String())
+	require.Equal(t, 1, logs.Count("", "job failed; moved to the dead set (retries exhausted: 0/0)"), logs.String())
+	require.Equal(t, 1, logs.Count("", "job failed; discarded (retry: false)"), logs.String())
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gojob/gojob/sidekiq/internal/fetch"
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
 )
 
 // hardShutdownGrace is how long Stop waits for the fetchers after a hard
@@ -64,7 +65,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		select {
 		case <-fetchersDone:
 		case <-grace.C:
-			s.log.Warn().Dur("waited", hardShutdownGrace).Msg("shutdown: some fetchers did not stop (a handler ignoring its cancelled context?); leaving them behind")
+			s.log.Warn().Str("waited", redisx.LogDuration(hardShutdownGrace)).Msg("shutdown: some fetchers did not stop (a handler ignoring its cancelled context?); leaving them behind")
 		case <-final.Done():
 		}
 		grace.Stop()

@@ -1,6 +1,7 @@
 // Command push-inspect pushes a job the way Ruby's HardJob.perform_async
 // would, schedules another, and reads them back through the admin API.
 // Run it against any Redis: go run ./examples/push-inspect redis://127.0.0.1:6379/0
+// (without an argument: $REDIS_URL, else redis://127.0.0.1:6379/0).
 package main
 
 import (
@@ -18,6 +19,9 @@ import (
 func main() {
 	ctx := context.Background()
 	url := "redis://127.0.0.1:6379/0"
+	if env := os.Getenv("REDIS_URL"); env != "" {
+		url = env // as every gojob command
+	}
 	if len(os.Args) > 1 {
 		url = os.Args[1]
 	}

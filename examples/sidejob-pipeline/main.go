@@ -18,7 +18,8 @@
 //	gojob sidejob log --follow
 //	gojob sidejob publish /pipeline/numbers 10
 //
-// Any Redis works with -r URL. The jobs and their data stay in Redis, shared
+// It uses $REDIS_URL when set (gojob dev prints the export line when it
+// does not listen on 6379), or any Redis with -r URL. The jobs and their data stay in Redis, shared
 // with Ruby processes that run the sidejob gem.
 package main
 
@@ -50,7 +51,11 @@ const Queue = "pipeline"
 var logger = zerolog.Nop()
 
 func main() {
-	url := flag.String("r", "redis://127.0.0.1:6379/0", "Redis URL")
+	defaultURL := "redis://127.0.0.1:6379/0"
+	if env := os.Getenv("REDIS_URL"); env != "" {
+		defaultURL = env // as every gojob command
+	}
+	url := flag.String("r", defaultURL, "Redis URL (default $REDIS_URL, else redis://127.0.0.1:6379/0)")
 	n := flag.Int("n", 5, "publish the numbers 1..n")
 	serve := flag.Bool("serve", false, "keep serving the workers after the result (Ctrl-C to stop)")
 	verbose := flag.Bool("v", false, "log the server's activity to stderr")

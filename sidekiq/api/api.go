@@ -131,6 +131,11 @@ type PageParams struct {
 	Offset int
 	// Limit is the page size. Default 25 (the Web UI's default).
 	Limit int
+	// Ascending pages a sorted set lowest score first (ZRANGE from the
+	// start), as the Web UI's Retries and Scheduled pages do: the next
+	// due entry first. Without it JobSet.Page keeps Ruby's JobSet#each
+	// order, highest score first. Queues ignore it.
+	Ascending bool
 }
 
 func (p *PageParams) bounds() (offset, limit int, err error) {

@@ -3,6 +3,7 @@ package api
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -101,6 +102,43 @@ func (a *API) SignalProcess(ctx context.Context, identity, sig string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("sidekiq: signal %s to %s: %w", sig, identity, err)
+	}
+	return nil
+}
+
+// ErrProcessNotFound is SignalLiveProcess's error for an identity that is
+// not a live process.
+var ErrProcessNotFound = errors.New("sidekiq: no live process with this identity")
+
+// signalLive pushes a signal only when the process hash (the heartbeat's
+// <identity> key, with its info field, which expires 60 s after the last
+// beat) exists: the check and the write are one step, so a signal for a
+// process that is gone leaves no <identity>-signals key behind.
+var signalLive = redis.NewScript(2, `
+if redis.call('HEXISTS', KEYS[1], 'info') == 0 then
+  return 0
+end
+redis.call('LPUSH', KEYS[2], ARGV[1])
+redis.call('EXPIRE', KEYS[2], 60)
+return 1
+`)
+
+// SignalLiveProcess sends a signal name to a live process, as
+// SignalProcess, but refuses (ErrProcessNotFound) an identity whose
+// heartbeat hash does not exist instead of writing its signals list: a
+// mistyped identity is reported, not silently queued for no one.
+func (a *API) SignalLiveProcess(ctx context.Context, identity, sig string) error {
+	conn, err := a.conn(ctx, "signal process")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ok, err := redis.Bool(signalLive.DoContext(ctx, conn, identity, wire.SignalsKey(identity), sig))
+	if err != nil {
+		return fmt.Errorf("sidekiq: signal %s to %s: %w", sig, identity, err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrProcessNotFound, identity)
 	}
 	return nil
 }

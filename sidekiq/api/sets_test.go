@@ -89,6 +89,23 @@ func TestAPISetPageAndEachOrder(t *testing.T) {
 	page, err = rs.Page(ctx, nil)
 	require.NoError(t, err)
 	require.Equal(t, want[:25], apiJIDs(page.Entries))
+
+	// Ascending is the Web UI's Retries and Scheduled order: ZRANGE from
+	// the lowest score, the next due first.
+	asc := slices.Clone(b.strings(t, "ZRANGE", "retry", 0, -1))
+	for i, s := range asc {
+		j, err := wire.ParseJob([]byte(s))
+		require.NoError(t, err)
+		asc[i] = j.JID()
+	}
+	require.Equal(t, "r000", asc[0])
+	page, err = rs.Page(ctx, &api.PageParams{Limit: 5, Ascending: true})
+	require.NoError(t, err)
+	require.EqualValues(t, 122, page.Size)
+	require.Equal(t, asc[:5], apiJIDs(page.Entries))
+	page, err = rs.Page(ctx, &api.PageParams{Offset: 110, Limit: 30, Ascending: true})
+	require.NoError(t, err)
+	require.Equal(t, asc[110:], apiJIDs(page.Entries))
 	n, err := rs.Size(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 122, n)

@@ -79,7 +79,7 @@ func (o *OutageLog) Stalled(d time.Duration) {
 	o.isDown.Store(true)
 	o.since = time.Now().Add(-d)
 	if o.Log != nil {
-		o.Log.Error().Dur("no_reply_for", d).Str("component", "redis").
+		o.Log.Error().Str("no_reply_for", LogDuration(d)).Str("component", "redis").
 			Msg("redis is not answering; still waiting on its connections (nothing is dropped)")
 	}
 }
@@ -99,8 +99,18 @@ func (o *OutageLog) OK() {
 	d := time.Since(o.since)
 	o.mu.Unlock()
 	if o.Log != nil {
-		o.Log.Info().Dur("outage", d).Str("component", "redis").Msg("redis is back")
+		o.Log.Info().Str("outage", LogDuration(d)).Str("component", "redis").Msg("redis is back")
 	}
+}
+
+// LogDuration is how gojob's logs write a duration: a Go duration string
+// with its unit, to the millisecond ("4.304s", "250ms", "2m3.5s"), never a
+// bare number (zerolog's Dur writes milliseconds without saying so).
+func LogDuration(d time.Duration) string {
+	if d >= time.Millisecond || d <= -time.Millisecond {
+		d = d.Round(time.Millisecond)
+	}
+	return d.String()
 }
 
 // StaleRetries is how many connection errors are retried at once before an
