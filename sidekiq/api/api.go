@@ -131,6 +131,10 @@ type PageParams struct {
 	Offset int
 	// Limit is the page size. Default 25 (the Web UI's default).
 	Limit int
+	// Ascending pages a sorted set lowest score first (next due first), as
+	// the Web UI's Retries and Scheduled pages do; the default is highest
+	// score first (JobSet#each order, the Dead page's). Queues ignore it.
+	Ascending bool
 }
 
 func (p *PageParams) bounds() (offset, limit int, err error) {

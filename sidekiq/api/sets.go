@@ -96,14 +96,17 @@ func (s *JobSet) size(ctx context.Context, conn redis.Conn) (int64, error) {
 type SetPage struct {
 	// Size is the set's size when the page was read.
 	Size int64
-	// Entries are highest score first (JobSet#each order).
+	// Entries are highest score first (JobSet#each order), or lowest
+	// first with PageParams.Ascending.
 	Entries []*SortedEntry
 }
 
 // Page reads one page in Ruby's JobSet#each order, highest score first
 // (ties: the greater member first), with a negative-index range: MULTI
 // ZCARD; ZRANGE <set> -(offset+limit) -(offset+1) WITHSCORES; EXEC, the
-// page reversed.
+// page reversed. With Ascending it reads ZRANGE <set> offset
+// offset+limit-1 instead, lowest score first (the Web UI's page helper
+// without reverse).
 func (s *JobSet) Page(ctx context.Context, p *PageParams) (*SetPage, error) {
 	off, limit, err := p.bounds()
 	if err != nil {
@@ -114,9 +117,14 @@ func (s *JobSet) Page(ctx context.Context, p *PageParams) (*SetPage, error) {
 		return nil, err
 	}
 	defer conn.Close()
+	asc := p != nil && p.Ascending
 	replies, err := redisx.ExecMulti(ctx, conn, func(c redis.Conn) {
 		c.Send("ZCARD", s.name)
-		c.Send("ZRANGE", s.name, -(off + limit), -(off + 1), "WITHSCORES")
+		if asc {
+			c.Send("ZRANGE", s.name, off, off+limit-1, "WITHSCORES")
+		} else {
+			c.Send("ZRANGE", s.name, -(off + limit), -(off + 1), "WITHSCORES")
+		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sidekiq: page of %s: %w", s.name, err)
@@ -129,7 +137,9 @@ func (s *JobSet) Page(ctx context.Context, p *PageParams) (*SetPage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sidekiq: page of %s: %w", s.name, err)
 	}
-	slices.Reverse(entries)
+	if !asc {
+		slices.Reverse(entries)
+	}
 	return &SetPage{Size: size, Entries: entries}, nil
 }
 
