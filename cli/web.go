@@ -181,4 +181,3 @@ func devWebFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "web-addr", Value: defaultWebAddr, Usage: "serve the dashboard on `HOST:PORT` (a free port when the default is taken; off: no dashboard)"},
 	}
 }
-

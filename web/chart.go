@@ -121,13 +121,13 @@ func msLabel(ms int64) string {
 	return s + "s"
 }
 
-// niceCeil rounds v up to 1, 2 or 5 times a power of ten, at least 4 so
+// niceCeil rounds v up to 1, 2, 4, 5 or 8 times a power of ten, at least 4 so
 // that the four grid steps are whole numbers.
 func niceCeil(v int64) int64 {
 	v = max(v, 4)
 	p := int64(1)
 	for {
-		for _, m := range []int64{1, 2, 5} {
+		for _, m := range []int64{1, 2, 4, 5, 8} {
 			if n := m * p; n >= v && n%4 == 0 {
 				return n
 			}

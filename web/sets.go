@@ -28,8 +28,12 @@ var setKinds = []*setKind{
 	{Path: "retries", Title: "Retries", ascending: true, actions: []string{"retry", "kill", "delete"},
 		set: func(a *api.API) *api.JobSet { return a.RetrySet().JobSet },
 		bulk: map[string]func(context.Context, *api.API) (*api.BulkActionResult, error){
-			"retry_all": func(ctx context.Context, a *api.API) (*api.BulkActionResult, error) { return a.RetrySet().RetryAll(ctx) },
-			"kill_all":  func(ctx context.Context, a *api.API) (*api.BulkActionResult, error) { return a.RetrySet().KillAll(ctx, nil) },
+			"retry_all": func(ctx context.Context, a *api.API) (*api.BulkActionResult, error) {
+				return a.RetrySet().RetryAll(ctx)
+			},
+			"kill_all": func(ctx context.Context, a *api.API) (*api.BulkActionResult, error) {
+				return a.RetrySet().KillAll(ctx, nil)
+			},
 		}},
 	{Path: "scheduled", Title: "Scheduled", ascending: true, actions: []string{"add_to_queue", "delete"},
 		set: func(a *api.API) *api.JobSet { return a.ScheduledSet().JobSet },

@@ -128,7 +128,7 @@ type sjJobData struct {
 	Children []sidejob.Child
 	// State is the job's state hash, key and JSON value.
 	State [][2]string
-	Ports    []sjPortView
+	Ports []sjPortView
 }
 
 // portPeek is how many waiting values a port shows.
