@@ -103,6 +103,7 @@ func NewApp(stdout, stderr io.Writer, o *options) *ucli.App {
 			durableCommand(o),
 			sidejobCommand(o),
 			cronCommand(),
+			webCommand(),
 		}, adminCommands()...), versionCommand()),
 	}
 	applyUsageConventions(app)

@@ -46,7 +46,7 @@ run the worker and demo against a real Redis instead. --durable
 			&ucli.BoolFlag{Name: "no-demo", Usage: "do not push demo jobs"},
 			&ucli.BoolFlag{Name: "log-json", Usage: "log JSON lines"},
 			&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn, error"},
-		}, durableWorkFlags()...),
+		}, append(durableWorkFlags(), devWebFlags()...)...),
 		Action: func(c *ucli.Context) error {
 			log := newLogger(c.App.ErrWriter, c.Bool("log-json"), c.String("log-level"))
 			url := c.String("redis")
@@ -85,6 +85,11 @@ run the worker and demo against a real Redis instead. --durable
 				return err
 			}
 			defer stopDurable()
+			stopWeb, err := startDevWeb(c, srv, pool, log)
+			if err != nil {
+				return err
+			}
+			defer stopWeb()
 			if !c.Bool("no-demo") {
 				registerDemo(srv, log)
 				if err := pushDemo(c.Context, srv.Client()); err != nil {

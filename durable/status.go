@@ -77,3 +77,35 @@ func (d *Durable) Status(ctx context.Context) (*Status, error) {
 	}
 	return out, nil
 }
+
+// RowsParams select the rows Rows lists.
+type RowsParams struct {
+	// Limit is the number of rows per database. Default 50.
+	Limit int
+}
+
+// Rows lists each database's rows, earliest assume_dead_at first (the
+// reconciler's order: overdue and missing rows come first), at most Limit
+// per database. A database that cannot be read is reported in the joined
+// error; the rows of the others are still returned.
+func (d *Durable) Rows(ctx context.Context, p *RowsParams) ([]*Row, error) {
+	limit := 50
+	if p != nil && p.Limit > 0 {
+		limit = p.Limit
+	}
+	// Every row is due by the end of time: listDue then lists them all.
+	end := time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+	var out []*Row
+	var errs []error
+	for _, s := range d.stores {
+		rows, err := s.listDue(ctx, listDueParams{Now: end, Limit: limit})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("durable: rows of %s: %w", s.name(), err))
+			continue
+		}
+		for _, r := range rows {
+			out = append(out, exportRow(r, s.name()))
+		}
+	}
+	return out, errors.Join(errs...)
+}

@@ -48,7 +48,7 @@ func New(srv *sidekiq.Server, admin *api.API, pool *redis.Pool) *Exporter {
 	e.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gojob_job_duration_seconds",
 		Help:    "Execution time of the jobs this process finished.",
 		Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}}, labels)
-	e.reg.MustRegister(e.processed, e.failed, e.overLimit, e.duration, e,
+	e.reg.MustRegister(e.processed, e.failed, e.overLimit, e.duration, e, NewCluster(admin),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv.Observe(e)
 	return e
@@ -77,12 +77,6 @@ var (
 	descSlots       = prometheus.NewDesc("gojob_slots", "This process's concurrency.", nil, nil)
 	descQuiet       = prometheus.NewDesc("gojob_quiet", "1 when this process takes no new jobs (quiet or stopping).", nil, nil)
 	descRedisUp     = prometheus.NewDesc("gojob_redis_up", "0 while this process is in a Redis outage.", nil, nil)
-	descQueueSize   = prometheus.NewDesc("gojob_queue_size", "Jobs waiting in the queue (cluster-wide).", []string{"queue"}, nil)
-	descQueueLat    = prometheus.NewDesc("gojob_queue_latency_seconds", "Age of the queue's oldest job (cluster-wide).", []string{"queue"}, nil)
-	descSetSize     = prometheus.NewDesc("gojob_set_size", "Entries of the retry, schedule and dead sets (cluster-wide).", []string{"set"}, nil)
-	descClusterProc = prometheus.NewDesc("gojob_cluster_processed_total", "Sidekiq's stat:processed, all processes, Ruby included.", nil, nil)
-	descClusterFail = prometheus.NewDesc("gojob_cluster_failed_total", "Sidekiq's stat:failed, all processes, Ruby included.", nil, nil)
-	descScrapeErr   = prometheus.NewDesc("gojob_cluster_scrape_error", "1 when the cluster-wide figures could not be read for this scrape.", nil, nil)
 	descRecovered   = prometheus.NewDesc("gojob_recovered_jobs_total", "Jobs this process pushed back to their queue from the in-progress lists of processes that are gone (reliable fetch).", nil, nil)
 	descPoison      = prometheus.NewDesc("gojob_poison_pills_total", "Recovered jobs this process moved to the dead set instead: their process died while running them too often.", nil, nil)
 	descRedisErrors = prometheus.NewDesc("gojob_redis_errors_total", "Redis commands of this process that failed (connection errors and stalls).", nil, nil)
@@ -91,8 +85,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBusy, descSlots, descQuiet, descRedisUp, descQueueSize, descQueueLat,
-		descSetSize, descClusterProc, descClusterFail, descScrapeErr, descRecovered, descPoison, descRedisErrors, descOutages} {
+	for _, d := range []*prometheus.Desc{descBusy, descSlots, descQuiet, descRedisUp, descRecovered, descPoison, descRedisErrors, descOutages} {
 		ch <- d
 	}
 }
@@ -104,8 +97,8 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// Collect implements prometheus.Collector: the process gauges, then the
-// cluster's figures (at most 2 s of Redis reads per scrape).
+// Collect implements prometheus.Collector: the process gauges (the
+// cluster's figures come from the registered Cluster).
 func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descBusy, prometheus.GaugeValue, float64(e.srv.Busy()))
 	ch <- prometheus.MustNewConstMetric(descSlots, prometheus.GaugeValue, float64(e.srv.Concurrency()))
@@ -116,31 +109,6 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPoison, prometheus.CounterValue, float64(fs.PoisonPills))
 	ch <- prometheus.MustNewConstMetric(descRedisErrors, prometheus.CounterValue, float64(fs.RedisErrors))
 	ch <- prometheus.MustNewConstMetric(descOutages, prometheus.CounterValue, float64(fs.RedisOutages))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	failed := e.collectCluster(ctx, ch) != nil
-	ch <- prometheus.MustNewConstMetric(descScrapeErr, prometheus.GaugeValue, b2f(failed))
-}
-
-func (e *Exporter) collectCluster(ctx context.Context, ch chan<- prometheus.Metric) error {
-	st, err := e.admin.Stats(ctx)
-	if err != nil {
-		return err
-	}
-	ch <- prometheus.MustNewConstMetric(descClusterProc, prometheus.CounterValue, float64(st.Processed))
-	ch <- prometheus.MustNewConstMetric(descClusterFail, prometheus.CounterValue, float64(st.Failed))
-	ch <- prometheus.MustNewConstMetric(descSetSize, prometheus.GaugeValue, float64(st.Retries), "retry")
-	ch <- prometheus.MustNewConstMetric(descSetSize, prometheus.GaugeValue, float64(st.Scheduled), "schedule")
-	ch <- prometheus.MustNewConstMetric(descSetSize, prometheus.GaugeValue, float64(st.Dead), "dead")
-	for _, q := range st.Queues {
-		ch <- prometheus.MustNewConstMetric(descQueueSize, prometheus.GaugeValue, float64(q.Size), q.Name)
-		lat, err := e.admin.Queue(q.Name).Latency(ctx)
-		if err != nil {
-			return err
-		}
-		ch <- prometheus.MustNewConstMetric(descQueueLat, prometheus.GaugeValue, lat.Seconds(), q.Name)
-	}
-	return nil
 }
 
 // Handler serves /metrics, /healthz and /readyz.

@@ -109,6 +109,20 @@ func TestAPISetPageAndEachOrder(t *testing.T) {
 	n, err := rs.Size(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 122, n)
+
+	// Ascending (the Web UI's Retries and Scheduled pages): ZRANGE order,
+	// next due first.
+	var asc []string
+	for _, s := range b.strings(t, "ZRANGE", "retry", 0, -1) {
+		j, err := wire.ParseJob([]byte(s))
+		require.NoError(t, err)
+		asc = append(asc, j.JID())
+	}
+	page, err = rs.Page(ctx, &api.PageParams{Offset: 25, Limit: 30, Ascending: true})
+	require.NoError(t, err)
+	require.EqualValues(t, 122, page.Size)
+	require.Equal(t, asc[25:55], apiJIDs(page.Entries))
+	require.Equal(t, "r025", page.Entries[0].JID())
 }
 
 func TestAPISetEachWithDeletes(t *testing.T) {

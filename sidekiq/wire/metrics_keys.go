@@ -15,6 +15,20 @@ const (
 	MetricsMidTTL   = 3 * 24 * 60 * 60 // 8.0+ j|<10 minutes>
 )
 
+// HistogramLimits are the exclusive upper limits in ms of the first 25
+// execution-time histogram buckets (Ruby's lib/sidekiq/metrics/shared.rb
+// BUCKET_INTERVALS, 7.0+); the 26th bucket takes the rest.
+var HistogramLimits = [...]int64{
+	20, 30, 45, 65, 100,
+	150, 225, 335, 500, 750,
+	1100, 1700, 2500, 3800, 5750,
+	8500, 13000, 20000, 30000, 45000,
+	65000, 100000, 150000, 225000, 335000,
+}
+
+// HistogramBuckets is the number of u16 counters in a histogram key.
+const HistogramBuckets = len(HistogramLimits) + 1
+
 // MetricsKeys returns the j|… hash keys a flush at now writes, in Ruby's
 // order, with their TTLs.
 func MetricsKeys(v Version, now time.Time) (keys []string, ttls []int) {

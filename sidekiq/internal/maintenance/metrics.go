@@ -35,14 +35,8 @@ import (
 // fails in constantize, before the middleware chain).
 
 // histogramLimits are the exclusive upper limits in ms of the first 25
-// histogram buckets (shared.rb BUCKET_INTERVALS); the 26th takes the rest.
-var histogramLimits = [...]int64{
-	20, 30, 45, 65, 100,
-	150, 225, 335, 500, 750,
-	1100, 1700, 2500, 3800, 5750,
-	8500, 13000, 20000, 30000, 45000,
-	65000, 100000, 150000, 225000, 335000,
-}
+// histogram buckets (wire.HistogramLimits); the 26th takes the rest.
+var histogramLimits = wire.HistogramLimits
 
 // histogramBuckets is the number of u16 counters in a histogram key.
 const histogramBuckets = len(histogramLimits) + 1

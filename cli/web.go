@@ -1,0 +1,183 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/zerolog"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/gojob/gojob/cron"
+	"github.com/gojob/gojob/durable"
+	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/api"
+	"github.com/gojob/gojob/web"
+)
+
+// defaultWebAddr is where `gojob web` listens unless told otherwise: the
+// port Ruby's rackup serves the Sidekiq Web UI on, on loopback only.
+const defaultWebAddr = "127.0.0.1:9292"
+
+func webCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "web",
+		Usage: "serve the dashboard: jobs, queues, retries, processes, metrics, SideJob trees (Ruby and Go alike)",
+		Description: `Serves gojob's dashboard over the Sidekiq data in Redis: counters and
+history chart, busy processes (quiet / stop), queues, retries, scheduled and
+dead jobs (retry, kill, delete, one by one or in bulk), per-class metrics,
+SideJob job trees, sidekiq-cron jobs and, with --durable, the durable rows.
+It also serves the cluster-wide Prometheus gauges at /metrics.
+
+It listens on 127.0.0.1 unless --addr says otherwise; a non-loopback address
+needs --auth or --token. See docs/web.md.`,
+		Flags: append([]ucli.Flag{
+			newRedisFlag(),
+			newVersionFlag(),
+			&ucli.StringFlag{Name: "addr", Value: defaultWebAddr, Usage: "listen on `HOST:PORT`"},
+			&ucli.StringFlag{Name: "auth", Usage: "require HTTP basic authentication as `USER:PASSWORD`", EnvVars: []string{"GOJOB_WEB_AUTH"}},
+			&ucli.StringFlag{Name: "token", Usage: "require this `TOKEN` (Authorization: Bearer, or open the printed URL once)", EnvVars: []string{"GOJOB_WEB_TOKEN"}},
+			&ucli.BoolFlag{Name: "read-only", Usage: "show everything, change nothing (no buttons; POSTs refused)"},
+			&ucli.StringSliceFlag{Name: "durable", Usage: "durable database `URL` (postgres://… or sqlite:PATH) whose rows to show; repeat"},
+			&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn, error"},
+		}, cronLayoutFlags()...),
+		Action: func(c *ucli.Context) error {
+			log := newLogger(c.App.ErrWriter, false, c.String("log-level"))
+			addr := c.String("addr")
+			if err := checkWebAddr(addr, c.String("auth") != "" || c.String("token") != ""); err != nil {
+				return err
+			}
+			pool, err := openPool(c.Context, c.String("redis"), 8)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			v, err := resolveVersion(c.Context, pool, c.String("sidekiq-version"), log)
+			if err != nil {
+				return err
+			}
+			cfg := &web.Config{Pool: pool, ReadOnly: c.Bool("read-only"), BasicAuth: c.String("auth"),
+				Token: c.String("token"), Logger: log}
+			if cfg.API, err = api.New(&api.Config{Pool: pool, Version: v}); err != nil {
+				return err
+			}
+			l, err := cronLayout(c.Context, c, pool)
+			if err != nil {
+				return err
+			}
+			cfg.Cron = &cron.Store{Client: cfg.API.Client(), Layout: l}
+			if urls := c.StringSlice("durable"); len(urls) > 0 {
+				d, err := durable.New(&durable.Config{URLs: urls, Logger: log})
+				if err != nil {
+					return ucli.Exit(err.Error(), 2)
+				}
+				defer d.Close()
+				cfg.Durable = d
+			}
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return ucli.Exit(fmt.Sprintf("--addr %s: %v (is another dashboard there? use --addr 127.0.0.1:0 for a free port)", addr, err), 2)
+			}
+			stop, err := serveWeb(ln, cfg, log)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			printWebURL(c.App.Writer, ln.Addr().String(), cfg)
+			<-c.Context.Done()
+			return nil
+		},
+	}
+}
+
+// checkWebAddr refuses an address that is not HOST:PORT, and one open to
+// other machines without --auth or --token.
+func checkWebAddr(addr string, guarded bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ucli.Exit(fmt.Sprintf("--addr %q: want HOST:PORT, e.g. 127.0.0.1:9292", addr), 2)
+	}
+	if guarded || host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return ucli.Exit(fmt.Sprintf("--addr %s is reachable from other machines: add --auth USER:PASSWORD or --token TOKEN (the dashboard can delete jobs)", addr), 2)
+}
+
+// serveWeb serves the dashboard on ln until the returned stop is called.
+func serveWeb(ln net.Listener, cfg *web.Config, log zerolog.Logger) (func(), error) {
+	h, err := web.New(cfg)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Str("component", "web").Msg("dashboard stopped")
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		hs.Shutdown(ctx)
+	}, nil
+}
+
+// printWebURL prints where to open the dashboard (with the token once,
+// when there is one: opening it sets the cookie).
+func printWebURL(w io.Writer, addr string, cfg *web.Config) {
+	u := "http://" + addr + "/"
+	if cfg.Token != "" {
+		u += "?token=" + cfg.Token
+	}
+	extra := ""
+	if cfg.ReadOnly {
+		extra = " (read-only)"
+	}
+	fmt.Fprintf(w, "dashboard: %s%s\n", u, extra)
+}
+
+// startDevWeb serves the dashboard for `gojob dev` on 127.0.0.1:9292, or a
+// free port when that is taken, and prints its URL. It returns the stop
+// function.
+func startDevWeb(c *ucli.Context, srv *sidekiq.Server, pool *redis.Pool, log zerolog.Logger) (func(), error) {
+	addr := c.String("web-addr")
+	if addr == "off" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil && !c.IsSet("web-addr") {
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+	}
+	if err != nil {
+		return nil, ucli.Exit(fmt.Sprintf("--web-addr %s: %v", addr, err), 2)
+	}
+	admin, err := api.New(&api.Config{Pool: pool, Client: srv.Client()})
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	cfg := &web.Config{Pool: pool, API: admin, Logger: log,
+		Cron: &cron.Store{Client: srv.Client(), Layout: cron.Layout{Namespace: cron.DefaultNamespace}}}
+	stop, err := serveWeb(ln, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(c.App.Writer, "dashboard: http://%s/  (jobs, retries, processes; stop with Ctrl-C)\n", ln.Addr())
+	return stop, nil
+}
+
+// devWebFlags are `gojob dev`'s dashboard flags.
+func devWebFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "web-addr", Value: defaultWebAddr, Usage: "serve the dashboard on `HOST:PORT` (a free port when the default is taken; off: no dashboard)"},
+	}
+}

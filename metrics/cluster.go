@@ -1,0 +1,76 @@
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gojob/gojob/sidekiq/api"
+)
+
+var (
+	descQueueSize   = prometheus.NewDesc("gojob_queue_size", "Jobs waiting in the queue (cluster-wide).", []string{"queue"}, nil)
+	descQueueLat    = prometheus.NewDesc("gojob_queue_latency_seconds", "Age of the queue's oldest job (cluster-wide).", []string{"queue"}, nil)
+	descSetSize     = prometheus.NewDesc("gojob_set_size", "Entries of the retry, schedule and dead sets (cluster-wide).", []string{"set"}, nil)
+	descClusterProc = prometheus.NewDesc("gojob_cluster_processed_total", "Sidekiq's stat:processed, all processes, Ruby included.", nil, nil)
+	descClusterFail = prometheus.NewDesc("gojob_cluster_failed_total", "Sidekiq's stat:failed, all processes, Ruby included.", nil, nil)
+	descScrapeErr   = prometheus.NewDesc("gojob_cluster_scrape_error", "1 when the cluster-wide figures could not be read for this scrape.", nil, nil)
+)
+
+// Cluster collects the cluster-wide figures every process shares (queues,
+// sets, Sidekiq's counters), read through the admin API at scrape time.
+// The Exporter of a worker registers one; `gojob web` serves one alone.
+type Cluster struct {
+	admin *api.API
+}
+
+// NewCluster returns the cluster collector reading through admin.
+func NewCluster(admin *api.API) *Cluster { return &Cluster{admin: admin} }
+
+// Describe implements prometheus.Collector.
+func (c *Cluster) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descQueueSize, descQueueLat, descSetSize, descClusterProc, descClusterFail, descScrapeErr} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector (at most 2 s of Redis reads per
+// scrape; gojob_cluster_scrape_error says when they failed).
+func (c *Cluster) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	failed := c.collect(ctx, ch) != nil
+	ch <- prometheus.MustNewConstMetric(descScrapeErr, prometheus.GaugeValue, b2f(failed))
+}
+
+func (c *Cluster) collect(ctx context.Context, ch chan<- prometheus.Metric) error {
+	st, err := c.admin.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	ch <- prometheus.MustNewConstMetric(descClusterProc, prometheus.CounterValue, float64(st.Processed))
+	ch <- prometheus.MustNewConstMetric(descClusterFail, prometheus.CounterValue, float64(st.Failed))
+	ch <- prometheus.MustNewConstMetric(descSetSize, prometheus.GaugeValue, float64(st.Retries), "retry")
+	ch <- prometheus.MustNewConstMetric(descSetSize, prometheus.GaugeValue, float64(st.Scheduled), "schedule")
+	ch <- prometheus.MustNewConstMetric(descSetSize, prometheus.GaugeValue, float64(st.Dead), "dead")
+	for _, q := range st.Queues {
+		ch <- prometheus.MustNewConstMetric(descQueueSize, prometheus.GaugeValue, float64(q.Size), q.Name)
+		lat, err := c.admin.Queue(q.Name).Latency(ctx)
+		if err != nil {
+			return err
+		}
+		ch <- prometheus.MustNewConstMetric(descQueueLat, prometheus.GaugeValue, lat.Seconds(), q.Name)
+	}
+	return nil
+}
+
+// ClusterHandler serves the cluster collector alone in the Prometheus text
+// format (the /metrics of `gojob web`).
+func ClusterHandler(admin *api.API) http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCluster(admin))
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+}

@@ -1,0 +1,157 @@
+package api
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+// JobMetricsParams select the window of JobMetrics.
+type JobMetricsParams struct {
+	// Minutes is the window, 1 to 480 (the keys' 8-hour TTL). Default 60
+	// (the Web UI's default).
+	Minutes int
+	// Until is the end of the window (its minute is included). Default now.
+	Until time.Time
+	// Class, when set, also reads that class's execution-time histogram.
+	Class string
+}
+
+// JobMetrics is what processes recorded per job class in the window (the
+// Sidekiq 7+ Metrics tab; Ruby's lib/sidekiq/metrics/query.rb).
+type JobMetrics struct {
+	// Since and Until bound the window (whole minutes, UTC).
+	Since, Until time.Time
+	// Classes are sorted by total execution time, then executions, then
+	// name.
+	Classes []ClassMetrics
+	// Histogram is the class's count per bucket of HistogramLimits (the
+	// last bucket takes the rest); nil unless Params.Class was given.
+	Histogram []int64
+}
+
+// ClassMetrics are one class's totals.
+type ClassMetrics struct {
+	Class string
+	// Processed counts executions ("|p"), Failed failures ("|f").
+	Processed, Failed int64
+	// Milliseconds is the time of the successful runs ("|ms").
+	Milliseconds int64
+}
+
+// Succeeded is Processed - Failed.
+func (c ClassMetrics) Succeeded() int64 { return c.Processed - c.Failed }
+
+// AvgMillis is the mean time of a successful run, 0 without one.
+func (c ClassMetrics) AvgMillis() float64 {
+	if s := c.Succeeded(); s > 0 {
+		return float64(c.Milliseconds) / float64(s)
+	}
+	return 0
+}
+
+// JobMetrics sums the `j|<minute>` hashes of every minute of the window,
+// in both the 7.x (`j|%Y%m%d|%-H:%-M`) and 8.x (`j|%y%m%d|%-H:%M`) layouts
+// so a mixed cluster shows whole, and with Params.Class the per-minute
+// histograms (BITFIELD GET u16 #0..#25 of both key layouts), all in one
+// pipeline. Processes writing the 6.x format record no metrics.
+func (a *API) JobMetrics(ctx context.Context, p *JobMetricsParams) (*JobMetrics, error) {
+	minutes, until, class := 60, a.clock.Now(), ""
+	if p != nil {
+		if p.Minutes != 0 {
+			minutes = p.Minutes
+		}
+		if !p.Until.IsZero() {
+			until = p.Until
+		}
+		class = p.Class
+	}
+	if minutes < 1 || minutes > 480 {
+		return nil, fmt.Errorf("sidekiq: job metrics: minutes must be between 1 and 480, got %d", minutes)
+	}
+	until = until.UTC().Truncate(time.Minute)
+	out := &JobMetrics{Since: until.Add(-time.Duration(minutes-1) * time.Minute), Until: until}
+	v7, v8 := wire.Version{Major: 7}, wire.Version{Major: 8}
+	conn, err := a.conn(ctx, "job metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	gets := make([]any, 0, 4*wire.HistogramBuckets)
+	for i := range wire.HistogramBuckets {
+		gets = append(gets, "GET", "u16", fmt.Sprintf("#%d", i))
+	}
+	for i := range minutes {
+		t := until.Add(-time.Duration(i) * time.Minute)
+		k7, _ := wire.MetricsKeys(v7, t)
+		k8, _ := wire.MetricsKeys(v8, t)
+		conn.Send("HGETALL", k7[0])
+		conn.Send("HGETALL", k8[len(k8)-1])
+		if class != "" {
+			conn.Send("BITFIELD", append([]any{wire.HistogramKey(v7, class, t)}, gets...)...)
+			conn.Send("BITFIELD", append([]any{wire.HistogramKey(v8, class, t)}, gets...)...)
+		}
+	}
+	if err := conn.Flush(); err != nil {
+		return nil, fmt.Errorf("sidekiq: job metrics: %w", err)
+	}
+	byClass := map[string]*ClassMetrics{}
+	if class != "" {
+		out.Histogram = make([]int64, wire.HistogramBuckets)
+	}
+	for range minutes {
+		for range 2 {
+			fields, err := redis.Int64Map(redis.ReceiveContext(conn, ctx))
+			if err != nil {
+				return nil, fmt.Errorf("sidekiq: job metrics: %w", err)
+			}
+			for f, n := range fields {
+				i := strings.LastIndexByte(f, '|')
+				if i <= 0 {
+					continue
+				}
+				cm := byClass[f[:i]]
+				if cm == nil {
+					cm = &ClassMetrics{Class: f[:i]}
+					byClass[f[:i]] = cm
+				}
+				switch f[i+1:] {
+				case "p":
+					cm.Processed += n
+				case "f":
+					cm.Failed += n
+				case "ms":
+					cm.Milliseconds += n
+				}
+			}
+		}
+		if class == "" {
+			continue
+		}
+		for range 2 {
+			counts, err := redis.Int64s(redis.ReceiveContext(conn, ctx))
+			if err != nil {
+				return nil, fmt.Errorf("sidekiq: job metrics histogram of %s: %w", class, err)
+			}
+			for i, n := range counts {
+				if i < len(out.Histogram) {
+					out.Histogram[i] += n
+				}
+			}
+		}
+	}
+	for _, cm := range byClass {
+		out.Classes = append(out.Classes, *cm)
+	}
+	slices.SortFunc(out.Classes, func(x, y ClassMetrics) int {
+		return cmp.Or(cmp.Compare(y.Milliseconds, x.Milliseconds), cmp.Compare(y.Processed, x.Processed), cmp.Compare(x.Class, y.Class))
+	})
+	return out, nil
+}

@@ -1,0 +1,159 @@
+package web
+
+import (
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gojob/gojob/sidekiq/api"
+)
+
+// queueName is the Web UI's check on a queue name in a URL
+// (lib/sidekiq/web/application.rb, 6.4.1: /\A[a-z_:.\-0-9]+\z/i).
+var queueName = regexp.MustCompile(`(?i)^[a-z_:.\-0-9]+$`)
+
+const pageSize = 25
+
+type queueRow struct {
+	Name    string
+	Size    int64
+	Latency time.Duration
+	Paused  bool
+	Err     string
+}
+
+func (h *Handler) queues(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	qs, err := h.api.Queues(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	paused, err := h.api.PausedQueues(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	rows := make([]queueRow, 0, len(qs))
+	for _, q := range qs {
+		row := queueRow{Name: q.Name(), Paused: slices.Contains(paused, q.Name())}
+		if row.Size, err = q.Size(ctx); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		if row.Latency, err = q.Latency(ctx); err != nil {
+			// An unparsable oldest job: show the queue anyway.
+			row.Err = err.Error()
+		}
+		rows = append(rows, row)
+	}
+	h.render(w, r, "queues", "Queues", "queues", rows)
+}
+
+type queueData struct {
+	Name    string
+	Paused  bool
+	Page    *api.QueuePage
+	Pager   pager
+	Latency time.Duration
+}
+
+// pager is a page number with its neighbours.
+type pager struct {
+	Page, Pages int
+	Base        string // path and query without page=
+}
+
+func newPager(r *http.Request, size int64) (pager, int) {
+	p, _ := strconv.Atoi(r.URL.Query().Get("page"))
+	pages := int((size + pageSize - 1) / pageSize)
+	p = max(1, min(p, max(pages, 1)))
+	q := r.URL.Query()
+	q.Del("page")
+	q.Del("flash")
+	base := r.URL.Path + "?"
+	if enc := q.Encode(); enc != "" {
+		base += enc + "&"
+	}
+	return pager{Page: p, Pages: pages, Base: base}, (p - 1) * pageSize
+}
+
+func (h *Handler) queue(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	name := r.PathValue("name")
+	if !queueName.MatchString(name) {
+		notFound(w, "queue "+strconv.Quote(name))
+		return
+	}
+	q := h.api.Queue(name)
+	size, err := q.Size(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	pg, off := newPager(r, size)
+	page, err := q.Page(ctx, &api.PageParams{Offset: off, Limit: pageSize})
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	paused, err := h.api.PausedQueues(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	lat, _ := q.Latency(ctx)
+	d := &queueData{Name: name, Paused: slices.Contains(paused, name), Page: page, Pager: pg, Latency: lat}
+	h.render(w, r, "queue", "Queue "+name, "queues", d)
+}
+
+// queueAction deletes one job (by its exact JSON, as the Web UI), clears
+// the queue, or pauses / unpauses it (docs/queue-pause.md).
+func (h *Handler) queueAction(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	name := r.PathValue("name")
+	if !queueName.MatchString(name) {
+		notFound(w, "queue "+strconv.Quote(name))
+		return
+	}
+	q := h.api.Queue(name)
+	back := backPath(r, "/queues/"+name)
+	var msg string
+	switch r.PostFormValue("action") {
+	case "delete":
+		ok, err := q.DeleteJob(ctx, []byte(r.PostFormValue("value")))
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		msg = "deleted 1 job"
+		if !ok {
+			msg = "the job was no longer in the queue"
+		}
+	case "clear":
+		if err := q.Clear(ctx); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		msg, back = fmt.Sprintf("cleared queue %s", name), "/queues"
+	case "pause":
+		if err := q.Pause(ctx); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		msg = "paused " + name + ": gojob processes stop fetching from it within a second (Ruby processes do not know pauses)"
+	case "unpause":
+		if err := q.Unpause(ctx); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		msg = "unpaused " + name
+	default:
+		http.Error(w, `action must be "delete", "clear", "pause" or "unpause"`, http.StatusBadRequest)
+		return
+	}
+	redirectBack(w, r, back, msg)
+}

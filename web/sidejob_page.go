@@ -1,0 +1,234 @@
+package web
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/sidejob"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
+)
+
+// treeLimit bounds the jobs the SideJob page walks.
+const treeLimit = 500
+
+type sjNode struct {
+	ID       int64
+	Name     string
+	Class    string
+	Queue    string
+	Status   string
+	Children []*sjNode
+}
+
+type sjTreeData struct {
+	Roots   []*sjNode
+	Total   int
+	Limited bool
+}
+
+func (h *Handler) sidejobTree(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	ids, err := h.sj.JobIDs(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	d := &sjTreeData{Total: len(ids)}
+	seen := 0
+	for _, id := range ids {
+		if seen >= treeLimit {
+			d.Limited = true
+			break
+		}
+		j := h.sj.Job(id)
+		p, err := j.Parent(ctx)
+		if err != nil {
+			if isGone(err) {
+				continue
+			}
+			h.fail(w, r, err)
+			return
+		}
+		if p != nil {
+			continue
+		}
+		n, err := h.sjNode(ctx, j, "", 0, &seen)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		if n != nil {
+			d.Roots = append(d.Roots, n)
+		}
+	}
+	h.render(w, r, "sidejob", "SideJob", "sidejob", d)
+}
+
+// isGone reports an error about a job deleted while the page was built.
+func isGone(err error) bool {
+	var nf *sidejob.JobNotFoundError
+	return asError(err, &nf)
+}
+
+func (h *Handler) sjNode(ctx context.Context, j *sidejob.Job, name string, depth int, seen *int) (*sjNode, error) {
+	*seen++
+	info, err := j.Info(ctx)
+	if err != nil {
+		if isGone(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	status, err := j.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n := &sjNode{ID: j.ID(), Name: name, Class: info.Class, Queue: info.Queue, Status: status}
+	if depth > 32 || *seen >= treeLimit {
+		return n, nil
+	}
+	kids, err := j.Children(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range kids {
+		cn, err := h.sjNode(ctx, c.Job, c.Name, depth+1, seen)
+		if err != nil {
+			return nil, err
+		}
+		if cn != nil {
+			n.Children = append(n.Children, cn)
+		}
+	}
+	return n, nil
+}
+
+type sjPortView struct {
+	Type, Name string
+	Size       int64
+	Default    string
+	HasDefault bool
+	Channels   []string
+	// Data are the first values waiting in the port, oldest first (read
+	// without consuming them).
+	Data []string
+	// More is set when more values wait than Data shows.
+	More bool
+}
+
+type sjJobData struct {
+	ID       int64
+	Status   string
+	Info     *sidejob.Info
+	Aliases  []string
+	Parent   int64
+	Children []sidejob.Child
+	// State is the job's state hash, key and JSON value.
+	State [][2]string
+	Ports []sjPortView
+}
+
+// portPeek is how many waiting values a port shows.
+const portPeek = 10
+
+func (h *Handler) sidejobJob(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil {
+		notFound(w, "SideJob job "+strconv.Quote(r.PathValue("id")))
+		return
+	}
+	j := h.sj.Job(id)
+	d := &sjJobData{ID: id}
+	if d.Info, err = j.Info(ctx); err != nil {
+		if isGone(err) {
+			notFound(w, "SideJob job "+strconv.FormatInt(id, 10))
+			return
+		}
+		h.fail(w, r, err)
+		return
+	}
+	if d.Status, err = j.Status(ctx); err == nil {
+		if d.Aliases, err = j.Aliases(ctx); err == nil {
+			var p *sidejob.Job
+			if p, err = j.Parent(ctx); err == nil && p != nil {
+				d.Parent = p.ID()
+			}
+		}
+	}
+	if err == nil {
+		if d.Children, err = j.Children(ctx); err == nil {
+			var st *rubyjson.Map
+			if st, err = j.State(ctx); err == nil {
+				for i := range st.Len() {
+					k, v := st.At(i)
+					d.State = append(d.State, [2]string{k, string(v.Encode())})
+				}
+				d.Ports, err = h.sjPorts(ctx, j)
+			}
+		}
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.render(w, r, "sidejob_job", "SideJob job "+strconv.FormatInt(id, 10), "sidejob", d)
+}
+
+func (h *Handler) sjPorts(ctx context.Context, j *sidejob.Job) ([]sjPortView, error) {
+	var out []sjPortView
+	for _, list := range []func(context.Context) ([]*sidejob.Port, error){j.Inports, j.Outports} {
+		ports, err := list(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range ports {
+			v := sjPortView{Type: p.Type().String(), Name: p.Name()}
+			if v.Size, err = p.Size(ctx); err != nil {
+				return nil, err
+			}
+			def, err := p.Default(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if def != nil {
+				v.HasDefault, v.Default = true, string(def.Value.Encode())
+			}
+			if v.Channels, err = p.Channels(ctx); err != nil {
+				return nil, err
+			}
+			if v.Data, err = h.peekPort(ctx, p); err != nil {
+				return nil, err
+			}
+			v.More = v.Size > int64(len(v.Data))
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+// peekPort reads the first waiting values of a port (LRANGE of its list;
+// Port.Read pops from the same end) without consuming them.
+func (h *Handler) peekPort(ctx context.Context, p *sidejob.Port) ([]string, error) {
+	conn, err := h.cfg.Pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	raws, err := redis.ByteSlices(redis.DoContext(conn, ctx, "LRANGE", p.String(), 0, portPeek-1))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(raws))
+	for i, raw := range raws {
+		if d, err := sidejob.DecodeData(raw); err == nil {
+			out[i] = string(d.Value.Encode())
+		} else {
+			out[i] = string(raw)
+		}
+	}
+	return out, nil
+}
