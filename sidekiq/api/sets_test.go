@@ -110,14 +110,6 @@ func TestAPISetPageAndEachOrder(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 122, n)
 
-	// Ascending (the Web UI's Retries and Scheduled pages): ZRANGE order,
-	// next due first.
-	var asc []string
-	for _, s := range b.strings(t, "ZRANGE", "retry", 0, -1) {
-		j, err := wire.ParseJob([]byte(s))
-		require.NoError(t, err)
-		asc = append(asc, j.JID())
-	}
 	page, err = rs.Page(ctx, &api.PageParams{Offset: 25, Limit: 30, Ascending: true})
 	require.NoError(t, err)
 	require.EqualValues(t, 122, page.Size)
