@@ -175,8 +175,24 @@ func (tb *tab) click(t *testing.T, selector string) {
 	if n == 0 {
 		t.Fatalf("%s: no %s on the page:\n%s", tb.url, selector, tb.text(t))
 	}
-	must(t, chromedp.Do(tb.ctx, acceptConfirms, chromedp.Click(chromedp.CSS(selector), chromedp.NodeVisible),
-		chromedp.WaitVisible(chromedp.CSS(".flash")), acceptConfirms))
+	// Mark the page the click leaves, so the wait below sees the page the
+	// click leads to, not a flash left on this one by an earlier click.
+	_, err = chromedp.Run(tb.ctx, chromedp.Evaluate[bool](`window.gojobLeft = true; true`))
+	must(t, err)
+	must(t, chromedp.Do(tb.ctx, acceptConfirms, chromedp.Click(chromedp.CSS(selector), chromedp.NodeVisible)))
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		// Errors while the page changes are expected: ask again.
+		arrived, err := chromedp.Run(tb.ctx, chromedp.Evaluate[bool](`!window.gojobLeft && document.readyState === "complete" && !!document.querySelector(".flash")`))
+		if err == nil && arrived {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: pressing %s led to no page with a flash message:\n%s", tb.url, selector, tb.text(t))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	must(t, chromedp.Do(tb.ctx, acceptConfirms))
 }
 
 // errors returns the JavaScript errors seen so far.

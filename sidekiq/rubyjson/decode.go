@@ -486,27 +486,76 @@ func parseNumber(data []byte, pos int) (Value, int, error) {
 		}
 		return Value{kind: Integer, s: text}, pos, nil
 	}
-	// The text is valid JSON; putting it in Float#to_s form waits until
-	// something reads or writes it (floatText), which a job that succeeds
-	// never does: most payloads carry two float timestamps.
-	return Value{kind: Float, s: text, b: true}, pos, nil
-}
-
-// floatText returns a Float's text in Float#to_s form. A parsed float keeps
-// its source text (v.b set) until then; one out of float64's range keeps it
-// for good: Ruby would parse an infinity and refuse to write it, so nothing
-// is lost by keeping the text.
-func (v Value) floatText() string {
-	if !v.b {
-		return v.s
+	if inRubyForm(text) {
+		return Value{kind: Float, s: text}, pos, nil
 	}
-	f, err := strconv.ParseFloat(v.s, 64)
+	f, err := strconv.ParseFloat(text, 64)
 	if err != nil {
-		return v.s
+		// Out of float64 range: Ruby would parse an infinity and refuse to
+		// write it. Keep the text so nothing is lost.
+		return Value{kind: Float, s: text}, pos, nil
 	}
 	var buf [32]byte
-	if out := AppendFloat(buf[:0], f); string(out) != v.s {
-		return string(out)
+	if out := AppendFloat(buf[:0], f); string(out) != text {
+		text = string(out)
 	}
-	return v.s
+	return Value{kind: Float, s: text}, pos, nil
+}
+
+// inRubyForm reports, without converting, whether the text of a valid JSON
+// float is already what Float#to_s writes for its value: fixed notation
+// (no exponent), a magnitude where Ruby writes fixed notation for such
+// texts (1e-4 up to 1e15: FormatFloat), no trailing zero in the fraction but for "X.0", and at most 15
+// significant digits. Such a text is the shortest that reads back as its
+// double: two decimals of 15 digits or fewer never read as the same double
+// (DBL_DIG), so no shorter one does. Longer texts go through
+// ParseFloat/AppendFloat.
+func inRubyForm(text string) bool {
+	if text == "" || text[0] == '-' {
+		if len(text) < 2 || text[1] == '0' { // -0.x: the slow path
+			return false
+		}
+		text = text[1:]
+	}
+	dot := -1
+	for i := 0; i < len(text); i++ {
+		switch c := text[i]; {
+		case c == '.':
+			dot = i
+		case c < '0' || c > '9':
+			return false // an exponent
+		}
+	}
+	if dot <= 0 || dot == len(text)-1 {
+		return false
+	}
+	intPart, frac := text[:dot], text[dot+1:]
+	if frac != "0" && frac[len(frac)-1] == '0' {
+		return false
+	}
+	var sig int
+	if intPart == "0" {
+		if frac == "0" {
+			return true // 0.0
+		}
+		lead := 0
+		for lead < len(frac) && frac[lead] == '0' {
+			lead++
+		}
+		if lead > 3 { // under 1e-4: Ruby writes 1.0e-05
+			return false
+		}
+		sig = len(frac) - lead
+	} else {
+		sig = len(intPart)
+		if frac != "0" {
+			sig += len(frac)
+		} else {
+			// "X.0": trailing zeros of the integer part are not significant.
+			for i := len(intPart) - 1; i > 0 && intPart[i] == '0'; i-- {
+				sig--
+			}
+		}
+	}
+	return sig <= 15 && len(intPart) <= 15 // 1e15 and up: 1.0e+15
 }

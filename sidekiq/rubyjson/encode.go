@@ -20,12 +20,7 @@ func (v Value) AppendTo(dst []byte) []byte {
 			return append(dst, "true"...)
 		}
 		return append(dst, "false"...)
-	case Integer:
-		return append(dst, v.s...)
-	case Float:
-		if v.b {
-			return append(dst, v.floatText()...)
-		}
+	case Integer, Float:
 		return append(dst, v.s...)
 	case String:
 		return AppendString(dst, v.s)

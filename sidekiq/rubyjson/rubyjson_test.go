@@ -2,6 +2,9 @@ package rubyjson
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -56,26 +59,42 @@ func TestNormalize(t *testing.T) {
 	}
 }
 
-func TestParsedFloatsReadInRubysForm(t *testing.T) {
+// A float text that is already in Float#to_s form is kept as it is without
+// converting it; the check must agree with converting, for every text.
+func TestFloatTextsInRubyFormSkipTheConversion(t *testing.T) {
 	t.Parallel()
-	// A parsed float keeps its source text until it is read or written;
-	// every reader sees Float#to_s form.
-	for in, want := range map[string]string{`1E3`: "1000.0", `2.50`: "2.5", `1.7468303847678468e+9`: "1746830384.7678468", `1e400`: "1e400", `0.1`: "0.1"} {
-		v, err := Parse([]byte(in))
-		require.NoError(t, err, in)
-		require.Equal(t, want, v.NumberText(), in)
-		f, ok := v.Float()
-		require.True(t, ok, in)
-		if in != `1e400` {
-			require.True(t, Equal(v, FloatValue(f)), in)
+	check := func(text string) {
+		t.Helper()
+		want := text
+		if f, err := strconv.ParseFloat(text, 64); err == nil {
+			want = FormatFloat(f)
 		}
-		arr, err := Parse([]byte("[" + in + "]"))
-		require.NoError(t, err)
-		require.Equal(t, "["+want+"]", string(arr.Encode()))
+		if inRubyForm(text) {
+			require.Equal(t, want, text, "inRubyForm(%q) but Ruby writes %q", text, want)
+		}
+		v, err := Parse([]byte(text))
+		require.NoError(t, err, text)
+		require.Equal(t, want, v.NumberText(), text)
 	}
-	a, _ := Parse([]byte(`2.50`))
-	b, _ := Parse([]byte(`2.5`))
-	require.True(t, Equal(a, b))
+	for _, s := range []string{"0.0", "1.0", "-1.0", "0.1", "0.0001", "0.00001", "2.5", "2.50", "100.0", "9000.0",
+		"123456789012345.0", "1234567890123456.0", "999999999999999.9", "0.30000000000000004", "1795296573.165405",
+		"1795296573.1651707", "-0.0", "-0.5", "10.01", "1.7976931348623157", "100000000000000000.0", "0.1000"} {
+		check(s)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		var f float64
+		switch r.IntN(3) {
+		case 0:
+			f = r.Float64() * math.Pow(10, float64(r.IntN(20)-6))
+		case 1:
+			f = math.Round(r.Float64()*1e6) / math.Pow(10, float64(r.IntN(8)))
+		default:
+			f = float64(r.Int64N(1<<53)) / math.Pow(10, float64(r.IntN(17)))
+		}
+		check(strconv.FormatFloat(f, 'f', -1, 64) + map[bool]string{true: ".0", false: ""}[f == math.Trunc(f)])
+		check(strconv.FormatFloat(f, 'f', r.IntN(17)+1, 64))
+	}
 }
 
 func TestMapOrder(t *testing.T) {

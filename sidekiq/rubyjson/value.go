@@ -136,13 +136,10 @@ func (v Value) Str() (string, bool) {
 
 // NumberText returns the number's JSON text ("" when v is not a number).
 func (v Value) NumberText() string {
-	switch v.kind {
-	case Integer:
-		return v.s
-	case Float:
-		return v.floatText()
+	if !v.IsNumber() {
+		return ""
 	}
-	return ""
+	return v.s
 }
 
 // Int returns v as an int64 when it is an Integer that fits, or a Float with
@@ -203,9 +200,7 @@ func (v Value) Clone() Value {
 	return v
 }
 
-// Equal reports whether a and b encode to the same JSON. Compare Values with
-// it, not with == or reflect.DeepEqual: a parsed float keeps its source text
-// until it is read or written.
+// Equal reports whether a and b encode to the same JSON.
 func Equal(a, b Value) bool {
 	if a.kind != b.kind {
 		return false
@@ -215,10 +210,8 @@ func Equal(a, b Value) bool {
 		return true
 	case Bool:
 		return a.b == b.b
-	case Integer, String:
+	case Integer, Float, String:
 		return a.s == b.s
-	case Float:
-		return a.floatText() == b.floatText()
 	case Array:
 		if len(a.arr) != len(b.arr) {
 			return false
