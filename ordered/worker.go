@@ -222,6 +222,12 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 	close(w.beatQuit)
 	<-w.beatDone
+	return w.release(context.Background())
+}
+
+// release gives the leases back (those with no batch in flight) and
+// leaves the member set.
+func (w *Worker) release(ctx context.Context) error {
 	w.mu.Lock()
 	args := []any{w.keys.p, w.cfg.Identity}
 	for s, tok := range w.held {
@@ -229,14 +235,14 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 	w.held = map[int]string{}
 	w.mu.Unlock()
-	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := w.cfg.Pool.GetContext(rctx)
+	conn, err := w.cfg.Pool.GetContext(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	_, err = releaseScript.DoContext(rctx, conn, args...)
+	_, err = releaseScript.DoContext(ctx, conn, args...)
 	return err
 }
 
