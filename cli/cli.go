@@ -93,6 +93,7 @@ func NewApp(stdout, stderr io.Writer, o *options) *ucli.App {
 			durableCommand(o),
 			sidejobCommand(o),
 			cronCommand(),
+			orderedCommand(),
 		}, adminCommands()...),
 	}
 }
