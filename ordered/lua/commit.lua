@@ -28,7 +28,11 @@ for i = 6, #ARGV, 7 do
     redis.call("hincrby", k("stats"), "processing", -taken)
   end
   if done > 0 then
-    redis.call("zpopmin", src, done)
+    if done >= redis.call("zcard", src) then
+      redis.call("del", src)
+    else
+      redis.call("zremrangebyrank", src, 0, done - 1)
+    end
     processed = processed + done
   end
   if outcome == "fail" then
