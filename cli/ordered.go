@@ -145,9 +145,9 @@ func orderedCommand() *ucli.Command {
 			{Name: "morgue", Usage: "keys whose oldest job exhausted its retries", ArgsUsage: "QUEUE",
 				Flags:  flags(&ucli.IntFlag{Name: "limit", Value: 25, Usage: "entries to show"}, &ucli.IntFlag{Name: "offset", Usage: "entries to skip"}),
 				Action: withAPI(orderedMorgueAction)},
-			{Name: "requeue", Usage: "move buried jobs back to their keys' queues (retry_count -1, due now)", ArgsUsage: "QUEUE KEY...|--all",
+			{Name: "requeue", Usage: "move buried jobs back to their keys' queues (retry_count -1, due now)", ArgsUsage: "[--all] QUEUE [KEY...]",
 				Flags: flags(&ucli.BoolFlag{Name: "all", Usage: "every key of the morgue"}), Action: withAPI(orderedMorgueApply(ordered.MorgueRequeue))},
-			{Name: "delete", Usage: "delete buried jobs", ArgsUsage: "QUEUE KEY...|--all",
+			{Name: "delete", Usage: "delete buried jobs", ArgsUsage: "[--all] QUEUE [KEY...]",
 				Flags: flags(&ucli.BoolFlag{Name: "all", Usage: "every key of the morgue"}), Action: withAPI(orderedMorgueApply(ordered.MorgueDelete))},
 		},
 	}
@@ -225,7 +225,7 @@ func orderedMorgueApply(action ordered.MorgueAction) func(ctx context.Context, e
 	return func(ctx context.Context, e *adminEnv) error {
 		args := e.c.Args().Slice()
 		if len(args) == 0 || (len(args) == 1) != e.c.Bool("all") {
-			return ucli.Exit(fmt.Sprintf("ordered %s: want QUEUE KEY... or QUEUE --all", action), 2)
+			return ucli.Exit(fmt.Sprintf("ordered %s: want QUEUE KEY... or --all QUEUE", action), 2)
 		}
 		n, err := ordered.MorgueApply(ctx, e.pool, args[0], action, args[1:], time.Now())
 		if err != nil {
