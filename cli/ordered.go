@@ -33,7 +33,7 @@ func orderedWorkFlags() []ucli.Flag {
 // each key's order.
 func runOrdered(c *ucli.Context, o *options, log zerolog.Logger) error {
 	queue := c.String("ordered")
-	for _, f := range []string{"queue", "fetch", "cron", "durable"} {
+	for _, f := range []string{"queue", "fetch", "fetch-pipeline", "max-recoveries", "max-retries", "job-timeout", "cron", "cron-serve", "durable", "limit", "metrics-addr"} {
 		if c.IsSet(f) {
 			return ucli.Exit(fmt.Sprintf("--%s does not apply to --ordered", f), 2)
 		}

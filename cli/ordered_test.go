@@ -283,4 +283,7 @@ func TestOrderedCommandsAndExecHandler(t *testing.T) {
 	_, stderr, code = runCLI(t, "work", "-r", rs.URL(), "--ordered", "orders", "--shards", "8", "--exec", "Sync=true")
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "has 4 shards, not 8")
+	_, stderr, code = runCLI(t, "work", "-r", rs.URL(), "--ordered", "orders", "--limit", "Sync=1", "--exec", "Sync=true")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "--limit does not apply to --ordered")
 }
