@@ -38,6 +38,9 @@ func adminCommands() []*ucli.Command {
 				&ucli.StringFlag{Name: "at", Usage: "schedule at this time (RFC 3339 or epoch seconds)"},
 				&ucli.Float64Flag{Name: "unique-for", Usage: "push only if no job of this class, queue and arguments holds the unique lock; the lock lasts `SECONDS` (exit 5 when not pushed)"},
 				&ucli.StringFlag{Name: "unique-until", Usage: "release the unique lock at the job's start or success (default success)"},
+				&ucli.StringFlag{Name: "key", Usage: "push to the ordered queue --queue under ordering key `K`: K's jobs run one at a time in push order (gojob work --ordered)"},
+				&ucli.Float64Flag{Name: "score", Usage: "with --key: order by this score (a version) instead of push order"},
+				&ucli.IntFlag{Name: "shards", Usage: "with --key: shard count of the queue if this push creates it (default 16)"},
 			},
 			Before: func(c *ucli.Context) error { _, _, err := pushJobFromFlags(c); return err },
 			Action: withAPI(pushAction),
@@ -92,6 +95,9 @@ func pushAction(ctx context.Context, e *adminEnv) error {
 	job, opts, err := pushJobFromFlags(e.c)
 	if err != nil {
 		return err
+	}
+	if e.c.IsSet("key") {
+		return pushOrdered(ctx, e, job)
 	}
 	res, err := e.api.Client().Push(ctx, job, opts)
 	if err != nil {

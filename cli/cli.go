@@ -104,6 +104,7 @@ func NewApp(stdout, stderr io.Writer, o *options) *ucli.App {
 			sidejobCommand(o),
 			cronCommand(),
 			webCommand(),
+			orderedCommand(),
 		}, adminCommands()...), versionCommand()),
 	}
 	applyUsageConventions(app)

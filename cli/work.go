@@ -38,7 +38,11 @@ Sidekiq's BasicFetch byte for byte (BRPOP; a crash loses the running jobs);
 A stock binary has no Go handlers: use --exec CLASS=COMMAND (the payload JSON on
 stdin; GOJOB_JID, GOJOB_CLASS, GOJOB_QUEUE in the environment; exit 0 = success,
 otherwise the last line of stderr is the error message) or --http CLASS=URL
-(POST of the payload; 2xx = success).`,
+(POST of the payload; 2xx = success).
+
+--ordered QUEUE works an ordered queue instead (jobs pushed with gojob push
+--key K): each key's jobs run one after the other in push order, across any
+number of processes, different keys in parallel (docs/ordered.md).`,
 		Flags: append([]ucli.Flag{
 			newRedisFlag(),
 			&ucli.StringSliceFlag{Name: "queue", Aliases: []string{"q"}, Usage: "queue to process, `NAME[,WEIGHT]`; repeat for several (default: default)"},
@@ -57,9 +61,12 @@ otherwise the last line of stderr is the error message) or --http CLASS=URL
 			&ucli.IntFlag{Name: "max-retries", Value: 25, Usage: "retries for jobs with retry: true"},
 			&ucli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text"},
 			&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn, error"},
-		}, append(append(append(durableWorkFlags(), cronWorkFlags()...), limitWorkFlags()...), metricsWorkFlags()...)...),
+		}, append(append(append(append(durableWorkFlags(), cronWorkFlags()...), limitWorkFlags()...), metricsWorkFlags()...), orderedWorkFlags()...)...),
 		Action: func(c *ucli.Context) error {
 			log := newLogger(c.App.ErrWriter, c.Bool("log-json"), c.String("log-level"))
+			if c.String("ordered") != "" {
+				return runOrdered(c, o, log)
+			}
 			cfg, err := serverConfigFromFlags(c, log)
 			if err != nil {
 				return err

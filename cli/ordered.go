@@ -1,0 +1,247 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rs/zerolog"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/gojob/gojob/ordered"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+// orderedWorkFlags are gojob work's flags for an ordered queue.
+func orderedWorkFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "ordered", Usage: "work the ordered queue `QUEUE` instead of Sidekiq queues: one key's jobs run one after the other in push order (docs/ordered.md)"},
+		&ucli.IntFlag{Name: "shards", Usage: "--ordered: the queue's shard count (default: the queue's own, 16 for a new queue; it cannot change)"},
+		&ucli.DurationFlag{Name: "lease", Value: ordered.DefaultLeaseTTL, Usage: "--ordered: shard lease TTL; a dead process's shards are taken over after at most this long"},
+		&ucli.IntFlag{Name: "max-retry-count", Value: ordered.DefaultMaxRetryCount, Usage: "--ordered: failures of a key before its oldest job goes to the morgue (Lowkiq's max_retry_count)"},
+		&ucli.IntFlag{Name: "batch-keys", Value: 1, Usage: "--ordered: due keys of one shard taken per fetch (Lowkiq's batch_size)"},
+	}
+}
+
+// runOrdered is gojob work --ordered QUEUE: one ordered queue per process,
+// handlers as for Sidekiq queues (Go, --exec, --http), run job by job in
+// each key's order.
+func runOrdered(c *ucli.Context, o *options, log zerolog.Logger) error {
+	queue := c.String("ordered")
+	for _, f := range []string{"queue", "fetch", "fetch-pipeline", "max-recoveries", "max-retries", "job-timeout", "cron", "cron-serve", "durable", "limit", "metrics-addr"} {
+		if c.IsSet(f) {
+			return ucli.Exit(fmt.Sprintf("--%s does not apply to --ordered", f), 2)
+		}
+	}
+	if c.Int("concurrency") <= 0 || c.Int("shards") < 0 || c.Int("max-retry-count") <= 0 || c.Int("batch-keys") <= 0 {
+		return ucli.Exit("--concurrency, --max-retry-count and --batch-keys must be at least 1, --shards not negative", 2)
+	}
+	handlers, err := orderedHandlers(o, c.StringSlice("exec"), c.StringSlice("http"), log)
+	if err != nil {
+		return err
+	}
+	if len(handlers) == 0 {
+		return ucli.Exit("--ordered needs handlers: --exec CLASS=COMMAND, --http CLASS=URL or Go handlers", 2)
+	}
+	pool, err := openPool(c.Context, c.String("redis"), 0)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	w, err := ordered.NewWorker(&ordered.Config{
+		Pool: pool, Queue: queue, Shards: c.Int("shards"), Concurrency: c.Int("concurrency"),
+		Handler: handlers, MaxRetryCount: c.Int("max-retry-count"), BatchKeys: c.Int("batch-keys"),
+		LeaseTTL: c.Duration("lease"), ShutdownTimeout: time.Duration(c.Int("timeout")) * time.Second, Logger: log,
+	})
+	if err != nil {
+		return ucli.Exit(err.Error(), 2)
+	}
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := w.Start(ctx); err != nil {
+		var mismatch *ordered.ShardsMismatchError
+		if errors.As(err, &mismatch) || errors.Is(err, ordered.ErrBadQueueName) {
+			return ucli.Exit(err.Error(), 2)
+		}
+		return err
+	}
+	log.Info().Str("identity", w.Identity()).Str("queue", queue).Msg("working ordered queue")
+	<-ctx.Done()
+	log.Info().Msg("stopping: running batches finish, then the leases are given back")
+	return w.Stop(context.Background())
+}
+
+// orderedHandlers maps job classes to the Go, --exec and --http handlers.
+func orderedHandlers(o *options, execs, https []string, log zerolog.Logger) (ordered.ClassHandlers, error) {
+	m := ordered.ClassHandlers{}
+	for _, h := range o.handlers {
+		m[h.class] = h.h
+	}
+	for _, spec := range execs {
+		class, command, ok := strings.Cut(spec, "=")
+		if !ok || class == "" || command == "" {
+			return nil, ucli.Exit(fmt.Sprintf("--exec %q: want CLASS=COMMAND", spec), 2)
+		}
+		m[class] = &ExecHandler{Command: command, Log: log}
+	}
+	for _, spec := range https {
+		class, url, ok := strings.Cut(spec, "=")
+		if !ok || class == "" || url == "" {
+			return nil, ucli.Exit(fmt.Sprintf("--http %q: want CLASS=URL", spec), 2)
+		}
+		m[class] = &HTTPHandler{URL: url}
+	}
+	return m, nil
+}
+
+// pushOrdered is gojob push --key K: the job goes to the ordered queue.
+func pushOrdered(ctx context.Context, e *adminEnv, job *wire.Job) error {
+	if e.c.IsSet("in") || e.c.IsSet("at") || e.c.IsSet("unique-for") || e.c.IsSet("retry") {
+		return ucli.Exit("push: --key takes no --in, --at, --unique-for or --retry (ordered queues retry per key)", 2)
+	}
+	client, err := ordered.NewClient(&ordered.ClientConfig{Pool: e.pool, Shards: e.c.Int("shards")})
+	if err != nil {
+		return ucli.Exit("push: "+err.Error(), 2)
+	}
+	opts := &ordered.PushOpts{Key: e.c.String("key")}
+	if e.c.IsSet("score") {
+		s := e.c.Float64("score")
+		opts.Score = &s
+	}
+	res, err := client.Push(ctx, job, opts)
+	if err != nil {
+		if errors.Is(err, ordered.ErrBadQueueName) {
+			return ucli.Exit("push: "+err.Error(), 2)
+		}
+		return err
+	}
+	if e.json {
+		return e.printJSON(map[string]any{"queue": job.Queue(), "key": opts.Key, "added": res.Added})
+	}
+	if res.Added == 0 {
+		fmt.Fprintf(e.out, "merged into key %s of ordered queue %s (an equal job was pending)\n", opts.Key, job.Queue())
+		return nil
+	}
+	fmt.Fprintf(e.out, "pushed to key %s of ordered queue %s\n", opts.Key, job.Queue())
+	return nil
+}
+
+// orderedCommand is gojob ordered status|morgue|requeue|delete.
+func orderedCommand() *ucli.Command {
+	flags := func(extra ...ucli.Flag) []ucli.Flag {
+		return append([]ucli.Flag{newRedisFlag(), newJSONFlag()}, extra...)
+	}
+	return &ucli.Command{
+		Name:  "ordered",
+		Usage: "inspect ordered queues (gojob work --ordered): lag, morgue, shard owners",
+		Subcommands: []*ucli.Command{
+			{Name: "status", Usage: "per queue: pending, in flight, morgue, lag and each shard's owner", ArgsUsage: "[QUEUE...]",
+				Flags: flags(), Action: withAPI(orderedStatusAction)},
+			{Name: "morgue", Usage: "keys whose oldest job exhausted its retries", ArgsUsage: "QUEUE",
+				Flags:  flags(&ucli.IntFlag{Name: "limit", Value: 25, Usage: "entries to show"}, &ucli.IntFlag{Name: "offset", Usage: "entries to skip"}),
+				Action: withAPI(orderedMorgueAction)},
+			{Name: "requeue", Usage: "move buried jobs back to their keys' queues (retry_count -1, due now)", ArgsUsage: "[--all] QUEUE [KEY...]",
+				Flags: flags(&ucli.BoolFlag{Name: "all", Usage: "every key of the morgue"}), Action: withAPI(orderedMorgueApply(ordered.MorgueRequeue))},
+			{Name: "delete", Usage: "delete buried jobs", ArgsUsage: "[--all] QUEUE [KEY...]",
+				Flags: flags(&ucli.BoolFlag{Name: "all", Usage: "every key of the morgue"}), Action: withAPI(orderedMorgueApply(ordered.MorgueDelete))},
+		},
+	}
+}
+
+func orderedStatusAction(ctx context.Context, e *adminEnv) error {
+	queues := e.c.Args().Slice()
+	if len(queues) == 0 {
+		var err error
+		if queues, err = ordered.Queues(ctx, e.pool); err != nil {
+			return err
+		}
+	}
+	var all []*ordered.QueueStatus
+	for _, q := range queues {
+		st, err := ordered.Status(ctx, e.pool, q, time.Now())
+		if err != nil {
+			if errors.Is(err, ordered.ErrNoQueue) || errors.Is(err, ordered.ErrBadQueueName) {
+				return ucli.Exit(fmt.Sprintf("ordered status: no ordered queue %q", q), 2)
+			}
+			return err
+		}
+		all = append(all, st)
+	}
+	if e.json {
+		return e.printJSON(all)
+	}
+	if len(all) == 0 {
+		fmt.Fprintln(e.out, "no ordered queues")
+		return nil
+	}
+	for i, st := range all {
+		if i > 0 {
+			fmt.Fprintln(e.out)
+		}
+		fmt.Fprintf(e.out, "%s: %d shards, %d pending, %d in flight, morgue %d (%d keys), lag %s, processed %d, failed batches %d, %d processes\n",
+			st.Queue, st.Shards, st.Pending, st.Processing, st.Morgue, st.MorgueKeys, st.Lag.Round(time.Millisecond),
+			st.Processed, st.Failed, len(st.Members))
+		tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "shard\towner\ttoken\tlease\tkeys\tbusy\tlag")
+		for _, ss := range st.ShardSet {
+			owner := ss.Owner
+			if owner == "" {
+				owner = "-"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%v\t%s\n", ss.Shard, owner, ss.Token, ss.LeaseTTL.Round(time.Millisecond),
+				ss.Keys, ss.Busy, ss.Lag.Round(time.Millisecond))
+		}
+		tw.Flush()
+	}
+	return nil
+}
+
+func orderedMorgueAction(ctx context.Context, e *adminEnv) error {
+	q := e.c.Args().First()
+	if q == "" {
+		return ucli.Exit("ordered morgue: QUEUE is required", 2)
+	}
+	entries, err := ordered.Morgue(ctx, e.pool, q, &ordered.MorgueParams{Offset: e.c.Int("offset"), Limit: e.c.Int("limit")})
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return e.printJSON(entries)
+	}
+	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "key\tjobs\tburied\terror")
+	for _, m := range entries {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", m.Key, m.Payloads, m.At.Format(time.RFC3339), m.Error)
+	}
+	return tw.Flush()
+}
+
+func orderedMorgueApply(action ordered.MorgueAction) func(ctx context.Context, e *adminEnv) error {
+	return func(ctx context.Context, e *adminEnv) error {
+		args := e.c.Args().Slice()
+		if len(args) == 0 || (len(args) == 1) != e.c.Bool("all") {
+			return ucli.Exit(fmt.Sprintf("ordered %s: want QUEUE KEY... or --all QUEUE", action), 2)
+		}
+		n, err := ordered.MorgueApply(ctx, e.pool, args[0], action, args[1:], time.Now())
+		if err != nil {
+			if errors.Is(err, ordered.ErrNoQueue) {
+				return ucli.Exit(fmt.Sprintf("ordered %s: no ordered queue %q", action, args[0]), 2)
+			}
+			return err
+		}
+		if e.json {
+			return e.printJSON(map[string]any{"queue": args[0], "action": action, "jobs": n})
+		}
+		verb := "requeued"
+		if action == ordered.MorgueDelete {
+			verb = "deleted"
+		}
+		fmt.Fprintf(e.out, "%s %d jobs of ordered queue %s\n", verb, n, args[0])
+		return nil
+	}
+}
