@@ -119,7 +119,7 @@ func openPostgres(rawURL, schema, table string, o *Config) (*sqlStore, error) {
 	db.SetMaxIdleConns(min(o.MaxConns, 4))
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	d := pgDialect{schema: schema, table: table}
-	return newSQLStore(db, d, quoteIdent(schema)+"."+quoteIdent(table), redactURL(rawURL), o.OpTimeout), nil
+	return newSQLStore(db, d, quoteIdent(schema)+"."+quoteIdent(table), redactURL(rawURL), o.OpTimeout).withGroupCommit(o), nil
 }
 
 // redactURL hides a password in a URL.

@@ -105,5 +105,5 @@ func openSQLite(raw, table string, o *Config) (*sqlStore, error) {
 		return nil, fmt.Errorf("durable: database %s: %w", raw, err)
 	}
 	db.SetMaxOpenConns(1)
-	return newSQLStore(db, sqliteDialect{table: table}, quoteIdent(table), "sqlite:"+path, o.OpTimeout), nil
+	return newSQLStore(db, sqliteDialect{table: table}, quoteIdent(table), "sqlite:"+path, o.OpTimeout).withGroupCommit(o), nil
 }
