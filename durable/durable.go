@@ -284,13 +284,22 @@ type InsertResult struct {
 // earlier push may have left in a database that did not answer is retried
 // in the background (see Outages in the package doc).
 func (d *Durable) Insert(ctx context.Context, p *InsertParams) (*InsertResult, error) {
+	up, err := d.rowFor(p)
+	if err != nil {
+		return nil, err
+	}
+	return d.insertRow(ctx, p.Job, up)
+}
+
+// rowFor builds the row of an insert.
+func (d *Durable) rowFor(p *InsertParams) (upsertParams, error) {
 	if p == nil || p.Job == nil {
-		return nil, errors.New("durable: insert: nil job")
+		return upsertParams{}, errors.New("durable: insert: nil job")
 	}
 	job := p.Job
 	jid := job.JID()
 	if jid == "" {
-		return nil, errors.New("durable: insert: job has no jid")
+		return upsertParams{}, errors.New("durable: insert: job has no jid")
 	}
 	ext := p.Extension
 	if ext == 0 {
@@ -306,7 +315,7 @@ func (d *Durable) Insert(ctx context.Context, p *InsertParams) (*InsertResult, e
 			runAt = wire.FromEpochSeconds(f)
 		}
 	}
-	up := upsertParams{
+	return upsertParams{
 		JobID:        jid,
 		JobClass:     job.Class(),
 		ItemJSON:     string(job.Encode()),
@@ -314,7 +323,12 @@ func (d *Durable) Insert(ctx context.Context, p *InsertParams) (*InsertResult, e
 		InsertedAt:   now,
 		AssumeDeadAt: runAt.Add(ext),
 		MissingAt:    p.missingAt,
-	}
+	}, nil
+}
+
+// insertRow writes one row as Insert does.
+func (d *Durable) insertRow(ctx context.Context, job *wire.Job, up upsertParams) (*InsertResult, error) {
+	jid, now := up.JobID, up.InsertedAt
 	res := &InsertResult{AssumeDeadAt: micro(up.AssumeDeadAt)}
 	release := d.pend.settle(ctx, jid, d.stores)
 	defer release()

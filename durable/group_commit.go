@@ -126,6 +126,41 @@ func (g *groupCommit) do(ctx context.Context, op *gcOp) (bool, error) {
 	}
 }
 
+// doMany queues ops together (they can share one group) and waits until
+// each is committed or failed. A caller whose ctx ends gets ctx's error
+// for the ops not answered yet (they may still land).
+func (g *groupCommit) doMany(ctx context.Context, ops []*gcOp) (oks []bool, errs []error) {
+	oks, errs = make([]bool, len(ops)), make([]error, len(ops))
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		for i := range ops {
+			errs[i] = errGroupClosed
+		}
+		return oks, errs
+	}
+	for _, op := range ops {
+		op.done = make(chan struct{})
+		g.queue = append(g.queue, op)
+	}
+	if !g.started {
+		g.started = true
+		g.wg.Add(1)
+		go g.dispatch()
+	}
+	g.mu.Unlock()
+	g.wake()
+	for i, op := range ops {
+		select {
+		case <-op.done:
+			oks[i], errs[i] = op.ok, op.err
+		case <-ctx.Done():
+			errs[i] = ctx.Err()
+		}
+	}
+	return oks, errs
+}
+
 func (g *groupCommit) wake() {
 	select {
 	case g.kick <- struct{}{}:

@@ -213,6 +213,14 @@ func (s *sqlStore) upsertCreated(ctx context.Context, p upsertParams) (bool, err
 	return s.gc.do(ctx, &gcOp{kind: gcUpsert, up: p})
 }
 
+func (s *sqlStore) upsertMany(ctx context.Context, ps []upsertParams) ([]bool, []error) {
+	ops := make([]*gcOp, len(ps))
+	for i, p := range ps {
+		ops[i] = &gcOp{kind: gcUpsert, up: p}
+	}
+	return s.gc.doMany(ctx, ops)
+}
+
 // upsertNow is upsertCreated in a statement of its own.
 func (s *sqlStore) upsertNow(ctx context.Context, p upsertParams) (bool, error) {
 	var inserted dbTime

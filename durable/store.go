@@ -27,6 +27,9 @@ type store interface {
 	// upsertCreated is upsert that also reports whether it created the row
 	// (no row had that jid in this database).
 	upsertCreated(ctx context.Context, p upsertParams) (bool, error)
+	// upsertMany is upsertCreated for many rows at once (distinct jids),
+	// with an answer per row.
+	upsertMany(ctx context.Context, ps []upsertParams) (created []bool, errs []error)
 	// lock marks the row as run by a process. It reports whether the row
 	// exists.
 	lock(ctx context.Context, p lockParams) (bool, error)
