@@ -91,8 +91,8 @@ func (s *sqlStore) withGroupCommit(o *Config) *sqlStore {
 	return s
 }
 
-func (s *sqlStore) name() string               { return s.display }
-func (s *sqlStore) kind() string               { return s.d.kind() }
+func (s *sqlStore) name() string { return s.display }
+func (s *sqlStore) kind() string { return s.d.kind() }
 func (s *sqlStore) close() error {
 	s.gc.close()
 	return s.db.Close()
