@@ -71,7 +71,7 @@ afterwards), peak RSS, and Redis commands per job (from INFO commandstats).
 its first fetch until its queue is empty, as bin/sidekiqload does) and prints
 the ratio; --redis-benchmark runs redis-benchmark -t rpop at the same -c.
 It only touches its own keys, never flushes, and removes them when done.`,
-		Flags: []ucli.Flag{
+		Flags: append([]ucli.Flag{
 			newRedisFlag(),
 			&ucli.IntFlag{Name: "jobs", Aliases: []string{"n"}, Value: 100000, Usage: "jobs to process"},
 			&ucli.IntFlag{Name: "concurrency", Aliases: []string{"c"}, Value: 25, Usage: "server concurrency"},
@@ -82,7 +82,7 @@ It only touches its own keys, never flushes, and removes them when done.`,
 			&ucli.BoolFlag{Name: "redis-benchmark", Usage: "also run redis-benchmark -t rpop -c C and print the ratio"},
 			newJSONFlag(),
 			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the drain to `FILE` (go tool pprof)"},
-		},
+		}, benchDurableFlags()...),
 		Action: func(c *ucli.Context) error {
 			n, conc := c.Int("jobs"), c.Int("concurrency")
 			var profile io.Writer
@@ -108,6 +108,9 @@ It only touches its own keys, never flushes, and removes them when done.`,
 			mode, err := sidekiq.ParseFetchMode(c.String("fetch"))
 			if err != nil {
 				return ucli.Exit(err.Error(), 2)
+			}
+			if c.String("durable") != "" {
+				return runDurableBenchCmd(c, pool, mode)
 			}
 			res, err := runBench(c.Context, pool, n, conc, c.Int("latency-jobs"), mode, c.Int("fetch-pipeline"), profile)
 			if err != nil {
@@ -143,6 +146,8 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 		return nil, err
 	}
 	res := &BenchResult{Jobs: n, Concurrency: conc, LatencySample: latencyJobs, Fetch: mode.String()}
+	hooks := benchHooksFrom(ctx)
+	hooks.client(client)
 
 	pushStart := time.Now()
 	if err := pushBenchJobs(ctx, client, queue, n); err != nil {
@@ -163,6 +168,7 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 	if err != nil {
 		return nil, err
 	}
+	hooks.server(srv)
 	srv.HandleFunc("BenchJob", func(ctx context.Context, job *wire.Job) error {
 		if measuring.Load() {
 			if t, ok := job.EnqueuedAt(); ok {
@@ -197,6 +203,7 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 		return nil, ctx.Err()
 	}
 	elapsed := time.Since(start)
+	hooks.drained()
 	res.FetchPipeline = srv.FetchPipeline()
 	if profile != nil {
 		pprof.StopCPUProfile()

@@ -51,6 +51,9 @@ type gcOp struct {
 	ok   bool
 	err  error
 	done chan struct{}
+	// then, when set, is called with the answer instead of a caller
+	// waiting on done (doAsync).
+	then func(ok bool, err error)
 }
 
 func (o *gcOp) jid() string {
@@ -124,6 +127,27 @@ func (g *groupCommit) do(ctx context.Context, op *gcOp) (bool, error) {
 	case <-ctx.Done():
 		return false, ctx.Err()
 	}
+}
+
+// doAsync queues op and returns at once; then is called with the answer
+// (from the goroutine that wrote the group).
+func (g *groupCommit) doAsync(op *gcOp, then func(ok bool, err error)) {
+	op.then = then
+	op.done = make(chan struct{})
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		then(false, errGroupClosed)
+		return
+	}
+	g.queue = append(g.queue, op)
+	if !g.started {
+		g.started = true
+		g.wg.Add(1)
+		go g.dispatch()
+	}
+	g.mu.Unlock()
+	g.wake()
 }
 
 // doMany queues ops together (they can share one group) and waits until
@@ -276,11 +300,14 @@ func (g *groupCommit) write(batch []*gcOp) {
 		}
 	}
 	g.mu.Unlock()
-	for _, op := range batch {
-		close(op.done)
-	}
 	<-g.slots
 	g.wake()
+	for _, op := range batch {
+		close(op.done)
+		if op.then != nil {
+			op.then(op.ok, op.err)
+		}
+	}
 }
 
 // close writes what is queued, waits for the groups being written, and
@@ -306,5 +333,8 @@ func (g *groupCommit) close() {
 	for _, op := range left {
 		op.err = errGroupClosed
 		close(op.done)
+		if op.then != nil {
+			op.then(false, op.err)
+		}
 	}
 }

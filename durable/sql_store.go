@@ -253,6 +253,10 @@ func (s *sqlStore) deleteLocked(ctx context.Context, p deleteLockedParams) (bool
 	return s.gc.do(ctx, &gcOp{kind: gcDelete, del: p})
 }
 
+func (s *sqlStore) deleteLockedAsync(p deleteLockedParams, then func(bool, error)) {
+	s.gc.doAsync(&gcOp{kind: gcDelete, del: p}, then)
+}
+
 func (s *sqlStore) deleteJob(ctx context.Context, jobID string) (bool, error) {
 	n, err := s.exec(ctx, s.qDelete, jobID)
 	return n > 0, err

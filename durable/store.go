@@ -41,6 +41,9 @@ type store interface {
 	// deleteLocked deletes the row after a success, if it is still held by
 	// that lock. It reports whether it deleted it.
 	deleteLocked(ctx context.Context, p deleteLockedParams) (bool, error)
+	// deleteLockedAsync is deleteLocked that returns at once and calls then
+	// with the answer once the delete is committed (or failed).
+	deleteLockedAsync(p deleteLockedParams, then func(deleted bool, err error))
 	// deleteJob deletes the row whatever its state. It reports whether it
 	// existed.
 	deleteJob(ctx context.Context, jobID string) (bool, error)
