@@ -512,6 +512,10 @@ func (d *Durable) Migrate(ctx context.Context) (*MigrateResult, error) {
 			errs = append(errs, fmt.Errorf("durable: migrate %s: %w", s.name(), err))
 		} else {
 			m.Created, m.AddedMissingAt = out.Created, out.AddedMissingAt
+			if out.AddedIndex {
+				d.log.Info().Str("component", "durable").Str("database", s.name()).Str("index", dueIndexName(d.cfg.Table)).
+					Msg("added the reconciler's index on assume_dead_at")
+			}
 		}
 		res.Databases = append(res.Databases, m)
 	}

@@ -53,6 +53,11 @@ type store interface {
 	// touch sets assume_dead_at and missing_at if assume_dead_at still has
 	// the value read (compare-and-set). It reports whether it changed it.
 	touch(ctx context.Context, p touchParams) (bool, error)
+	// touchMany is touch for many rows (distinct jids) in one statement
+	// per chunk; changed answers each.
+	touchMany(ctx context.Context, ps []touchParams) (changed []bool, err error)
+	// claimMany is claim for many rows (distinct jids).
+	claimMany(ctx context.Context, ps []claimParams) (deleted []bool, err error)
 	// claim deletes the row if assume_dead_at still has the value read
 	// (compare-and-set). It reports whether it deleted it.
 	claim(ctx context.Context, p claimParams) (bool, error)
@@ -147,7 +152,21 @@ type migrateOutcome struct {
 	Created bool
 	// AddedMissingAt is true when an old table got its missing_at column.
 	AddedMissingAt bool
+	// AddedIndex is true when the reconciler's index was created.
+	AddedIndex bool
 }
+
+// dueIndexName names the index on (assume_dead_at, job_id) that Migrate
+// adds to the table. Amigo leaves assume_dead_at unindexed because the
+// table is write-heavy; gojob adds it because its reconciler reads the
+// overdue rows in pages ordered by (assume_dead_at, job_id): without the
+// index every page is a scan and sort of the whole table, so a pass costs
+// the table's size times its pages, where with it a pass costs the rows
+// that are due. The price is one more index entry per lock, heartbeat or
+// reconciler touch (assume_dead_at changes, so PostgreSQL cannot make the
+// update HOT); the group commit amortises it. Ruby processes sharing the
+// table are unaffected.
+func dueIndexName(table string) string { return table + "_assume_dead_at_idx" }
 
 // micro truncates t to what the databases keep.
 func micro(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
