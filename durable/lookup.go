@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -19,17 +20,16 @@ import (
 // whose jobs are elsewhere). A row's base is assume_dead_at minus its
 // extension, the moment its deadline was last set:
 //
-//   - schedule set: a scheduled push sets the deadline to at +
-//     extension, and the reconciler sets it to the entry's score +
-//     extension, so the entry's score is the base: ZRANGEBYSCORE around it;
-//   - retry set: a failure (the server middleware's unlock) sets the
-//     deadline to the failure time + extension, and the retry is due the
-//     default retry delay later (count⁴ + 15 s + a jitter of at most
-//     10 × (count + 1) s; sidekiq/retry.go), the count read from the
-//     row's retry_count; a row the reconciler already found there has the
-//     entry's score as its base. ZRANGEBYSCORE over that window;
-//   - dead set: a job whose retries ran out dies right after its unlock:
-//     ZRANGEBYSCORE just after the base;
+//   - retry and schedule sets at the base itself: a scheduled push sets
+//     the deadline to at + extension, and the reconciler sets it to the
+//     entry's score + extension when it finds a job in a set;
+//   - retry set, for a row that records an error: a failure (the server
+//     middleware's unlock) sets the deadline to the failure time +
+//     extension, and the retry is due the default retry delay later
+//     (count⁴ + 15 s + a jitter of at most 10 × (count + 1) s;
+//     sidekiq/retry.go), the count read from the row's retry_count;
+//   - dead set, for a row that records an error: a job whose retries ran
+//     out dies right after its unlock, just after the base;
 //   - queue: its oldest jobs, from the pop end, down to the newest job
 //     pushed before the page's latest base (its enqueued_at): a job pushed
 //     later is not one of the page's;
@@ -45,23 +45,24 @@ import (
 // windowSlack widens every window around a base.
 const windowSlack = 2 * time.Second
 
-// setWindowLimit bounds the members one window returns; a window that
-// holds more (a burst of retries in one second) may miss a job, which the
-// streaming search before a kill still finds.
-const setWindowLimit = 200
+// setWindowLimit is the page of members one read of a window returns.
+const setWindowLimit = 500
 
 // lookupRow is a row with what its windows need.
 type lookupRow struct {
-	rw    *row
-	base  time.Time
-	count int // the retry count of its next retry
+	rw     *row
+	base   time.Time
+	count  int  // the retry count of its next retry
+	failed bool // the server middleware recorded an error on the row
 }
 
 func (r *Reconciler) lookupRow(rw *row) *lookupRow {
 	lr := &lookupRow{rw: rw, base: rw.AssumeDeadAt.Add(-r.ext(rw))}
-	if c, ok := retryCount([]byte(rw.ItemJSON)); ok {
+	item := []byte(rw.ItemJSON)
+	if c, ok := retryCount(item); ok {
 		lr.count = c + 1
 	}
+	lr.failed = bytes.Contains(item, []byte(`"error_class":`))
 	return lr
 }
 
@@ -83,8 +84,11 @@ func retryCount(item []byte) (int, bool) {
 
 type window struct{ lo, hi time.Time }
 
-func scheduleWindow(l *lookupRow) window {
-	return window{l.base.Add(-windowSlack), l.base.Add(windowSlack)}
+// exactWindow is the base itself (within the databases' microseconds and
+// a score's float): where a scheduled push or an earlier pass put the
+// entry.
+func exactWindow(l *lookupRow) window {
+	return window{l.base.Add(-time.Millisecond), l.base.Add(time.Millisecond)}
 }
 
 func retryWindow(l *lookupRow) window {
@@ -97,48 +101,100 @@ func deadWindow(l *lookupRow) window {
 	return window{l.base.Add(-windowSlack), l.base.Add(5 * windowSlack)}
 }
 
-// findInWindows asks the sorted set key for each row's window in one
-// pipeline and returns the wanted jids found, with their members.
+// findInWindows reads the sorted set key over the page's windows and
+// returns the wanted jids found, with their members. Overlapping windows
+// are merged first, so a member is read once per page however many rows'
+// windows hold it: a page reads at most the set, and usually far less.
+// Each merged window is read in pages of setWindowLimit members, all
+// windows' pages in one pipeline per round, until its rows are found or
+// it is exhausted.
 func findInWindows(ctx context.Context, conn redis.Conn, key string, rows []*lookupRow, win func(*lookupRow) window,
 	want map[string]bool) (map[string]wire.SetMember, error) {
 	found := map[string]wire.SetMember{}
-	if len(rows) == 0 {
-		return found, nil
-	}
-	for _, l := range rows {
-		w := win(l)
-		if err := conn.Send("ZRANGEBYSCORE", key, wire.Score(w.lo), wire.Score(w.hi), "WITHSCORES", "LIMIT", 0, setWindowLimit); err != nil {
+	spans := mergeWindows(rows, win)
+	for round := 0; len(spans) > 0; round++ {
+		for _, sp := range spans {
+			if err := conn.Send("ZRANGEBYSCORE", key, wire.Score(sp.lo), wire.Score(sp.hi), "WITHSCORES", "LIMIT", round*setWindowLimit, setWindowLimit); err != nil {
+				return nil, fmt.Errorf("durable: look up %s: %w", key, err)
+			}
+		}
+		if err := conn.Flush(); err != nil {
 			return nil, fmt.Errorf("durable: look up %s: %w", key, err)
 		}
-	}
-	if err := conn.Flush(); err != nil {
-		return nil, fmt.Errorf("durable: look up %s: %w", key, err)
-	}
-	var firstErr error
-	for range rows {
-		vals, err := redis.ByteSlices(redis.ReceiveContext(conn, ctx))
-		if err != nil {
-			if firstErr == nil {
-				firstErr = fmt.Errorf("durable: look up %s: %w", key, err)
+		var firstErr error
+		var more []*span
+		for _, sp := range spans {
+			vals, err := redis.ByteSlices(redis.ReceiveContext(conn, ctx))
+			if err != nil {
+				if firstErr == nil {
+					firstErr = fmt.Errorf("durable: look up %s: %w", key, err)
+				}
+				continue
 			}
+			for i := 0; i+1 < len(vals); i += 2 {
+				jid, ok := wire.MemberJID(vals[i], want)
+				if !ok {
+					continue
+				}
+				if _, seen := found[jid]; seen {
+					continue
+				}
+				score, err := wire.ParseScore(string(vals[i+1]))
+				if err != nil {
+					continue
+				}
+				found[jid] = wire.SetMember{Value: vals[i], Score: score}
+			}
+			if len(vals) == 2*setWindowLimit && !sp.allFound(found) {
+				more = append(more, sp)
+			}
+		}
+		if firstErr != nil {
+			return found, firstErr
+		}
+		spans = more
+	}
+	return found, nil
+}
+
+// span is a union of overlapping windows and the rows they belong to.
+type span struct {
+	lo, hi time.Time
+	jids   []string
+}
+
+func (sp *span) allFound(found map[string]wire.SetMember) bool {
+	for _, jid := range sp.jids {
+		if _, ok := found[jid]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func mergeWindows(rows []*lookupRow, win func(*lookupRow) window) []*span {
+	type rw struct {
+		w   window
+		jid string
+	}
+	ws := make([]rw, len(rows))
+	for i, l := range rows {
+		ws[i] = rw{win(l), l.rw.JobID}
+	}
+	slices.SortFunc(ws, func(a, b rw) int { return a.w.lo.Compare(b.w.lo) })
+	var out []*span
+	for _, w := range ws {
+		if n := len(out); n > 0 && !w.w.lo.After(out[n-1].hi) {
+			last := out[n-1]
+			if w.w.hi.After(last.hi) {
+				last.hi = w.w.hi
+			}
+			last.jids = append(last.jids, w.jid)
 			continue
 		}
-		for i := 0; i+1 < len(vals); i += 2 {
-			jid, ok := wire.MemberJID(vals[i], want)
-			if !ok {
-				continue
-			}
-			if _, seen := found[jid]; seen {
-				continue
-			}
-			score, err := wire.ParseScore(string(vals[i+1]))
-			if err != nil {
-				continue
-			}
-			found[jid] = wire.SetMember{Value: vals[i], Score: score}
-		}
+		out = append(out, &span{lo: w.w.lo, hi: w.w.hi, jids: []string{w.jid}})
 	}
-	return found, firstErr
+	return out
 }
 
 // findInQueueHead reads a queue from its pop end (the oldest jobs) in

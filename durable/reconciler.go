@@ -389,14 +389,30 @@ func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *D
 			p.found(rw, now.Add(r.ext(rw)), &dr.InProgress)
 		}
 	}
-	// 4. Retry and schedule sets: wait until the entry is due. 5. Already
-	// dead: the row has done its job.
+	// 4. Retry and schedule sets, at the base: wait until the entry is due.
+	// 5. Failed jobs: the retry set within the default delay, or the dead
+	// set (their row has done its job).
+	failed := func() []*lookupRow {
+		var out []*lookupRow
+		for _, l := range p.rowsLeft(rows) {
+			if l.failed {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
 	for _, set := range []struct {
 		key     string
 		win     func(*lookupRow) window
+		rows    func() []*lookupRow
 		counter *int
-	}{{wire.KeyRetry, retryWindow, &dr.Retrying}, {wire.KeySchedule, scheduleWindow, &dr.Scheduled}, {wire.KeyDead, deadWindow, nil}} {
-		found, err := findInWindows(ctx, conn, set.key, p.rowsLeft(rows), set.win, p.want)
+	}{
+		{wire.KeyRetry, exactWindow, func() []*lookupRow { return p.rowsLeft(rows) }, &dr.Retrying},
+		{wire.KeySchedule, exactWindow, func() []*lookupRow { return p.rowsLeft(rows) }, &dr.Scheduled},
+		{wire.KeyRetry, retryWindow, failed, &dr.Retrying},
+		{wire.KeyDead, deadWindow, failed, nil},
+	} {
+		found, err := findInWindows(ctx, conn, set.key, set.rows(), set.win, p.want)
 		if err != nil {
 			return nil, err
 		}
