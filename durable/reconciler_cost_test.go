@@ -2,7 +2,7 @@ package durable
 
 import (
 	"context"
-		"os"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
