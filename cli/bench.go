@@ -82,7 +82,7 @@ It only touches its own keys, never flushes, and removes them when done.`,
 			&ucli.BoolFlag{Name: "redis-benchmark", Usage: "also run redis-benchmark -t rpop -c C and print the ratio"},
 			newJSONFlag(),
 			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the drain to `FILE` (go tool pprof)"},
-		}, orderedBenchFlags()...),
+		}, append(orderedBenchFlags(), benchDurableFlags()...)...),
 		Action: func(c *ucli.Context) error {
 			n, conc := c.Int("jobs"), c.Int("concurrency")
 			var profile io.Writer
@@ -111,6 +111,9 @@ It only touches its own keys, never flushes, and removes them when done.`,
 			}
 			if c.Bool("ordered") {
 				return runOrderedBenchCommand(c, pool, mode)
+			}
+			if c.String("durable") != "" {
+				return runDurableBenchCmd(c, pool, mode)
 			}
 			res, err := runBench(c.Context, pool, n, conc, c.Int("latency-jobs"), mode, c.Int("fetch-pipeline"), profile)
 			if err != nil {
@@ -146,6 +149,8 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 		return nil, err
 	}
 	res := &BenchResult{Jobs: n, Concurrency: conc, LatencySample: latencyJobs, Fetch: mode.String()}
+	hooks := benchHooksFrom(ctx)
+	hooks.client(client)
 
 	pushStart := time.Now()
 	if err := pushBenchJobs(ctx, client, queue, n); err != nil {
@@ -166,6 +171,7 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 	if err != nil {
 		return nil, err
 	}
+	hooks.server(srv)
 	srv.HandleFunc("BenchJob", func(ctx context.Context, job *wire.Job) error {
 		if measuring.Load() {
 			if t, ok := job.EnqueuedAt(); ok {
@@ -200,6 +206,7 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 		return nil, ctx.Err()
 	}
 	elapsed := time.Since(start)
+	hooks.drained()
 	res.FetchPipeline = srv.FetchPipeline()
 	if profile != nil {
 		pprof.StopCPUProfile()

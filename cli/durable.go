@@ -98,7 +98,11 @@ func openDurable(c *ucli.Context, prefix string, classes map[string]time.Duratio
 		Table:            c.String(prefix + "table"),
 		Classes:          classes,
 		DefaultExtension: c.Duration(prefix + "extension"),
-		Logger:           log,
+		// gojob work: a connection per slot at most (the group commit uses
+		// two; heartbeats and unlocks the rest).
+		MaxConns:    max(10, c.Int("concurrency")),
+		BatchWindow: c.Duration("durable-batch-window"),
+		Logger:      log,
 	})
 	if err != nil {
 		return nil, ucli.Exit(err.Error(), ExitUsage)
@@ -343,6 +347,7 @@ func durableWorkFlags() []ucli.Flag {
 	return append(flags,
 		&ucli.DurationFlag{Name: "durable-poll-interval", Value: durable.DefaultPollInterval, Usage: "time between reconcile passes (one process at a time, elected through Redis)"},
 		&ucli.BoolFlag{Name: "durable-no-poll", Usage: "do not reconcile in this process (also when $DISABLE_DURABLE_JOBS_POLL is set, to any value)"},
+		&ucli.DurationFlag{Name: "durable-batch-window", Usage: "how long a row write may wait for others to share its statement while the database is idle (0: none; writes arriving during a write are grouped anyway)"},
 	)
 }
 

@@ -35,17 +35,30 @@ func (d *Durable) ClientMiddleware() sidekiq.ClientMiddleware {
 		if !ok || job.Has("durable_reenqueued_at") {
 			return nil
 		}
+		if g := sidekiq.PushGroupFrom(ctx); g != nil {
+			// PushBulk: the group's rows are written together, before it
+			// reaches Redis.
+			b := g.Attach(d, func() sidekiq.PushGroupHook { return &bulkInsert{d: d} }).(*bulkInsert)
+			b.add(job, ext)
+			return nil
+		}
 		res, err := d.Insert(context.WithoutCancel(ctx), &InsertParams{Job: job, Extension: ext})
-		if res != nil {
-			for _, skipped := range res.Skipped {
-				d.log.Warn().Err(skipped).Str("component", "durable").Str("class", job.Class()).Str("jid", job.JID()).
-					Msg("durable insert failed; trying the next database")
-			}
-		}
-		if err != nil {
-			d.log.Error().Err(err).Str("component", "durable").Str("class", job.Class()).Str("jid", job.JID()).
-				Msg("no database available to insert; the job is pushed without a durable row")
-		}
+		d.logInsert(job, res, err)
 		return nil
+	}
+}
+
+// logInsert logs the databases an insert skipped, and its failure: the
+// job is then pushed without a row.
+func (d *Durable) logInsert(job *wire.Job, res *InsertResult, err error) {
+	if res != nil {
+		for _, skipped := range res.Skipped {
+			d.log.Warn().Err(skipped).Str("component", "durable").Str("class", job.Class()).Str("jid", job.JID()).
+				Msg("durable insert failed; trying the next database")
+		}
+	}
+	if err != nil {
+		d.log.Error().Err(err).Str("component", "durable").Str("class", job.Class()).Str("jid", job.JID()).
+			Msg("no database available to insert; the job is pushed without a durable row")
 	}
 }

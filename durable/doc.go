@@ -34,9 +34,10 @@
 // The table (default public.durable_jobs, schema and name configurable) is
 // exactly Amigo's: job_id text NOT NULL UNIQUE, job_class, job_item_json
 // (the job as JSON text), queue (all text NOT NULL), inserted_at
-// timestamptz NOT NULL DEFAULT now(), assume_dead_at timestamptz NOT NULL
-// (deliberately not indexed), locked_by text, locked_at and missing_at
-// timestamptz. Several databases are used in order: a row is written to
+// timestamptz NOT NULL DEFAULT now(), assume_dead_at timestamptz NOT NULL,
+// locked_by text, locked_at and missing_at timestamptz. Amigo leaves
+// assume_dead_at unindexed; Migrate adds an index on (assume_dead_at,
+// job_id) for the reconciler's pages (dueIndexName in store.go says why). Several databases are used in order: a row is written to
 // the first that accepts it (a database that fails is skipped), looked up
 // in each in turn, and then locked, heartbeated, unlocked and deleted where
 // it was found. A push again of a job (the scheduler's or the retry
@@ -45,6 +46,21 @@
 // that it does not outlive the job. The SQLite store (pure Go) keeps the
 // same columns with times as fixed-width UTC text, for one host without a
 // database server.
+//
+// # Group commit
+//
+// The three writes of every durable job (the push's upsert, the lock
+// before it runs, the success delete) are gathered per database and
+// written together: one statement per group on PostgreSQL (data-modifying
+// CTEs over arrays), one transaction of multi-row statements on SQLite
+// (its single writer). A group holds what arrived while the previous one
+// was being written (Config.BatchWindow adds a wait, 0 by default), so
+// under load one statement carries the writes of many jobs. A PushBulk
+// writes its group's rows (up to 1000) in one statement through
+// sidekiq.PushGroup. Callers wait for their own write, so the invariants
+// below hold as before; with reliable fetch the success delete does not
+// hold the slot: the job stays in its in-progress list until its row is
+// gone (sidekiq.DeferAck), so a kill in between leaves it recoverable.
 //
 // # Outages
 //
@@ -76,9 +92,16 @@
 // retry lands within 30 seconds of the database answering this process:
 // safe unless an extension is shorter than that, or a partition keeps
 // this process from a database that the other processes reach for longer
-// than an extension. The queue is in memory: a process that dies with
-// writes pending leaves their rows, which the reconciler then reports as
-// lost (as before this queue existed).
+// than an extension. The queue is in memory. With reliable fetch, a
+// completed job whose delete is pending stays in its in-progress list
+// until the delete lands (its acknowledgement is held), so a process that
+// dies during the outage leaves it recoverable: it runs again and deletes
+// its row. What a crash can still lose is the rest of the queue: failure
+// unlocks (the row keeps its lock and lacks the error; the job itself is
+// in the retry set, where the reconciler finds it) and stale-copy
+// removals (the copy may later be reported lost), and, with basic fetch,
+// success deletes (the completed job is then reported lost). No job is
+// ever only in this queue.
 //
 // # States of a row
 //
@@ -128,8 +151,12 @@
 //     (see Outages), they keep that condition.
 //   - A row's failure never stops a pass: an unknown class gets the
 //     default extension, an unreadable job_item_json is reported and left.
-//   - Lookups stream queues and sets by jid (stopping when all are found):
-//     no size disables the reconciler; rows are read in pages.
+//   - Lookups are aimed at each row (score windows in the sets around the
+//     time its deadline was set, the oldest jobs of its queue, the
+//     registered in-progress lists; lookup.go), so a pass costs the rows
+//     that are due, not the size of Redis. The rows these miss are
+//     searched by streaming queues and sets once per pass before any strike
+//     or kill: no size disables the reconciler; rows are read in pages.
 //
 // # Differences from Ruby
 //

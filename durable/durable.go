@@ -53,8 +53,17 @@ type Config struct {
 	// OpTimeout bounds one statement; a database that does not answer in
 	// time counts as unreachable. Default 10 s.
 	OpTimeout time.Duration
-	// MaxConns is the connection limit per PostgreSQL database. Default 10.
+	// MaxConns is the connection limit per PostgreSQL database. Default 10;
+	// `gojob work` sizes it to its concurrency.
 	MaxConns int
+	// BatchWindow is how long a push's insert, a lock or a success delete
+	// may wait for other writes to share its statement while the database
+	// is idle (see group commit in the package doc). 0, the default, waits
+	// for none: writes that arrive while an earlier group is being written
+	// are grouped, so batches grow with the load by themselves.
+	BatchWindow time.Duration
+	// MaxBatch bounds the writes of one group. Default 1000.
+	MaxBatch int
 	// Clock is the time source. Default the system clock.
 	Clock clock.Clock
 	// MaxPendingWrites bounds the writes that finish jobs' rows (success
@@ -77,6 +86,7 @@ func (c *Config) withDefaults() *Config {
 	out.ConnectTimeout = cmp.Or(out.ConnectTimeout, 5*time.Second)
 	out.OpTimeout = cmp.Or(out.OpTimeout, 10*time.Second)
 	out.MaxConns = cmp.Or(out.MaxConns, 10)
+	out.MaxBatch = cmp.Or(out.MaxBatch, 1000)
 	out.MaxPendingWrites = cmp.Or(out.MaxPendingWrites, DefaultMaxPendingWrites)
 	out.retryMin = cmp.Or(out.retryMin, pendingRetryMin)
 	out.retryMax = max(cmp.Or(out.retryMax, pendingRetryMax), out.retryMin)
@@ -93,7 +103,8 @@ func (c *Config) validate() error {
 			return errors.New("durable: empty database URL")
 		}
 	}
-	if c.DefaultExtension < 0 || c.ConnectTimeout < 0 || c.OpTimeout < 0 || c.MaxConns < 0 || c.MaxPendingWrites < 0 {
+	if c.DefaultExtension < 0 || c.ConnectTimeout < 0 || c.OpTimeout < 0 || c.MaxConns < 0 || c.MaxPendingWrites < 0 ||
+		c.BatchWindow < 0 || c.MaxBatch < 0 {
 		return errors.New("durable: negative durations and limits are not allowed")
 	}
 	for class, ext := range c.Classes {
@@ -273,13 +284,22 @@ type InsertResult struct {
 // earlier push may have left in a database that did not answer is retried
 // in the background (see Outages in the package doc).
 func (d *Durable) Insert(ctx context.Context, p *InsertParams) (*InsertResult, error) {
+	up, err := d.rowFor(p)
+	if err != nil {
+		return nil, err
+	}
+	return d.insertRow(ctx, p.Job, up)
+}
+
+// rowFor builds the row of an insert.
+func (d *Durable) rowFor(p *InsertParams) (upsertParams, error) {
 	if p == nil || p.Job == nil {
-		return nil, errors.New("durable: insert: nil job")
+		return upsertParams{}, errors.New("durable: insert: nil job")
 	}
 	job := p.Job
 	jid := job.JID()
 	if jid == "" {
-		return nil, errors.New("durable: insert: job has no jid")
+		return upsertParams{}, errors.New("durable: insert: job has no jid")
 	}
 	ext := p.Extension
 	if ext == 0 {
@@ -295,7 +315,7 @@ func (d *Durable) Insert(ctx context.Context, p *InsertParams) (*InsertResult, e
 			runAt = wire.FromEpochSeconds(f)
 		}
 	}
-	up := upsertParams{
+	return upsertParams{
 		JobID:        jid,
 		JobClass:     job.Class(),
 		ItemJSON:     string(job.Encode()),
@@ -303,7 +323,12 @@ func (d *Durable) Insert(ctx context.Context, p *InsertParams) (*InsertResult, e
 		InsertedAt:   now,
 		AssumeDeadAt: runAt.Add(ext),
 		MissingAt:    p.missingAt,
-	}
+	}, nil
+}
+
+// insertRow writes one row as Insert does.
+func (d *Durable) insertRow(ctx context.Context, job *wire.Job, up upsertParams) (*InsertResult, error) {
+	jid, now := up.JobID, up.InsertedAt
 	res := &InsertResult{AssumeDeadAt: micro(up.AssumeDeadAt)}
 	release := d.pend.settle(ctx, jid, d.stores)
 	defer release()
@@ -487,6 +512,10 @@ func (d *Durable) Migrate(ctx context.Context) (*MigrateResult, error) {
 			errs = append(errs, fmt.Errorf("durable: migrate %s: %w", s.name(), err))
 		} else {
 			m.Created, m.AddedMissingAt = out.Created, out.AddedMissingAt
+			if out.AddedIndex {
+				d.log.Info().Str("component", "durable").Str("database", s.name()).Str("index", dueIndexName(d.cfg.Table)).
+					Msg("added the reconciler's index on assume_dead_at")
+			}
 		}
 		res.Databases = append(res.Databases, m)
 	}

@@ -182,7 +182,7 @@ type bundleOpts struct {
 
 var testNow = time.Date(2026, 3, 4, 5, 6, 7, 123456000, time.UTC)
 
-func setup(t *testing.T, o bundleOpts) *testBundle {
+func setup(t testing.TB, o bundleOpts) *testBundle {
 	t.Helper()
 	logs := testlog.New(t)
 	log := zerolog.New(logs).With().Timestamp().Logger()

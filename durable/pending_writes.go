@@ -69,6 +69,21 @@ type pendingWrite struct {
 	unl      unlockParams       // pendingUnlock
 	queuedAt time.Time
 	seq      uint64
+	// done, when set, is called once the write leaves the queue (applied,
+	// refused, replaced, or dropped): the server middleware holds the
+	// acknowledgement of a completed job (sidekiq.DeferAck) until then, so
+	// that with reliable fetch the job stays recoverable in its
+	// in-progress list while its row delete waits for the database.
+	done func()
+}
+
+// finish calls done once.
+func (w *pendingWrite) finish() {
+	if w != nil && w.done != nil {
+		f := w.done
+		w.done = nil
+		f()
+	}
 }
 
 func (w *pendingWrite) key() pendingKey { return pendingKey{w.st, w.jid} }
@@ -166,6 +181,7 @@ func (p *pendingWrites) add(w *pendingWrite) {
 	if p.stopped {
 		p.mu.Unlock()
 		p.logWrite(p.log.Error(), w).Msg("durable row write failed after shutdown and is not retried; the reconciler may report the job as lost")
+		w.finish()
 		return
 	}
 	k := w.key()
@@ -173,12 +189,14 @@ func (p *pendingWrites) add(w *pendingWrite) {
 		// The row is a stale copy: deleting it stays right whatever the job
 		// did since; only a push that rewrites the row cancels the removal.
 		p.mu.Unlock()
+		w.finish()
 		return
 	}
 	if p.writes[k] == nil && len(p.writes) >= p.max {
 		p.mu.Unlock()
 		p.logWrite(p.log.Error(), w).Int("max_pending_writes", p.max).
 			Msg("too many durable row writes pending; dropped this one, the reconciler may report the job as lost")
+		w.finish()
 		return
 	}
 	if len(p.writes) == 0 {
@@ -189,6 +207,7 @@ func (p *pendingWrites) add(w *pendingWrite) {
 	if p.writes[k] == nil {
 		p.count.Add(1)
 	}
+	replaced := p.writes[k]
 	p.writes[k] = w
 	if p.backoff[w.st] == nil {
 		p.backoff[w.st] = &storeBackoff{next: time.Now().Add(p.minDelay), delay: p.minDelay}
@@ -200,6 +219,7 @@ func (p *pendingWrites) add(w *pendingWrite) {
 		go p.loop(ctx)
 	}
 	p.mu.Unlock()
+	replaced.finish()
 	select {
 	case p.wake <- struct{}{}:
 	default:
@@ -263,6 +283,7 @@ func (p *pendingWrites) attempt(ctx context.Context, w *pendingWrite, stripeHeld
 	p.mu.Lock()
 	p.removeLocked(w)
 	p.mu.Unlock()
+	w.finish()
 	if err != nil {
 		p.logWrite(p.log.Error().Err(err), w).Msg("pending durable row write refused by the database; dropped")
 		return false
@@ -312,6 +333,7 @@ func (p *pendingWrites) supersede(st store, jid string) pendingKind {
 		return 0
 	}
 	p.removeLocked(w)
+	defer w.finish() // after the unlock (deferred calls run in reverse)
 	return w.kind
 }
 
@@ -506,6 +528,12 @@ func (p *pendingWrites) stop(ctx context.Context) error {
 		switch w.kind {
 		case pendingUnlock:
 			e.Msg("durable row write still pending at shutdown: the failed job's row keeps its lock and lacks the error")
+		case pendingDelete:
+			// Its job's acknowledgement stays held (done is not called): with
+			// reliable fetch the job is still in its in-progress list, which
+			// the fetch gives back to its queue at close, so it runs again
+			// and deletes its row then.
+			e.Msg("durable row write still pending at shutdown: with reliable fetch the job runs again and deletes its row; otherwise delete this row, or the reconciler will report the finished job as lost")
 		default:
 			e.Msg("durable row write still pending at shutdown: delete this row, or the reconciler will report the finished job as lost")
 		}

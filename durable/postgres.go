@@ -29,7 +29,8 @@ func (pgDialect) timeArg(t time.Time) any { return t }
 // pgCreateTable is the DDL Sequel generates for Amigo's create_table (same
 // columns, types, constraints and default, in Sequel's clause order). The
 // UNIQUE constraint is named <table>_job_id_key by PostgreSQL, as in Ruby.
-// assume_dead_at deliberately has no index ("write-heavy table").
+// Amigo leaves assume_dead_at without an index ("write-heavy table");
+// Migrate adds one (dueIndexName).
 const pgCreateTable = `CREATE TABLE IF NOT EXISTS %s ("job_id" text NOT NULL UNIQUE, "job_class" text NOT NULL, ` +
 	`"job_item_json" text NOT NULL, "queue" text NOT NULL, "inserted_at" timestamptz DEFAULT now() NOT NULL, ` +
 	`"assume_dead_at" timestamptz NOT NULL, "locked_by" text, "locked_at" timestamptz, "missing_at" timestamptz)`
@@ -62,6 +63,9 @@ func (d pgDialect) migrate(ctx context.Context, db *sql.DB, table string) (*migr
 			return nil, err
 		}
 		out.Created = true
+		if out.AddedIndex, err = d.ensureIndex(ctx, tx, table); err != nil {
+			return nil, err
+		}
 		return out, tx.Commit()
 	}
 	err = tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 AND column_name = 'missing_at')`,
@@ -75,7 +79,23 @@ func (d pgDialect) migrate(ctx context.Context, db *sql.DB, table string) (*migr
 		}
 		out.AddedMissingAt = true
 	}
+	if out.AddedIndex, err = d.ensureIndex(ctx, tx, table); err != nil {
+		return nil, err
+	}
 	return out, tx.Commit()
+}
+
+// ensureIndex adds the reconciler's index on (assume_dead_at, job_id),
+// which Amigo's table does not have: see dueIndexName.
+func (d pgDialect) ensureIndex(ctx context.Context, tx *sql.Tx, table string) (bool, error) {
+	var exists bool
+	err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = $1 AND tablename = $2 AND indexname = $3)`,
+		d.schema, d.table, dueIndexName(d.table)).Scan(&exists)
+	if err != nil || exists {
+		return false, err
+	}
+	_, err = tx.ExecContext(ctx, `CREATE INDEX IF NOT EXISTS `+quoteIdent(dueIndexName(d.table))+` ON `+table+` (assume_dead_at, job_id)`)
+	return err == nil, err
 }
 
 // isConnError is Sequel::DatabaseConnectionError's scope: the database
@@ -119,7 +139,7 @@ func openPostgres(rawURL, schema, table string, o *Config) (*sqlStore, error) {
 	db.SetMaxIdleConns(min(o.MaxConns, 4))
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	d := pgDialect{schema: schema, table: table}
-	return newSQLStore(db, d, quoteIdent(schema)+"."+quoteIdent(table), redactURL(rawURL), o.OpTimeout), nil
+	return newSQLStore(db, d, quoteIdent(schema)+"."+quoteIdent(table), redactURL(rawURL), o.OpTimeout).withGroupCommit(o), nil
 }
 
 // redactURL hides a password in a URL.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
 	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/clock"
@@ -201,9 +202,22 @@ func (r *Reconciler) RunOnce(ctx context.Context) (*ReconcileResult, error) {
 	return res, errors.Join(dbErrs...)
 }
 
-// reconcileStore pages through one database's overdue rows. Database
-// errors go to dr.Err; a Redis error is returned.
+// reconcileStore pages through one database's overdue rows, then settles
+// those the targeted lookups did not find (resolveRest). Database errors
+// go to dr.Err; a Redis error is returned.
 func (r *Reconciler) reconcileStore(ctx context.Context, st store, now time.Time, dr *DatabaseReconcile, res *ReconcileResult) error {
+	var unresolved []*row
+	if err := r.pageStore(ctx, st, now, dr, &unresolved); err != nil || dr.Err != nil {
+		return err
+	}
+	dbErr, redisErr := r.resolveRest(ctx, st, unresolved, dr, res)
+	if dbErr != nil {
+		dr.Err = dbErr
+	}
+	return redisErr
+}
+
+func (r *Reconciler) pageStore(ctx context.Context, st store, now time.Time, dr *DatabaseReconcile, unresolved *[]*row) error {
 	var after *row
 	for {
 		rows, err := st.listDue(ctx, listDueParams{Now: now, Limit: r.pageSize, After: after})
@@ -214,7 +228,7 @@ func (r *Reconciler) reconcileStore(ctx context.Context, st store, now time.Time
 		if len(rows) == 0 {
 			return nil
 		}
-		dbErr, redisErr := r.checkPage(ctx, st, rows, dr, res)
+		dbErr, redisErr := r.checkPage(ctx, st, rows, dr, unresolved)
 		if redisErr != nil {
 			return redisErr
 		}
@@ -229,57 +243,97 @@ func (r *Reconciler) reconcileStore(ctx context.Context, st store, now time.Time
 	}
 }
 
-// pageCheck is one page being resolved: the rows not yet placed.
+// pageCheck is one page being resolved: the rows not yet placed, and the
+// compare-and-set writes decided for the others, applied together.
 type pageCheck struct {
 	r       *Reconciler
 	st      store
 	now     time.Time
 	pending map[string]*row
-	dr      *DatabaseReconcile
+	want    map[string]bool
+	looks   map[string]*lookupRow
+	touches []touchParams
+	counts  []*int
+	claims  []claimParams
 }
 
-func (p *pageCheck) wanted() []string {
-	out := make([]string, 0, len(p.pending))
-	for jid := range p.pending {
-		out = append(out, jid)
+// found places a row: its deadline moves (compare-and-set) with the page's
+// writes.
+func (p *pageCheck) found(rw *row, deadline time.Time, counter *int) {
+	delete(p.pending, rw.JobID)
+	delete(p.want, rw.JobID)
+	p.touches = append(p.touches, touchParams{JobID: rw.JobID, Expect: rw.AssumeDeadAt, AssumeDeadAt: deadline})
+	p.counts = append(p.counts, counter)
+}
+
+// dead places a row whose job is in the dead set: it is deleted.
+func (p *pageCheck) dead(rw *row) {
+	delete(p.pending, rw.JobID)
+	delete(p.want, rw.JobID)
+	p.claims = append(p.claims, claimParams{JobID: rw.JobID, Expect: rw.AssumeDeadAt})
+}
+
+func (p *pageCheck) rowsLeft(rows []*row) []*lookupRow {
+	var out []*lookupRow
+	for _, rw := range rows {
+		if _, ok := p.pending[rw.JobID]; ok {
+			out = append(out, p.looks[rw.JobID])
+		}
 	}
 	return out
 }
 
-// found moves a row out of pending with a compare-and-set of its deadline.
-func (p *pageCheck) found(ctx context.Context, rw *row, deadline time.Time, counter *int) error {
-	delete(p.pending, rw.JobID)
-	ok, err := p.st.touch(ctx, touchParams{JobID: rw.JobID, Expect: rw.AssumeDeadAt, AssumeDeadAt: deadline})
+// apply writes the page's touches and claims, one statement each.
+func (p *pageCheck) apply(ctx context.Context, dr *DatabaseReconcile) error {
+	changed, err := p.st.touchMany(ctx, p.touches)
 	if err != nil {
-		return fmt.Errorf("durable: update %s in %s: %w", rw.JobID, p.st.name(), err)
+		return fmt.Errorf("durable: update overdue rows in %s: %w", p.st.name(), err)
 	}
-	if !ok {
-		p.dr.Changed++
-		return nil
+	for i, ok := range changed {
+		if ok {
+			*p.counts[i]++
+		} else {
+			dr.Changed++
+		}
 	}
-	*counter++
+	deleted, err := p.st.claimMany(ctx, p.claims)
+	if err != nil {
+		return fmt.Errorf("durable: delete rows of dead jobs in %s: %w", p.st.name(), err)
+	}
+	for _, ok := range deleted {
+		if ok {
+			dr.AlreadyDead++
+		} else {
+			dr.Changed++
+		}
+	}
+	p.touches, p.counts, p.claims = nil, nil, nil
 	return nil
 }
 
 func (r *Reconciler) ext(rw *row) time.Duration { return r.d.rowExtension(rw.JobClass, rw.ItemJSON) }
 
-// checkPage resolves one page of overdue rows. The pass's start time only
-// selects the rows; what the page writes (new deadlines, missing_at,
-// durable_killed_at) is relative to the time of the check itself, so that
-// a long pass cannot bring a second strike less than one extension after
-// the first.
-func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *DatabaseReconcile, res *ReconcileResult) (dbErr, redisErr error) {
+// checkPage resolves one page of overdue rows with targeted lookups (see
+// lookup.go). The pass's start time only selects the rows; what the page
+// writes (new deadlines, missing_at, durable_killed_at) is relative to the
+// time of the check itself, so that a long pass cannot bring a second
+// strike less than one extension after the first.
+func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *DatabaseReconcile, unresolved *[]*row) (dbErr, redisErr error) {
 	now := r.clock.Now()
 	dr.Checked += len(rows)
-	p := &pageCheck{r: r, st: st, now: now, pending: make(map[string]*row, len(rows)), dr: dr}
-	byQueue := map[string][]string{}
+	p := &pageCheck{r: r, st: st, now: now, pending: make(map[string]*row, len(rows)), want: make(map[string]bool, len(rows)),
+		looks: make(map[string]*lookupRow, len(rows))}
+	byQueue := map[string][]*lookupRow{}
 	var queues []string
 	for _, rw := range rows {
 		p.pending[rw.JobID] = rw
+		p.want[rw.JobID] = true
+		l := r.lookupRow(rw)
+		p.looks[rw.JobID] = l
 		if byQueue[rw.Queue] == nil {
 			queues = append(queues, rw.Queue)
 		}
-		byQueue[rw.Queue] = append(byQueue[rw.Queue], rw.JobID)
+		byQueue[rw.Queue] = append(byQueue[rw.Queue], l)
 	}
 	conn, err := r.api.Client().Pool().GetContext(ctx)
 	if err != nil {
@@ -287,17 +341,24 @@ func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *D
 	}
 	defer conn.Close()
 
-	// 1. Waiting in its queue.
+	// 1. Waiting in its queue: the oldest jobs, down to the page's latest
+	// base.
 	for _, q := range queues {
-		found, err := wire.FindInQueue(ctx, conn, q, byQueue[q])
+		want := map[string]bool{}
+		var until time.Time
+		for _, l := range byQueue[q] {
+			want[l.rw.JobID] = true
+			if l.base.After(until) {
+				until = l.base
+			}
+		}
+		found, err := findInQueueHead(ctx, conn, q, want, until.Add(windowSlack))
 		if err != nil {
 			return nil, err
 		}
 		for jid := range found {
 			rw := p.pending[jid]
-			if err := p.found(ctx, rw, now.Add(r.ext(rw)), &dr.Queued); err != nil {
-				return err, nil
-			}
+			p.found(rw, now.Add(r.ext(rw)), &dr.Queued)
 		}
 	}
 	// 2. Running in a live process (Ruby would strike a job that runs
@@ -313,61 +374,96 @@ func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *D
 			}
 			r.log.Warn().Str("component", "durable-reconciler").Str("jid", jid).Str("class", rw.JobClass).
 				Msg("durable job runs longer than its heartbeat extension; call durable.Heartbeat or raise the extension")
-			if err := p.found(ctx, rw, now.Add(r.ext(rw)), &dr.Running); err != nil {
-				return err, nil
-			}
+			p.found(rw, now.Add(r.ext(rw)), &dr.Running)
 		}
 	}
 	// 3. In an in-progress list of reliable fetch: running, or waiting to
 	// be recovered from a dead process. Not lost either way.
 	if len(p.pending) > 0 {
-		found, err := wire.FindInWorkingLists(ctx, conn, p.wanted())
+		found, err := findInRegisteredLists(ctx, conn, p.want)
 		if err != nil {
 			return nil, err
 		}
 		for jid := range found {
 			rw := p.pending[jid]
-			if err := p.found(ctx, rw, now.Add(r.ext(rw)), &dr.InProgress); err != nil {
-				return err, nil
-			}
+			p.found(rw, now.Add(r.ext(rw)), &dr.InProgress)
 		}
 	}
-	// 4. Retry and schedule sets: wait until the entry is due.
+	// 4. Retry and schedule sets, at the base: wait until the entry is due.
+	// 5. Failed jobs: the retry set within the default delay, or the dead
+	// set (their row has done its job).
+	failed := func() []*lookupRow {
+		var out []*lookupRow
+		for _, l := range p.rowsLeft(rows) {
+			if l.failed {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
 	for _, set := range []struct {
 		key     string
+		win     func(*lookupRow) window
+		rows    func() []*lookupRow
 		counter *int
-	}{{wire.KeyRetry, &dr.Retrying}, {wire.KeySchedule, &dr.Scheduled}} {
-		found, err := wire.FindInSet(ctx, conn, set.key, p.wanted())
+	}{
+		{wire.KeyRetry, exactWindow, func() []*lookupRow { return p.rowsLeft(rows) }, &dr.Retrying},
+		{wire.KeySchedule, exactWindow, func() []*lookupRow { return p.rowsLeft(rows) }, &dr.Scheduled},
+		{wire.KeyRetry, retryWindow, failed, &dr.Retrying},
+		{wire.KeyDead, deadWindow, failed, nil},
+	} {
+		found, err := findInWindows(ctx, conn, set.key, set.rows(), set.win, p.want)
 		if err != nil {
 			return nil, err
 		}
 		for jid, m := range found {
 			rw := p.pending[jid]
-			if err := p.found(ctx, rw, wire.FromEpochSeconds(m.Score).Add(r.ext(rw)), set.counter); err != nil {
-				return err, nil
+			if set.counter == nil {
+				p.dead(rw)
+				continue
 			}
+			p.found(rw, wire.FromEpochSeconds(m.Score).Add(r.ext(rw)), set.counter)
 		}
 	}
-	// 5. Already dead: the row has done its job.
-	found, err := wire.FindInSet(ctx, conn, wire.KeyDead, p.wanted())
+	// 6. Not found by the targeted lookups: left for the end of the pass.
+	for _, rw := range rows {
+		if _, ok := p.pending[rw.JobID]; ok {
+			*unresolved = append(*unresolved, rw)
+		}
+	}
+	if err := p.apply(ctx, dr); err != nil {
+		return err, nil
+	}
+	return nil, nil
+}
+
+// resolveRest handles the rows of a pass that the targeted lookups did not
+// find: they are searched the long way, all at once (their queues, every
+// in-progress list, the whole retry, schedule and dead sets: one stream of
+// each for the whole pass, paid only when such rows exist), then whatever
+// is still nowhere gets its first strike or, at its second, is killed.
+func (r *Reconciler) resolveRest(ctx context.Context, st store, rows []*row, dr *DatabaseReconcile, res *ReconcileResult) (dbErr, redisErr error) {
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	p := &pageCheck{r: r, st: st, now: r.clock.Now(), pending: make(map[string]*row, len(rows)), want: make(map[string]bool, len(rows))}
+	for _, rw := range rows {
+		p.pending[rw.JobID] = rw
+		p.want[rw.JobID] = true
+	}
+	conn, err := r.api.Client().Pool().GetContext(ctx)
 	if err != nil {
+		return nil, fmt.Errorf("durable: redis: %w", err)
+	}
+	if err := r.searchEverywhere(ctx, conn, p, rows, dr); err != nil {
+		conn.Close()
 		return nil, err
 	}
-	for jid := range found {
-		rw := p.pending[jid]
-		delete(p.pending, jid)
-		ok, err := st.claim(ctx, claimParams{JobID: jid, Expect: rw.AssumeDeadAt})
-		if err != nil {
-			return fmt.Errorf("durable: delete %s in %s: %w", jid, st.name(), err), nil
-		}
-		if ok {
-			dr.AlreadyDead++
-		} else {
-			dr.Changed++
-		}
-	}
-	// 6. Nowhere: first strike, or lost. Each is dated after the lookups
-	// that missed the job (and after any slow failure notifier before it).
+	conn.Close()
+	// Nowhere: first strike, or lost, in row order. Each strike is dated
+	// after the lookups that missed the job and after the kills before it
+	// (a slow failure notifier), so that a long pass cannot bring a second
+	// strike less than one extension after the first.
 	for _, rw := range rows {
 		if _, ok := p.pending[rw.JobID]; !ok {
 			continue
@@ -383,23 +479,79 @@ func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *D
 		now := r.clock.Now()
 		if rw.MissingAt == nil {
 			missing := now
-			ok, err := st.touch(ctx, touchParams{JobID: rw.JobID, Expect: rw.AssumeDeadAt, AssumeDeadAt: now.Add(r.ext(rw)), MissingAt: &missing})
-			if err != nil {
-				return fmt.Errorf("durable: mark %s missing in %s: %w", rw.JobID, st.name(), err), nil
-			}
-			if ok {
-				dr.Marked++
-			} else {
-				dr.Changed++
-			}
+			p.touches = append(p.touches, touchParams{JobID: rw.JobID, Expect: rw.AssumeDeadAt, AssumeDeadAt: now.Add(r.ext(rw)), MissingAt: &missing})
+			p.counts = append(p.counts, &dr.Marked)
 			continue
 		}
-		dbErr, redisErr := r.kill(ctx, st, rw, now, dr, res)
-		if dbErr != nil || redisErr != nil {
+		if dbErr, redisErr := r.kill(ctx, st, rw, now, dr, res); dbErr != nil || redisErr != nil {
+			if err := p.apply(ctx, dr); err != nil && dbErr == nil {
+				dbErr = err
+			}
 			return dbErr, redisErr
 		}
 	}
+	if err := p.apply(ctx, dr); err != nil {
+		return err, nil
+	}
 	return nil, nil
+}
+
+// searchEverywhere looks for the kill candidates by streaming their queues,
+// every in-progress list (registered or found by SCAN) and the whole
+// retry, schedule and dead sets (stopping when all are found).
+func (r *Reconciler) searchEverywhere(ctx context.Context, conn redis.Conn, p *pageCheck, candidates []*row, dr *DatabaseReconcile) error {
+	now := r.clock.Now()
+	byQueue := map[string][]string{}
+	var jids []string
+	for _, rw := range candidates {
+		byQueue[rw.Queue] = append(byQueue[rw.Queue], rw.JobID)
+		jids = append(jids, rw.JobID)
+	}
+	left := func() []string {
+		var out []string
+		for _, jid := range jids {
+			if _, ok := p.pending[jid]; ok {
+				out = append(out, jid)
+			}
+		}
+		return out
+	}
+	for q, qj := range byQueue {
+		found, err := wire.FindInQueue(ctx, conn, q, qj)
+		if err != nil {
+			return err
+		}
+		for jid := range found {
+			rw := p.pending[jid]
+			p.found(rw, now.Add(r.ext(rw)), &dr.Queued)
+		}
+	}
+	found, err := wire.FindInWorkingLists(ctx, conn, left())
+	if err != nil {
+		return err
+	}
+	for jid := range found {
+		rw := p.pending[jid]
+		p.found(rw, now.Add(r.ext(rw)), &dr.InProgress)
+	}
+	for _, set := range []struct {
+		key     string
+		counter *int
+	}{{wire.KeyRetry, &dr.Retrying}, {wire.KeySchedule, &dr.Scheduled}, {wire.KeyDead, nil}} {
+		found, err := wire.FindInSet(ctx, conn, set.key, left())
+		if err != nil {
+			return err
+		}
+		for jid, m := range found {
+			rw := p.pending[jid]
+			if set.counter == nil {
+				p.dead(rw)
+				continue
+			}
+			p.found(rw, wire.FromEpochSeconds(m.Score).Add(r.ext(rw)), set.counter)
+		}
+	}
+	return nil
 }
 
 // kill moves a lost job to the dead set: claim the row (compare-and-set

@@ -87,20 +87,40 @@ func (d *Durable) ServerMiddleware(identity string) sidekiq.ServerMiddleware {
 			return err
 		}
 		dp := deleteLockedParams{JobID: jid, LockedBy: identity, LockedAt: a.lockedAt}
-		deleted, derr := a.st.deleteLocked(bg, dp)
-		switch {
-		case derr != nil && a.st.isConnError(derr):
-			d.pend.add(&pendingWrite{st: a.st, jid: jid, kind: pendingDelete, del: dp})
-			d.log.Warn().Err(derr).Str("component", "durable").Str("database", a.st.name()).Str("jid", jid).
-				Msg("could not delete the durable row of a completed job: the database does not answer; retrying in the background")
-		case derr != nil:
-			d.log.Error().Err(derr).Str("component", "durable").Str("database", a.st.name()).Str("jid", jid).
-				Msg("could not delete the durable row of a completed job; the reconciler will report it as lost")
-		case !deleted:
-			d.log.Debug().Str("component", "durable").Str("jid", jid).
-				Msg("durable row changed while the job ran (pushed again, or reconciled); kept")
+		if release, ok := sidekiq.DeferAck(ctx); ok {
+			// Reliable fetch: the job stays in its in-progress list until
+			// its row is deleted, and the slot moves on meanwhile.
+			// If the database does not answer, the job stays there until
+			// the retried delete lands.
+			a.st.deleteLockedAsync(dp, func(deleted bool, derr error) {
+				d.deleted(a.st, jid, dp, deleted, derr, release)
+			})
+			return nil
 		}
+		deleted, derr := a.st.deleteLocked(bg, dp)
+		d.deleted(a.st, jid, dp, deleted, derr, func() {})
 		return nil
+	}
+}
+
+// deleted handles the answer of a completed job's row delete; release
+// acknowledges the job, once the row is gone (or the delete was refused).
+func (d *Durable) deleted(st store, jid string, dp deleteLockedParams, deleted bool, derr error, release func()) {
+	if derr != nil && st.isConnError(derr) {
+		d.pend.add(&pendingWrite{st: st, jid: jid, kind: pendingDelete, del: dp, done: release})
+	} else {
+		defer release()
+	}
+	switch {
+	case derr != nil && st.isConnError(derr):
+		d.log.Warn().Err(derr).Str("component", "durable").Str("database", st.name()).Str("jid", jid).
+			Msg("could not delete the durable row of a completed job: the database does not answer; retrying in the background (with reliable fetch the job stays in its in-progress list meanwhile)")
+	case derr != nil:
+		d.log.Error().Err(derr).Str("component", "durable").Str("database", st.name()).Str("jid", jid).
+			Msg("could not delete the durable row of a completed job; the reconciler will report it as lost")
+	case !deleted:
+		d.log.Debug().Str("component", "durable").Str("jid", jid).
+			Msg("durable row changed while the job ran (pushed again, or reconciled); kept")
 	}
 }
 

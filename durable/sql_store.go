@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,6 +21,11 @@ type dialect interface {
 	// migrate creates or upgrades the table.
 	migrate(ctx context.Context, db *sql.DB, table string) (*migrateOutcome, error)
 	isConnError(err error) bool
+	// writeGroup applies a group of hot writes (see group_commit.go) in one
+	// go and sets each op's answer; an error means none was applied.
+	writeGroup(ctx context.Context, s *sqlStore, ops []*gcOp) error
+	// groupSlots is how many groups may be written at once.
+	groupSlots() int
 }
 
 // sqlStore implements store over database/sql for a dialect.
@@ -29,16 +35,22 @@ type sqlStore struct {
 	table     string // the quoted, qualified table name
 	display   string
 	opTimeout time.Duration
+	gc        *groupCommit
+	stats     storeStats
 
 	qUpsert, qLock, qUnlock, qHeartbeat, qDeleteLocked, qDelete string
 	qListFirst, qListAfter, qTouch, qClaim, qRestore, qGet      string
 	qStatus                                                     string
+	qGroup                                                      string
 }
 
 const rowColumns = `job_id, job_class, job_item_json, queue, inserted_at, assume_dead_at, locked_by, locked_at, missing_at`
 
+// newSQLStore returns a store whose group commit has no window and groups
+// of up to 1000 writes; withGroupCommit applies a Config's.
 func newSQLStore(db *sql.DB, d dialect, table, display string, opTimeout time.Duration) *sqlStore {
 	s := &sqlStore{db: db, d: d, table: table, display: display, opTimeout: opTimeout}
+	s.gc = newGroupCommit(s.writeGroup, s.writeOne, s.isConnError, 0, 1000, d.groupSlots())
 	r := d.rebind
 	t := table
 	s.qUpsert = r(`INSERT INTO ` + t + ` (job_id, job_class, job_item_json, queue, inserted_at, assume_dead_at, missing_at)
@@ -62,6 +74,7 @@ ORDER BY assume_dead_at, job_id LIMIT ?`)
 	s.qRestore = r(`INSERT INTO ` + t + ` (` + rowColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (job_id) DO NOTHING`)
 	s.qGet = r(`SELECT ` + rowColumns + ` FROM ` + t + ` WHERE job_id = ?`)
+	s.qGroup = fmt.Sprintf(pgGroupSQL, t)
 	s.qStatus = r(`SELECT COUNT(*),
 COALESCE(SUM(CASE WHEN locked_by IS NOT NULL AND missing_at IS NULL AND assume_dead_at > ? THEN 1 ELSE 0 END), 0),
 COALESCE(SUM(CASE WHEN locked_by IS NULL AND missing_at IS NULL AND assume_dead_at > ? THEN 1 ELSE 0 END), 0),
@@ -72,9 +85,62 @@ FROM ` + t)
 	return s
 }
 
-func (s *sqlStore) name() string               { return s.display }
-func (s *sqlStore) kind() string               { return s.d.kind() }
-func (s *sqlStore) close() error               { return s.db.Close() }
+// withGroupCommit sets the group commit's window and group size from o.
+func (s *sqlStore) withGroupCommit(o *Config) *sqlStore {
+	s.gc = newGroupCommit(s.writeGroup, s.writeOne, s.isConnError, o.BatchWindow, o.MaxBatch, s.d.groupSlots())
+	return s
+}
+
+func (s *sqlStore) name() string { return s.display }
+func (s *sqlStore) kind() string { return s.d.kind() }
+func (s *sqlStore) close() error {
+	s.gc.close()
+	return s.db.Close()
+}
+
+// storeStats counts what a store sent to its database.
+type storeStats struct {
+	// statements counts SQL statements (BEGIN and COMMIT excluded).
+	statements atomic.Int64
+	// commits counts transactions: one per statement outside a
+	// transaction, one per explicit transaction.
+	commits atomic.Int64
+	// groupOps counts the writes that went through the group commit.
+	groupOps atomic.Int64
+}
+
+// counted records n statements in one transaction.
+func (s *sqlStore) counted(n int) {
+	s.stats.statements.Add(int64(n))
+	s.stats.commits.Add(1)
+}
+
+// writeGroup applies a group with the dialect's statement, bounded by the
+// store's operation timeout.
+func (s *sqlStore) writeGroup(ctx context.Context, ops []*gcOp) error {
+	s.stats.groupOps.Add(int64(len(ops)))
+	return s.op(ctx, func(ctx context.Context) error { return s.d.writeGroup(ctx, s, ops) })
+}
+
+// writeOne applies a single op with its own statement (after its group
+// was refused).
+func (s *sqlStore) writeOne(ctx context.Context, ops []*gcOp) error {
+	op := ops[0]
+	var err error
+	switch op.kind {
+	case gcUpsert:
+		op.ok, err = s.upsertNow(ctx, op.up)
+	case gcLock:
+		var n int64
+		n, err = s.exec(ctx, s.qLock, op.lk.LockedBy, s.t(op.lk.LockedAt), s.t(op.lk.AssumeDeadAt), op.lk.JobID)
+		op.ok = n > 0
+	case gcDelete:
+		var n int64
+		n, err = s.exec(ctx, s.qDeleteLocked, op.del.JobID, op.del.LockedBy, s.t(op.del.LockedAt))
+		op.ok = n > 0
+	}
+	return err
+}
 func (s *sqlStore) isConnError(err error) bool { return isTimeout(err) || s.d.isConnError(err) }
 
 // isTimeout reports an operation cut by the store's own timeout, which
@@ -104,6 +170,7 @@ func (s *sqlStore) op(ctx context.Context, f func(ctx context.Context) error) er
 
 func (s *sqlStore) exec(ctx context.Context, q string, args ...any) (int64, error) {
 	var n int64
+	s.counted(1)
 	err := s.op(ctx, func(ctx context.Context) error {
 		res, err := s.db.ExecContext(ctx, q, args...)
 		if err != nil {
@@ -140,9 +207,24 @@ func (s *sqlStore) upsert(ctx context.Context, p upsertParams) error {
 }
 
 // upsertCreated tells a new row from a refreshed one by its inserted_at:
-// the conflict update keeps the existing row's.
+// the conflict update keeps the existing row's. It goes through the group
+// commit.
 func (s *sqlStore) upsertCreated(ctx context.Context, p upsertParams) (bool, error) {
+	return s.gc.do(ctx, &gcOp{kind: gcUpsert, up: p})
+}
+
+func (s *sqlStore) upsertMany(ctx context.Context, ps []upsertParams) ([]bool, []error) {
+	ops := make([]*gcOp, len(ps))
+	for i, p := range ps {
+		ops[i] = &gcOp{kind: gcUpsert, up: p}
+	}
+	return s.gc.doMany(ctx, ops)
+}
+
+// upsertNow is upsertCreated in a statement of its own.
+func (s *sqlStore) upsertNow(ctx context.Context, p upsertParams) (bool, error) {
 	var inserted dbTime
+	s.counted(1)
 	err := s.op(ctx, func(ctx context.Context) error {
 		return s.db.QueryRowContext(ctx, s.qUpsert, p.JobID, p.JobClass, p.ItemJSON, p.Queue, s.t(p.InsertedAt),
 			s.t(p.AssumeDeadAt), s.tp(p.MissingAt)).Scan(&inserted)
@@ -154,8 +236,7 @@ func (s *sqlStore) upsertCreated(ctx context.Context, p upsertParams) (bool, err
 }
 
 func (s *sqlStore) lock(ctx context.Context, p lockParams) (bool, error) {
-	n, err := s.exec(ctx, s.qLock, p.LockedBy, s.t(p.LockedAt), s.t(p.AssumeDeadAt), p.JobID)
-	return n > 0, err
+	return s.gc.do(ctx, &gcOp{kind: gcLock, lk: p})
 }
 
 func (s *sqlStore) unlock(ctx context.Context, p unlockParams) (bool, error) {
@@ -169,8 +250,11 @@ func (s *sqlStore) heartbeat(ctx context.Context, p heartbeatParams) (bool, erro
 }
 
 func (s *sqlStore) deleteLocked(ctx context.Context, p deleteLockedParams) (bool, error) {
-	n, err := s.exec(ctx, s.qDeleteLocked, p.JobID, p.LockedBy, s.t(p.LockedAt))
-	return n > 0, err
+	return s.gc.do(ctx, &gcOp{kind: gcDelete, del: p})
+}
+
+func (s *sqlStore) deleteLockedAsync(p deleteLockedParams, then func(bool, error)) {
+	s.gc.doAsync(&gcOp{kind: gcDelete, del: p}, then)
 }
 
 func (s *sqlStore) deleteJob(ctx context.Context, jobID string) (bool, error) {
@@ -196,6 +280,7 @@ func (s *sqlStore) restore(ctx context.Context, r *row) error {
 
 func (s *sqlStore) listDue(ctx context.Context, p listDueParams) ([]*row, error) {
 	var out []*row
+	s.counted(1)
 	err := s.op(ctx, func(ctx context.Context) error {
 		var rows *sql.Rows
 		var err error
@@ -223,6 +308,7 @@ func (s *sqlStore) listDue(ctx context.Context, p listDueParams) ([]*row, error)
 
 func (s *sqlStore) get(ctx context.Context, jobID string) (*row, error) {
 	var out *row
+	s.counted(1)
 	err := s.op(ctx, func(ctx context.Context) error {
 		r, err := scanRow(s.db.QueryRowContext(ctx, s.qGet, jobID))
 		if errors.Is(err, sql.ErrNoRows) {

@@ -39,7 +39,9 @@ func (d sqliteDialect) migrate(ctx context.Context, db *sql.DB, table string) (*
 			return nil, err
 		}
 		out.Created = true
-		return out, nil
+		var err error
+		out.AddedIndex, err = d.ensureIndex(ctx, db, table)
+		return out, err
 	}
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info(?) WHERE name = 'missing_at'`, d.table).Scan(&n); err != nil {
 		return nil, err
@@ -50,7 +52,18 @@ func (d sqliteDialect) migrate(ctx context.Context, db *sql.DB, table string) (*
 		}
 		out.AddedMissingAt = true
 	}
-	return out, nil
+	var err error
+	out.AddedIndex, err = d.ensureIndex(ctx, db, table)
+	return out, err
+}
+
+func (d sqliteDialect) ensureIndex(ctx context.Context, db *sql.DB, table string) (bool, error) {
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = ?`, dueIndexName(d.table)).Scan(&n); err != nil || n > 0 {
+		return false, err
+	}
+	_, err := db.ExecContext(ctx, `CREATE INDEX IF NOT EXISTS `+quoteIdent(dueIndexName(d.table))+` ON `+table+` (assume_dead_at, job_id)`)
+	return err == nil, err
 }
 
 // isConnError treats a file that cannot be opened or read, or a database
@@ -105,5 +118,5 @@ func openSQLite(raw, table string, o *Config) (*sqlStore, error) {
 		return nil, fmt.Errorf("durable: database %s: %w", raw, err)
 	}
 	db.SetMaxOpenConns(1)
-	return newSQLStore(db, sqliteDialect{table: table}, quoteIdent(table), "sqlite:"+path, o.OpTimeout), nil
+	return newSQLStore(db, sqliteDialect{table: table}, quoteIdent(table), "sqlite:"+path, o.OpTimeout).withGroupCommit(o), nil
 }

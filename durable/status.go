@@ -109,3 +109,43 @@ func (d *Durable) Rows(ctx context.Context, p *RowsParams) ([]*Row, error) {
 	}
 	return out, errors.Join(errs...)
 }
+
+// Stats counts what the Durable sent to its databases since it was
+// opened, all databases together.
+type Stats struct {
+	// Statements counts SQL statements (BEGIN and COMMIT not included).
+	Statements int64 `json:"statements"`
+	// Commits counts transactions: a statement on its own, or one SQLite
+	// group transaction.
+	Commits int64 `json:"commits"`
+	// GroupWrites counts the pushes' inserts, locks and success deletes
+	// that went through the group commit.
+	GroupWrites int64 `json:"group_writes"`
+}
+
+// Stats returns the counters of every database, added up.
+func (d *Durable) Stats() Stats {
+	var out Stats
+	for _, s := range d.stores {
+		if ss, ok := s.(*sqlStore); ok {
+			out.Statements += ss.stats.statements.Load()
+			out.Commits += ss.stats.commits.Load()
+			out.GroupWrites += ss.stats.groupOps.Load()
+		}
+	}
+	return out
+}
+
+// DropTable drops the table in every database (benchmarks and tools that
+// made a table of their own).
+func (d *Durable) DropTable(ctx context.Context) error {
+	var errs []error
+	for _, s := range d.stores {
+		if ss, ok := s.(*sqlStore); ok {
+			if _, err := ss.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+ss.table); err != nil {
+				errs = append(errs, fmt.Errorf("durable: drop %s in %s: %w", ss.table, s.name(), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -27,6 +27,9 @@ type store interface {
 	// upsertCreated is upsert that also reports whether it created the row
 	// (no row had that jid in this database).
 	upsertCreated(ctx context.Context, p upsertParams) (bool, error)
+	// upsertMany is upsertCreated for many rows at once (distinct jids),
+	// with an answer per row.
+	upsertMany(ctx context.Context, ps []upsertParams) (created []bool, errs []error)
 	// lock marks the row as run by a process. It reports whether the row
 	// exists.
 	lock(ctx context.Context, p lockParams) (bool, error)
@@ -38,6 +41,9 @@ type store interface {
 	// deleteLocked deletes the row after a success, if it is still held by
 	// that lock. It reports whether it deleted it.
 	deleteLocked(ctx context.Context, p deleteLockedParams) (bool, error)
+	// deleteLockedAsync is deleteLocked that returns at once and calls then
+	// with the answer once the delete is committed (or failed).
+	deleteLockedAsync(p deleteLockedParams, then func(deleted bool, err error))
 	// deleteJob deletes the row whatever its state. It reports whether it
 	// existed.
 	deleteJob(ctx context.Context, jobID string) (bool, error)
@@ -47,6 +53,11 @@ type store interface {
 	// touch sets assume_dead_at and missing_at if assume_dead_at still has
 	// the value read (compare-and-set). It reports whether it changed it.
 	touch(ctx context.Context, p touchParams) (bool, error)
+	// touchMany is touch for many rows (distinct jids) in one statement
+	// per chunk; changed answers each.
+	touchMany(ctx context.Context, ps []touchParams) (changed []bool, err error)
+	// claimMany is claim for many rows (distinct jids).
+	claimMany(ctx context.Context, ps []claimParams) (deleted []bool, err error)
 	// claim deletes the row if assume_dead_at still has the value read
 	// (compare-and-set). It reports whether it deleted it.
 	claim(ctx context.Context, p claimParams) (bool, error)
@@ -141,7 +152,21 @@ type migrateOutcome struct {
 	Created bool
 	// AddedMissingAt is true when an old table got its missing_at column.
 	AddedMissingAt bool
+	// AddedIndex is true when the reconciler's index was created.
+	AddedIndex bool
 }
+
+// dueIndexName names the index on (assume_dead_at, job_id) that Migrate
+// adds to the table. Amigo leaves assume_dead_at unindexed because the
+// table is write-heavy; gojob adds it because its reconciler reads the
+// overdue rows in pages ordered by (assume_dead_at, job_id): without the
+// index every page is a scan and sort of the whole table, so a pass costs
+// the table's size times its pages, where with it a pass costs the rows
+// that are due. The price is one more index entry per lock, heartbeat or
+// reconciler touch (assume_dead_at changes, so PostgreSQL cannot make the
+// update HOT); the group commit amortises it. Ruby processes sharing the
+// table are unaffected.
+func dueIndexName(table string) string { return table + "_assume_dead_at_idx" }
 
 // micro truncates t to what the databases keep.
 func micro(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }

@@ -304,12 +304,22 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 		var queues []any
 		byQueue := map[string][]any{}
 		var zadd []any
+		// The group's hooks (PushGroup) run after the middleware of its
+		// last job and before anything of the group reaches Redis, unique
+		// jobs included.
+		group := &PushGroup{}
+		gctx := context.WithValue(ctx, pushGroupKey{}, group)
+		type uniqueJob struct {
+			i   int
+			ttl time.Duration
+		}
+		var uniques []uniqueJob
 		for i := start; i < end; i++ {
 			j := jobs[i]
 			if scheduled {
 				j.Set("at", rubyjson.FloatValue(wire.EpochSeconds(at)))
 			}
-			ok, err := c.runMiddleware(ctx, j)
+			ok, err := c.runMiddleware(gctx, j)
 			j.Delete("at")
 			if err != nil {
 				return res, fmt.Errorf("sidekiq: bulk job %d: %w", i, err)
@@ -322,21 +332,7 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 				return res, fmt.Errorf("sidekiq: bulk job %d: %w", i, err)
 			}
 			if unique {
-				// Its own lock-and-push step; a duplicate keeps "".
-				var runAt time.Time
-				if scheduled {
-					runAt = at
-					j.Delete("enqueued_at")
-				} else {
-					j.Set("enqueued_at", enq)
-				}
-				pushed, err := pushUnique(ctx, conn, j, ttl, j.Encode(), runAt, now)
-				if err != nil {
-					return res, err
-				}
-				if pushed {
-					res.JIDs[i] = j.JID()
-				}
+				uniques = append(uniques, uniqueJob{i, ttl})
 				continue
 			}
 			res.JIDs[i] = j.JID()
@@ -351,6 +347,27 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 				queues = append(queues, q)
 			}
 			byQueue[q] = append(byQueue[q], j.Encode())
+		}
+		if err := group.beforeWrite(ctx); err != nil {
+			return res, fmt.Errorf("sidekiq: push bulk: %w", err)
+		}
+		for _, u := range uniques {
+			// Its own lock-and-push step; a duplicate keeps "".
+			j := jobs[u.i]
+			var runAt time.Time
+			if scheduled {
+				runAt = at
+				j.Delete("enqueued_at")
+			} else {
+				j.Set("enqueued_at", enq)
+			}
+			pushed, err := pushUnique(ctx, conn, j, u.ttl, j.Encode(), runAt, now)
+			if err != nil {
+				return res, err
+			}
+			if pushed {
+				res.JIDs[u.i] = j.JID()
+			}
 		}
 		n := 0
 		if len(zadd) > 0 {

@@ -130,6 +130,11 @@ func (s *Server) process(tid string, u fetch.Unit) {
 	} else {
 		ctx, cancel = context.WithCancel(ctx)
 	}
+	var gate *ackGate
+	if s.cfg.Fetch.Reliable() {
+		gate = &ackGate{}
+		ctx = context.WithValue(ctx, ackGateKey{}, gate)
+	}
 	err = s.execute(ctx, job, reg)
 	cancel()
 	took := s.cfg.Clock.Now().Sub(w.runAt)
@@ -144,7 +149,14 @@ func (s *Server) process(tid string, u fetch.Unit) {
 	}
 	if err == nil {
 		s.counters.Add(1, 0)
-		s.fetcher.Finish(u, nil)
+		s.deferredAcks.Add(1)
+		ack := func() {
+			defer s.deferredAcks.Done()
+			s.fetcher.Finish(u, nil)
+		}
+		if gate == nil || !gate.hold(ack) {
+			ack()
+		}
 		if !uniqueUntilStart(job) {
 			s.releaseUnique(job)
 		}

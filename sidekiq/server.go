@@ -55,7 +55,10 @@ type Server struct {
 	counters maintenance.Counters    // processed and failed, not yet flushed
 	metrics  *maintenance.JobMetrics // job metrics, written by 7.0+ formats
 	busy     atomic.Int64
-	work     sync.Map // tid string → *workItem
+	// deferredAcks counts successful jobs whose acknowledgement a
+	// middleware holds back (DeferAck).
+	deferredAcks sync.WaitGroup
+	work         sync.Map // tid string → *workItem
 
 	quietCh  chan struct{} // closed when quiet (fetching stops)
 	quietOne sync.Once

@@ -70,6 +70,16 @@ func (s *Server) Stop(ctx context.Context) error {
 		}
 		grace.Stop()
 	}
+	// Acknowledgements held back by a middleware (DeferAck) land before
+	// the fetch closes; one still held at the deadline leaves its job in
+	// the in-progress list, which the close gives back to its queue.
+	acked := make(chan struct{})
+	go func() { s.deferredAcks.Wait(); close(acked) }()
+	select {
+	case <-acked:
+	case <-final.Done():
+		s.log.Warn().Msg("shutdown: acknowledgements held back by a middleware did not land in time; their jobs go back to their queues")
+	}
 	s.fetcher.Close()
 	s.pauseCancel()
 	<-s.pauseDone

@@ -1,0 +1,340 @@
+package durable
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Group commit: the three writes every durable job makes (the push's
+// upsert, the lock before it runs, the delete after it succeeds) are
+// gathered per database and applied together, one statement (PostgreSQL)
+// or one transaction of multi-row statements (SQLite) for every op that
+// arrived while the previous one ran. A caller still waits until its own
+// write is committed, so nothing the package promises changes:
+//
+//   - a push writes the job to Redis only after its row is committed (or
+//     reports that no database took it, as before);
+//   - a job runs only after its lock (assume_dead_at = now + extension) is
+//     committed;
+//   - the server middleware returns, and the fetch acknowledges the job
+//     (reliable fetch removes it from its in-progress list), only after the
+//     success delete is committed. A process killed before that leaves the
+//     job in its in-progress list, where a live process recovers it, with
+//     its row.
+//
+// What changes is the number of statements: under load each one carries
+// the writes of many jobs. Config.BatchWindow bounds how long a write may
+// wait for company when the database is idle (0, the default, waits for
+// none: batches form only from the writes that arrive while a flush is
+// running).
+
+// gcKind is the write a gcOp makes.
+type gcKind uint8
+
+const (
+	gcUpsert gcKind = iota + 1
+	gcLock
+	gcDelete
+)
+
+// gcOp is one write waiting for its group.
+type gcOp struct {
+	kind gcKind
+	up   upsertParams
+	lk   lockParams
+	del  deleteLockedParams
+
+	// ok is the write's answer: created (upsert), found (lock), deleted
+	// (delete).
+	ok   bool
+	err  error
+	done chan struct{}
+	// then, when set, is called with the answer instead of a caller
+	// waiting on done (doAsync).
+	then func(ok bool, err error)
+}
+
+func (o *gcOp) jid() string {
+	switch o.kind {
+	case gcUpsert:
+		return o.up.JobID
+	case gcLock:
+		return o.lk.JobID
+	}
+	return o.del.JobID
+}
+
+// gcApplier writes a group in one go, setting each op's ok. An error
+// means no op of the group was applied.
+type gcApplier func(ctx context.Context, ops []*gcOp) error
+
+// groupCommit gathers one database's hot writes. At most `slots` groups
+// are written at once (one for SQLite: its single writer); a jid appears
+// at most once per group, and a jid's later writes wait until the group
+// holding its earlier one is committed, so one process's writes of a row
+// land in the order they were made.
+type groupCommit struct {
+	apply    gcApplier
+	single   gcApplier // one op, after its group failed with an SQL error
+	isConn   func(error) bool
+	window   time.Duration
+	maxBatch int
+	slots    chan struct{}
+
+	mu       sync.Mutex
+	queue    []*gcOp
+	inflight map[string]int
+	started  bool
+	closed   bool
+	kick     chan struct{}
+	stop     chan struct{}
+	wg       sync.WaitGroup
+}
+
+func newGroupCommit(apply, single gcApplier, isConn func(error) bool, window time.Duration, maxBatch, slots int) *groupCommit {
+	return &groupCommit{
+		apply: apply, single: single, isConn: isConn, window: window,
+		maxBatch: max(maxBatch, 1), slots: make(chan struct{}, max(slots, 1)),
+		inflight: map[string]int{}, kick: make(chan struct{}, 1), stop: make(chan struct{}),
+	}
+}
+
+// errGroupClosed reports a write submitted after close.
+var errGroupClosed = errors.New("durable: store closed")
+
+// do queues op and waits until it is committed (or failed). A caller
+// whose ctx ends stops waiting; the write may still land.
+func (g *groupCommit) do(ctx context.Context, op *gcOp) (bool, error) {
+	op.done = make(chan struct{})
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return false, errGroupClosed
+	}
+	g.queue = append(g.queue, op)
+	if !g.started {
+		g.started = true
+		g.wg.Add(1)
+		go g.dispatch()
+	}
+	g.mu.Unlock()
+	g.wake()
+	select {
+	case <-op.done:
+		return op.ok, op.err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// doAsync queues op and returns at once; then is called with the answer
+// (from the goroutine that wrote the group).
+func (g *groupCommit) doAsync(op *gcOp, then func(ok bool, err error)) {
+	op.then = then
+	op.done = make(chan struct{})
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		then(false, errGroupClosed)
+		return
+	}
+	g.queue = append(g.queue, op)
+	if !g.started {
+		g.started = true
+		g.wg.Add(1)
+		go g.dispatch()
+	}
+	g.mu.Unlock()
+	g.wake()
+}
+
+// doMany queues ops together (they can share one group) and waits until
+// each is committed or failed. A caller whose ctx ends gets ctx's error
+// for the ops not answered yet (they may still land).
+func (g *groupCommit) doMany(ctx context.Context, ops []*gcOp) (oks []bool, errs []error) {
+	oks, errs = make([]bool, len(ops)), make([]error, len(ops))
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		for i := range ops {
+			errs[i] = errGroupClosed
+		}
+		return oks, errs
+	}
+	for _, op := range ops {
+		op.done = make(chan struct{})
+		g.queue = append(g.queue, op)
+	}
+	if !g.started {
+		g.started = true
+		g.wg.Add(1)
+		go g.dispatch()
+	}
+	g.mu.Unlock()
+	g.wake()
+	for i, op := range ops {
+		select {
+		case <-op.done:
+			oks[i], errs[i] = op.ok, op.err
+		case <-ctx.Done():
+			errs[i] = ctx.Err()
+		}
+	}
+	return oks, errs
+}
+
+func (g *groupCommit) wake() {
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take removes the next group from the queue: ops in order, skipping a
+// jid already in this group or in one being written (and every later op
+// of that jid, to keep their order).
+func (g *groupCommit) take() []*gcOp {
+	var batch, rest []*gcOp
+	held := map[string]bool{}
+	for _, op := range g.queue {
+		jid := op.jid()
+		if len(batch) >= g.maxBatch || held[jid] || g.inflight[jid] > 0 {
+			held[jid] = true
+			rest = append(rest, op)
+			continue
+		}
+		held[jid] = true
+		batch = append(batch, op)
+	}
+	g.queue = rest
+	for _, op := range batch {
+		g.inflight[op.jid()]++
+	}
+	return batch
+}
+
+// dispatch starts a group whenever a slot is free and writes are queued.
+func (g *groupCommit) dispatch() {
+	defer g.wg.Done()
+	for {
+		g.slots <- struct{}{}
+		batch := g.next()
+		if batch == nil {
+			<-g.slots
+			return
+		}
+		g.wg.Add(1)
+		go g.write(batch)
+	}
+}
+
+// next waits for a group to write (nil after close, once the queue is
+// empty): at once, or within the window when it is set and the group is
+// not full yet.
+func (g *groupCommit) next() []*gcOp {
+	var lingerUntil time.Time
+	for {
+		g.mu.Lock()
+		n := len(g.queue)
+		closed := g.closed
+		lingered := !lingerUntil.IsZero() && !time.Now().Before(lingerUntil)
+		if n > 0 && (g.window <= 0 || n >= g.maxBatch || closed || lingered) {
+			if batch := g.take(); len(batch) > 0 {
+				g.mu.Unlock()
+				return batch
+			}
+		}
+		g.mu.Unlock()
+		if closed && n == 0 {
+			return nil
+		}
+		stop := g.stop
+		if closed {
+			stop = nil // already seen; wait for the groups being written
+		}
+		var timer *time.Timer
+		var fire <-chan time.Time
+		if n > 0 && g.window > 0 && !lingered {
+			if lingerUntil.IsZero() {
+				lingerUntil = time.Now().Add(g.window)
+			}
+			timer = time.NewTimer(time.Until(lingerUntil))
+			fire = timer.C
+		}
+		select {
+		case <-g.kick:
+		case <-fire:
+		case <-stop:
+			g.mu.Lock()
+			g.closed = true
+			g.mu.Unlock()
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}
+}
+
+// write applies one group and answers its callers. A group the database
+// refused with an SQL error (not a connection error) is retried op by op,
+// so that one bad row fails only its own write.
+func (g *groupCommit) write(batch []*gcOp) {
+	defer g.wg.Done()
+	ctx := context.Background()
+	err := g.apply(ctx, batch)
+	if err != nil && len(batch) > 1 && !g.isConn(err) {
+		for _, op := range batch {
+			op.err = g.single(ctx, []*gcOp{op})
+		}
+	} else if err != nil {
+		for _, op := range batch {
+			op.ok, op.err = false, err
+		}
+	}
+	g.mu.Lock()
+	for _, op := range batch {
+		if g.inflight[op.jid()]--; g.inflight[op.jid()] <= 0 {
+			delete(g.inflight, op.jid())
+		}
+	}
+	g.mu.Unlock()
+	<-g.slots
+	g.wake()
+	for _, op := range batch {
+		close(op.done)
+		if op.then != nil {
+			op.then(op.ok, op.err)
+		}
+	}
+}
+
+// close writes what is queued, waits for the groups being written, and
+// refuses later writes.
+func (g *groupCommit) close() {
+	g.mu.Lock()
+	if g.closed && !g.started {
+		g.mu.Unlock()
+		return
+	}
+	started := g.started
+	g.closed = true
+	g.mu.Unlock()
+	if started {
+		close(g.stop)
+		g.wg.Wait()
+	}
+	// Anything queued after the dispatcher left fails.
+	g.mu.Lock()
+	left := g.queue
+	g.queue = nil
+	g.mu.Unlock()
+	for _, op := range left {
+		op.err = errGroupClosed
+		close(op.done)
+		if op.then != nil {
+			op.then(false, op.err)
+		}
+	}
+}

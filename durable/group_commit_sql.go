@@ -1,0 +1,231 @@
+package durable
+
+import (
+	"context"
+	"database/sql"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The group statements of each dialect. A group holds each jid at most
+// once (groupCommit.take), so the statements never touch a row twice.
+
+// pgGroupSQL writes a whole group in one statement: data-modifying CTEs
+// over arrays (unnest), one per kind of write, with the same conditions as
+// the single-row statements (qUpsert, qLock, qDeleteLocked). Every part
+// runs, with empty arrays when the group has no write of its kind, so the
+// text never changes and pgx keeps it prepared per connection.
+const pgGroupSQL = `WITH
+ups AS (
+ INSERT INTO %[1]s AS d (job_id, job_class, job_item_json, queue, inserted_at, assume_dead_at, missing_at)
+ SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::timestamptz[])
+ ON CONFLICT (job_id) DO UPDATE SET assume_dead_at = excluded.assume_dead_at, job_item_json = excluded.job_item_json,
+ queue = excluded.queue, missing_at = excluded.missing_at, locked_by = NULL, locked_at = NULL
+ RETURNING d.job_id, d.inserted_at),
+lck AS (
+ UPDATE %[1]s AS d SET locked_by = x.locked_by, locked_at = x.locked_at, assume_dead_at = x.assume_dead_at, missing_at = NULL
+ FROM unnest($8::text[], $9::text[], $10::timestamptz[], $11::timestamptz[]) AS x(job_id, locked_by, locked_at, assume_dead_at)
+ WHERE d.job_id = x.job_id
+ RETURNING d.job_id),
+del AS (
+ DELETE FROM %[1]s AS d USING unnest($12::text[], $13::text[], $14::timestamptz[]) AS x(job_id, locked_by, locked_at)
+ WHERE d.job_id = x.job_id AND d.locked_by = x.locked_by AND d.locked_at = x.locked_at
+ RETURNING d.job_id)
+SELECT 1, job_id, inserted_at FROM ups
+UNION ALL SELECT 2, job_id, NULL FROM lck
+UNION ALL SELECT 3, job_id, NULL FROM del`
+
+// groupOps splits a group by kind, each sorted by jid (rows are then
+// locked in the same order by every process, which keeps two groups from
+// deadlocking).
+type groupOps struct {
+	ups, lcks, dels []*gcOp
+	byJID           map[string]*gcOp
+}
+
+func splitGroup(ops []*gcOp) *groupOps {
+	g := &groupOps{byJID: make(map[string]*gcOp, len(ops))}
+	for _, op := range ops {
+		op.ok = false
+		g.byJID[op.jid()] = op
+		switch op.kind {
+		case gcUpsert:
+			g.ups = append(g.ups, op)
+		case gcLock:
+			g.lcks = append(g.lcks, op)
+		case gcDelete:
+			g.dels = append(g.dels, op)
+		}
+	}
+	byJID := func(a, b *gcOp) int { return strings.Compare(a.jid(), b.jid()) }
+	slices.SortFunc(g.ups, byJID)
+	slices.SortFunc(g.lcks, byJID)
+	slices.SortFunc(g.dels, byJID)
+	return g
+}
+
+// answer records a returned row: created for an upsert (inserted_at is the
+// one this push wrote), found or deleted otherwise.
+func (g *groupOps) answer(jid string, inserted time.Time, insertedValid bool) {
+	op := g.byJID[jid]
+	if op == nil {
+		return
+	}
+	if op.kind == gcUpsert {
+		op.ok = insertedValid && inserted.Equal(micro(op.up.InsertedAt))
+		return
+	}
+	op.ok = true
+}
+
+func (d pgDialect) groupSlots() int { return 2 }
+
+func (d pgDialect) writeGroup(ctx context.Context, s *sqlStore, ops []*gcOp) error {
+	g := splitGroup(ops)
+	n := len(g.ups)
+	upID, upClass, upItem, upQueue := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	upIns, upDead, upMissing := make([]time.Time, n), make([]time.Time, n), make([]*time.Time, n)
+	for i, op := range g.ups {
+		p := op.up
+		upID[i], upClass[i], upItem[i], upQueue[i] = p.JobID, p.JobClass, p.ItemJSON, p.Queue
+		upIns[i], upDead[i], upMissing[i] = micro(p.InsertedAt), micro(p.AssumeDeadAt), microPtr(p.MissingAt)
+	}
+	n = len(g.lcks)
+	lkID, lkBy, lkAt, lkDead := make([]string, n), make([]string, n), make([]time.Time, n), make([]time.Time, n)
+	for i, op := range g.lcks {
+		p := op.lk
+		lkID[i], lkBy[i], lkAt[i], lkDead[i] = p.JobID, p.LockedBy, micro(p.LockedAt), micro(p.AssumeDeadAt)
+	}
+	n = len(g.dels)
+	dlID, dlBy, dlAt := make([]string, n), make([]string, n), make([]time.Time, n)
+	for i, op := range g.dels {
+		p := op.del
+		dlID[i], dlBy[i], dlAt[i] = p.JobID, p.LockedBy, micro(p.LockedAt)
+	}
+	s.counted(1)
+	rows, err := s.db.QueryContext(ctx, s.qGroup, upID, upClass, upItem, upQueue, upIns, upDead, upMissing,
+		lkID, lkBy, lkAt, lkDead, dlID, dlBy, dlAt)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var kind int
+		var jid string
+		var inserted dbTime
+		if err := rows.Scan(&kind, &jid, &inserted); err != nil {
+			return err
+		}
+		g.answer(jid, inserted.Time, inserted.Valid)
+	}
+	return rows.Err()
+}
+
+func (sqliteDialect) groupSlots() int { return 1 } // SQLite's single writer
+
+// sqliteChunk bounds the rows per statement (SQLite allows 32,766
+// parameters; an upsert row takes 7).
+const sqliteChunk = 500
+
+// writeGroup applies a group in one transaction of multi-row statements:
+// an INSERT … VALUES … ON CONFLICT for the upserts, an UPDATE … FROM
+// (VALUES …) for the locks and a DELETE … WHERE (…) IN (VALUES …) for the
+// deletes, each only when the group has writes of its kind.
+func (d sqliteDialect) writeGroup(ctx context.Context, s *sqlStore, ops []*gcOp) error {
+	g := splitGroup(ops)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	stmts := 0
+	query := func(q string, args []any, scan func(*sql.Rows) error) error {
+		stmts++
+		rows, err := tx.QueryContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := scan(rows); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	}
+	scanJID := func(rows *sql.Rows) error {
+		var jid string
+		if err := rows.Scan(&jid); err != nil {
+			return err
+		}
+		g.answer(jid, time.Time{}, false)
+		return nil
+	}
+	for part := range slices.Chunk(g.ups, sqliteChunk) {
+		args := make([]any, 0, 7*len(part))
+		for _, op := range part {
+			p := op.up
+			args = append(args, p.JobID, p.JobClass, p.ItemJSON, p.Queue, s.t(p.InsertedAt), s.t(p.AssumeDeadAt), s.tp(p.MissingAt))
+		}
+		q := `INSERT INTO ` + s.table + ` (job_id, job_class, job_item_json, queue, inserted_at, assume_dead_at, missing_at) VALUES ` +
+			placeholders(len(part), 7) + `
+ON CONFLICT (job_id) DO UPDATE SET assume_dead_at = excluded.assume_dead_at, job_item_json = excluded.job_item_json,
+queue = excluded.queue, missing_at = excluded.missing_at, locked_by = NULL, locked_at = NULL
+RETURNING job_id, inserted_at`
+		err := query(q, args, func(rows *sql.Rows) error {
+			var jid string
+			var inserted dbTime
+			if err := rows.Scan(&jid, &inserted); err != nil {
+				return err
+			}
+			g.answer(jid, inserted.Time, inserted.Valid)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	for part := range slices.Chunk(g.lcks, sqliteChunk) {
+		args := make([]any, 0, 4*len(part))
+		for _, op := range part {
+			p := op.lk
+			args = append(args, p.JobID, p.LockedBy, s.t(p.LockedAt), s.t(p.AssumeDeadAt))
+		}
+		q := `UPDATE ` + s.table + ` SET locked_by = x.column2, locked_at = x.column3, assume_dead_at = x.column4, missing_at = NULL
+FROM (VALUES ` + placeholders(len(part), 4) + `) AS x WHERE ` + s.table + `.job_id = x.column1 RETURNING ` + s.table + `.job_id`
+		if err := query(q, args, scanJID); err != nil {
+			return err
+		}
+	}
+	for part := range slices.Chunk(g.dels, sqliteChunk) {
+		args := make([]any, 0, 3*len(part))
+		for _, op := range part {
+			p := op.del
+			args = append(args, p.JobID, p.LockedBy, s.t(p.LockedAt))
+		}
+		q := `DELETE FROM ` + s.table + ` WHERE (job_id, locked_by, locked_at) IN (VALUES ` + placeholders(len(part), 3) + `) RETURNING job_id`
+		if err := query(q, args, scanJID); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	s.counted(stmts)
+	return nil
+}
+
+// placeholders returns "(?, ?), (?, ?)" for rows × cols.
+func placeholders(rows, cols int) string {
+	one := "(" + strings.Repeat("?, ", cols-1) + "?)"
+	var b strings.Builder
+	b.Grow(rows * (len(one) + 2))
+	for i := range rows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(one)
+	}
+	return b.String()
+}
