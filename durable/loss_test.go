@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -311,6 +312,19 @@ func (e *lossEnv) killWorkerInJobs(t *testing.T, fetch string) []string {
 	for range lossConc {
 		_, err := redis.Values(waitConn.Do("BLPOP", keyLossBlocked, 30))
 		require.NoError(t, err, "the worker did not reach its hanging jobs")
+	}
+	if strings.HasPrefix(fetch, "reliable") {
+		// A finished job leaves the in-progress list once its row is
+		// deleted, which the group commit may still be doing: wait for
+		// those, so that the list holds only the hanging jobs.
+		wait.Within(t, 10*time.Second, "finished jobs acknowledged", func() bool {
+			ids, _ := redis.Strings(waitConn.Do("SMEMBERS", wire.KeyProcesses))
+			if len(ids) != 1 {
+				return false
+			}
+			n, _ := redis.Int(waitConn.Do("LLEN", wire.WorkingListKey("default", ids[0])))
+			return n == lossConc
+		})
 	}
 	require.NoError(t, cmd.Process.Signal(os.Kill))
 	require.Error(t, <-exited, "killed")
