@@ -56,6 +56,9 @@ type Server struct {
 	metrics  *maintenance.JobMetrics // job metrics, written by 7.0+ formats
 	busy     atomic.Int64
 	work     sync.Map // tid string → *workItem
+	// leftBehind counts the handlers still running after their job was
+	// cancelled for a missed deadline and given up (heartbeat.go).
+	leftBehind atomic.Int64
 
 	quietCh  chan struct{} // closed when quiet (fetching stops)
 	quietOne sync.Once
