@@ -169,7 +169,7 @@ func TestTotalTimeoutCancelsAJobThatHeartbeats(t *testing.T) {
 		return context.Cause(ctx)
 	})
 	b.start(t)
-	b.push(t, "default", `{"class":"Busy","args":[],"jid":"t1","queue":"default","timeout":0.2,"heartbeat_timeout":0.1}`)
+	b.push(t, "default", `{"class":"Busy","args":[],"jid":"t1","queue":"default","timeout":0.2,"heartbeat_timeout":1}`)
 	at := <-started
 	job := retryEntry(t, b)
 	took := time.Since(at)
