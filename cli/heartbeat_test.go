@@ -21,6 +21,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/durable"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/internal/wait"
@@ -390,4 +391,60 @@ func TestProcessesShowEachRunningJobsLastHeartbeat(t *testing.T) {
 	text := gojobOutput(t, "processes", "-r", e.rs.URL())
 	require.Regexp(t, `(?m)^`+id+`\s+\S+\s+shown1\s+GoBeat\s+default\s+\S+\s+\S+ ago$`, text)
 	require.Regexp(t, `(?m)^`+id+`\s+\S+\s+quiet1\s+GoHang\s+default\s+\S+\s+-$`, text)
+}
+
+// A job whose process dies is nobody's to time out: the reliable-fetch
+// recovery of the next process on the host pushes it back unchanged and it
+// runs again (no Gojob::HeartbeatTimeout retry entry), and the durable
+// reconciler, whose extension has long passed, counts it in progress
+// (an in-progress list) instead of killing it: it is picked up once, by
+// the recovery.
+func TestDeadProcessJobIsRecoveredNotTimedOutNorKilled(t *testing.T) {
+	t.Parallel()
+	e := newHBEnv(t)
+	log := filepath.Join(e.dir, "log")
+	db := "sqlite:" + filepath.Join(e.dir, "durable.db")
+	d, err := durable.New(&durable.Config{URLs: []string{db}, Classes: map[string]time.Duration{"GoForever": time.Second}})
+	require.NoError(t, err)
+	defer d.Close()
+	_, err = d.Migrate(context.Background())
+	require.NoError(t, err)
+	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: wire.Version7,
+		Middleware: []sidekiq.ClientMiddleware{d.ClientMiddleware()}})
+	require.NoError(t, err)
+	job, err := wire.NewJob("GoForever", log)
+	require.NoError(t, err)
+	job.SetJID("dead1")
+	require.NoError(t, job.SetHeartbeatTimeout(hbTimeout))
+
+	args := []string{"--durable", "--durable-db", db, "--durable-class", "GoForever=1s", "--durable-poll-interval", "200ms"}
+	a := startBinary(t, heartbeatWorker(t), e.rs.URL(), args...)
+	a.identity(t)
+	_, err = client.Push(context.Background(), job, nil)
+	require.NoError(t, err)
+	logLine(t, log, "dead1 started")
+	require.NoError(t, a.cmd.Process.Kill())
+	a.wait()
+	// Past the heartbeat_timeout and the durable extension (1 s, two
+	// strikes) before anyone looks.
+	time.Sleep(2500 * time.Millisecond)
+
+	b := startBinary(t, heartbeatWorker(t), e.rs.URL(), args...)
+	b.identity(t)
+	wait.Within(t, 20*time.Second, "the job to run again", func() bool {
+		out, _ := os.ReadFile(log)
+		return strings.Count(string(out), "dead1 started") == 2
+	})
+	time.Sleep(3 * time.Second) // several reconcile passes, each past the extension
+	for _, set := range []string{wire.KeyRetry, wire.KeyDead} {
+		n, err := redis.Int(e.conn.Do("ZCARD", set))
+		require.NoError(t, err)
+		require.Zero(t, n, set)
+	}
+	out, _ := os.ReadFile(log)
+	require.Equal(t, 2, strings.Count(string(out), "dead1 started"), "the job ran once in each process")
+	logs := b.logs.String()
+	require.Contains(t, logs, "recovered the jobs of a process that is gone")
+	require.Contains(t, logs, "reconcile pass", "the reconciler looked at the row")
+	require.NotRegexp(t, `killed=[1-9]|marked_missing=[1-9]`, logs)
 }

@@ -7,6 +7,8 @@
 //   - GoHang [log]: appends "<jid> started" to log and sleeps for an hour,
 //     ignoring its cancellation.
 //   - GoNext [log]: appends "<jid> ran" to log.
+//   - GoForever [log]: appends "<jid> started <pid>" to log and heartbeats
+//     every 50 ms until its cancellation.
 package main
 
 import (
@@ -62,9 +64,20 @@ func goNext(ctx context.Context, job *wire.Job) error {
 	return appendLine(arg(job, 0).(string), job.JID()+" ran")
 }
 
+func goForever(ctx context.Context, job *wire.Job) error {
+	if err := appendLine(arg(job, 0).(string), fmt.Sprintf("%s started %d", job.JID(), os.Getpid())); err != nil {
+		return err
+	}
+	for sidekiq.Heartbeat(ctx) == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return context.Cause(ctx)
+}
+
 func main() {
 	os.Exit(cli.Run(context.Background(), os.Args, os.Stdout, os.Stderr,
 		cli.WithHandler("GoBeat", sidekiq.HandlerFunc(goBeat), nil),
 		cli.WithHandler("GoHang", sidekiq.HandlerFunc(goHang), nil),
-		cli.WithHandler("GoNext", sidekiq.HandlerFunc(goNext), nil)))
+		cli.WithHandler("GoNext", sidekiq.HandlerFunc(goNext), nil),
+		cli.WithHandler("GoForever", sidekiq.HandlerFunc(goForever), nil)))
 }
