@@ -201,7 +201,7 @@ func TestInvalidLimitFailsTheJobWithoutRunningIt(t *testing.T) {
 	b.push(t, "default", `{"class":"Never","args":[],"jid":"i1","queue":"default","heartbeat_timeout":"soon"}`)
 	job := retryEntry(t, b)
 	require.Equal(t, "ArgumentError", job.ErrorClass())
-	require.Equal(t, `heartbeat_timeout must be a number of seconds greater than 0, got "soon"`, job.ErrorMessage())
+	require.Equal(t, `heartbeat_timeout must be a number of seconds, greater than 0 and at most 1e9, got "soon"`, job.ErrorMessage())
 }
 
 // Heartbeat outside a job does nothing and reports nothing; a job without

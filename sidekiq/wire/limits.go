@@ -48,7 +48,7 @@ func (j *Job) limit(key string) (time.Duration, error) {
 func LimitSeconds(key string, v rubyjson.Value) (time.Duration, error) {
 	f, ok := v.Float()
 	if !ok || math.IsNaN(f) || f <= 0 || f > maxLimitSeconds {
-		return 0, fmt.Errorf("%s must be a number of seconds greater than 0, got %s", key, v.Encode())
+		return 0, fmt.Errorf("%s must be a number of seconds, greater than 0 and at most 1e9, got %s", key, v.Encode())
 	}
 	d := time.Duration(f * float64(time.Second))
 	if d <= 0 {
