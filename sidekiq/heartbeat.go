@@ -140,8 +140,8 @@ func (s *Server) limitsOf(job *wire.Job) (jobLimits, error) {
 // error as the cause and closes expired.
 type jobWatch struct {
 	lim   jobLimits
-	start time.Time
-	// last is the time of the last heartbeat as an offset from start (on
+	begin time.Time
+	// last is the time of the last heartbeat as an offset from begin (on
 	// the monotonic clock) plus one; 0 means none yet.
 	last    atomic.Int64
 	cancel  context.CancelCauseFunc
@@ -153,22 +153,36 @@ type jobWatch struct {
 	cause   error // set before expired is closed
 }
 
-// newJobWatch starts watching a job whose context cancel ends.
-func newJobWatch(lim jobLimits, cancel context.CancelCauseFunc) *jobWatch {
-	w := &jobWatch{lim: lim, start: time.Now(), cancel: cancel}
+// start starts watching a job whose context cancel ends.
+func (w *jobWatch) start(lim jobLimits, cancel context.CancelCauseFunc) {
+	w.lim, w.begin, w.cancel = lim, time.Now(), cancel
 	if !w.limited() {
-		return w
+		return
 	}
 	w.expired = make(chan struct{})
 	w.mu.Lock()
 	w.timer = time.AfterFunc(w.next(0), w.check)
 	w.mu.Unlock()
-	return w
+}
+
+// jobCtx is a job's context: its cancellation, and its watch for
+// Heartbeat. It lives in the job's workItem, so that a job costs no
+// allocation for it (context.WithValue would make one).
+type jobCtx struct {
+	context.Context
+	w *jobWatch
+}
+
+func (c *jobCtx) Value(key any) any {
+	if key == (watchKey{}) {
+		return c.w
+	}
+	return c.Context.Value(key)
 }
 
 func (w *jobWatch) limited() bool { return w.lim.timeout > 0 || w.lim.heartbeat > 0 }
 
-func (w *jobWatch) beat() { w.last.Store(int64(time.Since(w.start)) + 1) }
+func (w *jobWatch) beat() { w.last.Store(int64(time.Since(w.begin)) + 1) }
 
 // lastBeat returns the wall time of the last heartbeat, zero when none.
 func (w *jobWatch) lastBeat() time.Time {
@@ -176,7 +190,7 @@ func (w *jobWatch) lastBeat() time.Time {
 	if n == 0 {
 		return time.Time{}
 	}
-	return w.start.Add(time.Duration(n - 1))
+	return w.begin.Add(time.Duration(n - 1))
 }
 
 // silence returns the time since the last heartbeat (or the start) at
@@ -210,7 +224,7 @@ func (w *jobWatch) check() {
 	if w.stopped {
 		return
 	}
-	now := time.Since(w.start)
+	now := time.Since(w.begin)
 	if w.lim.timeout > 0 && now >= w.lim.timeout {
 		w.expireLocked(&TimeoutError{Limit: w.lim.timeout})
 		return
@@ -233,6 +247,9 @@ func (w *jobWatch) expireLocked(cause error) {
 
 // stop ends the watch when the job is done.
 func (w *jobWatch) stop() {
+	if !w.limited() {
+		return // no timer
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.stopped = true
@@ -299,7 +316,7 @@ func (s *Server) perform(ctx context.Context, job *wire.Job, reg *registration) 
 		err := <-done
 		left := s.leftBehind.Add(-1)
 		ev := s.log.Warn().Str("component", "processor").Str("jid", jid).Str("class", class).
-			Dur("after", time.Since(w.start)).Int64("left_running", left)
+			Dur("after", time.Since(w.begin)).Int64("left_running", left)
 		if err != nil {
 			ev = ev.Str("error", err.Error())
 		}

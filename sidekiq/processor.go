@@ -24,8 +24,10 @@ type workItem struct {
 	// class is the job's metrics class (`wrapped || class`), or "" when no
 	// metrics are kept for it (a 6.x format, or no handler).
 	class string
-	// watch follows its heartbeats and deadlines (heartbeat.go).
-	watch *jobWatch
+	// watch follows its heartbeats and deadlines, and ctx is the job's
+	// context (heartbeat.go).
+	watch jobWatch
+	ctx   jobCtx
 }
 
 const (
@@ -103,10 +105,12 @@ func (s *Server) process(tid string, u fetch.Unit) {
 	}
 	reg, _ := s.handlerFor(job)
 	lim, limErr := s.limitsOf(job)
-	ctx, cancel := context.WithCancelCause(s.hardCtx)
-	watch := newJobWatch(lim, cancel)
-	ctx = context.WithValue(ctx, watchKey{}, watch)
-	w := &workItem{unit: u, runAt: s.cfg.Clock.Now(), watch: watch}
+	w := &workItem{unit: u, runAt: s.cfg.Clock.Now()}
+	cctx, cancel := context.WithCancelCause(s.hardCtx)
+	watch := &w.watch
+	watch.start(lim, cancel)
+	w.ctx = jobCtx{Context: cctx, w: watch}
+	ctx := context.Context(&w.ctx)
 	if reg != nil && s.format.Version().AtLeast(7, 0, 0) {
 		w.class = maintenance.MetricsClass(job)
 	}
