@@ -37,6 +37,8 @@ func adminCommands() []*ucli.Command {
 				&ucli.DurationFlag{Name: "in", Usage: "schedule after this delay"},
 				&ucli.StringFlag{Name: "at", Usage: "schedule at this time (RFC 3339 or epoch seconds)"},
 				&ucli.Float64Flag{Name: "unique-for", Usage: "push only if no job of this class, queue and arguments holds the unique lock; the lock lasts `SECONDS` (exit 5 when not pushed)"},
+				&ucli.Float64Flag{Name: "timeout", Usage: "cancel and retry the job (Gojob::Timeout) when it runs longer than `SECONDS` (docs/heartbeats.md)"},
+				&ucli.Float64Flag{Name: "heartbeat-timeout", Usage: "cancel and retry the job (Gojob::HeartbeatTimeout) when it goes `SECONDS` without a heartbeat"},
 				&ucli.StringFlag{Name: "unique-until", Usage: "release the unique lock at the job's start or success (default success)"},
 				&ucli.StringFlag{Name: "key", Usage: "push to the ordered queue --queue under ordering key `K`: K's jobs run one at a time in push order (gojob work --ordered)"},
 				&ucli.Float64Flag{Name: "score", Usage: "with --key: order by this score (a version) instead of push order"},
@@ -169,6 +171,19 @@ func pushJobFromFlags(c *ucli.Context) (*wire.Job, *sidekiq.PushOpts, error) {
 			return nil, nil, ucli.Exit("push: --unique-until needs --unique-for", ExitUsage)
 		}
 		job.Set("unique_until", rubyjson.StringValue(u))
+	}
+	for _, f := range []struct{ flag, key string }{{"timeout", wire.KeyTimeout}, {"heartbeat-timeout", wire.KeyHeartbeatTimeout}} {
+		if !c.IsSet(f.flag) {
+			continue
+		}
+		v := rubyjson.FloatValue(c.Float64(f.flag))
+		if n := c.Float64(f.flag); n == float64(int64(n)) {
+			v = rubyjson.IntValue(int64(n))
+		}
+		if _, err := wire.LimitSeconds(f.key, v); err != nil {
+			return nil, nil, ucli.Exit("push: --"+f.flag+": "+err.Error(), ExitUsage)
+		}
+		job.Set(f.key, v)
 	}
 	opts := &sidekiq.PushOpts{In: c.Duration("in")}
 	if at := c.String("at"); at != "" {
@@ -457,7 +472,19 @@ func processesAction(ctx context.Context, e *adminEnv) error {
 	if err != nil {
 		return err
 	}
+	work, err := e.api.WorkSet(ctx)
+	if err != nil {
+		return err
+	}
 	if e.json {
+		type job struct {
+			TID         string     `json:"tid"`
+			JID         string     `json:"jid"`
+			Class       string     `json:"class"`
+			Queue       string     `json:"queue"`
+			RunAt       time.Time  `json:"run_at"`
+			HeartbeatAt *time.Time `json:"heartbeat_at"`
+		}
 		type row struct {
 			Identity    string    `json:"identity"`
 			Hostname    string    `json:"hostname"`
@@ -472,13 +499,29 @@ func processesAction(ctx context.Context, e *adminEnv) error {
 			StartedAt   time.Time `json:"started_at"`
 			RSSKB       int64     `json:"rss_kb"`
 			Version     string    `json:"version,omitempty"`
+			Jobs        []job     `json:"jobs"`
 		}
 		rows := []row{}
 		for _, p := range list.Processes {
 			v, _ := p.Attributes.Get("version")
 			vs, _ := v.Str()
+			jobs := []job{}
+			for _, w := range work {
+				if w.Identity != p.Identity {
+					continue
+				}
+				j := job{TID: w.TID, Queue: w.Queue, RunAt: w.RunAt.UTC()}
+				if w.Payload != nil {
+					j.JID, j.Class = w.Payload.JID(), jobClass(w.Payload)
+				}
+				if !w.HeartbeatAt.IsZero() {
+					hb := w.HeartbeatAt.UTC()
+					j.HeartbeatAt = &hb
+				}
+				jobs = append(jobs, j)
+			}
 			rows = append(rows, row{p.Identity, p.Hostname, p.PID, p.Tag, p.Labels, p.Queues, p.Concurrency, p.Busy,
-				p.Stopping(), p.Beat.UTC(), p.StartedAt.UTC(), p.RSS, vs})
+				p.Stopping(), p.Beat.UTC(), p.StartedAt.UTC(), p.RSS, vs, jobs})
 		}
 		return e.printJSON(rows)
 	}
@@ -488,7 +531,9 @@ func processesAction(ctx context.Context, e *adminEnv) error {
 	}
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "IDENTITY\tTAG\tQUEUES\tBUSY\tSTATE\tRSS\tBEAT")
+	live := map[string]bool{}
 	for _, p := range list.Processes {
+		live[p.Identity] = true
 		state := "running"
 		if p.Stopping() {
 			state = "quiet"
@@ -496,7 +541,40 @@ func processesAction(ctx context.Context, e *adminEnv) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%.1f MB\t%s ago\n", p.Identity, p.Tag, strings.Join(p.Queues, ","),
 			p.Busy, p.Concurrency, state, float64(p.RSS)/1024, time.Since(p.Beat).Round(time.Second))
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(work) == 0 {
+		return nil
+	}
+	// The running jobs, with each one's last heartbeat (docs/heartbeats.md).
+	fmt.Fprintln(e.out)
+	tw = tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "IDENTITY\tTID\tJID\tCLASS\tQUEUE\tRUNNING\tHEARTBEAT")
+	for _, w := range work {
+		if !live[w.Identity] {
+			continue
+		}
+		jid, class := "?", "?"
+		if w.Payload != nil {
+			jid, class = w.Payload.JID(), jobClass(w.Payload)
+		}
+		hb := "-"
+		if !w.HeartbeatAt.IsZero() {
+			hb = time.Since(w.HeartbeatAt).Round(100*time.Millisecond).String() + " ago"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", w.Identity, w.TID, jid, class, w.Queue,
+			time.Since(w.RunAt).Round(time.Second), hb)
+	}
 	return tw.Flush()
+}
+
+// jobClass is the class the Busy page shows: wrapped || class.
+func jobClass(j *wire.Job) string {
+	if w := j.Wrapped(); w != "" {
+		return w
+	}
+	return j.Class()
 }
 
 func signalAction(sig string) func(ctx context.Context, e *adminEnv) error {

@@ -40,13 +40,12 @@ run the worker and demo against a real Redis instead. --durable
 			&ucli.StringFlag{Name: "sidekiq-version", Value: "6", Usage: "wire format: 6, 7 or 8"},
 			&ucli.StringSliceFlag{Name: "exec", Usage: "run `CLASS=COMMAND` for each job of CLASS"},
 			&ucli.StringSliceFlag{Name: "http", Usage: "POST each job of CLASS to URL: `CLASS=URL`"},
-			&ucli.DurationFlag{Name: "job-timeout", Usage: "cancel a job after this long"},
 			&ucli.IntFlag{Name: "max-retries", Value: 25, Usage: "retries for retry: true"},
 			&ucli.StringFlag{Name: "fetch", Value: "reliable", Usage: "reliable, reliable-batch, basic or batch (see gojob work --help)"},
 			&ucli.BoolFlag{Name: "no-demo", Usage: "do not push demo jobs"},
 			&ucli.BoolFlag{Name: "log-json", Usage: "log JSON lines"},
 			&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn, error"},
-		}, append(durableWorkFlags(), devWebFlags()...)...),
+		}, append(append(heartbeatWorkFlags(), durableWorkFlags()...), devWebFlags()...)...),
 		Action: func(c *ucli.Context) error {
 			log := newLogger(c.App.ErrWriter, c.Bool("log-json"), c.String("log-level"))
 			url := c.String("redis")
@@ -74,10 +73,11 @@ run the worker and demo against a real Redis instead. --durable
 			}
 			defer pool.Close()
 			cfg.Pool = pool
-			srv, err := buildServer(cfg, o, c.StringSlice("exec"), c.StringSlice("http"), log)
+			srv, stopHeartbeats, err := buildServer(c, cfg, o, log)
 			if err != nil {
 				return err
 			}
+			defer stopHeartbeats()
 			// --durable works here too; its default store is an SQLite file,
 			// so no database server is needed.
 			stopDurable, err := setupDurable(c, srv, nil, log)

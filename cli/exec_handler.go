@@ -13,17 +13,24 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/rs/zerolog"
+
+	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // ExecHandler runs a shell command per job: the payload JSON on stdin,
 // GOJOB_JID, GOJOB_CLASS and GOJOB_QUEUE in the environment. Exit status 0
 // is success; otherwise the job fails with the last non-empty line of
-// stderr as its error message. A cancelled job (hard shutdown, job timeout)
-// kills the command's process group, and so does the end of gojob itself,
-// kill -9 included (execGuard), so that a job recovered by another process
-// never runs twice at the same time.
+// stderr as its error message. A cancelled job (hard shutdown, timeout,
+// missed heartbeat) kills the command's process group, and so does the end
+// of gojob itself, kill -9 included (execGuard), so that a job recovered by
+// another process never runs twice at the same time.
+//
+// The command heartbeats (docs/heartbeats.md) by writing a line to the file
+// descriptor GOJOB_HEARTBEAT_FD (4): `echo >&4` in a shell. The job's
+// heartbeat_timeout and timeout, when set, are in GOJOB_HEARTBEAT_TIMEOUT
+// and GOJOB_TIMEOUT (seconds).
 type ExecHandler struct {
 	Command string
 	Log     zerolog.Logger
@@ -65,22 +72,40 @@ func (h *ExecHandler) Perform(ctx context.Context, job *wire.Job) error {
 		return fmt.Errorf("run %q: %w", h.Command, err)
 	}
 	defer guardW.Close()
+	// The heartbeat pipe: the command writes to fd 4, gojob reads.
+	beatR, beatW, err := os.Pipe()
+	if err != nil {
+		guardR.Close()
+		return fmt.Errorf("run %q: %w", h.Command, err)
+	}
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", execGuard)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
-	cmd.ExtraFiles = []*os.File{guardR}
+	cmd.ExtraFiles = []*os.File{guardR, beatW}
 	cmd.Stdin = bytes.NewReader(job.Bytes())
 	cmd.Env = append(os.Environ(), "GOJOB_EXEC_COMMAND="+h.Command,
-		"GOJOB_JID="+job.JID(), "GOJOB_CLASS="+job.Class(), "GOJOB_QUEUE="+job.Queue())
+		"GOJOB_JID="+job.JID(), "GOJOB_CLASS="+job.Class(), "GOJOB_QUEUE="+job.Queue(),
+		fmt.Sprintf("GOJOB_HEARTBEAT_FD=%d", execHeartbeatFD))
+	cmd.Env = append(cmd.Env, limitEnv(job)...)
 	stderr := &tailBuffer{max: 64 << 10}
 	cmd.Stderr = stderr
 	cmd.Stdout = &logWriter{log: h.Log, jid: job.JID()}
 	err = cmd.Start()
 	guardR.Close()
+	beatW.Close()
+	beats := make(chan struct{})
+	go func() {
+		defer close(beats)
+		readBeats(ctx, beatR)
+	}()
 	if err == nil {
 		err = cmd.Wait()
 	}
+	// Children the command left behind may hold the write end: closing
+	// the read end ends the reader.
+	beatR.Close()
+	<-beats
 	if err == nil {
 		return nil
 	}
@@ -96,6 +121,37 @@ func (h *ExecHandler) Perform(ctx context.Context, job *wire.Job) error {
 		return &ExecError{ExitCode: ee.ExitCode(), Message: msg}
 	}
 	return fmt.Errorf("run %q: %w", h.Command, err)
+}
+
+// execHeartbeatFD is the command's heartbeat descriptor (ExtraFiles[1];
+// fd 3 is execGuard's).
+const execHeartbeatFD = 4
+
+// readBeats turns every write on the heartbeat pipe into a heartbeat of the
+// job, until the pipe is closed.
+func readBeats(ctx context.Context, r *os.File) {
+	buf := make([]byte, 512)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			sidekiq.Heartbeat(ctx)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// limitEnv tells a command its limits: GOJOB_HEARTBEAT_TIMEOUT and
+// GOJOB_TIMEOUT in seconds, as the payload gives them.
+func limitEnv(job *wire.Job) []string {
+	var env []string
+	for _, kv := range [][2]string{{wire.KeyHeartbeatTimeout, "GOJOB_HEARTBEAT_TIMEOUT"}, {wire.KeyTimeout, "GOJOB_TIMEOUT"}} {
+		if v, ok := job.Get(kv[0]); ok && v.IsNumber() {
+			env = append(env, kv[1]+"="+v.NumberText())
+		}
+	}
+	return env
 }
 
 func lastLine(b []byte) string {
@@ -140,9 +196,15 @@ func (w *logWriter) Write(p []byte) (int, error) {
 // HTTPHandler POSTs each job's payload JSON to URL, with X-Gojob-Jid,
 // X-Gojob-Class and X-Gojob-Queue headers. A 2xx answer is success;
 // anything else fails the job with the status and the start of the body.
+//
+// With Heartbeats, the request also carries X-Gojob-Heartbeat-Url: a POST
+// there is a heartbeat of the job (docs/heartbeats.md). The job's
+// heartbeat_timeout and timeout, when set, are in X-Gojob-Heartbeat-Timeout
+// and X-Gojob-Timeout (seconds).
 type HTTPHandler struct {
-	URL    string
-	Client *http.Client
+	URL        string
+	Client     *http.Client
+	Heartbeats *HeartbeatEndpoint
 }
 
 // HTTPError is the failure of an --http call.
@@ -171,6 +233,16 @@ func (h *HTTPHandler) Perform(ctx context.Context, job *wire.Job) error {
 	req.Header.Set("X-Gojob-Jid", job.JID())
 	req.Header.Set("X-Gojob-Class", job.Class())
 	req.Header.Set("X-Gojob-Queue", job.Queue())
+	for _, kv := range [][2]string{{wire.KeyHeartbeatTimeout, "X-Gojob-Heartbeat-Timeout"}, {wire.KeyTimeout, "X-Gojob-Timeout"}} {
+		if v, ok := job.Get(kv[0]); ok && v.IsNumber() {
+			req.Header.Set(kv[1], v.NumberText())
+		}
+	}
+	if h.Heartbeats != nil {
+		url, done := h.Heartbeats.register(ctx)
+		defer done()
+		req.Header.Set("X-Gojob-Heartbeat-Url", url)
+	}
 	c := h.Client
 	if c == nil {
 		c = http.DefaultClient

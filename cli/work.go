@@ -57,11 +57,10 @@ number of processes, different keys in parallel (docs/ordered.md).`,
 			&ucli.StringFlag{Name: "fetch", Value: "reliable", Usage: "reliable (in-progress lists; no job lost when a process dies), reliable-batch, basic (Sidekiq's BasicFetch: BRPOP, Ruby's behaviour byte for byte) or batch (one BLMPOP for all idle slots, Redis 7+)"},
 			&ucli.IntFlag{Name: "fetch-pipeline", Value: sidekiq.DefaultFetchPipeline, Usage: "reliable and basic fetch: idle slots whose fetches share one connection, pipelined (1 = a connection per slot, as Ruby)"},
 			&ucli.IntFlag{Name: "max-recoveries", Value: 3, Usage: "reliable fetch: a job whose process died this many times while running it goes to the dead set (poison pill)"},
-			&ucli.DurationFlag{Name: "job-timeout", Usage: "cancel a job after this long (0 = never)"},
 			&ucli.IntFlag{Name: "max-retries", Value: 25, Usage: "retries for jobs with retry: true"},
 			&ucli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text"},
 			&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn, error"},
-		}, append(append(append(append(durableWorkFlags(), cronWorkFlags()...), limitWorkFlags()...), metricsWorkFlags()...), orderedWorkFlags()...)...),
+		}, append(append(append(append(append(heartbeatWorkFlags(), durableWorkFlags()...), cronWorkFlags()...), limitWorkFlags()...), metricsWorkFlags()...), orderedWorkFlags()...)...),
 		Action: func(c *ucli.Context) error {
 			log := newLogger(c.App.ErrWriter, c.Bool("log-json"), c.String("log-level"))
 			if c.String("ordered") != "" {
@@ -83,10 +82,11 @@ number of processes, different keys in parallel (docs/ordered.md).`,
 				return ucli.Exit(err.Error(), ExitUsage)
 			}
 			cfg.ForceVersion = c.Bool("force-version")
-			srv, err := buildServer(cfg, o, c.StringSlice("exec"), c.StringSlice("http"), log)
+			srv, stopHeartbeats, err := buildServer(c, cfg, o, log)
 			if err != nil {
 				return err
 			}
+			defer stopHeartbeats()
 			if err := applyLimits(c, srv, pool); err != nil {
 				return err
 			}
@@ -118,6 +118,7 @@ func serverConfigFromFlags(c *ucli.Context, log zerolog.Logger) (*sidekiq.Server
 		Tag:             c.String("tag"),
 		Labels:          c.StringSlice("label"),
 		JobTimeout:      c.Duration("job-timeout"),
+		CancelGrace:     c.Duration("cancel-grace"),
 		MaxRetries:      c.Int("max-retries"),
 		FetchPipeline:   c.Int("fetch-pipeline"),
 		RecoveryLimit:   c.Int("max-recoveries"),
@@ -132,6 +133,9 @@ func serverConfigFromFlags(c *ucli.Context, log zerolog.Logger) (*sidekiq.Server
 	}
 	if cfg.Concurrency <= 0 {
 		return nil, ucli.Exit("--concurrency must be at least 1", ExitUsage)
+	}
+	if cfg.JobTimeout < 0 || cfg.CancelGrace < 0 {
+		return nil, ucli.Exit("--job-timeout and --cancel-grace must not be negative", 2)
 	}
 	if c.IsSet("max-recoveries") && cfg.RecoveryLimit <= 0 {
 		return nil, ucli.Exit("--max-recoveries must be at least 1", ExitUsage)
@@ -150,35 +154,62 @@ func serverConfigFromFlags(c *ucli.Context, log zerolog.Logger) (*sidekiq.Server
 }
 
 // buildServer creates the server and registers Go, --exec and --http
-// handlers.
-func buildServer(cfg *sidekiq.ServerConfig, o *options, execs, https []string, log zerolog.Logger) (*sidekiq.Server, error) {
+// handlers. With --http handlers it starts their heartbeat endpoint, which
+// the returned func stops.
+func buildServer(c *ucli.Context, cfg *sidekiq.ServerConfig, o *options, log zerolog.Logger) (*sidekiq.Server, func(), error) {
+	noop := func() {}
 	srv, err := sidekiq.NewServer(cfg)
 	if err != nil {
-		return nil, ucli.Exit(err.Error(), ExitUsage)
+		return nil, noop, ucli.Exit(err.Error(), ExitUsage)
 	}
 	for _, h := range o.handlers {
 		srv.Handle(h.class, h.h, h.opts)
 	}
-	for _, spec := range execs {
+	for _, spec := range c.StringSlice("exec") {
 		class, command, ok := strings.Cut(spec, "=")
 		if !ok || class == "" || command == "" {
-			return nil, ucli.Exit(fmt.Sprintf("--exec %q: want CLASS=COMMAND", spec), ExitUsage)
+			return nil, noop, ucli.Exit(fmt.Sprintf("--exec %q: want CLASS=COMMAND", spec), ExitUsage)
 		}
 		srv.Handle(class, &ExecHandler{Command: command, Log: log}, nil)
 	}
-	for _, spec := range https {
+	type httpSpec struct{ class, url string }
+	var https []httpSpec
+	for _, spec := range c.StringSlice("http") {
 		class, url, ok := strings.Cut(spec, "=")
 		if !ok || class == "" || url == "" {
-			return nil, ucli.Exit(fmt.Sprintf("--http %q: want CLASS=URL", spec), ExitUsage)
+			return nil, noop, ucli.Exit(fmt.Sprintf("--http %q: want CLASS=URL", spec), ExitUsage)
 		}
-		srv.Handle(class, &HTTPHandler{URL: url}, nil)
+		https = append(https, httpSpec{class, url})
+	}
+	stop := noop
+	if len(https) > 0 {
+		hb, err := NewHeartbeatEndpoint(c.String("heartbeat-listen"), c.String("heartbeat-url"), log)
+		if err != nil {
+			return nil, noop, ucli.Exit("--heartbeat-listen: "+err.Error(), ExitUsage)
+		}
+		stop = func() { hb.Close() }
+		for _, h := range https {
+			srv.Handle(h.class, &HTTPHandler{URL: h.url, Heartbeats: hb}, nil)
+		}
 	}
 	for _, f := range o.setup {
 		if err := f(srv); err != nil {
-			return nil, err
+			stop()
+			return nil, noop, err
 		}
 	}
-	return srv, nil
+	return srv, stop, nil
+}
+
+// heartbeatWorkFlags are the per-job timeout flags of work and dev
+// (docs/heartbeats.md).
+func heartbeatWorkFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.DurationFlag{Name: "job-timeout", Usage: "default total timeout of jobs whose payload has no timeout key: a job running longer is cancelled and retried as Gojob::Timeout (0 = none)"},
+		&ucli.DurationFlag{Name: "cancel-grace", Value: sidekiq.DefaultCancelGrace, Usage: "how long a handler cancelled for a missed timeout or heartbeat has to return before its slot is freed and it is left running"},
+		&ucli.StringFlag{Name: "heartbeat-listen", Value: "127.0.0.1:0", Usage: "`HOST:PORT` where --http handlers send heartbeats (a POST to the URL in X-Gojob-Heartbeat-Url); port 0 picks a free one"},
+		&ucli.StringFlag{Name: "heartbeat-url", Usage: "base `URL` of --heartbeat-listen as the --http handlers reach it (default http://HOST:PORT)"},
+	}
 }
 
 // runServer runs srv until ctx ends, a TERM/INT arrives (OS or Redis), and

@@ -24,6 +24,10 @@ type workItem struct {
 	// class is the job's metrics class (`wrapped || class`), or "" when no
 	// metrics are kept for it (a 6.x format, or no handler).
 	class string
+	// watch follows its heartbeats and deadlines, and ctx is the job's
+	// context (heartbeat.go).
+	watch jobWatch
+	ctx   jobCtx
 }
 
 const (
@@ -45,7 +49,8 @@ func (s *Server) runningWork() []maintenance.Work {
 	var out []maintenance.Work
 	s.work.Range(func(k, v any) bool {
 		w := v.(*workItem)
-		out = append(out, maintenance.Work{TID: k.(string), Queue: w.unit.Queue, Raw: w.unit.Raw, RunAt: w.runAt})
+		out = append(out, maintenance.Work{TID: k.(string), Queue: w.unit.Queue, Raw: w.unit.Raw, RunAt: w.runAt,
+			HeartbeatAt: w.watch.lastBeat()})
 		return true
 	})
 	return out
@@ -99,7 +104,13 @@ func (s *Server) process(tid string, u fetch.Unit) {
 		return
 	}
 	reg, _ := s.handlerFor(job)
+	lim, limErr := s.limitsOf(job)
 	w := &workItem{unit: u, runAt: s.cfg.Clock.Now()}
+	cctx, cancel := context.WithCancelCause(s.hardCtx)
+	watch := &w.watch
+	watch.start(lim, cancel)
+	w.ctx = jobCtx{Context: cctx, w: watch}
+	ctx := context.Context(&w.ctx)
 	if reg != nil && s.format.Version().AtLeast(7, 0, 0) {
 		w.class = maintenance.MetricsClass(job)
 	}
@@ -108,6 +119,8 @@ func (s *Server) process(tid string, u fetch.Unit) {
 		// Fetched before the hard shutdown but not started: push it back
 		// as the shutdown did with the running jobs.
 		s.workMu.RUnlock()
+		watch.stop()
+		cancel(nil)
 		s.fetcher.Requeue([]fetch.Unit{u})
 		return
 	}
@@ -123,20 +136,37 @@ func (s *Server) process(tid string, u fetch.Unit) {
 	if uniqueUntilStart(job) {
 		s.releaseUnique(job)
 	}
-	ctx := s.hardCtx
-	var cancel context.CancelFunc
-	if s.cfg.JobTimeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.JobTimeout)
-	} else {
-		ctx, cancel = context.WithCancel(ctx)
-	}
 	var gate *ackGate
 	if s.cfg.Fetch.Reliable() {
 		gate = &ackGate{}
 		ctx = context.WithValue(ctx, ackGateKey{}, gate)
 	}
-	err = s.execute(ctx, job, reg)
-	cancel()
+	if limErr != nil {
+		err = limErr // not run: a limit that is not a number of seconds
+	} else {
+		err = s.execute(ctx, job, reg)
+	}
+	watch.stop()
+	cancel(nil)
+	if cause := watch.expiredCause(); cause != nil {
+		// A missed deadline is the job's failure, whatever the handler or
+		// middleware made of the cancellation (heartbeat.go). A handler
+		// left running may still hold the job: the rest reads a copy.
+		var te *TimeoutError
+		var he *HeartbeatTimeoutError
+		if !errors.As(err, &te) && !errors.As(err, &he) {
+			if err != nil {
+				s.log.Debug().Str("component", "processor").Str("jid", job.JID()).Err(err).Msg("error of a cancelled job, replaced by its deadline's")
+			}
+			err = cause
+		}
+		s.log.Warn().Str("component", "processor").Str("jid", job.JID()).Str("class", job.Class()).Str("queue", queue).
+			Str("error_class", ErrorClassOf(err)).Msg(err.Error())
+		if fresh, perr := wire.ParseJob(raw); perr == nil {
+			setProviderJobID(fresh)
+			job = fresh
+		}
+	}
 	took := s.cfg.Clock.Now().Sub(w.runAt)
 	if !w.finish() {
 		// Hard shutdown requeued it while it ran; whatever happened is moot.
@@ -187,7 +217,7 @@ func (s *Server) execute(ctx context.Context, job *wire.Job, reg *registration) 
 			if reg == nil {
 				return &NameError{Class: job.Class()}
 			}
-			return reg.h.Perform(ctx, job)
+			return s.perform(ctx, job, reg)
 		}
 	}
 	if reg == nil {

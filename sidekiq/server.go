@@ -59,6 +59,9 @@ type Server struct {
 	// middleware holds back (DeferAck).
 	deferredAcks sync.WaitGroup
 	work         sync.Map // tid string → *workItem
+	// leftBehind counts the handlers still running after their job was
+	// cancelled for a missed deadline and given up (heartbeat.go).
+	leftBehind atomic.Int64
 
 	quietCh  chan struct{} // closed when quiet (fetching stops)
 	quietOne sync.Once

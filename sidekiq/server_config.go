@@ -119,8 +119,14 @@ type ServerConfig struct {
 	// ShutdownTimeout bounds the wait for running jobs at stop (-t). Default
 	// 25 s.
 	ShutdownTimeout time.Duration
-	// JobTimeout, when set, cancels each job's context after it.
+	// JobTimeout is the total timeout of the jobs whose payload has no
+	// "timeout" key (docs/heartbeats.md): a job that runs longer is
+	// cancelled and fails with Gojob::Timeout. 0: no default timeout.
 	JobTimeout time.Duration
+	// CancelGrace is how long a handler cancelled for a missed deadline
+	// (timeout, heartbeat_timeout) has to return before its slot is freed
+	// and it is left running. Default DefaultCancelGrace (5 s).
+	CancelGrace time.Duration
 	// Version is the Sidekiq release whose format is written. Default
 	// wire.DefaultVersion. Ignored with FollowVersion.
 	Version wire.Version
@@ -181,6 +187,9 @@ func (c *ServerConfig) withDefaults() *ServerConfig {
 	}
 	if out.Version.IsZero() {
 		out.Version = wire.DefaultVersion
+	}
+	if out.CancelGrace <= 0 {
+		out.CancelGrace = DefaultCancelGrace
 	}
 	if out.MaxRetries <= 0 {
 		out.MaxRetries = 25

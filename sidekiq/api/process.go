@@ -339,6 +339,9 @@ type Work struct {
 	PayloadRaw []byte
 	// RunAt is when the job started (integer epoch seconds on the wire).
 	RunAt time.Time
+	// HeartbeatAt is the job's last heartbeat (gojob's "heartbeat_at",
+	// docs/heartbeats.md); zero when it sent none or runs in Ruby.
+	HeartbeatAt time.Time
 	// ParseErr is set when the work entry itself is not valid JSON; then
 	// PayloadRaw holds the entry as stored.
 	ParseErr error
@@ -417,6 +420,11 @@ func parseWork(id, tid, js string) (*Work, error) {
 		} else if obj, isObj := v.Map(); isObj {
 			w.PayloadRaw = obj.Encode()
 			w.Payload, _ = wire.ParseJob(w.PayloadRaw)
+		}
+	}
+	if v, ok := m.Get("heartbeat_at"); ok {
+		if f, ok := v.Float(); ok {
+			w.HeartbeatAt = wire.FromEpochSeconds(f)
 		}
 	}
 	if v, ok := m.Get("run_at"); ok {

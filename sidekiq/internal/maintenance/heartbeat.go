@@ -25,6 +25,10 @@ type Work struct {
 	// Raw is the job's exact bytes.
 	Raw   []byte
 	RunAt time.Time
+	// HeartbeatAt is the job's last heartbeat (docs/heartbeats.md), zero
+	// when it sent none; written as "heartbeat_at", float epoch seconds,
+	// which the Web UI ignores.
+	HeartbeatAt time.Time
 }
 
 // json is the work-hash value (docs/sidekiq-wire.md#work-hash): the payload
@@ -34,6 +38,9 @@ func (w *Work) json() string {
 	m.Set("queue", rubyjson.StringValue(w.Queue))
 	m.Set("payload", rubyjson.StringValue(string(w.Raw)))
 	m.Set("run_at", rubyjson.IntValue(w.RunAt.Unix()))
+	if !w.HeartbeatAt.IsZero() {
+		m.Set("heartbeat_at", rubyjson.FloatValue(wire.EpochSeconds(w.HeartbeatAt)))
+	}
 	return string(m.Encode())
 }
 
