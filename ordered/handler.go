@@ -85,6 +85,9 @@ func deliveredJob(queue, key string, payload []byte, score float64, retryCount i
 	if err != nil {
 		return nil, err
 	}
+	if job.Class() == "" {
+		return nil, errors.New(`it has no "class"`)
+	}
 	sum := sha1.Sum(append(append([]byte(key), 0), payload...))
 	job.SetQueue(queue)
 	job.SetJID(hex.EncodeToString(sum[:12]))

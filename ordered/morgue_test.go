@@ -1,10 +1,13 @@
 package ordered
 
 import (
+	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
 
@@ -122,4 +125,67 @@ func TestMorgueRequeueAllAndDelete(t *testing.T) {
 	require.EqualValues(t, 0, st.Morgue)
 	require.EqualValues(t, 2, st.Pending)
 	require.Empty(t, b.key(t, "q", "a").Payloads)
+}
+
+// pushRaw adds payload to key's pending set as it is, as a client that
+// writes Redis itself could.
+func (b *testBundle) pushRaw(t *testing.T, queue, key, payload string, score float64) {
+	t.Helper()
+	conn := b.pool.Get()
+	defer conn.Close()
+	_, err := pushScript.Do(conn, prefix(queue), 4, b.clock.Now().UnixMilli(), key, ShardOf(key, 4), payload, formatScore(score), b.clock.Now().UnixMilli())
+	require.NoError(t, err)
+}
+
+// A payload that is not a job (not a JSON object, or no class) goes to the
+// morgue at its first run, byte for byte, with an error saying so and a
+// log line; the jobs before it run, those after it go back as new, and no
+// retry is spent on it.
+func TestMalformedPayloadGoesToTheMorgueAtOnceUnchanged(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	rec := &recorder{}
+	w := b.worker(t, Config{Handler: rec})
+	var logs bytes.Buffer
+	w.log = zerolog.New(&logs)
+
+	b.push(t, "q", "1", "v1", 1, time.Time{})
+	b.pushRaw(t, "q", "1", `not json {`, 2)
+	b.push(t, "q", "1", "v2", 3, time.Time{})
+	noClass := `{"args":["x"], "retry" :true}`
+	b.pushRaw(t, "q", "2", noClass, 1)
+	array := `["V",["y"]]`
+	b.pushRaw(t, "q", "3", array, 1)
+
+	for w.runOnce(t) {
+	}
+	// Key 1: v1 ran, the bad payload was buried, v2 ran next, as new.
+	require.Contains(t, rec.batches, []string{"v1"})
+	require.Contains(t, rec.batches, []string{"v2"})
+	require.Len(t, rec.batches, 2, "the handler never sees a malformed payload")
+
+	ks := b.key(t, "q", "1")
+	require.Equal(t, []ScoredEntry{{Payload: `not json {`, Score: 2}}, ks.Morgue)
+	require.Contains(t, ks.MorgueError, "payload 2 of key 1 (score 2) is not a job")
+	require.Empty(t, ks.Payloads)
+	require.False(t, ks.Queued)
+	require.Equal(t, -1, ks.RetryCount)
+
+	ks = b.key(t, "q", "2")
+	require.Equal(t, []ScoredEntry{{Payload: noClass, Score: 1}}, ks.Morgue, "buried unchanged")
+	require.Contains(t, ks.MorgueError, `payload 1 of key 2 (score 1) is not a job: it has no "class"`)
+	require.Equal(t, -1, ks.RetryCount, "no retry was spent")
+	ks = b.key(t, "q", "3")
+	require.Equal(t, []ScoredEntry{{Payload: array, Score: 1}}, ks.Morgue)
+	require.Contains(t, ks.MorgueError, "payload 1 of key 3 (score 1) is not a job")
+
+	st, err := Status(ctx, b.pool, "q", b.clock.Now())
+	require.NoError(t, err)
+	require.EqualValues(t, 3, st.Morgue)
+	require.EqualValues(t, 0, st.Pending)
+	require.EqualValues(t, 2, st.Processed)
+
+	require.Equal(t, 3, strings.Count(logs.String(), "malformed payload: it goes to the morgue unchanged"), logs.String())
+	require.Contains(t, logs.String(), `"level":"error"`)
 }

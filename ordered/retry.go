@@ -27,7 +27,18 @@ type outcome struct {
 	performIn string // ms
 	bury      bool   // the oldest payload left goes to the morgue
 	err       string
+	malformed bool // bury is for a payload that is not a job
 }
+
+// malformedError reports a payload of a key that is not a job (not a JSON
+// object, or without a class): the Done payloads before it succeeded.
+type malformedError struct {
+	Done int
+	Err  error
+}
+
+func (e *malformedError) Error() string { return e.Err.Error() }
+func (e *malformedError) Unwrap() error { return e.Err }
 
 func (o outcome) args() []any {
 	bury := "0"
@@ -48,6 +59,17 @@ func decide(b *taken, n int, err error, stopped bool, now time.Time, maxRetry in
 	o := outcome{key: b.key, rc: strconv.Itoa(b.rc), performIn: b.performIn}
 	if err == nil {
 		o.done, o.kind = n, "ok"
+		return o
+	}
+	var me *malformedError
+	if errors.As(err, &me) {
+		// Not a job: no retry could help. It goes to the morgue unchanged
+		// now, and the payloads after it go back as new (the key did not
+		// fail; the jobs before it succeeded).
+		o.done, o.kind, o.bury, o.malformed = min(max(me.Done, 0), n), "fail", true, true
+		o.err = me.Error()
+		o.rc = "-1"
+		o.performIn = strconv.FormatInt(now.UnixMilli(), 10)
 		return o
 	}
 	var pe *PartialError

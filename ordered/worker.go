@@ -410,7 +410,10 @@ func (w *Worker) work(b *fetched) {
 		o := decide(t, n, err, stopped, w.cfg.Clock.Now(), w.cfg.MaxRetryCount, w.cfg.RetryIn)
 		if o.kind == "fail" {
 			ev := w.log.Warn().Str("key", t.key).Int("shard", b.shard).Str("error", o.err).Str("retry_count", o.rc)
-			if o.bury {
+			if o.malformed {
+				w.log.Error().Str("key", t.key).Int("shard", b.shard).Str("error", o.err).
+					Msg("malformed payload: it goes to the morgue unchanged, without retries; the key's other jobs go on")
+			} else if o.bury {
 				ev.Msg("batch failed; its oldest payload goes to the morgue")
 			} else {
 				ev.Msg("batch failed; it will be retried")
@@ -428,33 +431,37 @@ func (w *Worker) work(b *fetched) {
 }
 
 // perform builds the key's Batch and calls the handler, turning a panic
-// into an error.
+// into an error. A payload that is not a job (not a JSON object, or no
+// class) cannot be handled, so retrying it is pointless: the jobs before
+// it run, and it goes to the morgue at once, unchanged (a *malformedError).
 func (w *Worker) perform(b *fetched, t *taken) (n int, err error) {
 	batch := &Batch{Queue: w.cfg.Queue, Key: t.key, Shard: b.shard, RetryCount: t.rc, Scores: t.scores}
+	var bad *malformedError
 	for i, p := range t.payloads {
 		job, err := deliveredJob(w.cfg.Queue, t.key, p, t.scores[i], t.rc)
 		if err != nil {
-			// A payload that is not a JSON object cannot be handled: it
-			// fails (and ends in the morgue), the ones before it run.
-			if i == 0 {
-				return len(t.payloads), fmt.Errorf("ordered: payload of key %s: %w", t.key, err)
-			}
-			batch.Jobs = batch.Jobs[:i]
+			bad = &malformedError{Done: i, Err: fmt.Errorf("ordered: payload %d of key %s (score %s) is not a job: %w", i+1, t.key, formatScore(t.scores[i]), err)}
 			batch.Scores = batch.Scores[:i]
 			break
 		}
 		batch.Jobs = append(batch.Jobs, job)
 	}
+	if len(batch.Jobs) > 0 {
+		err = w.callHandler(b.ctx, batch)
+	}
+	if err == nil && bad != nil {
+		err = bad
+	}
+	return len(t.payloads), err
+}
+
+func (w *Worker) callHandler(ctx context.Context, batch *Batch) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("ordered: handler panic: %v\n%s", r, debug.Stack())
 		}
 	}()
-	err = w.cfg.Handler.Perform(b.ctx, batch)
-	if err == nil && len(batch.Jobs) < len(t.payloads) {
-		err = &PartialError{Done: len(batch.Jobs), Err: fmt.Errorf("ordered: payload %d of key %s is not a JSON object", len(batch.Jobs)+1, t.key)}
-	}
-	return len(t.payloads), err
+	return w.cfg.Handler.Perform(ctx, batch)
 }
 
 // commit writes the batch's outcomes, retrying on Redis errors until it is

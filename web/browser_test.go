@@ -97,7 +97,10 @@ type tab struct {
 func newTab(t *testing.T) *tab {
 	t.Helper()
 	tb := &tab{}
-	ctx, cancel := chromedp.NewContext(browser(t), chromedp.WithListener(tb.listen))
+	// Each tab gets a browser context of its own: cookies ignore ports, so
+	// tabs of parallel tests on 127.0.0.1 would otherwise share (and
+	// overwrite) each other's gojob_csrf cookie.
+	ctx, cancel := chromedp.NewContext(browser(t), chromedp.WithNewBrowserContext(), chromedp.WithListener(tb.listen))
 	t.Cleanup(cancel)
 	// The first Run opens the tab; later ones get a deadline.
 	must(t, chromedp.Do(ctx))

@@ -65,6 +65,8 @@ func TestEveryPageLoadsWithoutJavaScriptErrors(t *testing.T) {
 		{"sidejob-child", fmt.Sprintf("/sidejob/%d", w.sjParent.ID()+1), []string{"Parent\t#1", `{"rows":3}`, "/results"}},
 		{"cron", "/cron", []string{"nightly-report", "0 3 * * *"}},
 		{"durable", "/durable", []string{"DurableJob", "sqlite", "waiting"}},
+		{"ordered", "/ordered", []string{"orders", "MORGUE", "LAG", "IN FLIGHT"}},
+		{"ordered-queue", "/ordered/orders", []string{orderedWorker, "FENCING TOKEN", "LEASE LEFT", "order-13", "the warehouse refused order 13", "Requeue all"}},
 	}
 	for _, p := range pages {
 		tb.open(t, w.web.URL+p.path)

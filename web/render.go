@@ -120,6 +120,7 @@ var funcs = template.FuncMap{
 	"ivalue":   func(v rubyjson.Value) string { return string(v.Encode()) },
 	"attr":     attrString,
 	"pathesc":  url.PathEscape,
+	"plural":   func(n int64, word string) string { return plural(int(n), word) },
 	"secs":     func(ms int64) string { return strconv.FormatFloat(float64(ms)/1000, 'f', 1, 64) + " s" },
 	// jobTime is a job's timestamp field, nil when absent (so "with" skips
 	// it).

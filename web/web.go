@@ -2,8 +2,8 @@
 // data in Redis, read and written through the admin API (sidekiq/api), so
 // Ruby and Go processes show alike. Besides what Sidekiq's own Web UI shows
 // (dashboard, busy, queues, retries, scheduled, dead, metrics) it shows
-// SideJob job trees, sidekiq-cron jobs and, when given a durable database,
-// its rows. It also serves the cluster-wide Prometheus gauges at /metrics.
+// SideJob job trees, ordered queues (package ordered), sidekiq-cron jobs
+// and, when given a durable database, its rows. It also serves the cluster-wide Prometheus gauges at /metrics.
 //
 // Every mutation is a POST carrying a CSRF token (a double-submit cookie);
 // Config.ReadOnly hides and refuses them. Config.BasicAuth and Config.Token
@@ -141,6 +141,9 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /cron", h.cronList)
 	m.HandleFunc("POST /cron/{name}", h.cronAction)
 	m.HandleFunc("GET /durable", h.durablePage)
+	m.HandleFunc("GET /ordered", h.orderedList)
+	m.HandleFunc("GET /ordered/{queue}", h.orderedQueue)
+	m.HandleFunc("POST /ordered/{queue}", h.orderedAction)
 	h.mux = m
 }
 

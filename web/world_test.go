@@ -19,6 +19,7 @@ import (
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/rubytest"
 	"github.com/gojob/gojob/internal/wait"
+	"github.com/gojob/gojob/ordered"
 	"github.com/gojob/gojob/sidejob"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/api"
@@ -189,6 +190,10 @@ func newWorld(t *testing.T, cfg *web.Config) *world {
 	_, err = d.Insert(ctx, &durable.InsertParams{Job: dj})
 	require.NoError(t, err)
 
+	// An ordered queue with a live worker owning its shards, a key in the
+	// morgue and a key waiting.
+	startOrdered(t, w)
+
 	if cfg == nil {
 		cfg = &web.Config{}
 	}
@@ -214,6 +219,46 @@ func newWorld(t *testing.T, cfg *web.Config) *world {
 		return n == 5
 	})
 	return w
+}
+
+// orderedWorker names the world's ordered worker in its shard leases.
+const orderedWorker = "ordered-web-worker"
+
+// startOrdered runs an ordered worker on queue "orders" (4 shards) whose
+// handler fails FailOrder, so key order-13 goes to the morgue after its
+// one retry, and leaves key order-99 waiting an hour.
+func startOrdered(t *testing.T, w *world) {
+	t.Helper()
+	ctx := context.Background()
+	ow, err := ordered.NewWorker(&ordered.Config{
+		Pool: w.pool, Queue: "orders", Shards: 4, Concurrency: 2, Identity: orderedWorker,
+		MaxRetryCount: 1, RetryIn: func(int) time.Duration { return 0 }, PollInterval: 20 * time.Millisecond,
+		Handler: ordered.HandlerFunc(func(ctx context.Context, b *ordered.Batch) error {
+			if b.Jobs[0].Class() == "FailOrder" {
+				return errors.New("FailOrder: the warehouse refused order 13")
+			}
+			return nil
+		}),
+	})
+	require.NoError(t, err)
+	require.NoError(t, ow.Start(ctx))
+	t.Cleanup(func() { ow.Stop(context.Background()) })
+	oc, err := ordered.NewClient(&ordered.ClientConfig{Pool: w.pool})
+	require.NoError(t, err)
+	bad, err := wire.NewJob("FailOrder", 13)
+	require.NoError(t, err)
+	bad.SetQueue("orders")
+	_, err = oc.Push(ctx, bad, &ordered.PushOpts{Key: "order-13"})
+	require.NoError(t, err)
+	later, err := wire.NewJob("SyncOrder", 99)
+	require.NoError(t, err)
+	later.SetQueue("orders")
+	_, err = oc.Push(ctx, later, &ordered.PushOpts{Key: "order-99", At: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	wait.Within(t, 10*time.Second, "order-13 in the morgue", func() bool {
+		st, err := ordered.Status(ctx, w.pool, "orders", time.Now())
+		return err == nil && st.MorgueKeys == 1
+	})
 }
 
 // process returns the live process tagged tag.

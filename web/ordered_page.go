@@ -1,0 +1,107 @@
+package web
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/gojob/gojob/ordered"
+)
+
+// orderedRow is one ordered queue on the Ordered page.
+type orderedRow struct {
+	*ordered.QueueStatus
+	Name string
+	Err  string
+}
+
+// orderedList shows every ordered queue (docs/ordered.md) with its
+// counts, lag and morgue size, from ordered.Status.
+func (h *Handler) orderedList(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	qs, err := ordered.Queues(ctx, h.cfg.Pool)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	rows := make([]orderedRow, 0, len(qs))
+	now := h.clock.Now()
+	for _, q := range qs {
+		row := orderedRow{Name: q}
+		if row.QueueStatus, err = ordered.Status(ctx, h.cfg.Pool, q, now); err != nil {
+			// One queue that cannot be read (half created, a bad name)
+			// does not hide the others.
+			row.Err = err.Error()
+		}
+		rows = append(rows, row)
+	}
+	h.render(w, r, "ordered", "Ordered queues", "ordered", rows)
+}
+
+type orderedQueueData struct {
+	Status *ordered.QueueStatus
+	Morgue []ordered.MorgueEntry
+	Pager  pager
+}
+
+// orderedQueue shows one ordered queue: its shards with their owner,
+// fencing token and lease left, and its morgue, newest burial first.
+func (h *Handler) orderedQueue(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	q := r.PathValue("queue")
+	st, err := ordered.Status(ctx, h.cfg.Pool, q, h.clock.Now())
+	if errors.Is(err, ordered.ErrNoQueue) || errors.Is(err, ordered.ErrBadQueueName) {
+		notFound(w, "ordered queue "+strconv.Quote(q))
+		return
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	pg, off := newPager(r, int64(st.MorgueKeys))
+	morgue, err := ordered.Morgue(ctx, h.cfg.Pool, q, &ordered.MorgueParams{Offset: off, Limit: pageSize})
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.render(w, r, "ordered_queue", "Ordered queue "+q, "ordered", &orderedQueueData{Status: st, Morgue: morgue, Pager: pg})
+}
+
+// orderedAction requeues or deletes the morgue's payloads of one key, or
+// of every key with all=1, through ordered.MorgueApply.
+func (h *Handler) orderedAction(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	q := r.PathValue("queue")
+	action := ordered.MorgueAction(r.PostFormValue("action"))
+	if action != ordered.MorgueRequeue && action != ordered.MorgueDelete {
+		http.Error(w, `action must be "requeue" or "delete"`, http.StatusBadRequest)
+		return
+	}
+	var keys []string
+	what := "every key"
+	if r.PostFormValue("all") != "1" {
+		key := r.PostFormValue("key")
+		if key == "" {
+			http.Error(w, `give the ordering key ("key"), or all=1 for the whole morgue`, http.StatusBadRequest)
+			return
+		}
+		keys, what = []string{key}, "key "+key
+	}
+	n, err := ordered.MorgueApply(ctx, h.cfg.Pool, q, action, keys, h.clock.Now())
+	if errors.Is(err, ordered.ErrNoQueue) || errors.Is(err, ordered.ErrBadQueueName) {
+		notFound(w, "ordered queue "+strconv.Quote(q))
+		return
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	verb := "requeued"
+	if action == ordered.MorgueDelete {
+		verb = "deleted"
+	}
+	msg := fmt.Sprintf("%s %s of %s from the morgue", verb, plural(n, "payload"), what)
+	redirectBack(w, r, backPath(r, "/ordered/"+url.PathEscape(q)), msg)
+}
