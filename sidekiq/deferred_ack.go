@@ -57,6 +57,13 @@ func (g *ackGate) release() {
 	}
 }
 
+// wasDeferred reports whether a middleware called DeferAck for the job.
+func (g *ackGate) wasDeferred() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.deferred
+}
+
 // hold gives the gate the acknowledgement when a middleware deferred it
 // and has not released it yet; false means: acknowledge now.
 func (g *ackGate) hold(finish func()) bool {

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -139,10 +140,13 @@ func (s *Server) limitsOf(job *wire.Job) (jobLimits, error) {
 // acted on when it passes). It cancels the job's context with the limit's
 // error as the cause and closes expired.
 type jobWatch struct {
-	lim   jobLimits
+	lim jobLimits
+	// begin is when a job with limits started (zero for a job without:
+	// reading the clock costs a job on the fetch path).
 	begin time.Time
-	// last is the time of the last heartbeat as an offset from begin (on
-	// the monotonic clock) plus one; 0 means none yet.
+	// last is the time of the last heartbeat: for a job with limits an
+	// offset from begin (on the monotonic clock) plus one, otherwise Unix
+	// nanoseconds; 0 means none yet.
 	last    atomic.Int64
 	cancel  context.CancelCauseFunc
 	expired chan struct{}
@@ -155,10 +159,11 @@ type jobWatch struct {
 
 // start starts watching a job whose context cancel ends.
 func (w *jobWatch) start(lim jobLimits, cancel context.CancelCauseFunc) {
-	w.lim, w.begin, w.cancel = lim, time.Now(), cancel
+	w.lim, w.cancel = lim, cancel
 	if !w.limited() {
 		return
 	}
+	w.begin = time.Now()
 	w.expired = make(chan struct{})
 	w.mu.Lock()
 	w.timer = time.AfterFunc(w.next(0), w.check)
@@ -171,24 +176,42 @@ func (w *jobWatch) start(lim jobLimits, cancel context.CancelCauseFunc) {
 type jobCtx struct {
 	context.Context
 	w *jobWatch
+	// gate is the job's acknowledgement gate (DeferAck), nil when the
+	// fetch keeps no running job in Redis.
+	gate *ackGate
 }
 
 func (c *jobCtx) Value(key any) any {
-	if key == (watchKey{}) {
+	switch key {
+	case watchKey{}:
 		return c.w
+	case ackGateKey{}:
+		if c.gate != nil {
+			return c.gate
+		}
+		return nil
 	}
 	return c.Context.Value(key)
 }
 
 func (w *jobWatch) limited() bool { return w.lim.timeout > 0 || w.lim.heartbeat > 0 }
 
-func (w *jobWatch) beat() { w.last.Store(int64(time.Since(w.begin)) + 1) }
+func (w *jobWatch) beat() {
+	if w.begin.IsZero() {
+		w.last.Store(time.Now().UnixNano())
+		return
+	}
+	w.last.Store(int64(time.Since(w.begin)) + 1)
+}
 
 // lastBeat returns the wall time of the last heartbeat, zero when none.
 func (w *jobWatch) lastBeat() time.Time {
 	n := w.last.Load()
 	if n == 0 {
 		return time.Time{}
+	}
+	if w.begin.IsZero() {
+		return time.Unix(0, n)
 	}
 	return w.begin.Add(time.Duration(n - 1))
 }
@@ -309,14 +332,14 @@ func (s *Server) perform(ctx context.Context, job *wire.Job, reg *registration) 
 	cause := leftRunning(w.cause, s.cfg.CancelGrace)
 	n := s.leftBehind.Add(1)
 	s.log.Error().Str("component", "processor").Str("jid", job.JID()).Str("class", job.Class()).
-		Dur("grace", s.cfg.CancelGrace).Int64("left_running", n).Str("cause", w.cause.Error()).
+		Str("grace", redisx.LogDuration(s.cfg.CancelGrace)).Int64("left_running", n).Str("cause", w.cause.Error()).
 		Msg("a cancelled handler did not return: its slot is freed and the job goes to the retry path; the handler goroutine is left running")
 	jid, class := job.JID(), job.Class()
 	go func() {
 		err := <-done
 		left := s.leftBehind.Add(-1)
 		ev := s.log.Warn().Str("component", "processor").Str("jid", jid).Str("class", class).
-			Dur("after", time.Since(w.begin)).Int64("left_running", left)
+			Str("after", redisx.LogDuration(time.Since(w.begin))).Int64("left_running", left)
 		if err != nil {
 			ev = ev.Str("error", err.Error())
 		}

@@ -28,6 +28,9 @@ type workItem struct {
 	// context (heartbeat.go).
 	watch jobWatch
 	ctx   jobCtx
+	// gate is where a middleware may hold back the acknowledgement of a
+	// success (DeferAck); reliable fetches only.
+	gate ackGate
 }
 
 const (
@@ -138,8 +141,8 @@ func (s *Server) process(tid string, u fetch.Unit) {
 	}
 	var gate *ackGate
 	if s.cfg.Fetch.Reliable() {
-		gate = &ackGate{}
-		ctx = context.WithValue(ctx, ackGateKey{}, gate)
+		gate = &w.gate
+		w.ctx.gate = gate
 	}
 	if limErr != nil {
 		err = limErr // not run: a limit that is not a number of seconds
@@ -179,13 +182,17 @@ func (s *Server) process(tid string, u fetch.Unit) {
 	}
 	if err == nil {
 		s.counters.Add(1, 0)
-		s.deferredAcks.Add(1)
-		ack := func() {
-			defer s.deferredAcks.Done()
+		if gate == nil || !gate.wasDeferred() {
 			s.fetcher.Finish(u, nil)
-		}
-		if gate == nil || !gate.hold(ack) {
-			ack()
+		} else {
+			s.deferredAcks.Add(1)
+			ack := func() {
+				defer s.deferredAcks.Done()
+				s.fetcher.Finish(u, nil)
+			}
+			if !gate.hold(ack) {
+				ack()
+			}
 		}
 		if !uniqueUntilStart(job) {
 			s.releaseUnique(job)
