@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -45,27 +44,9 @@ const (
 	hbEarly = 150 * time.Millisecond
 )
 
-var (
-	hbWorkerOnce sync.Once
-	hbWorkerPath string
-	hbWorkerErr  error
-)
-
 // heartbeatWorker builds testdata/heartbeat-worker once per run.
 func heartbeatWorker(t *testing.T) string {
-	t.Helper()
-	gojobBinary(t) // makes binDir, removed by TestMain
-	hbWorkerOnce.Do(func() {
-		hbWorkerPath = filepath.Join(binDir, "heartbeat-worker")
-		out, err := exec.Command("go", "build", "-o", hbWorkerPath, "./testdata/heartbeat-worker").CombinedOutput()
-		if err != nil {
-			hbWorkerErr = fmt.Errorf("go build: %v: %s", err, out)
-		}
-	})
-	if hbWorkerErr != nil {
-		t.Fatal(hbWorkerErr)
-	}
-	return hbWorkerPath
+	return buildTestBinary(t, "heartbeat-worker", "./testdata/heartbeat-worker")
 }
 
 // startBinary runs `bin work -r url args…` like startWorker.

@@ -56,3 +56,32 @@ func gojobBinary(t testing.TB) string {
 	}
 	return binPath
 }
+
+// testBinaries are the extra commands tests build (the gojob command line
+// with test handlers), each once per run, into binDir.
+var testBinaries sync.Map // package path → *testBinary
+
+type testBinary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// buildTestBinary builds the command in pkg (relative to cli/) as name,
+// once per run.
+func buildTestBinary(t *testing.T, name, pkg string) string {
+	t.Helper()
+	gojobBinary(t) // makes binDir, removed by TestMain
+	v, _ := testBinaries.LoadOrStore(pkg, &testBinary{})
+	b := v.(*testBinary)
+	b.once.Do(func() {
+		b.path = filepath.Join(binDir, name)
+		if out, err := exec.Command("go", "build", "-o", b.path, pkg).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build %s: %v: %s", pkg, err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}

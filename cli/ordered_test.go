@@ -3,13 +3,11 @@ package cli
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,28 +21,10 @@ import (
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-var (
-	probeOnce sync.Once
-	probePath string
-	probeErr  error
-)
-
 // orderedProbeBinary builds internal/orderedworker: the gojob command line
 // with the OrderedProbe handler.
 func orderedProbeBinary(t *testing.T) string {
-	t.Helper()
-	gojobBinary(t) // creates binDir, removed by TestMain
-	probeOnce.Do(func() {
-		probePath = filepath.Join(binDir, "orderedworker")
-		out, err := exec.Command("go", "build", "-o", probePath, "../internal/orderedworker").CombinedOutput()
-		if err != nil {
-			probeErr = fmt.Errorf("go build: %v: %s", err, out)
-		}
-	})
-	if probeErr != nil {
-		t.Fatal(probeErr)
-	}
-	return probePath
+	return buildTestBinary(t, "orderedworker", "../internal/orderedworker")
 }
 
 func startOrderedWorker(t *testing.T, url, logPath string, args ...string) *workerProc {
