@@ -104,64 +104,13 @@ func newGroupCommit(apply, single gcApplier, isConn func(error) bool, window tim
 // errGroupClosed reports a write submitted after close.
 var errGroupClosed = errors.New("durable: store closed")
 
-// do queues op and waits until it is committed (or failed). A caller
-// whose ctx ends stops waiting; the write may still land.
-func (g *groupCommit) do(ctx context.Context, op *gcOp) (bool, error) {
-	op.done = make(chan struct{})
+// enqueue queues ops for the dispatcher (started on first use); it
+// reports errGroupClosed, queueing nothing, after close.
+func (g *groupCommit) enqueue(ops ...*gcOp) error {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		return false, errGroupClosed
-	}
-	g.queue = append(g.queue, op)
-	if !g.started {
-		g.started = true
-		g.wg.Add(1)
-		go g.dispatch()
-	}
-	g.mu.Unlock()
-	g.wake()
-	select {
-	case <-op.done:
-		return op.ok, op.err
-	case <-ctx.Done():
-		return false, ctx.Err()
-	}
-}
-
-// doAsync queues op and returns at once; then is called with the answer
-// (from the goroutine that wrote the group).
-func (g *groupCommit) doAsync(op *gcOp, then func(ok bool, err error)) {
-	op.then = then
-	op.done = make(chan struct{})
-	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
-		then(false, errGroupClosed)
-		return
-	}
-	g.queue = append(g.queue, op)
-	if !g.started {
-		g.started = true
-		g.wg.Add(1)
-		go g.dispatch()
-	}
-	g.mu.Unlock()
-	g.wake()
-}
-
-// doMany queues ops together (they can share one group) and waits until
-// each is committed or failed. A caller whose ctx ends gets ctx's error
-// for the ops not answered yet (they may still land).
-func (g *groupCommit) doMany(ctx context.Context, ops []*gcOp) (oks []bool, errs []error) {
-	oks, errs = make([]bool, len(ops)), make([]error, len(ops))
-	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
-		for i := range ops {
-			errs[i] = errGroupClosed
-		}
-		return oks, errs
+		return errGroupClosed
 	}
 	for _, op := range ops {
 		op.done = make(chan struct{})
@@ -174,6 +123,43 @@ func (g *groupCommit) doMany(ctx context.Context, ops []*gcOp) (oks []bool, errs
 	}
 	g.mu.Unlock()
 	g.wake()
+	return nil
+}
+
+// do queues op and waits until it is committed (or failed). A caller
+// whose ctx ends stops waiting; the write may still land.
+func (g *groupCommit) do(ctx context.Context, op *gcOp) (bool, error) {
+	if err := g.enqueue(op); err != nil {
+		return false, err
+	}
+	select {
+	case <-op.done:
+		return op.ok, op.err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// doAsync queues op and returns at once; then is called with the answer
+// (from the goroutine that wrote the group).
+func (g *groupCommit) doAsync(op *gcOp, then func(ok bool, err error)) {
+	op.then = then
+	if err := g.enqueue(op); err != nil {
+		then(false, err)
+	}
+}
+
+// doMany queues ops together (they can share one group) and waits until
+// each is committed or failed. A caller whose ctx ends gets ctx's error
+// for the ops not answered yet (they may still land).
+func (g *groupCommit) doMany(ctx context.Context, ops []*gcOp) (oks []bool, errs []error) {
+	oks, errs = make([]bool, len(ops)), make([]error, len(ops))
+	if err := g.enqueue(ops...); err != nil {
+		for i := range ops {
+			errs[i] = err
+		}
+		return oks, errs
+	}
 	for i, op := range ops {
 		select {
 		case <-op.done:
