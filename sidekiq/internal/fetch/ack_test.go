@@ -15,42 +15,49 @@ import (
 	"github.com/gojob/gojob/internal/wait"
 )
 
-// A finished job leaves the in-progress list even when no take follows to
-// carry its acknowledgement: with the queue empty every fetcher blocks in
+// A finished job leaves the in-progress list even when no fetch follows to
+// carry its acknowledgement: with the queue empty every fetch blocks in
 // BLMOVE (for Timeout seconds), and the acknowledger sends after rideHold.
-func TestBatchedFetchAcknowledgesWhileEveryFetcherBlocks(t *testing.T) {
+func TestReliableFetchAcknowledgesWhileEveryFetchBlocks(t *testing.T) {
 	t.Parallel()
-	b := reliableBundle(t, nil, func(c *Config) { c.Concurrency = 8 })
-	for i := range 5 {
-		_, err := b.conn.Do("LPUSH", "queue:default", fmt.Sprintf(`{"class":"Job","args":[],"jid":"j%d","queue":"default"}`, i))
-		require.NoError(t, err)
+	for _, mode := range []string{"reliable", "reliable-batch"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			b := reliableBundle(t, nil, func(c *Config) { c.Concurrency = 8 })
+			for i := range 5 {
+				_, err := b.conn.Do("LPUSH", "queue:default", fmt.Sprintf(`{"class":"Job","args":[],"jid":"j%d","queue":"default"}`, i))
+				require.NoError(t, err)
+			}
+			var f Fetcher
+			// Each job finishes after the fetches have found the queue
+			// empty and blocked: no fetch is coming to carry its
+			// acknowledgement.
+			b.hook = func(u Unit) {
+				time.Sleep(100 * time.Millisecond)
+				f.Finish(u, nil)
+			}
+			f = newReliable(t, b, mode)
+			f.Start()
+			wait.For(t, "every job taken", func() bool { return b.processed() >= 5 })
+			require.Len(t, b.keys(t, "working:queue:default:*"), 1, "the jobs are in the in-progress list")
+			start := time.Now()
+			wait.For(t, "the in-progress list gone", func() bool { return len(b.keys(t, "working:queue:default:*")) == 0 })
+			require.Less(t, time.Since(start), Timeout*time.Second/2,
+				"the acknowledgements did not wait for a blocked fetch to return")
+			b.quietNow()
+			f.Wait()
+			f.Close()
+		})
 	}
-	var f Fetcher
-	// Each job finishes after the fetchers have found the queue empty and
-	// blocked: no take is coming to carry its acknowledgement.
-	b.hook = func(u Unit) {
-		time.Sleep(100 * time.Millisecond)
-		f.Finish(u, nil)
-	}
-	f = newReliable(t, b, "reliable-batch")
-	f.Start()
-	wait.For(t, "every job taken", func() bool { return b.processed() >= 5 })
-	require.Len(t, b.keys(t, "working:queue:default:*"), 1, "the jobs are in the in-progress list")
-	start := time.Now()
-	wait.For(t, "the in-progress list gone", func() bool { return len(b.keys(t, "working:queue:default:*")) == 0 })
-	require.Less(t, time.Since(start), Timeout*time.Second/2,
-		"the acknowledgements did not wait for a blocked fetch to return")
-	b.quietNow()
-	f.Wait()
-	f.Close()
 }
 
-// Under load most acknowledgements ride in the takes' writes: Redis reads
-// fewer writes from gojob than when the acknowledger sends them all.
-func TestBatchedFetchAcknowledgementsRideInTakes(t *testing.T) {
+// Under load most acknowledgements ride in the fetches' writes (the batched
+// fetch's takes, the pipelined fetch's rounds): Redis reads fewer writes
+// from gojob than when the acknowledger sends them all.
+func TestReliableFetchAcknowledgementsRideInFetches(t *testing.T) {
 	t.Parallel()
 	const n = 3000
-	drain := func(ride bool) int {
+	drain := func(t *testing.T, mode string, ride bool) int {
 		b := reliableBundle(t, nil, func(c *Config) { c.Concurrency = 10 })
 		for i := range n {
 			b.conn.Send("LPUSH", "queue:default", fmt.Sprintf(`{"class":"Job","args":[],"jid":"j%d","queue":"default"}`, i))
@@ -59,9 +66,15 @@ func TestBatchedFetchAcknowledgementsRideInTakes(t *testing.T) {
 		require.NoError(t, err)
 		var f Fetcher
 		b.finishWith(func() Fetcher { return f })
-		f = newReliable(t, b, "reliable-batch")
+		f = newReliable(t, b, mode)
 		if !ride {
-			f.(*reliableBatch).acker.hold = 0
+			switch f := f.(type) {
+			case *reliableBatch:
+				f.acker.hold = 0
+			case *reliableFetch:
+				f.acker.hold = 0
+				f.pipes.acker = nil
+			}
 		}
 		before := readsProcessed(t, b.conn)
 		f.Start()
@@ -73,9 +86,14 @@ func TestBatchedFetchAcknowledgementsRideInTakes(t *testing.T) {
 		require.Empty(t, b.keys(t, "working:*"), "every job was acknowledged")
 		return reads
 	}
-	riding, alone := drain(true), drain(false)
-	t.Logf("reads from clients for %d jobs: %d with acknowledgements riding, %d without", n, riding, alone)
-	require.Less(t, float64(riding), 0.9*float64(alone))
+	for _, mode := range []string{"reliable", "reliable-batch"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			riding, alone := drain(t, mode, true), drain(t, mode, false)
+			t.Logf("reads from clients for %d jobs: %d with acknowledgements riding, %d without", n, riding, alone)
+			require.Less(t, float64(riding), 0.9*float64(alone))
+		})
+	}
 }
 
 // readsProcessed is Redis's count of reads from client sockets.

@@ -76,6 +76,10 @@ type pipes struct {
 	dropped atomic.Int64
 	// lastReply is when any pipe last read a reply (unix nanoseconds).
 	lastReply atomic.Int64
+	// acker, when set (the reliable fetch), lends its queued
+	// acknowledgements to the rounds: they ride ahead of the fetches in the
+	// same write.
+	acker *acker
 }
 
 // fetchPipe is one fetch connection.
@@ -89,6 +93,12 @@ type fetchPipe struct {
 	// waitingSince is when the pipe started waiting for its next reply
 	// (unix nanoseconds, 0 when it is not waiting).
 	waitingSince atomic.Int64
+	// acking is since when the acknowledgements riding in the current
+	// round were queued (unix nanoseconds, 0 when none): their jobs are
+	// finished, not orphans, until their replies are read.
+	acking atomic.Int64
+	// rides is the round's acknowledgements (reused).
+	rides []Unit
 }
 
 // newPipes sizes the pipes for n slots: depth is capped by n, and is 1
@@ -266,7 +276,21 @@ func (p *pipes) round(fp *fetchPipe, batch []*fetchReq) (int, error) {
 	conn := fp.fc.c
 	var err error
 	sent := 0
+	var acks []Unit
+	if p.acker != nil {
+		acks = p.acker.steal(fp.rides[:0], rideMax, &fp.acking)
+		fp.rides = acks[:0]
+		for _, u := range acks {
+			if err = conn.Send("LREM", u.list, -1, u.Raw); err != nil {
+				break
+			}
+			sent++
+		}
+	}
 	for _, r := range batch {
+		if err != nil {
+			break
+		}
 		for _, c := range r.cmds {
 			if err = conn.Send(c.name, c.args...); err != nil {
 				break
@@ -280,6 +304,11 @@ func (p *pipes) round(fp *fetchPipe, batch []*fetchReq) (int, error) {
 	if err == nil {
 		fp.inflight.Store(int32(sent))
 		err = conn.Flush()
+	}
+	if len(acks) > 0 {
+		if err = p.readRides(fp, acks, err); err != nil {
+			return 0, err
+		}
 	}
 	var replyErr error
 	answered := 0
@@ -322,6 +351,31 @@ func (p *pipes) round(fp *fetchPipe, batch []*fetchReq) (int, error) {
 		err = replyErr
 	}
 	return answered, err
+}
+
+// readRides reads the replies of the acknowledgements that rode ahead of
+// a round's fetches (err: the round's write failed). Those whose replies
+// cannot be read go back to the acker, which sends them again: a sent
+// LREM that ran already finds nothing the second time, which is then no
+// sign of another process's recovery (resend).
+func (p *pipes) readRides(fp *fetchPipe, acks []Unit, err error) error {
+	defer func() {
+		clear(acks)
+		fp.acking.Store(0)
+	}()
+	if err != nil {
+		p.acker.resend(acks)
+		return err
+	}
+	for i, u := range acks {
+		v, err := p.receive(fp)
+		if err != nil {
+			p.acker.resend(acks[i:])
+			return err
+		}
+		p.acker.checked(u, v)
+	}
+	return nil
 }
 
 // receive reads one reply, timing the wait for the stall watch.

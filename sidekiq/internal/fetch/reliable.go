@@ -127,6 +127,11 @@ func NewReliable(ctx context.Context, cfg *Config) (Fetcher, error) {
 		f.slots[i] = &slotState{}
 	}
 	f.acker = newAcker(cfg, f.life)
+	// Acknowledgements ride in the pipes' next round (a slot that finished
+	// a job asks for the next one at once), or the acker sends them after
+	// rideHold when no round comes (an empty queue).
+	f.acker.hold = rideHold
+	f.pipes.acker = f.acker
 	f.life.holders = f.held
 	f.life.dropped = f.pipes.dropped.Load
 	f.life.waitingSince = f.oldestWait
@@ -232,8 +237,10 @@ func (f *reliableFetch) held() map[string]map[string]int {
 func (f *reliableFetch) oldestWait() int64 {
 	oldest := f.acker.waitingSince()
 	for _, fp := range f.pipes.list {
-		if w := fp.waitingSince.Load(); w != 0 && (oldest == 0 || w < oldest) {
-			oldest = w
+		for _, w := range []int64{fp.waitingSince.Load(), fp.acking.Load()} {
+			if w != 0 && (oldest == 0 || w < oldest) {
+				oldest = w
+			}
 		}
 	}
 	return oldest
