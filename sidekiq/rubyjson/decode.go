@@ -26,7 +26,10 @@ const maxDepth = 100
 // their Integer/Float lexical type, objects keep their key order, a repeated
 // key keeps its first position and its last value.
 func Parse(data []byte) (Value, error) {
-	p := parser{data: data, sc: scratchPool.Get().(*scratch)}
+	// The document is copied into one string once; the strings and number
+	// texts of its values are slices of it (one allocation instead of one
+	// per value).
+	p := parser{data: data, src: string(data), sc: scratchPool.Get().(*scratch)}
 	p.skipSpace()
 	v, err := p.value(0)
 	p.sc.release(err == nil)
@@ -55,6 +58,7 @@ func ParseObject(data []byte) (*Map, error) {
 
 type parser struct {
 	data []byte
+	src  string // data as a string
 	pos  int
 	sc   *scratch
 }
@@ -96,7 +100,7 @@ func (p *parser) value(depth int) (Value, error) {
 		}
 		return Value{kind: String, s: s}, nil
 	case c == '-' || (c >= '0' && c <= '9'):
-		v, n, err := parseNumber(p.data, p.pos)
+		v, n, err := parseNumberIn(p.data, p.src, p.pos)
 		if err != nil {
 			return Value{}, err
 		}
@@ -269,44 +273,9 @@ func (p *parser) array(depth int) (Value, error) {
 	}
 }
 
-// knownKeys are the keys of Sidekiq and ActiveJob payloads. An object key
-// that is one of them reuses the constant instead of allocating a string.
-var knownKeys = func() map[string]string {
-	m := map[string]string{}
-	for _, k := range []string{
-		"class", "args", "retry", "queue", "jid", "created_at", "enqueued_at",
-		"at", "bid", "tags", "wrapped", "retry_count", "retried_at", "failed_at",
-		"error_message", "error_class", "error_backtrace", "backtrace", "dead",
-		"retry_for", "retry_queue", "discarded_at", "lock_until", "unique_for",
-		"provider_job_id", "job_class", "job_id", "queue_name", "priority",
-		"arguments", "executions", "exception_executions", "locale", "timezone",
-		"scheduled_at", "_aj_symbol_keys", "_aj_ruby2_keywords",
-		"_aj_globalid", "_aj_serialized", "_aj_hash_with_indifferent_access",
-		"cattr", "trace_propagation_headers",
-	} {
-		m[k] = k
-	}
-	return m
-}()
-
-// key reads an object key starting at the opening quote.
-func (p *parser) key() (string, error) {
-	start := p.pos + 1
-	for i := start; i < len(p.data); i++ {
-		c := p.data[i]
-		if c == '"' {
-			if k, ok := knownKeys[string(p.data[start:i])]; ok {
-				p.pos = i + 1
-				return k, nil
-			}
-			break
-		}
-		if c == '\\' || c < 0x20 {
-			break
-		}
-	}
-	return p.str()
-}
+// key reads an object key: a slice of the document's text, as any string
+// without escapes.
+func (p *parser) key() (string, error) { return p.str() }
 
 // str reads a string starting at the opening quote.
 func (p *parser) str() (string, error) {
@@ -316,7 +285,7 @@ func (p *parser) str() (string, error) {
 	for p.pos < len(p.data) {
 		c := p.data[p.pos]
 		if c == '"' {
-			s := string(p.data[start:p.pos])
+			s := p.src[start:p.pos]
 			p.pos++
 			return s, nil
 		}
@@ -429,6 +398,12 @@ var errNumber = errors.New("invalid number")
 // parseNumber reads a JSON number at data[pos:] and returns it normalized as
 // Ruby's parse and generate would write it, and the position after it.
 func parseNumber(data []byte, pos int) (Value, int, error) {
+	return parseNumberIn(data, "", pos)
+}
+
+// parseNumberIn is parseNumber with data's text as src (when not empty),
+// whose slices become the number's text.
+func parseNumberIn(data []byte, src string, pos int) (Value, int, error) {
 	start := pos
 	bad := func() (Value, int, error) {
 		return Value{}, pos, &SyntaxError{Offset: start, Msg: errNumber.Error()}
@@ -475,7 +450,12 @@ func parseNumber(data []byte, pos int) (Value, int, error) {
 		}
 		isFloat = true
 	}
-	text := string(data[start:pos])
+	var text string
+	if src != "" {
+		text = src[start:pos]
+	} else {
+		text = string(data[start:pos])
+	}
 	if !isFloat {
 		if text == "-0" {
 			text = "0"

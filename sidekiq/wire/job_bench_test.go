@@ -19,6 +19,21 @@ func BenchmarkParseJob(b *testing.B) {
 	}
 }
 
+// typicalPayload is what Client.Push writes for a one-argument job (the
+// Sidekiq 6 format, as gojob bench pushes).
+var typicalPayload = []byte(`{"retry":true,"queue":"default","class":"BenchJob","args":[7],"jid":"90d9c26b6665a3d4675fced3","created_at":1795492991.0632136,"enqueued_at":1795492991.0633917}`)
+
+// BenchmarkParseJobTypical is the decode cost of a typical small job.
+func BenchmarkParseJobTypical(b *testing.B) {
+	b.ReportAllocs()
+	b.SetBytes(int64(len(typicalPayload)))
+	for b.Loop() {
+		if _, err := wire.ParseJob(typicalPayload); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkEncodeJob is the Ruby-exact re-encoding (retry entries, pushes).
 func BenchmarkEncodeJob(b *testing.B) {
 	job, err := wire.ParseJob(benchPayload)
