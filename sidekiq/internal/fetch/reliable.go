@@ -254,13 +254,17 @@ func (f *reliableFetch) slot(i int, st *slotState) {
 	r := NewRand(uint64(i))
 	tid := tidFor(i)
 	req := &fetchReq{cmds: make([]pipeCmd, 1), reply: make(chan fetchReply, 1)}
-	block := false // several queues, all empty at the last try
-	// With one queue, every fetch is the same command.
-	var fixed pipeCmd
+	block := false // every queue was empty at the last try
+	// With one queue, every fetch is one of two commands: a move (LMOVE)
+	// while the queue has jobs, and the blocking move (BLMOVE) once it
+	// was found empty. Redis spends about half as long on the plain move
+	// (INFO commandstats during gojob bench: 0.64 against 1.22 µs a call).
+	var fixed, fixedNow pipeCmd
 	var fixedDecode func(any) (fetchReply, error)
 	if f.single {
 		keys := cfg.Order.Args(r)
 		fixed, fixedDecode = f.move(keys[0].(string))
+		fixedNow = f.moveNow(keys[0].(string))
 	}
 	for {
 		if !cfg.Order.WaitUnpaused(cfg.Quiet) {
@@ -268,8 +272,11 @@ func (f *reliableFetch) slot(i int, st *slotState) {
 		}
 		var list string
 		switch {
-		case f.single:
+		case f.single && block:
 			req.cmds[0], req.decode = fixed, fixedDecode
+			list = fixed.args[1].(string)
+		case f.single:
+			req.cmds[0], req.decode = fixedNow, fixedDecode
 			list = fixed.args[1].(string)
 		case block:
 			keys := cfg.Order.Args(r)
@@ -296,7 +303,9 @@ func (f *reliableFetch) slot(i int, st *slotState) {
 			f.loadScripts()
 		}
 		if !rep.ok {
-			block = !f.single && !block && rep.done && rep.err == nil
+			// Found empty: block on the next try (after a blocking try
+			// that timed out, try every queue again).
+			block = !block && rep.done && rep.err == nil
 			continue
 		}
 		block = false
@@ -338,6 +347,17 @@ func (f *reliableFetch) move(src string) (pipeCmd, func(any) (fetchReply, error)
 		cmd = pipeCmd{"BLMOVE", []any{src, list, "RIGHT", "LEFT", timeout}}
 	}
 	return cmd, moveReply(wire.QueueName(src), list)
+}
+
+// moveNow returns the move of one job from queue key src to its
+// in-progress list that does not block (LMOVE; RPOPLPUSH on Redis < 6.2),
+// whose reply moveReply reads as move's.
+func (f *reliableFetch) moveNow(src string) pipeCmd {
+	list := f.lists[src]
+	if f.moveOK {
+		return pipeCmd{"LMOVE", []any{src, list, "RIGHT", "LEFT"}}
+	}
+	return pipeCmd{"RPOPLPUSH", []any{src, list}}
 }
 
 // moveReply reads a BLMOVE/BRPOPLPUSH reply: the job, or nil on timeout.
