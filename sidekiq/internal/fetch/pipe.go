@@ -378,16 +378,26 @@ func (p *pipes) readRides(fp *fetchPipe, acks []Unit, err error) error {
 	return nil
 }
 
-// receive reads one reply, timing the wait for the stall watch.
+// receive reads one reply, timing the wait for the stall watch: a pipe
+// waits from the write, or from its last reply, until the reply comes (one
+// clock read per reply).
 func (p *pipes) receive(fp *fetchPipe) (any, error) {
-	fp.waitingSince.Store(time.Now().UnixNano())
-	v, err := fp.fc.c.Receive()
-	fp.waitingSince.Store(0)
-	if err == nil {
-		fp.inflight.Add(-1)
-		p.lastReply.Store(time.Now().UnixNano())
-		p.cfg.Outage.OK() // ends a stall, if one was logged
+	if fp.waitingSince.Load() == 0 {
+		fp.waitingSince.Store(time.Now().UnixNano())
 	}
+	v, err := fp.fc.c.Receive()
+	if err != nil {
+		fp.waitingSince.Store(0)
+		return v, err
+	}
+	now := time.Now().UnixNano()
+	if fp.inflight.Add(-1) > 0 {
+		fp.waitingSince.Store(now) // waiting for the next one
+	} else {
+		fp.waitingSince.Store(0)
+	}
+	p.lastReply.Store(now)
+	p.cfg.Outage.OK() // ends a stall, if one was logged
 	return v, err
 }
 
