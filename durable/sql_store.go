@@ -36,6 +36,7 @@ type sqlStore struct {
 	display   string
 	opTimeout time.Duration
 	gc        *groupCommit
+	pgGroup   *pgGroupConns // PostgreSQL: the group writes' connections
 	stats     storeStats
 
 	qUpsert, qLock, qUnlock, qHeartbeat, qDeleteLocked, qDelete string
@@ -95,6 +96,9 @@ func (s *sqlStore) name() string { return s.display }
 func (s *sqlStore) kind() string { return s.d.kind() }
 func (s *sqlStore) close() error {
 	s.gc.close()
+	if s.pgGroup != nil {
+		s.pgGroup.close()
+	}
 	return s.db.Close()
 }
 
