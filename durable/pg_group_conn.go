@@ -3,8 +3,11 @@ package durable
 import (
 	"context"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // pgGroupConns holds the connections PostgreSQL group writes go through:
@@ -27,9 +30,17 @@ import (
 // that plan would stay. Sequential scans and hash and merge joins are
 // therefore off on these connections; the statement has an index for
 // every row it touches.
+//
+// After a connection error, on these connections or on database/sql's, the
+// other idle connections are likely dead too (a restart, a cut network):
+// each is pinged before its next use (suspect, shouldPing), as database/sql
+// does on its own only for a connection idle for more than a second.
 type pgGroupConns struct {
 	cfg  *pgx.ConnConfig
 	idle chan *pgx.Conn
+	// epoch counts the connection errors seen; a connection records the
+	// epoch it was last known good in.
+	epoch atomic.Int64
 
 	mu     sync.Mutex
 	closed bool
@@ -57,18 +68,56 @@ func newPGGroupConns(pc *pgx.ConnConfig, slots int) *pgGroupConns {
 	return &pgGroupConns{cfg: cfg, idle: make(chan *pgx.Conn, max(slots, 1))}
 }
 
-// get returns an idle connection or dials one.
+// get returns an idle connection (pinged first when it may be dead) or
+// dials one.
 func (p *pgGroupConns) get(ctx context.Context) (*pgx.Conn, error) {
 	for {
 		select {
 		case c := <-p.idle:
-			if !c.IsClosed() {
-				return c, nil
+			if c.IsClosed() {
+				continue
 			}
+			last, _ := c.PgConn().CustomData()[pgLastUsedKey].(time.Time)
+			if p.shouldPing(c, time.Since(last)) && c.PgConn().Ping(ctx) != nil {
+				c.Close(context.Background())
+				continue
+			}
+			return c, nil
 		default:
-			return pgx.ConnectConfig(ctx, p.cfg)
+			c, err := pgx.ConnectConfig(ctx, p.cfg)
+			if err != nil {
+				return nil, err
+			}
+			p.shouldPing(c, 0) // records the epoch
+			return c, nil
 		}
 	}
+}
+
+const (
+	pgEpochKey    = "gojob durable epoch"
+	pgLastUsedKey = "gojob durable last used"
+)
+
+// suspect records a connection error: every connection is pinged before
+// its next use.
+func (p *pgGroupConns) suspect() { p.epoch.Add(1) }
+
+// shouldPing reports whether c, idle for idle, may be dead: idle for more
+// than a second (database/sql's rule) or not used since a connection error.
+// It records the current epoch in c.
+func (p *pgGroupConns) shouldPing(c *pgx.Conn, idle time.Duration) bool {
+	data := c.PgConn().CustomData()
+	e := p.epoch.Load()
+	seen, known := data[pgEpochKey].(int64)
+	data[pgEpochKey] = e
+	return idle > time.Second || (known && seen != e)
+}
+
+// sqlPing is database/sql's ping rule for the store's other connections
+// (stdlib.OptionShouldPing).
+func (p *pgGroupConns) sqlPing(_ context.Context, sp stdlib.ShouldPingParams) bool {
+	return p.shouldPing(sp.Conn, sp.IdleDuration)
 }
 
 // put returns c for the next group; a connection that failed (closed,
@@ -78,6 +127,7 @@ func (p *pgGroupConns) put(c *pgx.Conn, broken bool) {
 		c.Close(context.Background())
 		return
 	}
+	c.PgConn().CustomData()[pgLastUsedKey] = time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {

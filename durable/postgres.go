@@ -137,7 +137,7 @@ func openPostgres(rawURL, schema, table string, o *Config) (*sqlStore, error) {
 	d := pgDialect{schema: schema, table: table}
 	// The group commit's connections count in MaxConns.
 	group := newPGGroupConns(pc, d.groupSlots())
-	db := stdlib.OpenDB(*pc)
+	db := stdlib.OpenDB(*pc, stdlib.OptionShouldPing(group.sqlPing))
 	db.SetMaxOpenConns(max(o.MaxConns-d.groupSlots(), 1))
 	db.SetMaxIdleConns(min(o.MaxConns, 4))
 	db.SetConnMaxIdleTime(5 * time.Minute)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -37,7 +38,10 @@ type sqlStore struct {
 	opTimeout time.Duration
 	gc        *groupCommit
 	pgGroup   *pgGroupConns // PostgreSQL: the group writes' connections
-	stats     storeStats
+
+	stmtMu sync.Mutex
+	stmts  map[sqliteStmtKey]*sql.Stmt // SQLite: the group statements
+	stats  storeStats
 
 	qUpsert, qLock, qUnlock, qHeartbeat, qDeleteLocked, qDelete string
 	qListFirst, qListAfter, qTouch, qClaim, qRestore, qGet      string
@@ -99,6 +103,12 @@ func (s *sqlStore) close() error {
 	if s.pgGroup != nil {
 		s.pgGroup.close()
 	}
+	s.stmtMu.Lock()
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	s.stmts = nil
+	s.stmtMu.Unlock()
 	return s.db.Close()
 }
 
@@ -167,7 +177,10 @@ func (s *sqlStore) op(ctx context.Context, f func(ctx context.Context) error) er
 	defer cancel()
 	err := f(octx)
 	if err != nil && ctx.Err() == nil && octx.Err() != nil {
-		return &opTimeoutError{err}
+		err = &opTimeoutError{err}
+	}
+	if err != nil && s.pgGroup != nil && s.isConnError(err) {
+		s.pgGroup.suspect()
 	}
 	return err
 }
