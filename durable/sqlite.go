@@ -109,7 +109,16 @@ func openSQLite(raw, table string, o *Config) (*sqlStore, error) {
 			path = abs
 		}
 	}
-	params := []string{"_pragma=busy_timeout(5000)", "_pragma=journal_mode(WAL)", "_txlock=immediate"}
+	// wal_autocheckpoint: SQLite's default checkpoints every 1,000 WAL
+	// pages, from the commit that crosses it, and the group commit dirties
+	// the same few pages (the table's newest rows, the due index's end)
+	// in every group: checkpointing every 10,000 pages copies each of them
+	// back to the database file far less often (measured: 10-20% more
+	// durable jobs/s on the bench). The WAL file grows to about 40 MB
+	// between checkpoints. Durability is the same: a commit is in the WAL
+	// (synced, synchronous=FULL) either way. A URL's own ?_pragma=… comes
+	// after these and wins.
+	params := []string{"_pragma=busy_timeout(5000)", "_pragma=journal_mode(WAL)", "_pragma=wal_autocheckpoint(10000)", "_txlock=immediate"}
 	if query != "" {
 		params = append(params, query)
 	}
