@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The group statements of each dialect. A group holds each jid at most
@@ -109,17 +111,8 @@ func (d pgDialect) writeGroup(ctx context.Context, s *sqlStore, ops []*gcOp) err
 		dlID[i], dlBy[i], dlAt[i] = p.JobID, p.LockedBy, micro(p.LockedAt)
 	}
 	s.counted(1)
-	conn, err := s.pgGroup.get(ctx)
-	if err != nil {
-		return err
-	}
-	err = func() error {
-		rows, err := conn.Query(ctx, s.qGroup, upID, upClass, upItem, upQueue, upIns, upDead, upMissing,
-			lkID, lkBy, lkAt, lkDead, dlID, dlBy, dlAt)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
+	args := []any{upID, upClass, upItem, upQueue, upIns, upDead, upMissing, lkID, lkBy, lkAt, lkDead, dlID, dlBy, dlAt}
+	err := s.pgGroup.query(ctx, s.qGroup, args, d.isConnError, func(rows pgx.Rows) error {
 		for rows.Next() {
 			var kind int32
 			var jid string
@@ -134,8 +127,7 @@ func (d pgDialect) writeGroup(ctx context.Context, s *sqlStore, ops []*gcOp) err
 			}
 		}
 		return rows.Err()
-	}()
-	s.pgGroup.put(conn, err != nil && (d.isConnError(err) || ctx.Err() != nil))
+	})
 	return err
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
@@ -118,6 +119,33 @@ func (p *pgGroupConns) shouldPing(c *pgx.Conn, idle time.Duration) bool {
 // (stdlib.OptionShouldPing).
 func (p *pgGroupConns) sqlPing(_ context.Context, sp stdlib.ShouldPingParams) bool {
 	return p.shouldPing(sp.Conn, sp.IdleDuration)
+}
+
+// query runs q on a group connection and reads its rows with read. A
+// connection found dead before anything was sent (pgconn.SafeToRetry: an
+// idle connection the server closed) is replaced and q sent once more, as
+// database/sql does with driver.ErrBadConn.
+func (p *pgGroupConns) query(ctx context.Context, q string, args []any, isConn func(error) bool, read func(pgx.Rows) error) error {
+	for attempt := 0; ; attempt++ {
+		c, err := p.get(ctx)
+		if err != nil {
+			return err
+		}
+		err = func() error {
+			rows, err := c.Query(ctx, q, args...)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			return read(rows)
+		}()
+		broken := err != nil && (isConn(err) || ctx.Err() != nil)
+		p.put(c, broken)
+		if broken && attempt == 0 && pgconn.SafeToRetry(err) && ctx.Err() == nil {
+			continue
+		}
+		return err
+	}
 }
 
 // put returns c for the next group; a connection that failed (closed,
