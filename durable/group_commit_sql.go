@@ -211,6 +211,9 @@ func (d sqliteDialect) writeGroup(ctx context.Context, s *sqlStore, ops []*gcOp)
 	if err := tx.Commit(); err != nil {
 		return err
 	}
+	if s.ckpt != nil {
+		s.ckpt.committed()
+	}
 	s.counted(len(parts))
 	return nil
 }

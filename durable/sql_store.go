@@ -39,6 +39,7 @@ type sqlStore struct {
 	gc        *groupCommit
 	pgGroup   *pgGroupConns // PostgreSQL: the group writes' connections
 
+	ckpt   *sqliteCheckpointer // SQLite: background checkpoints
 	stmtMu sync.Mutex
 	stmts  map[sqliteStmtKey]*sql.Stmt // SQLite: the group statements
 	stats  storeStats
@@ -109,6 +110,9 @@ func (s *sqlStore) close() error {
 	}
 	s.stmts = nil
 	s.stmtMu.Unlock()
+	if s.ckpt != nil {
+		s.ckpt.close()
+	}
 	return s.db.Close()
 }
 
