@@ -13,9 +13,9 @@ import (
 
 // pgGroupConns holds the connections PostgreSQL group writes go through:
 // pgx connections of their own, outside database/sql's pool (which keeps
-// serving everything else). A group is one statement, and database/sql's
-// layers (driver.Value conversion of every array, a pool checkout, the
-// Rows wrapper) cost about as much client CPU as the statement itself.
+// serving everything else). A group is one statement on the hot path, and
+// database/sql adds client CPU to each (a pool checkout, a driver.Value
+// conversion of every array, the Rows wrapper).
 //
 // They run with plan_cache_mode = force_generic_plan: the group statement
 // is prepared once per connection, but with array parameters PostgreSQL's
