@@ -53,8 +53,9 @@ type Config struct {
 	// OpTimeout bounds one statement; a database that does not answer in
 	// time counts as unreachable. Default 10 s.
 	OpTimeout time.Duration
-	// MaxConns is the connection limit per PostgreSQL database. Default 10;
-	// `gojob work` sizes it to its concurrency.
+	// MaxConns is the connection limit per PostgreSQL database, the group
+	// commit's connection included. Default 10; `gojob work` sizes it to
+	// its concurrency.
 	MaxConns int
 	// BatchWindow is how long a push's insert, a lock or a success delete
 	// may wait for other writes to share its statement while the database

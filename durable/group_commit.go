@@ -70,18 +70,19 @@ func (o *gcOp) jid() string {
 // means no op of the group was applied.
 type gcApplier func(ctx context.Context, ops []*gcOp) error
 
-// groupCommit gathers one database's hot writes. At most `slots` groups
-// are written at once (one for SQLite: its single writer); a jid appears
-// at most once per group, and a jid's later writes wait until the group
-// holding its earlier one is committed, so one process's writes of a row
-// land in the order they were made.
+// groupCommit gathers one database's hot writes. `slots` writer
+// goroutines (one for SQLite: its single writer) each take the next group
+// as soon as they are done with the previous one; a jid appears at most
+// once per group, and a jid's later writes wait until the group holding
+// its earlier one is committed, so one process's writes of a row land in
+// the order they were made.
 type groupCommit struct {
 	apply    gcApplier
 	single   gcApplier // one op, after its group failed with an SQL error
 	isConn   func(error) bool
 	window   time.Duration
 	maxBatch int
-	slots    chan struct{}
+	slots    int
 
 	mu       sync.Mutex
 	queue    []*gcOp
@@ -96,7 +97,7 @@ type groupCommit struct {
 func newGroupCommit(apply, single gcApplier, isConn func(error) bool, window time.Duration, maxBatch, slots int) *groupCommit {
 	return &groupCommit{
 		apply: apply, single: single, isConn: isConn, window: window,
-		maxBatch: max(maxBatch, 1), slots: make(chan struct{}, max(slots, 1)),
+		maxBatch: max(maxBatch, 1), slots: max(slots, 1),
 		inflight: map[string]int{}, kick: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 }
@@ -104,8 +105,8 @@ func newGroupCommit(apply, single gcApplier, isConn func(error) bool, window tim
 // errGroupClosed reports a write submitted after close.
 var errGroupClosed = errors.New("durable: store closed")
 
-// enqueue queues ops for the dispatcher (started on first use); it
-// reports errGroupClosed, queueing nothing, after close.
+// enqueue queues ops for the writers (started on first use); it reports
+// errGroupClosed, queueing nothing, after close.
 func (g *groupCommit) enqueue(ops ...*gcOp) error {
 	g.mu.Lock()
 	if g.closed {
@@ -118,8 +119,10 @@ func (g *groupCommit) enqueue(ops ...*gcOp) error {
 	}
 	if !g.started {
 		g.started = true
-		g.wg.Add(1)
-		go g.dispatch()
+		g.wg.Add(g.slots)
+		for range g.slots {
+			go g.writer()
+		}
 	}
 	g.mu.Unlock()
 	g.wake()
@@ -201,18 +204,15 @@ func (g *groupCommit) take() []*gcOp {
 	return batch
 }
 
-// dispatch starts a group whenever a slot is free and writes are queued.
-func (g *groupCommit) dispatch() {
+// writer writes one group after another until close.
+func (g *groupCommit) writer() {
 	defer g.wg.Done()
 	for {
-		g.slots <- struct{}{}
 		batch := g.next()
 		if batch == nil {
-			<-g.slots
 			return
 		}
-		g.wg.Add(1)
-		go g.write(batch)
+		g.write(batch)
 	}
 }
 
@@ -228,7 +228,11 @@ func (g *groupCommit) next() []*gcOp {
 		lingered := !lingerUntil.IsZero() && !time.Now().Before(lingerUntil)
 		if n > 0 && (g.window <= 0 || n >= g.maxBatch || closed || lingered) {
 			if batch := g.take(); len(batch) > 0 {
+				more := len(g.queue) > 0
 				g.mu.Unlock()
+				if more {
+					g.wake() // for another writer, if there is one
+				}
 				return batch
 			}
 		}
@@ -267,7 +271,6 @@ func (g *groupCommit) next() []*gcOp {
 // refused with an SQL error (not a connection error) is retried op by op,
 // so that one bad row fails only its own write.
 func (g *groupCommit) write(batch []*gcOp) {
-	defer g.wg.Done()
 	ctx := context.Background()
 	err := g.apply(ctx, batch)
 	if err != nil && len(batch) > 1 && !g.isConn(err) {
@@ -285,9 +288,11 @@ func (g *groupCommit) write(batch []*gcOp) {
 			delete(g.inflight, op.jid())
 		}
 	}
+	more := len(g.queue) > 0
 	g.mu.Unlock()
-	<-g.slots
-	g.wake()
+	if more && g.slots > 1 {
+		g.wake() // writes held for this group's jids may go now
+	}
 	for _, op := range batch {
 		close(op.done)
 		if op.then != nil {
@@ -311,7 +316,7 @@ func (g *groupCommit) close() {
 		close(g.stop)
 		g.wg.Wait()
 	}
-	// Anything queued after the dispatcher left fails.
+	// Anything queued after the writers left fails.
 	g.mu.Lock()
 	left := g.queue
 	g.queue = nil

@@ -134,12 +134,16 @@ func openPostgres(rawURL, schema, table string, o *Config) (*sqlStore, error) {
 	if pc.ConnectTimeout == 0 {
 		pc.ConnectTimeout = o.ConnectTimeout
 	}
-	db := stdlib.OpenDB(*pc)
-	db.SetMaxOpenConns(o.MaxConns)
+	d := pgDialect{schema: schema, table: table}
+	// The group commit's connections count in MaxConns.
+	group := newPGGroupConns(pc, d.groupSlots())
+	db := stdlib.OpenDB(*pc, stdlib.OptionShouldPing(group.sqlPing))
+	db.SetMaxOpenConns(max(o.MaxConns-d.groupSlots(), 1))
 	db.SetMaxIdleConns(min(o.MaxConns, 4))
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	d := pgDialect{schema: schema, table: table}
-	return newSQLStore(db, d, quoteIdent(schema)+"."+quoteIdent(table), redactURL(rawURL), o.OpTimeout).withGroupCommit(o), nil
+	s := newSQLStore(db, d, quoteIdent(schema)+"."+quoteIdent(table), redactURL(rawURL), o.OpTimeout).withGroupCommit(o)
+	s.pgGroup = group
+	return s, nil
 }
 
 // redactURL hides a password in a URL.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -36,7 +37,12 @@ type sqlStore struct {
 	display   string
 	opTimeout time.Duration
 	gc        *groupCommit
-	stats     storeStats
+	pgGroup   *pgGroupConns // PostgreSQL: the group writes' connections
+
+	ckpt   *sqliteCheckpointer // SQLite: background checkpoints
+	stmtMu sync.Mutex
+	stmts  map[sqliteStmtKey]*sql.Stmt // SQLite: the group statements
+	stats  storeStats
 
 	qUpsert, qLock, qUnlock, qHeartbeat, qDeleteLocked, qDelete string
 	qListFirst, qListAfter, qTouch, qClaim, qRestore, qGet      string
@@ -95,6 +101,18 @@ func (s *sqlStore) name() string { return s.display }
 func (s *sqlStore) kind() string { return s.d.kind() }
 func (s *sqlStore) close() error {
 	s.gc.close()
+	if s.pgGroup != nil {
+		s.pgGroup.close()
+	}
+	s.stmtMu.Lock()
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	s.stmts = nil
+	s.stmtMu.Unlock()
+	if s.ckpt != nil {
+		s.ckpt.close()
+	}
 	return s.db.Close()
 }
 
@@ -163,7 +181,10 @@ func (s *sqlStore) op(ctx context.Context, f func(ctx context.Context) error) er
 	defer cancel()
 	err := f(octx)
 	if err != nil && ctx.Err() == nil && octx.Err() != nil {
-		return &opTimeoutError{err}
+		err = &opTimeoutError{err}
+	}
+	if err != nil && s.pgGroup != nil && s.isConnError(err) {
+		s.pgGroup.suspect()
 	}
 	return err
 }

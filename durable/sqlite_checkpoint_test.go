@@ -1,0 +1,38 @@
+package durable
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// SQLite's WAL is copied back into the database file by the background
+// checkpointer, long before the writer's own automatic checkpoint (10,000
+// pages) would do it inside a commit.
+func TestSQLiteWALIsCheckpointedInTheBackground(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "ckpt.db")
+	d, err := New(&Config{URLs: []string{"sqlite:" + path}, Table: uniqueTable()})
+	require.NoError(t, err)
+	defer d.Close()
+	ctx := context.Background()
+	_, err = d.Migrate(ctx)
+	require.NoError(t, err)
+	size := func() int64 {
+		fi, err := os.Stat(path)
+		require.NoError(t, err)
+		return fi.Size()
+	}
+	before := size()
+	for i := range 2 * sqliteCheckpointEvery {
+		require.NoError(t, d.stores[0].upsert(ctx, upsertParams{JobID: fmt.Sprint("j", i), JobClass: "C", ItemJSON: "{}",
+			Queue: "q", InsertedAt: testNow, AssumeDeadAt: testNow}))
+	}
+	require.Eventually(t, func() bool { return size() > before }, 5*time.Second, 10*time.Millisecond,
+		"the database file holds the rows (%d bytes before)", before)
+}
