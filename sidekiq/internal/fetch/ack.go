@@ -95,10 +95,16 @@ func (a *acker) waitingSince() int64 {
 		since = 0
 	}
 	a.mu.Unlock()
-	if b := a.busySince.Load(); b != 0 && (since == 0 || b < since) {
+	return earliest(since, a.busySince.Load())
+}
+
+// earliest returns the earlier of two unix-nanosecond times, where 0 means
+// none.
+func earliest(a, b int64) int64 {
+	if b != 0 && (a == 0 || b < a) {
 		return b
 	}
-	return since
+	return a
 }
 
 // take removes up to max queued acknowledgements and appends them to buf.

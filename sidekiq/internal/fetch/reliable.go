@@ -237,11 +237,7 @@ func (f *reliableFetch) held() map[string]map[string]int {
 func (f *reliableFetch) oldestWait() int64 {
 	oldest := f.acker.waitingSince()
 	for _, fp := range f.pipes.list {
-		for _, w := range []int64{fp.waitingSince.Load(), fp.acking.Load()} {
-			if w != 0 && (oldest == 0 || w < oldest) {
-				oldest = w
-			}
-		}
+		oldest = earliest(earliest(oldest, fp.waitingSince.Load()), fp.acking.Load())
 	}
 	return oldest
 }

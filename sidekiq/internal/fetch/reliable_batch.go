@@ -114,9 +114,7 @@ func (f *reliableBatch) Close() { f.base.life.close() }
 func (f *reliableBatch) oldestWait() int64 {
 	oldest := f.acker.waitingSince()
 	for i := range f.taking {
-		if w := f.taking[i].Load(); w != 0 && (oldest == 0 || w < oldest) {
-			oldest = w
-		}
+		oldest = earliest(oldest, f.taking[i].Load())
 	}
 	return oldest
 }
