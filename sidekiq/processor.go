@@ -97,7 +97,9 @@ func (s *Server) process(tid string, u fetch.Unit) {
 		s.fetcher.Requeue([]fetch.Unit{u})
 		return
 	}
-	job, err := wire.ParseJob(raw)
+	// The fetch's reply is this job's own buffer, kept unchanged for its
+	// acknowledgement: the job's strings can share it.
+	job, err := wire.ParseFetchedJob(raw)
 	if err != nil {
 		// Unparsable: to the dead set unchanged, no stats (docs/sidekiq-wire.md#unparsable-payloads).
 		s.log.Error().Err(err).Str("component", "processor").Str("queue", queue).

@@ -32,6 +32,17 @@ func ParseJob(data []byte) (*Job, error) {
 	return &Job{m: m, raw: data}, nil
 }
 
+// ParseFetchedJob is ParseJob for a payload the caller owns and never
+// modifies again (a fetched job's bytes, kept for its acknowledgement): the
+// job's strings share data's memory instead of a copy of it.
+func ParseFetchedJob(data []byte) (*Job, error) {
+	m, err := rubyjson.ParseObjectShared(data)
+	if err != nil {
+		return nil, fmt.Errorf("sidekiq: parse job: %w", err)
+	}
+	return &Job{m: m, raw: data}, nil
+}
+
 // NewJob builds a job of class with args, in the key order of Ruby's
 // Client.push("class" => ..., "args" => ...). Args are converted with
 // rubyjson.FromGo; use rubyjson values for exact control. It returns an error
@@ -62,7 +73,8 @@ func (j *Job) Map() *rubyjson.Map {
 }
 
 // Raw returns the bytes the job was decoded from, or nil for a job built in
-// Go.
+// Go. They must not be modified: a fetched job's strings share them, and its
+// acknowledgement names the job by them.
 func (j *Job) Raw() []byte { return j.raw }
 
 // Bytes returns the original bytes when the job is unchanged, otherwise its

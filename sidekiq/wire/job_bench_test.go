@@ -55,3 +55,15 @@ func BenchmarkNewJob(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkParseFetchedJobTypical is the fetch path's decode, whose strings
+// share the reply buffer instead of copying it.
+func BenchmarkParseFetchedJobTypical(b *testing.B) {
+	b.ReportAllocs()
+	b.SetBytes(int64(len(typicalPayload)))
+	for b.Loop() {
+		if _, err := wire.ParseFetchedJob(typicalPayload); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
