@@ -112,7 +112,7 @@ func openSQLite(raw, table string, o *Config) (*sqlStore, error) {
 	// wal_autocheckpoint: SQLite's default copies the WAL back into the
 	// file every 1,000 pages, inside the commit that crosses it, and every
 	// job waiting for that group's lock waits for the copy. Checkpoints run
-	// in the background instead (sqliteCheckpointer, every 64 groups); the
+	// in the background instead (sqliteCheckpointer, every sqliteCheckpointEvery groups); the
 	// writer's own, at 10,000 pages (a WAL of about 40 MB), is the
 	// backstop. Durability is the same: a commit is in the WAL, synced
 	// (synchronous=FULL), either way. A URL's own ?_pragma=… comes after
