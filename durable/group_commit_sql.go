@@ -165,7 +165,16 @@ const sqliteChunk = 500
 // (sqliteSizes): a group of locks or deletes is padded to the next size
 // with rows of NULLs, which match no row; upserts, which cannot be padded,
 // are cut into statements of those sizes.
+//
+// The group runs under a context that is never cancelled. The one wait in
+// it is for the write lock at BEGIN IMMEDIATE, which busy_timeout bounds
+// (openSQLite sets it no longer than Config.OpTimeout) and which ends in
+// SQLITE_BUSY, a connection error; after it, in WAL mode, nothing waits for
+// another connection. A cancellable context costs a watcher goroutine per
+// statement in database/sql and in the driver (the transaction's, each
+// statement's interrupt, the rows'), four or five per group.
 func (d sqliteDialect) writeGroup(ctx context.Context, s *sqlStore, ops []*gcOp) error {
+	ctx = context.WithoutCancel(ctx)
 	g := splitGroupInOrder(ops)
 	type part struct {
 		kind gcKind

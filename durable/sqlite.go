@@ -112,12 +112,21 @@ func openSQLite(raw, table string, o *Config) (*sqlStore, error) {
 	// wal_autocheckpoint: SQLite's default copies the WAL back into the
 	// file every 1,000 pages, inside the commit that crosses it, and every
 	// job waiting for that group's lock waits for the copy. Checkpoints run
-	// in the background instead (sqliteCheckpointer, every 64 groups); the
-	// writer's own, at 10,000 pages (a WAL of about 40 MB), is the
-	// backstop. Durability is the same: a commit is in the WAL, synced
-	// (synchronous=FULL), either way. A URL's own ?_pragma=… comes after
-	// these and wins.
-	params := []string{"_pragma=busy_timeout(5000)", "_pragma=journal_mode(WAL)", "_pragma=wal_autocheckpoint(10000)", "_txlock=immediate"}
+	// in the background instead (sqliteCheckpointer, every
+	// sqliteCheckpointEvery groups); the writer's own, at 10,000 pages (a
+	// WAL of about 40 MB), is the backstop. Durability is the same: a
+	// commit is in the WAL, synced (synchronous=FULL), either way.
+	//
+	// busy_timeout: how long a statement waits for another process's lock,
+	// 5 s but never longer than OpTimeout, since the group writes wait
+	// under no context deadline (sqliteDialect.writeGroup).
+	//
+	// A URL's own ?_pragma=… comes after these and wins.
+	busy := min(5*time.Second, o.OpTimeout)
+	if busy <= 0 {
+		busy = 5 * time.Second
+	}
+	params := []string{fmt.Sprintf("_pragma=busy_timeout(%d)", busy.Milliseconds()), "_pragma=journal_mode(WAL)", "_pragma=wal_autocheckpoint(10000)", "_txlock=immediate"}
 	if query != "" {
 		params = append(params, query)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"runtime/metrics"
 	"syscall"
 	"testing"
 	"time"
@@ -16,9 +17,10 @@ import (
 // sqliteChunk (as a bulk push writes them), then groups of 12 locks (the
 // next jobs in push order) and 12 deletes (the jobs locked two groups
 // earlier), one transaction each, as groupCommit.write applies them. The
-// jids are in no particular order, as real ones. It reports the process's CPU per job (user + system, so the WAL
-// writes and fsyncs count), which is steadier than wall time on a shared
-// machine. Run with a fixed count, e.g. -benchtime=2000x.
+// jids are in no particular order, as real ones. It reports the process's
+// CPU per job (user + system, so the WAL writes and fsyncs count), which
+// is steadier than wall time on a shared machine, and the goroutines
+// started per job. Run with a fixed count, e.g. -benchtime=2000x.
 func BenchmarkSQLiteDrainGroups(b *testing.B) {
 	const group = 12
 	path := filepath.Join(b.TempDir(), "drain.db")
@@ -49,6 +51,9 @@ func BenchmarkSQLiteDrainGroups(b *testing.B) {
 	lockedAt := make([]time.Time, rows)
 	var before syscall.Rusage
 	require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &before))
+	created := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(created)
+	createdBefore := created[0].Value.Uint64()
 	b.ResetTimer()
 	for n := range b.N + 2 {
 		var ops []*gcOp
@@ -73,5 +78,8 @@ func BenchmarkSQLiteDrainGroups(b *testing.B) {
 	var after syscall.Rusage
 	require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &after))
 	cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
-	b.ReportMetric(float64(cpu.Microseconds())/float64((b.N+2)*group), "cpu-µs/job")
+	metrics.Read(created)
+	jobs := float64((b.N + 2) * group)
+	b.ReportMetric(float64(cpu.Microseconds())/jobs, "cpu-µs/job")
+	b.ReportMetric(float64(created[0].Value.Uint64()-createdBefore)/jobs, "goroutines/job")
 }

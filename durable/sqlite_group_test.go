@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -43,4 +44,21 @@ func TestSQLiteBulkPushInsertsRowsInPushOrder(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, pushed, stored)
+}
+
+// The group writes run under no context deadline, so SQLite's own wait
+// for another process's lock must end within OpTimeout.
+func TestSQLiteBusyTimeoutIsNoLongerThanOpTimeout(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		op   time.Duration
+		want int
+	}{{300 * time.Millisecond, 300}, {0, 5000}, {time.Minute, 5000}} {
+		d, err := New(&Config{URLs: []string{"sqlite:" + filepath.Join(t.TempDir(), "busy.db")}, Table: uniqueTable(), OpTimeout: c.op})
+		require.NoError(t, err)
+		var got int
+		require.NoError(t, d.stores[0].(*sqlStore).db.QueryRowContext(context.Background(), `PRAGMA busy_timeout`).Scan(&got))
+		require.Equal(t, c.want, got, "OpTimeout %v", c.op)
+		require.NoError(t, d.Close())
+	}
 }
