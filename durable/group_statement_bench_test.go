@@ -3,17 +3,79 @@ package durable
 import (
 	"context"
 	"fmt"
+	"runtime/metrics"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
-// BenchmarkGroupStatement is the database's side of the drain, without
-// gojob's workers or Redis: one group statement in flight, each carrying
-// the locks of `size` jobs and the success deletes of the previous
-// group's, over a table of 50,000 pushed rows. Its µs/statement splits a
-// statement's cost into a part per statement and a part per job
+// The drain's group statements, without gojob's workers or Redis: rows
+// pushed in groups of sqliteChunk (as a bulk push writes them), then one
+// group at a time holding the locks of the next jobs in push order and the
+// success deletes of jobs locked earlier, as groupCommit.write applies
+// them. Run with a fixed count, e.g. -benchtime 2000x.
+
+// benchIdentity is the lock owner of the benchmarks' rows.
+const benchIdentity = "host:1234:0123456789ab"
+
+// pushBenchRows writes n rows as bulk pushes do and returns their jids in
+// push order (in no particular jid order, as real ones).
+func pushBenchRows(b *testing.B, s *sqlStore, n int) []string {
+	b.Helper()
+	jids := make([]string, n)
+	now := time.Now().UTC()
+	for i := range jids {
+		jids[i] = fmt.Sprintf("%024x", uint64(i)*0x9e3779b97f4a7c15)
+	}
+	for i := 0; i < n; i += sqliteChunk {
+		var ops []*gcOp
+		for j := i; j < min(n, i+sqliteChunk); j++ {
+			at := now.Add(time.Duration(j) * 20 * time.Microsecond)
+			item := fmt.Sprintf(`{"class":"Bench::Noop","args":[%d],"retry":true,"queue":"bench-x","jid":"%s","created_at":1700000000.123,"enqueued_at":1700000000.123,"durable":true}`, j, jids[j])
+			ops = append(ops, &gcOp{kind: gcUpsert, up: upsertParams{JobID: jids[j], JobClass: "Bench::Noop", ItemJSON: item,
+				Queue: "bench-x", InsertedAt: at, AssumeDeadAt: at.Add(5 * time.Minute)}})
+		}
+		require.NoError(b, s.writeGroup(context.Background(), ops))
+	}
+	return jids
+}
+
+// lockBenchRows returns the locks of jids, taken now.
+func lockBenchRows(jids []string) []lockParams {
+	t := time.Now()
+	locks := make([]lockParams, len(jids))
+	for i, jid := range jids {
+		locks[i] = lockParams{JobID: jid, LockedBy: benchIdentity, LockedAt: t, AssumeDeadAt: t.Add(5 * time.Minute)}
+	}
+	return locks
+}
+
+// writeDrainGroup writes locks and the deletes of the jobs locked by done
+// in one group, and fails b when a write finds no row.
+func writeDrainGroup(b *testing.B, s *sqlStore, locks, done []lockParams) {
+	ops := make([]*gcOp, 0, len(locks)+len(done))
+	for _, lk := range locks {
+		ops = append(ops, &gcOp{kind: gcLock, lk: lk})
+	}
+	for _, lk := range done {
+		ops = append(ops, &gcOp{kind: gcDelete, del: deleteLockedParams{JobID: lk.JobID, LockedBy: lk.LockedBy, LockedAt: lk.LockedAt}})
+	}
+	if err := s.writeGroup(context.Background(), ops); err != nil {
+		b.Fatal(err)
+	}
+	for _, op := range ops {
+		if !op.ok {
+			b.Fatalf("%v %s: not applied", op.kind, op.jid())
+		}
+	}
+}
+
+// BenchmarkGroupStatement is the database's side of the drain, per
+// backend and group size: each statement locks `size` jobs and deletes
+// the previous statement's. Its µs/statement splits a statement's cost
+// into a part per statement and a part per job
 // (docs/durable.md#gojob-at-scale); with one group in flight and the
 // slots in two cohorts, 25 slots need two statements per job cycle.
 //
@@ -23,47 +85,13 @@ func BenchmarkGroupStatement(b *testing.B) {
 		for _, size := range []int{1, 12, 24} {
 			b.Run(fmt.Sprintf("%s/%d", be.name, size), func(b *testing.B) {
 				urls := be.urls(b)
-				tb := setupB(b, urls[:1])
-				s := tb.d.stores[0].(*sqlStore)
-				ctx := context.Background()
-				const rows = 50_000
-				now := time.Now().UTC()
-				jid := func(i int) string { return fmt.Sprintf("%024x", i*7919) }
-				for start := 0; start < rows; start += 500 {
-					ops := make([]*gcOp, 0, 500)
-					for i := start; i < start+500; i++ {
-						ops = append(ops, &gcOp{kind: gcUpsert, up: upsertParams{
-							JobID: jid(i), JobClass: "BenchJob", Queue: "bench", InsertedAt: now, AssumeDeadAt: now.Add(5 * time.Minute),
-							ItemJSON: `{"retry":true,"queue":"bench","class":"BenchJob","args":[7],"jid":"` + jid(i) + `","created_at":1795492991.0632136,"enqueued_at":1795492991.0633917}`,
-						}})
-					}
-					require.NoError(b, s.writeGroup(ctx, ops))
-				}
-				next := 0
+				s := setupB(b, urls[:1]).d.stores[0].(*sqlStore)
+				jids := pushBenchRows(b, s, (b.N+1)*size)
 				var prev []lockParams
 				b.ResetTimer()
-				for b.Loop() {
-					if next+size > rows {
-						b.Fatalf("more statements than the table's rows allow: use -benchtime %dx or less", rows/size)
-					}
-					ops := make([]*gcOp, 0, 2*size)
-					locks := make([]lockParams, 0, size)
-					at := time.Now().UTC().Truncate(time.Microsecond)
-					for i := next; i < next+size; i++ {
-						lk := lockParams{JobID: jid(i), LockedBy: "bench:1:abc", LockedAt: at, AssumeDeadAt: at.Add(5 * time.Minute)}
-						locks = append(locks, lk)
-						ops = append(ops, &gcOp{kind: gcLock, lk: lk})
-					}
-					for _, lk := range prev {
-						ops = append(ops, &gcOp{kind: gcDelete, del: deleteLockedParams{JobID: lk.JobID, LockedBy: lk.LockedBy, LockedAt: lk.LockedAt}})
-					}
-					require.NoError(b, s.writeGroup(ctx, ops))
-					for _, op := range ops {
-						if !op.ok {
-							b.Fatalf("%v of %s found no row", op.kind, op.jid())
-						}
-					}
-					next += size
+				for n := range b.N {
+					locks := lockBenchRows(jids[n*size : (n+1)*size])
+					writeDrainGroup(b, s, locks, prev)
 					prev = locks
 				}
 				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/statement")
@@ -72,4 +100,39 @@ func BenchmarkGroupStatement(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkSQLiteDrainGroups is the SQLite writer alone in the shape of
+// `gojob bench --durable sqlite:…` at -c 25: groups of 12 locks and the
+// deletes of the jobs locked two groups earlier, one transaction each. It
+// reports the process's CPU per job (user + system, so the WAL writes and
+// fsyncs count), which is steadier than wall time on a shared machine, and
+// the goroutines started per job.
+func BenchmarkSQLiteDrainGroups(b *testing.B) {
+	const group = 12
+	_, s, _ := openSQLiteFile(b, "drain.db")
+	jids := pushBenchRows(b, s, (b.N+3)*group)
+	var before syscall.Rusage
+	require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &before))
+	created := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(created)
+	createdBefore := created[0].Value.Uint64()
+	var locked [][]lockParams
+	b.ResetTimer()
+	for n := range b.N + 2 {
+		locked = append(locked, lockBenchRows(jids[n*group:(n+1)*group]))
+		var done []lockParams
+		if n >= 2 {
+			done = locked[n-2]
+		}
+		writeDrainGroup(b, s, locked[n], done)
+	}
+	b.StopTimer()
+	var after syscall.Rusage
+	require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &after))
+	cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
+	metrics.Read(created)
+	jobs := float64((b.N + 2) * group)
+	b.ReportMetric(float64(cpu.Microseconds())/jobs, "cpu-µs/job")
+	b.ReportMetric(float64(created[0].Value.Uint64()-createdBefore)/jobs, "goroutines/job")
 }

@@ -326,3 +326,16 @@ func (b *testBundle) deadJobs(t testing.TB) []*wire.Job {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// openSQLiteFile opens and migrates a durable store in a SQLite file of
+// its own (tb's temp dir); it returns the Durable, its store and the file.
+func openSQLiteFile(tb testing.TB, name string) (*Durable, *sqlStore, string) {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), name)
+	d, err := New(&Config{URLs: []string{"sqlite:" + path}, Table: uniqueTable()})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { d.Close() })
+	_, err = d.Migrate(context.Background())
+	require.NoError(tb, err)
+	return d, d.stores[0].(*sqlStore), path
+}

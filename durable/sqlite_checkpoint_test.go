@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,13 +15,8 @@ import (
 // pages) would do it inside a commit.
 func TestSQLiteWALIsCheckpointedInTheBackground(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "ckpt.db")
-	d, err := New(&Config{URLs: []string{"sqlite:" + path}, Table: uniqueTable()})
-	require.NoError(t, err)
-	defer d.Close()
+	d, _, path := openSQLiteFile(t, "ckpt.db")
 	ctx := context.Background()
-	_, err = d.Migrate(ctx)
-	require.NoError(t, err)
 	size := func() int64 {
 		fi, err := os.Stat(path)
 		require.NoError(t, err)

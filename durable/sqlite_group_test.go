@@ -14,14 +14,8 @@ import (
 // the rows of jobs fetched one after another share table pages.
 func TestSQLiteBulkPushInsertsRowsInPushOrder(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "order.db")
-	d, err := New(&Config{URLs: []string{"sqlite:" + path}, Table: uniqueTable()})
-	require.NoError(t, err)
-	defer d.Close()
+	_, s, _ := openSQLiteFile(t, "order.db")
 	ctx := context.Background()
-	_, err = d.Migrate(ctx)
-	require.NoError(t, err)
-	s := d.stores[0].(*sqlStore)
 	var ups []upsertParams
 	var pushed []string
 	for i := range 50 {
