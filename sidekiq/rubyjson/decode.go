@@ -483,20 +483,24 @@ func parseNumberIn(data []byte, src string, pos int) (Value, int, error) {
 		}
 		return Value{kind: Integer, s: text}, pos, nil
 	}
-	if inRubyForm(text) {
-		return Value{kind: Float, s: text}, pos, nil
-	}
+	// A text not in Float#to_s form is shaped when it is written or read
+	// (Value.floatText), not here.
+	return Value{kind: Float, s: text, unshaped: !inRubyForm(text)}, pos, nil
+}
+
+// shapeFloat returns the Float#to_s form of a valid JSON float's text.
+func shapeFloat(text string) string {
 	f, err := strconv.ParseFloat(text, 64)
 	if err != nil {
 		// Out of float64 range: Ruby would parse an infinity and refuse to
 		// write it. Keep the text so nothing is lost.
-		return Value{kind: Float, s: text}, pos, nil
+		return text
 	}
 	var buf [32]byte
 	if out := AppendFloat(buf[:0], f); string(out) != text {
-		text = string(out)
+		return string(out)
 	}
-	return Value{kind: Float, s: text}, pos, nil
+	return text
 }
 
 // inRubyForm reports, without converting, whether the text of a valid JSON

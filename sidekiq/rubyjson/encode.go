@@ -20,8 +20,10 @@ func (v Value) AppendTo(dst []byte) []byte {
 			return append(dst, "true"...)
 		}
 		return append(dst, "false"...)
-	case Integer, Float:
+	case Integer:
 		return append(dst, v.s...)
+	case Float:
+		return append(dst, v.floatText()...)
 	case String:
 		return AppendString(dst, v.s)
 	case Array:

@@ -150,3 +150,29 @@ func TestParseNestingAndRepeatedKeys(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, `[[1,2],{"class":"A","args":[3]},[]]`, string(v.Encode()))
 }
+
+// A decoded float whose text is not in Float#to_s form is put in that form
+// when it is written or read, never left as the sender wrote it: its text,
+// its encoding and its comparison with the same float built in Go agree.
+func TestDecodedFloatReadsAndComparesInRubyForm(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		`1.7468303847678468e+9`: `1746830384.7678468`,
+		`2.50`:                  `2.5`,
+		`1E3`:                   `1000.0`,
+		`1e400`:                 `1e400`,
+		`1764000000.1234567`:    `1764000000.1234567`,
+	} {
+		v, err := Parse([]byte(in))
+		require.NoError(t, err, in)
+		require.Equal(t, want, v.NumberText(), in)
+		require.Equal(t, want, string(v.Encode()), in)
+		if f, ok := v.Float(); ok && in != `1e400` {
+			require.True(t, Equal(v, FloatValue(f)), in)
+			require.True(t, Equal(FloatValue(f), v), in)
+		}
+		w, err := Parse([]byte(want))
+		require.NoError(t, err, want)
+		require.True(t, Equal(v, w), in)
+	}
+}

@@ -52,9 +52,23 @@ func (k Kind) String() string {
 type Value struct {
 	kind Kind
 	b    bool
-	s    string // string value, or number text
-	arr  []Value
-	obj  *Map
+	// unshaped marks a decoded Float whose text may not be in Float#to_s
+	// form yet (more than 15 significant digits or an exponent): it is put
+	// in that form when the value is written or its text read, not at
+	// decode time, since a fetched job is mostly never re-encoded and
+	// shaping takes a ParseFloat and a FormatFloat per float.
+	unshaped bool
+	s        string // string value, or number text
+	arr      []Value
+	obj      *Map
+}
+
+// floatText returns a Float's text in Float#to_s form.
+func (v Value) floatText() string {
+	if !v.unshaped {
+		return v.s
+	}
+	return shapeFloat(v.s)
 }
 
 // NullValue returns the JSON null.
@@ -139,7 +153,7 @@ func (v Value) NumberText() string {
 	if !v.IsNumber() {
 		return ""
 	}
-	return v.s
+	return v.floatText()
 }
 
 // Int returns v as an int64 when it is an Integer that fits, or a Float with
@@ -210,8 +224,10 @@ func Equal(a, b Value) bool {
 		return true
 	case Bool:
 		return a.b == b.b
-	case Integer, Float, String:
+	case Integer, String:
 		return a.s == b.s
+	case Float:
+		return a.floatText() == b.floatText()
 	case Array:
 		if len(a.arr) != len(b.arr) {
 			return false
