@@ -25,9 +25,11 @@ type workItem struct {
 	// metrics are kept for it (a 6.x format, or no handler).
 	class string
 	// watch follows its heartbeats and deadlines, and ctx is the job's
-	// context (heartbeat.go).
-	watch jobWatch
-	ctx   jobCtx
+	// context (heartbeat.go); cancel ends it (a missed deadline, the end of
+	// the job, or the hard shutdown through cancelRunning).
+	watch  jobWatch
+	ctx    jobCtx
+	cancel context.CancelCauseFunc
 	// gate is where a middleware may hold back the acknowledgement of a
 	// success (DeferAck); reliable fetches only.
 	gate ackGate
@@ -46,6 +48,16 @@ func (w *workItem) abandon() bool { return w.state.CompareAndSwap(workRunning, w
 // finish marks a job finished; it reports false when shutdown abandoned
 // (and requeued) it first.
 func (w *workItem) finish() bool { return w.state.CompareAndSwap(workRunning, workFinished) }
+
+// cancelRunning cancels the contexts of the running jobs, as cancelling
+// hardCtx would cancel its children. Called at hard shutdown after
+// abandonRunning, when no job can start any more.
+func (s *Server) cancelRunning() {
+	s.work.Range(func(_, v any) bool {
+		v.(*workItem).cancel(nil)
+		return true
+	})
+}
 
 // runningWork lists the running jobs for the heartbeat's work hash.
 func (s *Server) runningWork() []maintenance.Work {
@@ -111,7 +123,12 @@ func (s *Server) process(tid string, u fetch.Unit) {
 	reg, _ := s.handlerFor(job)
 	lim, limErr := s.limitsOf(job)
 	w := &workItem{unit: u, runAt: s.cfg.Clock.Now()}
-	cctx, cancel := context.WithCancelCause(s.hardCtx)
+	// Not a child of hardCtx: 25 workers registering with one parent
+	// contend for its lock on every job. The hard shutdown cancels the
+	// running jobs' contexts itself (cancelRunning), after abandonRunning
+	// has made sure no job starts any more.
+	cctx, cancel := context.WithCancelCause(s.jobBase)
+	w.cancel = cancel
 	watch := &w.watch
 	watch.start(lim, cancel)
 	w.ctx = jobCtx{Context: cctx, w: watch}

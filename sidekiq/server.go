@@ -68,6 +68,9 @@ type Server struct {
 	stopCh   chan struct{} // closed when a stop is requested
 	stopOne  sync.Once
 	hardCtx  context.Context // cancelled at hard shutdown
+	// jobBase is hardCtx's values without its cancellation: the parent of
+	// every job's context (processor.go).
+	jobBase context.Context
 
 	observers []JobObserver
 
@@ -135,6 +138,7 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 		quietCh:   make(chan struct{}),
 		stopCh:    make(chan struct{}),
 		hardCtx:   hard,
+		jobBase:   context.WithoutCancel(hard),
 		hardStop:  cancel,
 		writeStop: stopWrites,
 		done:      make(chan struct{}),

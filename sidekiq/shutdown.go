@@ -52,6 +52,7 @@ func (s *Server) Stop(ctx context.Context) error {
 	// not fail it into the retry set or, with retry: false, drop it.
 	units := s.abandonRunning()
 	s.hardStop()
+	s.cancelRunning()
 	var errs []error
 	if err := s.fetcher.Requeue(units); err != nil {
 		errs = append(errs, err)
