@@ -147,7 +147,7 @@ func (f *reliableBatch) fetch(taking *atomic.Int64) {
 		}
 	}
 	full := false // the last take moved as many jobs as it asked for
-	rides := make([]Unit, 0, rideMax)
+	scratch := &takeScratch{rides: make([]Unit, 0, rideMax)}
 	defer taking.Store(0)
 	for {
 		taking.Store(0)
@@ -178,7 +178,7 @@ func (f *reliableBatch) fetch(taking *atomic.Int64) {
 		var units []Unit
 		var err error
 		if len(keys) == 1 && f.base.moveOK {
-			units, err = f.takeMoves(fc, taking, &rides, keys[0].(string), k)
+			units, err = f.takeMoves(fc, taking, scratch, keys[0].(string), k)
 		} else {
 			var reply any
 			reply, err = cfg.do(fc.c, "EVALSHA", append([]any{takeScript.Hash(), 2 * len(keys)}, args...)...)
@@ -287,16 +287,25 @@ func (f *reliableBatch) gather(busy bool) int {
 // jobs freed are the ones the moves fill, so one round trip does what two
 // would (the acknowledger sends the rest, and all of them while the
 // fetcher blocks on an empty queue).
-func (f *reliableBatch) takeMoves(fc *conn, taking *atomic.Int64, rides *[]Unit, src string, k int) ([]Unit, error) {
+//
+// The units it returns live in the fetcher's scratch until its next take.
+func (f *reliableBatch) takeMoves(fc *conn, taking *atomic.Int64, sc *takeScratch, src string, k int) ([]Unit, error) {
 	list := f.base.lists[src]
 	c := fc.c
-	acks := f.acker.steal((*rides)[:0], rideMax, taking)
-	*rides = acks[:0]
+	acks := f.acker.steal(sc.rides[:0], rideMax, taking)
+	sc.rides = acks[:0]
+	// One argument slice per command name, reused: Send writes the
+	// command into the connection's buffer before it returns.
+	lrem := sc.lrem[:]
+	lrem[1] = -1
 	for _, u := range acks {
-		c.Send("LREM", u.list, -1, u.Raw)
+		lrem[0], lrem[2] = u.list, u.Raw
+		c.Send("LREM", lrem...)
 	}
+	clear(lrem)
+	move := append(sc.move[:0], src, list, "RIGHT", "LEFT")
 	for range k {
-		c.Send("LMOVE", src, list, "RIGHT", "LEFT")
+		c.Send("LMOVE", move...)
 	}
 	t := time.AfterFunc(stallAfter, func() { f.cfg.Outage.Stalled(stallAfter) })
 	defer t.Stop()
@@ -315,7 +324,8 @@ func (f *reliableBatch) takeMoves(fc *conn, taking *atomic.Int64, rides *[]Unit,
 	}
 	clear(acks)
 	queue := wire.QueueName(src)
-	units := make([]Unit, 0, k)
+	clear(sc.units)
+	units := sc.units[:0]
 	var firstErr error
 	for range k {
 		v, err := c.Receive()
@@ -334,10 +344,21 @@ func (f *reliableBatch) takeMoves(fc *conn, taking *atomic.Int64, rides *[]Unit,
 			}
 		}
 	}
+	sc.units = units
 	if firstErr != nil && len(units) == 0 {
 		return nil, firstErr
 	}
 	return units, nil
+}
+
+// takeScratch is a fetcher's memory reused from take to take: the
+// acknowledgements riding in a take, the units it moved (handed to the
+// workers by value before the next take) and the commands' arguments.
+type takeScratch struct {
+	rides []Unit
+	units []Unit
+	lrem  [3]any
+	move  [4]any
 }
 
 // rideMax is the most acknowledgements a take carries.
