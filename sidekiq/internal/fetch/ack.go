@@ -203,8 +203,11 @@ func (a *acker) run() {
 func (a *acker) send(units []Unit) error {
 	var replies []any
 	err := a.cfg.Writes.Do(func(conn redis.Conn) error {
+		lrem := make([]any, 3) // reused: Send writes it out before it returns
+		lrem[1] = -1
 		for _, u := range units {
-			conn.Send("LREM", u.list, -1, u.Raw)
+			lrem[0], lrem[2] = u.list, u.Raw
+			conn.Send("LREM", lrem...)
 		}
 		var err error
 		replies, err = redis.Values(conn.Do(""))

@@ -99,6 +99,9 @@ type fetchPipe struct {
 	acking atomic.Int64
 	// rides is the round's acknowledgements (reused).
 	rides []Unit
+	// lrem is an acknowledgement's arguments (reused: Send writes them
+	// into the connection's buffer before it returns).
+	lrem [3]any
 }
 
 // newPipes sizes the pipes for n slots: depth is capped by n, and is 1
@@ -280,12 +283,16 @@ func (p *pipes) round(fp *fetchPipe, batch []*fetchReq) (int, error) {
 	if p.acker != nil {
 		acks = p.acker.steal(fp.rides[:0], rideMax, &fp.acking)
 		fp.rides = acks[:0]
+		lrem := fp.lrem[:]
+		lrem[1] = -1
 		for _, u := range acks {
-			if err = conn.Send("LREM", u.list, -1, u.Raw); err != nil {
+			lrem[0], lrem[2] = u.list, u.Raw
+			if err = conn.Send("LREM", lrem...); err != nil {
 				break
 			}
 			sent++
 		}
+		clear(lrem)
 	}
 	for _, r := range batch {
 		if err != nil {
