@@ -234,6 +234,9 @@ func (s *Server) execute(ctx context.Context, job *wire.Job, reg *registration) 
 			err = &PanicError{Value: p, Stack: CallerStack(3)}
 		}
 	}()
+	if reg != nil && len(s.mw) == 0 {
+		return s.perform(ctx, job, reg) // no chain to build
+	}
 	var call func(i int) func(context.Context) error
 	call = func(i int) func(context.Context) error {
 		return func(ctx context.Context) error {
