@@ -2,6 +2,7 @@ package durable
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -87,4 +88,76 @@ func TestGroupStatementWritesTextTimesAndNullsExactly(t *testing.T) {
 	created, errs = st.upsertMany(ctx, []upsertParams{again})
 	require.NoError(t, errs[0])
 	require.False(t, created[0])
+}
+
+// PostgreSQL's group statement writes a push's rows in push order, not
+// sorted by jid, so it can deadlock with another statement writing the
+// same rows in the other order. PostgreSQL then aborts one of them with a
+// deadlock error, an SQL error: a group it aborts is applied op by op, and
+// every write lands.
+func TestGroupDeadlockedByAnotherStatementIsAppliedOpByOp(t *testing.T) {
+	t.Parallel()
+	urls := pgDatabases(t)
+	b := setup(t, bundleOpts{urls: []string{urls[0]}})
+	st := b.d.stores[0].(*sqlStore)
+	ctx := context.Background()
+	t0 := time.Now()
+	row := func(jid, item string, at time.Time) upsertParams {
+		return upsertParams{JobID: jid, JobClass: "C", ItemJSON: item, Queue: "q", InsertedAt: at, AssumeDeadAt: at.Add(time.Hour)}
+	}
+	// Push order "dl-2", "dl-1": sorted by jid the group would take dl-1
+	// first, like the other transaction, and could not deadlock.
+	_, errs := st.upsertMany(ctx, []upsertParams{row("dl-2", `{"v":0}`, t0), row("dl-1", `{"v":0}`, t0)})
+	require.NoError(t, errors.Join(errs...))
+
+	admin, err := pgx.Connect(ctx, urls[0])
+	require.NoError(t, err)
+	defer admin.Close(ctx)
+	var deadlocksBefore int64
+	require.NoError(t, admin.QueryRow(ctx, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&deadlocksBefore))
+	tx, err := admin.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	// The group's backend (deadlock_timeout 1s by default) finds the
+	// deadlock first and aborts the group, not this transaction.
+	_, err = tx.Exec(ctx, `SET LOCAL deadlock_timeout = '30s'`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `UPDATE `+st.table+` SET queue = 'tx' WHERE job_id = 'dl-1'`)
+	require.NoError(t, err)
+
+	type answer struct {
+		created []bool
+		errs    []error
+	}
+	done := make(chan answer, 1)
+	t1 := t0.Add(time.Second)
+	go func() {
+		created, errs := st.upsertMany(ctx, []upsertParams{row("dl-2", `{"v":1}`, t1), row("dl-1", `{"v":1}`, t1)})
+		done <- answer{created, errs}
+	}()
+	// Once the group holds dl-2 and waits for dl-1, take dl-2 as well.
+	require.Eventually(t, func() bool {
+		var waiting int
+		c, err := pgx.Connect(ctx, urls[0])
+		require.NoError(t, err)
+		defer c.Close(ctx)
+		require.NoError(t, c.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'WITH%'`).Scan(&waiting))
+		return waiting == 1
+	}, 10*time.Second, 20*time.Millisecond)
+	_, err = tx.Exec(ctx, `UPDATE `+st.table+` SET queue = 'tx' WHERE job_id = 'dl-2'`)
+	require.NoError(t, err, "the group, not this transaction, is aborted")
+	require.NoError(t, tx.Commit(ctx))
+
+	a := <-done
+	require.NoError(t, errors.Join(a.errs...))
+	for _, jid := range []string{"dl-1", "dl-2"} {
+		r, err := st.get(ctx, jid)
+		require.NoError(t, err)
+		require.Equal(t, `{"v":1}`, r.ItemJSON, "%s: the push landed after the transaction", jid)
+		require.Equal(t, "q", r.Queue, jid)
+	}
+	var deadlocksAfter int64
+	require.NoError(t, admin.QueryRow(ctx, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&deadlocksAfter))
+	require.Greater(t, deadlocksAfter, deadlocksBefore, "PostgreSQL reported a deadlock")
 }
