@@ -98,7 +98,10 @@ func TestGroupStatementWritesTextTimesAndNullsExactly(t *testing.T) {
 func TestGroupDeadlockedByAnotherStatementIsAppliedOpByOp(t *testing.T) {
 	t.Parallel()
 	urls := pgDatabases(t)
-	b := setup(t, bundleOpts{urls: []string{urls[0]}})
+	// PostgreSQL looks for a deadlock once per wait, deadlock_timeout after
+	// it began: the store's backends look 3 s after the group starts
+	// waiting, by when the other transaction waits too.
+	b := setup(t, bundleOpts{urls: []string{urls[0] + "&deadlock_timeout=3s"}})
 	st := b.d.stores[0].(*sqlStore)
 	ctx := context.Background()
 	t0 := time.Now()
@@ -118,9 +121,9 @@ func TestGroupDeadlockedByAnotherStatementIsAppliedOpByOp(t *testing.T) {
 	tx, err := admin.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx)
-	// The group's backend (deadlock_timeout 1s by default) finds the
-	// deadlock first and aborts the group, not this transaction.
-	_, err = tx.Exec(ctx, `SET LOCAL deadlock_timeout = '30s'`)
+	// The group's backend finds the deadlock first and aborts the group,
+	// not this transaction.
+	_, err = tx.Exec(ctx, `SET LOCAL deadlock_timeout = '60s'`)
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, `UPDATE `+st.table+` SET queue = 'tx' WHERE job_id = 'dl-1'`)
 	require.NoError(t, err)
@@ -136,15 +139,16 @@ func TestGroupDeadlockedByAnotherStatementIsAppliedOpByOp(t *testing.T) {
 		done <- answer{created, errs}
 	}()
 	// Once the group holds dl-2 and waits for dl-1, take dl-2 as well.
+	watch, err := pgx.Connect(ctx, urls[0])
+	require.NoError(t, err)
+	defer watch.Close(ctx)
 	require.Eventually(t, func() bool {
 		var waiting int
-		c, err := pgx.Connect(ctx, urls[0])
-		require.NoError(t, err)
-		defer c.Close(ctx)
-		require.NoError(t, c.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'WITH%'`).Scan(&waiting))
+		require.NoError(t, watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'WITH%' AND strpos(query, $1) > 0`,
+			st.table).Scan(&waiting))
 		return waiting == 1
-	}, 10*time.Second, 20*time.Millisecond)
+	}, 10*time.Second, 5*time.Millisecond)
 	_, err = tx.Exec(ctx, `UPDATE `+st.table+` SET queue = 'tx' WHERE job_id = 'dl-2'`)
 	require.NoError(t, err, "the group, not this transaction, is aborted")
 	require.NoError(t, tx.Commit(ctx))
