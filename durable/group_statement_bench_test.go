@@ -1,9 +1,13 @@
 package durable
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"runtime/metrics"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -76,7 +80,11 @@ func writeDrainGroup(b *testing.B, s *sqlStore, locks, done []lockParams) {
 // backend and group size: each statement locks `size` jobs and deletes
 // the previous statement's. Its µs/statement splits a statement's cost
 // into a part per statement and a part per job
-// (docs/durable.md#gojob-at-scale); with one group in flight and the
+// (docs/durable.md#gojob-at-scale); client-cpu-µs/statement is the CPU
+// this process spent per statement (user + system: building the
+// statement, the socket, the answer; with SQLite the database's work
+// too), server-cpu-µs/statement that of the PostgreSQL backend serving
+// the statements when it runs on this machine; with one group in flight and the
 // slots in two cohorts, 25 slots need two statements per job cycle.
 //
 //	go test -run '^$' -bench GroupStatement -benchtime 2000x ./durable/
@@ -88,18 +96,65 @@ func BenchmarkGroupStatement(b *testing.B) {
 				s := setupB(b, urls[:1]).d.stores[0].(*sqlStore)
 				jids := pushBenchRows(b, s, (b.N+1)*size)
 				var prev []lockParams
+				var before syscall.Rusage
+				require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &before))
+				serverBefore := groupBackendCPU(s)
 				b.ResetTimer()
 				for n := range b.N {
 					locks := lockBenchRows(jids[n*size : (n+1)*size])
 					writeDrainGroup(b, s, locks, prev)
 					prev = locks
 				}
+				b.StopTimer()
+				var after syscall.Rusage
+				require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &after))
+				cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
 				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/statement")
+				b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "client-cpu-µs/statement")
+				if serverBefore >= 0 {
+					if serverAfter := groupBackendCPU(s); serverAfter >= 0 {
+						b.ReportMetric(float64((serverAfter-serverBefore).Microseconds())/float64(b.N), "server-cpu-µs/statement")
+					}
+				}
 				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*size), "µs/job")
 				b.ReportMetric(0, "ns/op")
 			})
 		}
 	}
+}
+
+// groupBackendCPU is the CPU time (user + system) of the PostgreSQL
+// backend serving s's group connection, read from /proc when the server
+// runs on this machine; -1 otherwise (SQLite, a remote server).
+func groupBackendCPU(s *sqlStore) time.Duration {
+	if s.pgGroup == nil {
+		return -1
+	}
+	var pid uint32
+	select {
+	case c := <-s.pgGroup.idle:
+		pid = c.PgConn().PID()
+		s.pgGroup.idle <- c
+	default:
+		return -1
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	// The fields after the command's closing parenthesis; utime and stime
+	// are the 14th and 15th of the line, in clock ticks (100 per second
+	// on Linux).
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(f) < 13 {
+		return -1
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 // BenchmarkSQLiteDrainGroups is the SQLite writer alone in the shape of

@@ -121,23 +121,34 @@ func (p *pgGroupConns) sqlPing(_ context.Context, sp stdlib.ShouldPingParams) bo
 	return p.shouldPing(sp.Conn, sp.IdleDuration)
 }
 
-// query runs q on a group connection and reads its rows with read. A
-// connection found dead before anything was sent (pgconn.SafeToRetry: an
-// idle connection the server closed) is replaced and q sent once more, as
-// database/sql does with driver.ErrBadConn.
-func (p *pgGroupConns) query(ctx context.Context, q string, args []any, isConn func(error) bool, read func(pgx.Rows) error) error {
+// exec runs the prepared statement q on a group connection with params
+// (all in binary format) and hands each row's values, in binary format, to
+// read. q is prepared once per connection (pgStmtKey). A connection found
+// dead before anything was sent (pgconn.SafeToRetry: an idle connection
+// the server closed) is replaced and q sent once more, as database/sql
+// does with driver.ErrBadConn.
+func (p *pgGroupConns) exec(ctx context.Context, q string, params [][]byte, isConn func(error) bool, read func([][]byte) error) error {
 	for attempt := 0; ; attempt++ {
 		c, err := p.get(ctx)
 		if err != nil {
 			return err
 		}
 		err = func() error {
-			rows, err := c.Query(ctx, q, args...)
+			sd, err := p.prepared(ctx, c, q)
 			if err != nil {
 				return err
 			}
-			defer rows.Close()
-			return read(rows)
+			rr := c.PgConn().ExecStatement(ctx, sd, params, pgBinary, pgBinary)
+			var rerr error
+			for rr.NextRow() {
+				if rerr == nil {
+					rerr = read(rr.Values())
+				}
+			}
+			if _, err := rr.Close(); err != nil {
+				return err
+			}
+			return rerr
 		}()
 		broken := err != nil && (isConn(err) || ctx.Err() != nil)
 		p.put(c, broken)
@@ -146,6 +157,28 @@ func (p *pgGroupConns) query(ctx context.Context, q string, args []any, isConn f
 		}
 		return err
 	}
+}
+
+// pgBinary is the format codes of exec's parameters and results: all
+// binary.
+var pgBinary = []int16{1}
+
+// pgStmtKey is where a group connection keeps its prepared group
+// statement.
+const pgStmtKey = "gojob durable group statement"
+
+// prepared returns c's prepared statement of q, preparing it on first use.
+func (p *pgGroupConns) prepared(ctx context.Context, c *pgx.Conn, q string) (*pgconn.StatementDescription, error) {
+	data := c.PgConn().CustomData()
+	if sd, ok := data[pgStmtKey].(*pgconn.StatementDescription); ok && sd.SQL == q {
+		return sd, nil
+	}
+	sd, err := c.PgConn().Prepare(ctx, "gojob_durable_group", q, nil)
+	if err != nil {
+		return nil, err
+	}
+	data[pgStmtKey] = sd
+	return sd, nil
 }
 
 // put returns c for the next group; a connection that failed (closed,
