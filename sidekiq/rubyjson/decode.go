@@ -262,7 +262,7 @@ func (p *parser) array(depth int) (Value, error) {
 	p.skipSpace()
 	if p.pos < len(p.data) && p.data[p.pos] == ']' {
 		p.pos++
-		return Value{kind: Array, arr: []Value{}}, nil
+		return arrayOf([]Value{}), nil
 	}
 	sc := p.sc
 	vb := len(sc.vals)
@@ -284,7 +284,7 @@ func (p *parser) array(depth int) (Value, error) {
 		if p.data[p.pos] == ']' {
 			p.pos++
 			_, arr := sc.pop(len(sc.keys), vb)
-			return Value{kind: Array, arr: arr}, nil
+			return arrayOf(arr), nil
 		}
 		return Value{}, p.errorf("expected ',' or ']'")
 	}

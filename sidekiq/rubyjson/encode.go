@@ -28,7 +28,7 @@ func (v Value) AppendTo(dst []byte) []byte {
 		return AppendString(dst, v.s)
 	case Array:
 		dst = append(dst, '[')
-		for i, e := range v.arr {
+		for i, e := range v.elems() {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
@@ -185,7 +185,7 @@ func ValidUTF8(v Value) bool {
 	case String:
 		return utf8.ValidString(v.s)
 	case Array:
-		for _, e := range v.arr {
+		for _, e := range v.elems() {
 			if !ValidUTF8(e) {
 				return false
 			}

@@ -176,3 +176,33 @@ func TestDecodedFloatReadsAndComparesInRubyForm(t *testing.T) {
 		require.True(t, Equal(v, w), in)
 	}
 }
+
+// An array is no object and an object no array, whatever either holds
+// inside.
+func TestArrayAndObjectAccessorsKeepTheirKinds(t *testing.T) {
+	t.Parallel()
+	v, err := Parse([]byte(`[1,{"a":[2]}]`))
+	require.NoError(t, err)
+	m, ok := v.Map()
+	require.False(t, ok)
+	require.Nil(t, m)
+	elems, ok := v.Array()
+	require.True(t, ok)
+	require.Len(t, elems, 2)
+	inner, ok := elems[1].Map()
+	require.True(t, ok)
+	a, _ := inner.Get("a")
+	_, ok = a.Map()
+	require.False(t, ok)
+	got, ok := a.Array()
+	require.True(t, ok)
+	require.Equal(t, `[2]`, string(ArrayValue(got...).Encode()))
+	c := v.Clone()
+	require.True(t, Equal(v, c))
+	ce, _ := c.Array()
+	ce[0] = StringValue("x")
+	require.Equal(t, `[1,{"a":[2]}]`, string(v.Encode()), "a clone shares no elements")
+	_, ok = ArrayValue().Array()
+	require.True(t, ok)
+	require.Equal(t, `[]`, string(ArrayValue().Encode()))
+}

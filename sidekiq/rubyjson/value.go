@@ -59,9 +59,22 @@ type Value struct {
 	// shaping takes a ParseFloat and a FormatFloat per float.
 	unshaped bool
 	s        string // string value, or number text
-	arr      []Value
-	obj      *Map
+	// obj holds an object's members, or an array's elements (in vals,
+	// with no keys): one pointer instead of a slice and a pointer keeps a
+	// Value at 32 bytes, and decoding a job copies and clears fewer of them.
+	obj *Map
 }
+
+// elems returns an array's elements (nil for any other value).
+func (v Value) elems() []Value {
+	if v.kind != Array || v.obj == nil {
+		return nil
+	}
+	return v.obj.vals
+}
+
+// arrayOf returns the array of vs (not copied).
+func arrayOf(vs []Value) Value { return Value{kind: Array, obj: &Map{vals: vs}} }
 
 // floatText returns a Float's text in Float#to_s form.
 func (v Value) floatText() string {
@@ -101,7 +114,7 @@ func ArrayValue(vs ...Value) Value {
 	if vs == nil {
 		vs = []Value{}
 	}
-	return Value{kind: Array, arr: vs}
+	return arrayOf(vs)
 }
 
 // ObjectValue returns a JSON object backed by m (not copied).
@@ -194,20 +207,26 @@ func (v Value) BigInt() (*big.Int, bool) {
 }
 
 // Array returns the elements and whether v is an array. The slice is shared.
-func (v Value) Array() ([]Value, bool) { return v.arr, v.kind == Array }
+func (v Value) Array() ([]Value, bool) { return v.elems(), v.kind == Array }
 
 // Map returns the object and whether v is one. The Map is shared.
-func (v Value) Map() (*Map, bool) { return v.obj, v.kind == Object }
+func (v Value) Map() (*Map, bool) {
+	if v.kind != Object {
+		return nil, false
+	}
+	return v.obj, true
+}
 
 // Clone returns a deep copy of v.
 func (v Value) Clone() Value {
 	switch v.kind {
 	case Array:
-		out := make([]Value, len(v.arr))
-		for i, e := range v.arr {
+		in := v.elems()
+		out := make([]Value, len(in))
+		for i, e := range in {
 			out[i] = e.Clone()
 		}
-		return Value{kind: Array, arr: out}
+		return arrayOf(out)
 	case Object:
 		return Value{kind: Object, obj: v.obj.Clone()}
 	}
@@ -229,11 +248,12 @@ func Equal(a, b Value) bool {
 	case Float:
 		return a.floatText() == b.floatText()
 	case Array:
-		if len(a.arr) != len(b.arr) {
+		ae, be := a.elems(), b.elems()
+		if len(ae) != len(be) {
 			return false
 		}
-		for i := range a.arr {
-			if !Equal(a.arr[i], b.arr[i]) {
+		for i := range ae {
+			if !Equal(ae[i], be[i]) {
 				return false
 			}
 		}
@@ -271,8 +291,9 @@ func (v Value) Interface() any {
 	case String:
 		return v.s
 	case Array:
-		out := make([]any, len(v.arr))
-		for i, e := range v.arr {
+		in := v.elems()
+		out := make([]any, len(in))
+		for i, e := range in {
 			out[i] = e.Interface()
 		}
 		return out
