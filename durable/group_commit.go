@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/gojob/gojob/sidekiq"
 )
 
 // Group commit: the three writes every durable job makes (the push's
@@ -48,13 +51,28 @@ type gcOp struct {
 
 	// ok is the write's answer: created (upsert), found (lock), deleted
 	// (delete).
-	ok   bool
-	err  error
-	done chan struct{}
+	ok  bool
+	err error
+	// answered is set once ok and err are final, before the op's group
+	// is closed.
+	answered atomic.Bool
+	// group is what the op's caller waits on: the group that will write
+	// it (see gcWait). Set under groupCommit.mu, read by the caller.
+	group atomic.Pointer[gcWait]
 	// then, when set, is called with the answer instead of a caller
-	// waiting on done (doAsync).
-	then func(ok bool, err error)
+	// waiting (doAsync). When it returns true, ack is released, with the
+	// other acknowledgements of the group in one call.
+	then func(ok bool, err error) (release bool)
+	ack  sidekiq.DeferredAck
 }
+
+// gcWait is one group's completion, shared by every op in it: the writer
+// closes done once it has answered them all, one close for the group
+// rather than a channel per write. The ops still queued share the next
+// one; an op that take leaves for a later group (its jid is being
+// written, or the group is full) moves to the next one, and a caller woken
+// by the group it was left out of waits again on its new group.
+type gcWait struct{ done chan struct{} }
 
 func (o *gcOp) jid() string {
 	switch o.kind {
@@ -84,9 +102,13 @@ type groupCommit struct {
 	maxBatch int
 	slots    int
 
-	mu       sync.Mutex
-	queue    []*gcOp
+	mu    sync.Mutex
+	queue []*gcOp
+	// pending is the gcWait of every op in queue (nil when queue is
+	// empty).
+	pending  *gcWait
 	inflight map[string]int
+	held     map[string]bool // take's, kept for the next
 	started  bool
 	closed   bool
 	kick     chan struct{}
@@ -98,7 +120,7 @@ func newGroupCommit(apply, single gcApplier, isConn func(error) bool, window tim
 	return &groupCommit{
 		apply: apply, single: single, isConn: isConn, window: window,
 		maxBatch: max(maxBatch, 1), slots: max(slots, 1),
-		inflight: map[string]int{}, kick: make(chan struct{}, 1), stop: make(chan struct{}),
+		inflight: map[string]int{}, held: map[string]bool{}, kick: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 }
 
@@ -113,8 +135,11 @@ func (g *groupCommit) enqueue(ops ...*gcOp) error {
 		g.mu.Unlock()
 		return errGroupClosed
 	}
+	if g.pending == nil {
+		g.pending = &gcWait{done: make(chan struct{})}
+	}
 	for _, op := range ops {
-		op.done = make(chan struct{})
+		op.group.Store(g.pending)
 		g.queue = append(g.queue, op)
 	}
 	if !g.started {
@@ -135,21 +160,53 @@ func (g *groupCommit) do(ctx context.Context, op *gcOp) (bool, error) {
 	if err := g.enqueue(op); err != nil {
 		return false, err
 	}
-	select {
-	case <-op.done:
-		return op.ok, op.err
-	case <-ctx.Done():
+	if !g.wait(ctx, op) {
 		return false, ctx.Err()
 	}
+	return op.ok, op.err
+}
+
+// wait waits until op is answered; false means ctx ended first.
+func (g *groupCommit) wait(ctx context.Context, op *gcOp) bool {
+	cancel := ctx.Done()
+	for !op.answered.Load() {
+		w := op.group.Load()
+		if cancel == nil {
+			<-w.done
+			continue
+		}
+		select {
+		case <-w.done:
+		case <-cancel:
+			return op.answered.Load()
+		}
+	}
+	return true
 }
 
 // doAsync queues op and returns at once; then is called with the answer
-// (from the goroutine that wrote the group).
-func (g *groupCommit) doAsync(op *gcOp, then func(ok bool, err error)) {
-	op.then = then
+// (from the goroutine that wrote the group), and ack released after it
+// when it returns true.
+func (g *groupCommit) doAsync(op *gcOp, ack sidekiq.DeferredAck, then func(ok bool, err error) (release bool)) {
+	op.then, op.ack = then, ack
 	if err := g.enqueue(op); err != nil {
-		then(false, err)
+		if then(false, err) {
+			ack.Release()
+		}
 	}
+}
+
+// answerAsync calls the thens of ops and releases the acknowledgements
+// they return together.
+func answerAsync(ops []*gcOp) {
+	var buf [64]sidekiq.DeferredAck
+	acks := buf[:0]
+	for _, op := range ops {
+		if op.then != nil && op.then(op.ok, op.err) {
+			acks = append(acks, op.ack)
+		}
+	}
+	sidekiq.ReleaseAcks(acks...)
 }
 
 // doMany queues ops together (they can share one group) and waits until
@@ -164,10 +221,9 @@ func (g *groupCommit) doMany(ctx context.Context, ops []*gcOp) (oks []bool, errs
 		return oks, errs
 	}
 	for i, op := range ops {
-		select {
-		case <-op.done:
+		if g.wait(ctx, op) {
 			oks[i], errs[i] = op.ok, op.err
-		case <-ctx.Done():
+		} else {
 			errs[i] = ctx.Err()
 		}
 	}
@@ -186,7 +242,8 @@ func (g *groupCommit) wake() {
 // of that jid, to keep their order).
 func (g *groupCommit) take() []*gcOp {
 	var batch, rest []*gcOp
-	held := map[string]bool{}
+	held := g.held
+	defer clear(held)
 	for _, op := range g.queue {
 		jid := op.jid()
 		if len(batch) >= g.maxBatch || held[jid] || g.inflight[jid] > 0 {
@@ -198,6 +255,18 @@ func (g *groupCommit) take() []*gcOp {
 		batch = append(batch, op)
 	}
 	g.queue = rest
+	switch {
+	case len(batch) == 0: // all held: they keep their gcWait
+	case len(rest) == 0:
+		g.pending = nil
+	default:
+		// The batch keeps the current gcWait; the ops left behind wait for
+		// a later group.
+		g.pending = &gcWait{done: make(chan struct{})}
+		for _, op := range rest {
+			op.group.Store(g.pending)
+		}
+	}
 	for _, op := range batch {
 		g.inflight[op.jid()]++
 	}
@@ -294,11 +363,12 @@ func (g *groupCommit) write(batch []*gcOp) {
 		g.wake() // writes held for this group's jids may go now
 	}
 	for _, op := range batch {
-		close(op.done)
-		if op.then != nil {
-			op.then(op.ok, op.err)
-		}
+		op.answered.Store(true)
 	}
+	if len(batch) > 0 {
+		close(batch[0].group.Load().done) // the whole group's (take)
+	}
+	answerAsync(batch)
 }
 
 // close writes what is queued, waits for the groups being written, and
@@ -318,14 +388,15 @@ func (g *groupCommit) close() {
 	}
 	// Anything queued after the writers left fails.
 	g.mu.Lock()
-	left := g.queue
-	g.queue = nil
+	left, w := g.queue, g.pending
+	g.queue, g.pending = nil, nil
 	g.mu.Unlock()
 	for _, op := range left {
 		op.err = errGroupClosed
-		close(op.done)
-		if op.then != nil {
-			op.then(false, op.err)
-		}
+		op.answered.Store(true)
 	}
+	if w != nil {
+		close(w.done)
+	}
+	answerAsync(left)
 }

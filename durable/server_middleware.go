@@ -87,29 +87,32 @@ func (d *Durable) ServerMiddleware(identity string) sidekiq.ServerMiddleware {
 			return err
 		}
 		dp := deleteLockedParams{JobID: jid, LockedBy: identity, LockedAt: a.lockedAt}
-		if release, ok := sidekiq.DeferAck(ctx); ok {
+		if ack, ok := sidekiq.DeferAck(ctx); ok {
 			// Reliable fetch: the job stays in its in-progress list until
 			// its row is deleted, and the slot moves on meanwhile.
 			// If the database does not answer, the job stays there until
 			// the retried delete lands.
-			a.st.deleteLockedAsync(dp, func(deleted bool, derr error) {
-				d.deleted(a.st, jid, dp, deleted, derr, release)
+			st := a.st
+			st.deleteLockedAsync(dp, ack, func(deleted bool, derr error) bool {
+				return d.deleted(st, jid, dp, deleted, derr, ack)
 			})
 			return nil
 		}
 		deleted, derr := a.st.deleteLocked(bg, dp)
-		d.deleted(a.st, jid, dp, deleted, derr, func() {})
+		d.deleted(a.st, jid, dp, deleted, derr, sidekiq.DeferredAck{})
 		return nil
 	}
 }
 
-// deleted handles the answer of a completed job's row delete; release
-// acknowledges the job, once the row is gone (or the delete was refused).
-func (d *Durable) deleted(st store, jid string, dp deleteLockedParams, deleted bool, derr error, release func()) {
+// deleted handles the answer of a completed job's row delete. It reports
+// whether the job's acknowledgement (ack, when deferred) may be released
+// now: once the row is gone or the delete was refused. When the database
+// did not answer, the retried delete releases it once it lands.
+func (d *Durable) deleted(st store, jid string, dp deleteLockedParams, deleted bool, derr error, ack sidekiq.DeferredAck) (release bool) {
+	release = true
 	if derr != nil && st.isConnError(derr) {
-		d.pend.add(&pendingWrite{st: st, jid: jid, kind: pendingDelete, del: dp, done: release})
-	} else {
-		defer release()
+		d.pend.add(&pendingWrite{st: st, jid: jid, kind: pendingDelete, del: dp, done: ack.Release})
+		release = false
 	}
 	switch {
 	case derr != nil && st.isConnError(derr):
@@ -122,6 +125,7 @@ func (d *Durable) deleted(st store, jid string, dp deleteLockedParams, deleted b
 		d.log.Debug().Str("component", "durable").Str("jid", jid).
 			Msg("durable row changed while the job ran (pushed again, or reconciled); kept")
 	}
+	return release
 }
 
 func (d *Durable) unlock(ctx context.Context, a *activeJob, job *wire.Job, failure error) {

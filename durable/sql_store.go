@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gojob/gojob/sidekiq"
 )
 
 // dialect is what differs between PostgreSQL and SQLite.
@@ -274,8 +276,8 @@ func (s *sqlStore) deleteLocked(ctx context.Context, p deleteLockedParams) (bool
 	return s.gc.do(ctx, &gcOp{kind: gcDelete, del: p})
 }
 
-func (s *sqlStore) deleteLockedAsync(p deleteLockedParams, then func(bool, error)) {
-	s.gc.doAsync(&gcOp{kind: gcDelete, del: p}, then)
+func (s *sqlStore) deleteLockedAsync(p deleteLockedParams, ack sidekiq.DeferredAck, then func(bool, error) bool) {
+	s.gc.doAsync(&gcOp{kind: gcDelete, del: p}, ack, then)
 }
 
 func (s *sqlStore) deleteJob(ctx context.Context, jobID string) (bool, error) {

@@ -3,6 +3,8 @@ package durable
 import (
 	"context"
 	"time"
+
+	"github.com/gojob/gojob/sidekiq"
 )
 
 // store is one storage database holding the durable_jobs table. It is the
@@ -42,8 +44,10 @@ type store interface {
 	// that lock. It reports whether it deleted it.
 	deleteLocked(ctx context.Context, p deleteLockedParams) (bool, error)
 	// deleteLockedAsync is deleteLocked that returns at once and calls then
-	// with the answer once the delete is committed (or failed).
-	deleteLockedAsync(p deleteLockedParams, then func(deleted bool, err error))
+	// with the answer once the delete is committed (or failed); when then
+	// returns true, ack is released after it (with the acknowledgements of
+	// the other deletes written at the same time, in one call).
+	deleteLockedAsync(p deleteLockedParams, ack sidekiq.DeferredAck, then func(deleted bool, err error) (release bool))
 	// deleteJob deletes the row whatever its state. It reports whether it
 	// existed.
 	deleteJob(ctx context.Context, jobID string) (bool, error)

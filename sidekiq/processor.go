@@ -205,12 +205,8 @@ func (s *Server) process(tid string, u fetch.Unit) {
 			s.fetcher.Finish(u, nil)
 		} else {
 			s.deferredAcks.Add(1)
-			ack := func() {
-				defer s.deferredAcks.Done()
-				s.fetcher.Finish(u, nil)
-			}
-			if !gate.hold(ack) {
-				ack()
+			if !gate.hold(s, u) {
+				s.ackDeferred([]fetch.Unit{u})
 			}
 		}
 		if !uniqueUntilStart(job) {

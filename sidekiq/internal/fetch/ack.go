@@ -70,6 +70,28 @@ func (a *acker) add(u Unit) error {
 	return nil
 }
 
+// addMany queues the acknowledgements of units together, waking the
+// acker once: the successes a middleware released at once (sidekiq's
+// ReleaseAcks) go out in one write rather than in the first few the
+// acker happened to take while the rest were being added.
+func (a *acker) addMany(units []Unit) error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return a.send(units)
+	}
+	first := len(a.queued) == 0
+	if first {
+		a.since = time.Now().UnixNano()
+	}
+	a.queued = append(a.queued, units...)
+	a.mu.Unlock()
+	if first {
+		a.wake()
+	}
+	return nil
+}
+
 func (a *acker) wake() {
 	select {
 	case a.kick <- struct{}{}:

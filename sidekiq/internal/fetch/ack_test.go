@@ -147,3 +147,18 @@ func TestResentAcknowledgementFindingNothingIsNotARecovery(t *testing.T) {
 	require.NoError(t, a.send([]Unit{u}))
 	require.Equal(t, 1, logs.Count("warn", "another process recovered it"))
 }
+
+// Acknowledgements queued together wake the acknowledger once and are
+// taken in one batch, in their order.
+func TestAcknowledgementsQueuedTogetherAreTakenInOneBatch(t *testing.T) {
+	a := newAcker(&Config{}, nil)
+	units := []Unit{{Raw: []byte("a")}, {Raw: []byte("b")}, {Raw: []byte("c")}}
+	require.NoError(t, a.addMany(units))
+	require.NoError(t, a.addMany(units[:1]))
+	require.Len(t, a.kick, 1, "one wake-up")
+	got := a.take(nil, ackBatch)
+	require.Len(t, got, 4)
+	for i, raw := range []string{"a", "b", "c", "a"} {
+		require.Equal(t, raw, string(got[i].Raw))
+	}
+}

@@ -416,6 +416,17 @@ func (f *reliableFetch) Finish(u Unit, o *Outcome) error {
 	return finish(f.cfg, f.life, u, o)
 }
 
+// FinishSuccesses queues the acknowledgements of successes together (see
+// acker.addMany).
+func (f *reliableFetch) FinishSuccesses(units []Unit) {
+	for _, u := range units {
+		if u.slot != nil {
+			u.slot.drop()
+		}
+	}
+	f.acker.addMany(units)
+}
+
 // finish runs the finish script for a failed (or unparsable) job.
 func finish(cfg *Config, life *reliableLife, u Unit, o *Outcome) error {
 	set, score, cutoff, maxJobs := u.list, "", "", ""

@@ -106,6 +106,9 @@ func (f *reliableBatch) Finish(u Unit, o *Outcome) error {
 	return finish(f.cfg, f.base.life, u, o)
 }
 
+// FinishSuccesses queues the acknowledgements of successes together.
+func (f *reliableBatch) FinishSuccesses(units []Unit) { f.acker.addMany(units) }
+
 // Close ends the heartbeat and the recovery.
 func (f *reliableBatch) Close() { f.base.life.close() }
 
