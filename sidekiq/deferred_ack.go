@@ -71,6 +71,13 @@ func ReleaseAcks(acks ...DeferredAck) {
 	}
 }
 
+// ackDeferrer is a fetch that must know which finished jobs' acknowledgement
+// is held back: its slots have moved on, and its own-list sweep must not
+// take those jobs for orphans.
+type ackDeferrer interface {
+	Defer(u *fetch.Unit)
+}
+
 // deferredFinisher is a fetch that takes many successes at once.
 type deferredFinisher interface {
 	FinishSuccesses(units []fetch.Unit)

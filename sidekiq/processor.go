@@ -204,6 +204,9 @@ func (s *Server) process(tid string, u fetch.Unit) {
 		if gate == nil || !gate.wasDeferred() {
 			s.fetcher.Finish(u, nil)
 		} else {
+			if d, ok := s.fetcher.(ackDeferrer); ok {
+				d.Defer(&u) // still held for the fetch's own-list sweep
+			}
 			s.deferredAcks.Add(1)
 			if !gate.hold(s, u) {
 				s.ackDeferred([]fetch.Unit{u})

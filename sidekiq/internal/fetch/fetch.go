@@ -44,6 +44,9 @@ type Unit struct {
 	// connection broke: that send may have taken the job out already, so
 	// finding it gone is no sign of another process's recovery.
 	resent bool
+	// deferred marks a success whose acknowledgement its server holds back
+	// (Defer): the fetch counts it as held until Finish.
+	deferred bool
 }
 
 // Outcome is the write that ends a failed job: its retry entry or its

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/gomodule/redigo/redis"
 
@@ -82,6 +83,76 @@ func (s *slotState) drop() {
 	s.mu.Unlock()
 }
 
+// dropIf forgets the slot's job if it is still raw (the same bytes, not
+// an equal copy): an acknowledgement that a middleware held back lands
+// after the slot has moved on to its next job, which it must keep.
+func (s *slotState) dropIf(raw []byte) {
+	s.mu.Lock()
+	if len(s.unit) == len(raw) && unsafe.SliceData(s.unit) == unsafe.SliceData(raw) {
+		s.unit = nil
+	}
+	s.mu.Unlock()
+}
+
+// deferredSet is the successes whose acknowledgement the server holds back
+// (a durable job waiting for its row delete): their slots have moved on,
+// so the own-list sweep must count them as held, or it would put a
+// finished job back in its queue.
+type deferredSet struct {
+	mu sync.Mutex
+	in map[string]map[string]int
+	// closed: the fetch is closing and its final sweep gives every job
+	// still in its lists back, held acknowledgements included.
+	closed bool
+}
+
+func (d *deferredSet) add(u Unit) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.in == nil {
+		d.in = map[string]map[string]int{}
+	}
+	add(d.in, u.list, u.Raw)
+}
+
+func (d *deferredSet) remove(u Unit) {
+	if !u.deferred {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m := d.in[u.list]
+	k := string(u.Raw)
+	if m[k] <= 1 {
+		delete(m, k)
+		return
+	}
+	m[k]--
+}
+
+// held adds the held-back successes to in (none once closing).
+func (d *deferredSet) held(in map[string]map[string]int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return
+	}
+	for list, raws := range d.in {
+		for raw, n := range raws {
+			if in[list] == nil {
+				in[list] = map[string]int{}
+			}
+			in[list][raw] += n
+		}
+	}
+}
+
+func (d *deferredSet) close() {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+}
+
 // held adds the job the slot holds to in, by list.
 func (s *slotState) held(in map[string]map[string]int) {
 	s.mu.Lock()
@@ -109,6 +180,8 @@ type reliableFetch struct {
 	life   *reliableLife
 	acker  *acker
 	wg     sync.WaitGroup // slots, pipes and their watch
+	// deferred is the successes whose acknowledgement is held back.
+	deferred deferredSet
 }
 
 // NewReliable returns the pipelined reliable fetch. It writes the process's
@@ -229,6 +302,7 @@ func (f *reliableFetch) held() map[string]map[string]int {
 	for _, s := range f.slots {
 		s.held(in)
 	}
+	f.deferred.held(in)
 	return in
 }
 
@@ -408,8 +482,9 @@ func takeJobs(v any, keys []any) ([]Unit, error) {
 // and takes the job out of the in-progress list in one script.
 func (f *reliableFetch) Finish(u Unit, o *Outcome) error {
 	if u.slot != nil {
-		defer u.slot.drop()
+		defer u.slot.dropIf(u.Raw)
 	}
+	f.deferred.remove(u)
 	if o == nil {
 		return f.acker.add(u)
 	}
@@ -421,8 +496,9 @@ func (f *reliableFetch) Finish(u Unit, o *Outcome) error {
 func (f *reliableFetch) FinishSuccesses(units []Unit) {
 	for _, u := range units {
 		if u.slot != nil {
-			u.slot.drop()
+			u.slot.dropIf(u.Raw)
 		}
+		f.deferred.remove(u)
 	}
 	f.acker.addMany(units)
 }
@@ -461,8 +537,9 @@ func finish(cfg *Config, life *reliableLife, u Unit, o *Outcome) error {
 func (f *reliableFetch) Requeue(units []Unit) error {
 	for _, u := range units {
 		if u.slot != nil {
-			u.slot.drop()
+			u.slot.dropIf(u.Raw)
 		}
+		f.deferred.remove(u)
 	}
 	return requeue(f.cfg, units)
 }
@@ -508,7 +585,17 @@ func requeue(cfg *Config, units []Unit) error {
 // Close sweeps the in-progress lists one last time (anything still there
 // is held by no slot: the server has requeued what it ran), then stops the
 // heartbeat and the recovery.
-func (f *reliableFetch) Close() { f.life.close() }
+func (f *reliableFetch) Close() {
+	f.deferred.close()
+	f.life.close()
+}
+
+// Defer marks u a success whose acknowledgement the server holds back: it
+// stays held (not an orphan for the own-list sweep) until Finish.
+func (f *reliableFetch) Defer(u *Unit) {
+	u.deferred = true
+	f.deferred.add(*u)
+}
 
 // heartbeatValue is the value of the reliable-fetch heartbeat key. Ruby's
 // gem only checks that the key exists; gojob reads the boot id and the

@@ -96,10 +96,16 @@ func (f *reliableBatch) Wait() {
 func (f *reliableBatch) Depth() int { return 0 }
 
 // Requeue moves unfinished jobs back, as the pipelined reliable fetch does.
-func (f *reliableBatch) Requeue(units []Unit) error { return requeue(f.cfg, units) }
+func (f *reliableBatch) Requeue(units []Unit) error {
+	for _, u := range units {
+		f.base.deferred.remove(u)
+	}
+	return requeue(f.cfg, units)
+}
 
 // Finish queues a success's acknowledgement or writes a failure's outcome.
 func (f *reliableBatch) Finish(u Unit, o *Outcome) error {
+	f.base.deferred.remove(u)
 	if o == nil {
 		return f.acker.add(u)
 	}
@@ -107,10 +113,25 @@ func (f *reliableBatch) Finish(u Unit, o *Outcome) error {
 }
 
 // FinishSuccesses queues the acknowledgements of successes together.
-func (f *reliableBatch) FinishSuccesses(units []Unit) { f.acker.addMany(units) }
+func (f *reliableBatch) FinishSuccesses(units []Unit) {
+	for _, u := range units {
+		f.base.deferred.remove(u)
+	}
+	f.acker.addMany(units)
+}
+
+// Defer marks u a success whose acknowledgement the server holds back: it
+// stays held (not an orphan for the own-list sweep) until Finish.
+func (f *reliableBatch) Defer(u *Unit) {
+	u.deferred = true
+	f.base.deferred.add(*u)
+}
 
 // Close ends the heartbeat and the recovery.
-func (f *reliableBatch) Close() { f.base.life.close() }
+func (f *reliableBatch) Close() {
+	f.base.deferred.close()
+	f.base.life.close()
+}
 
 // oldestWait returns since when the take or acknowledgement that has waited
 // longest has been on its way (0 when none is).
@@ -127,6 +148,7 @@ func (f *reliableBatch) held() map[string]map[string]int {
 	for _, s := range f.workers {
 		s.held(in)
 	}
+	f.base.deferred.held(in)
 	return in
 }
 

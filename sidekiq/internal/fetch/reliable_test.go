@@ -407,3 +407,56 @@ func TestWorkingListKeysParseAsTheGemDoes(t *testing.T) {
 	require.False(t, ok)
 	require.Equal(t, "reliable-fetcher-heartbeat-testhost-4242-0123456789ab", wire.ReliableHeartbeatKey(testIdentity))
 }
+
+// A success whose acknowledgement the server holds back (a durable job
+// waiting for its row delete) is no orphan: its slot has moved on to the
+// next job, but the own-list sweep must not put the finished job back in
+// its queue, and its late acknowledgement must not make the slot forget
+// the job it runs now.
+func TestSweepKeepsJobsWhoseAcknowledgementIsHeldBack(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"reliable", "reliable-batch"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			b := reliableBundle(t, nil, nil)
+			f := newReliable(t, b, mode)
+			t.Cleanup(f.Close)
+			var life *reliableLife
+			var st *slotState
+			var held func() map[string]map[string]int
+			switch f := f.(type) {
+			case *reliableFetch:
+				life, st, held = f.life, f.slots[0], f.held
+			case *reliableBatch:
+				life, st, held = f.base.life, f.workers[0], f.held
+			}
+			halt(life)
+			list := wire.WorkingListKey("default", testIdentity)
+			var dropped int64
+			life.dropped = func() int64 { return dropped }
+			life.waitingSince = func() int64 { return 0 }
+			life.sweepDelay = 0
+			_, err := b.conn.Do("LPUSH", list, "finished", "running", "stray")
+			require.NoError(t, err)
+
+			done := []byte("finished")
+			st.hold(list, done)
+			u := Unit{Queue: "default", Raw: done, list: list, slot: st}
+			f.(interface{ Defer(*Unit) }).Defer(&u)
+			st.hold(list, []byte("running")) // the slot's next job
+
+			dropped = 1
+			require.NoError(t, life.sweepOwn(false)) // first look
+			require.NoError(t, life.sweepOwn(false)) // second look
+			require.Equal(t, []string{"stray"}, b.queue(t, "default"))
+			vals, err := redis.Strings(b.conn.Do("LRANGE", list, 0, -1))
+			require.NoError(t, err)
+			require.ElementsMatch(t, []string{"finished", "running"}, vals)
+
+			require.NoError(t, f.Finish(u, nil)) // the late acknowledgement
+			now := held()
+			require.Equal(t, 1, now[list]["running"], "the slot still holds the job it runs")
+			require.Zero(t, now[list]["finished"], "the acknowledged job is no longer held")
+		})
+	}
+}
