@@ -93,6 +93,9 @@ run the worker and demo against a real Redis instead. --durable
 			if !c.Bool("no-demo") {
 				registerDemo(srv, log)
 				if err := pushDemo(c.Context, srv.Client()); err != nil {
+					if c.Context.Err() != nil {
+						return nil // stopped while starting: nothing runs yet
+					}
 					return err
 				}
 			}

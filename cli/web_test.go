@@ -78,3 +78,20 @@ func TestDevServesTheDashboard(t *testing.T) {
 	cancel()
 	require.Equal(t, 0, <-done)
 }
+
+// Stopping `gojob dev` while it is still starting (pushing its demo jobs)
+// is a normal stop, not a failure.
+func TestDevStoppedWhileStartingExitsZero(t *testing.T) {
+	// Not parallel: see the note on runCLI.
+	for range 5 {
+		ctx, cancel := context.WithCancel(context.Background())
+		out := testlog.New(nil)
+		done := make(chan int)
+		go func() {
+			done <- Run(ctx, []string{"gojob", "dev", "--addr", "127.0.0.1:0", "--web-addr", "127.0.0.1:0", "--log-level", "warn"}, out, out)
+		}()
+		dashboardURL(t, out)
+		cancel()
+		require.Equal(t, 0, <-done, out.String())
+	}
+}

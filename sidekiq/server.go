@@ -337,9 +337,15 @@ func (s *Server) newFetcher(ctx context.Context) (fetch.Fetcher, error) {
 }
 
 // Run starts the server and blocks until ctx is done or a TERM signal
-// arrives through Redis, then stops it gracefully.
+// arrives through Redis, then stops it gracefully. A ctx that ends while
+// the server is still starting is a normal stop: Run returns nil.
 func (s *Server) Run(ctx context.Context) error {
 	if err := s.Start(ctx); err != nil {
+		if ctx.Err() != nil && s.state.Load() == stateNew {
+			// Stopped while starting (a dial or setup cut short by
+			// the cancellation): nothing runs, so nothing failed.
+			return nil
+		}
 		return err
 	}
 	select {
