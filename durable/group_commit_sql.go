@@ -108,44 +108,35 @@ func (d pgDialect) writeGroup(ctx context.Context, s *sqlStore, ops []*gcOp) err
 	// cut before the buffer grew keeps the old array, with its bytes).
 	buf := make([]byte, 0, 14*20+len(ups)*256+len(lcks)*96+len(dels)*80)
 	params := make([][]byte, 0, 14)
-	from := 0
-	cut := func() {
+	text := func(n int, str func(i int) string) {
+		from := len(buf)
+		buf = pgTextArray(buf, n, str)
 		params = append(params, buf[from:len(buf):len(buf)])
-		from = len(buf)
 	}
-	buf = pgTextArray(buf, len(ups), func(i int) string { return ups[i].up.JobID })
-	cut()
-	buf = pgTextArray(buf, len(ups), func(i int) string { return ups[i].up.JobClass })
-	cut()
-	buf = pgTextArray(buf, len(ups), func(i int) string { return ups[i].up.ItemJSON })
-	cut()
-	buf = pgTextArray(buf, len(ups), func(i int) string { return ups[i].up.Queue })
-	cut()
-	buf = pgTimeArray(buf, len(ups), func(i int) (time.Time, bool) { return ups[i].up.InsertedAt, true })
-	cut()
-	buf = pgTimeArray(buf, len(ups), func(i int) (time.Time, bool) { return ups[i].up.AssumeDeadAt, true })
-	cut()
-	buf = pgTimeArray(buf, len(ups), func(i int) (time.Time, bool) {
+	times := func(n int, at func(i int) (time.Time, bool)) {
+		from := len(buf)
+		buf = pgTimeArray(buf, n, at)
+		params = append(params, buf[from:len(buf):len(buf)])
+	}
+	text(len(ups), func(i int) string { return ups[i].up.JobID })
+	text(len(ups), func(i int) string { return ups[i].up.JobClass })
+	text(len(ups), func(i int) string { return ups[i].up.ItemJSON })
+	text(len(ups), func(i int) string { return ups[i].up.Queue })
+	times(len(ups), func(i int) (time.Time, bool) { return ups[i].up.InsertedAt, true })
+	times(len(ups), func(i int) (time.Time, bool) { return ups[i].up.AssumeDeadAt, true })
+	times(len(ups), func(i int) (time.Time, bool) {
 		if m := ups[i].up.MissingAt; m != nil {
 			return *m, true
 		}
 		return time.Time{}, false
 	})
-	cut()
-	buf = pgTextArray(buf, len(lcks), func(i int) string { return lcks[i].lk.JobID })
-	cut()
-	buf = pgTextArray(buf, len(lcks), func(i int) string { return lcks[i].lk.LockedBy })
-	cut()
-	buf = pgTimeArray(buf, len(lcks), func(i int) (time.Time, bool) { return lcks[i].lk.LockedAt, true })
-	cut()
-	buf = pgTimeArray(buf, len(lcks), func(i int) (time.Time, bool) { return lcks[i].lk.AssumeDeadAt, true })
-	cut()
-	buf = pgTextArray(buf, len(dels), func(i int) string { return dels[i].del.JobID })
-	cut()
-	buf = pgTextArray(buf, len(dels), func(i int) string { return dels[i].del.LockedBy })
-	cut()
-	buf = pgTimeArray(buf, len(dels), func(i int) (time.Time, bool) { return dels[i].del.LockedAt, true })
-	cut()
+	text(len(lcks), func(i int) string { return lcks[i].lk.JobID })
+	text(len(lcks), func(i int) string { return lcks[i].lk.LockedBy })
+	times(len(lcks), func(i int) (time.Time, bool) { return lcks[i].lk.LockedAt, true })
+	times(len(lcks), func(i int) (time.Time, bool) { return lcks[i].lk.AssumeDeadAt, true })
+	text(len(dels), func(i int) string { return dels[i].del.JobID })
+	text(len(dels), func(i int) string { return dels[i].del.LockedBy })
+	times(len(dels), func(i int) (time.Time, bool) { return dels[i].del.LockedAt, true })
 	s.counted(1)
 	return s.pgGroup.exec(ctx, s.qGroup, params, d.isConnError, func(vals [][]byte) error {
 		if len(vals) != 3 {
