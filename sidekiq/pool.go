@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gojob/gojob/internal/redact"
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -73,7 +74,9 @@ func Dialer(rawURL string, readTimeout time.Duration) (func(ctx context.Context)
 		return nil, fmt.Errorf("sidekiq: redis url: %s", redact.String(err.Error(), rawURL))
 	}
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAliveConfig: keepAlive}
-	opts := []redis.DialOption{redis.DialConnectTimeout(5 * time.Second), redis.DialContextFunc(dialer.DialContext)}
+	// Connections are corkable (redisx.Cork): the fetch writes each round
+	// of commands in one write.
+	opts := []redis.DialOption{redis.DialConnectTimeout(5 * time.Second)}
 	if readTimeout > 0 {
 		opts = append(opts, redis.DialReadTimeout(readTimeout))
 	}
@@ -91,7 +94,9 @@ func Dialer(rawURL string, readTimeout time.Duration) (func(ctx context.Context)
 			opts = append(opts, redis.DialPassword(p))
 		}
 		return func(ctx context.Context) (redis.Conn, error) {
-			return redis.DialContext(ctx, "unix", path, opts...)
+			return redisx.DialCorkable(ctx, dialer.DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
+				return redis.DialContext(ctx, "unix", path, opts...)
+			}, opts...)
 		}, nil
 	case "redis", "rediss":
 		if !strings.Contains(u.Host, ":") {
@@ -99,7 +104,9 @@ func Dialer(rawURL string, readTimeout time.Duration) (func(ctx context.Context)
 		}
 		s := u.String()
 		return func(ctx context.Context) (redis.Conn, error) {
-			c, err := redis.DialURLContext(ctx, s, opts...)
+			c, err := redisx.DialCorkable(ctx, dialer.DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
+				return redis.DialURLContext(ctx, s, opts...)
+			}, opts...)
 			if err != nil {
 				return nil, redactedError{err, s}
 			}

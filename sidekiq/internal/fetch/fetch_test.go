@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"context"
+	"net"
 	"os"
 	"strconv"
 	"sync"
@@ -46,8 +47,12 @@ func newFetchBundle(t *testing.T, rs *redistest.Server, mod func(*Config)) *fetc
 	outage := &redisx.OutageLog{Log: &log}
 	b.cfg = &Config{
 		Pool: pool,
+		// Corkable, as sidekiq.Dialer's connections are: the rounds are
+		// then written as in production, one write each.
 		Dial: func(ctx context.Context) (redis.Conn, error) {
-			return redis.DialContext(ctx, "unix", rs.Socket)
+			return redisx.DialCorkable(ctx, (&net.Dialer{}).DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
+				return redis.DialContext(ctx, "unix", rs.Socket, opts...)
+			})
 		},
 		Order:       NewOrder([]wire.QueueWeight{{Name: "default"}}, wire.Version6),
 		Concurrency: 4,

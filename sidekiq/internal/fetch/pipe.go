@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -279,6 +280,7 @@ func (p *pipes) round(fp *fetchPipe, batch []*fetchReq) (int, error) {
 	conn := fp.fc.c
 	var err error
 	sent := 0
+	corked := redisx.Cork(conn)
 	var acks []Unit
 	if p.acker != nil {
 		acks = p.acker.steal(fp.rides[:0], rideMax, &fp.acking)
@@ -311,6 +313,11 @@ func (p *pipes) round(fp *fetchPipe, batch []*fetchReq) (int, error) {
 	if err == nil {
 		fp.inflight.Store(int32(sent))
 		err = conn.Flush()
+	}
+	if corked != nil {
+		if uerr := corked.Uncork(); err == nil {
+			err = uerr
+		}
 	}
 	if len(acks) > 0 {
 		if err = p.readRides(fp, acks, err); err != nil {

@@ -314,6 +314,7 @@ func (f *reliableBatch) gather(busy bool) int {
 func (f *reliableBatch) takeMoves(fc *conn, taking *atomic.Int64, sc *takeScratch, src string, k int) ([]Unit, error) {
 	list := f.base.lists[src]
 	c := fc.c
+	corked := redisx.Cork(c)
 	acks := f.acker.steal(sc.rides[:0], rideMax, taking)
 	sc.rides = acks[:0]
 	// One argument slice per command name, reused: Send writes the
@@ -331,7 +332,13 @@ func (f *reliableBatch) takeMoves(fc *conn, taking *atomic.Int64, sc *takeScratc
 	}
 	t := time.AfterFunc(stallAfter, func() { f.cfg.Outage.Stalled(stallAfter) })
 	defer t.Stop()
-	if err := c.Flush(); err != nil {
+	err := c.Flush()
+	if corked != nil {
+		if uerr := corked.Uncork(); err == nil {
+			err = uerr
+		}
+	}
+	if err != nil {
 		f.acker.resend(acks)
 		return nil, err
 	}
