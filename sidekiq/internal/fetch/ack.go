@@ -188,19 +188,8 @@ func (a *acker) run() {
 	batch := make([]Unit, 0, ackBatch)
 	var timer *time.Timer
 	for range a.kick {
-		if a.hold > 0 {
-			a.mu.Lock()
-			wait := a.since + int64(a.hold) - time.Now().UnixNano()
-			closed := a.closed
-			a.mu.Unlock()
-			if wait > 0 && !closed {
-				if timer == nil {
-					timer = time.NewTimer(time.Duration(wait))
-				} else {
-					timer.Reset(time.Duration(wait))
-				}
-				<-timer.C
-			}
+		if a.hold > 0 && !a.waitHold(&timer) {
+			continue // the fetchers took them all; the next add kicks
 		}
 		for {
 			batch = a.take(batch[:0], ackBatch)
@@ -218,6 +207,36 @@ func (a *acker) run() {
 		if closed && empty {
 			return
 		}
+	}
+}
+
+// waitHold waits until the oldest queued acknowledgement has been left to
+// the fetchers for hold, and reports whether there is anything to send
+// (or the acker is closing). The fetchers steal while it waits, and the
+// oldest left after a steal is younger than the one it began waiting
+// for: it waits again for that one, rather than sending acknowledgements
+// queued a moment ago that the next take would have carried (measured:
+// 28% of a batched drain's round trips were the acker's, 2.7 jobs each).
+func (a *acker) waitHold(timer **time.Timer) bool {
+	for {
+		a.mu.Lock()
+		wait := a.since + int64(a.hold) - time.Now().UnixNano()
+		closed, empty := a.closed, len(a.queued) == 0
+		a.mu.Unlock()
+		switch {
+		case closed:
+			return true
+		case empty:
+			return false
+		case wait <= 0:
+			return true
+		}
+		if *timer == nil {
+			*timer = time.NewTimer(time.Duration(wait))
+		} else {
+			(*timer).Reset(time.Duration(wait))
+		}
+		<-(*timer).C
 	}
 }
 

@@ -162,3 +162,38 @@ func TestAcknowledgementsQueuedTogetherAreTakenInOneBatch(t *testing.T) {
 		require.Equal(t, raw, string(got[i].Raw))
 	}
 }
+
+// An acknowledgement queued after a fetcher stole the ones before it is
+// left to the fetchers for its own hold, not sent when the hold of the
+// stolen ones ends: the acknowledger would otherwise send, a moment after
+// each steal, what the next take was about to carry (a round trip of its
+// own for a job or two).
+func TestAcknowledgementQueuedAfterAStealIsHeldForItsOwnHold(t *testing.T) {
+	t.Parallel()
+	b := reliableBundle(t, nil, nil)
+	const hold = 400 * time.Millisecond
+	a := newAcker(b.cfg, &reliableLife{cfg: b.cfg})
+	a.hold = hold
+	list := "working:queue:default:" + testIdentity
+	first := Unit{Queue: "default", Raw: []byte(`{"jid":"first"}`), list: list}
+	second := Unit{Queue: "default", Raw: []byte(`{"jid":"second"}`), list: list}
+	_, err := b.conn.Do("LPUSH", list, second.Raw)
+	require.NoError(t, err)
+	a.start()
+	defer a.close()
+
+	require.NoError(t, a.add(first))
+	var taking atomic.Int64
+	require.Len(t, a.steal(nil, rideMax, &taking), 1, "a take carries the first")
+	time.Sleep(hold / 2)
+	queued := time.Now()
+	require.NoError(t, a.add(second))
+	wait.For(t, "the second acknowledged", func() bool {
+		n, err := redis.Int(b.conn.Do("LLEN", list))
+		require.NoError(t, err)
+		return n == 0
+	})
+	// A slow machine only makes this later.
+	require.GreaterOrEqual(t, time.Since(queued), hold-hold/8,
+		"the acknowledger sent it before its own hold ended")
+}
