@@ -17,8 +17,9 @@ import (
 // workItem is one running job, shown in the work hash of the heartbeat.
 type workItem struct {
 	// unit is the job as fetched: its queue, its bytes, and where the
-	// fetch keeps it.
+	// fetch keeps it; tid is its slot's thread id.
 	unit  fetch.Unit
+	tid   string
 	runAt time.Time
 	state atomic.Int32 // workRunning, workFinished, workAbandoned
 	// class is the job's metrics class (`wrapped || class`), or "" when no
@@ -53,20 +54,24 @@ func (w *workItem) finish() bool { return w.state.CompareAndSwap(workRunning, wo
 // hardCtx would cancel its children. Called at hard shutdown after
 // abandonRunning, when no job can start any more.
 func (s *Server) cancelRunning() {
-	s.work.Range(func(_, v any) bool {
-		v.(*workItem).cancel(nil)
-		return true
-	})
+	s.eachRunning(func(w *workItem) { w.cancel(nil) })
+}
+
+// eachRunning calls f with each slot's running job.
+func (s *Server) eachRunning(f func(w *workItem)) {
+	for i := range s.work {
+		if w := s.work[i].Load(); w != nil {
+			f(w)
+		}
+	}
 }
 
 // runningWork lists the running jobs for the heartbeat's work hash.
 func (s *Server) runningWork() []maintenance.Work {
 	var out []maintenance.Work
-	s.work.Range(func(k, v any) bool {
-		w := v.(*workItem)
-		out = append(out, maintenance.Work{TID: k.(string), Queue: w.unit.Queue, Raw: w.unit.Raw, RunAt: w.runAt,
+	s.eachRunning(func(w *workItem) {
+		out = append(out, maintenance.Work{TID: w.tid, Queue: w.unit.Queue, Raw: w.unit.Raw, RunAt: w.runAt,
 			HeartbeatAt: w.watch.lastBeat()})
-		return true
 	})
 	return out
 }
@@ -101,7 +106,7 @@ func setProviderJobID(job *wire.Job) {
 }
 
 // process runs one fetched job to completion (docs/sidekiq-wire.md#processing-order).
-func (s *Server) process(tid string, u fetch.Unit) {
+func (s *Server) process(slot int, tid string, u fetch.Unit) {
 	queue, raw := u.Queue, u.Raw
 	if s.order.Paused(queue) {
 		// Popped by a fetch that was on its way when the queue was paused:
@@ -122,7 +127,7 @@ func (s *Server) process(tid string, u fetch.Unit) {
 	}
 	reg, _ := s.handlerFor(job)
 	lim, limErr := s.limitsOf(job)
-	w := &workItem{unit: u, runAt: s.cfg.Clock.Now()}
+	w := &workItem{unit: u, tid: tid, runAt: s.cfg.Clock.Now()}
 	// Not a child of hardCtx: 25 workers registering with one parent
 	// contend for its lock on every job. The hard shutdown cancels the
 	// running jobs' contexts itself (cancelRunning), after abandonRunning
@@ -146,11 +151,11 @@ func (s *Server) process(tid string, u fetch.Unit) {
 		s.fetcher.Requeue([]fetch.Unit{u})
 		return
 	}
-	s.work.Store(tid, w)
+	s.work[slot].Store(w)
 	s.workMu.RUnlock()
 	s.busy.Add(1)
 	defer func() {
-		s.work.Delete(tid)
+		s.work[slot].Store(nil)
 		s.busy.Add(-1)
 	}()
 

@@ -58,7 +58,7 @@ type Server struct {
 	// deferredAcks counts successful jobs whose acknowledgement a
 	// middleware holds back (DeferAck).
 	deferredAcks sync.WaitGroup
-	work         sync.Map // tid string → *workItem
+	work         []atomic.Pointer[workItem] // by slot: the job it runs, or nil
 	// leftBehind counts the handlers still running after their job was
 	// cancelled for a missed deadline and given up (heartbeat.go).
 	leftBehind atomic.Int64
@@ -142,6 +142,7 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 		hardStop:  cancel,
 		writeStop: stopWrites,
 		done:      make(chan struct{}),
+		work:      make([]atomic.Pointer[workItem], c.Concurrency),
 	}
 	s.outage.Log = &s.log
 	s.writes = &redisx.Retrier{Pool: c.Pool, Ctx: writes, Outage: &s.outage}

@@ -115,8 +115,7 @@ func (s *Server) abandonRunning() []fetch.Unit {
 	defer s.workMu.Unlock()
 	s.abandoning = true
 	var units []fetch.Unit
-	s.work.Range(func(_, v any) bool {
-		w := v.(*workItem)
+	s.eachRunning(func(w *workItem) {
 		if w.abandon() {
 			units = append(units, w.unit)
 			if w.class != "" {
@@ -124,7 +123,6 @@ func (s *Server) abandonRunning() []fetch.Unit {
 				s.metrics.Record(w.class, 0, true)
 			}
 		}
-		return true
 	})
 	s.counters.Add(int64(len(units)), int64(len(units)))
 	return units

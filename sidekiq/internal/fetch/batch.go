@@ -134,7 +134,7 @@ func (b *batchFetch) worker(slot int) {
 	defer b.wg.Done()
 	tid := tidFor(slot)
 	for u := range b.jobs {
-		b.cfg.Process(tid, u)
+		b.cfg.Process(slot, tid, u)
 		b.idle <- struct{}{}
 	}
 }

@@ -73,7 +73,7 @@ func (f *brpopFetch) slot(i int) {
 			cfg.requeue(rep.queue, rep.raw)
 			return
 		}
-		cfg.Process(tid, Unit{Queue: rep.queue, Raw: rep.raw})
+		cfg.Process(i, tid, Unit{Queue: rep.queue, Raw: rep.raw})
 	}
 }
 

@@ -103,8 +103,9 @@ type Config struct {
 	Pipeline int
 	// Quiet is closed when the server goes quiet: slots stop fetching.
 	Quiet <-chan struct{}
-	// Process runs one job to completion in slot tid.
-	Process func(tid string, u Unit)
+	// Process runs one job to completion in slot (0 to Concurrency-1),
+	// whose thread id is tid.
+	Process func(slot int, tid string, u Unit)
 	// Writes carries the requeues through an outage.
 	Writes *redisx.Retrier
 	// Outage is told about fetch connection failures.

@@ -58,7 +58,7 @@ func newFetchBundle(t *testing.T, rs *redistest.Server, mod func(*Config)) *fetc
 		Concurrency: 4,
 		Pipeline:    DefaultPipeline,
 		Quiet:       b.quiet,
-		Process: func(tid string, u Unit) {
+		Process: func(_ int, tid string, u Unit) {
 			b.mu.Lock()
 			b.runs[string(u.Raw)]++
 			hook := b.hook

@@ -389,7 +389,7 @@ func (f *reliableFetch) slot(i int, st *slotState) {
 			f.Requeue([]Unit{u})
 			return
 		}
-		cfg.Process(tid, u)
+		cfg.Process(i, tid, u)
 	}
 }
 

@@ -406,7 +406,7 @@ func (f *reliableBatch) worker(i int) {
 	st := f.workers[i]
 	for u := range f.jobs {
 		st.hold(u.list, u.Raw)
-		f.cfg.Process(tid, u)
+		f.cfg.Process(i, tid, u)
 		st.drop()
 		f.idle <- struct{}{}
 	}
