@@ -22,13 +22,16 @@ import (
 // two commands (its move and its acknowledgement), but a round trip carries
 // a batch of them each way.
 type reliableBatch struct {
-	cfg     *Config
-	base    *reliableFetch // lists, Redis probe, life
-	jobs    chan Unit
-	idle    chan struct{} // one token per idle slot
-	workers []*slotState
-	acker   *acker
-	wg      sync.WaitGroup // fetcher and workers
+	cfg  *Config
+	base *reliableFetch // lists, Redis probe, life
+	jobs chan Unit
+	idle chan struct{} // one token per idle slot
+	// gatherers are the fetchers' gathering states, which the workers
+	// look at when they free a slot.
+	gatherers [batchTakers]gathering
+	workers   []*slotState
+	acker     *acker
+	wg        sync.WaitGroup // fetcher and workers
 	// drops counts fetch commands whose connection failed before their
 	// reply: they may have moved jobs nobody holds.
 	drops atomic.Int64
@@ -47,6 +50,9 @@ func NewReliableBatch(ctx context.Context, cfg *Config) (Fetcher, error) {
 	}
 	n := cfg.Concurrency
 	f := &reliableBatch{cfg: cfg, base: base, jobs: make(chan Unit, n), idle: make(chan struct{}, n)}
+	for i := range f.gatherers {
+		f.gatherers[i].init(gatherFor)
+	}
 	f.acker = newAcker(cfg, base.life)
 	f.acker.hold = rideHold
 	f.workers = make([]*slotState, n)
@@ -74,7 +80,7 @@ func (f *reliableBatch) Start() {
 	for i := range batchTakers {
 		go func() {
 			defer takers.Done()
-			f.fetch(&f.taking[i])
+			f.fetch(&f.taking[i], &f.gatherers[i])
 		}()
 	}
 	f.wg.Add(1)
@@ -158,7 +164,7 @@ const batchTakers = 2
 // fetch is one fetcher. The fetchers share the idle-slot tokens: each moves
 // at most as many jobs as it holds tokens and hands each job to a worker,
 // so together they never move more jobs than slots are free.
-func (f *reliableBatch) fetch(taking *atomic.Int64) {
+func (f *reliableBatch) fetch(taking *atomic.Int64, g *gathering) {
 	cfg := f.cfg
 	r := NewRand(uint64(cfg.Concurrency))
 	fc := &conn{cfg: cfg}
@@ -183,7 +189,7 @@ func (f *reliableBatch) fetch(taking *atomic.Int64) {
 		case <-cfg.Quiet:
 			return
 		}
-		k := 1 + f.gather(full)
+		k := 1 + f.gather(g, full)
 		taking.Store(time.Now().UnixNano())
 		if cfg.quiet() || !fc.ready() {
 			giveBack(k)
@@ -269,36 +275,92 @@ func (f *reliableBatch) fetch(taking *atomic.Int64) {
 // twenty, so fuller batches cost Redis far less per job.
 const gatherFor = 100 * time.Microsecond
 
+// gathering is a fetcher's state across its gathers.
+type gathering struct {
+	// want is how many more tokens the fetcher waits for (0: it does not
+	// wait); the worker whose token makes that many signals enough.
+	want   atomic.Int32
+	enough chan struct{} // capacity 1
+	window time.Duration // gatherFor
+	timer  *time.Timer   // the window, reused
+}
+
+func (g *gathering) init(window time.Duration) {
+	g.enough = make(chan struct{}, 1)
+	g.window = window
+	g.timer = time.NewTimer(time.Hour)
+	g.timer.Stop()
+}
+
 // gather takes further idle-slot tokens: those free now and, when the
 // queues had work at the last take (busy), those freed within gatherFor,
 // up to half the slots. It returns how many it took.
-func (f *reliableBatch) gather(busy bool) int {
+//
+// It does not wake for each token: it tells the workers how many it
+// waits for (want), and the worker whose token makes that many wakes it
+// (enough). Woken per token, the fetcher was parked and readied about
+// once per job (a 200,000-job drain: 178,158 waits for 16,842 takes).
+func (f *reliableBatch) gather(g *gathering, busy bool) int {
 	k := 0
 	target := f.cfg.Concurrency/2 - 1
-	var deadline <-chan time.Time
-	for k < f.cfg.Concurrency-1 {
-		select {
-		case <-f.idle:
-			k++
-			continue
-		default:
+	max := f.cfg.Concurrency - 1
+	armed := false
+	defer func() {
+		if armed {
+			g.want.Store(0)
+			g.timer.Stop()
 		}
-		if !busy || k >= target {
+	}()
+	for {
+		k = f.takeIdle(k, max)
+		if !busy || k >= target || k >= max {
 			return k
 		}
-		if deadline == nil {
-			t := time.NewTimer(gatherFor)
-			defer t.Stop()
-			deadline = t.C
+		if !armed {
+			armed = true
+			g.timer.Reset(g.window)
 		}
+		// Set want before looking again: a worker that adds a token after
+		// the look sees want and signals.
+		g.want.Store(int32(target - k))
+		if len(f.idle) >= target-k {
+			continue
+		}
+		select {
+		case <-g.enough:
+		case <-g.timer.C:
+			g.want.Store(0)
+			return f.takeIdle(k, max)
+		}
+	}
+}
+
+// takeIdle takes the tokens free now, counting up from k to max at most.
+func (f *reliableBatch) takeIdle(k, max int) int {
+	for k < max {
 		select {
 		case <-f.idle:
 			k++
-		case <-deadline:
+		default:
 			return k
 		}
 	}
 	return k
+}
+
+// freed returns a worker's slot token and wakes a gathering fetcher once
+// the tokens it waits for are there.
+func (f *reliableBatch) freed() {
+	f.idle <- struct{}{}
+	for i := range f.gatherers {
+		g := &f.gatherers[i]
+		if w := g.want.Load(); w > 0 && len(f.idle) >= int(w) {
+			select {
+			case g.enough <- struct{}{}:
+			default:
+			}
+		}
+	}
 }
 
 // takeMoves moves up to k jobs from one queue to its in-progress list with
@@ -408,6 +470,6 @@ func (f *reliableBatch) worker(i int) {
 		st.hold(u.list, u.Raw)
 		f.cfg.Process(i, tid, u)
 		st.drop()
-		f.idle <- struct{}{}
+		f.freed()
 	}
 }
