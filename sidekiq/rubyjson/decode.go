@@ -180,6 +180,78 @@ func (sc *scratch) pop(kb, vb int) ([]string, []Value) {
 	return keys, vals
 }
 
+// Small objects and arrays are allocated with their members in one
+// block: a decoded job is an object of about seven keys holding an array
+// of a few arguments, and a Map, its keys and its values as three
+// allocations (two for an array) were half of a fetched job's. The
+// members' slices are cut at their length, so a later append moves them
+// out of the block, as it would move an exact-size copy.
+type (
+	arrayBlock1 struct {
+		m Map
+		v [1]Value
+	}
+	arrayBlock4 struct {
+		m Map
+		v [4]Value
+	}
+	objectBlock4 struct {
+		m Map
+		k [4]string
+		v [4]Value
+	}
+	objectBlock8 struct {
+		m Map
+		k [8]string
+		v [8]Value
+	}
+	objectBlock16 struct {
+		m Map
+		k [16]string
+		v [16]Value
+	}
+)
+
+// popMap moves the members above kb/vb into a new Map (an array's when
+// there are no keys above kb) and removes them from the scratch.
+func (sc *scratch) popMap(kb, vb int) *Map {
+	keys, vals := sc.keys[kb:], sc.vals[vb:]
+	n := len(vals)
+	var m *Map
+	switch {
+	case len(keys) == 0 && n <= 1:
+		b := new(arrayBlock1)
+		m = &b.m
+		m.vals = b.v[:n:n]
+	case len(keys) == 0 && n <= 4:
+		b := new(arrayBlock4)
+		m = &b.m
+		m.vals = b.v[:n:n]
+	case len(keys) == 0:
+		m = &Map{vals: make([]Value, n)}
+	case n <= 4:
+		b := new(objectBlock4)
+		m = &b.m
+		m.keys, m.vals = b.k[:n:n], b.v[:n:n]
+	case n <= 8:
+		b := new(objectBlock8)
+		m = &b.m
+		m.keys, m.vals = b.k[:n:n], b.v[:n:n]
+	case n <= 16:
+		b := new(objectBlock16)
+		m = &b.m
+		m.keys, m.vals = b.k[:n:n], b.v[:n:n]
+	default:
+		m = &Map{keys: make([]string, n), vals: make([]Value, n)}
+	}
+	copy(m.keys, keys)
+	copy(m.vals, vals)
+	clear(keys)
+	clear(vals)
+	sc.keys, sc.vals = sc.keys[:kb], sc.vals[:vb]
+	return m
+}
+
 func (p *parser) object(depth int) (Value, error) {
 	p.pos++ // {
 	p.skipSpace()
@@ -239,8 +311,7 @@ func (p *parser) object(depth int) (Value, error) {
 		if p.data[p.pos] == '}' {
 			p.pos++
 			if big == nil {
-				keys, vals := sc.pop(kb, vb)
-				big = &Map{keys: keys, vals: vals}
+				big = sc.popMap(kb, vb)
 			}
 			return Value{kind: Object, obj: big}, nil
 		}
@@ -283,8 +354,7 @@ func (p *parser) array(depth int) (Value, error) {
 		}
 		if p.data[p.pos] == ']' {
 			p.pos++
-			_, arr := sc.pop(len(sc.keys), vb)
-			return arrayOf(arr), nil
+			return Value{kind: Array, obj: sc.popMap(len(sc.keys), vb)}, nil
 		}
 		return Value{}, p.errorf("expected ',' or ']'")
 	}

@@ -206,3 +206,40 @@ func TestArrayAndObjectAccessorsKeepTheirKinds(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, `[]`, string(ArrayValue().Encode()))
 }
+
+// Decoded objects and arrays of every size grow and shrink on their own:
+// a small one shares an allocation with its members, and a key set on it
+// or an element appended to its slice never writes over a neighbour.
+func TestDecodedObjectsAndArraysGrowWithoutTouchingTheirNeighbours(t *testing.T) {
+	for n := 0; n <= 20; n++ {
+		var obj, arr []string
+		for i := range n {
+			obj = append(obj, fmt.Sprintf(`"k%d":%d`, i, i))
+			arr = append(arr, strconv.Itoa(i))
+		}
+		doc := fmt.Sprintf(`{"o":{%s},"a":[%s],"after":"x"}`, strings.Join(obj, ","), strings.Join(arr, ","))
+		m, err := ParseObject([]byte(doc))
+		require.NoError(t, err, doc)
+
+		o, _ := m.Get("o")
+		om, ok := o.Map()
+		require.True(t, ok)
+		om.Set("new", StringValue("n"))
+		if n > 0 {
+			require.True(t, om.Delete("k0"))
+		}
+		a, _ := m.Get("a")
+		elems, ok := a.Array()
+		require.True(t, ok)
+		grown := append(elems, StringValue("appended"))
+		other := append(elems, StringValue("other"))
+		g, _ := grown[n].Str()
+		require.Equal(t, "appended", g, "size %d: two appends to one decoded array do not share a slot", n)
+		o2, _ := other[n].Str()
+		require.Equal(t, "other", o2)
+
+		wantObj := append(obj[min(n, 1):], `"new":"n"`)
+		want := fmt.Sprintf(`{"o":{%s},"a":[%s],"after":"x"}`, strings.Join(wantObj, ","), strings.Join(arr, ","))
+		require.Equal(t, want, string(m.Encode()), "size %d", n)
+	}
+}
