@@ -421,12 +421,19 @@ type lockResult struct {
 // lockJob walks the databases in order and locks the row in the first one
 // that has it (Amigo's lock_job, in one UPDATE instead of SELECT+UPDATE),
 // after the jid's pending writes.
-func (d *Durable) lockJob(ctx context.Context, jid, identity string, now time.Time, ext time.Duration) *lockResult {
-	res := &lockResult{lockedAt: micro(now)}
+//
+// It fills res; op is the lock's op in the first database (the caller's
+// allocation), a later database gets one of its own.
+func (d *Durable) lockJob(ctx context.Context, jid, identity string, now time.Time, ext time.Duration, res *lockResult, op *gcOp) {
+	res.lockedAt = micro(now)
 	release := d.pend.settle(ctx, jid, d.stores)
 	defer release()
-	for _, s := range d.stores {
-		found, err := s.lock(ctx, lockParams{JobID: jid, LockedBy: identity, LockedAt: now, AssumeDeadAt: now.Add(ext)})
+	for i, s := range d.stores {
+		if i > 0 {
+			op = &gcOp{}
+		}
+		*op = gcOp{kind: gcLock, lk: lockParams{JobID: jid, LockedBy: identity, LockedAt: now, AssumeDeadAt: now.Add(ext)}}
+		found, err := s.lockOp(ctx, op)
 		if err != nil {
 			res.failed = append(res.failed, fmt.Errorf("%s: %w", s.name(), err))
 			res.failedStores = append(res.failedStores, s)
@@ -434,10 +441,9 @@ func (d *Durable) lockJob(ctx context.Context, jid, identity string, now time.Ti
 		}
 		if found {
 			res.st = s
-			return res
+			return
 		}
 	}
-	return res
 }
 
 // Get returns a job's row as the first database that has it holds it, or

@@ -42,10 +42,12 @@ const (
 	gcDelete
 )
 
-// gcOp is one write waiting for its group.
+// gcOp is one write waiting for its group. The server middleware keeps
+// a job's lock and delete ops in its own allocation (jobRun), so they
+// stay small: an upsert's row is behind a pointer.
 type gcOp struct {
 	kind gcKind
-	up   upsertParams
+	up   *upsertParams
 	lk   lockParams
 	del  deleteLockedParams
 
@@ -59,11 +61,18 @@ type gcOp struct {
 	// group is what the op's caller waits on: the group that will write
 	// it (see gcWait). Set under groupCommit.mu, read by the caller.
 	group atomic.Pointer[gcWait]
-	// then, when set, is called with the answer instead of a caller
-	// waiting (doAsync). When it returns true, ack is released, with the
-	// other acknowledgements of the group in one call.
-	then func(ok bool, err error) (release bool)
+	// then, when set, is given the answer instead of a caller waiting
+	// (doAsync). When it returns true, ack is released, with the other
+	// acknowledgements of the group in one call.
+	then gcThen
 	ack  sidekiq.DeferredAck
+}
+
+// gcThen receives the answer of an op queued with doAsync, on the
+// goroutine that wrote its group; release reports whether the op's
+// acknowledgement may be released now.
+type gcThen interface {
+	answered(ok bool, err error) (release bool)
 }
 
 // gcWait is one group's completion, shared by every op in it: the writer
@@ -184,13 +193,13 @@ func (g *groupCommit) wait(ctx context.Context, op *gcOp) bool {
 	return true
 }
 
-// doAsync queues op and returns at once; then is called with the answer
-// (from the goroutine that wrote the group), and ack released after it
-// when it returns true.
-func (g *groupCommit) doAsync(op *gcOp, ack sidekiq.DeferredAck, then func(ok bool, err error) (release bool)) {
+// doAsync queues op and returns at once; then is given the answer (on the
+// goroutine that wrote the group), and ack released after it when it
+// returns true.
+func (g *groupCommit) doAsync(op *gcOp, ack sidekiq.DeferredAck, then gcThen) {
 	op.then, op.ack = then, ack
 	if err := g.enqueue(op); err != nil {
-		if then(false, err) {
+		if then.answered(false, err) {
 			ack.Release()
 		}
 	}
@@ -202,7 +211,7 @@ func answerAsync(ops []*gcOp) {
 	var buf [64]sidekiq.DeferredAck
 	acks := buf[:0]
 	for _, op := range ops {
-		if op.then != nil && op.then(op.ok, op.err) {
+		if op.then != nil && op.then.answered(op.ok, op.err) {
 			acks = append(acks, op.ack)
 		}
 	}
@@ -244,9 +253,12 @@ func (g *groupCommit) take() []*gcOp {
 	var batch, rest []*gcOp
 	held := g.held
 	defer clear(held)
+	// With one writer no group is being written while it takes the next,
+	// so inflight is only kept with several.
+	several := g.slots > 1
 	for _, op := range g.queue {
 		jid := op.jid()
-		if len(batch) >= g.maxBatch || held[jid] || g.inflight[jid] > 0 {
+		if len(batch) >= g.maxBatch || held[jid] || (several && g.inflight[jid] > 0) {
 			held[jid] = true
 			rest = append(rest, op)
 			continue
@@ -267,8 +279,10 @@ func (g *groupCommit) take() []*gcOp {
 			op.group.Store(g.pending)
 		}
 	}
-	for _, op := range batch {
-		g.inflight[op.jid()]++
+	if several {
+		for _, op := range batch {
+			g.inflight[op.jid()]++
+		}
 	}
 	return batch
 }
@@ -352,9 +366,11 @@ func (g *groupCommit) write(batch []*gcOp) {
 		}
 	}
 	g.mu.Lock()
-	for _, op := range batch {
-		if g.inflight[op.jid()]--; g.inflight[op.jid()] <= 0 {
-			delete(g.inflight, op.jid())
+	if g.slots > 1 {
+		for _, op := range batch {
+			if g.inflight[op.jid()]--; g.inflight[op.jid()] <= 0 {
+				delete(g.inflight, op.jid())
+			}
 		}
 	}
 	more := len(g.queue) > 0
