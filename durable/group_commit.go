@@ -117,12 +117,23 @@ type groupCommit struct {
 	// empty).
 	pending  *gcWait
 	inflight map[string]int
-	held     map[string]bool // take's, kept for the next
-	started  bool
-	closed   bool
-	kick     chan struct{}
-	stop     chan struct{}
-	wg       sync.WaitGroup
+	// gather bounds the writer's wait for the cohort it released (see
+	// next); 0 turns it off. The counts below serve it: the locks and
+	// upserts in queue, the locks of the last group and how long it took
+	// to write, and while the writer gathers, the queued locks it waits
+	// for (0 otherwise).
+	gather        time.Duration
+	locksQueued   int
+	upsertsQueued int
+	lastLocks     int
+	lastWrite     time.Duration
+	wantLocks     int
+	held          map[string]bool // take's, kept for the next
+	started       bool
+	closed        bool
+	kick          chan struct{}
+	stop          chan struct{}
+	wg            sync.WaitGroup
 }
 
 func newGroupCommit(apply, single gcApplier, isConn func(error) bool, window time.Duration, maxBatch, slots int) *groupCommit {
@@ -132,6 +143,11 @@ func newGroupCommit(apply, single gcApplier, isConn func(error) bool, window tim
 		inflight: map[string]int{}, held: map[string]bool{}, kick: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 }
+
+// gcGatherMax bounds how long a store's writer gathers the cohort of jobs
+// it released (groupCommit.next); the wait is otherwise as long as the
+// last group took to write.
+const gcGatherMax = 2 * time.Millisecond
 
 // errGroupClosed reports a write submitted after close.
 var errGroupClosed = errors.New("durable: store closed")
@@ -150,7 +166,10 @@ func (g *groupCommit) enqueue(ops ...*gcOp) error {
 	for _, op := range ops {
 		op.group.Store(g.pending)
 		g.queue = append(g.queue, op)
+		g.countQueued(op, 1)
 	}
+	// A writer gathering its cohort is woken only once the wait is over.
+	gathering := g.wantLocks > 0 && g.locksQueued < g.wantLocks && g.upsertsQueued == 0 && len(g.queue) < g.maxBatch
 	if !g.started {
 		g.started = true
 		g.wg.Add(g.slots)
@@ -159,8 +178,20 @@ func (g *groupCommit) enqueue(ops ...*gcOp) error {
 		}
 	}
 	g.mu.Unlock()
-	g.wake()
+	if !gathering {
+		g.wake()
+	}
 	return nil
+}
+
+// countQueued counts op's kind in or out of the queue (d = 1 or -1).
+func (g *groupCommit) countQueued(op *gcOp, d int) {
+	switch op.kind {
+	case gcLock:
+		g.locksQueued += d
+	case gcUpsert:
+		g.upsertsQueued += d
+	}
 }
 
 // do queues op and waits until it is committed (or failed). A caller
@@ -265,6 +296,7 @@ func (g *groupCommit) take() []*gcOp {
 		}
 		held[jid] = true
 		batch = append(batch, op)
+		g.countQueued(op, -1)
 	}
 	g.queue = rest
 	switch {
@@ -302,14 +334,46 @@ func (g *groupCommit) writer() {
 // next waits for a group to write (nil after close, once the queue is
 // empty): at once, or within the window when it is set and the group is
 // not full yet.
+//
+// With one writer it first gathers the cohort it has just released. The
+// jobs whose locks the last group committed start running when it is
+// answered, and a no-op or short job asks for its next job's lock a few
+// hundred microseconds later. Written at once, the next group holds only
+// the locks that queued while the last one was written, and the slots
+// settle into two cohorts that alternate, about half the slots per
+// group, each group paying the statement's (and the commit's) fixed
+// cost. So the writer waits until the queue holds as many locks as the
+// last group had plus those already queued, or for as long as the last
+// group took to write (at most gather), whichever comes first; an upsert
+// in the queue (a push waits for it) or a full group ends the wait. A
+// lock that arrives during the wait waits for the rest of it and then its
+// own group: no longer than, without the wait, a lock that arrives just
+// after a group began waits (the rest of that group, then its own). The
+// wait ends when its cohort is back, and the groups then hold every slot's
+// lock: one statement (and one commit) per job cycle instead of two.
 func (g *groupCommit) next() []*gcOp {
-	var lingerUntil time.Time
+	var lingerUntil, gatherUntil time.Time
+	want := -1 // the queued locks to gather; computed on the first pass
 	for {
 		g.mu.Lock()
 		n := len(g.queue)
 		closed := g.closed
+		if want < 0 {
+			want = 0
+			if g.gather > 0 && g.slots == 1 && g.lastLocks > 0 {
+				want = g.lastLocks + g.locksQueued
+				gatherUntil = time.Now().Add(min(g.lastWrite, g.gather))
+			}
+		}
+		gathering := want > 0 && g.locksQueued < want && g.upsertsQueued == 0 && n < g.maxBatch && !closed &&
+			time.Now().Before(gatherUntil)
+		if gathering {
+			g.wantLocks = want
+		} else {
+			g.wantLocks = 0
+		}
 		lingered := !lingerUntil.IsZero() && !time.Now().Before(lingerUntil)
-		if n > 0 && (g.window <= 0 || n >= g.maxBatch || closed || lingered) {
+		if n > 0 && !gathering && (g.window <= 0 || n >= g.maxBatch || closed || lingered) {
 			if batch := g.take(); len(batch) > 0 {
 				more := len(g.queue) > 0
 				g.mu.Unlock()
@@ -336,6 +400,13 @@ func (g *groupCommit) next() []*gcOp {
 			timer = time.NewTimer(time.Until(lingerUntil))
 			fire = timer.C
 		}
+		if gathering && (timer == nil || gatherUntil.Before(lingerUntil)) {
+			if timer != nil {
+				timer.Stop()
+			}
+			timer = time.NewTimer(time.Until(gatherUntil))
+			fire = timer.C
+		}
 		select {
 		case <-g.kick:
 		case <-fire:
@@ -355,7 +426,9 @@ func (g *groupCommit) next() []*gcOp {
 // so that one bad row fails only its own write.
 func (g *groupCommit) write(batch []*gcOp) {
 	ctx := context.Background()
+	start := time.Now()
 	err := g.apply(ctx, batch)
+	took := time.Since(start)
 	if err != nil && len(batch) > 1 && !g.isConn(err) {
 		for _, op := range batch {
 			op.err = g.single(ctx, []*gcOp{op})
@@ -366,6 +439,15 @@ func (g *groupCommit) write(batch []*gcOp) {
 		}
 	}
 	g.mu.Lock()
+	g.lastWrite = took
+	g.lastLocks = 0
+	if err == nil {
+		for _, op := range batch {
+			if op.kind == gcLock {
+				g.lastLocks++
+			}
+		}
+	}
 	if g.slots > 1 {
 		for _, op := range batch {
 			if g.inflight[op.jid()]--; g.inflight[op.jid()] <= 0 {

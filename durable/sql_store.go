@@ -59,6 +59,7 @@ const rowColumns = `job_id, job_class, job_item_json, queue, inserted_at, assume
 func newSQLStore(db *sql.DB, d dialect, table, display string, opTimeout time.Duration) *sqlStore {
 	s := &sqlStore{db: db, d: d, table: table, display: display, opTimeout: opTimeout}
 	s.gc = newGroupCommit(s.writeGroup, s.writeOne, s.isConnError, 0, 1000, d.groupSlots())
+	s.gc.gather = gcGatherMax
 	r := d.rebind
 	t := table
 	s.qUpsert = r(`INSERT INTO ` + t + ` (job_id, job_class, job_item_json, queue, inserted_at, assume_dead_at, missing_at)
@@ -96,6 +97,7 @@ FROM ` + t)
 // withGroupCommit sets the group commit's window and group size from o.
 func (s *sqlStore) withGroupCommit(o *Config) *sqlStore {
 	s.gc = newGroupCommit(s.writeGroup, s.writeOne, s.isConnError, o.BatchWindow, o.MaxBatch, s.d.groupSlots())
+	s.gc.gather = gcGatherMax
 	return s
 }
 
