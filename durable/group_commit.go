@@ -128,12 +128,16 @@ type groupCommit struct {
 	lastLocks     int
 	lastWrite     time.Duration
 	wantLocks     int
-	held          map[string]bool // take's, kept for the next
-	started       bool
-	closed        bool
-	kick          chan struct{}
-	stop          chan struct{}
-	wg            sync.WaitGroup
+	// gatherSkip is how many groups are still to be written without a
+	// wait; gatherMissed how many were skipped after the last miss.
+	gatherSkip   int
+	gatherMissed int
+	held         map[string]bool // take's, kept for the next
+	started      bool
+	closed       bool
+	kick         chan struct{}
+	stop         chan struct{}
+	wg           sync.WaitGroup
 }
 
 func newGroupCommit(apply, single gcApplier, isConn func(error) bool, window time.Duration, maxBatch, slots int) *groupCommit {
@@ -148,6 +152,10 @@ func newGroupCommit(apply, single gcApplier, isConn func(error) bool, window tim
 // it released (groupCommit.next); the wait is otherwise as long as the
 // last group took to write.
 const gcGatherMax = 2 * time.Millisecond
+
+// gcGatherMaxSkip bounds the groups written without a wait after gathers
+// that missed their cohort, so that a writer tries again now and then.
+const gcGatherMaxSkip = 64
 
 // errGroupClosed reports a write submitted after close.
 var errGroupClosed = errors.New("durable: store closed")
@@ -345,7 +353,10 @@ func (g *groupCommit) writer() {
 // cost. So the writer waits until the queue holds as many locks as the
 // last group had plus those already queued, or for as long as the last
 // group took to write (at most gather), whichever comes first; an upsert
-// in the queue (a push waits for it) or a full group ends the wait. A
+// in the queue (a push waits for it) or a full group ends the wait. When
+// the time runs out first, the jobs take longer than a group, and the wait
+// would only delay the locks already queued: the next group (then 2, 4, up
+// to gcGatherMaxSkip after each miss in a row) is written without one. A
 // lock that arrives during the wait waits for the rest of it and then its
 // own group: no longer than, without the wait, a lock that arrives just
 // after a group began waits (the rest of that group, then its own). The
@@ -360,13 +371,28 @@ func (g *groupCommit) next() []*gcOp {
 		closed := g.closed
 		if want < 0 {
 			want = 0
-			if g.gather > 0 && g.slots == 1 && g.lastLocks > 0 {
+			switch {
+			case g.gather <= 0 || g.slots > 1 || g.lastLocks == 0:
+			case g.gatherSkip > 0:
+				g.gatherSkip--
+			default:
 				want = g.lastLocks + g.locksQueued
 				gatherUntil = time.Now().Add(min(g.lastWrite, g.gather))
 			}
 		}
-		gathering := want > 0 && g.locksQueued < want && g.upsertsQueued == 0 && n < g.maxBatch && !closed &&
-			time.Now().Before(gatherUntil)
+		gathering := want > 0 && g.locksQueued < want && g.upsertsQueued == 0 && n < g.maxBatch && !closed
+		if gathering && !time.Now().Before(gatherUntil) {
+			// The cohort did not come back in time: its jobs take longer
+			// than a group, and waiting for them only delays the others.
+			// Skip the next gathers, twice as many after each miss in a row.
+			gathering = false
+			g.gatherMissed = min(max(2*g.gatherMissed, 1), gcGatherMaxSkip)
+			g.gatherSkip = g.gatherMissed
+			want = 0
+		} else if want > 0 && !gathering && g.locksQueued >= want {
+			g.gatherMissed = 0
+			want = 0
+		}
 		if gathering {
 			g.wantLocks = want
 		} else {

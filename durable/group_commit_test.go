@@ -263,3 +263,25 @@ func TestGroupCommitWithoutGatherWritesTheNextLockAtOnce(t *testing.T) {
 		t.Fatalf("the lock waited %v with gathering off", took)
 	}
 }
+
+func TestGroupCommitWritesTheNextGroupAtOnceAfterAGatherThatMissedItsCohort(t *testing.T) {
+	g, f := gatherGroupCommit("2:a0", 300*time.Millisecond, 5*time.Second)
+	f.delays["2:b0"] = 300 * time.Millisecond
+	defer g.close()
+	lockFirstGroup(t, g, "a0", "a1", "a2")
+	// Two of the three come back: the writer waits the 300ms the last group
+	// took for the third, in vain.
+	lockFirstGroup(t, g, "b0", "b1")
+	// The next group has two locks to wait for, but after the miss the
+	// writer does not wait.
+	start := time.Now()
+	if _, err := g.do(context.Background(), lockOp("c0")); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 150*time.Millisecond {
+		t.Fatalf("the lock waited %v after a missed gather", took)
+	}
+	if groups := f.groupsSeen(); len(groups) != 3 || len(groups[1]) != 2 || len(groups[2]) != 1 {
+		t.Fatalf("groups %v", groups)
+	}
+}
