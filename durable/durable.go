@@ -61,7 +61,9 @@ type Config struct {
 	// may wait for other writes to share its statement while the database
 	// is idle (see group commit in the package doc). 0, the default, waits
 	// for none: writes that arrive while an earlier group is being written
-	// are grouped, so batches grow with the load by themselves.
+	// are grouped, so batches grow with the load by themselves. (The wait
+	// after a group of locks for the jobs it released, see the package
+	// doc, is separate and needs no setting.)
 	BatchWindow time.Duration
 	// MaxBatch bounds the writes of one group. Default 1000.
 	MaxBatch int
