@@ -55,7 +55,11 @@
 // CTEs over arrays), one transaction of multi-row statements on SQLite
 // (its single writer). A group holds what arrived while the previous one
 // was being written (Config.BatchWindow adds a wait, 0 by default), so
-// under load one statement carries the writes of many jobs. A PushBulk
+// under load one statement carries the writes of many jobs. After a group
+// of locks the writer first waits, at most as long as that group took
+// (and 2ms), for the jobs it released to ask for their next locks, so
+// that the slots share one group instead of alternating in two (see
+// groupCommit.next); a push ends that wait. A PushBulk
 // writes its group's rows (up to 1000) in one statement through
 // sidekiq.PushGroup. Callers wait for their own write, so the invariants
 // below hold as before; with reliable fetch the success delete does not

@@ -61,7 +61,9 @@ type Config struct {
 	// may wait for other writes to share its statement while the database
 	// is idle (see group commit in the package doc). 0, the default, waits
 	// for none: writes that arrive while an earlier group is being written
-	// are grouped, so batches grow with the load by themselves.
+	// are grouped, so batches grow with the load by themselves. (The wait
+	// after a group of locks for the jobs it released, see the package
+	// doc, is separate and needs no setting.)
 	BatchWindow time.Duration
 	// MaxBatch bounds the writes of one group. Default 1000.
 	MaxBatch int
@@ -421,12 +423,19 @@ type lockResult struct {
 // lockJob walks the databases in order and locks the row in the first one
 // that has it (Amigo's lock_job, in one UPDATE instead of SELECT+UPDATE),
 // after the jid's pending writes.
-func (d *Durable) lockJob(ctx context.Context, jid, identity string, now time.Time, ext time.Duration) *lockResult {
-	res := &lockResult{lockedAt: micro(now)}
+//
+// It fills res; op is the lock's op in the first database (the caller's
+// allocation), a later database gets one of its own.
+func (d *Durable) lockJob(ctx context.Context, jid, identity string, now time.Time, ext time.Duration, res *lockResult, op *gcOp) {
+	res.lockedAt = micro(now)
 	release := d.pend.settle(ctx, jid, d.stores)
 	defer release()
-	for _, s := range d.stores {
-		found, err := s.lock(ctx, lockParams{JobID: jid, LockedBy: identity, LockedAt: now, AssumeDeadAt: now.Add(ext)})
+	for i, s := range d.stores {
+		if i > 0 {
+			op = &gcOp{}
+		}
+		*op = gcOp{kind: gcLock, lk: lockParams{JobID: jid, LockedBy: identity, LockedAt: now, AssumeDeadAt: now.Add(ext)}}
+		found, err := s.lockOp(ctx, op)
 		if err != nil {
 			res.failed = append(res.failed, fmt.Errorf("%s: %w", s.name(), err))
 			res.failedStores = append(res.failedStores, s)
@@ -434,10 +443,9 @@ func (d *Durable) lockJob(ctx context.Context, jid, identity string, now time.Ti
 		}
 		if found {
 			res.st = s
-			return res
+			return
 		}
 	}
-	return res
 }
 
 // Get returns a job's row as the first database that has it holds it, or

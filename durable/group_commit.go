@@ -42,10 +42,12 @@ const (
 	gcDelete
 )
 
-// gcOp is one write waiting for its group.
+// gcOp is one write waiting for its group. The server middleware keeps
+// a job's lock and delete ops in its own allocation (jobRun), so they
+// stay small: an upsert's row is behind a pointer.
 type gcOp struct {
 	kind gcKind
-	up   upsertParams
+	up   *upsertParams
 	lk   lockParams
 	del  deleteLockedParams
 
@@ -59,11 +61,18 @@ type gcOp struct {
 	// group is what the op's caller waits on: the group that will write
 	// it (see gcWait). Set under groupCommit.mu, read by the caller.
 	group atomic.Pointer[gcWait]
-	// then, when set, is called with the answer instead of a caller
-	// waiting (doAsync). When it returns true, ack is released, with the
-	// other acknowledgements of the group in one call.
-	then func(ok bool, err error) (release bool)
+	// then, when set, is given the answer instead of a caller waiting
+	// (doAsync). When it returns true, ack is released, with the other
+	// acknowledgements of the group in one call.
+	then gcThen
 	ack  sidekiq.DeferredAck
+}
+
+// gcThen receives the answer of an op queued with doAsync, on the
+// goroutine that wrote its group; release reports whether the op's
+// acknowledgement may be released now.
+type gcThen interface {
+	answered(ok bool, err error) (release bool)
 }
 
 // gcWait is one group's completion, shared by every op in it: the writer
@@ -108,12 +117,27 @@ type groupCommit struct {
 	// empty).
 	pending  *gcWait
 	inflight map[string]int
-	held     map[string]bool // take's, kept for the next
-	started  bool
-	closed   bool
-	kick     chan struct{}
-	stop     chan struct{}
-	wg       sync.WaitGroup
+	// gather bounds the writer's wait for the cohort it released (see
+	// next); 0 turns it off. The counts below serve it: the locks and
+	// upserts in queue, the locks of the last group and how long it took
+	// to write, and while the writer gathers, the queued locks it waits
+	// for (0 otherwise).
+	gather        time.Duration
+	locksQueued   int
+	upsertsQueued int
+	lastLocks     int
+	lastWrite     time.Duration
+	wantLocks     int
+	// gatherSkip is how many groups are still to be written without a
+	// wait; gatherMissed how many were skipped after the last miss.
+	gatherSkip   int
+	gatherMissed int
+	held         map[string]bool // take's, kept for the next
+	started      bool
+	closed       bool
+	kick         chan struct{}
+	stop         chan struct{}
+	wg           sync.WaitGroup
 }
 
 func newGroupCommit(apply, single gcApplier, isConn func(error) bool, window time.Duration, maxBatch, slots int) *groupCommit {
@@ -123,6 +147,15 @@ func newGroupCommit(apply, single gcApplier, isConn func(error) bool, window tim
 		inflight: map[string]int{}, held: map[string]bool{}, kick: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 }
+
+// gcGatherMax bounds how long a store's writer gathers the cohort of jobs
+// it released (groupCommit.next); the wait is otherwise as long as the
+// last group took to write.
+const gcGatherMax = 2 * time.Millisecond
+
+// gcGatherMaxSkip bounds the groups written without a wait after gathers
+// that missed their cohort, so that a writer tries again now and then.
+const gcGatherMaxSkip = 64
 
 // errGroupClosed reports a write submitted after close.
 var errGroupClosed = errors.New("durable: store closed")
@@ -141,7 +174,10 @@ func (g *groupCommit) enqueue(ops ...*gcOp) error {
 	for _, op := range ops {
 		op.group.Store(g.pending)
 		g.queue = append(g.queue, op)
+		g.countQueued(op, 1)
 	}
+	// A writer gathering its cohort is woken only once the wait is over.
+	gathering := g.wantLocks > 0 && g.locksQueued < g.wantLocks && g.upsertsQueued == 0 && len(g.queue) < g.maxBatch
 	if !g.started {
 		g.started = true
 		g.wg.Add(g.slots)
@@ -150,8 +186,20 @@ func (g *groupCommit) enqueue(ops ...*gcOp) error {
 		}
 	}
 	g.mu.Unlock()
-	g.wake()
+	if !gathering {
+		g.wake()
+	}
 	return nil
+}
+
+// countQueued counts op's kind in or out of the queue (d = 1 or -1).
+func (g *groupCommit) countQueued(op *gcOp, d int) {
+	switch op.kind {
+	case gcLock:
+		g.locksQueued += d
+	case gcUpsert:
+		g.upsertsQueued += d
+	}
 }
 
 // do queues op and waits until it is committed (or failed). A caller
@@ -184,13 +232,13 @@ func (g *groupCommit) wait(ctx context.Context, op *gcOp) bool {
 	return true
 }
 
-// doAsync queues op and returns at once; then is called with the answer
-// (from the goroutine that wrote the group), and ack released after it
-// when it returns true.
-func (g *groupCommit) doAsync(op *gcOp, ack sidekiq.DeferredAck, then func(ok bool, err error) (release bool)) {
+// doAsync queues op and returns at once; then is given the answer (on the
+// goroutine that wrote the group), and ack released after it when it
+// returns true.
+func (g *groupCommit) doAsync(op *gcOp, ack sidekiq.DeferredAck, then gcThen) {
 	op.then, op.ack = then, ack
 	if err := g.enqueue(op); err != nil {
-		if then(false, err) {
+		if then.answered(false, err) {
 			ack.Release()
 		}
 	}
@@ -202,7 +250,7 @@ func answerAsync(ops []*gcOp) {
 	var buf [64]sidekiq.DeferredAck
 	acks := buf[:0]
 	for _, op := range ops {
-		if op.then != nil && op.then(op.ok, op.err) {
+		if op.then != nil && op.then.answered(op.ok, op.err) {
 			acks = append(acks, op.ack)
 		}
 	}
@@ -244,15 +292,19 @@ func (g *groupCommit) take() []*gcOp {
 	var batch, rest []*gcOp
 	held := g.held
 	defer clear(held)
+	// With one writer no group is being written while it takes the next,
+	// so inflight is only kept with several.
+	several := g.slots > 1
 	for _, op := range g.queue {
 		jid := op.jid()
-		if len(batch) >= g.maxBatch || held[jid] || g.inflight[jid] > 0 {
+		if len(batch) >= g.maxBatch || held[jid] || (several && g.inflight[jid] > 0) {
 			held[jid] = true
 			rest = append(rest, op)
 			continue
 		}
 		held[jid] = true
 		batch = append(batch, op)
+		g.countQueued(op, -1)
 	}
 	g.queue = rest
 	switch {
@@ -267,8 +319,10 @@ func (g *groupCommit) take() []*gcOp {
 			op.group.Store(g.pending)
 		}
 	}
-	for _, op := range batch {
-		g.inflight[op.jid()]++
+	if several {
+		for _, op := range batch {
+			g.inflight[op.jid()]++
+		}
 	}
 	return batch
 }
@@ -288,14 +342,64 @@ func (g *groupCommit) writer() {
 // next waits for a group to write (nil after close, once the queue is
 // empty): at once, or within the window when it is set and the group is
 // not full yet.
+//
+// With one writer it first gathers the cohort it has just released. The
+// jobs whose locks the last group committed start running when it is
+// answered, and a no-op or short job asks for its next job's lock a few
+// hundred microseconds later. Written at once, the next group holds only
+// the locks that queued while the last one was written, and the slots
+// settle into two cohorts that alternate, about half the slots per
+// group, each group paying the statement's (and the commit's) fixed
+// cost. So the writer waits until the queue holds as many locks as the
+// last group had plus those already queued, or for as long as the last
+// group took to write (at most gather), whichever comes first; an upsert
+// in the queue (a push waits for it) or a full group ends the wait. When
+// the time runs out first, the jobs take longer than a group, and the wait
+// would only delay the locks already queued: the next group (then 2, 4, up
+// to gcGatherMaxSkip after each miss in a row) is written without one. A
+// lock that arrives during the wait waits for the rest of it and then its
+// own group: no longer than, without the wait, a lock that arrives just
+// after a group began waits (the rest of that group, then its own). The
+// wait ends when its cohort is back, and the groups then hold every slot's
+// lock: one statement (and one commit) per job cycle instead of two.
 func (g *groupCommit) next() []*gcOp {
-	var lingerUntil time.Time
+	var lingerUntil, gatherUntil time.Time
+	want := -1 // the queued locks to gather; computed on the first pass
 	for {
 		g.mu.Lock()
 		n := len(g.queue)
 		closed := g.closed
+		if want < 0 {
+			want = 0
+			switch {
+			case g.gather <= 0 || g.slots > 1 || g.lastLocks == 0:
+			case g.gatherSkip > 0:
+				g.gatherSkip--
+			default:
+				want = g.lastLocks + g.locksQueued
+				gatherUntil = time.Now().Add(min(g.lastWrite, g.gather))
+			}
+		}
+		gathering := want > 0 && g.locksQueued < want && g.upsertsQueued == 0 && n < g.maxBatch && !closed
+		if gathering && !time.Now().Before(gatherUntil) {
+			// The cohort did not come back in time: its jobs take longer
+			// than a group, and waiting for them only delays the others.
+			// Skip the next gathers, twice as many after each miss in a row.
+			gathering = false
+			g.gatherMissed = min(max(2*g.gatherMissed, 1), gcGatherMaxSkip)
+			g.gatherSkip = g.gatherMissed
+			want = 0
+		} else if want > 0 && !gathering && g.locksQueued >= want {
+			g.gatherMissed = 0
+			want = 0
+		}
+		if gathering {
+			g.wantLocks = want
+		} else {
+			g.wantLocks = 0
+		}
 		lingered := !lingerUntil.IsZero() && !time.Now().Before(lingerUntil)
-		if n > 0 && (g.window <= 0 || n >= g.maxBatch || closed || lingered) {
+		if n > 0 && !gathering && (g.window <= 0 || n >= g.maxBatch || closed || lingered) {
 			if batch := g.take(); len(batch) > 0 {
 				more := len(g.queue) > 0
 				g.mu.Unlock()
@@ -322,6 +426,13 @@ func (g *groupCommit) next() []*gcOp {
 			timer = time.NewTimer(time.Until(lingerUntil))
 			fire = timer.C
 		}
+		if gathering && (timer == nil || gatherUntil.Before(lingerUntil)) {
+			if timer != nil {
+				timer.Stop()
+			}
+			timer = time.NewTimer(time.Until(gatherUntil))
+			fire = timer.C
+		}
 		select {
 		case <-g.kick:
 		case <-fire:
@@ -341,7 +452,9 @@ func (g *groupCommit) next() []*gcOp {
 // so that one bad row fails only its own write.
 func (g *groupCommit) write(batch []*gcOp) {
 	ctx := context.Background()
+	start := time.Now()
 	err := g.apply(ctx, batch)
+	took := time.Since(start)
 	if err != nil && len(batch) > 1 && !g.isConn(err) {
 		for _, op := range batch {
 			op.err = g.single(ctx, []*gcOp{op})
@@ -352,9 +465,20 @@ func (g *groupCommit) write(batch []*gcOp) {
 		}
 	}
 	g.mu.Lock()
-	for _, op := range batch {
-		if g.inflight[op.jid()]--; g.inflight[op.jid()] <= 0 {
-			delete(g.inflight, op.jid())
+	g.lastWrite = took
+	g.lastLocks = 0
+	if err == nil {
+		for _, op := range batch {
+			if op.kind == gcLock {
+				g.lastLocks++
+			}
+		}
+	}
+	if g.slots > 1 {
+		for _, op := range batch {
+			if g.inflight[op.jid()]--; g.inflight[op.jid()] <= 0 {
+				delete(g.inflight, op.jid())
+			}
 		}
 	}
 	more := len(g.queue) > 0

@@ -16,6 +16,8 @@ type fakeGroups struct {
 	groups [][]string
 	gates  map[string]chan struct{}
 	began  chan string // when set, gets each group's first op as it starts
+	// delays makes a group whose first op is in it take that long.
+	delays map[string]time.Duration
 }
 
 func (f *fakeGroups) apply(_ context.Context, ops []*gcOp) error {
@@ -29,6 +31,7 @@ func (f *fakeGroups) apply(_ context.Context, ops []*gcOp) error {
 	if gate := f.gates[jids[0]]; gate != nil {
 		<-gate
 	}
+	time.Sleep(f.delays[jids[0]])
 	for _, op := range ops {
 		op.ok = true
 	}
@@ -157,5 +160,128 @@ func TestGroupCommitWritesQueuedAtCloseAreWrittenOrRefused(t *testing.T) {
 	}
 	if _, err := g.do(context.Background(), lockOp("b")); !errors.Is(err, errGroupClosed) {
 		t.Fatalf("write after close: %v, want errGroupClosed", err)
+	}
+}
+
+// groupsSeen returns the groups f has written so far.
+func (f *fakeGroups) groupsSeen() [][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([][]string(nil), f.groups...)
+}
+
+// gatherGroupCommit is a one-writer group commit that gathers for up to
+// max, with the first group (whose first op is first) taking firstTook.
+func gatherGroupCommit(first string, firstTook, max time.Duration) (*groupCommit, *fakeGroups) {
+	f := &fakeGroups{delays: map[string]time.Duration{first: firstTook}}
+	g := newGroupCommit(f.apply, f.apply, func(error) bool { return false }, 0, 1000, 1)
+	g.gather = max
+	return g, f
+}
+
+// lockFirstGroup writes the locks of jids as one group and returns their
+// ops, answered.
+func lockFirstGroup(t *testing.T, g *groupCommit, jids ...string) []*gcOp {
+	t.Helper()
+	ops := make([]*gcOp, len(jids))
+	for i, jid := range jids {
+		ops[i] = lockOp(jid)
+	}
+	if err := g.enqueue(ops...); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range ops {
+		g.wait(context.Background(), op)
+	}
+	return ops
+}
+
+func TestGroupCommitWritesTheReleasedCohortsNextLocksInOneGroup(t *testing.T) {
+	g, f := gatherGroupCommit("2:a0", 500*time.Millisecond, 5*time.Second)
+	defer g.close()
+	lockFirstGroup(t, g, "a0", "a1", "a2", "a3", "a4")
+	// The released jobs ask for their next locks one after the other, well
+	// within the 500ms the last group took.
+	var wg sync.WaitGroup
+	for i := range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * 20 * time.Millisecond)
+			if _, err := g.do(context.Background(), lockOp(fmt.Sprint("b", i))); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	groups := f.groupsSeen()
+	if len(groups) != 2 || len(groups[1]) != 5 {
+		t.Fatalf("groups %v, want the five b locks in the second", groups)
+	}
+}
+
+func TestGroupCommitGathersNoLongerThanTheLastGroupTook(t *testing.T) {
+	g, f := gatherGroupCommit("2:a0", 100*time.Millisecond, 5*time.Second)
+	defer g.close()
+	lockFirstGroup(t, g, "a0", "a1", "a2")
+	// One job of three comes back: its lock waits for the other two for as
+	// long as the last group took, not for the 5s bound.
+	start := time.Now()
+	if _, err := g.do(context.Background(), lockOp("b0")); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 100*time.Millisecond || took > 2*time.Second {
+		t.Fatalf("the lock took %v, want the last group's 100ms of gathering", took)
+	}
+	if groups := f.groupsSeen(); len(groups) != 2 || len(groups[1]) != 1 {
+		t.Fatalf("groups %v", groups)
+	}
+}
+
+func TestGroupCommitDoesNotHoldAPushWhileGathering(t *testing.T) {
+	g, _ := gatherGroupCommit("2:a0", time.Second, 5*time.Second)
+	defer g.close()
+	lockFirstGroup(t, g, "a0", "a1", "a2")
+	start := time.Now()
+	if _, err := g.do(context.Background(), &gcOp{kind: gcUpsert, up: &upsertParams{JobID: "p"}}); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Fatalf("the upsert waited %v for the cohort (the last group took 1s)", took)
+	}
+}
+
+func TestGroupCommitWithoutGatherWritesTheNextLockAtOnce(t *testing.T) {
+	g, _ := gatherGroupCommit("2:a0", time.Second, 0)
+	defer g.close()
+	lockFirstGroup(t, g, "a0", "a1", "a2")
+	start := time.Now()
+	if _, err := g.do(context.Background(), lockOp("b0")); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Fatalf("the lock waited %v with gathering off", took)
+	}
+}
+
+func TestGroupCommitWritesTheNextGroupAtOnceAfterAGatherThatMissedItsCohort(t *testing.T) {
+	g, f := gatherGroupCommit("2:a0", 300*time.Millisecond, 5*time.Second)
+	f.delays["2:b0"] = 300 * time.Millisecond
+	defer g.close()
+	lockFirstGroup(t, g, "a0", "a1", "a2")
+	// Two of the three come back: the writer waits the 300ms the last group
+	// took for the third, in vain.
+	lockFirstGroup(t, g, "b0", "b1")
+	// The next group has two locks to wait for, but after the miss the
+	// writer does not wait.
+	start := time.Now()
+	if _, err := g.do(context.Background(), lockOp("c0")); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 150*time.Millisecond {
+		t.Fatalf("the lock waited %v after a missed gather", took)
+	}
+	if groups := f.groupsSeen(); len(groups) != 3 || len(groups[1]) != 2 || len(groups[2]) != 1 {
+		t.Fatalf("groups %v", groups)
 	}
 }

@@ -38,7 +38,7 @@ func pushBenchRows(b *testing.B, s *sqlStore, n int) []string {
 		for j := i; j < min(n, i+sqliteChunk); j++ {
 			at := now.Add(time.Duration(j) * 20 * time.Microsecond)
 			item := fmt.Sprintf(`{"class":"Bench::Noop","args":[%d],"retry":true,"queue":"bench-x","jid":"%s","created_at":1700000000.123,"enqueued_at":1700000000.123,"durable":true}`, j, jids[j])
-			ops = append(ops, &gcOp{kind: gcUpsert, up: upsertParams{JobID: jids[j], JobClass: "Bench::Noop", ItemJSON: item,
+			ops = append(ops, &gcOp{kind: gcUpsert, up: &upsertParams{JobID: jids[j], JobClass: "Bench::Noop", ItemJSON: item,
 				Queue: "bench-x", InsertedAt: at, AssumeDeadAt: at.Add(5 * time.Minute)}})
 		}
 		require.NoError(b, s.writeGroup(context.Background(), ops))

@@ -50,7 +50,9 @@ func (d *Durable) ServerMiddleware(identity string) sidekiq.ServerMiddleware {
 		}
 		jid := job.JID()
 		bg := context.WithoutCancel(ctx) // bookkeeping survives a cancelled job
-		lr := d.lockJob(bg, jid, identity, d.cfg.Clock.Now(), ext)
+		run := &jobRun{}
+		lr := &run.lr
+		d.lockJob(bg, jid, identity, d.cfg.Clock.Now(), ext, lr, &run.lockOp)
 		for _, f := range lr.failed {
 			d.log.Warn().Err(f).Str("component", "durable").Str("class", job.Class()).Str("jid", jid).
 				Msg("durable lock: database skipped")
@@ -69,7 +71,8 @@ func (d *Durable) ServerMiddleware(identity string) sidekiq.ServerMiddleware {
 			}
 			return err
 		}
-		a := &activeJob{d: d, st: lr.st, jid: jid, ext: ext, identity: identity, lockedAt: lr.lockedAt}
+		a := &run.active
+		*a = activeJob{d: d, st: lr.st, jid: jid, ext: ext, identity: identity, lockedAt: lr.lockedAt}
 		failed := true
 		defer func() {
 			if !failed {
@@ -80,7 +83,8 @@ func (d *Durable) ServerMiddleware(identity string) sidekiq.ServerMiddleware {
 				panic(p)
 			}
 		}()
-		err := next(context.WithValue(ctx, activeKey{}, a))
+		run.ctx = runCtx{Context: ctx, a: a}
+		err := next(&run.ctx)
 		failed = false
 		if err != nil {
 			d.unlock(bg, a, job, err)
@@ -92,16 +96,48 @@ func (d *Durable) ServerMiddleware(identity string) sidekiq.ServerMiddleware {
 			// its row is deleted, and the slot moves on meanwhile.
 			// If the database does not answer, the job stays there until
 			// the retried delete lands.
-			st := a.st
-			st.deleteLockedAsync(dp, ack, func(deleted bool, derr error) bool {
-				return d.deleted(st, jid, dp, deleted, derr, ack)
-			})
+			run.delOp = gcOp{kind: gcDelete, del: dp}
+			a.st.deleteLockedAsync(&run.delOp, ack, run)
 			return nil
 		}
 		deleted, derr := a.st.deleteLocked(bg, dp)
 		d.deleted(a.st, jid, dp, deleted, derr, sidekiq.DeferredAck{})
 		return nil
 	}
+}
+
+// jobRun is the server middleware's state for one durable job, in one
+// allocation rather than one per piece: the row it locked (which the
+// handler's context carries), where the lock was taken, and the ops of the
+// lock and of the success delete.
+type jobRun struct {
+	active activeJob
+	lr     lockResult
+	lockOp gcOp
+	delOp  gcOp
+	ctx    runCtx
+}
+
+// answered is the answer of the success delete written through
+// deleteLockedAsync (gcThen).
+func (r *jobRun) answered(deleted bool, err error) (release bool) {
+	a := &r.active
+	return a.d.deleted(a.st, a.jid, r.delOp.del, deleted, err, r.delOp.ack)
+}
+
+// runCtx is the context a durable job's handler runs with: its parent
+// with the locked row under activeKey, as context.WithValue would make it,
+// kept in the jobRun.
+type runCtx struct {
+	context.Context
+	a *activeJob
+}
+
+func (c *runCtx) Value(key any) any {
+	if _, ok := key.(activeKey); ok {
+		return c.a
+	}
+	return c.Context.Value(key)
 }
 
 // deleted handles the answer of a completed job's row delete. It reports

@@ -59,6 +59,7 @@ const rowColumns = `job_id, job_class, job_item_json, queue, inserted_at, assume
 func newSQLStore(db *sql.DB, d dialect, table, display string, opTimeout time.Duration) *sqlStore {
 	s := &sqlStore{db: db, d: d, table: table, display: display, opTimeout: opTimeout}
 	s.gc = newGroupCommit(s.writeGroup, s.writeOne, s.isConnError, 0, 1000, d.groupSlots())
+	s.gc.gather = gcGatherMax
 	r := d.rebind
 	t := table
 	s.qUpsert = r(`INSERT INTO ` + t + ` (job_id, job_class, job_item_json, queue, inserted_at, assume_dead_at, missing_at)
@@ -96,6 +97,7 @@ FROM ` + t)
 // withGroupCommit sets the group commit's window and group size from o.
 func (s *sqlStore) withGroupCommit(o *Config) *sqlStore {
 	s.gc = newGroupCommit(s.writeGroup, s.writeOne, s.isConnError, o.BatchWindow, o.MaxBatch, s.d.groupSlots())
+	s.gc.gather = gcGatherMax
 	return s
 }
 
@@ -149,7 +151,7 @@ func (s *sqlStore) writeOne(ctx context.Context, ops []*gcOp) error {
 	var err error
 	switch op.kind {
 	case gcUpsert:
-		op.ok, err = s.upsertNow(ctx, op.up)
+		op.ok, err = s.upsertNow(ctx, *op.up)
 	case gcLock:
 		var n int64
 		n, err = s.exec(ctx, s.qLock, op.lk.LockedBy, s.t(op.lk.LockedAt), s.t(op.lk.AssumeDeadAt), op.lk.JobID)
@@ -233,13 +235,13 @@ func (s *sqlStore) upsert(ctx context.Context, p upsertParams) error {
 // the conflict update keeps the existing row's. It goes through the group
 // commit.
 func (s *sqlStore) upsertCreated(ctx context.Context, p upsertParams) (bool, error) {
-	return s.gc.do(ctx, &gcOp{kind: gcUpsert, up: p})
+	return s.gc.do(ctx, &gcOp{kind: gcUpsert, up: &p})
 }
 
 func (s *sqlStore) upsertMany(ctx context.Context, ps []upsertParams) ([]bool, []error) {
 	ops := make([]*gcOp, len(ps))
-	for i, p := range ps {
-		ops[i] = &gcOp{kind: gcUpsert, up: p}
+	for i := range ps {
+		ops[i] = &gcOp{kind: gcUpsert, up: &ps[i]}
 	}
 	return s.gc.doMany(ctx, ops)
 }
@@ -259,7 +261,11 @@ func (s *sqlStore) upsertNow(ctx context.Context, p upsertParams) (bool, error) 
 }
 
 func (s *sqlStore) lock(ctx context.Context, p lockParams) (bool, error) {
-	return s.gc.do(ctx, &gcOp{kind: gcLock, lk: p})
+	return s.lockOp(ctx, &gcOp{kind: gcLock, lk: p})
+}
+
+func (s *sqlStore) lockOp(ctx context.Context, op *gcOp) (bool, error) {
+	return s.gc.do(ctx, op)
 }
 
 func (s *sqlStore) unlock(ctx context.Context, p unlockParams) (bool, error) {
@@ -276,8 +282,8 @@ func (s *sqlStore) deleteLocked(ctx context.Context, p deleteLockedParams) (bool
 	return s.gc.do(ctx, &gcOp{kind: gcDelete, del: p})
 }
 
-func (s *sqlStore) deleteLockedAsync(p deleteLockedParams, ack sidekiq.DeferredAck, then func(bool, error) bool) {
-	s.gc.doAsync(&gcOp{kind: gcDelete, del: p}, ack, then)
+func (s *sqlStore) deleteLockedAsync(op *gcOp, ack sidekiq.DeferredAck, then gcThen) {
+	s.gc.doAsync(op, ack, then)
 }
 
 func (s *sqlStore) deleteJob(ctx context.Context, jobID string) (bool, error) {

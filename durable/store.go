@@ -35,6 +35,10 @@ type store interface {
 	// lock marks the row as run by a process. It reports whether the row
 	// exists.
 	lock(ctx context.Context, p lockParams) (bool, error)
+	// lockOp is lock with the caller's op (kind gcLock, lk set), so that
+	// the caller can keep it in an allocation of its own. The op is
+	// written once and not reused.
+	lockOp(ctx context.Context, op *gcOp) (bool, error)
 	// unlock clears the lock after a failure, if the row is still held by
 	// that lock. It reports whether it changed the row.
 	unlock(ctx context.Context, p unlockParams) (bool, error)
@@ -43,11 +47,12 @@ type store interface {
 	// deleteLocked deletes the row after a success, if it is still held by
 	// that lock. It reports whether it deleted it.
 	deleteLocked(ctx context.Context, p deleteLockedParams) (bool, error)
-	// deleteLockedAsync is deleteLocked that returns at once and calls then
-	// with the answer once the delete is committed (or failed); when then
-	// returns true, ack is released after it (with the acknowledgements of
-	// the other deletes written at the same time, in one call).
-	deleteLockedAsync(p deleteLockedParams, ack sidekiq.DeferredAck, then func(deleted bool, err error) (release bool))
+	// deleteLockedAsync is deleteLocked of op (kind gcDelete, del set) that
+	// returns at once and gives then the answer once the delete is
+	// committed (or failed); when then returns true, ack is released after
+	// it (with the acknowledgements of the other deletes written at the
+	// same time, in one call). The op is written once and not reused.
+	deleteLockedAsync(op *gcOp, ack sidekiq.DeferredAck, then gcThen)
 	// deleteJob deletes the row whatever its state. It reports whether it
 	// existed.
 	deleteJob(ctx context.Context, jobID string) (bool, error)
