@@ -30,6 +30,9 @@ type acker struct {
 	kick   chan struct{} // capacity 1: something was queued, or close
 	done   sync.WaitGroup
 
+	// timer is run's wait for the hold (nil until first needed).
+	timer *time.Timer
+
 	// busySince is when the batch being sent was taken from the queue (unix
 	// nanoseconds; 0 when idle): its jobs are finished, not orphans, until
 	// the send ends (the own-list sweep asks).
@@ -186,9 +189,8 @@ func (a *acker) checked(u Unit, reply any) {
 func (a *acker) run() {
 	defer a.done.Done()
 	batch := make([]Unit, 0, ackBatch)
-	var timer *time.Timer
 	for range a.kick {
-		if a.hold > 0 && !a.waitHold(&timer) {
+		if a.hold > 0 && !a.waitHold() {
 			continue // the fetchers took them all; the next add kicks
 		}
 		for {
@@ -217,7 +219,7 @@ func (a *acker) run() {
 // for: it waits again for that one, rather than sending acknowledgements
 // queued a moment ago that the next take would have carried (measured:
 // 28% of a batched drain's round trips were the acker's, 2.7 jobs each).
-func (a *acker) waitHold(timer **time.Timer) bool {
+func (a *acker) waitHold() bool {
 	for {
 		a.mu.Lock()
 		wait := a.since + int64(a.hold) - time.Now().UnixNano()
@@ -231,12 +233,12 @@ func (a *acker) waitHold(timer **time.Timer) bool {
 		case wait <= 0:
 			return true
 		}
-		if *timer == nil {
-			*timer = time.NewTimer(time.Duration(wait))
+		if a.timer == nil {
+			a.timer = time.NewTimer(time.Duration(wait))
 		} else {
-			(*timer).Reset(time.Duration(wait))
+			a.timer.Reset(time.Duration(wait))
 		}
-		<-(*timer).C
+		<-a.timer.C
 	}
 }
 

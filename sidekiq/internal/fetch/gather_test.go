@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/wait"
 )
 
 // A batched fetcher gathering idle slots for its next take is woken once,
@@ -21,15 +23,7 @@ func TestGatheringFetcherIsWokenOnceItsSlotsAreFree(t *testing.T) {
 	g := &f.gatherers[0]
 	got := make(chan int, 1)
 	go func() { got <- f.gather(g, true) }()
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !cond() {
-			require.True(t, time.Now().Before(deadline), what)
-			time.Sleep(time.Millisecond)
-		}
-	}
-	waitFor("the fetcher waits for 3 slots", func() bool { return g.want.Load() == 3 })
+	wait.For(t, "the fetcher waits for 3 slots", func() bool { return g.want.Load() == 3 })
 	f.freed()
 	f.freed()
 	require.Empty(t, g.enough, "two of three freed: no wake-up")

@@ -329,7 +329,6 @@ func (f *reliableBatch) gather(g *gathering, busy bool) int {
 		select {
 		case <-g.enough:
 		case <-g.timer.C:
-			g.want.Store(0)
 			return f.takeIdle(k, max)
 		}
 	}
