@@ -47,9 +47,11 @@ const (
 // stay small: an upsert's row is behind a pointer.
 type gcOp struct {
 	kind gcKind
-	up   *upsertParams
-	lk   lockParams
-	del  deleteLockedParams
+	// early marks a lock taken for a job fetched ahead (lockAhead).
+	early bool
+	up    *upsertParams
+	lk    lockParams
+	del   deleteLockedParams
 
 	// ok is the write's answer: created (upsert), found (lock), deleted
 	// (delete).
@@ -126,6 +128,7 @@ type groupCommit struct {
 	locksQueued   int
 	upsertsQueued int
 	lastLocks     int
+	lastEarly     int // of lastLocks, those taken ahead (gcOp.early)
 	lastWrite     time.Duration
 	wantLocks     int
 	// gatherSkip is how many groups are still to be written without a
@@ -373,6 +376,12 @@ func (g *groupCommit) next() []*gcOp {
 			want = 0
 			switch {
 			case g.gather <= 0 || g.slots > 1 || g.lastLocks == 0:
+			case 2*g.lastEarly >= g.lastLocks:
+				// The last group's locks were mostly taken ahead
+				// (lockAhead): the slots' next locks are queued while a
+				// group is written, not after it, so there is no cohort
+				// to wait for, and the next group goes now, while the
+				// jobs it released run.
 			case g.gatherSkip > 0:
 				g.gatherSkip--
 			default:
@@ -466,11 +475,14 @@ func (g *groupCommit) write(batch []*gcOp) {
 	}
 	g.mu.Lock()
 	g.lastWrite = took
-	g.lastLocks = 0
+	g.lastLocks, g.lastEarly = 0, 0
 	if err == nil {
 		for _, op := range batch {
 			if op.kind == gcLock {
 				g.lastLocks++
+				if op.early {
+					g.lastEarly++
+				}
 			}
 		}
 	}

@@ -43,6 +43,7 @@ type activeJob struct {
 // locked_by value Ruby writes too. Add it early in the server chain so
 // that it sees the failures of the middleware after it.
 func (d *Durable) ServerMiddleware(identity string) sidekiq.ServerMiddleware {
+	lockAhead := func(next *wire.Job) any { return d.lockAhead(next, identity) }
 	return func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
 		ext, ok := d.jobExtension(job)
 		if !ok {
@@ -50,9 +51,17 @@ func (d *Durable) ServerMiddleware(identity string) sidekiq.ServerMiddleware {
 		}
 		jid := job.JID()
 		bg := context.WithoutCancel(ctx) // bookkeeping survives a cancelled job
-		run := &jobRun{}
+		run := lockedAhead(ctx, jid)
+		if run == nil {
+			run = &jobRun{}
+		}
 		lr := &run.lr
-		d.lockJob(bg, jid, identity, d.cfg.Clock.Now(), ext, lr, &run.lockOp)
+		// The slot may fetch its next job while this one waits for its
+		// lock's group, and queue that job's lock (sidekiq.FetchAhead).
+		sidekiq.FetchAhead(ctx, lockAhead)
+		if !d.waitLockAhead(bg, run, jid, identity) {
+			d.lockJob(bg, jid, identity, d.cfg.Clock.Now(), ext, lr, &run.lockOp)
+		}
 		for _, f := range lr.failed {
 			d.log.Warn().Err(f).Str("component", "durable").Str("class", job.Class()).Str("jid", jid).
 				Msg("durable lock: database skipped")
@@ -116,6 +125,66 @@ type jobRun struct {
 	lockOp gcOp
 	delOp  gcOp
 	ctx    runCtx
+	// ahead is the lock queued when the job was fetched ahead (lockAhead),
+	// in the store st; its lockOp is not used then.
+	ahead     gcOp
+	aheadSt   store
+	aheadTime time.Time
+}
+
+// lockAhead queues the lock of a durable job fetched ahead of the one its
+// slot runs (sidekiq.FetchAhead), so that it is committed while that one
+// finishes, and returns the jobRun that carries it (nil when the job is
+// not durable, or the lock must take lockJob's path: several databases, or
+// writes of an outage still pending, which lockJob settles first). The
+// lock is the one lockJob would take when the job starts, taken a little
+// earlier: assume_dead_at is now + extension from the fetch, and a job
+// given back to its queue without running keeps the lock until its next
+// run takes it again, as a job pushed back at shutdown does.
+func (d *Durable) lockAhead(job *wire.Job, identity string) any {
+	ext, ok := d.jobExtension(job)
+	if !ok || len(d.stores) != 1 || d.pend.count.Load() != 0 {
+		return nil
+	}
+	now := d.cfg.Clock.Now()
+	run := &jobRun{aheadSt: d.stores[0], aheadTime: now}
+	run.ahead = gcOp{kind: gcLock, early: true, lk: lockParams{JobID: job.JID(), LockedBy: identity, LockedAt: now, AssumeDeadAt: now.Add(ext)}}
+	if run.aheadSt.lockStart(&run.ahead) != nil {
+		return nil
+	}
+	return run
+}
+
+// lockedAhead returns the jobRun lockAhead made for the job ctx runs, nil
+// when there is none.
+func lockedAhead(ctx context.Context, jid string) *jobRun {
+	v, ok := sidekiq.PreparedAhead(ctx)
+	if !ok {
+		return nil
+	}
+	run, _ := v.(*jobRun)
+	if run == nil || run.ahead.lk.JobID != jid {
+		return nil
+	}
+	return run
+}
+
+// waitLockAhead waits for the lock lockAhead queued for run and reports
+// whether it holds the row, filling run's lockResult as lockJob would.
+// false (no lock ahead, the row not found, an error, or writes of an
+// outage pending since) sends the job through lockJob, which settles the
+// pending writes, asks every database and reports their failures.
+func (d *Durable) waitLockAhead(ctx context.Context, run *jobRun, jid, identity string) bool {
+	if run.aheadSt == nil {
+		return false
+	}
+	found, err := run.aheadSt.lockWait(ctx, &run.ahead)
+	if err != nil || !found || d.pend.count.Load() != 0 {
+		return false
+	}
+	run.lr.st = run.aheadSt
+	run.lr.lockedAt = micro(run.aheadTime)
+	return true
 }
 
 // answered is the answer of the success delete written through

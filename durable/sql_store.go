@@ -268,6 +268,15 @@ func (s *sqlStore) lockOp(ctx context.Context, op *gcOp) (bool, error) {
 	return s.gc.do(ctx, op)
 }
 
+func (s *sqlStore) lockStart(op *gcOp) error { return s.gc.enqueue(op) }
+
+func (s *sqlStore) lockWait(ctx context.Context, op *gcOp) (bool, error) {
+	if !s.gc.wait(ctx, op) {
+		return false, ctx.Err()
+	}
+	return op.ok, op.err
+}
+
 func (s *sqlStore) unlock(ctx context.Context, p unlockParams) (bool, error) {
 	n, err := s.exec(ctx, s.qUnlock, s.t(p.AssumeDeadAt), p.ItemJSON, p.JobID, p.LockedBy, s.t(p.LockedAt))
 	return n > 0, err

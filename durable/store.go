@@ -39,6 +39,10 @@ type store interface {
 	// the caller can keep it in an allocation of its own. The op is
 	// written once and not reused.
 	lockOp(ctx context.Context, op *gcOp) (bool, error)
+	// lockStart queues lockOp's write and returns at once; lockWait waits
+	// for its answer. lockStart fails only when the store is closed.
+	lockStart(op *gcOp) error
+	lockWait(ctx context.Context, op *gcOp) (bool, error)
 	// unlock clears the lock after a failure, if the row is still held by
 	// that lock. It reports whether it changed the row.
 	unlock(ctx context.Context, p unlockParams) (bool, error)

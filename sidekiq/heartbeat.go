@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gojob/gojob/sidekiq/internal/fetch"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -179,6 +180,8 @@ type jobCtx struct {
 	// gate is the job's acknowledgement gate (DeferAck), nil when the
 	// fetch keeps no running job in Redis.
 	gate *ackGate
+	// unit is the job's fetched unit, for FetchAhead.
+	unit *fetch.Unit
 }
 
 func (c *jobCtx) Value(key any) any {
@@ -188,6 +191,11 @@ func (c *jobCtx) Value(key any) any {
 	case ackGateKey{}:
 		if c.gate != nil {
 			return c.gate
+		}
+		return nil
+	case fetchAheadKey{}:
+		if c.unit != nil {
+			return c.unit
 		}
 		return nil
 	}

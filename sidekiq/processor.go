@@ -116,7 +116,13 @@ func (s *Server) process(slot int, tid string, u fetch.Unit) {
 	}
 	// The fetch's reply is this job's own buffer, kept unchanged for its
 	// acknowledgement: the job's strings can share it.
-	job, err := wire.ParseFetchedJob(raw)
+	var job *wire.Job
+	var err error
+	if p, ok := u.Prepared.(*preparedAhead); ok {
+		job = p.job // parsed when it was fetched ahead (FetchAhead)
+	} else {
+		job, err = wire.ParseFetchedJob(raw)
+	}
 	if err != nil {
 		// Unparsable: to the dead set unchanged, no stats (docs/sidekiq-wire.md#unparsable-payloads).
 		s.log.Error().Err(err).Str("component", "processor").Str("queue", queue).
@@ -136,7 +142,7 @@ func (s *Server) process(slot int, tid string, u fetch.Unit) {
 	w.cancel = cancel
 	watch := &w.watch
 	watch.start(lim, cancel)
-	w.ctx = jobCtx{Context: cctx, w: watch}
+	w.ctx = jobCtx{Context: cctx, w: watch, unit: &w.unit}
 	ctx := context.Context(&w.ctx)
 	if reg != nil && s.format.Version().AtLeast(7, 0, 0) {
 		w.class = maintenance.MetricsClass(job)

@@ -35,6 +35,9 @@ const Timeout = 2
 type Unit struct {
 	Queue string
 	Raw   []byte
+	// Prepared is what the prepare of a FetchAhead made of a job fetched
+	// ahead (nil otherwise).
+	Prepared any
 
 	// list is the in-progress list holding the job (reliable fetch).
 	list string
@@ -47,6 +50,9 @@ type Unit struct {
 	// deferred marks a success whose acknowledgement its server holds back
 	// (Defer): the fetch counts it as held until Finish.
 	deferred bool
+	// ahead is the slot's fetch ahead while the job runs (FetchAhead); nil
+	// when it may not fetch ahead.
+	ahead *ahead
 }
 
 // Outcome is the write that ends a failed job: its retry entry or its

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
@@ -63,17 +64,37 @@ const multiQueueIdle = 0.25
 // renewals before it could be taken for dead.
 const heartbeatInterval = 10 * time.Second
 
-// slotState is the job a reliable slot runs, for the sweep of the own
-// lists (a job a slot holds is not an orphan).
+// slotState is the job a reliable slot runs, and the one it fetched
+// ahead (FetchAhead), for the sweep of the own lists (a job a slot holds
+// is not an orphan).
 type slotState struct {
 	mu   sync.Mutex
 	unit []byte
 	list string
+	// ahead is the job fetched ahead, from aheadList, until the slot runs
+	// it (promote) or gives it back.
+	ahead     []byte
+	aheadList string
 }
 
 func (s *slotState) hold(list string, raw []byte) {
 	s.mu.Lock()
 	s.unit, s.list = raw, list
+	s.mu.Unlock()
+}
+
+// holdAhead records the job fetched ahead of the one the slot runs.
+func (s *slotState) holdAhead(list string, raw []byte) {
+	s.mu.Lock()
+	s.ahead, s.aheadList = raw, list
+	s.mu.Unlock()
+}
+
+// promote makes the job fetched ahead the one the slot runs.
+func (s *slotState) promote() {
+	s.mu.Lock()
+	s.unit, s.list = s.ahead, s.aheadList
+	s.ahead = nil
 	s.mu.Unlock()
 }
 
@@ -83,15 +104,25 @@ func (s *slotState) drop() {
 	s.mu.Unlock()
 }
 
-// dropIf forgets the slot's job if it is still raw (the same bytes, not
-// an equal copy): an acknowledgement that a middleware held back lands
-// after the slot has moved on to its next job, which it must keep.
+// dropIf forgets the slot's job, or the one it fetched ahead, if it is
+// still raw (the same bytes, not an equal copy): an acknowledgement that a
+// middleware held back lands after the slot has moved on to its next job,
+// which it must keep.
 func (s *slotState) dropIf(raw []byte) {
 	s.mu.Lock()
-	if len(s.unit) == len(raw) && unsafe.SliceData(s.unit) == unsafe.SliceData(raw) {
+	if sameBytes(s.unit, raw) {
 		s.unit = nil
 	}
+	if sameBytes(s.ahead, raw) {
+		s.ahead = nil
+	}
 	s.mu.Unlock()
+}
+
+// sameBytes reports whether a and b are the same slice (not equal
+// copies); a nil slice is no job.
+func sameBytes(a, b []byte) bool {
+	return a != nil && len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
 }
 
 // deferredSet is the successes whose acknowledgement the server holds back
@@ -160,6 +191,9 @@ func (s *slotState) held(in map[string]map[string]int) {
 	if s.unit != nil {
 		add(in, s.list, s.unit)
 	}
+	if s.ahead != nil {
+		add(in, s.aheadList, s.ahead)
+	}
 }
 
 func add(in map[string]map[string]int, list string, raw []byte) {
@@ -182,6 +216,9 @@ type reliableFetch struct {
 	wg     sync.WaitGroup // slots, pipes and their watch
 	// deferred is the successes whose acknowledgement is held back.
 	deferred deferredSet
+	// aheadMaxRun and aheadHold are the limits of fetching ahead
+	// (ahead.go), fields so that tests can change them.
+	aheadMaxRun, aheadHold time.Duration
 }
 
 // NewReliable returns the pipelined reliable fetch. It writes the process's
@@ -189,7 +226,7 @@ type reliableFetch struct {
 // returns, so that no other process takes them for orphans; through a Redis
 // outage it retries until ctx ends.
 func NewReliable(ctx context.Context, cfg *Config) (Fetcher, error) {
-	f := &reliableFetch{cfg: cfg, lists: map[string]string{}}
+	f := &reliableFetch{cfg: cfg, lists: map[string]string{}, aheadMaxRun: aheadMaxRun, aheadHold: aheadHold}
 	writes, err := f.setup(ctx)
 	if err != nil {
 		return nil, err
@@ -336,61 +373,80 @@ func (f *reliableFetch) slot(i int, st *slotState) {
 		fixed, fixedDecode = f.move(keys[0].(string))
 		fixedNow = f.moveNow(keys[0].(string))
 	}
+	ah := newAhead(f, st, r, fixedNow, fixedDecode)
 	for {
-		if !cfg.Order.WaitUnpaused(cfg.Quiet) {
-			return
-		}
-		var list string
-		switch {
-		case f.single && block:
-			req.cmds[0], req.decode = fixed, fixedDecode
-			list = fixed.args[1].(string)
-		case f.single:
-			req.cmds[0], req.decode = fixedNow, fixedDecode
-			list = fixed.args[1].(string)
-		case block:
-			keys := cfg.Order.Args(r)
-			req.cmds[0], req.decode = f.move(keys[0].(string))
-			list = req.cmds[0].args[1].(string)
-		default:
-			keys := cfg.Order.Args(r)
-			keys = keys[:len(keys)-1] // the BRPOP timeout
-			args := make([]any, 0, 3+2*len(keys))
-			args = append(args, takeScript.Hash(), 2*len(keys))
-			args = append(args, keys...)
-			for _, k := range keys {
-				args = append(args, f.lists[k.(string)])
+		u, ok := ah.next()
+		if ok {
+			// Fetched while the last job waited (FetchAhead).
+			st.promote()
+		} else {
+			if !cfg.Order.WaitUnpaused(cfg.Quiet) {
+				return
 			}
-			args = append(args, 1)
-			req.cmds[0] = pipeCmd{"EVALSHA", args}
-			req.decode = f.takeReply(keys)
+			var list string
+			switch {
+			case f.single && block:
+				req.cmds[0], req.decode = fixed, fixedDecode
+				list = fixed.args[1].(string)
+			case f.single:
+				req.cmds[0], req.decode = fixedNow, fixedDecode
+				list = fixed.args[1].(string)
+			case block:
+				keys := cfg.Order.Args(r)
+				req.cmds[0], req.decode = f.move(keys[0].(string))
+				list = req.cmds[0].args[1].(string)
+			default:
+				f.takeNow(req, r)
+			}
+			rep, ok := f.pipes.do(req)
+			if !ok {
+				return
+			}
+			if !f.fetched(&rep) {
+				// Found empty: block on the next try (after a blocking try
+				// that timed out, try every queue again).
+				block = !block && rep.done && rep.err == nil
+				continue
+			}
+			block = false
+			if list == "" {
+				list = f.lists[wire.QueueKey(rep.queue)]
+			}
+			st.hold(list, rep.raw)
+			u = Unit{Queue: rep.queue, Raw: rep.raw, list: list, slot: st}
 		}
-		rep, ok := f.pipes.do(req)
-		if !ok {
-			return
-		}
-		if rep.err != nil && strings.HasPrefix(rep.err.Error(), "NOSCRIPT") {
-			f.loadScripts()
-		}
-		if !rep.ok {
-			// Found empty: block on the next try (after a blocking try
-			// that timed out, try every queue again).
-			block = !block && rep.done && rep.err == nil
-			continue
-		}
-		block = false
-		if list == "" {
-			list = f.lists[wire.QueueKey(rep.queue)]
-		}
-		st.hold(list, rep.raw)
-		u := Unit{Queue: rep.queue, Raw: rep.raw, list: list, slot: st}
 		if cfg.quiet() {
 			// Fetched after we were told to stop: back to the queue.
 			f.Requeue([]Unit{u})
 			return
 		}
-		cfg.Process(i, tid, u)
+		ah.process(i, tid, u)
 	}
+}
+
+// takeNow makes req the take script's fetch of one job from the first
+// non-empty queue in fetch order, without blocking.
+func (f *reliableFetch) takeNow(req *fetchReq, r *rand.Rand) {
+	keys := f.cfg.Order.Args(r)
+	keys = keys[:len(keys)-1] // the BRPOP timeout
+	args := make([]any, 0, 3+2*len(keys))
+	args = append(args, takeScript.Hash(), 2*len(keys))
+	args = append(args, keys...)
+	for _, k := range keys {
+		args = append(args, f.lists[k.(string)])
+	}
+	args = append(args, 1)
+	req.cmds[0] = pipeCmd{"EVALSHA", args}
+	req.decode = f.takeReply(keys)
+}
+
+// fetched reports whether rep brought a job, reloading the scripts when
+// Redis lost them.
+func (f *reliableFetch) fetched(rep *fetchReply) bool {
+	if rep.err != nil && strings.HasPrefix(rep.err.Error(), "NOSCRIPT") {
+		f.loadScripts()
+	}
+	return rep.ok
 }
 
 func (f *reliableFetch) loadScripts() {
@@ -548,6 +604,19 @@ func requeue(cfg *Config, units []Unit) error {
 	if len(units) == 0 {
 		return nil
 	}
+	moved, err := requeueUnits(cfg, units)
+	if err != nil {
+		return err
+	}
+	cfg.Logger.Info().Int("jobs", moved).Msg("requeued unfinished jobs")
+	return nil
+}
+
+// requeueUnits moves units from their in-progress lists back to the pop
+// end of their queues, one script per list, and returns how many it moved
+// (those still in their lists). A failure logs the jobs of the list it
+// could not requeue.
+func requeueUnits(cfg *Config, units []Unit) (int, error) {
 	type group struct {
 		list, queue string
 		raws        []any
@@ -575,11 +644,10 @@ func requeue(cfg *Config, units []Unit) error {
 				cfg.Logger.Error().Err(err).Str("queue", wire.QueueName(g.queue)).Bytes("payload", raw.([]byte)).
 					Msg("could not requeue job; it stays in the in-progress list and is recovered when this process is gone")
 			}
-			return fmt.Errorf("sidekiq: requeue %d jobs: %w", len(g.raws), err)
+			return moved, fmt.Errorf("sidekiq: requeue %d jobs: %w", len(g.raws), err)
 		}
 	}
-	cfg.Logger.Info().Int("jobs", moved).Msg("requeued unfinished jobs")
-	return nil
+	return moved, nil
 }
 
 // Close sweeps the in-progress lists one last time (anything still there
