@@ -1,0 +1,141 @@
+package durable
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/wait"
+	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+// startReliableServer starts a one-slot server with the reliable fetch
+// (the one that fetches ahead) and the durable middleware.
+func startReliableServer(t *testing.T, b *testBundle, h sidekiq.HandlerFunc) *sidekiq.Server {
+	t.Helper()
+	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{
+		Pool: b.pool, Client: b.client, Clock: b.clk, Logger: b.log, Concurrency: 1, Fetch: sidekiq.FetchReliable,
+		DisablePoller: true, HeartbeatInterval: time.Hour, Queues: []wire.QueueWeight{{Name: "default"}},
+	})
+	require.NoError(t, err)
+	srv.Use(b.d.ServerMiddleware(srv.Identity()))
+	srv.Handle("DurableJob", h, &sidekiq.HandlerOptions{Retry: 3})
+	require.NoError(t, srv.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Stop(ctx)
+	})
+	return srv
+}
+
+// A durable job fetched ahead has its lock queued when it arrives, while
+// the job before it still runs; it then runs with its row locked by this
+// process (locked_at and assume_dead_at from that lock), and its row is
+// deleted after its success, as with the lock taken at start.
+func TestJobFetchedAheadRunsUnderTheLockQueuedOnItsArrival(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, be backend) {
+		urls := be.urls(t)
+		b := setup(t, bundleOpts{urls: urls[:1]})
+		const n = 20 // a slot whose last job took 5 ms or more does not fetch ahead: room for a slow start
+		jids := make([]string, n)
+		for i := range jids {
+			res, err := b.client.Enqueue(context.Background(), "", "DurableJob", i)
+			require.NoError(t, err)
+			jids[i] = res.JID
+		}
+		type seen struct {
+			row     *Row
+			ahead   bool
+			running bool
+		}
+		var mu sync.Mutex
+		runs := map[string]seen{}
+		srv := startReliableServer(t, b, func(ctx context.Context, job *wire.Job) error {
+			run := lockedAhead(ctx, job.JID())
+			_, active := Active(ctx)
+			mu.Lock()
+			runs[job.JID()] = seen{row: b.row(t, job.JID()), ahead: run != nil && run.ahead.answered.Load(), running: active}
+			mu.Unlock()
+			return nil
+		})
+		wait.For(t, "every job run", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(runs) == n
+		})
+		ahead := 0
+		for _, jid := range jids {
+			s := runs[jid]
+			require.NotNil(t, s.row, jid)
+			require.True(t, s.running, jid)
+			require.Equal(t, srv.Identity(), s.row.LockedBy, jid)
+			require.True(t, micro(b.clk.Now()).Equal(*s.row.LockedAt), jid)
+			require.True(t, micro(b.clk.Now().Add(5*time.Minute)).Equal(s.row.AssumeDeadAt), jid)
+			if s.ahead {
+				ahead++
+			}
+		}
+		require.NotZero(t, ahead, "some jobs ran under a lock queued when they were fetched ahead")
+		wait.For(t, "every row deleted", func() bool {
+			for _, jid := range jids {
+				if b.row(t, jid) != nil {
+					return false
+				}
+			}
+			return true
+		})
+	})
+}
+
+// A job fetched ahead and locked, then given back to its queue without
+// running (here: the server goes quiet while the job before it runs),
+// keeps its row, locked; a later run takes the lock again and deletes it.
+func TestJobLockedAheadAndGivenBackKeepsItsRowForItsNextRun(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, be backend) {
+		urls := be.urls(t)
+		b := setup(t, bundleOpts{urls: urls[:1]})
+		first, err := b.client.Enqueue(context.Background(), "", "DurableJob", 1)
+		require.NoError(t, err)
+		second, err := b.client.Enqueue(context.Background(), "", "DurableJob", 2)
+		require.NoError(t, err)
+		release := make(chan struct{})
+		var srv *sidekiq.Server
+		srv = startReliableServer(t, b, func(ctx context.Context, job *wire.Job) error {
+			if job.JID() == first.JID {
+				wait.For(t, "the second job locked ahead", func() bool {
+					r := b.row(t, second.JID)
+					return r != nil && r.LockedBy == srv.Identity()
+				})
+				srv.Quiet()
+				<-release
+			}
+			return nil
+		})
+		wait.For(t, "the second job back in its queue", func() bool { return b.llen(t, "default") == 1 })
+		close(release)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, srv.Stop(ctx))
+		require.Nil(t, b.row(t, first.JID), "the first job completed")
+		r := b.row(t, second.JID)
+		require.NotNil(t, r, "the row of the job given back stays")
+		require.Equal(t, srv.Identity(), r.LockedBy)
+
+		var ran sync.WaitGroup
+		ran.Add(1)
+		startReliableServer(t, b, func(ctx context.Context, job *wire.Job) error {
+			require.Equal(t, second.JID, job.JID())
+			ran.Done()
+			return nil
+		})
+		ran.Wait()
+		wait.For(t, "its row deleted after its run", func() bool { return b.row(t, second.JID) == nil })
+	})
+}
