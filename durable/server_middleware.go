@@ -59,7 +59,7 @@ func (d *Durable) ServerMiddleware(identity string) sidekiq.ServerMiddleware {
 		// The slot may fetch its next job while this one waits for its
 		// lock's group, and queue that job's lock (sidekiq.FetchAhead).
 		sidekiq.FetchAhead(ctx, lockAhead)
-		if !d.waitLockAhead(bg, run, jid, identity) {
+		if !d.waitLockAhead(bg, run) {
 			d.lockJob(bg, jid, identity, d.cfg.Clock.Now(), ext, lr, &run.lockOp)
 		}
 		for _, f := range lr.failed {
@@ -127,9 +127,8 @@ type jobRun struct {
 	ctx    runCtx
 	// ahead is the lock queued when the job was fetched ahead (lockAhead),
 	// in the store st; its lockOp is not used then.
-	ahead     gcOp
-	aheadSt   store
-	aheadTime time.Time
+	ahead   gcOp
+	aheadSt store
 }
 
 // lockAhead queues the lock of a durable job fetched ahead of the one its
@@ -147,7 +146,7 @@ func (d *Durable) lockAhead(job *wire.Job, identity string) any {
 		return nil
 	}
 	now := d.cfg.Clock.Now()
-	run := &jobRun{aheadSt: d.stores[0], aheadTime: now}
+	run := &jobRun{aheadSt: d.stores[0]}
 	run.ahead = gcOp{kind: gcLock, early: true, lk: lockParams{JobID: job.JID(), LockedBy: identity, LockedAt: now, AssumeDeadAt: now.Add(ext)}}
 	if run.aheadSt.lockStart(&run.ahead) != nil {
 		return nil
@@ -174,7 +173,7 @@ func lockedAhead(ctx context.Context, jid string) *jobRun {
 // false (no lock ahead, the row not found, an error, or writes of an
 // outage pending since) sends the job through lockJob, which settles the
 // pending writes, asks every database and reports their failures.
-func (d *Durable) waitLockAhead(ctx context.Context, run *jobRun, jid, identity string) bool {
+func (d *Durable) waitLockAhead(ctx context.Context, run *jobRun) bool {
 	if run.aheadSt == nil {
 		return false
 	}
@@ -183,7 +182,7 @@ func (d *Durable) waitLockAhead(ctx context.Context, run *jobRun, jid, identity 
 		return false
 	}
 	run.lr.st = run.aheadSt
-	run.lr.lockedAt = micro(run.aheadTime)
+	run.lr.lockedAt = micro(run.ahead.lk.LockedAt)
 	return true
 }
 

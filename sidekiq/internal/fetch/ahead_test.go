@@ -78,11 +78,8 @@ func TestJobFetchedAheadWaitsInTheInProgressListAndRunsNextInItsSlot(t *testing.
 func TestJobFetchedAheadGoesBackToItsQueueWhenItsSlotIsBusyTooLong(t *testing.T) {
 	t.Parallel()
 	b, f, list := aheadBundle(t, "j1", "j2", "j3")
-	var mu sync.Mutex
-	started := map[string]bool{}
 	b.hook = func(u Unit) {
-		j := string(u.Raw)
-		switch j {
+		switch string(u.Raw) {
 		case "j1":
 			require.True(t, u.FetchAhead(nil))
 			wait.For(t, "j2 fetched ahead", func() bool { return len(b.list(t, list)) == 2 })
@@ -97,9 +94,6 @@ func TestJobFetchedAheadGoesBackToItsQueueWhenItsSlotIsBusyTooLong(t *testing.T)
 		case "j3":
 			require.True(t, u.FetchAhead(nil), "j2 was short")
 		}
-		mu.Lock()
-		started[j] = true
-		mu.Unlock()
 		f.Finish(u, nil)
 	}
 	b.start(t, f)
