@@ -37,6 +37,8 @@ type OutageLog struct {
 	mu    sync.Mutex
 	down  bool
 	since time.Time
+	// back is when the last outage ended (OK).
+	back time.Time
 	// isDown mirrors down for OK's lock-free fast path (OK runs for every
 	// fetch reply).
 	isDown atomic.Bool
@@ -68,10 +70,20 @@ func (o *OutageLog) Failed(err error) {
 // Stalled records that Redis has not answered a command for d: it is
 // stalled (SIGSTOP, a long fork, a saturated host) or unreachable. The
 // first report of an outage is logged; OK logs its end.
+//
+// A report about a command that was already waiting when the last outage
+// ended is that outage's, arriving late (a stall watch that looked just
+// before the command's own reply was read, while another connection's
+// reply had ended the outage): it is dropped, not logged as a new outage.
+// A new stall right after a recovery is reported by the commands sent
+// since, once they have waited d.
 func (o *OutageLog) Stalled(d time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.down {
+		return
+	}
+	if !o.back.IsZero() && !o.back.Before(time.Now().Add(-d)) {
 		return
 	}
 	o.outages.Add(1)
@@ -96,7 +108,8 @@ func (o *OutageLog) OK() {
 	}
 	o.down = false
 	o.isDown.Store(false)
-	d := time.Since(o.since)
+	o.back = time.Now()
+	d := o.back.Sub(o.since)
 	o.mu.Unlock()
 	if o.Log != nil {
 		o.Log.Info().Str("outage", LogDuration(d)).Str("component", "redis").Msg("redis is back")

@@ -100,3 +100,24 @@ func TestOutageLogCountsErrorsAndOutages(t *testing.T) {
 	require.Equal(t, int64(2), outages)
 	require.False(t, o.Down())
 }
+
+// A stall report about a command that was already waiting when the outage
+// ended belongs to that outage: it is not logged as a new one. A command
+// that has waited the whole time since the recovery is a new stall.
+func TestStallReportOfACommandFromBeforeTheRecoveryIsNotANewOutage(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	o := &OutageLog{Log: ptr(zerolog.New(&buf))}
+	o.Stalled(12 * time.Second)
+	o.OK()
+	o.Stalled(12 * time.Second) // waiting since before the OK
+	require.False(t, o.Down())
+	require.Equal(t, 1, strings.Count(buf.String(), "redis is not answering"), buf.String())
+	_, outages := o.Counts()
+	require.Equal(t, int64(1), outages)
+
+	time.Sleep(20 * time.Millisecond)
+	o.Stalled(10 * time.Millisecond) // sent after the OK, unanswered since
+	require.True(t, o.Down())
+	require.Equal(t, 2, strings.Count(buf.String(), "redis is not answering"), buf.String())
+}
