@@ -9,12 +9,12 @@ import (
 
 // FetchAhead tells the fetch that the job ctx belongs to is about to wait
 // for something other than its own work, so that its slot may take its
-// next job meanwhile. The durable middleware calls it before it waits for
-// its row's lock, which is committed in a group with other slots' locks:
-// when the group is answered and the job is done, the next job is already
-// there, its lock already on its way.
+// next jobs meanwhile (two at most). The durable middleware calls it
+// before it waits for its row's lock, which is committed in a group with
+// other slots' locks: when the group is answered and the job is done, the
+// next job is already there, its lock already on its way.
 //
-// prepare, when not nil, is called with the next job once it is fetched
+// prepare, when not nil, is called with each next job once it is fetched
 // (on the goroutine that fetched it, before the job can start), and what
 // it returns is that job's PreparedAhead. The durable middleware queues
 // the next job's lock there, so that the lock is committed while this job
@@ -24,15 +24,16 @@ import (
 // must leave nothing that a later run of the job, here or in another
 // process, would not make right.
 //
-// Only the reliable fetch (FetchReliable) fetches ahead: the job fetched
-// ahead waits in the process's in-progress list, where a crash leaves it
-// recoverable, and goes back to the pop end of its queue when the server
-// goes quiet or when the slot has not taken it within 25 ms (a long job
-// does not hold it). A slot holds at most one job ahead, fetches ahead only
-// when its last job took less than 5 ms, and never blocks for one (an
-// empty queue fetches nothing). FetchAhead reports whether a fetch
-// started; elsewhere, outside a job, or a second time for the same job it
-// does nothing and reports false.
+// Only the reliable fetch (FetchReliable) fetches ahead: the jobs fetched
+// ahead wait in the process's in-progress list, where a crash leaves them
+// recoverable, and go back to the pop end of their queue when the server
+// goes quiet or when the slot has not taken the oldest within 25 ms (a
+// long job does not hold them). A slot holds at most two jobs ahead (why
+// two: sidekiq/internal/fetch/ahead.go), fetches ahead only when its last
+// job took less than 5 ms, and never blocks for one (an empty queue
+// fetches nothing). FetchAhead reports whether the slot fetches ahead;
+// elsewhere, outside a job, or a second time for the same job it does
+// nothing and reports false.
 func FetchAhead(ctx context.Context, prepare func(next *wire.Job) any) bool {
 	u, _ := ctx.Value(fetchAheadKey{}).(*fetch.Unit)
 	if u == nil {

@@ -2,6 +2,8 @@ package fetch
 
 import (
 	"math/rand/v2"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,22 +14,32 @@ import (
 // than its own work leaves its slot idle: the durable middleware waits for
 // its row's lock, which is committed in one group with the other slots'
 // locks, and only then runs the job. When such a job calls FetchAhead
-// (sidekiq.FetchAhead), its slot moves its next job to the in-progress
-// list meanwhile, so that the job after it starts without a Redis round
-// trip: with durable jobs every slot's next lock then reaches the group
-// writer within microseconds of the last group's answer, instead of after
-// each slot's fetch.
+// (sidekiq.FetchAhead), its slot moves its next jobs to the in-progress
+// list meanwhile, up to aheadDepth of them, so that the jobs after it
+// start without a Redis round trip: with durable jobs their locks reach
+// the group writer while the groups before them are written.
 //
-// The job fetched ahead is in the in-progress list like a running one, so
-// a crash loses nothing (recovery gives it back), and the own-list sweep
-// counts it as held (slotState.ahead). It is given back to the pop end of
-// its queue, where it runs next, when the server goes quiet, or when the
-// slot has not taken it within aheadHold: a job fetched ahead of a long
-// one must not wait behind it when another slot or process could run it.
-// A slot whose last job took longer than aheadMaxRun does not fetch ahead
-// at all, so that a queue of long jobs does not pay a fetch and a give-back
-// for each. A slot holds at most one job ahead, and only the non-blocking
+// Why more than one: a job's lock is queued when the job arrives, a
+// Redis round trip after FetchAhead, by which time the group writer has
+// usually started the next group; the lock then lands in the group after
+// that. A slot with one job ahead therefore has one lock in each group,
+// and a group holds about one lock per slot; with two ahead, about one and
+// a half (docs/durable.md, "Fetching and locking ahead").
+//
+// The jobs fetched ahead are in the in-progress list like a running one,
+// so a crash loses nothing (recovery gives them back), and the own-list
+// sweep counts them as held (slotState.ahead). They go back to the pop
+// end of their queue, where they run next, when the server goes quiet, or
+// when the slot has not taken the oldest within aheadHold of its fetch:
+// jobs fetched ahead of a long one must not wait behind it when another
+// slot or process could run them. A slot whose last job took longer than
+// aheadMaxRun does not fetch ahead at all, so that a queue of long jobs
+// does not pay a fetch and a give-back for each. Only the non-blocking
 // fetch is used: an empty queue fetches nothing ahead.
+//
+// Each slot that fetches ahead has one goroutine for it (ahead.loop,
+// started at its first FetchAhead): it makes the fetches, prepares the
+// jobs and gives back those the slot did not take in time.
 
 const (
 	// aheadMaxRun is the longest a slot's last job may have taken (its
@@ -36,14 +48,16 @@ const (
 	// aheadHold is how long a job fetched ahead waits for its slot before
 	// it goes back to its queue.
 	aheadHold = 25 * time.Millisecond
+	// aheadDepth is how many jobs a slot holds fetched ahead at most.
+	aheadDepth = 2
 )
 
-// The states of a slot's ahead for the job it runs.
-const (
-	aheadOff     int32 = iota // not allowed, or the job is over
-	aheadArmed                // FetchAhead may start the fetch
-	aheadStarted              // the fetch is under way: next reads its result
-)
+// aheadJob is a job fetched ahead and when it goes back if its slot has
+// not taken it.
+type aheadJob struct {
+	u     Unit
+	until time.Time
+}
 
 // ahead is one reliable slot's fetch ahead.
 type ahead struct {
@@ -56,79 +70,173 @@ type ahead struct {
 	decode func(any) (fetchReply, error)
 	req    *fetchReq
 
-	state   atomic.Int32
+	// armed: the running job may call FetchAhead (once).
+	armed   atomic.Bool
+	lastRun time.Duration // slot goroutine only
+
+	mu sync.Mutex
+	// q is the jobs fetched and prepared, oldest first.
+	q []aheadJob
+	// want is the fetches asked for that loop has not finished; next
+	// waits for them rather than fetch on its own.
+	want    int
 	prepare func(*Unit)
-	// pending: a fetch was started for the last job, and next must read
-	// its result (slot goroutine only).
-	pending bool
-	lastRun time.Duration
-	// hand gives the job fetched to the slot; none says there is none
-	// (nothing fetched, or given back).
-	hand  chan Unit
-	none  chan struct{}
-	timer *time.Timer
+	started bool // loop runs (or ran)
+	over    bool // loop returned: FetchAhead asks for nothing more
+
+	kick    chan struct{} // want grew
+	arrived chan struct{} // a fetch ended (a job queued, or none)
+	exit    chan struct{} // the slot has returned
+	done    chan struct{} // loop has returned
 }
 
 func newAhead(f *reliableFetch, st *slotState, r *rand.Rand, now pipeCmd, decode func(any) (fetchReply, error)) *ahead {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
 	return &ahead{
 		f: f, st: st, r: r, now: now, decode: decode,
 		req:  &fetchReq{cmds: make([]pipeCmd, 1), reply: make(chan fetchReply, 1)},
-		hand: make(chan Unit), none: make(chan struct{}, 1), timer: t,
+		kick: make(chan struct{}, 1), arrived: make(chan struct{}, 1),
+		exit: make(chan struct{}), done: make(chan struct{}),
 	}
 }
 
-// FetchAhead lets the slot running u fetch its next job now, while u
-// waits (see ahead.go). prepare, when not nil, is called with the job
-// fetched, on the goroutine that fetched it, before the slot may take it;
-// what it sets in the unit's Prepared travels with it. It reports whether
-// the fetch started: false for a fetch that does not fetch ahead, a slot
-// whose last job was long, or a second call.
+// FetchAhead lets the slot running u fetch its next jobs now, while u
+// waits (see ahead.go), until it holds aheadDepth of them. prepare, when
+// not nil, is called with each job fetched, on the goroutine that fetched
+// it, before the slot may take it; what it sets in the unit's Prepared
+// travels with it. It reports whether the slot fetches ahead: false for a
+// fetch that does not fetch ahead, a slot whose last job was long, a
+// server going quiet, or a second call.
 func (u *Unit) FetchAhead(prepare func(next *Unit)) bool {
-	if a := u.ahead; a != nil && a.state.CompareAndSwap(aheadArmed, aheadStarted) {
-		a.prepare = prepare
-		go a.fetch()
-		return true
+	a := u.ahead
+	if a == nil || !a.armed.CompareAndSwap(true, false) {
+		return false
 	}
-	return false
+	a.mu.Lock()
+	if a.over {
+		a.mu.Unlock()
+		return false
+	}
+	a.prepare = prepare
+	n := a.f.aheadDepth - len(a.q) - a.want
+	if n > 0 {
+		a.want += n
+	}
+	start := !a.started
+	a.started = true
+	a.mu.Unlock()
+	if start {
+		go a.loop()
+	}
+	if n > 0 {
+		signal(a.kick)
+	}
+	return true
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }
 
 // process runs u in the slot, armed for FetchAhead when the slot's last
 // job was short.
 func (a *ahead) process(slot int, tid string, u Unit) {
-	if a.lastRun < a.f.aheadMaxRun {
-		a.state.Store(aheadArmed)
+	if a.lastRun < a.f.aheadMaxRun && !a.f.cfg.quiet() {
+		a.armed.Store(true)
 		u.ahead = a
 	}
 	start := time.Now()
 	a.f.cfg.Process(slot, tid, u)
 	a.lastRun = time.Since(start)
-	if !a.state.CompareAndSwap(aheadArmed, aheadOff) && a.state.Load() == aheadStarted {
-		a.pending = true
-	}
+	a.armed.Store(false)
 }
 
-// next returns the job fetched ahead of the last one, waiting for the
-// fetch if it is still under way; false when there is none.
+// next returns the oldest job fetched ahead, waiting for a fetch still
+// under way when there is none yet; false when there is none.
 func (a *ahead) next() (Unit, bool) {
-	if !a.pending {
-		return Unit{}, false
-	}
-	a.pending = false
-	a.state.Store(aheadOff)
-	select {
-	case u := <-a.hand:
-		return u, true
-	case <-a.none:
-		return Unit{}, false
+	for {
+		a.mu.Lock()
+		if len(a.q) > 0 {
+			u := a.q[0].u
+			a.q = slices.Delete(a.q, 0, 1)
+			a.st.promote(u.Raw)
+			a.mu.Unlock()
+			return u, true
+		}
+		if a.want == 0 {
+			a.mu.Unlock()
+			return Unit{}, false
+		}
+		a.mu.Unlock()
+		<-a.arrived
 	}
 }
 
-// fetch moves the slot's next job to the in-progress list and holds it
-// for the slot, or gives it back (quiet, or aheadHold passed).
-func (a *ahead) fetch() {
+// close ends the slot's fetch ahead when the slot returns: loop gives
+// back what it holds and returns.
+func (a *ahead) close() {
+	close(a.exit)
+	a.mu.Lock()
+	started := a.started
+	a.over = true
+	a.mu.Unlock()
+	if started {
+		<-a.done
+	}
+}
+
+// loop makes the slot's fetches ahead, and gives back the jobs the slot
+// has not taken within aheadHold, or all of them at quiet or when the
+// slot returns.
+func (a *ahead) loop() {
+	defer close(a.done)
 	f := a.f
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var timerAt time.Time // when timer fires; zero when stopped
+	for {
+		select {
+		case <-a.kick:
+		case <-timer.C:
+			timerAt = time.Time{}
+		case <-f.cfg.Quiet:
+			a.finish()
+			return
+		case <-a.exit:
+			a.finish()
+			return
+		}
+		a.giveBack(false)
+		for a.fetchOne() {
+		}
+		a.mu.Lock()
+		if len(a.q) > 0 {
+			if head := a.q[0].until; timerAt.IsZero() || head.Before(timerAt) {
+				timer.Reset(time.Until(head))
+				timerAt = head
+			}
+		}
+		a.mu.Unlock()
+	}
+}
+
+// fetchOne makes one of the fetches asked for and queues the job for the
+// slot; false when none is asked for, or the queue had none (then none of
+// the others is made either).
+func (a *ahead) fetchOne() bool {
+	f := a.f
+	if f.cfg.quiet() {
+		return false
+	}
+	a.mu.Lock()
+	if a.want == 0 {
+		a.mu.Unlock()
+		return false
+	}
+	prepare := a.prepare
+	a.mu.Unlock()
 	req := a.req
 	list := ""
 	if f.single {
@@ -139,31 +247,69 @@ func (a *ahead) fetch() {
 	}
 	rep, ok := f.pipes.do(req)
 	if !ok || !f.fetched(&rep) {
-		a.none <- struct{}{}
-		return
+		a.mu.Lock()
+		a.want = 0
+		a.mu.Unlock()
+		signal(a.arrived)
+		return false
 	}
 	if list == "" {
 		list = f.lists[wire.QueueKey(rep.queue)]
 	}
 	a.st.holdAhead(list, rep.raw)
 	u := Unit{Queue: rep.queue, Raw: rep.raw, list: list, slot: a.st}
-	if a.prepare != nil {
-		a.prepare(&u)
-		a.prepare = nil
+	if prepare != nil {
+		prepare(&u)
 	}
-	a.timer.Reset(f.aheadHold)
-	select {
-	case a.hand <- u:
-		a.timer.Stop()
+	a.mu.Lock()
+	a.want--
+	a.q = append(a.q, aheadJob{u: u, until: time.Now().Add(f.aheadHold)})
+	a.mu.Unlock()
+	signal(a.arrived)
+	return true
+}
+
+// finish gives back every job the slot has not taken and stops the
+// fetches: the server is going quiet, or the slot has returned.
+func (a *ahead) finish() {
+	a.mu.Lock()
+	a.over = true
+	a.mu.Unlock()
+	a.giveBack(true)
+}
+
+// giveBack sends the jobs the slot holds back to the pop end of their
+// queue, in their order (the oldest to be popped first): all of them when
+// all is set, or once the oldest has waited aheadHold (the slot is busy
+// with a long job, and the ones behind it would wait as long).
+func (a *ahead) giveBack(all bool) {
+	a.mu.Lock()
+	if all {
+		a.want = 0
+	}
+	if len(a.q) == 0 || !all && a.q[0].until.After(time.Now()) {
+		a.mu.Unlock()
+		if all {
+			signal(a.arrived)
+		}
 		return
-	case <-f.cfg.Quiet:
-	case <-a.timer.C:
 	}
-	a.timer.Stop()
-	a.st.dropIf(u.Raw)
-	if _, err := requeueUnits(f.cfg, []Unit{u}); err != nil {
-		f.cfg.Logger.Error().Err(err).Str("queue", u.Queue).Bytes("payload", u.Raw).
-			Msg("could not give back a job fetched ahead; it stays in the in-progress list and is recovered when this process is gone")
+	n := len(a.q)
+	units := make([]Unit, n)
+	for i := range n {
+		// Newest first: the requeue script pushes in order, and the last
+		// one pushed is popped first.
+		units[i] = a.q[n-1-i].u
 	}
-	a.none <- struct{}{}
+	clear(a.q)
+	a.q = a.q[:0]
+	a.mu.Unlock()
+	signal(a.arrived)
+	for _, u := range units {
+		a.st.dropIf(u.Raw)
+	}
+	// requeueUnits logs each job it could not give back: it stays in the
+	// in-progress list, and recovery gives it back once this process is
+	// gone.
+	_, _ = requeueUnits(a.f.cfg, units)
 }

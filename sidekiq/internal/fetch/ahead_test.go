@@ -32,13 +32,15 @@ func (b *fetchBundle) list(t *testing.T, key string) []string {
 	return v
 }
 
-// A job that calls FetchAhead lets its slot move the next job to the
-// in-progress list while it runs; that job is prepared on arrival and is
-// the next one its slot runs, once.
-func TestJobFetchedAheadWaitsInTheInProgressListAndRunsNextInItsSlot(t *testing.T) {
+// A job that calls FetchAhead lets its slot move its next jobs, up to
+// aheadDepth, to the in-progress list while it runs; each is prepared on
+// arrival, and they run next in their slot, in queue order, once each.
+// A job taken from the slot's jobs ahead tops them up again.
+func TestJobsFetchedAheadWaitInTheInProgressListAndRunNextInTheirSlot(t *testing.T) {
 	t.Parallel()
-	b, f, list := aheadBundle(t, "j1", "j2", "j3")
-	f.(*reliableFetch).aheadMaxRun = time.Minute // j1 waits for the test
+	b, f, list := aheadBundle(t, "j1", "j2", "j3", "j4", "j5")
+	// j1 and j2 wait for the test, and the jobs ahead wait for them.
+	f.(*reliableFetch).aheadMaxRun, f.(*reliableFetch).aheadHold = time.Minute, time.Minute
 	var mu sync.Mutex
 	var order, prepared []string
 	b.hook = func(u Unit) {
@@ -48,45 +50,53 @@ func TestJobFetchedAheadWaitsInTheInProgressListAndRunsNextInItsSlot(t *testing.
 		prepared = append(prepared, p)
 		mu.Unlock()
 		require.True(t, u.FetchAhead(func(next *Unit) { next.Prepared = "prepared " + string(next.Raw) }))
-		require.False(t, u.FetchAhead(nil), "one fetch ahead per job")
-		if string(u.Raw) == "j1" {
-			wait.For(t, "j2 fetched ahead into the in-progress list", func() bool {
-				return len(b.list(t, list)) == 2
+		require.False(t, u.FetchAhead(nil), "one call per job")
+		switch string(u.Raw) {
+		case "j1":
+			wait.For(t, "j2 and j3 fetched ahead into the in-progress list", func() bool {
+				return len(b.list(t, list)) == 3
 			})
-			require.ElementsMatch(t, []string{"j1", "j2"}, b.list(t, list))
-			require.Equal(t, []string{"j3"}, b.list(t, "queue:default"))
+			time.Sleep(20 * time.Millisecond) // no third job ahead
+			require.ElementsMatch(t, []string{"j1", "j2", "j3"}, b.list(t, list))
+			require.Equal(t, []string{"j5", "j4"}, b.list(t, "queue:default"))
+		case "j2":
+			wait.For(t, "j4 fetched ahead behind j3", func() bool {
+				return len(b.list(t, "queue:default")) == 1
+			})
+			require.Equal(t, []string{"j5"}, b.list(t, "queue:default"))
+			require.Subset(t, b.list(t, list), []string{"j2", "j3", "j4"}) // j1's acknowledgement may still be on its way
 		}
 		f.Finish(u, nil)
 	}
 	b.start(t, f)
 	t.Cleanup(f.Close)
-	wait.For(t, "three jobs", func() bool { return b.processed() == 3 })
+	wait.For(t, "five jobs", func() bool { return b.processed() == 5 })
 	mu.Lock()
-	require.Equal(t, []string{"j1", "j2", "j3"}, order)
-	require.Equal(t, []string{"", "prepared j2", "prepared j3"}, prepared)
+	require.Equal(t, []string{"j1", "j2", "j3", "j4", "j5"}, order)
+	require.Equal(t, []string{"", "prepared j2", "prepared j3", "prepared j4", "prepared j5"}, prepared)
 	mu.Unlock()
 	b.mu.Lock()
-	require.Equal(t, map[string]int{"j1": 1, "j2": 1, "j3": 1}, b.runs)
+	require.Equal(t, map[string]int{"j1": 1, "j2": 1, "j3": 1, "j4": 1, "j5": 1}, b.runs)
 	b.mu.Unlock()
 	wait.For(t, "the acknowledgements sent", func() bool { return len(b.list(t, list)) == 0 })
 }
 
-// A job fetched ahead of one that runs longer than aheadHold goes back to
-// the pop end of its queue (it runs next, here or elsewhere) instead of
-// waiting behind it; and a slot whose last job was long does not fetch
-// ahead for the next one.
-func TestJobFetchedAheadGoesBackToItsQueueWhenItsSlotIsBusyTooLong(t *testing.T) {
+// Jobs fetched ahead of one that runs longer than aheadHold go back to the
+// pop end of their queue, in their order (they run next, here or
+// elsewhere), instead of waiting behind it; and a slot whose last job was
+// long does not fetch ahead for the next one.
+func TestJobsFetchedAheadGoBackToTheirQueueWhenTheirSlotIsBusyTooLong(t *testing.T) {
 	t.Parallel()
 	b, f, list := aheadBundle(t, "j1", "j2", "j3")
 	b.hook = func(u Unit) {
 		switch string(u.Raw) {
 		case "j1":
 			require.True(t, u.FetchAhead(nil))
-			wait.For(t, "j2 fetched ahead", func() bool { return len(b.list(t, list)) == 2 })
-			wait.For(t, "j2 given back to its queue", func() bool {
-				q := b.list(t, "queue:default")
-				return len(q) == 2 && q[1] == "j2" // the pop end
+			wait.For(t, "j2 and j3 fetched ahead", func() bool { return len(b.list(t, list)) == 3 })
+			wait.For(t, "j2 and j3 given back to their queue", func() bool {
+				return len(b.list(t, "queue:default")) == 2
 			})
+			require.Equal(t, []string{"j3", "j2"}, b.list(t, "queue:default"), "j2 at the pop end")
 			require.Equal(t, []string{"j1"}, b.list(t, list))
 			time.Sleep(aheadMaxRun) // j1 is a long job
 		case "j2":
@@ -105,19 +115,20 @@ func TestJobFetchedAheadGoesBackToItsQueueWhenItsSlotIsBusyTooLong(t *testing.T)
 	wait.For(t, "the acknowledgements sent", func() bool { return len(b.list(t, list)) == 0 })
 }
 
-// When the server goes quiet, a job fetched ahead goes back to its queue
-// at once, while the job it was fetched for still runs; nothing is left in
-// the in-progress list once that one is done.
-func TestJobFetchedAheadGoesBackToItsQueueAtQuiet(t *testing.T) {
+// When the server goes quiet, the jobs fetched ahead go back to their
+// queue at once, in their order, while the job they were fetched for
+// still runs; nothing is left in the in-progress list once that one is
+// done.
+func TestJobsFetchedAheadGoBackToTheirQueueAtQuiet(t *testing.T) {
 	t.Parallel()
-	b, f, list := aheadBundle(t, "j1", "j2")
+	b, f, list := aheadBundle(t, "j1", "j2", "j3")
 	b.hook = func(u Unit) {
-		require.Equal(t, "j1", string(u.Raw), "j2 never runs")
+		require.Equal(t, "j1", string(u.Raw), "j2 and j3 never run")
 		require.True(t, u.FetchAhead(nil))
-		wait.For(t, "j2 fetched ahead", func() bool { return len(b.list(t, list)) == 2 })
+		wait.For(t, "j2 and j3 fetched ahead", func() bool { return len(b.list(t, list)) == 3 })
 		b.quietNow()
-		wait.For(t, "j2 back in its queue while j1 runs", func() bool {
-			return len(b.list(t, "queue:default")) == 1
+		wait.For(t, "j2 and j3 back in their queue while j1 runs", func() bool {
+			return len(b.list(t, "queue:default")) == 2
 		})
 		f.Finish(u, nil)
 	}
@@ -125,30 +136,34 @@ func TestJobFetchedAheadGoesBackToItsQueueAtQuiet(t *testing.T) {
 	wait.For(t, "j1 processed", func() bool { return b.processed() == 1 })
 	f.Wait()
 	f.Close()
-	require.Equal(t, []string{"j2"}, b.list(t, "queue:default"))
+	require.Equal(t, []string{"j3", "j2"}, b.list(t, "queue:default"), "j2 at the pop end")
 	require.Empty(t, b.keys(t, "working:*"))
 }
 
 // The own-list sweep takes a job in the in-progress list for an orphan
-// only when no slot holds it: the job a slot fetched ahead is held until
-// it runs (then as the slot's job) or is given back.
-func TestSlotHoldsTheJobItFetchedAheadUntilItRunsOrGoesBack(t *testing.T) {
+// only when no slot holds it: the jobs a slot fetched ahead are held until
+// they run (then as the slot's job) or go back.
+func TestSlotHoldsTheJobsItFetchedAheadUntilTheyRunOrGoBack(t *testing.T) {
 	t.Parallel()
 	var st slotState
-	running, ahead := []byte("j1"), []byte("j2")
+	running, ahead1, ahead2 := []byte("j1"), []byte("j2"), []byte("j3")
 	st.hold("l", running)
-	st.holdAhead("l", ahead)
-	held := func() map[string]int {
+	st.holdAhead("l", ahead1)
+	st.holdAhead("m", ahead2)
+	held := func() map[string]map[string]int {
 		in := map[string]map[string]int{}
 		st.held(in)
-		return in["l"]
+		return in
 	}
-	require.Equal(t, map[string]int{"j1": 1, "j2": 1}, held())
+	require.Equal(t, map[string]map[string]int{"l": {"j1": 1, "j2": 1}, "m": {"j3": 1}}, held())
 	st.dropIf(running) // j1 acknowledged
-	require.Equal(t, map[string]int{"j2": 1}, held())
-	st.promote() // j2 runs
-	require.Equal(t, map[string]int{"j2": 1}, held())
-	st.holdAhead("l", []byte("j3"))
+	require.Equal(t, map[string]map[string]int{"l": {"j2": 1}, "m": {"j3": 1}}, held())
+	st.promote(ahead1) // j2 runs
+	require.Equal(t, map[string]map[string]int{"l": {"j2": 1}, "m": {"j3": 1}}, held())
 	st.dropIf([]byte("j3")) // an equal copy is not the job held
-	require.Equal(t, map[string]int{"j2": 1, "j3": 1}, held())
+	require.Equal(t, map[string]map[string]int{"l": {"j2": 1}, "m": {"j3": 1}}, held())
+	st.dropIf(ahead2) // j3 given back
+	require.Equal(t, map[string]map[string]int{"l": {"j2": 1}}, held())
+	st.promote(ahead2) // no longer held: nothing changes
+	require.Equal(t, map[string]map[string]int{"l": {"j2": 1}}, held())
 }

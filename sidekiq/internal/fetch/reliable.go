@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -64,17 +65,22 @@ const multiQueueIdle = 0.25
 // renewals before it could be taken for dead.
 const heartbeatInterval = 10 * time.Second
 
-// slotState is the job a reliable slot runs, and the one it fetched
+// slotState is the job a reliable slot runs, and the ones it fetched
 // ahead (FetchAhead), for the sweep of the own lists (a job a slot holds
 // is not an orphan).
 type slotState struct {
 	mu   sync.Mutex
 	unit []byte
 	list string
-	// ahead is the job fetched ahead, from aheadList, until the slot runs
-	// it (promote) or gives it back.
-	ahead     []byte
-	aheadList string
+	// ahead are the jobs fetched ahead, oldest first, until the slot runs
+	// them (promote) or gives them back.
+	ahead []heldJob
+}
+
+// heldJob is a job a slot holds and the in-progress list it is in.
+type heldJob struct {
+	raw  []byte
+	list string
 }
 
 func (s *slotState) hold(list string, raw []byte) {
@@ -83,18 +89,23 @@ func (s *slotState) hold(list string, raw []byte) {
 	s.mu.Unlock()
 }
 
-// holdAhead records the job fetched ahead of the one the slot runs.
+// holdAhead records a job fetched ahead of the one the slot runs.
 func (s *slotState) holdAhead(list string, raw []byte) {
 	s.mu.Lock()
-	s.ahead, s.aheadList = raw, list
+	s.ahead = append(s.ahead, heldJob{raw: raw, list: list})
 	s.mu.Unlock()
 }
 
-// promote makes the job fetched ahead the one the slot runs.
-func (s *slotState) promote() {
+// promote makes raw, a job fetched ahead, the one the slot runs.
+func (s *slotState) promote(raw []byte) {
 	s.mu.Lock()
-	s.unit, s.list = s.ahead, s.aheadList
-	s.ahead = nil
+	for i, h := range s.ahead {
+		if sameBytes(h.raw, raw) {
+			s.unit, s.list = h.raw, h.list
+			s.ahead = slices.Delete(s.ahead, i, i+1)
+			break
+		}
+	}
 	s.mu.Unlock()
 }
 
@@ -104,8 +115,8 @@ func (s *slotState) drop() {
 	s.mu.Unlock()
 }
 
-// dropIf forgets the slot's job, or the one it fetched ahead, if it is
-// still raw (the same bytes, not an equal copy): an acknowledgement that a
+// dropIf forgets the slot's job, or one it fetched ahead, if it is still
+// raw (the same bytes, not an equal copy): an acknowledgement that a
 // middleware held back lands after the slot has moved on to its next job,
 // which it must keep.
 func (s *slotState) dropIf(raw []byte) {
@@ -113,8 +124,11 @@ func (s *slotState) dropIf(raw []byte) {
 	if sameBytes(s.unit, raw) {
 		s.unit = nil
 	}
-	if sameBytes(s.ahead, raw) {
-		s.ahead = nil
+	for i, h := range s.ahead {
+		if sameBytes(h.raw, raw) {
+			s.ahead = slices.Delete(s.ahead, i, i+1)
+			break
+		}
 	}
 	s.mu.Unlock()
 }
@@ -191,8 +205,8 @@ func (s *slotState) held(in map[string]map[string]int) {
 	if s.unit != nil {
 		add(in, s.list, s.unit)
 	}
-	if s.ahead != nil {
-		add(in, s.aheadList, s.ahead)
+	for _, h := range s.ahead {
+		add(in, h.list, h.raw)
 	}
 }
 
@@ -216,9 +230,10 @@ type reliableFetch struct {
 	wg     sync.WaitGroup // slots, pipes and their watch
 	// deferred is the successes whose acknowledgement is held back.
 	deferred deferredSet
-	// aheadMaxRun and aheadHold are the limits of fetching ahead
-	// (ahead.go), fields so that tests can change them.
+	// aheadMaxRun, aheadHold and aheadDepth are the limits of fetching
+	// ahead (ahead.go), fields so that tests can change them.
 	aheadMaxRun, aheadHold time.Duration
+	aheadDepth             int
 }
 
 // NewReliable returns the pipelined reliable fetch. It writes the process's
@@ -226,7 +241,7 @@ type reliableFetch struct {
 // returns, so that no other process takes them for orphans; through a Redis
 // outage it retries until ctx ends.
 func NewReliable(ctx context.Context, cfg *Config) (Fetcher, error) {
-	f := &reliableFetch{cfg: cfg, lists: map[string]string{}, aheadMaxRun: aheadMaxRun, aheadHold: aheadHold}
+	f := &reliableFetch{cfg: cfg, lists: map[string]string{}, aheadMaxRun: aheadMaxRun, aheadHold: aheadHold, aheadDepth: aheadDepth}
 	writes, err := f.setup(ctx)
 	if err != nil {
 		return nil, err
@@ -374,12 +389,10 @@ func (f *reliableFetch) slot(i int, st *slotState) {
 		fixedNow = f.moveNow(keys[0].(string))
 	}
 	ah := newAhead(f, st, r, fixedNow, fixedDecode)
+	defer ah.close()
 	for {
-		u, ok := ah.next()
-		if ok {
-			// Fetched while the last job waited (FetchAhead).
-			st.promote()
-		} else {
+		u, ok := ah.next() // fetched while an earlier job waited (FetchAhead)
+		if !ok {
 			if !cfg.Order.WaitUnpaused(cfg.Quiet) {
 				return
 			}
