@@ -47,10 +47,8 @@ func (a DeferredAck) Release() { ReleaseAcks(a) }
 // processor is done with reach the fetch in one call (one queueing of the
 // acknowledgements rather than one per job).
 func ReleaseAcks(acks ...DeferredAck) {
-	var (
-		srv   *Server
-		units []fetch.Unit
-	)
+	var srv *Server
+	units := make([]fetch.Unit, 0, len(acks))
 	for _, a := range acks {
 		if a.g == nil {
 			continue
@@ -75,7 +73,7 @@ func ReleaseAcks(acks ...DeferredAck) {
 // is held back: its slots have moved on, and its own-list sweep must not
 // take those jobs for orphans.
 type ackDeferrer interface {
-	Defer(u *fetch.Unit)
+	Defer(u fetch.Unit) fetch.Unit
 }
 
 // deferredFinisher is a fetch that takes many successes at once.

@@ -216,7 +216,7 @@ func (s *Server) process(slot int, tid string, u fetch.Unit) {
 			s.fetcher.Finish(u, nil)
 		} else {
 			if d, ok := s.fetcher.(ackDeferrer); ok {
-				d.Defer(&u) // still held for the fetch's own-list sweep
+				u = d.Defer(u) // still held for the fetch's own-list sweep
 			}
 			s.deferredAcks.Add(1)
 			if !gate.hold(s, u) {

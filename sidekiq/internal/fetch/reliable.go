@@ -145,7 +145,9 @@ func sameBytes(a, b []byte) bool {
 // finished job back in its queue.
 type deferredSet struct {
 	mu sync.Mutex
-	in map[string]map[string]int
+	// in holds each success by its buffer (the fetch's reply, one per
+	// fetched job), so that a job costs no copy of its bytes as a key.
+	in map[*byte]heldJob
 	// closed: the fetch is closing and its final sweep gives every job
 	// still in its lists back, held acknowledgements included.
 	closed bool
@@ -155,9 +157,9 @@ func (d *deferredSet) add(u Unit) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.in == nil {
-		d.in = map[string]map[string]int{}
+		d.in = map[*byte]heldJob{}
 	}
-	add(d.in, u.list, u.Raw)
+	d.in[unsafe.SliceData(u.Raw)] = heldJob{raw: u.Raw, list: u.list}
 }
 
 func (d *deferredSet) remove(u Unit) {
@@ -166,13 +168,7 @@ func (d *deferredSet) remove(u Unit) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	m := d.in[u.list]
-	k := string(u.Raw)
-	if m[k] <= 1 {
-		delete(m, k)
-		return
-	}
-	m[k]--
+	delete(d.in, unsafe.SliceData(u.Raw))
 }
 
 // held adds the held-back successes to in (none once closing).
@@ -182,13 +178,8 @@ func (d *deferredSet) held(in map[string]map[string]int) {
 	if d.closed {
 		return
 	}
-	for list, raws := range d.in {
-		for raw, n := range raws {
-			if in[list] == nil {
-				in[list] = map[string]int{}
-			}
-			in[list][raw] += n
-		}
+	for _, h := range d.in {
+		add(in, h.list, h.raw)
 	}
 }
 
@@ -671,11 +662,13 @@ func (f *reliableFetch) Close() {
 	f.life.close()
 }
 
-// Defer marks u a success whose acknowledgement the server holds back: it
-// stays held (not an orphan for the own-list sweep) until Finish.
-func (f *reliableFetch) Defer(u *Unit) {
+// Defer marks u a success whose acknowledgement the server holds back, and
+// returns it so marked for the Finish that ends it: it stays held (not an
+// orphan for the own-list sweep) until then.
+func (f *reliableFetch) Defer(u Unit) Unit {
 	u.deferred = true
-	f.deferred.add(*u)
+	f.deferred.add(u)
+	return u
 }
 
 // heartbeatValue is the value of the reliable-fetch heartbeat key. Ruby's

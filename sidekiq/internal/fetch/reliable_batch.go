@@ -128,7 +128,7 @@ func (f *reliableBatch) FinishSuccesses(units []Unit) {
 
 // Defer marks u a success whose acknowledgement the server holds back: it
 // stays held (not an orphan for the own-list sweep) until Finish.
-func (f *reliableBatch) Defer(u *Unit) { f.base.Defer(u) }
+func (f *reliableBatch) Defer(u Unit) Unit { return f.base.Defer(u) }
 
 // Close ends the heartbeat and the recovery.
 func (f *reliableBatch) Close() {

@@ -442,7 +442,7 @@ func TestSweepKeepsJobsWhoseAcknowledgementIsHeldBack(t *testing.T) {
 			done := []byte("finished")
 			st.hold(list, done)
 			u := Unit{Queue: "default", Raw: done, list: list, slot: st}
-			f.(interface{ Defer(*Unit) }).Defer(&u)
+			u = f.(interface{ Defer(Unit) Unit }).Defer(u)
 			st.hold(list, []byte("running")) // the slot's next job
 
 			dropped = 1
