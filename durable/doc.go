@@ -60,10 +60,10 @@
 // (and 2ms), for the jobs it released to ask for their next locks, so
 // that the slots share one group instead of alternating in two (see
 // groupCommit.next); a push ends that wait. With the reliable fetch a job
-// waiting for its lock lets its slot fetch the next job ahead
-// (sidekiq.FetchAhead), and that job's lock is queued on its arrival
-// (lockAhead): the next group is then written while the jobs the last one
-// released run, and the writer does not wait for them. A PushBulk
+// waiting for its lock lets its slot fetch its next jobs ahead (up to two,
+// sidekiq.FetchAhead), and their locks are queued on their arrival
+// (lockAhead): the next groups are then written while the jobs the last
+// one released run, and the writer does not wait for them. A PushBulk
 // writes its group's rows (up to 1000) in one statement through
 // sidekiq.PushGroup. Callers wait for their own write, so the invariants
 // below hold as before; with reliable fetch the success delete does not

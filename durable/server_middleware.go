@@ -56,8 +56,8 @@ func (d *Durable) ServerMiddleware(identity string) sidekiq.ServerMiddleware {
 			run = &jobRun{}
 		}
 		lr := &run.lr
-		// The slot may fetch its next job while this one waits for its
-		// lock's group, and queue that job's lock (sidekiq.FetchAhead).
+		// The slot may fetch its next jobs while this one waits for its
+		// lock's group, and queue their locks (sidekiq.FetchAhead).
 		sidekiq.FetchAhead(ctx, lockAhead)
 		if !d.waitLockAhead(bg, run) {
 			d.lockJob(bg, jid, identity, d.cfg.Clock.Now(), ext, lr, &run.lockOp)
