@@ -105,19 +105,25 @@ func TestJobLockedAheadAndGivenBackKeepsItsRowForItsNextRun(t *testing.T) {
 		require.NoError(t, err)
 		second, err := b.client.Enqueue(context.Background(), "", "DurableJob", 2)
 		require.NoError(t, err)
-		release := make(chan struct{})
+		started, quiet, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
 		var srv *sidekiq.Server
 		srv = startReliableServer(t, b, func(ctx context.Context, job *wire.Job) error {
+			<-started // srv is set
 			if job.JID() == first.JID {
 				wait.For(t, "the second job locked ahead", func() bool {
 					r := b.row(t, second.JID)
 					return r != nil && r.LockedBy == srv.Identity()
 				})
 				srv.Quiet()
+				close(quiet)
 				<-release
 			}
 			return nil
 		})
+		close(started)
+		// Before the first job runs, the second is in the queue too: wait
+		// for the quiet that gives it back.
+		<-quiet
 		wait.For(t, "the second job back in its queue", func() bool { return b.llen(t, "default") == 1 })
 		close(release)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
