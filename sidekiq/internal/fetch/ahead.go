@@ -287,14 +287,14 @@ func (a *ahead) giveBack(all bool) {
 	if all {
 		a.want = 0
 	}
-	if len(a.q) == 0 || !all && a.q[0].until.After(time.Now()) {
+	n := len(a.q)
+	if n == 0 || !all && a.q[0].until.After(time.Now()) {
 		a.mu.Unlock()
 		if all {
-			signal(a.arrived)
+			signal(a.arrived) // want is 0: next waits no more
 		}
 		return
 	}
-	n := len(a.q)
 	units := make([]Unit, n)
 	for i := range n {
 		// Newest first: the requeue script pushes in order, and the last
