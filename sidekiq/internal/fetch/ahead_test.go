@@ -39,8 +39,10 @@ func (b *fetchBundle) list(t *testing.T, key string) []string {
 func TestJobsFetchedAheadWaitInTheInProgressListAndRunNextInTheirSlot(t *testing.T) {
 	t.Parallel()
 	b, f, list := aheadBundle(t, "j1", "j2", "j3", "j4", "j5")
-	// j1 and j2 wait for the test, and the jobs ahead wait for them.
+	// j1 and j2 wait for the test, and the jobs ahead wait for them; two
+	// at most, so that the queue keeps some.
 	f.(*reliableFetch).aheadMaxRun, f.(*reliableFetch).aheadHold = time.Minute, time.Minute
+	f.(*reliableFetch).aheadDepth = 2
 	var mu sync.Mutex
 	var order, prepared []string
 	b.hook = func(u Unit) {
@@ -77,6 +79,56 @@ func TestJobsFetchedAheadWaitInTheInProgressListAndRunNextInTheirSlot(t *testing
 	mu.Unlock()
 	b.mu.Lock()
 	require.Equal(t, map[string]int{"j1": 1, "j2": 1, "j3": 1, "j4": 1, "j5": 1}, b.runs)
+	b.mu.Unlock()
+	wait.For(t, "the acknowledgements sent", func() bool { return len(b.list(t, list)) == 0 })
+}
+
+// A slot holds as many jobs ahead as it would run within half of aheadHold
+// at the pace of its last job, at least one and at most aheadDepth.
+func TestSlotHoldsFewerJobsAheadTheLongerItsLastJobTook(t *testing.T) {
+	f := &reliableFetch{aheadHold: aheadHold, aheadDepth: aheadDepth}
+	for _, c := range []struct {
+		last time.Duration
+		want int
+	}{
+		{0, 4}, // the slot's first job
+		{100 * time.Microsecond, 4},
+		{3 * time.Millisecond, 4},
+		{4 * time.Millisecond, 3},
+		{5 * time.Millisecond, 2},
+		{12 * time.Millisecond, 1},
+		{time.Second, 1},
+	} {
+		require.Equal(t, c.want, f.aheadDepthAfter(c.last), "after a job of %v", c.last)
+	}
+}
+
+// The depth follows the slot's last job: after a job of about 30 ms, with
+// 80 ms to run the jobs ahead in, a slot fetches two ahead, not four.
+func TestSlotFetchesAheadWhatItsLastJobsPaceAllows(t *testing.T) {
+	t.Parallel()
+	b, f, list := aheadBundle(t, "j1", "j2", "j3", "j4", "j5", "j6")
+	rf := f.(*reliableFetch)
+	rf.aheadMaxRun, rf.aheadHold, rf.aheadDepth = time.Minute, 160*time.Millisecond, 4
+	b.hook = func(u Unit) {
+		switch string(u.Raw) {
+		case "j1":
+			time.Sleep(30 * time.Millisecond) // no fetch ahead for j1
+		case "j2":
+			require.True(t, u.FetchAhead(nil))
+			wait.For(t, "j3 and j4 fetched ahead", func() bool { return len(b.list(t, list)) >= 3 })
+			time.Sleep(20 * time.Millisecond) // no third one
+			require.Subset(t, b.list(t, list), []string{"j2", "j3", "j4"}) // j1's acknowledgement may still be on its way
+			require.NotContains(t, b.list(t, list), "j5")
+			require.Equal(t, []string{"j6", "j5"}, b.list(t, "queue:default"))
+		}
+		f.Finish(u, nil)
+	}
+	b.start(t, f)
+	t.Cleanup(f.Close)
+	wait.For(t, "six jobs", func() bool { return b.processed() == 6 })
+	b.mu.Lock()
+	require.Equal(t, map[string]int{"j1": 1, "j2": 1, "j3": 1, "j4": 1, "j5": 1, "j6": 1}, b.runs)
 	b.mu.Unlock()
 	wait.For(t, "the acknowledgements sent", func() bool { return len(b.list(t, list)) == 0 })
 }
