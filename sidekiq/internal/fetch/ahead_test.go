@@ -117,7 +117,7 @@ func TestSlotFetchesAheadWhatItsLastJobsPaceAllows(t *testing.T) {
 		case "j2":
 			require.True(t, u.FetchAhead(nil))
 			wait.For(t, "j3 and j4 fetched ahead", func() bool { return len(b.list(t, list)) >= 3 })
-			time.Sleep(20 * time.Millisecond) // no third one
+			time.Sleep(20 * time.Millisecond)                              // no third one
 			require.Subset(t, b.list(t, list), []string{"j2", "j3", "j4"}) // j1's acknowledgement may still be on its way
 			require.NotContains(t, b.list(t, list), "j5")
 			require.Equal(t, []string{"j6", "j5"}, b.list(t, "queue:default"))
