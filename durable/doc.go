@@ -60,7 +60,7 @@
 // (and 2ms), for the jobs it released to ask for their next locks, so
 // that the slots share one group instead of alternating in two (see
 // groupCommit.next); a push ends that wait. With the reliable fetch a job
-// waiting for its lock lets its slot fetch its next jobs ahead (up to two,
+// waiting for its lock lets its slot fetch its next jobs ahead (up to four,
 // sidekiq.FetchAhead), and their locks are queued on their arrival
 // (lockAhead): the next groups are then written while the jobs the last
 // one released run, and the writer does not wait for them. A PushBulk

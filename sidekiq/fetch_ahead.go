@@ -28,9 +28,10 @@ import (
 // ahead wait in the process's in-progress list, where a crash leaves them
 // recoverable, and go back to the pop end of their queue when the server
 // goes quiet or when the slot has not taken the oldest within 25 ms (a
-// long job does not hold them). A slot holds at most two jobs ahead (why
-// two: sidekiq/internal/fetch/ahead.go), fetches ahead only when its last
-// job took less than 5 ms, and never blocks for one (an empty queue
+// long job does not hold them). A slot holds at most four jobs ahead,
+// fewer when its last job took more than 3 ms (why and how many:
+// sidekiq/internal/fetch/ahead.go), fetches ahead only when its last job
+// took less than 5 ms, and never blocks for one (an empty queue
 // fetches nothing). FetchAhead reports whether the slot fetches ahead;
 // elsewhere, outside a job, or a second time for the same job it does
 // nothing and reports false.

@@ -145,7 +145,8 @@ func (u *Unit) FetchAhead(prepare func(next *Unit)) bool {
 // whole processing, waits included; 0 before its first) holds fetched
 // ahead: as many as it runs within half of aheadHold at that pace, at
 // least one and at most aheadDepth. With the defaults, a slot of jobs
-// that take up to 3 ms holds four, one of 5 ms two.
+// that take up to 3 ms holds four, one of 4 ms three (from 5 ms on,
+// aheadMaxRun, it fetches none ahead).
 func (f *reliableFetch) aheadDepthAfter(lastRun time.Duration) int {
 	if lastRun <= 0 {
 		return f.aheadDepth
