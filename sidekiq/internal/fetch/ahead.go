@@ -110,8 +110,8 @@ func newAhead(f *reliableFetch, st *slotState, r *rand.Rand, now pipeCmd, decode
 // FetchAhead lets the slot running u fetch its next jobs now, while u
 // waits (see ahead.go), until it holds as many as aheadDepthAfter allows.
 // prepare, when not nil, is called with each job fetched, on the goroutine
-// that fetched it, before the slot may take it; what it sets in the unit's Prepared
-// travels with it. It reports whether the slot fetches ahead: false for a
+// that fetched it, before the slot may take it; what it sets in the unit's
+// Prepared travels with it. It reports whether the slot fetches ahead: false for a
 // fetch that does not fetch ahead, a slot whose last job was long, a
 // server going quiet, or a second call.
 func (u *Unit) FetchAhead(prepare func(next *Unit)) bool {

@@ -32,6 +32,23 @@ func (b *fetchBundle) list(t *testing.T, key string) []string {
 	return v
 }
 
+// runAhead starts f and waits until each of jobs has run exactly once and
+// its acknowledgement has left the in-progress list.
+func (b *fetchBundle) runAhead(t *testing.T, f Fetcher, list string, jobs ...string) {
+	t.Helper()
+	b.start(t, f)
+	t.Cleanup(f.Close)
+	wait.For(t, "every job processed", func() bool { return b.processed() == len(jobs) })
+	once := map[string]int{}
+	for _, j := range jobs {
+		once[j] = 1
+	}
+	b.mu.Lock()
+	require.Equal(t, once, b.runs)
+	b.mu.Unlock()
+	wait.For(t, "the acknowledgements sent", func() bool { return len(b.list(t, list)) == 0 })
+}
+
 // A job that calls FetchAhead lets its slot move its next jobs, up to
 // aheadDepth, to the in-progress list while it runs; each is prepared on
 // arrival, and they run next in their slot, in queue order, once each.
@@ -70,17 +87,11 @@ func TestJobsFetchedAheadWaitInTheInProgressListAndRunNextInTheirSlot(t *testing
 		}
 		f.Finish(u, nil)
 	}
-	b.start(t, f)
-	t.Cleanup(f.Close)
-	wait.For(t, "five jobs", func() bool { return b.processed() == 5 })
+	b.runAhead(t, f, list, "j1", "j2", "j3", "j4", "j5")
 	mu.Lock()
 	require.Equal(t, []string{"j1", "j2", "j3", "j4", "j5"}, order)
 	require.Equal(t, []string{"", "prepared j2", "prepared j3", "prepared j4", "prepared j5"}, prepared)
 	mu.Unlock()
-	b.mu.Lock()
-	require.Equal(t, map[string]int{"j1": 1, "j2": 1, "j3": 1, "j4": 1, "j5": 1}, b.runs)
-	b.mu.Unlock()
-	wait.For(t, "the acknowledgements sent", func() bool { return len(b.list(t, list)) == 0 })
 }
 
 // A slot holds as many jobs ahead as it would run within half of aheadHold
@@ -124,13 +135,7 @@ func TestSlotFetchesAheadWhatItsLastJobsPaceAllows(t *testing.T) {
 		}
 		f.Finish(u, nil)
 	}
-	b.start(t, f)
-	t.Cleanup(f.Close)
-	wait.For(t, "six jobs", func() bool { return b.processed() == 6 })
-	b.mu.Lock()
-	require.Equal(t, map[string]int{"j1": 1, "j2": 1, "j3": 1, "j4": 1, "j5": 1, "j6": 1}, b.runs)
-	b.mu.Unlock()
-	wait.For(t, "the acknowledgements sent", func() bool { return len(b.list(t, list)) == 0 })
+	b.runAhead(t, f, list, "j1", "j2", "j3", "j4", "j5", "j6")
 }
 
 // Jobs fetched ahead of one that runs longer than aheadHold go back to the
@@ -158,13 +163,7 @@ func TestJobsFetchedAheadGoBackToTheirQueueWhenTheirSlotIsBusyTooLong(t *testing
 		}
 		f.Finish(u, nil)
 	}
-	b.start(t, f)
-	t.Cleanup(f.Close)
-	wait.For(t, "three jobs", func() bool { return b.processed() == 3 })
-	b.mu.Lock()
-	require.Equal(t, map[string]int{"j1": 1, "j2": 1, "j3": 1}, b.runs)
-	b.mu.Unlock()
-	wait.For(t, "the acknowledgements sent", func() bool { return len(b.list(t, list)) == 0 })
+	b.runAhead(t, f, list, "j1", "j2", "j3")
 }
 
 // When the server goes quiet, the jobs fetched ahead go back to their
