@@ -1,6 +1,7 @@
 package rubyjson
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -364,11 +365,30 @@ func (p *parser) array(depth int) (Value, error) {
 // without escapes.
 func (p *parser) key() (string, error) { return p.str() }
 
+// special8 reports whether one of the eight bytes of x is '"', '\\' or a
+// control character (below 0x20), with the zero-byte tests of "Bit
+// Twiddling Hacks" (haszero, hasless): exact for "some byte is", which is
+// all the caller needs before it looks byte by byte.
+func special8(x uint64) bool {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	q := x ^ (lo * '"')
+	b := x ^ (lo * '\\')
+	return ((q-lo)&^q|(b-lo)&^b|(x-lo*0x20)&^x)&hi != 0
+}
+
 // str reads a string starting at the opening quote.
 func (p *parser) str() (string, error) {
 	p.pos++ // "
 	start := p.pos
-	// Fast path: no escapes.
+	// Fast path: no escapes. Eight bytes at a time while none of them is a
+	// quote, a backslash or a control character (a job's long string
+	// arguments), then byte by byte.
+	for p.pos+8 <= len(p.data) {
+		if special8(binary.LittleEndian.Uint64(p.data[p.pos:])) {
+			break
+		}
+		p.pos += 8
+	}
 	for p.pos < len(p.data) {
 		c := p.data[p.pos]
 		if c == '"' {
