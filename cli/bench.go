@@ -37,6 +37,9 @@ type BenchResult struct {
 	Jobs          int     `json:"jobs"`
 	Concurrency   int     `json:"concurrency"`
 	Fetch         string  `json:"fetch"`
+	Queues        int     `json:"queues"`
+	Weights       string  `json:"weights,omitempty"`
+	PayloadBytes  int     `json:"payload_bytes,omitempty"`
 	FetchPipeline int     `json:"fetch_pipeline,omitempty"`
 	PushPerSec    float64 `json:"push_jobs_per_sec"`
 	Seconds       float64 `json:"seconds"`
@@ -76,7 +79,10 @@ It only touches its own keys, never flushes, and removes them when done.`,
 			&ucli.IntFlag{Name: "jobs", Aliases: []string{"n"}, Value: 100000, Usage: "jobs to process"},
 			&ucli.IntFlag{Name: "concurrency", Aliases: []string{"c"}, Value: 25, Usage: "server concurrency"},
 			&ucli.IntFlag{Name: "latency-jobs", Value: 500, Usage: "single pushes for the pickup latency"},
-			&ucli.StringFlag{Name: "fetch", Value: "reliable", Usage: "fetch mode: reliable (in-progress lists, loses no job), reliable-batch, basic (Sidekiq's BasicFetch, BRPOP) or batch (BLMPOP for idle slots, Redis 7+)"},
+			&ucli.StringFlag{Name: "fetch", Value: "reliable", Usage: "fetch mode: reliable (in-progress lists, loses no job), reliable-batch, basic (Sidekiq's BasicFetch, BRPOP) or batch (BLMPOP for idle slots, Redis 7+); several, comma-separated, are run alternately --rounds times and compared with the last"},
+			&ucli.IntFlag{Name: "queues", Value: 1, Usage: "spread the jobs evenly over this many queues"},
+			&ucli.StringFlag{Name: "weights", Value: "strict", Usage: "with --queues: strict (no weights), equal (weight 1 each) or 1..N (queue i weighs i)"},
+			&ucli.IntFlag{Name: "payload-bytes", Usage: "make each job about this many bytes long (a string argument; 0: about 100)"},
 			&ucli.IntFlag{Name: "fetch-pipeline", Value: sidekiq.DefaultFetchPipeline, Usage: "basic and reliable fetch: idle slots' fetches pipelined per connection (1 = a connection per slot, as Ruby)"},
 			&ucli.BoolFlag{Name: "ruby", Usage: "also run Ruby Sidekiq 6.4.1 (Debian ruby-sidekiq) and print the ratio"},
 			&ucli.BoolFlag{Name: "redis-benchmark", Usage: "also run redis-benchmark -t rpop -c C and print the ratio"},
@@ -100,22 +106,39 @@ It only touches its own keys, never flushes, and removes them when done.`,
 			if c.Int("fetch-pipeline") <= 0 {
 				return ucli.Exit("--fetch-pipeline must be at least 1", ExitUsage)
 			}
+			shape, err := parseBenchShape(c.Int("queues"), c.String("weights"), c.Int("payload-bytes"))
+			if err != nil {
+				return ucli.Exit(err.Error(), ExitUsage)
+			}
+			var modes []sidekiq.FetchMode
+			for _, name := range strings.Split(c.String("fetch"), ",") {
+				mode, err := sidekiq.ParseFetchMode(strings.TrimSpace(name))
+				if err != nil {
+					return ucli.Exit(err.Error(), ExitUsage)
+				}
+				modes = append(modes, mode)
+			}
+			if c.Int("rounds") <= 0 {
+				return ucli.Exit("--rounds must be positive", ExitUsage)
+			}
 			pool, err := openPool(c.Context, c.String("redis"), 0)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			mode, err := sidekiq.ParseFetchMode(c.String("fetch"))
-			if err != nil {
-				return ucli.Exit(err.Error(), ExitUsage)
-			}
+			mode := modes[0]
 			if c.Bool("ordered") {
 				return runOrderedBenchCommand(c, pool, mode)
 			}
 			if c.String("durable") != "" {
 				return runDurableBenchCmd(c, pool, mode)
 			}
-			res, err := runBench(c.Context, pool, n, conc, c.Int("latency-jobs"), mode, c.Int("fetch-pipeline"), profile)
+			spec := benchSpec{jobs: n, conc: conc, latencyJobs: c.Int("latency-jobs"), mode: mode,
+				pipeline: c.Int("fetch-pipeline"), shape: shape, profile: profile}
+			if len(modes) > 1 {
+				return runBenchComparison(c, pool, spec, modes)
+			}
+			res, err := runBench(c.Context, pool, spec)
 			if err != nil {
 				return err
 			}
@@ -141,19 +164,31 @@ It only touches its own keys, never flushes, and removes them when done.`,
 	}
 }
 
-func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, mode sidekiq.FetchMode, pipeline int, profile io.Writer) (*BenchResult, error) {
-	queue := "gojob-bench-" + wire.NewJID()[:8]
-	defer cleanupBench(pool, queue)
+// benchSpec is one bench run: the jobs, the server and the shape of the
+// queues.
+type benchSpec struct {
+	jobs, conc, latencyJobs int
+	mode                    sidekiq.FetchMode
+	pipeline                int
+	shape                   benchShape
+	profile                 io.Writer
+}
+
+func runBench(ctx context.Context, pool *redis.Pool, spec benchSpec) (*BenchResult, error) {
+	n, conc, latencyJobs, mode := spec.jobs, spec.conc, spec.latencyJobs, spec.mode
+	queues := spec.shape.queueWeights("gojob-bench-" + wire.NewJID()[:8])
+	defer cleanupBench(pool, queues)
 	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: wire.Version6})
 	if err != nil {
 		return nil, err
 	}
-	res := &BenchResult{Jobs: n, Concurrency: conc, LatencySample: latencyJobs, Fetch: mode.String()}
+	res := &BenchResult{Jobs: n, Concurrency: conc, LatencySample: latencyJobs, Fetch: mode.String(),
+		Queues: len(queues), Weights: spec.shape.weightsName(), PayloadBytes: spec.shape.payloadBytes}
 	hooks := benchHooksFrom(ctx)
 	hooks.client(client)
 
 	pushStart := time.Now()
-	if err := pushBenchJobs(ctx, client, queue, n); err != nil {
+	if err := pushBenchJobs(ctx, client, queues, n, spec.shape.payloadBytes); err != nil {
 		return nil, err
 	}
 	res.PushPerSec = float64(n) / time.Since(pushStart).Seconds()
@@ -164,9 +199,9 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 	var latencies []time.Duration
 	measuring := atomic.Bool{}
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{
-		Pool: pool, Queues: []wire.QueueWeight{{Name: queue}}, Concurrency: conc,
+		Pool: pool, Queues: queues, Concurrency: conc,
 		Version: wire.Version6, DisablePoller: true, Logger: zerolog.Nop(), Client: client,
-		ShutdownTimeout: 5 * time.Second, Fetch: mode, FetchPipeline: pipeline,
+		ShutdownTimeout: 5 * time.Second, Fetch: mode, FetchPipeline: spec.pipeline,
 	})
 	if err != nil {
 		return nil, err
@@ -190,8 +225,8 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 	cmdsBefore, _ := commandCount(pool)
 	redisCPUBefore, _ := redisCPU(pool)
 	cpuBefore := processCPU()
-	if profile != nil {
-		if err := pprof.StartCPUProfile(profile); err != nil {
+	if spec.profile != nil {
+		if err := pprof.StartCPUProfile(spec.profile); err != nil {
 			return nil, err
 		}
 	}
@@ -208,7 +243,7 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 	elapsed := time.Since(start)
 	hooks.drained()
 	res.FetchPipeline = srv.FetchPipeline()
-	if profile != nil {
+	if spec.profile != nil {
 		pprof.StopCPUProfile()
 	}
 	res.CPUPerJobUS = float64((processCPU() - cpuBefore).Microseconds()) / float64(n)
@@ -222,11 +257,12 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 		res.RedisCalls = float64(cmdsAfter-cmdsBefore) / float64(n)
 	}
 
-	// Pickup latency: single pushes with a short gap, measured push → start.
+	// Pickup latency: single pushes with a short gap, measured push → start,
+	// to the last queue (the one a fetch tries last in strict order).
 	measuring.Store(true)
 	for i := 0; i < latencyJobs; i++ {
 		j, _ := wire.NewJob("BenchJob", i)
-		j.SetQueue(queue)
+		j.SetQueue(queues[len(queues)-1].Name)
 		if _, err := client.Push(ctx, j, nil); err != nil {
 			return nil, err
 		}
@@ -256,30 +292,50 @@ func runBench(ctx context.Context, pool *redis.Pool, n, conc, latencyJobs int, m
 	return res, nil
 }
 
-func pushBenchJobs(ctx context.Context, client *sidekiq.Client, queue string, n int) error {
+// pushBenchJobs pushes n jobs, spread evenly over the queues (queue i gets
+// jobs i, i+len(queues), …), each about payloadBytes long when that is set
+// (a string argument fills it).
+func pushBenchJobs(ctx context.Context, client *sidekiq.Client, queues []wire.QueueWeight, n, payloadBytes int) error {
 	const batch = 1000
-	for i := 0; i < n; i += batch {
-		jobs := make([]*wire.Job, 0, batch)
-		for k := i; k < min(i+batch, n); k++ {
-			j, err := wire.NewJob("BenchJob", k)
-			if err != nil {
+	filler := ""
+	if payloadBytes > 0 {
+		j, err := wire.NewJob("BenchJob", 0, "")
+		if err != nil {
+			return err
+		}
+		j.SetQueue(queues[0].Name)
+		filler = strings.Repeat("x", max(payloadBytes-len(j.Encode()), 0))
+	}
+	for q, qw := range queues {
+		for i := q; i < n; i += batch * len(queues) {
+			jobs := make([]*wire.Job, 0, batch)
+			for k := i; k < n && len(jobs) < batch; k += len(queues) {
+				args := []any{k}
+				if payloadBytes > 0 {
+					args = append(args, filler)
+				}
+				j, err := wire.NewJob("BenchJob", args...)
+				if err != nil {
+					return err
+				}
+				j.SetQueue(qw.Name)
+				jobs = append(jobs, j)
+			}
+			if _, err := client.PushBulk(ctx, jobs, nil); err != nil {
 				return err
 			}
-			j.SetQueue(queue)
-			jobs = append(jobs, j)
-		}
-		if _, err := client.PushBulk(ctx, jobs, nil); err != nil {
-			return err
 		}
 	}
 	return nil
 }
 
-func cleanupBench(pool *redis.Pool, queue string) {
+func cleanupBench(pool *redis.Pool, queues []wire.QueueWeight) {
 	conn := pool.Get()
 	defer conn.Close()
-	conn.Do("DEL", wire.QueueKey(queue))
-	conn.Do("SREM", wire.KeyQueues, queue)
+	for _, q := range queues {
+		conn.Do("DEL", wire.QueueKey(q.Name))
+		conn.Do("SREM", wire.KeyQueues, q.Name)
+	}
 }
 
 // infoLines returns the lines of one INFO section.
@@ -342,12 +398,13 @@ func runRubyBench(ctx context.Context, pool *redis.Pool, redisURL string, n, con
 		return 0, ucli.Exit("--ruby needs Debian's ruby-sidekiq (apt-get install ruby-sidekiq)", ExitFailed)
 	}
 	queue := "gojob-bench-ruby-" + wire.NewJID()[:8]
-	defer cleanupBench(pool, queue)
+	qs := []wire.QueueWeight{{Name: queue}}
+	defer cleanupBench(pool, qs)
 	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: wire.Version6})
 	if err != nil {
 		return 0, err
 	}
-	if err := pushBenchJobs(ctx, client, queue, n); err != nil {
+	if err := pushBenchJobs(ctx, client, qs, n, 0); err != nil {
 		return 0, err
 	}
 	dir, err := os.MkdirTemp("", "gojob-bench-")

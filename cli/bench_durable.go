@@ -52,7 +52,7 @@ func benchHooksFrom(ctx context.Context) *benchHooks {
 func benchDurableFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringFlag{Name: "durable", Usage: "also run the bench with durable rows in `URL` (postgres://… or sqlite:PATH; a table of its own, dropped after) and print the ratio to plain"},
-		&ucli.IntFlag{Name: "rounds", Value: 3, Usage: "with --durable: plain and durable runs alternated this many times"},
+		&ucli.IntFlag{Name: "rounds", Value: 3, Usage: "with --durable or several --fetch modes: the runs alternated this many times"},
 		&ucli.DurationFlag{Name: "durable-batch-window", Usage: "with --durable: durable.Config.BatchWindow"},
 	}
 }
@@ -104,7 +104,7 @@ func runDurableBenchCmd(c *ucli.Context, pool *redis.Pool, mode sidekiq.FetchMod
 		if i == rounds-1 {
 			prof = profile
 		}
-		plain, err := runBench(c.Context, pool, n, conc, c.Int("latency-jobs"), mode, c.Int("fetch-pipeline"), nil)
+		plain, err := runBench(c.Context, pool, benchSpec{jobs: n, conc: conc, latencyJobs: c.Int("latency-jobs"), mode: mode, pipeline: c.Int("fetch-pipeline")})
 		if err != nil {
 			return err
 		}
@@ -173,7 +173,7 @@ func runDurableBench(ctx context.Context, pool *redis.Pool, url string, window t
 		drained: func() { drained = d.Stats() },
 	}
 	before := d.Stats()
-	br, err := runBench(withBenchHooks(ctx, hooks), pool, n, conc, latencyJobs, mode, pipeline, profile)
+	br, err := runBench(withBenchHooks(ctx, hooks), pool, benchSpec{jobs: n, conc: conc, latencyJobs: latencyJobs, mode: mode, pipeline: pipeline, profile: profile})
 	if err != nil {
 		return nil, "", err
 	}

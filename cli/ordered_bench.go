@@ -64,7 +64,7 @@ func runOrderedBenchCommand(c *ucli.Context, pool *redis.Pool, mode sidekiq.Fetc
 	if keys <= 0 || shards <= 0 || c.Int("batch-keys") <= 0 {
 		return ucli.Exit("--keys, --shards and --batch-keys must be positive", 2)
 	}
-	plain, err := runBench(c.Context, pool, n, conc, 0, mode, c.Int("fetch-pipeline"), nil)
+	plain, err := runBench(c.Context, pool, benchSpec{jobs: n, conc: conc, mode: mode, pipeline: c.Int("fetch-pipeline")})
 	if err != nil {
 		return err
 	}
