@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -53,6 +54,10 @@ type BenchResult struct {
 	// the Redis server's (INFO cpu; it includes other clients' load).
 	CPUPerJobUS      float64 `json:"cpu_us_per_job"`
 	RedisCPUPerJobUS float64 `json:"redis_cpu_us_per_job,omitempty"`
+	// Read and write system calls per job while draining: this process's
+	// and, when Redis runs on this machine, the Redis server's.
+	SyscallsPerJob      float64 `json:"syscalls_per_job,omitempty"`
+	RedisSyscallsPerJob float64 `json:"redis_syscalls_per_job,omitempty"`
 
 	RubySeconds    float64 `json:"ruby_seconds,omitempty"`
 	RubyJobsPerSec float64 `json:"ruby_jobs_per_sec,omitempty"`
@@ -88,6 +93,7 @@ It only touches its own keys, never flushes, and removes them when done.`,
 			&ucli.BoolFlag{Name: "redis-benchmark", Usage: "also run redis-benchmark -t rpop -c C and print the ratio"},
 			newJSONFlag(),
 			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the drain to `FILE` (go tool pprof)"},
+			&ucli.StringFlag{Name: "memprofile", Usage: "write an allocation profile of the drain to `FILE` (go tool pprof -sample_index=alloc_objects)"},
 		}, append(orderedBenchFlags(), benchDurableFlags()...)...),
 		Action: func(c *ucli.Context) error {
 			n, conc := c.Int("jobs"), c.Int("concurrency")
@@ -134,7 +140,7 @@ It only touches its own keys, never flushes, and removes them when done.`,
 				return runDurableBenchCmd(c, pool, mode)
 			}
 			spec := benchSpec{jobs: n, conc: conc, latencyJobs: c.Int("latency-jobs"), mode: mode,
-				pipeline: c.Int("fetch-pipeline"), shape: shape, profile: profile}
+				pipeline: c.Int("fetch-pipeline"), shape: shape, profile: profile, memProfile: c.String("memprofile")}
 			if len(modes) > 1 {
 				return runBenchComparison(c, pool, spec, modes)
 			}
@@ -172,6 +178,9 @@ type benchSpec struct {
 	pipeline                int
 	shape                   benchShape
 	profile                 io.Writer
+	// memProfile is where an allocation profile of the drain goes ("":
+	// none).
+	memProfile string
 }
 
 func runBench(ctx context.Context, pool *redis.Pool, spec benchSpec) (*BenchResult, error) {
@@ -225,6 +234,12 @@ func runBench(ctx context.Context, pool *redis.Pool, spec benchSpec) (*BenchResu
 	cmdsBefore, _ := commandCount(pool)
 	redisCPUBefore, _ := redisCPU(pool)
 	cpuBefore := processCPU()
+	redisPID := redisProcessID(pool)
+	sysBefore, sysOK := procstat.Syscalls(0)
+	redisSysBefore, redisSysOK := procstat.Syscalls(redisPID)
+	if spec.memProfile != "" {
+		runtime.MemProfileRate = 512
+	}
 	if spec.profile != nil {
 		if err := pprof.StartCPUProfile(spec.profile); err != nil {
 			return nil, err
@@ -243,10 +258,21 @@ func runBench(ctx context.Context, pool *redis.Pool, spec benchSpec) (*BenchResu
 	elapsed := time.Since(start)
 	hooks.drained()
 	res.FetchPipeline = srv.FetchPipeline()
+	if spec.memProfile != "" {
+		if err := writeHeapProfile(spec.memProfile); err != nil {
+			return nil, err
+		}
+	}
 	if spec.profile != nil {
 		pprof.StopCPUProfile()
 	}
 	res.CPUPerJobUS = float64((processCPU() - cpuBefore).Microseconds()) / float64(n)
+	if after, ok := procstat.Syscalls(0); ok && sysOK {
+		res.SyscallsPerJob = float64(after-sysBefore) / float64(n)
+	}
+	if after, ok := procstat.Syscalls(redisPID); ok && redisSysOK && redisPID > 0 {
+		res.RedisSyscallsPerJob = float64(after-redisSysBefore) / float64(n)
+	}
 	if after, err := redisCPU(pool); err == nil && redisCPUBefore > 0 {
 		res.RedisCPUPerJobUS = (after - redisCPUBefore) * 1e6 / float64(n)
 	}
@@ -364,6 +390,33 @@ func commandCount(pool *redis.Pool) (int64, error) {
 		}
 	}
 	return total, err
+}
+
+// writeHeapProfile writes the allocations made so far to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.Lookup("allocs").WriteTo(f, 0)
+}
+
+// redisProcessID returns the Redis server's process id (INFO server), 0
+// when unknown. Its /proc entry is only this machine's Redis when Redis
+// runs here, which the bench cannot tell for sure: a Redis elsewhere
+// whose pid happens to exist here would show another process's figures.
+func redisProcessID(pool *redis.Pool) int {
+	lines, _ := infoLines(pool, "server")
+	for _, line := range lines {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			pid, _ := strconv.Atoi(v)
+			if exe, err := os.Readlink("/proc/" + v + "/exe"); err == nil && strings.Contains(exe, "redis") {
+				return pid
+			}
+		}
+	}
+	return 0
 }
 
 // processCPU returns the user+system CPU time this process has used.
@@ -518,6 +571,13 @@ func printBench(w io.Writer, r *BenchResult, asJSON bool) error {
 			fmt.Fprintf(w, ", redis-server %.1f µs", r.RedisCPUPerJobUS)
 		}
 		fmt.Fprintln(w, " while draining")
+	}
+	if r.SyscallsPerJob > 0 {
+		fmt.Fprintf(w, "syscalls per job: gojob %.2f", r.SyscallsPerJob)
+		if r.RedisSyscallsPerJob > 0 {
+			fmt.Fprintf(w, ", redis-server %.2f", r.RedisSyscallsPerJob)
+		}
+		fmt.Fprintln(w, " (reads and writes)")
 	}
 	if r.RubyJobsPerSec > 0 {
 		fmt.Fprintf(w, "ruby sidekiq:    %.0f jobs/s (%.2f s) → gojob is %.1fx\n", r.RubyJobsPerSec, r.RubySeconds, r.RubyRatio)

@@ -149,8 +149,9 @@ func runBenchComparison(c *ucli.Context, pool *redis.Pool, spec benchSpec, modes
 			}
 			round[i] = *res
 			if !asJSON {
-				fmt.Fprintf(w, "round %d %-15s %7.0f jobs/s  %.2f cmds/job  cpu gojob %.1f µs, redis %.1f µs  pickup p99 %.2f ms\n",
-					r+1, res.Fetch, res.JobsPerSec, res.RedisCalls, res.CPUPerJobUS, res.RedisCPUPerJobUS, res.LatencyP99ms)
+				fmt.Fprintf(w, "round %d %-15s %7.0f jobs/s  %.2f cmds/job  cpu gojob %.1f µs, redis %.1f µs  syscalls %.2f, %.2f  pickup p99 %.2f ms\n",
+					r+1, res.Fetch, res.JobsPerSec, res.RedisCalls, res.CPUPerJobUS, res.RedisCPUPerJobUS,
+					res.SyscallsPerJob, res.RedisSyscallsPerJob, res.LatencyP99ms)
 			}
 		}
 		out.Rounds = append(out.Rounds, round)

@@ -58,3 +58,28 @@ func StartTime(pid int) string {
 	}
 	return f[19] // field 22: the third field after the state (field 3)
 }
+
+// Syscalls returns how many read and write system calls process pid (0:
+// this one) has made, from /proc/<pid>/io; ok is false where that file
+// cannot be read (another user's process, not Linux).
+func Syscalls(pid int) (n int64, ok bool) {
+	path := "/proc/self/io"
+	if pid != 0 {
+		path = "/proc/" + strconv.Itoa(pid) + "/io"
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, found := strings.Cut(line, ":")
+		if found && (k == "syscr" || k == "syscw") {
+			x, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, false
+			}
+			n += x
+		}
+	}
+	return n, true
+}
