@@ -1,6 +1,7 @@
 package redisx
 
 import (
+	"bufio"
 	"context"
 	"net"
 
@@ -45,11 +46,27 @@ func Cork(c redis.Conn) Corker {
 const corkKeep = 64 << 10
 
 // corkNetConn is the network connection under a corkable redis.Conn.
-// Only the goroutine using the redis.Conn touches held and buf.
+// Only the goroutine using the redis.Conn touches held, buf and rd.
+//
+// It also reads through a buffer of readBuffer bytes, made at the first
+// read: redigo's own reader holds 4096 bytes and reads a larger reply
+// (a job of a few KB) straight from the socket, one system call per reply,
+// where a round of replies fits in one read here.
 type corkNetConn struct {
 	net.Conn
 	held bool
 	buf  []byte
+	rd   *bufio.Reader
+}
+
+// readBuffer is the size of a corkable connection's read buffer.
+const readBuffer = 64 << 10
+
+func (c *corkNetConn) Read(p []byte) (int, error) {
+	if c.rd == nil {
+		c.rd = bufio.NewReaderSize(c.Conn, readBuffer)
+	}
+	return c.rd.Read(p)
 }
 
 func (c *corkNetConn) Write(p []byte) (int, error) {
