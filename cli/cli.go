@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -53,8 +54,17 @@ func WithServerSetup(f func(*sidekiq.Server) error) Option {
 	return func(o *options) { o.setup = append(o.setup, f) }
 }
 
+// gcPercent is the garbage collector's target (GOGC) unless the
+// environment sets one: a worker's live heap is small (tens of MB) and
+// every job allocates, so collecting at 5x the live heap rather than 2x
+// spends less CPU per job for a little more memory.
+const gcPercent = 400
+
 // Run runs the command line and returns the process exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...Option) int {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
 	o := &options{}
 	for _, f := range opts {
 		f(o)
