@@ -18,8 +18,8 @@ import (
 const stallFor = 25 * time.Second
 
 // A Redis that stalls for 25 s (SIGSTOP) in the middle of a drain loses
-// no job in any fetch mode: no fetch connection is given up while its
-// command may still run, every job runs exactly once, and the stall is
+// no job in any fetch mode: no connection is given up on a timeout while
+// its command may still run, every job runs exactly once, and the stall is
 // logged once (and its end once).
 func TestRedisStallLosesNoJob(t *testing.T) {
 	t.Parallel()
@@ -31,7 +31,7 @@ func TestRedisStallLosesNoJob(t *testing.T) {
 		{"basic, a connection per slot", []string{"--fetch", "basic", "--fetch-pipeline", "1"}},
 		{"batch", []string{"--fetch", "batch"}},
 		{"reliable", []string{"--fetch", "reliable"}},
-		{"reliable-batch", []string{"--fetch", "reliable-batch"}},
+		{"reliable, several queues", []string{"--fetch", "reliable", "-q", "default,2", "-q", "other"}},
 	}
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
@@ -64,6 +64,7 @@ func TestRedisStallLosesNoJob(t *testing.T) {
 				require.Equal(t, 1, counts[jid], "%s ran %d times", jid, counts[jid])
 			}
 			require.Equal(t, 1, w.logs.Count("", "redis is not answering"), w.logs.String())
+			require.Zero(t, w.logs.Count("", "i/o timeout"), "no connection given up on a timeout:\n%s", w.logs.String())
 			require.GreaterOrEqual(t, w.logs.Count("", "redis is back"), 1)
 			t.Logf("%s: %d jobs, 0 lost, stall logged once, %s", m.name, n, strconv.Quote("redis is back"))
 		})

@@ -14,6 +14,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
@@ -129,17 +130,11 @@ func pushJobs(t *testing.T, pool *redis.Pool, class, prefix string, n int) []str
 // workingJIDs returns the jids in the in-progress lists of identity.
 func workingJIDs(t *testing.T, c redis.Conn, identity string) []string {
 	t.Helper()
-	keys, err := redis.Strings(c.Do("KEYS", "working:queue:*:"+identity))
-	require.NoError(t, err)
 	var out []string
-	for _, k := range keys {
-		vals, err := redis.ByteSlices(c.Do("LRANGE", k, 0, -1))
+	for _, v := range redistest.InProgress(t, c, identity) {
+		j, err := wire.ParseJob([]byte(v))
 		require.NoError(t, err)
-		for _, v := range vals {
-			j, err := wire.ParseJob(v)
-			require.NoError(t, err)
-			out = append(out, j.JID())
-		}
+		out = append(out, j.JID())
 	}
 	return out
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/api"
@@ -78,8 +79,10 @@ func TestKillInsideTheDeleteWindowLosesNoRowAndKillsNoCompletedJob(t *testing.T)
 	require.Len(t, ids, 1)
 	_, err = conn.Do("DEL", ids[0]) // its Sidekiq heartbeat expires
 	require.NoError(t, err)
-	inProgress, err := redis.ByteSlices(conn.Do("LRANGE", wire.WorkingListKey("default", ids[0]), 0, -1))
-	require.NoError(t, err)
+	var inProgress [][]byte
+	for _, raw := range redistest.InProgress(t, conn, ids[0]) {
+		inProgress = append(inProgress, []byte(raw))
+	}
 	want := map[string]bool{}
 	for _, jid := range heldJIDs {
 		want[jid.(string)] = true

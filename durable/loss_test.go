@@ -201,8 +201,7 @@ func TestLossKill9WithReliableFetchKillsNothing(t *testing.T) {
 	_, err := e.conn.Do("DEL", ids[0])
 	require.NoError(t, err)
 	conn, pool, ctx, d, client, log := e.conn, e.pool, e.ctx, e.d, e.client, e.log
-	inFlight, err := redis.Int(conn.Do("LLEN", wire.WorkingListKey("default", ids[0])))
-	require.NoError(t, err)
+	inFlight := len(redistest.InProgress(t, conn, ids[0]))
 	require.Equal(t, lossConc, inFlight, "the jobs in flight are in the dead process's in-progress list")
 
 	// Rows are due one extension after their job's start (in flight) or
@@ -322,8 +321,7 @@ func (e *lossEnv) killWorkerInJobs(t *testing.T, fetch string) []string {
 			if len(ids) != 1 {
 				return false
 			}
-			n, _ := redis.Int(waitConn.Do("LLEN", wire.WorkingListKey("default", ids[0])))
-			return n == lossConc
+			return len(redistest.InProgress(t, waitConn, ids[0])) == lossConc
 		})
 	}
 	require.NoError(t, cmd.Process.Signal(os.Kill))

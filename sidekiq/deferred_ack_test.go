@@ -6,9 +6,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -18,7 +18,7 @@ import (
 // at once: every one of them leaves the list, none twice.
 func TestReleaseAcksTakesHeldSuccessesOutOfTheInProgressListTogether(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []FetchMode{FetchReliable, FetchReliableBatch} {
+	for _, mode := range []FetchMode{FetchReliable} {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
 			b := newTestServer(t, ServerConfig{Concurrency: 4, Fetch: mode})
@@ -46,17 +46,7 @@ func TestReleaseAcksTakesHeldSuccessesOutOfTheInProgressListTogether(t *testing.
 				defer mu.Unlock()
 				return len(held) == n
 			})
-			inProgress := func() int {
-				keys, err := redis.Strings(b.conn.Do("KEYS", "working:queue:default:*"))
-				require.NoError(t, err)
-				total := 0
-				for _, k := range keys {
-					l, err := redis.Int(b.conn.Do("LLEN", k))
-					require.NoError(t, err)
-					total += l
-				}
-				return total
-			}
+			inProgress := func() int { return len(redistest.InProgress(t, b.conn, "")) }
 			wait.For(t, "every job's processor done", func() bool { p, _ := b.srv.counters.Pending(); return p == n })
 			require.Equal(t, n, inProgress(), "held successes stay in the in-progress list")
 			mu.Lock()
@@ -64,7 +54,7 @@ func TestReleaseAcksTakesHeldSuccessesOutOfTheInProgressListTogether(t *testing.
 			mu.Unlock()
 			ReleaseAcks(acks...)
 			ReleaseAcks(acks[:3]...) // a second release does nothing
-			wait.For(t, "the in-progress list empty", func() bool { return inProgress() == 0 })
+			wait.For(t, "the in-progress hash empty", func() bool { return inProgress() == 0 })
 		})
 	}
 }

@@ -16,7 +16,7 @@ import (
 // what prepare returned for it. The other fetches do not fetch ahead.
 func TestJobFetchedAheadRunsWithWhatItsPrepareReturned(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []FetchMode{FetchReliable, FetchBRPOP, FetchReliableBatch} {
+	for _, mode := range []FetchMode{FetchReliable, FetchBRPOP} {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
 			b := newTestServer(t, ServerConfig{Concurrency: 1, Fetch: mode, Queues: []wire.QueueWeight{{Name: "default"}}})

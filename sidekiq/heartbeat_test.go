@@ -9,6 +9,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -26,16 +27,10 @@ func retryEntry(t *testing.T, b *srvBundle) *wire.Job {
 	return job
 }
 
-// requireNoWorkingEntries checks that no in-progress list holds a job.
+// requireNoWorkingEntries checks that no in-progress hash holds a job.
 func requireNoWorkingEntries(t *testing.T, b *srvBundle) {
 	t.Helper()
-	keys, err := redis.Strings(b.conn.Do("KEYS", "working:*"))
-	require.NoError(t, err)
-	for _, k := range keys {
-		n, err := redis.Int(b.conn.Do("LLEN", k))
-		require.NoError(t, err)
-		require.Zero(t, n, k)
-	}
+	require.Empty(t, redistest.InProgress(t, b.conn, ""))
 }
 
 // A handler that heartbeats runs past its heartbeat_timeout; once it stops,

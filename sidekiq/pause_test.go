@@ -19,7 +19,7 @@ import (
 // already had on its way go back; unpausing lets it drain.
 func TestPausedQueueIsNotFetchedWhileOthersDrain(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []FetchMode{FetchBRPOP, FetchBatch, FetchReliable, FetchReliableBatch} {
+	for _, mode := range []FetchMode{FetchBRPOP, FetchBatch, FetchReliable} {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
 			b := newTestServer(t, ServerConfig{Concurrency: 4, Fetch: mode,

@@ -331,8 +331,6 @@ func (s *Server) newFetcher(ctx context.Context) (fetch.Fetcher, error) {
 		return fetch.NewBatch(fc), nil
 	case FetchReliable:
 		return fetch.NewReliable(ctx, fc)
-	case FetchReliableBatch:
-		return fetch.NewReliableBatch(ctx, fc)
 	}
 	return fetch.NewBRPOP(fc), nil
 }

@@ -33,18 +33,14 @@ const (
 	// FetchBRPOP.
 	FetchBatch
 	// FetchReliable keeps every job in Redis until its outcome is written:
-	// a job moves atomically from its queue to this process's in-progress
-	// list (BLMOVE; BRPOPLPUSH before Redis 6.2) and leaves it with its
-	// acknowledgement or, in the same script, its retry or dead entry. The
-	// lists of a process that dies (kill -9, OOM, a lost node) are pushed
-	// back to their queues by the live processes, so no job is lost. The
-	// moves of idle slots are pipelined as in FetchBRPOP. The key layout is
-	// the gitlab-sidekiq-fetcher gem's (docs/reliable-fetch.md).
+	// a job moves atomically from its queue into this process's
+	// in-progress hash and leaves it with its acknowledgement or, in the
+	// same script, its retry or dead entry. The jobs of a process that dies
+	// (kill -9, OOM, a lost node) are pushed back to their queues by the
+	// live processes, so no job is lost. One script call takes the jobs of
+	// all idle slots and acknowledges the finished ones
+	// (docs/reliable-fetch.md).
 	FetchReliable
-	// FetchReliableBatch is FetchReliable with one script call moving a job
-	// for every idle slot (never more), and acknowledgements sent in
-	// batches.
-	FetchReliableBatch
 )
 
 // String returns the name ParseFetchMode reads.
@@ -56,17 +52,14 @@ func (m FetchMode) String() string {
 		return "batch"
 	case FetchReliable:
 		return "reliable"
-	case FetchReliableBatch:
-		return "reliable-batch"
 	}
 	return fmt.Sprintf("FetchMode(%d)", int(m))
 }
 
 // Reliable reports whether the mode keeps running jobs in Redis.
-func (m FetchMode) Reliable() bool { return m == FetchReliable || m == FetchReliableBatch }
+func (m FetchMode) Reliable() bool { return m == FetchReliable }
 
-// ParseFetchMode reads "basic" (or "brpop"), "batch", "reliable" or
-// "reliable-batch".
+// ParseFetchMode reads "reliable", "basic" (or "brpop") or "batch".
 func ParseFetchMode(s string) (FetchMode, error) {
 	switch strings.ToLower(s) {
 	case "", "brpop", "basic":
@@ -76,9 +69,9 @@ func ParseFetchMode(s string) (FetchMode, error) {
 	case "reliable":
 		return FetchReliable, nil
 	case "reliable-batch":
-		return FetchReliableBatch, nil
+		return 0, fmt.Errorf("sidekiq: fetch mode %q is gone: reliable now takes the jobs of all idle slots in one call", s)
 	}
-	return 0, fmt.Errorf("sidekiq: unknown fetch mode %q (want basic, batch, reliable or reliable-batch)", s)
+	return 0, fmt.Errorf("sidekiq: unknown fetch mode %q (want reliable, basic or batch)", s)
 }
 
 // DefaultFetchPipeline is how many BRPOPs one fetch connection carries at
@@ -99,9 +92,8 @@ type ServerConfig struct {
 	// uses 10 too).
 	Concurrency int
 	// Fetch selects how jobs are taken from the queues: Sidekiq's
-	// BasicFetch (FetchBRPOP, the zero value), FetchBatch, or reliable
-	// fetch (FetchReliable, FetchReliableBatch), which loses no job when
-	// the process dies.
+	// BasicFetch (FetchBRPOP, the zero value), FetchBatch, or the reliable
+	// fetch (FetchReliable), which loses no job when the process dies.
 	Fetch FetchMode
 	// RecoveryLimit is, with reliable fetch, how many times a job may be
 	// recovered from a dead process before it is a poison pill and goes to
@@ -222,7 +214,7 @@ func (c *ServerConfig) validate() error {
 			return errors.New("sidekiq: empty queue name")
 		}
 	}
-	if c.Fetch < FetchBRPOP || c.Fetch > FetchReliableBatch {
+	if c.Fetch < FetchBRPOP || c.Fetch > FetchReliable {
 		return fmt.Errorf("sidekiq: unknown fetch mode %d", c.Fetch)
 	}
 	return nil

@@ -82,13 +82,13 @@ func (b *srvBundle) waitProcessed(t *testing.T, n int64) {
 }
 
 // fetchModes are the fetch layouts the shutdown tests run under.
-var fetchModes = []FetchMode{FetchBRPOP, FetchReliable, FetchReliableBatch}
+var fetchModes = []FetchMode{FetchBRPOP, FetchReliable}
 
 // requireNothingInProgress checks that a stopped reliable server left no
 // in-progress list, registry entry or reliable-fetch heartbeat.
 func (b *srvBundle) requireNothingInProgress(t *testing.T) {
 	t.Helper()
-	for _, pattern := range []string{"working:*", "reliable-fetcher-heartbeat-*", wire.KeyWorkingLists} {
+	for _, pattern := range []string{"working:*", "gojob-working:*", "reliable-fetcher-heartbeat-*", wire.KeyWorkingLists} {
 		keys, err := redis.Strings(b.conn.Do("KEYS", pattern))
 		require.NoError(t, err)
 		require.Empty(t, keys, pattern)

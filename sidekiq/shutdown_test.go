@@ -349,7 +349,7 @@ func TestStopUnderLoadLosesAndDuplicatesNothing(t *testing.T) {
 	for _, c := range []struct {
 		mode  FetchMode
 		depth int
-	}{{FetchBRPOP, 1}, {FetchBRPOP, 8}, {FetchReliable, 1}, {FetchReliable, 8}, {FetchReliableBatch, 0}} {
+	}{{FetchBRPOP, 1}, {FetchBRPOP, 8}, {FetchReliable, 0}} {
 		t.Run(fmt.Sprint(c.mode, " pipeline ", c.depth), func(t *testing.T) {
 			t.Parallel()
 			b := newTestServer(t, ServerConfig{Concurrency: 25, FetchPipeline: c.depth, Fetch: c.mode})

@@ -118,3 +118,20 @@ func Names(lines []string) []string {
 	}
 	return out
 }
+
+// InProgress returns the jobs in the reliable fetch's in-progress lists
+// (working:queue:<queue>:<identity>) of the process identity and its list
+// identities (identity followed by hex digits), or of every process for
+// "".
+func InProgress(t testing.TB, c redis.Conn, identity string) []string {
+	t.Helper()
+	var out []string
+	lists, err := redis.Strings(c.Do("KEYS", "working:queue:*:"+identity+"*"))
+	require.NoError(t, err)
+	for _, k := range lists {
+		vals, err := redis.Strings(c.Do("LRANGE", k, 0, -1))
+		require.NoError(t, err)
+		out = append(out, vals...)
+	}
+	return out
+}

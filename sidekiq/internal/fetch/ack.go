@@ -8,23 +8,63 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-// acker takes finished jobs out of their in-progress lists: one LREM per
-// job, pipelined in batches on pooled connections. An acknowledgement never
-// waits behind a blocked fetch, so a job that has finished stays in flight
-// (and would run again if the process died) for about one round trip.
+// ack is a finished job's acknowledgement: by position, `LTRIM list 0 -2`
+// (the job is its list's oldest: lists.go), or by value, `LREM list -1
+// job`.
+type ack struct {
+	list  string
+	raw   []byte
+	byPos bool
+	// trim is the list's LTRIM arguments (made once per list).
+	trim []any
+	// resent marks an acknowledgement sent again after its first send's
+	// connection broke: that send may have taken the job out already, so
+	// finding it gone is no sign of another process's recovery.
+	resent bool
+}
+
+// send queues the acknowledgement's command on c.
+func (a *ack) send(c redis.Conn) {
+	if a.byPos {
+		c.Send("LTRIM", a.trim...)
+	} else {
+		c.Send("LREM", a.list, -1, a.raw)
+	}
+}
+
+// checked reads the reply of the acknowledgement's command.
+func (a *ack) checked(f *reliableFetch, reply any) {
+	if a.byPos {
+		if _, ok := reply.(redis.Error); ok {
+			f.ids.bump() // a list that is not one: no more positions in it
+		}
+		return
+	}
+	if n, err := redis.Int(reply, nil); err == nil && n == 0 && !a.resent {
+		f.life.notOwned(a.list, a.raw)
+	}
+}
+
+// acker takes finished jobs out of their lists when no round of the takers
+// carries them. An acknowledgement never waits behind a take, so a job
+// that has finished stays in flight (and would run again if the process
+// died) for about one round trip.
 //
-// With hold > 0 (the batched fetch) the acker leaves queued
-// acknowledgements for up to hold to the fetchers, which send them in their
-// next take's write (steal): one round trip instead of two. What no take
-// picks up within hold, the acker sends itself, so an empty queue (a fetch
-// blocked in BLMOVE) delays an acknowledgement by hold at most.
+// With hold > 0 the acker leaves queued acknowledgements for up to hold to
+// the takers, which send them ahead of their next round's moves (steal):
+// one round trip instead of two. What no round picks up within hold, the
+// acker sends itself on a connection of its own, so idle queues delay an
+// acknowledgement by hold at most. A position is sent once: when a send's
+// connection breaks, the fetch's epoch ends and its acknowledgements go
+// again by value, which finds nothing when the first send ran.
 type acker struct {
+	f    *reliableFetch
 	cfg  *Config
-	life *reliableLife
 	hold time.Duration
+	fc   conn
 
 	mu     sync.Mutex
-	queued []Unit
+	queued []ack
 	since  int64 // when the oldest queued acknowledgement was added (unix ns)
 	closed bool
 	kick   chan struct{} // capacity 1: something was queued, or close
@@ -42,8 +82,17 @@ type acker struct {
 // ackBatch is the most acknowledgements one write carries.
 const ackBatch = 256
 
-func newAcker(cfg *Config, life *reliableLife) *acker {
-	return &acker{cfg: cfg, life: life, kick: make(chan struct{}, 1)}
+// rideMax is the most acknowledgements a round carries.
+const rideMax = 256
+
+// rideHold is how long the acknowledger leaves finished jobs to the takers
+// before it sends them itself. A busy taker sends a round every few
+// hundred microseconds at most; a parked one none, and then the
+// acknowledger sends after rideHold.
+const rideHold = 500 * time.Microsecond
+
+func newAcker(cfg *Config, f *reliableFetch) *acker {
+	return &acker{f: f, cfg: cfg, fc: conn{cfg: cfg}, kick: make(chan struct{}, 1)}
 }
 
 // start runs the acknowledgements until close.
@@ -52,42 +101,26 @@ func (a *acker) start() {
 	go a.run()
 }
 
-// add queues the acknowledgement of u; after close it is sent at once.
-// Slots hold at most one job each, so the queue holds at most one
-// acknowledgement per slot that has not been sent.
-func (a *acker) add(u Unit) error {
-	a.mu.Lock()
-	if a.closed {
-		a.mu.Unlock()
-		return a.send([]Unit{u})
-	}
-	if len(a.queued) == 0 {
-		a.since = time.Now().UnixNano()
-	}
-	a.queued = append(a.queued, u)
-	first := len(a.queued) == 1
-	a.mu.Unlock()
-	if first {
-		a.wake()
-	}
-	return nil
+// add queues an acknowledgement; after close it is sent at once.
+func (a *acker) add(k ack) error {
+	return a.addMany([]ack{k})
 }
 
-// addMany queues the acknowledgements of units together, waking the
-// acker once: the successes a middleware released at once (sidekiq's
-// ReleaseAcks) go out in one write rather than in the first few the
-// acker happened to take while the rest were being added.
-func (a *acker) addMany(units []Unit) error {
+// addMany queues acknowledgements together, waking the acker once: the
+// successes a middleware released at once (sidekiq's ReleaseAcks) go out
+// in one write rather than in the first few the acker happened to take
+// while the rest were being added.
+func (a *acker) addMany(acks []ack) error {
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
-		return a.send(units)
+		return a.sendByValue(acks)
 	}
 	first := len(a.queued) == 0
 	if first {
 		a.since = time.Now().UnixNano()
 	}
-	a.queued = append(a.queued, units...)
+	a.queued = append(a.queued, acks...)
 	a.mu.Unlock()
 	if first {
 		a.wake()
@@ -109,6 +142,7 @@ func (a *acker) close() {
 	a.mu.Unlock()
 	a.wake()
 	a.done.Wait()
+	a.fc.close()
 }
 
 // waitingSince returns since when an acknowledgement has been queued or on
@@ -133,13 +167,13 @@ func earliest(a, b int64) int64 {
 }
 
 // take removes up to max queued acknowledgements and appends them to buf.
-func (a *acker) take(buf []Unit, max int) []Unit {
+func (a *acker) take(buf []ack, max int) []ack {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.takeLocked(buf, max)
 }
 
-func (a *acker) takeLocked(buf []Unit, max int) []Unit {
+func (a *acker) takeLocked(buf []ack, max int) []ack {
 	n := min(max, len(a.queued))
 	buf = append(buf, a.queued[:n]...)
 	rest := copy(a.queued, a.queued[n:])
@@ -150,12 +184,12 @@ func (a *acker) takeLocked(buf []Unit, max int) []Unit {
 	return buf
 }
 
-// steal takes up to max queued acknowledgements for a fetcher that sends
-// them in its take's write, and moves the fetcher's waiting time (taking,
-// unix ns) back to when they were queued, in the same critical section, so
-// that the own-list sweep never sees them neither here nor there. The
-// caller sends them or gives them back with resend.
-func (a *acker) steal(buf []Unit, max int, taking *atomic.Int64) []Unit {
+// steal takes up to max queued acknowledgements for a taker that sends
+// them in its round, and moves the taker's waiting time (taking, unix ns)
+// back to when they were queued, in the same critical section, so that
+// the own-list sweep never sees them neither here nor there. The caller
+// sends them or gives them back with resend.
+func (a *acker) steal(buf []ack, max int, taking *atomic.Int64) []ack {
 	if a.hold == 0 {
 		return buf
 	}
@@ -169,29 +203,24 @@ func (a *acker) steal(buf []Unit, max int, taking *atomic.Int64) []Unit {
 	return a.takeLocked(buf, max)
 }
 
-// resend sends acknowledgements whose stolen send's connection broke before
-// their replies were read. That send may have taken the jobs out already,
-// so finding them gone is no sign of another process's recovery.
-func (a *acker) resend(units []Unit) {
-	for i := range units {
-		units[i].resent = true
+// resend sends, by value, acknowledgements whose send's connection broke
+// before their replies were read.
+func (a *acker) resend(acks []ack) {
+	if len(acks) == 0 {
+		return
 	}
-	a.send(units)
-}
-
-// checked reads one LREM reply of an acknowledgement.
-func (a *acker) checked(u Unit, reply any) {
-	if n, err := redis.Int(reply, nil); err == nil && n == 0 && !u.resent {
-		a.life.notOwned(u.list, u.Raw)
+	for i := range acks {
+		acks[i].resent = true
 	}
+	a.sendByValue(acks)
 }
 
 func (a *acker) run() {
 	defer a.done.Done()
-	batch := make([]Unit, 0, ackBatch)
+	batch := make([]ack, 0, ackBatch)
 	for range a.kick {
 		if a.hold > 0 && !a.waitHold() {
-			continue // the fetchers took them all; the next add kicks
+			continue // the takers took them all; the next add kicks
 		}
 		for {
 			batch = a.take(batch[:0], ackBatch)
@@ -213,12 +242,11 @@ func (a *acker) run() {
 }
 
 // waitHold waits until the oldest queued acknowledgement has been left to
-// the fetchers for hold, and reports whether there is anything to send
-// (or the acker is closing). The fetchers steal while it waits, and the
-// oldest left after a steal is younger than the one it began waiting
-// for: it waits again for that one, rather than sending acknowledgements
-// queued a moment ago that the next take would have carried (measured:
-// 28% of a batched drain's round trips were the acker's, 2.7 jobs each).
+// the takers for hold, and reports whether there is anything to send (or
+// the acker is closing). The takers steal while it waits, and the oldest
+// left after a steal is younger than the one it began waiting for: it
+// waits again for that one, rather than sending acknowledgements queued a
+// moment ago that the next round would have carried.
 func (a *acker) waitHold() bool {
 	for {
 		a.mu.Lock()
@@ -242,28 +270,68 @@ func (a *acker) waitHold() bool {
 	}
 }
 
-// send sends the LREMs of units in one pipeline, through an outage.
-func (a *acker) send(units []Unit) error {
+// send sends acks in one write on the acker's connection. A connection
+// that breaks ends the epoch and sends them again by value.
+func (a *acker) send(acks []ack) {
+	if !a.fc.ready() {
+		a.sendByValue(acks) // quiet during an outage: through the retrier
+		return
+	}
+	c := a.fc.c
+	for i := range acks {
+		acks[i].send(c)
+	}
+	err := c.Flush()
+	for i := range acks {
+		if err != nil {
+			break
+		}
+		var v any
+		if v, err = c.Receive(); err == nil {
+			acks[i].checked(a.f, v)
+		}
+	}
+	if err == nil {
+		a.fc.ok()
+		return
+	}
+	a.f.drops.Add(1)
+	a.f.ids.bump()
+	a.fc.close()
+	a.cfg.Outage.Failed(err)
+	for i := range acks {
+		acks[i].resent = true
+	}
+	a.sendByValue(acks)
+}
+
+// sendByValue sends acks as LREMs in one pipeline, through an outage (the
+// retrier retries on another connection; an LREM that ran finds nothing
+// the second time).
+func (a *acker) sendByValue(acks []ack) error {
+	if len(acks) == 0 {
+		return nil
+	}
+	for i := range acks {
+		acks[i].byPos = false
+	}
 	var replies []any
 	err := a.cfg.Writes.Do(func(conn redis.Conn) error {
-		lrem := make([]any, 3) // reused: Send writes it out before it returns
-		lrem[1] = -1
-		for _, u := range units {
-			lrem[0], lrem[2] = u.list, u.Raw
-			conn.Send("LREM", lrem...)
+		for i := range acks {
+			acks[i].send(conn)
 		}
 		var err error
 		replies, err = redis.Values(conn.Do(""))
 		return err
 	})
 	if err != nil {
-		a.cfg.Logger.Error().Err(err).Str("component", "fetch").Int("jobs", len(units)).
+		a.cfg.Logger.Error().Err(err).Str("component", "fetch").Int("jobs", len(acks)).
 			Msg("could not acknowledge finished jobs; they stay in the in-progress list and run again if this process dies")
 		return err
 	}
 	for i, r := range replies {
-		if i < len(units) {
-			a.checked(units[i], r)
+		if i < len(acks) {
+			acks[i].checked(a.f, r)
 		}
 	}
 	return nil

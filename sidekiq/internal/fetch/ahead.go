@@ -6,8 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // Fetching ahead (reliable fetch). A job that waits for something other
@@ -72,11 +70,6 @@ type ahead struct {
 	f  *reliableFetch
 	st *slotState
 	r  *rand.Rand
-	// now and decode are the single queue's non-blocking move (nil with
-	// several queues: the take script).
-	now    pipeCmd
-	decode func(any) (fetchReply, error)
-	req    *fetchReq
 
 	// armed: the running job may call FetchAhead (once).
 	armed   atomic.Bool
@@ -98,10 +91,9 @@ type ahead struct {
 	done    chan struct{} // loop has returned
 }
 
-func newAhead(f *reliableFetch, st *slotState, r *rand.Rand, now pipeCmd, decode func(any) (fetchReply, error)) *ahead {
+func newAhead(f *reliableFetch, st *slotState, r *rand.Rand) *ahead {
 	return &ahead{
-		f: f, st: st, r: r, now: now, decode: decode,
-		req:  &fetchReq{cmds: make([]pipeCmd, 1), reply: make(chan fetchReply, 1)},
+		f: f, st: st, r: r,
 		kick: make(chan struct{}, 1), arrived: make(chan struct{}, 1),
 		exit: make(chan struct{}), done: make(chan struct{}),
 	}
@@ -182,7 +174,6 @@ func (a *ahead) next() (Unit, bool) {
 		if len(a.q) > 0 {
 			u := a.q[0].u
 			a.q = slices.Delete(a.q, 0, 1)
-			a.st.promote(u.Raw)
 			a.mu.Unlock()
 			return u, true
 		}
@@ -230,8 +221,7 @@ func (a *ahead) loop() {
 			return
 		}
 		a.giveBack(false)
-		for a.fetchOne() {
-		}
+		a.fetch()
 		a.mu.Lock()
 		if len(a.q) > 0 {
 			if head := a.q[0].until; timerAt.IsZero() || head.Before(timerAt) {
@@ -243,51 +233,80 @@ func (a *ahead) loop() {
 	}
 }
 
-// fetchOne makes one of the fetches asked for and queues the job for the
-// slot; false when none is asked for, or the queue had none (then none of
-// the others is made either).
-func (a *ahead) fetchOne() bool {
+// fetch makes the fetches asked for, in one round trip, and queues the
+// jobs for the slot; an empty queue leaves the rest unmade.
+func (a *ahead) fetch() {
 	f := a.f
 	if f.cfg.quiet() {
-		return false
+		return
 	}
 	a.mu.Lock()
-	if a.want == 0 {
-		a.mu.Unlock()
-		return false
-	}
-	prepare := a.prepare
+	want, prepare := a.want, a.prepare
 	a.mu.Unlock()
-	req := a.req
-	list := ""
-	if f.single {
-		req.cmds[0], req.decode = a.now, a.decode
-		list = a.now.args[1].(string)
-	} else {
-		f.takeNow(req, a.r)
+	if want == 0 {
+		return
 	}
-	rep, ok := f.pipes.do(req)
-	if !ok || !f.fetched(&rep) {
-		a.mu.Lock()
-		a.want = 0
-		a.mu.Unlock()
-		signal(a.arrived)
-		return false
-	}
-	if list == "" {
-		list = f.lists[wire.QueueKey(rep.queue)]
-	}
-	a.st.holdAhead(list, rep.raw)
-	u := Unit{Queue: rep.queue, Raw: rep.raw, list: list, slot: a.st}
-	if prepare != nil {
-		prepare(&u)
+	units, err := a.take(want)
+	now := time.Now()
+	for i := range units {
+		if prepare != nil {
+			prepare(&units[i])
+		}
 	}
 	a.mu.Lock()
-	a.want--
-	a.q = append(a.q, aheadJob{u: u, until: time.Now().Add(f.aheadHold)})
+	if err != nil || len(units) < want {
+		a.want = 0
+	} else {
+		a.want -= len(units)
+	}
+	for _, u := range units {
+		a.q = append(a.q, aheadJob{u: u, until: now.Add(f.aheadHold)})
+	}
 	a.mu.Unlock()
 	signal(a.arrived)
-	return true
+}
+
+// take moves up to want jobs into the slot's lists on a pooled connection,
+// never blocking: a queue believed empty gives none. A failed round trip
+// ends the epoch, as a taker's does, and gives none; the slot then fetches
+// as usual.
+func (a *ahead) take(want int) ([]Unit, error) {
+	f := a.f
+	cfg := f.cfg
+	if !f.ids.fresh() {
+		return nil, nil
+	}
+	rd := &round{}
+	for range want {
+		var m move
+		if !f.planMove(&m, a.st, a.r) {
+			break
+		}
+		rd.moves = append(rd.moves, m)
+	}
+	if len(rd.moves) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := ctxTimeout(stallAfter)
+	defer cancel()
+	c, err := cfg.Pool.GetContext(ctx)
+	if err != nil {
+		cfg.Outage.Failed(err)
+		return nil, err
+	}
+	defer c.Close()
+	err = f.send(c, rd)
+	var units []Unit
+	for i := range rd.moves {
+		if m := &rd.moves[i]; m.raw != nil {
+			units = append(units, f.unit(m))
+		}
+	}
+	if err != nil && !isReply(err) {
+		f.failedRound(rd)
+		cfg.Outage.Failed(err)
+	}
+	return units, err
 }
 
 // finish gives back every job the slot has not taken and stops the
@@ -327,7 +346,7 @@ func (a *ahead) giveBack(all bool) {
 	a.mu.Unlock()
 	signal(a.arrived)
 	for _, u := range units {
-		a.st.dropIf(u.Raw)
+		a.st.release(u.held)
 	}
 	// requeueUnits logs each job it could not give back: it stays in the
 	// in-progress list, and recovery gives it back once this process is

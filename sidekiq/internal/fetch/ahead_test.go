@@ -9,24 +9,32 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/internal/wait"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // aheadBundle is a one-slot reliable fetch over queue:default holding
 // jobs, whose hook is set by the test.
-func aheadBundle(t *testing.T, jobs ...string) (*fetchBundle, Fetcher, string) {
+// inProgressKey names, in the ahead tests, the test process's in-progress
+// lists taken together (see list).
+const inProgressKey = "in progress"
+
+func aheadBundle(t *testing.T, jobs ...string) (*fetchBundle, *reliableFetch, string) {
 	t.Helper()
-	b := reliableBundle(t, nil, func(c *Config) { c.Concurrency, c.Pipeline = 1, 1 })
+	b := reliableBundle(t, nil, func(c *Config) { c.Concurrency = 1 })
 	for _, j := range jobs {
 		b.conn.Send("LPUSH", "queue:default", j)
 	}
 	_, err := b.conn.Do("")
 	require.NoError(t, err)
-	return b, newReliable(t, b, "reliable"), wire.WorkingListKey("default", testIdentity)
+	return b, newReliable(t, b), inProgressKey
 }
 
+// list returns a queue list's jobs, or (inProgressKey) the jobs in the
+// test process's in-progress lists.
 func (b *fetchBundle) list(t *testing.T, key string) []string {
 	t.Helper()
+	if key == inProgressKey {
+		return b.inProgress(t)
+	}
 	v, err := redis.Strings(b.conn.Do("LRANGE", key, 0, -1))
 	require.NoError(t, err)
 	return v
@@ -58,8 +66,8 @@ func TestJobsFetchedAheadWaitInTheInProgressListAndRunNextInTheirSlot(t *testing
 	b, f, list := aheadBundle(t, "j1", "j2", "j3", "j4", "j5")
 	// j1 and j2 wait for the test, and the jobs ahead wait for them; two
 	// at most, so that the queue keeps some.
-	f.(*reliableFetch).aheadMaxRun, f.(*reliableFetch).aheadHold = time.Minute, time.Minute
-	f.(*reliableFetch).aheadDepth = 2
+	f.aheadMaxRun, f.aheadHold = time.Minute, time.Minute
+	f.aheadDepth = 2
 	var mu sync.Mutex
 	var order, prepared []string
 	b.hook = func(u Unit) {
@@ -119,8 +127,7 @@ func TestSlotHoldsFewerJobsAheadTheLongerItsLastJobTook(t *testing.T) {
 func TestSlotFetchesAheadWhatItsLastJobsPaceAllows(t *testing.T) {
 	t.Parallel()
 	b, f, list := aheadBundle(t, "j1", "j2", "j3", "j4", "j5", "j6")
-	rf := f.(*reliableFetch)
-	rf.aheadMaxRun, rf.aheadHold, rf.aheadDepth = time.Minute, 160*time.Millisecond, 4
+	f.aheadMaxRun, f.aheadHold, f.aheadDepth = time.Minute, 160*time.Millisecond, 4
 	b.hook = func(u Unit) {
 		switch string(u.Raw) {
 		case "j1":
@@ -191,30 +198,29 @@ func TestJobsFetchedAheadGoBackToTheirQueueAtQuiet(t *testing.T) {
 	require.Empty(t, b.keys(t, "working:*"))
 }
 
-// The own-list sweep takes a job in the in-progress list for an orphan
-// only when no slot holds it: the jobs a slot fetched ahead are held until
-// they run (then as the slot's job) or go back.
+// The own-list sweep takes a job in an in-progress list for an orphan
+// only when no slot holds it: the jobs a slot fetched ahead are in its
+// mirror until they run and are acknowledged, or go back.
 func TestSlotHoldsTheJobsItFetchedAheadUntilTheyRunOrGoBack(t *testing.T) {
 	t.Parallel()
-	var st slotState
-	running, ahead1, ahead2 := []byte("j1"), []byte("j2"), []byte("j3")
-	st.hold("l", running)
-	st.holdAhead("l", ahead1)
-	st.holdAhead("m", ahead2)
+	ids := newIdents(testIdentity)
+	st := newSlotState(0)
+	sl, sm := st.list(ids, "queue:l"), st.list(ids, "queue:m")
+	l, m := sl.key, sm.key
+	running := st.moved(sl, []byte("j1"))
+	ahead1 := st.moved(sl, []byte("j2"))
+	ahead2 := st.moved(sm, []byte("j3"))
 	held := func() map[string]map[string]int {
 		in := map[string]map[string]int{}
-		st.held(in)
+		st.heldIn(in)
 		return in
 	}
-	require.Equal(t, map[string]map[string]int{"l": {"j1": 1, "j2": 1}, "m": {"j3": 1}}, held())
-	st.dropIf(running) // j1 acknowledged
-	require.Equal(t, map[string]map[string]int{"l": {"j2": 1}, "m": {"j3": 1}}, held())
-	st.promote(ahead1) // j2 runs
-	require.Equal(t, map[string]map[string]int{"l": {"j2": 1}, "m": {"j3": 1}}, held())
-	st.dropIf([]byte("j3")) // an equal copy is not the job held
-	require.Equal(t, map[string]map[string]int{"l": {"j2": 1}, "m": {"j3": 1}}, held())
-	st.dropIf(ahead2) // j3 given back
-	require.Equal(t, map[string]map[string]int{"l": {"j2": 1}}, held())
-	st.promote(ahead2) // no longer held: nothing changes
-	require.Equal(t, map[string]map[string]int{"l": {"j2": 1}}, held())
+	require.Equal(t, map[string]map[string]int{l: {"j1": 1, "j2": 1}, m: {"j3": 1}}, held())
+	require.True(t, st.release(running), "j1 acknowledged: the oldest of its list")
+	require.Equal(t, map[string]map[string]int{l: {"j2": 1}, m: {"j3": 1}}, held())
+	require.True(t, st.release(ahead2), "j3 given back")
+	require.Equal(t, map[string]map[string]int{l: {"j2": 1}}, held())
+	require.False(t, st.release(ahead2), "no longer held: nothing changes")
+	require.True(t, st.release(ahead1))
+	require.Empty(t, held())
 }

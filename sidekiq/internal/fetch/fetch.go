@@ -1,15 +1,18 @@
 // Package fetch takes jobs from Sidekiq's queues for a server's idle
 // concurrency slots. Each layout is a Fetcher:
 //
+//   - reliable (NewReliable): every job taken stays in Redis, in an
+//     in-progress list of its slot, until its outcome is written, and the
+//     jobs of a process that dies are recovered (reliable.go, lists.go,
+//     recovery.go);
 //   - BRPOP (NewBRPOP): Sidekiq's BasicFetch, one `BRPOP queue:a queue:b … 2`
 //     per idle slot, the BRPOPs of several slots pipelined on one
-//     connection;
-//   - batch (NewBatch): one BLMPOP (Redis 7.0+) takes a job for every idle
-//     slot at once.
+//     connection.
 //
-// A job is popped only for a slot that is free to run it, so a crash loses
-// exactly what Ruby's BasicFetch loses: the jobs being run. The fetch facts
-// are in docs/sidekiq-wire.md#fetch.
+// A job is taken only for a slot that is free to run it (or, fetching
+// ahead, about to be), so a BasicFetch crash loses exactly what Ruby's
+// loses: the jobs being run. The fetch facts are in
+// docs/sidekiq-wire.md#fetch and docs/reliable-fetch.md.
 package fetch
 
 import (
@@ -39,16 +42,14 @@ type Unit struct {
 	// ahead (nil otherwise).
 	Prepared any
 
-	// list is the in-progress list holding the job (reliable fetch).
+	// list is the in-progress list holding the job (reliable fetch), and
+	// held its entry in the mirror of the slot that moved it there.
 	list string
-	// slot is the reliable slot that runs it.
+	held *held
+	// slot is the reliable slot that moved it.
 	slot *slotState
-	// resent marks an acknowledgement sent again after its first send's
-	// connection broke: that send may have taken the job out already, so
-	// finding it gone is no sign of another process's recovery.
-	resent bool
 	// deferred marks a success whose acknowledgement its server holds back
-	// (Defer): the fetch counts it as held until Finish.
+	// (Defer).
 	deferred bool
 	// ahead is the slot's fetch ahead while the job runs (FetchAhead); nil
 	// when it may not fetch ahead.

@@ -77,10 +77,6 @@ type pipes struct {
 	dropped atomic.Int64
 	// lastReply is when any pipe last read a reply (unix nanoseconds).
 	lastReply atomic.Int64
-	// acker, when set (the reliable fetch), lends its queued
-	// acknowledgements to the rounds: they ride ahead of the fetches in the
-	// same write.
-	acker *acker
 }
 
 // fetchPipe is one fetch connection.
@@ -94,15 +90,6 @@ type fetchPipe struct {
 	// waitingSince is when the pipe started waiting for its next reply
 	// (unix nanoseconds, 0 when it is not waiting).
 	waitingSince atomic.Int64
-	// acking is since when the acknowledgements riding in the current
-	// round were queued (unix nanoseconds, 0 when none): their jobs are
-	// finished, not orphans, until their replies are read.
-	acking atomic.Int64
-	// rides is the round's acknowledgements (reused).
-	rides []Unit
-	// lrem is an acknowledgement's arguments (reused: Send writes them
-	// into the connection's buffer before it returns).
-	lrem [3]any
 }
 
 // newPipes sizes the pipes for n slots: depth is capped by n, and is 1
@@ -281,21 +268,6 @@ func (p *pipes) round(fp *fetchPipe, batch []*fetchReq) (int, error) {
 	var err error
 	sent := 0
 	corked := redisx.Cork(conn)
-	var acks []Unit
-	if p.acker != nil {
-		acks = p.acker.steal(fp.rides[:0], rideMax, &fp.acking)
-		fp.rides = acks[:0]
-		lrem := fp.lrem[:]
-		lrem[1] = -1
-		for _, u := range acks {
-			lrem[0], lrem[2] = u.list, u.Raw
-			if err = conn.Send("LREM", lrem...); err != nil {
-				break
-			}
-			sent++
-		}
-		clear(lrem)
-	}
 	for _, r := range batch {
 		if err != nil {
 			break
@@ -317,11 +289,6 @@ func (p *pipes) round(fp *fetchPipe, batch []*fetchReq) (int, error) {
 	if corked != nil {
 		if uerr := corked.Uncork(); err == nil {
 			err = uerr
-		}
-	}
-	if len(acks) > 0 {
-		if err = p.readRides(fp, acks, err); err != nil {
-			return 0, err
 		}
 	}
 	var replyErr error
@@ -365,31 +332,6 @@ func (p *pipes) round(fp *fetchPipe, batch []*fetchReq) (int, error) {
 		err = replyErr
 	}
 	return answered, err
-}
-
-// readRides reads the replies of the acknowledgements that rode ahead of
-// a round's fetches (err: the round's write failed). Those whose replies
-// cannot be read go back to the acker, which sends them again: a sent
-// LREM that ran already finds nothing the second time, which is then no
-// sign of another process's recovery (resend).
-func (p *pipes) readRides(fp *fetchPipe, acks []Unit, err error) error {
-	defer func() {
-		clear(acks)
-		fp.acking.Store(0)
-	}()
-	if err != nil {
-		p.acker.resend(acks)
-		return err
-	}
-	for i, u := range acks {
-		v, err := p.receive(fp)
-		if err != nil {
-			p.acker.resend(acks[i:])
-			return err
-		}
-		p.acker.checked(u, v)
-	}
-	return nil
 }
 
 // receive reads one reply, timing the wait for the stall watch: a pipe

@@ -51,14 +51,12 @@ func (e *PoisonPillError) Error() string {
 func (e *PoisonPillError) ErrorClass() string { return "Gojob::PoisonPill" }
 
 // reliableLife is what a reliable fetch does for as long as its process
-// lives: the heartbeat that tells other processes it is alive, the
-// registry entries of its in-progress lists, the recovery of dead
-// processes' lists, and the sweep of its own list after a dropped
-// connection.
+// lives: the heartbeats of its list identities, the recovery of dead
+// processes' lists, and the sweep of its own lists after a failed round
+// trip.
 type reliableLife struct {
 	cfg      *Config
-	own      []string
-	hbKey    string
+	ids      *idents
 	hbValue  string
 	bootID   string
 	limit    int
@@ -66,6 +64,7 @@ type reliableLife struct {
 
 	// Set by the fetch once its slots exist.
 	holders      func() map[string]map[string]int
+	inUse        func() map[*listIdent]bool
 	dropped      func() int64
 	waitingSince func() int64
 
@@ -80,18 +79,19 @@ type reliableLife struct {
 	candidates   map[string]map[string]int
 	candidatesAt time.Time
 	lastScan     time.Time
+	// expiredLogged: the renewal that found heartbeats gone was logged.
+	expiredLogged bool
 }
 
-func newReliableLife(cfg *Config, own []string) *reliableLife {
+func newReliableLife(cfg *Config, ids *idents) *reliableLife {
 	l := &reliableLife{
 		cfg:      cfg,
-		own:      own,
-		hbKey:    wire.ReliableHeartbeatKey(cfg.Identity),
+		ids:      ids,
 		hbValue:  heartbeatValue(),
 		bootID:   procstat.BootID(),
 		limit:    cfg.RecoveryLimit,
 		interval: cfg.RecoveryInterval,
-		// A fetch in flight is answered within stallAfter unless Redis
+		// A round in flight is answered within stallAfter unless Redis
 		// stalls, which the second look checks.
 		sweepDelay: stallAfter + 5*time.Second,
 		stop:       make(chan struct{}),
@@ -107,22 +107,8 @@ func newReliableLife(cfg *Config, own []string) *reliableLife {
 	return l
 }
 
-// start writes the heartbeat and registers the lists before the first
-// fetch, then runs the heartbeat and recovery in the background.
-func (l *reliableLife) start(writes *redisx.Retrier) error {
-	err := writes.Do(func(conn redis.Conn) error {
-		conn.Send("SET", l.hbKey, l.hbValue, "EX", wire.HeartbeatTTL)
-		args := []any{wire.KeyWorkingLists}
-		for _, k := range l.own {
-			args = append(args, k)
-		}
-		conn.Send("SADD", args...)
-		_, err := conn.Do("")
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("sidekiq: reliable fetch heartbeat: %w", err)
-	}
+// start runs the heartbeats and the recovery in the background.
+func (l *reliableLife) start(*redisx.Retrier) error {
 	go l.run()
 	return nil
 }
@@ -150,10 +136,26 @@ func (l *reliableLife) run() {
 
 var errStopping = errors.New("stopping")
 
-// beat renews the heartbeat. A renewal that finds the key gone means other
-// processes may have taken this one for dead and recovered its jobs.
+// beat renews the heartbeats of the list identities. A renewal that finds
+// a key gone means other processes may have taken this one for dead and
+// recovered its jobs: the epoch ends (no position is trusted any more),
+// and the identities of the new epoch get keys of their own.
 func (l *reliableLife) beat() {
-	ctx, cancel := ctxTimeout(5 * time.Second)
+	var live []*listIdent
+	for _, li := range l.ids.snapshot() {
+		l.ids.mu.Lock()
+		created := li.created
+		l.ids.mu.Unlock()
+		if created {
+			live = append(live, li)
+		}
+	}
+	sent := time.Now()
+	if len(live) == 0 {
+		l.ids.confirmed.Store(sent.UnixNano())
+		return
+	}
+	ctx, cancel := ctxTimeout(stallAfter)
 	defer cancel()
 	conn, err := l.cfg.Pool.GetContext(ctx)
 	if err != nil {
@@ -161,21 +163,60 @@ func (l *reliableLife) beat() {
 		return
 	}
 	defer conn.Close()
-	prev, err := redis.DoContext(conn, ctx, "SET", l.hbKey, l.hbValue, "EX", wire.HeartbeatTTL, "GET")
-	var re redis.Error
-	if errors.As(err, &re) {
-		// SET … GET needs Redis 6.2.
-		_, err = redis.DoContext(conn, ctx, "SET", l.hbKey, l.hbValue, "EX", wire.HeartbeatTTL)
-		prev = l.hbValue
+	for _, li := range live {
+		conn.Send("SET", li.hbKey, l.hbValue, "EX", wire.HeartbeatTTL, "GET")
 	}
+	replies, err := redis.Values(conn.Do(""))
 	if err != nil {
 		l.cfg.Outage.Failed(err)
 		return
 	}
-	if prev == nil {
-		l.cfg.Logger.Error().Str("component", "fetch").Str("identity", l.cfg.Identity).
-			Msg("this process's reliable-fetch heartbeat had expired (was it stopped for a minute?); other processes may have recovered, and will run again, the jobs it is running")
+	gone := false
+	for _, r := range replies {
+		switch r.(type) {
+		case nil:
+			gone = true
+		case redis.Error:
+			// SET … GET needs Redis 6.2: a plain SET cannot tell.
+			if err := l.beatPlain(conn, live); err != nil {
+				l.cfg.Outage.Failed(err)
+				return
+			}
+			l.ids.confirmed.Store(sent.UnixNano())
+			return
+		}
 	}
+	if gone {
+		l.ids.bump()
+		if !l.expiredLogged {
+			l.expiredLogged = true
+			l.cfg.Logger.Error().Str("component", "fetch").Str("identity", l.cfg.Identity).
+				Msg("this process's reliable-fetch heartbeat had expired (was it stopped for a minute?); other processes may have recovered, and will run again, the jobs it is running")
+		}
+		return
+	}
+	l.expiredLogged = false
+	l.ids.confirmed.Store(sent.UnixNano())
+}
+
+// beatPlain renews the heartbeats on a Redis without SET … GET (before
+// 6.2), reading them first: a key gone ends the epoch all the same.
+func (l *reliableLife) beatPlain(conn redis.Conn, live []*listIdent) error {
+	for _, li := range live {
+		conn.Send("EXISTS", li.hbKey)
+		conn.Send("SET", li.hbKey, l.hbValue, "EX", wire.HeartbeatTTL)
+	}
+	replies, err := redis.Values(conn.Do(""))
+	if err != nil {
+		return err
+	}
+	for i := 0; i < len(replies); i += 2 {
+		if n, _ := redis.Int(replies[i], nil); n == 0 {
+			l.ids.bump()
+			return nil
+		}
+	}
+	return nil
 }
 
 // notOwned logs a finished job that was no longer in its in-progress list.
@@ -184,30 +225,52 @@ func (l *reliableLife) notOwned(list string, raw []byte) {
 		Msg("a finished job was no longer in this process's in-progress list: another process recovered it and runs it again")
 }
 
+// own reports whether an identity is one of this process's list
+// identities.
+func (l *reliableLife) own(identity string) bool {
+	return strings.HasPrefix(identity, l.cfg.Identity)
+}
+
 // pass is one recovery pass: the lists of gojob's registry, the keyspace
-// SCAN when it is due, and this process's own list when a connection was
-// dropped. It ends early when stop (nil: never) is closed.
+// SCAN when it is due (the gem's lists are not registered), and this
+// process's own lists when a round trip failed. It ends early when stop
+// (nil: never) is closed.
 func (l *reliableLife) pass(stop <-chan struct{}) error {
 	lists, err := l.candidateLists()
 	if err != nil {
 		return err
 	}
-	own := map[string]bool{}
-	for _, k := range l.own {
-		own[k] = true
-	}
-	var errs []error
+	byOwner := map[string][]string{}
+	var owners []string
 	for _, key := range lists {
-		select {
-		case <-stop:
-			return errStopping
-		default:
-		}
-		if own[key] {
+		_, identity, ok := wire.ParseWorkingListKey(key)
+		if !ok || l.own(identity) {
 			continue
 		}
-		if _, err := l.recoverList(key); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", key, err))
+		if byOwner[identity] == nil {
+			owners = append(owners, identity)
+		}
+		byOwner[identity] = append(byOwner[identity], key)
+	}
+	dead, err := l.gone(owners)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, identity := range owners {
+		force, ok := dead[identity]
+		if !ok {
+			continue
+		}
+		for _, key := range byOwner[identity] {
+			select {
+			case <-stop:
+				return errStopping
+			default:
+			}
+			if _, err := l.recoverList(key, force); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", key, err))
+			}
 		}
 	}
 	if l.holders != nil {
@@ -216,6 +279,44 @@ func (l *reliableLife) pass(stop <-chan struct{}) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// gone returns the owners among identities that are gone, each with
+// whether it is known gone although its keys have not expired yet (same
+// host, its pid ended): one pipeline for all of them.
+func (l *reliableLife) gone(identities []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(identities) == 0 {
+		return out, nil
+	}
+	ctx, cancel := ctxTimeout(30 * time.Second)
+	defer cancel()
+	conn, err := l.cfg.Pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	for _, id := range identities {
+		conn.Send("GET", wire.ReliableHeartbeatKey(id))
+		conn.Send("EXISTS", id)
+	}
+	replies, err := redis.Values(redis.DoContext(conn, ctx, ""))
+	if err != nil {
+		return nil, err
+	}
+	for i, id := range identities {
+		if hb, _ := redis.String(replies[2*i], nil); hb != "" {
+			if l.sameHostGone(id, hb) {
+				out[id] = true
+			}
+			continue
+		}
+		if n, _ := redis.Int(replies[2*i+1], nil); n == 1 {
+			continue // its Sidekiq heartbeat is alive
+		}
+		out[id] = false
+	}
+	return out, nil
 }
 
 // candidateLists returns the registered in-progress lists and, once per
@@ -268,9 +369,10 @@ func (l *reliableLife) candidateLists() ([]string, error) {
 }
 
 // recoverList moves the jobs of an in-progress list whose owner is gone
-// back to their queue (or, poison pills, to the dead set). It returns how
-// many it moved; a live owner's list is left alone.
-func (l *reliableLife) recoverList(key string) (int, error) {
+// (force: known gone though its keys live) back to their queue (or, poison
+// pills, to the dead set). It returns how many it moved. The recover
+// script checks the owner's keys again for each job.
+func (l *reliableLife) recoverList(key string, force bool) (int, error) {
 	queue, identity, ok := wire.ParseWorkingListKey(key)
 	if !ok {
 		return 0, nil
@@ -283,23 +385,7 @@ func (l *reliableLife) recoverList(key string) (int, error) {
 	}
 	defer conn.Close()
 	hbKey := wire.ReliableHeartbeatKey(identity)
-	conn.Send("GET", hbKey)
-	conn.Send("EXISTS", identity)
-	conn.Send("LRANGE", key, 0, -1)
-	replies, err := redis.Values(redis.DoContext(conn, ctx, ""))
-	if err != nil {
-		return 0, err
-	}
-	force := false
-	if hb, _ := redis.String(replies[0], nil); hb != "" {
-		if !l.sameHostGone(identity, hb) {
-			return 0, nil // alive
-		}
-		force = true
-	} else if n, _ := redis.Int(replies[1], nil); n == 1 {
-		return 0, nil // its Sidekiq heartbeat is alive
-	}
-	jobs, err := redis.ByteSlices(replies[2], nil)
+	jobs, err := redis.ByteSlices(redis.DoContext(conn, ctx, "LRANGE", key, 0, -1))
 	if err != nil {
 		return 0, err
 	}
@@ -433,28 +519,30 @@ func (l *reliableLife) sameHostGone(identity, hb string) bool {
 }
 
 // sweepOwn requeues the jobs of this process's own lists that no slot
-// holds: jobs moved by a fetch whose connection was dropped before its
-// reply was read (a stalled or vanished Redis may run it later). An entry
-// must be seen unheld twice, stallAfter apart, with no reply outstanding
-// from before the first look, so that a fetch still in flight is never
-// taken for an orphan. final (at Close, no slot left) requeues at once.
+// holds: jobs moved by a round whose connection failed before its reply
+// was read (a stalled or vanished Redis may run it later). An entry must
+// be seen unheld twice, stallAfter apart, with no reply outstanding from
+// before the first look, so that a move still in flight is never taken
+// for an orphan. final (at Close, no slot left) requeues at once. Then it
+// forgets the identities of past epochs that no slot uses and whose lists
+// are empty.
 func (l *reliableLife) sweepOwn(final bool) error {
 	now := time.Now()
 	if !final {
 		d := l.dropped()
 		if d == l.sweptDropped && l.candidates == nil {
-			return nil
+			return l.retire()
 		}
 		if l.candidates != nil && now.Sub(l.candidatesAt) < l.sweepDelay {
 			return nil
 		}
 	}
-	entries, err := l.ownEntries()
+	entries, err := l.ownEntries(l.ids.allLists())
 	if err != nil {
 		return err
 	}
 	unheld := entries
-	if l.holders != nil {
+	if l.holders != nil && !final {
 		unheld = minus(entries, l.holders())
 	}
 	if !final {
@@ -478,15 +566,83 @@ func (l *reliableLife) sweepOwn(final bool) error {
 			}
 		}
 	}
-	if len(units) == 0 {
+	if len(units) > 0 {
+		l.cfg.Logger.Warn().Str("component", "fetch").Int("jobs", len(units)).Bool("at_stop", final).
+			Msg("jobs in this process's in-progress lists that no slot runs (a failed round trip's move); back to their queues")
+		if err := requeue(l.cfg, units); err != nil {
+			return err
+		}
+	}
+	if final {
 		return nil
 	}
-	l.cfg.Logger.Warn().Str("component", "fetch").Int("jobs", len(units)).Bool("at_stop", final).
-		Msg("jobs in this process's in-progress list that no slot runs (a dropped connection's fetch); back to their queues")
-	return requeue(l.cfg, units)
+	return l.retire()
 }
 
-func (l *reliableLife) ownEntries() (map[string]map[string]int, error) {
+// retire forgets the identities of past epochs that no slot uses and
+// whose lists are empty: their heartbeats go and their lists leave the
+// registry.
+func (l *reliableLife) retire() error {
+	var old []*listIdent
+	use := l.inUse()
+	for _, li := range l.ids.snapshot() {
+		if !l.ids.current(li) && !use[li] {
+			old = append(old, li)
+		}
+	}
+	if len(old) == 0 {
+		return nil
+	}
+	var lists []string
+	l.ids.mu.Lock()
+	for _, li := range old {
+		for _, k := range li.lists {
+			lists = append(lists, k)
+		}
+	}
+	l.ids.mu.Unlock()
+	entries, err := l.ownEntries(lists)
+	if err != nil {
+		return err
+	}
+	gone := map[*listIdent]bool{}
+	err = l.cfg.Writes.Do(func(conn redis.Conn) error {
+		for _, li := range old {
+			l.ids.mu.Lock()
+			empty := true
+			args := []any{wire.KeyWorkingLists}
+			for _, k := range li.lists {
+				if len(entries[k]) > 0 {
+					empty = false
+				}
+				args = append(args, k)
+			}
+			l.ids.mu.Unlock()
+			if !empty {
+				continue
+			}
+			gone[li] = true
+			conn.Send("DEL", li.hbKey)
+			if len(args) > 1 {
+				conn.Send("SREM", args...)
+			}
+		}
+		_, err := conn.Do("")
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	l.ids.drop(gone)
+	return nil
+}
+
+// ownEntries reads lists: by list, the jobs in it and how many times each.
+func (l *reliableLife) ownEntries(lists []string) (map[string]map[string]int, error) {
+	out := map[string]map[string]int{}
+	if len(lists) == 0 {
+		return out, nil
+	}
 	ctx, cancel := ctxTimeout(30 * time.Second)
 	defer cancel()
 	conn, err := l.cfg.Pool.GetContext(ctx)
@@ -494,21 +650,20 @@ func (l *reliableLife) ownEntries() (map[string]map[string]int, error) {
 		return nil, err
 	}
 	defer conn.Close()
-	for _, k := range l.own {
+	for _, k := range lists {
 		conn.Send("LRANGE", k, 0, -1)
 	}
 	replies, err := redis.Values(redis.DoContext(conn, ctx, ""))
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]map[string]int{}
 	for i, r := range replies {
 		raws, err := redis.ByteSlices(r, nil)
 		if err != nil {
 			return nil, err
 		}
 		for _, raw := range raws {
-			add(out, l.own[i], raw)
+			add(out, lists[i], raw)
 		}
 	}
 	return out, nil
@@ -544,9 +699,9 @@ func intersect(a, b map[string]map[string]int) map[string]map[string]int {
 	return out
 }
 
-// close sweeps the own lists one last time, then ends the heartbeat and
-// the recovery: the heartbeat key is deleted, so that whatever is left in
-// the lists (a write that failed, a stalled fetch that Redis runs later)
+// close sweeps the own lists one last time, then ends the heartbeats and
+// the recovery: the heartbeat keys are deleted, so that whatever is left
+// in the lists (a write that failed, a stalled move that Redis runs later)
 // is recovered by other processes at their next pass.
 func (l *reliableLife) close() {
 	l.stopOnce.Do(func() { close(l.stop) })
@@ -554,28 +709,37 @@ func (l *reliableLife) close() {
 	if err := l.sweepOwn(true); err != nil {
 		l.cfg.Logger.Error().Err(err).Str("component", "fetch").Msg("could not sweep the in-progress lists at stop; other processes recover them")
 	}
+	all := l.ids.snapshot()
+	lists := l.ids.allLists()
+	if len(all) == 0 {
+		return
+	}
 	err := l.cfg.Writes.Do(func(conn redis.Conn) error {
-		for _, k := range l.own {
-			conn.Send("LLEN", k)
-		}
-		lens, err := redis.Ints(conn.Do(""))
-		if err != nil {
-			return err
-		}
 		args := []any{wire.KeyWorkingLists}
-		for i, n := range lens {
-			if n == 0 {
-				args = append(args, l.own[i])
+		if len(lists) > 0 {
+			for _, k := range lists {
+				conn.Send("LLEN", k)
+			}
+			lens, err := redis.Ints(conn.Do(""))
+			if err != nil {
+				return err
+			}
+			for i, n := range lens {
+				if n == 0 {
+					args = append(args, lists[i])
+				}
 			}
 		}
-		conn.Send("DEL", l.hbKey)
+		for _, li := range all {
+			conn.Send("DEL", li.hbKey)
+		}
 		if len(args) > 1 {
 			conn.Send("SREM", args...)
 		}
-		_, err = conn.Do("")
+		_, err := conn.Do("")
 		return err
 	})
 	if err != nil {
-		l.cfg.Logger.Error().Err(err).Str("component", "fetch").Msg("could not remove the reliable-fetch heartbeat at stop; it expires by itself")
+		l.cfg.Logger.Error().Err(err).Str("component", "fetch").Msg("could not remove the reliable-fetch heartbeats at stop; they expire by itself")
 	}
 }

@@ -7,11 +7,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"slices"
-	"strings"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/gomodule/redigo/redis"
 
@@ -21,27 +20,25 @@ import (
 )
 
 // The reliable fetch keeps every job it takes in Redis until the job's
-// outcome is written: a job moves atomically from queue:<q> to this
-// process's in-progress list working:queue:<q>:<identity> (BLMOVE, or
-// BRPOPLPUSH before Redis 6.2), and leaves it with its acknowledgement (LREM
-// after a success) or, in the same script, with its retry or dead entry.
-// When the process dies, the list outlives it, and a live process pushes
-// its jobs back (recovery.go). The layout is the gitlab-sidekiq-fetcher
-// gem's (docs/reliable-fetch.md), so that Ruby processes using it and gojob
-// recover each other's orphans.
+// outcome is written. A job moves atomically from queue:<q> into one of
+// its slot's in-progress lists (LMOVE; RPOPLPUSH before Redis 6.2), with
+// its bytes unchanged, and leaves it with its acknowledgement (LTRIM by
+// position, or LREM by value: lists.go) or, in one script, with its retry
+// or dead entry. When the process dies, the lists outlive it, and a live
+// process pushes their jobs back (recovery.go).
 //
-// One queue: each idle slot has one `BLMOVE queue:q list RIGHT LEFT 2` in
-// Redis, pipelined like the BRPOP fetch. Several queues: a script moves a
-// job from the first non-empty queue in fetch order (strict or weighted),
-// and when all are empty the slot blocks on the first queue for
-// multiQueueIdle before it tries them all again.
-//
-// A success's LREM is sent by the acker, pipelined with the other slots'
-// (ack.go): a job costs two commands.
+// Takers. Two taker goroutines share the idle slots (one token per idle
+// slot). A taker gathers the tokens free now (and, while the queues have
+// work, those freed within gatherFor, up to half the slots) and sends, in
+// one write, the acknowledgements queued meanwhile and one move per slot,
+// each from the queue the fetch order gives (wake.go). Every command is
+// one of Redis's own, so no job's bytes pass through a script. A taker
+// never moves more jobs than it holds tokens for, so a crash exposes
+// nothing that was not about to run; while the slots run one batch, the
+// other taker's is on its way. When every queue is believed empty, the
+// takers park until a waker sees a job.
 
 var (
-	//go:embed lua/reliable_take.lua
-	takeSrc string
 	//go:embed lua/reliable_finish.lua
 	finishSrc string
 	//go:embed lua/reliable_requeue.lua
@@ -49,207 +46,83 @@ var (
 	//go:embed lua/reliable_recover.lua
 	recoverSrc string
 
-	takeScript    = redis.NewScript(-1, takeSrc)
 	finishScript  = redis.NewScript(2, finishSrc)
 	requeueScript = redis.NewScript(2, requeueSrc)
 	recoverScript = redis.NewScript(7, recoverSrc)
 )
 
-// multiQueueIdle is how long a slot of a several-queue reliable fetch
-// blocks on its first queue once all of them were empty; a job pushed to
-// another queue meanwhile waits at most this long per pipelined slot.
-const multiQueueIdle = 0.25
-
-// heartbeatInterval is how often the reliable-fetch heartbeat is renewed;
-// it expires after wire.HeartbeatTTL (60 s), so a live process misses five
-// renewals before it could be taken for dead.
+// heartbeatInterval is how often the reliable-fetch heartbeats are
+// renewed; they expire after wire.HeartbeatTTL (60 s), so a live process
+// misses five renewals before it could be taken for dead.
 const heartbeatInterval = 10 * time.Second
 
-// slotState is the job a reliable slot runs, and the ones it fetched
-// ahead (FetchAhead), for the sweep of the own lists (a job a slot holds
-// is not an orphan).
-type slotState struct {
-	mu   sync.Mutex
-	unit []byte
-	list string
-	// ahead are the jobs fetched ahead, oldest first, until the slot runs
-	// them (promote) or gives them back.
-	ahead []heldJob
-}
+// takers is how many goroutines take batches at once, each on its own
+// connection: while the workers run one batch the next is on its way (a
+// third only adds contention on 2 cores).
+const takers = 2
 
-// heldJob is a job a slot holds and the in-progress list it is in.
-type heldJob struct {
-	raw  []byte
-	list string
-}
-
-func (s *slotState) hold(list string, raw []byte) {
-	s.mu.Lock()
-	s.unit, s.list = raw, list
-	s.mu.Unlock()
-}
-
-// holdAhead records a job fetched ahead of the one the slot runs.
-func (s *slotState) holdAhead(list string, raw []byte) {
-	s.mu.Lock()
-	s.ahead = append(s.ahead, heldJob{raw: raw, list: list})
-	s.mu.Unlock()
-}
-
-// promote makes raw, a job fetched ahead, the one the slot runs.
-func (s *slotState) promote(raw []byte) {
-	s.mu.Lock()
-	for i, h := range s.ahead {
-		if sameBytes(h.raw, raw) {
-			s.unit, s.list = h.raw, h.list
-			s.ahead = slices.Delete(s.ahead, i, i+1)
-			break
-		}
-	}
-	s.mu.Unlock()
-}
-
-func (s *slotState) drop() {
-	s.mu.Lock()
-	s.unit = nil
-	s.mu.Unlock()
-}
-
-// dropIf forgets the slot's job, or one it fetched ahead, if it is still
-// raw (the same bytes, not an equal copy): an acknowledgement that a
-// middleware held back lands after the slot has moved on to its next job,
-// which it must keep.
-func (s *slotState) dropIf(raw []byte) {
-	s.mu.Lock()
-	if sameBytes(s.unit, raw) {
-		s.unit = nil
-	}
-	for i, h := range s.ahead {
-		if sameBytes(h.raw, raw) {
-			s.ahead = slices.Delete(s.ahead, i, i+1)
-			break
-		}
-	}
-	s.mu.Unlock()
-}
-
-// sameBytes reports whether a and b are the same slice (not equal
-// copies); a nil slice is no job.
-func sameBytes(a, b []byte) bool {
-	return a != nil && len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
-}
-
-// deferredSet is the successes whose acknowledgement the server holds back
-// (a durable job waiting for its row delete): their slots have moved on,
-// so the own-list sweep must count them as held, or it would put a
-// finished job back in its queue.
-type deferredSet struct {
-	mu sync.Mutex
-	// in holds each success by its buffer (the fetch's reply, one per
-	// fetched job), so that a job costs no copy of its bytes as a key.
-	in map[*byte]heldJob
-	// closed: the fetch is closing and its final sweep gives every job
-	// still in its lists back, held acknowledgements included.
-	closed bool
-}
-
-func (d *deferredSet) add(u Unit) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.in == nil {
-		d.in = map[*byte]heldJob{}
-	}
-	d.in[unsafe.SliceData(u.Raw)] = heldJob{raw: u.Raw, list: u.list}
-}
-
-func (d *deferredSet) remove(u Unit) {
-	if !u.deferred {
-		return
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.in, unsafe.SliceData(u.Raw))
-}
-
-// held adds the held-back successes to in (none once closing).
-func (d *deferredSet) held(in map[string]map[string]int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return
-	}
-	for _, h := range d.in {
-		add(in, h.list, h.raw)
-	}
-}
-
-func (d *deferredSet) close() {
-	d.mu.Lock()
-	d.closed = true
-	d.mu.Unlock()
-}
-
-// held adds the job the slot holds to in, by list.
-func (s *slotState) held(in map[string]map[string]int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.unit != nil {
-		add(in, s.list, s.unit)
-	}
-	for _, h := range s.ahead {
-		add(in, h.list, h.raw)
-	}
-}
-
-func add(in map[string]map[string]int, list string, raw []byte) {
-	if in[list] == nil {
-		in[list] = map[string]int{}
-	}
-	in[list][string(raw)]++
-}
-
-// reliableFetch is the pipelined reliable fetch.
+// reliableFetch is the reliable fetch.
 type reliableFetch struct {
-	cfg    *Config
-	pipes  *pipes
-	single bool              // one queue: BLMOVE straight away
-	moveOK bool              // Redis has LMOVE/BLMOVE (6.2+)
-	lists  map[string]string // queue key → in-progress list
-	slots  []*slotState
-	life   *reliableLife
-	acker  *acker
-	wg     sync.WaitGroup // slots, pipes and their watch
-	// deferred is the successes whose acknowledgement is held back.
-	deferred deferredSet
+	cfg *Config
+	// moveOK: Redis has LMOVE/BLMOVE (6.2+).
+	moveOK bool
+	ids    *idents
+	queues *queues
+	idle   chan int // one token per idle slot: its index
+	// gatherers are the takers' gathering states, which the workers look
+	// at when they free a slot.
+	gatherers [takers]gathering
+	slots     []*slotState
+	acker     *acker
+	life      *reliableLife
+	wg        sync.WaitGroup // takers and workers
+	// drops counts failed round trips: a move among them may have put a
+	// job in a list that no mirror knows.
+	drops atomic.Int64
+	// taking is, per taker, since when its round has been on its way
+	// (unix nanoseconds; 0 when none): the jobs it moves are nobody's
+	// orphans until they reach their slots.
+	taking [takers]atomic.Int64
 	// aheadMaxRun, aheadHold and aheadDepth are the limits of fetching
 	// ahead (ahead.go), fields so that tests can change them.
 	aheadMaxRun, aheadHold time.Duration
 	aheadDepth             int
 }
 
-// NewReliable returns the pipelined reliable fetch. It writes the process's
-// reliable-fetch heartbeat and registers its in-progress lists before it
-// returns, so that no other process takes them for orphans; through a Redis
-// outage it retries until ctx ends.
+// NewReliable returns the reliable fetch. It writes the process's
+// reliable-fetch heartbeat before it returns; through a Redis outage it
+// retries until ctx ends.
 func NewReliable(ctx context.Context, cfg *Config) (Fetcher, error) {
-	f := &reliableFetch{cfg: cfg, lists: map[string]string{}, aheadMaxRun: aheadMaxRun, aheadHold: aheadHold, aheadDepth: aheadDepth}
-	writes, err := f.setup(ctx)
-	if err != nil {
+	if cfg.Identity == "" {
+		return nil, errors.New("sidekiq: reliable fetch needs the process identity")
+	}
+	if _, _, ok := wire.ParseWorkingListKey(wire.WorkingListKey("q", cfg.Identity)); !ok {
+		return nil, fmt.Errorf("sidekiq: reliable fetch: identity %q is not host:pid:hex", cfg.Identity)
+	}
+	n := cfg.Concurrency
+	f := &reliableFetch{
+		cfg: cfg, ids: newIdents(cfg.Identity), idle: make(chan int, n),
+		aheadMaxRun: aheadMaxRun, aheadHold: aheadHold, aheadDepth: aheadDepth,
+	}
+	writes := &redisx.Retrier{Pool: cfg.Pool, Ctx: ctx, Outage: cfg.Outage}
+	var err error
+	if f.moveOK, err = probeLMOVE(writes); err != nil {
 		return nil, err
 	}
-	f.pipes = newPipes(cfg, cfg.Concurrency)
-	f.slots = make([]*slotState, cfg.Concurrency)
-	for i := range f.slots {
-		f.slots[i] = &slotState{}
+	f.queues = newQueues(cfg, f.moveOK)
+	for i := range f.gatherers {
+		f.gatherers[i].init(gatherFor)
 	}
-	f.acker = newAcker(cfg, f.life)
-	// Acknowledgements ride in the pipes' next round (a slot that finished
-	// a job asks for the next one at once), or the acker sends them after
-	// rideHold when no round comes (an empty queue).
+	f.slots = make([]*slotState, n)
+	for i := range f.slots {
+		f.slots[i] = newSlotState(i)
+	}
+	f.life = newReliableLife(cfg, f.ids)
+	f.acker = newAcker(cfg, f)
 	f.acker.hold = rideHold
-	f.pipes.acker = f.acker
 	f.life.holders = f.held
-	f.life.dropped = f.pipes.dropped.Load
+	f.life.inUse = f.inUse
+	f.life.dropped = f.drops.Load
 	f.life.waitingSince = f.oldestWait
 	if err := f.life.start(writes); err != nil {
 		return nil, err
@@ -257,34 +130,8 @@ func NewReliable(ctx context.Context, cfg *Config) (Fetcher, error) {
 	return f, nil
 }
 
-// setup checks the configuration and the Redis commands, loads the
-// scripts and prepares the heartbeat and the recovery, which the caller
-// starts with the returned retrier once it has wired their hooks.
-func (f *reliableFetch) setup(ctx context.Context) (*redisx.Retrier, error) {
-	cfg := f.cfg
-	if cfg.Identity == "" {
-		return nil, errors.New("sidekiq: reliable fetch needs the process identity")
-	}
-	if _, _, ok := wire.ParseWorkingListKey(wire.WorkingListKey("q", cfg.Identity)); !ok {
-		return nil, fmt.Errorf("sidekiq: reliable fetch: identity %q is not host:pid:hex", cfg.Identity)
-	}
-	names := cfg.Order.Names()
-	f.single = len(names) == 1
-	for _, q := range names {
-		f.lists[wire.QueueKey(q)] = wire.WorkingListKey(q, cfg.Identity)
-	}
-	writes := &redisx.Retrier{Pool: cfg.Pool, Ctx: ctx, Outage: cfg.Outage}
-	var err error
-	f.moveOK, err = probeLMOVE(writes)
-	if err != nil {
-		return nil, err
-	}
-	f.life = newReliableLife(cfg, f.ownLists())
-	return writes, nil
-}
-
-// probeLMOVE asks Redis whether it knows LMOVE (6.2+), loads the scripts
-// the slots send with EVALSHA, and reports a Redis that cannot be reached.
+// probeLMOVE asks Redis whether it knows LMOVE (6.2+), loads the scripts,
+// and reports a Redis that cannot be reached.
 func probeLMOVE(writes *redisx.Retrier) (bool, error) {
 	var ok bool
 	err := writes.Do(func(conn redis.Conn) error {
@@ -298,12 +145,7 @@ func probeLMOVE(writes *redisx.Retrier) (bool, error) {
 		default:
 			return err
 		}
-		for _, s := range []*redis.Script{takeScript, finishScript, requeueScript, recoverScript} {
-			if err := s.Load(conn); err != nil {
-				return err
-			}
-		}
-		return nil
+		return loadScripts(conn)
 	})
 	if err != nil {
 		return false, fmt.Errorf("sidekiq: reliable fetch setup: %w", err)
@@ -311,260 +153,522 @@ func probeLMOVE(writes *redisx.Retrier) (bool, error) {
 	return ok, nil
 }
 
-func (f *reliableFetch) ownLists() []string {
-	out := make([]string, 0, len(f.lists))
-	for _, q := range f.cfg.Order.Names() {
-		out = append(out, f.lists[wire.QueueKey(q)])
+// loadScripts loads the fetch's scripts into Redis's script cache.
+func loadScripts(conn redis.Conn) error {
+	for _, s := range []*redis.Script{finishScript, requeueScript, recoverScript} {
+		if err := s.Load(conn); err != nil {
+			return err
+		}
 	}
-	return out
+	return nil
 }
 
-// Start starts the slots, their pipes and the acknowledgements.
+// Start starts the workers, the takers, the wakers and the acknowledger.
 func (f *reliableFetch) Start() {
-	f.acker.start()
-	f.pipes.start(&f.wg)
 	for i := 0; i < f.cfg.Concurrency; i++ {
 		f.wg.Add(1)
-		go f.slot(i, f.slots[i])
+		go f.worker(f.slots[i])
 	}
+	f.queues.start()
+	var running sync.WaitGroup
+	running.Add(takers)
+	for i := range takers {
+		go func() {
+			defer running.Done()
+			f.taker(&f.taking[i], &f.gatherers[i], uint64(i))
+		}()
+	}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		running.Wait()
+		f.queues.stop()
+		for _, s := range f.slots {
+			close(s.jobs)
+		}
+	}()
+	f.acker.start()
 }
 
-// Wait blocks until the slots and the pipes have returned and the
-// acknowledgements are sent.
+// Wait blocks until the workers are done and their acknowledgements sent.
 func (f *reliableFetch) Wait() {
 	f.wg.Wait()
 	f.acker.close()
 }
 
-// Depth returns how many fetches each connection carries at most.
-func (f *reliableFetch) Depth() int { return f.pipes.depth }
+// Depth is 0: the reliable fetch pipelines no blocking commands.
+func (f *reliableFetch) Depth() int { return 0 }
 
-// held lists the jobs the slots hold, by in-progress list.
+// held lists the jobs the slots hold, by list.
 func (f *reliableFetch) held() map[string]map[string]int {
 	in := map[string]map[string]int{}
 	for _, s := range f.slots {
-		s.held(in)
+		s.heldIn(in)
 	}
-	f.deferred.held(in)
 	return in
 }
 
-// oldestWait returns since when the pipe or acknowledgement that has
-// waited longest for a reply has been waiting (0 when none is waiting).
+// inUse lists the identities a slot uses or holds jobs in.
+func (f *reliableFetch) inUse() map[*listIdent]bool {
+	in := map[*listIdent]bool{}
+	for _, s := range f.slots {
+		s.uses(in)
+	}
+	return in
+}
+
+// oldestWait returns since when the round or acknowledgement that has
+// waited longest has been on its way (0 when none is).
 func (f *reliableFetch) oldestWait() int64 {
 	oldest := f.acker.waitingSince()
-	for _, fp := range f.pipes.list {
-		oldest = earliest(earliest(oldest, fp.waitingSince.Load()), fp.acking.Load())
+	for i := range f.taking {
+		oldest = earliest(oldest, f.taking[i].Load())
 	}
 	return oldest
 }
 
-// slot is one concurrency slot: it moves a job to the in-progress list
-// through the pipes, runs it, and repeats until the server is quiet.
-func (f *reliableFetch) slot(i int, st *slotState) {
+// move is one slot's move in a round.
+type move struct {
+	slot *slotState
+	q    *queueState
+	seen uint64 // q.seen when picked
+	sl   *slotList
+	// setup: the round writes the identity's heartbeat and registers the
+	// list before the move.
+	hb, reg bool
+	// The outcome, once read: raw is the job moved (nil: the queue was
+	// empty), err an error reply.
+	done bool
+	raw  []byte
+	err  error
+}
+
+// round is a batch of moves, with the acknowledgements riding ahead of
+// them.
+type round struct {
+	acks  []ack
+	moves []move
+}
+
+// planMove fills m with a move for slot s from the queue the fetch order
+// gives; false when every queue is believed empty (or paused).
+func (f *reliableFetch) planMove(m *move, s *slotState, r *rand.Rand) bool {
+	q, seen := f.queues.pick(r)
+	if q == nil {
+		return false
+	}
+	sl := s.list(f.ids, q.key)
+	*m = move{slot: s, q: q, seen: seen, sl: sl}
+	f.ids.mu.Lock()
+	m.reg = sl.ident.lists[q.key] == ""
+	m.hb = !sl.ident.created
+	f.ids.mu.Unlock()
+	return true
+}
+
+// send writes a round (the acknowledgements, then each move with the
+// setup of a new list before it) in one write and reads the replies,
+// recording each moved job in its slot's mirror. It returns the first
+// error: a connection error leaves the moves not marked done unknown (the
+// round failed: failedRound); an error reply (a queue key that is not a
+// list, say) is only the move's.
+func (f *reliableFetch) send(c redis.Conn, rd *round) error {
+	corked := redisx.Cork(c)
+	for i := range rd.acks {
+		rd.acks[i].send(c)
+	}
+	for _, m := range rd.moves {
+		if m.hb {
+			c.Send("SET", m.sl.ident.hbKey, f.life.hbValue, "EX", wire.HeartbeatTTL)
+		}
+		if m.reg {
+			c.Send("SADD", wire.KeyWorkingLists, m.sl.key)
+		}
+		if f.moveOK {
+			c.Send("LMOVE", m.sl.move...)
+		} else {
+			c.Send("RPOPLPUSH", m.sl.rpl...)
+		}
+	}
+	t := time.AfterFunc(stallAfter, func() { f.cfg.Outage.Stalled(stallAfter) })
+	defer t.Stop()
+	err := c.Flush()
+	if corked != nil {
+		if uerr := corked.Uncork(); err == nil {
+			err = uerr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	for i := range rd.acks {
+		v, err := c.Receive()
+		if err != nil {
+			return err
+		}
+		rd.acks[i].checked(f, v)
+	}
+	var replyErr error
+	for i := range rd.moves {
+		m := &rd.moves[i]
+		for range btoi(m.hb) + btoi(m.reg) {
+			v, err := c.Receive()
+			if err != nil {
+				return err
+			}
+			if e, ok := v.(redis.Error); ok && replyErr == nil {
+				replyErr = e
+			}
+		}
+		if m.hb || m.reg {
+			f.ids.mu.Lock()
+			m.sl.ident.created = true
+			m.sl.ident.lists[m.q.key] = m.sl.key
+			f.ids.mu.Unlock()
+		}
+		v, err := c.Receive()
+		if err != nil {
+			return err
+		}
+		m.done = true
+		switch v := v.(type) {
+		case []byte:
+			m.raw = v
+		case nil:
+			m.q.markEmpty(m.seen)
+		case redis.Error:
+			m.err = v
+			if replyErr == nil {
+				replyErr = v
+			}
+		}
+	}
+	return replyErr
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// unit records a moved job in its slot's mirror and returns its unit.
+func (f *reliableFetch) unit(m *move) Unit {
+	h := m.slot.moved(m.sl, m.raw)
+	return Unit{Queue: m.q.name, Raw: m.raw, list: m.sl.key, held: h, slot: m.slot}
+}
+
+// taker is one taker goroutine. The takers share the idle-slot tokens:
+// each moves at most one job per token it holds, into that slot's list,
+// and hands the job to the slot.
+func (f *reliableFetch) taker(taking *atomic.Int64, g *gathering, seed uint64) {
+	cfg := f.cfg
+	r := NewRand(seed)
+	fc := &conn{cfg: cfg}
+	defer fc.close()
+	var slots []int
+	rd := &round{}
+	full := false // the last round moved a job for every slot it had
+	defer taking.Store(0)
+	for {
+		taking.Store(0)
+		if !f.waitTakeable() {
+			return
+		}
+		slots = slots[:0]
+		select {
+		case i := <-f.idle:
+			slots = append(slots, i)
+		case <-cfg.Quiet:
+			return
+		}
+		slots = f.gather(g, full, slots)
+		taking.Store(time.Now().UnixNano())
+		if cfg.quiet() || !fc.ready() {
+			f.giveBack(slots)
+			return
+		}
+		rd.moves = rd.moves[:0]
+		for _, i := range slots {
+			var m move
+			if f.planMove(&m, f.slots[i], r) {
+				rd.moves = append(rd.moves, m)
+			} else {
+				f.idle <- i
+			}
+		}
+		if len(rd.moves) == 0 {
+			taking.Store(0)
+			if !f.park() {
+				return
+			}
+			continue
+		}
+		rd.acks = f.acker.steal(rd.acks[:0], rideMax, taking)
+		err := f.send(fc.c, rd)
+		got := 0
+		for i := range rd.moves {
+			m := &rd.moves[i]
+			switch {
+			case m.raw != nil:
+				got++
+				f.deliver(m)
+			case m.done || err == nil:
+				f.idle <- m.slot.i
+			}
+		}
+		clear(rd.acks)
+		if err != nil && !isReply(err) {
+			taking.Store(0)
+			f.failedRound(rd)
+			clear(rd.moves)
+			if !fc.failed(err) {
+				return
+			}
+			continue
+		}
+		clear(rd.moves)
+		if err != nil {
+			// An error reply (a queue key that is not a list, say) backs
+			// off as an outage does, instead of spinning.
+			cfg.Outage.Failed(err)
+			if !cfg.sleepOrQuiet(time.Second) {
+				return
+			}
+			continue
+		}
+		fc.ok()
+		full = got == len(slots)
+	}
+}
+
+// isReply reports whether err is an error reply of Redis (the connection
+// is fine).
+func isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// deliver hands a moved job to its slot (or back to its queue when the
+// server went quiet meanwhile).
+func (f *reliableFetch) deliver(m *move) {
+	u := f.unit(m)
+	if f.cfg.quiet() {
+		f.Requeue([]Unit{u})
+		f.idle <- m.slot.i
+		return
+	}
+	m.slot.jobs <- u
+}
+
+// failedRound handles a round whose connection failed: the epoch ends (a
+// move or an acknowledgement may have run unseen), the acknowledgements go
+// again by value, and the slots whose moves were not read get their tokens
+// back.
+func (f *reliableFetch) failedRound(rd *round) {
+	f.drops.Add(1)
+	f.ids.bump()
+	f.acker.resend(rd.acks)
+	clear(rd.acks)
+	for _, m := range rd.moves {
+		if !m.done {
+			f.idle <- m.slot.i
+		}
+	}
+}
+
+// waitTakeable waits out a pause of every queue, and heartbeats not
+// confirmed for positionFresh (an outage, or a renewal that found them
+// gone: this process may have been taken for dead). It reports false
+// when the server went quiet.
+func (f *reliableFetch) waitTakeable() bool {
+	for {
+		if !f.cfg.Order.WaitUnpaused(f.cfg.Quiet) {
+			return false
+		}
+		if f.ids.fresh() {
+			return true
+		}
+		if !f.cfg.sleepOrQuiet(pausePoll) {
+			return false
+		}
+	}
+}
+
+// park waits until a waker sees a job (or a while, for a queue unpaused
+// meanwhile), or the server goes quiet (false).
+func (f *reliableFetch) park() bool {
+	woken := f.queues.wokeChan()
+	t := time.NewTimer(pausePoll)
+	defer t.Stop()
+	select {
+	case <-woken:
+	case <-t.C:
+	case <-f.cfg.Quiet:
+		return false
+	}
+	return true
+}
+
+// giveBack returns slot tokens.
+func (f *reliableFetch) giveBack(slots []int) {
+	for _, i := range slots {
+		f.idle <- i
+	}
+}
+
+// gatherFor is how long a taker waits for more idle slots when the last
+// round found work waiting: a round costs about the same for one job as
+// for twenty, so fuller rounds cost far less per job.
+const gatherFor = 100 * time.Microsecond
+
+// gathering is a taker's state across its gathers.
+type gathering struct {
+	// want is how many more tokens the taker waits for (0: it does not
+	// wait); the worker whose token makes that many signals enough.
+	want   atomic.Int32
+	enough chan struct{} // capacity 1
+	window time.Duration // gatherFor
+	timer  *time.Timer   // the window, reused
+}
+
+func (g *gathering) init(window time.Duration) {
+	g.enough = make(chan struct{}, 1)
+	g.window = window
+	g.timer = time.NewTimer(time.Hour)
+	g.timer.Stop()
+}
+
+// gather takes further idle-slot tokens: those free now and, when the
+// queues had work at the last round (busy), those freed within gatherFor,
+// up to half the slots. It returns slots with them appended.
+//
+// It does not wake for each token: it tells the workers how many it waits
+// for (want), and the worker whose token makes that many wakes it
+// (enough), so that a taker is parked and readied once per round, not
+// once per job.
+func (f *reliableFetch) gather(g *gathering, busy bool, slots []int) []int {
+	target := f.cfg.Concurrency / 2
+	max := f.cfg.Concurrency
+	armed := false
+	defer func() {
+		if armed {
+			g.want.Store(0)
+			g.timer.Stop()
+		}
+	}()
+	for {
+		slots = f.takeIdle(slots, max)
+		if !busy || len(slots) >= target || len(slots) >= max {
+			return slots
+		}
+		if !armed {
+			armed = true
+			g.timer.Reset(g.window)
+		}
+		// Set want before looking again: a worker that adds a token after
+		// the look sees want and signals.
+		g.want.Store(int32(target - len(slots)))
+		if len(f.idle) >= target-len(slots) {
+			continue
+		}
+		select {
+		case <-g.enough:
+		case <-g.timer.C:
+			return f.takeIdle(slots, max)
+		}
+	}
+}
+
+// takeIdle takes the tokens free now, up to max in slots.
+func (f *reliableFetch) takeIdle(slots []int, max int) []int {
+	for len(slots) < max {
+		select {
+		case i := <-f.idle:
+			slots = append(slots, i)
+		default:
+			return slots
+		}
+	}
+	return slots
+}
+
+// freed returns a worker's slot token and wakes a gathering taker once the
+// tokens it waits for are there.
+func (f *reliableFetch) freed(i int) {
+	f.idle <- i
+	for k := range f.gatherers {
+		g := &f.gatherers[k]
+		if w := g.want.Load(); w > 0 && len(f.idle) >= int(w) {
+			select {
+			case g.enough <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// worker is one concurrency slot: it runs the jobs it fetched ahead, else
+// the jobs a taker moved for it, until the takers are done.
+func (f *reliableFetch) worker(st *slotState) {
 	defer f.wg.Done()
 	cfg := f.cfg
-	r := NewRand(uint64(i))
-	tid := tidFor(i)
-	req := &fetchReq{cmds: make([]pipeCmd, 1), reply: make(chan fetchReply, 1)}
-	block := false // every queue was empty at the last try
-	// With one queue, every fetch is one of two commands: a move (LMOVE)
-	// while the queue has jobs, and the blocking move (BLMOVE) once it
-	// was found empty. Redis spends about half as long on the plain move
-	// (INFO commandstats during gojob bench: 0.64 against 1.22 µs a call).
-	var fixed, fixedNow pipeCmd
-	var fixedDecode func(any) (fetchReply, error)
-	if f.single {
-		keys := cfg.Order.Args(r)
-		fixed, fixedDecode = f.move(keys[0].(string))
-		fixedNow = f.moveNow(keys[0].(string))
-	}
-	ah := newAhead(f, st, r, fixedNow, fixedDecode)
+	tid := tidFor(st.i)
+	ah := newAhead(f, st, NewRand(uint64(cfg.Concurrency+st.i)))
 	defer ah.close()
 	for {
 		u, ok := ah.next() // fetched while an earlier job waited (FetchAhead)
 		if !ok {
-			if !cfg.Order.WaitUnpaused(cfg.Quiet) {
+			f.freed(st.i)
+			if u, ok = <-st.jobs; !ok {
 				return
 			}
-			var list string
-			switch {
-			case f.single && block:
-				req.cmds[0], req.decode = fixed, fixedDecode
-				list = fixed.args[1].(string)
-			case f.single:
-				req.cmds[0], req.decode = fixedNow, fixedDecode
-				list = fixed.args[1].(string)
-			case block:
-				keys := cfg.Order.Args(r)
-				req.cmds[0], req.decode = f.move(keys[0].(string))
-				list = req.cmds[0].args[1].(string)
-			default:
-				f.takeNow(req, r)
-			}
-			rep, ok := f.pipes.do(req)
-			if !ok {
-				return
-			}
-			if !f.fetched(&rep) {
-				// Found empty: block on the next try (after a blocking try
-				// that timed out, try every queue again).
-				block = !block && rep.done && rep.err == nil
-				continue
-			}
-			block = false
-			if list == "" {
-				list = f.lists[wire.QueueKey(rep.queue)]
-			}
-			st.hold(list, rep.raw)
-			u = Unit{Queue: rep.queue, Raw: rep.raw, list: list, slot: st}
 		}
 		if cfg.quiet() {
-			// Fetched after we were told to stop: back to the queue.
+			// Taken before the server went quiet, not started: back to
+			// the pop end of its queue.
 			f.Requeue([]Unit{u})
-			return
+			continue
 		}
-		ah.process(i, tid, u)
+		ah.process(st.i, tid, u)
 	}
-}
-
-// takeNow makes req the take script's fetch of one job from the first
-// non-empty queue in fetch order, without blocking.
-func (f *reliableFetch) takeNow(req *fetchReq, r *rand.Rand) {
-	keys := f.cfg.Order.Args(r)
-	keys = keys[:len(keys)-1] // the BRPOP timeout
-	args := make([]any, 0, 3+2*len(keys))
-	args = append(args, takeScript.Hash(), 2*len(keys))
-	args = append(args, keys...)
-	for _, k := range keys {
-		args = append(args, f.lists[k.(string)])
-	}
-	args = append(args, 1)
-	req.cmds[0] = pipeCmd{"EVALSHA", args}
-	req.decode = f.takeReply(keys)
-}
-
-// fetched reports whether rep brought a job, reloading the scripts when
-// Redis lost them.
-func (f *reliableFetch) fetched(rep *fetchReply) bool {
-	if rep.err != nil && strings.HasPrefix(rep.err.Error(), "NOSCRIPT") {
-		f.loadScripts()
-	}
-	return rep.ok
-}
-
-func (f *reliableFetch) loadScripts() {
-	_ = f.cfg.Writes.Do(func(conn redis.Conn) error {
-		for _, s := range []*redis.Script{takeScript, finishScript, requeueScript, recoverScript} {
-			if err := s.Load(conn); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-// move returns the blocking move of one job from queue key src to its
-// in-progress list, and the reader of its reply.
-func (f *reliableFetch) move(src string) (pipeCmd, func(any) (fetchReply, error)) {
-	list := f.lists[src]
-	timeout := any(Timeout)
-	if !f.single {
-		timeout = multiQueueIdle
-	}
-	cmd := pipeCmd{"BRPOPLPUSH", []any{src, list, timeout}}
-	if f.moveOK {
-		cmd = pipeCmd{"BLMOVE", []any{src, list, "RIGHT", "LEFT", timeout}}
-	}
-	return cmd, moveReply(wire.QueueName(src), list)
-}
-
-// moveNow returns the move of one job from queue key src to its
-// in-progress list that does not block (LMOVE; RPOPLPUSH on Redis < 6.2),
-// whose reply moveReply reads as move's.
-func (f *reliableFetch) moveNow(src string) pipeCmd {
-	list := f.lists[src]
-	if f.moveOK {
-		return pipeCmd{"LMOVE", []any{src, list, "RIGHT", "LEFT"}}
-	}
-	return pipeCmd{"RPOPLPUSH", []any{src, list}}
-}
-
-// moveReply reads a BLMOVE/BRPOPLPUSH reply: the job, or nil on timeout.
-func moveReply(queue, list string) func(v any) (fetchReply, error) {
-	return func(v any) (fetchReply, error) {
-		switch v := v.(type) {
-		case nil:
-			return fetchReply{}, nil
-		case redis.Error:
-			return fetchReply{}, v
-		case []byte:
-			return fetchReply{ok: true, queue: queue, raw: v}, nil
-		}
-		return fetchReply{}, errors.New("sidekiq: unexpected BLMOVE reply")
-	}
-}
-
-// takeReply reads the take script's reply for one job.
-func (f *reliableFetch) takeReply(keys []any) func(v any) (fetchReply, error) {
-	return func(v any) (fetchReply, error) {
-		jobs, err := takeJobs(v, keys)
-		if err != nil || len(jobs) == 0 {
-			return fetchReply{}, err
-		}
-		return fetchReply{ok: true, queue: jobs[0].Queue, raw: jobs[0].Raw}, nil
-	}
-}
-
-// takeJobs reads the take script's reply {i1, job1, …} as units of the
-// queues keys[i-1].
-func takeJobs(v any, keys []any) ([]Unit, error) {
-	if e, ok := v.(redis.Error); ok {
-		return nil, e
-	}
-	vals, err := redis.Values(v, nil)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Unit, 0, len(vals)/2)
-	for i := 0; i+1 < len(vals); i += 2 {
-		idx, err := redis.Int(vals[i], nil)
-		raw, err2 := redis.Bytes(vals[i+1], nil)
-		if err != nil || err2 != nil || idx < 1 || idx > len(keys) {
-			return nil, errors.New("sidekiq: unexpected reply of the take script")
-		}
-		out = append(out, Unit{Queue: wire.QueueName(keys[idx-1].(string)), Raw: raw})
-	}
-	return out, nil
 }
 
 // Finish queues a success's acknowledgement, or writes a failure's outcome
-// and takes the job out of the in-progress list in one script.
+// and takes the job out of its list in one script.
 func (f *reliableFetch) Finish(u Unit, o *Outcome) error {
-	if u.slot != nil {
-		defer u.slot.dropIf(u.Raw)
-	}
-	f.deferred.remove(u)
+	oldest := u.slot != nil && u.slot.release(u.held)
 	if o == nil {
-		return f.acker.add(u)
+		return f.acker.add(f.ackOf(u, oldest))
 	}
-	return finish(f.cfg, f.life, u, o)
+	return f.finish(u, o)
+}
+
+// ackOf is the acknowledgement of u: by position when it was the oldest
+// job of its list, its identity is of the current epoch and the
+// heartbeats are fresh; by value otherwise.
+func (f *reliableFetch) ackOf(u Unit, oldest bool) ack {
+	if oldest && u.held != nil && f.ids.current(u.held.sl.ident) && f.ids.fresh() {
+		return ack{list: u.list, raw: u.Raw, byPos: true, trim: u.held.sl.trim}
+	}
+	return ack{list: u.list, raw: u.Raw}
 }
 
 // FinishSuccesses queues the acknowledgements of successes together (see
 // acker.addMany).
 func (f *reliableFetch) FinishSuccesses(units []Unit) {
-	for _, u := range units {
-		if u.slot != nil {
-			u.slot.dropIf(u.Raw)
-		}
-		f.deferred.remove(u)
+	acks := make([]ack, len(units))
+	for i, u := range units {
+		oldest := u.slot != nil && u.slot.release(u.held)
+		acks[i] = f.ackOf(u, oldest)
 	}
-	f.acker.addMany(units)
+	f.acker.addMany(acks)
 }
 
 // finish runs the finish script for a failed (or unparsable) job.
-func finish(cfg *Config, life *reliableLife, u Unit, o *Outcome) error {
+func (f *reliableFetch) finish(u Unit, o *Outcome) error {
+	cfg := f.cfg
 	set, score, cutoff, maxJobs := u.list, "", "", ""
 	if o.Set != "" {
 		set, score = o.Set, wire.Score(o.At)
@@ -572,7 +676,7 @@ func finish(cfg *Config, life *reliableLife, u Unit, o *Outcome) error {
 	if o.Set == wire.KeyDead {
 		lim := wire.MorgueLimits{}.OrDefault()
 		cutoff = wire.FormatScore(wire.EpochSeconds(o.At) - lim.Timeout.Seconds())
-		maxJobs = fmt.Sprint(lim.MaxJobs)
+		maxJobs = strconv.Itoa(lim.MaxJobs)
 	}
 	var n int
 	err := cfg.Writes.Do(func(conn redis.Conn) error {
@@ -586,20 +690,19 @@ func finish(cfg *Config, life *reliableLife, u Unit, o *Outcome) error {
 		return fmt.Errorf("sidekiq: write to %s: %w", o.Set, err)
 	}
 	if n == 0 {
-		life.notOwned(u.list, u.Raw)
+		f.life.notOwned(u.list, u.Raw)
 	}
 	return nil
 }
 
-// Requeue moves unfinished jobs from the in-progress lists back to the pop
-// end of their queues, one script per list: a job already acknowledged or
+// Requeue moves unfinished jobs from their lists back to the pop end of
+// their queues, one script per list: a job already acknowledged or
 // recovered by another process is not pushed again.
 func (f *reliableFetch) Requeue(units []Unit) error {
 	for _, u := range units {
 		if u.slot != nil {
-			u.slot.dropIf(u.Raw)
+			u.slot.release(u.held)
 		}
-		f.deferred.remove(u)
 	}
 	return requeue(f.cfg, units)
 }
@@ -616,10 +719,10 @@ func requeue(cfg *Config, units []Unit) error {
 	return nil
 }
 
-// requeueUnits moves units from their in-progress lists back to the pop
-// end of their queues, one script per list, and returns how many it moved
-// (those still in their lists). A failure logs the jobs of the list it
-// could not requeue.
+// requeueUnits moves units from their lists back to the pop end of their
+// queues, one script per list, and returns how many it moved (those still
+// in their lists). A failure logs the jobs of the list it could not
+// requeue: they stay there and are recovered when this process is gone.
 func requeueUnits(cfg *Config, units []Unit) (int, error) {
 	type group struct {
 		list, queue string
@@ -656,23 +759,21 @@ func requeueUnits(cfg *Config, units []Unit) (int, error) {
 
 // Close sweeps the in-progress lists one last time (anything still there
 // is held by no slot: the server has requeued what it ran), then stops the
-// heartbeat and the recovery.
+// heartbeats and the recovery.
 func (f *reliableFetch) Close() {
-	f.deferred.close()
 	f.life.close()
 }
 
-// Defer marks u a success whose acknowledgement the server holds back, and
-// returns it so marked for the Finish that ends it: it stays held (not an
-// orphan for the own-list sweep) until then.
+// Defer marks u a success whose acknowledgement the server holds back,
+// and returns it so marked for the Finish that ends it: its slot keeps it
+// in its mirror (not an orphan for the own-list sweep) until then.
 func (f *reliableFetch) Defer(u Unit) Unit {
 	u.deferred = true
-	f.deferred.add(u)
 	return u
 }
 
-// heartbeatValue is the value of the reliable-fetch heartbeat key. Ruby's
-// gem only checks that the key exists; gojob reads the boot id and the
+// heartbeatValue is the value of the reliable-fetch heartbeat keys. Ruby's
+// gem only checks that a key exists; gojob reads the boot id and the
 // process's start time to tell, on the same host, that a predecessor whose
 // key has not expired yet is gone.
 func heartbeatValue() string {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,21 +38,15 @@ func reliableBundle(t *testing.T, rs *redistest.Server, mod func(*Config)) *fetc
 	})
 }
 
-// newReliable builds the fetch of mode ("reliable" or "reliable-batch").
-func newReliable(t *testing.T, b *fetchBundle, mode string) Fetcher {
+// newReliable builds the reliable fetch.
+func newReliable(t *testing.T, b *fetchBundle) *reliableFetch {
 	t.Helper()
-	var f Fetcher
-	var err error
-	if mode == "reliable" {
-		f, err = NewReliable(context.Background(), b.cfg)
-	} else {
-		f, err = NewReliableBatch(context.Background(), b.cfg)
-	}
+	f, err := NewReliable(context.Background(), b.cfg)
 	require.NoError(t, err)
-	return f
+	return f.(*reliableFetch)
 }
 
-// finishAll makes every processed job a success, as the server does.
+// finishWith makes every processed job a success, as the server does.
 func (b *fetchBundle) finishWith(f func() Fetcher) {
 	b.hook = func(u Unit) { f().Finish(u, nil) }
 }
@@ -63,27 +58,60 @@ func (b *fetchBundle) keys(t *testing.T, pattern string) []string {
 	return keys
 }
 
-// Every job moves through the in-progress list and is processed exactly
-// once; at stop nothing is left behind: no list, no registry entry, no
-// heartbeat.
+// inProgress returns the jobs in the test process's in-progress lists.
+func (b *fetchBundle) inProgress(t *testing.T) []string {
+	t.Helper()
+	return redistest.InProgress(t, b.conn, testIdentity)
+}
+
+// push LPUSHes jobs to queue:name, as Sidekiq's client does.
+func (b *fetchBundle) push(t *testing.T, name string, jobs ...string) {
+	t.Helper()
+	for _, j := range jobs {
+		b.conn.Send("LPUSH", wire.QueueKey(name), j)
+	}
+	_, err := b.conn.Do("")
+	require.NoError(t, err)
+}
+
+func jobIn(queue string, i int) string {
+	return fmt.Sprintf(`{"class":"Job","args":[],"jid":"%s%d","queue":"%s"}`, queue, i, queue)
+}
+
+// Every job moves through an in-progress list and is processed exactly
+// once, with one queue or several, strict or weighted, with LMOVE (Redis
+// 6.2+) or RPOPLPUSH; no job's bytes pass through a script. At stop
+// nothing is left behind: no list, no registry entry, no heartbeat.
 func TestReliableProcessesEachJobOnceAndLeavesNothing(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{"reliable", "reliable-batch"} {
-		t.Run(mode, func(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		queues []wire.QueueWeight
+		moveOK bool
+	}{
+		{"one queue", []wire.QueueWeight{{Name: "q0"}}, true},
+		{"strict", []wire.QueueWeight{{Name: "q0"}, {Name: "q1"}, {Name: "q2"}}, true},
+		{"weighted", []wire.QueueWeight{{Name: "q0", Weight: 3}, {Name: "q1", Weight: 2}, {Name: "q2", Weight: 1}}, true},
+		{"RPOPLPUSH", []wire.QueueWeight{{Name: "q0"}, {Name: "q1"}}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			b := reliableBundle(t, nil, func(c *Config) { c.Concurrency, c.Pipeline = 20, 8 })
+			qs := c.queues
+			b := reliableBundle(t, nil, func(cfg *Config) {
+				cfg.Concurrency = 20
+				cfg.Order = NewOrder(qs, wire.Version7)
+			})
 			const n = 3000
 			for i := 0; i < n; i++ {
-				b.conn.Send("LPUSH", "queue:default", fmt.Sprintf(`{"class":"Job","args":[],"jid":"j%d","queue":"default"}`, i))
+				b.conn.Send("LPUSH", wire.QueueKey(qs[i%len(qs)].Name), jobIn(qs[i%len(qs)].Name, i))
 			}
 			_, err := b.conn.Do("")
 			require.NoError(t, err)
-			var f Fetcher
+			var f *reliableFetch
 			b.finishWith(func() Fetcher { return f })
-			f = newReliable(t, b, mode)
-			hb, err := redis.String(b.conn.Do("GET", wire.ReliableHeartbeatKey(testIdentity)))
-			require.NoError(t, err, "the heartbeat is written before the first fetch")
-			require.Contains(t, hb, "gojob ")
+			f = newReliable(t, b)
+			f.moveOK = c.moveOK
+			f.queues.moveOK = c.moveOK
 			f.Start()
 			wait.For(t, "every job processed", func() bool { return b.processed() >= n })
 			b.quietNow()
@@ -95,49 +123,190 @@ func TestReliableProcessesEachJobOnceAndLeavesNothing(t *testing.T) {
 				require.Equal(t, 1, c, raw)
 			}
 			b.mu.Unlock()
-			require.Empty(t, b.keys(t, "working:*"), "the in-progress list is empty")
-			require.Empty(t, b.keys(t, "reliable-fetcher-heartbeat-*"), "the heartbeat is gone at stop")
+			require.Empty(t, b.keys(t, "working:*"), "the in-progress lists are empty")
+			require.Empty(t, b.keys(t, "reliable-fetcher-heartbeat-*"), "the heartbeats are gone at stop")
 			require.Empty(t, b.keys(t, wire.KeyWorkingLists))
-			for _, other := range []string{"brpop", "blmpop", "lpop", "rpop"} {
+			for _, other := range []string{"brpop", "blmpop", "evalsha", "eval"} {
 				require.Zero(t, redistest.CommandCalls(t, b.conn, other), other)
+			}
+			if c.moveOK {
+				require.Zero(t, redistest.CommandCalls(t, b.conn, "rpoplpush"))
+				require.GreaterOrEqual(t, redistest.CommandCalls(t, b.conn, "ltrim"), n/2, "most acknowledgements by position")
+			} else {
+				require.Equal(t, 1, redistest.CommandCalls(t, b.conn, "lmove"), "the probe only")
 			}
 		})
 	}
 }
 
-// With several queues, a job comes from the first non-empty queue in
-// strict order, and an idle slot still notices a job pushed to a queue
-// other than the first.
+// With several queues in strict order, a job comes from the first
+// non-empty queue; a job pushed to a queue ahead of the one being drained
+// is taken next; an idle slot notices at once a job pushed to the last
+// queue.
 func TestReliableSeveralQueuesInStrictOrder(t *testing.T) {
 	t.Parallel()
 	b := reliableBundle(t, nil, func(c *Config) {
-		c.Concurrency, c.Pipeline = 1, 1
-		c.Order = NewOrder([]wire.QueueWeight{{Name: "high"}, {Name: "low"}}, wire.Version7)
+		c.Concurrency = 1
+		c.Order = NewOrder([]wire.QueueWeight{{Name: "high"}, {Name: "mid"}, {Name: "low"}}, wire.Version7)
 	})
 	var order []string
 	var mu sync.Mutex
-	var f Fetcher
+	var f *reliableFetch
 	b.hook = func(u Unit) {
 		mu.Lock()
 		order = append(order, u.Queue+":"+string(u.Raw))
 		mu.Unlock()
+		if string(u.Raw) == "l1" {
+			// While the low queue drains, a job arrives in the high one
+			// (believed empty by now): its waker sees it before l2.
+			b.push(t, "high", "h3")
+			wait.For(t, "the high queue's waker", func() bool { return !f.queues.list[0].empty.Load() })
+		}
 		f.Finish(u, nil)
 	}
-	_, err := b.conn.Do("LPUSH", "queue:low", "l1", "l2")
-	require.NoError(t, err)
-	_, err = b.conn.Do("LPUSH", "queue:high", "h1", "h2")
-	require.NoError(t, err)
-	f = newReliable(t, b, "reliable")
+	b.push(t, "low", "l1", "l2")
+	b.push(t, "high", "h1", "h2")
+	f = newReliable(t, b)
 	b.start(t, f)
 	t.Cleanup(f.Close)
-	wait.For(t, "four jobs", func() bool { return b.processed() == 4 })
+	wait.For(t, "five jobs", func() bool { return b.processed() == 5 })
 	mu.Lock()
-	require.Equal(t, []string{"high:h1", "high:h2", "low:l1", "low:l2"}, order)
+	require.Equal(t, []string{"high:h1", "high:h2", "low:l1", "high:h3", "low:l2"}, order)
 	mu.Unlock()
-	// Idle now: a job on the second queue is still picked up.
-	_, err = b.conn.Do("LPUSH", "queue:low", "l3")
+	// Idle now: a job on the last queue is picked up at once.
+	wait.For(t, "a waker blocked on every queue", func() bool {
+		return redistest.BlockedIn(t, b.conn, "CLIENT", "blmove") == 3
+	})
+	start := time.Now()
+	b.push(t, "low", "l3")
+	wait.For(t, "the job pushed to the last queue", func() bool { return b.processed() == 6 })
+	require.Less(t, time.Since(start), time.Second, "picked up by a waker, not a poll")
+	require.Empty(t, b.queue(t, "low"))
+}
+
+// Weighted queues: each job comes from a queue drawn by weight among the
+// non-empty ones, as Sidekiq's per-fetch weighted shuffle picks it, so the
+// queues drain in proportion to their weights while all have jobs, and
+// an emptied queue's share goes to the others.
+func TestReliableWeightedQueuesDrainByWeight(t *testing.T) {
+	t.Parallel()
+	b := reliableBundle(t, nil, func(c *Config) {
+		c.Concurrency = 8
+		c.Order = NewOrder([]wire.QueueWeight{{Name: "heavy", Weight: 3}, {Name: "light", Weight: 1}, {Name: "tiny", Weight: 1}}, wire.Version7)
+	})
+	const n = 2000
+	for i := range n {
+		b.conn.Send("LPUSH", "queue:heavy", jobIn("heavy", i))
+		b.conn.Send("LPUSH", "queue:light", jobIn("light", i))
+	}
+	b.conn.Send("LPUSH", "queue:tiny", jobIn("tiny", 0))
+	_, err := b.conn.Do("")
 	require.NoError(t, err)
-	wait.Within(t, 3*time.Second, "the job pushed to the second queue", func() bool { return b.processed() == 5 })
+	var mu sync.Mutex
+	counts := map[string]int{}
+	var f *reliableFetch
+	b.hook = func(u Unit) {
+		mu.Lock()
+		counts[u.Queue]++
+		mu.Unlock()
+		f.Finish(u, nil)
+	}
+	f = newReliable(t, b)
+	b.start(t, f)
+	t.Cleanup(f.Close)
+	wait.For(t, "a thousand jobs", func() bool { return b.processed() >= 1000 })
+	b.quietNow()
+	f.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	// heavy's share of the two is 3/4; with about a thousand draws its
+	// standard deviation is 0.014, and 0.06 is over four of them.
+	share := float64(counts["heavy"]) / float64(counts["heavy"]+counts["light"])
+	require.InDelta(t, 0.75, share, 0.06, "heavy:light = %v", counts)
+	require.Equal(t, 1, counts["tiny"], "the tiny queue's one job ran early, its share then went to the others")
+}
+
+// A success is acknowledged by position (LTRIM of its list's oldest
+// entry), without sending the job back: its cost does not grow with the
+// payload.
+func TestReliableAcknowledgementSendsNoPayload(t *testing.T) {
+	t.Parallel()
+	b := reliableBundle(t, nil, func(c *Config) { c.Concurrency = 2 })
+	big := `{"class":"Job","args":["` + strings.Repeat("x", 10000) + `"],"jid":"big","queue":"default"}`
+	var f *reliableFetch
+	b.finishWith(func() Fetcher { return f })
+	f = newReliable(t, b)
+	mon := b.rs.StartMonitor(t)
+	b.start(t, f)
+	t.Cleanup(f.Close)
+	b.push(t, "default", big)
+	wait.For(t, "the job processed", func() bool { return b.processed() == 1 })
+	wait.For(t, "the in-progress list empty", func() bool { return len(b.inProgress(t)) == 0 })
+	var carriers, names []string
+	for _, l := range mon.Lines(t) {
+		names = append(names, strings.Fields(l)[0])
+		if strings.Contains(l, "xxxxxxxxxx") {
+			carriers = append(carriers, strings.Fields(l)[0])
+		}
+	}
+	require.Equal(t, []string{`"LPUSH"`}, carriers, "only the push sends the payload to Redis")
+	require.Contains(t, names, `"LTRIM"`)
+}
+
+// A job is acknowledged by position only when it is the oldest of its
+// list, its list identity is of the current epoch and the heartbeats are
+// fresh; otherwise by value.
+func TestPositionalAcknowledgementsOnlyWhenCertain(t *testing.T) {
+	t.Parallel()
+	b := reliableBundle(t, nil, nil)
+	f := newReliable(t, b)
+	t.Cleanup(f.Close)
+	s := f.slots[0]
+	sl := s.list(f.ids, "queue:default")
+	unit := func(raw string) Unit {
+		return Unit{Queue: "default", Raw: []byte(raw), list: sl.key, held: s.moved(sl, []byte(raw)), slot: s}
+	}
+	older, newer := unit("older"), unit("newer")
+	require.False(t, f.ackOf(newer, s.release(newer.held)).byPos, "not the oldest: by value")
+	k := f.ackOf(older, s.release(older.held))
+	require.True(t, k.byPos, "the oldest: by position")
+	require.Equal(t, []any{sl.key, 0, -2}, k.trim)
+
+	u := unit("x")
+	f.ids.bump()
+	require.False(t, f.ackOf(u, s.release(u.held)).byPos, "an identity of a past epoch: by value")
+	next := s.list(f.ids, "queue:default")
+	require.NotEqual(t, sl.key, next.key, "the slot's next move goes to a list of a new identity")
+
+	sl = next
+	u = unit("y")
+	f.ids.confirmed.Store(time.Now().Add(-time.Minute).UnixNano())
+	require.False(t, f.ackOf(u, s.release(u.held)).byPos, "heartbeats not confirmed lately: by value")
+}
+
+// A renewal of the heartbeats that finds one gone (this process was taken
+// for dead, or Redis lost its keys) ends the epoch: no position is trusted
+// any more.
+func TestRenewalFindingAHeartbeatGoneEndsTheEpoch(t *testing.T) {
+	t.Parallel()
+	b := reliableBundle(t, nil, nil)
+	var f *reliableFetch
+	b.finishWith(func() Fetcher { return f })
+	f = newReliable(t, b)
+	b.start(t, f)
+	t.Cleanup(f.Close)
+	halt(f.life)
+	b.push(t, "default", jobIn("default", 1))
+	wait.For(t, "the job processed", func() bool { return b.processed() == 1 })
+	hbs := b.keys(t, "reliable-fetcher-heartbeat-*")
+	require.NotEmpty(t, hbs, "every list identity has the gem's heartbeat key")
+	epoch := f.ids.epoch.Load()
+	f.life.beat()
+	require.Equal(t, epoch, f.ids.epoch.Load(), "every key in place")
+	_, err := b.conn.Do("DEL", hbs[0])
+	require.NoError(t, err)
+	f.life.beat()
+	require.Greater(t, f.ids.epoch.Load(), epoch)
 }
 
 // A failure's outcome is written only while the job is still in this
@@ -146,9 +315,9 @@ func TestReliableSeveralQueuesInStrictOrder(t *testing.T) {
 func TestReliableFinishWritesOnlyWhatItStillOwns(t *testing.T) {
 	t.Parallel()
 	b := reliableBundle(t, nil, nil)
-	f := newReliable(t, b, "reliable")
+	f := newReliable(t, b)
 	t.Cleanup(f.Close)
-	list := wire.WorkingListKey("default", testIdentity)
+	list := wire.WorkingListKey("default", testIdentity+"000001")
 	at := time.Unix(1795296600, 0)
 	_, err := b.conn.Do("LPUSH", list, "owned")
 	require.NoError(t, err)
@@ -178,21 +347,21 @@ func TestReliableFinishWritesOnlyWhatItStillOwns(t *testing.T) {
 func TestReliableRequeueCannotDuplicate(t *testing.T) {
 	t.Parallel()
 	b := reliableBundle(t, nil, nil)
-	f := newReliable(t, b, "reliable")
+	f := newReliable(t, b)
 	t.Cleanup(f.Close)
-	list := wire.WorkingListKey("default", testIdentity)
+	list := wire.WorkingListKey("default", testIdentity+"000001")
 	_, err := b.conn.Do("LPUSH", list, "a", "b")
 	require.NoError(t, err)
-	_, err = b.conn.Do("LPUSH", "queue:default", "newer")
-	require.NoError(t, err)
+	b.push(t, "default", "newer")
 	units := []Unit{{Queue: "default", Raw: []byte("a"), list: list}, {Queue: "default", Raw: []byte("gone"), list: list}, {Queue: "default", Raw: []byte("b"), list: list}}
 	require.NoError(t, f.Requeue(units))
 	require.Equal(t, []string{"newer", "a", "b"}, b.queue(t, "default"), "requeued at the pop end, b popped first")
 	require.Empty(t, b.keys(t, list))
 }
 
-// deadList writes the in-progress list of another process.
-func deadList(t *testing.T, b *fetchBundle, identity string, jobs ...string) string {
+// deadList writes the in-progress list of another process; registered,
+// as gojob's are, or not, as the gem's are not.
+func deadList(t *testing.T, b *fetchBundle, identity string, register bool, jobs ...string) string {
 	t.Helper()
 	list := wire.WorkingListKey("default", identity)
 	for _, j := range jobs {
@@ -200,8 +369,10 @@ func deadList(t *testing.T, b *fetchBundle, identity string, jobs ...string) str
 		_, err := b.conn.Do("LPUSH", list, j)
 		require.NoError(t, err)
 	}
-	_, err := b.conn.Do("SADD", wire.KeyWorkingLists, list)
-	require.NoError(t, err)
+	if register {
+		_, err := b.conn.Do("SADD", wire.KeyWorkingLists, list)
+		require.NoError(t, err)
+	}
 	return list
 }
 
@@ -211,31 +382,42 @@ func job(jid string) string {
 
 // The jobs of a process that is gone go back to the pop end of their
 // queue with their original bytes, oldest first, before the jobs pushed
-// meanwhile; the list and its registry entry go away. Live owners (either
+// meanwhile; the list and its registry entry go away. The gem's lists,
+// found by a SCAN, are recovered the same way. Live owners (either
 // heartbeat present) are never touched.
 func TestRecoveryPushesOrphansBackBeforeNewerJobs(t *testing.T) {
 	t.Parallel()
 	b := reliableBundle(t, nil, nil)
-	f := newReliable(t, b, "reliable")
+	f := newReliable(t, b)
 	t.Cleanup(f.Close)
-	life := f.(*reliableFetch).life
+	life := f.life
 	halt(life)
-	dead := deadList(t, b, "gone:1:aaaaaaaaaaaa", job("old"), job("young"))
-	liveGLF := deadList(t, b, "ruby:2:bbbbbbbbbbbb", job("ruby-running"))
+	dead := deadList(t, b, "gone:1:aaaaaaaaaaaa000001", true, job("old"), job("young"))
+	liveGLF := deadList(t, b, "ruby:2:bbbbbbbbbbbb", true, job("ruby-running"))
 	_, err := b.conn.Do("SET", wire.ReliableHeartbeatKey("ruby:2:bbbbbbbbbbbb"), "1", "EX", 60)
 	require.NoError(t, err)
-	liveSidekiq := deadList(t, b, "go:3:cccccccccccc", job("go-running"))
+	liveSidekiq := deadList(t, b, "go:3:cccccccccccc", true, job("go-running"))
 	_, err = b.conn.Do("HSET", "go:3:cccccccccccc", "info", "{}")
 	require.NoError(t, err)
-	_, err = b.conn.Do("LPUSH", "queue:default", "newer")
-	require.NoError(t, err)
+	rubyGone := deadList(t, b, "ruby:4:dddddddddddd", false, job("ruby-old"), job("ruby-young"))
+	b.push(t, "default", "newer")
 
+	// The SCAN for the gem's lists is due (the pass at start took the
+	// cluster-wide lease).
+	life.lastScan = time.Time{}
+	_, err = b.conn.Do("DEL", wire.KeyRecoveryScanLock)
+	require.NoError(t, err)
 	require.NoError(t, life.pass(nil))
-	require.Equal(t, []string{"newer", job("young"), job("old")}, b.queue(t, "default"), "old is popped first")
+	q := b.queue(t, "default")
+	require.ElementsMatch(t, []string{"newer", job("young"), job("old"), job("ruby-young"), job("ruby-old")}, q)
+	require.Equal(t, "newer", q[0])
+	require.Less(t, indexOf(q, job("young")), indexOf(q, job("old")), "old is popped first")
+	require.Less(t, indexOf(q, job("ruby-young")), indexOf(q, job("ruby-old")), "ruby-old is popped first")
 	require.Empty(t, b.keys(t, dead))
+	require.Empty(t, b.keys(t, rubyGone))
 	registered, err := redis.Strings(b.conn.Do("SMEMBERS", wire.KeyWorkingLists))
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{liveGLF, liveSidekiq, wire.WorkingListKey("default", testIdentity)}, registered)
+	require.ElementsMatch(t, []string{liveGLF, liveSidekiq}, registered)
 	n, err := redis.Int(b.conn.Do("LLEN", liveGLF))
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "a list whose gem heartbeat lives is left alone")
@@ -247,6 +429,15 @@ func TestRecoveryPushesOrphansBackBeforeNewerJobs(t *testing.T) {
 	require.Equal(t, 1, count)
 }
 
+func indexOf(xs []string, x string) int {
+	for i, v := range xs {
+		if v == x {
+			return i
+		}
+	}
+	return -1
+}
+
 // Several processes recovering the same list at the same moment move each
 // job exactly once.
 func TestConcurrentRecoveryMovesEachJobOnce(t *testing.T) {
@@ -256,23 +447,23 @@ func TestConcurrentRecoveryMovesEachJobOnce(t *testing.T) {
 	var b *fetchBundle
 	for i := range 6 {
 		bi := reliableBundle(t, rs, func(c *Config) { c.Identity = fmt.Sprintf("rec%d:%d:0123456789ab", i, 100+i) })
-		f := newReliable(t, bi, "reliable")
+		f := newReliable(t, bi)
 		t.Cleanup(f.Close)
-		halt(f.(*reliableFetch).life)
-		lives = append(lives, f.(*reliableFetch).life)
+		halt(f.life)
+		lives = append(lives, f.life)
 		b = bi
 	}
 	var jobs []string
 	for i := range 300 {
 		jobs = append(jobs, job(fmt.Sprintf("c%03d", i)))
 	}
-	deadList(t, b, "crashed:9:dddddddddddd", jobs...)
+	list := deadList(t, b, "crashed:9:dddddddddddd", true, jobs...)
 	var wg sync.WaitGroup
 	for _, l := range lives {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := l.recoverList(wire.WorkingListKey("default", "crashed:9:dddddddddddd"))
+			_, err := l.recoverList(list, false)
 			require.NoError(t, err)
 		}()
 	}
@@ -291,14 +482,14 @@ func TestRecoveryBuriesPoisonPills(t *testing.T) {
 		c.Died = func(j *wire.Job, err error) { died = append(died, j.JID()+": "+err.Error()) }
 		c.Stats = stats
 	})
-	f := newReliable(t, b, "reliable")
+	f := newReliable(t, b)
 	t.Cleanup(f.Close)
-	life := f.(*reliableFetch).life
+	life := f.life
 	halt(life)
 	_, err := b.conn.Do("SET", wire.RecoveryCountKey("pill"), 2)
 	require.NoError(t, err)
 	ruby := `{"retry":true,"queue":"default","class":"Job","args":[],"jid":"ruby-pill","interrupted_count":2}`
-	deadList(t, b, "gone:1:aaaaaaaaaaaa", job("pill"), ruby, job("fine"))
+	deadList(t, b, "gone:1:aaaaaaaaaaaa", true, job("pill"), ruby, job("fine"))
 	require.NoError(t, life.pass(nil))
 	require.Equal(t, []string{job("fine")}, b.queue(t, "default"))
 	dead, err := redis.Strings(b.conn.Do("ZRANGE", wire.KeyDead, 0, -1))
@@ -326,9 +517,9 @@ func TestRecoveryBuriesPoisonPills(t *testing.T) {
 func TestRecoveryTakesSameHostPredecessorsAtOnce(t *testing.T) {
 	t.Parallel()
 	b := reliableBundle(t, nil, nil)
-	f := newReliable(t, b, "reliable")
+	f := newReliable(t, b)
 	t.Cleanup(f.Close)
-	life := f.(*reliableFetch).life
+	life := f.life
 	halt(life)
 	boot := procstat.BootID()
 	sleeper := exec.Command("sleep", "30")
@@ -339,45 +530,55 @@ func TestRecoveryTakesSameHostPredecessorsAtOnce(t *testing.T) {
 		identity, hb string
 		gone         bool
 	}{
-		{fmt.Sprintf("h:%d:aaaaaaaaaaaa", os.Getpid()), "gojob " + boot + " 1", true},
-		{fmt.Sprintf("h:%d:ffffffffffff", os.Getpid()), "gojob " + boot + " " + procstat.StartTime(os.Getpid()), false},
-		{fmt.Sprintf("h:%d:bbbbbbbbbbbb", spid), "gojob " + boot + " " + procstat.StartTime(spid), false},
-		{fmt.Sprintf("h:%d:cccccccccccc", spid), "gojob " + boot + " 99", true},
+		{fmt.Sprintf("h:%d:aaaaaaaaaaaa000001", os.Getpid()), "gojob " + boot + " 1", true},
+		{fmt.Sprintf("h:%d:ffffffffffff000001", os.Getpid()), "gojob " + boot + " " + procstat.StartTime(os.Getpid()), false},
+		{fmt.Sprintf("h:%d:bbbbbbbbbbbb000001", spid), "gojob " + boot + " " + procstat.StartTime(spid), false},
+		{fmt.Sprintf("h:%d:cccccccccccc000001", spid), "gojob " + boot + " 99", true},
 		{fmt.Sprintf("h:%d:dddddddddddd", spid), "gojob other-boot 99", false},
 		{fmt.Sprintf("h:%d:eeeeeeeeeeee", spid), "1", false},
 	}
 	for _, c := range cases {
-		list := deadList(t, b, c.identity, job(c.identity))
+		list := deadList(t, b, c.identity, true, job(c.identity))
 		_, err := b.conn.Do("SET", wire.ReliableHeartbeatKey(c.identity), c.hb, "EX", 60)
 		require.NoError(t, err)
-		moved, err := life.recoverList(list)
+		require.NoError(t, life.pass(nil))
+		n, err := redis.Int(b.conn.Do("LLEN", list))
 		require.NoError(t, err)
-		require.Equal(t, c.gone, moved == 1, c.identity+" "+c.hb)
+		require.Equal(t, c.gone, n == 0, c.identity+" "+c.hb)
 	}
 }
 
-// A fetch whose connection was dropped may still have moved a job that no
-// slot holds; the sweep of the own list puts it back after two looks, and
+// ownList gives slot s a list of the current epoch for queue:default, as
+// its first move would, and returns it.
+func ownList(f *reliableFetch, s *slotState) (*slotList, string) {
+	sl := s.list(f.ids, "queue:default")
+	f.ids.mu.Lock()
+	sl.ident.lists["queue:default"] = sl.key
+	sl.ident.created = true
+	f.ids.mu.Unlock()
+	return sl, sl.key
+}
+
+// A move whose reply was lost may have put a job in a list that no slot
+// holds; the sweep of the own lists puts it back after two looks, and
 // never touches a job a slot holds.
 func TestSweepRequeuesOwnJobsNoSlotHolds(t *testing.T) {
 	t.Parallel()
 	b := reliableBundle(t, nil, nil)
-	f := newReliable(t, b, "reliable")
+	f := newReliable(t, b)
 	t.Cleanup(f.Close)
-	life := f.(*reliableFetch).life
+	life := f.life
 	halt(life)
-	list := wire.WorkingListKey("default", testIdentity)
-	held := &slotState{}
-	held.hold(list, []byte("running"))
+	sl, list := ownList(f, f.slots[0])
+	f.slots[0].moved(sl, []byte("running"))
 	var dropped int64
-	life.holders = func() map[string]map[string]int { m := map[string]map[string]int{}; held.held(m); return m }
 	life.dropped = func() int64 { return dropped }
 	life.waitingSince = func() int64 { return 0 }
 	life.sweepDelay = 0
 	_, err := b.conn.Do("LPUSH", list, "running", "stray")
 	require.NoError(t, err)
 	require.NoError(t, life.sweepOwn(false))
-	require.Empty(t, b.queue(t, "default"), "nothing without a dropped connection")
+	require.Empty(t, b.queue(t, "default"), "nothing without a failed round trip")
 	dropped = 1
 	require.NoError(t, life.sweepOwn(false)) // first look
 	require.Empty(t, b.queue(t, "default"))
@@ -388,24 +589,61 @@ func TestSweepRequeuesOwnJobsNoSlotHolds(t *testing.T) {
 	require.Equal(t, []string{"running"}, vals)
 }
 
+// The identities of past epochs go once no slot uses them and their lists
+// are empty: their heartbeats are deleted and their lists leave the
+// registry.
+func TestSweepRetiresIdentitiesOfPastEpochs(t *testing.T) {
+	t.Parallel()
+	b := reliableBundle(t, nil, nil)
+	f := newReliable(t, b)
+	t.Cleanup(f.Close)
+	life := f.life
+	halt(life)
+	s := f.slots[0]
+	sl, list := ownList(f, s)
+	li := sl.ident
+	h := s.moved(sl, []byte("running"))
+	_, err := b.conn.Do("LPUSH", list, "running")
+	require.NoError(t, err)
+	b.conn.Send("SET", li.hbKey, "x")
+	b.conn.Send("SADD", wire.KeyWorkingLists, list)
+	_, err = b.conn.Do("")
+	require.NoError(t, err)
+	f.ids.bump()
+	s.identity(f.ids) // the slot's next move: a new identity
+	require.NoError(t, life.sweepOwn(false))
+	require.Len(t, b.keys(t, li.hbKey), 1, "still holding a job")
+	s.release(h)
+	_, err = b.conn.Do("LTRIM", list, 1, 0)
+	require.NoError(t, err)
+	require.NoError(t, life.sweepOwn(false))
+	require.Empty(t, b.keys(t, li.hbKey))
+	registered, err := redis.Strings(b.conn.Do("SMEMBERS", wire.KeyWorkingLists))
+	require.NoError(t, err)
+	require.NotContains(t, registered, list)
+	require.NotContains(t, f.ids.snapshot(), li)
+}
+
 // The keys are the gitlab-sidekiq-fetcher gem's, which its own regexes
-// parse (queue names may hold colons).
+// parse (queue names may hold colons), list identities included.
 func TestWorkingListKeysParseAsTheGemDoes(t *testing.T) {
 	t.Parallel()
+	ids := newIdents(testIdentity)
+	li := ids.create()
 	for _, q := range []string{"default", "namespace:deeper:assigned"} {
-		key := wire.WorkingListKey(q, testIdentity)
-		require.Equal(t, "working:queue:"+q+":"+testIdentity, key)
+		key := li.listKey(wire.QueueKey(q))
+		require.Equal(t, "working:queue:"+q+":"+testIdentity+"000001", key)
 		gotQ, id, ok := wire.ParseWorkingListKey(key)
 		require.True(t, ok)
 		require.Equal(t, q, gotQ)
-		require.Equal(t, testIdentity, id)
+		require.Equal(t, li.id, id)
 	}
 	_, id, ok := wire.ParseWorkingListKey("working:queue:default:oldhost:77")
 	require.True(t, ok, "the gem's legacy host:pid identities")
 	require.Equal(t, "oldhost:77", id)
 	_, _, ok = wire.ParseWorkingListKey("working:queue:default:host:1:abc:extra")
 	require.False(t, ok)
-	require.Equal(t, "reliable-fetcher-heartbeat-testhost-4242-0123456789ab", wire.ReliableHeartbeatKey(testIdentity))
+	require.Equal(t, "reliable-fetcher-heartbeat-testhost-4242-0123456789ab000001", li.hbKey)
 }
 
 // A success whose acknowledgement the server holds back (a durable job
@@ -415,48 +653,59 @@ func TestWorkingListKeysParseAsTheGemDoes(t *testing.T) {
 // the job it runs now.
 func TestSweepKeepsJobsWhoseAcknowledgementIsHeldBack(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{"reliable", "reliable-batch"} {
-		t.Run(mode, func(t *testing.T) {
-			t.Parallel()
-			b := reliableBundle(t, nil, nil)
-			f := newReliable(t, b, mode)
-			t.Cleanup(f.Close)
-			var life *reliableLife
-			var st *slotState
-			var held func() map[string]map[string]int
-			switch f := f.(type) {
-			case *reliableFetch:
-				life, st, held = f.life, f.slots[0], f.held
-			case *reliableBatch:
-				life, st, held = f.base.life, f.workers[0], f.held
-			}
-			halt(life)
-			list := wire.WorkingListKey("default", testIdentity)
-			var dropped int64
-			life.dropped = func() int64 { return dropped }
-			life.waitingSince = func() int64 { return 0 }
-			life.sweepDelay = 0
-			_, err := b.conn.Do("LPUSH", list, "finished", "running", "stray")
-			require.NoError(t, err)
+	b := reliableBundle(t, nil, nil)
+	f := newReliable(t, b)
+	t.Cleanup(f.Close)
+	life, st := f.life, f.slots[0]
+	halt(life)
+	sl, list := ownList(f, st)
+	var dropped int64
+	life.dropped = func() int64 { return dropped }
+	life.waitingSince = func() int64 { return 0 }
+	life.sweepDelay = 0
+	_, err := b.conn.Do("LPUSH", list, "finished", "running", "stray")
+	require.NoError(t, err)
 
-			done := []byte("finished")
-			st.hold(list, done)
-			u := Unit{Queue: "default", Raw: done, list: list, slot: st}
-			u = f.(interface{ Defer(Unit) Unit }).Defer(u)
-			st.hold(list, []byte("running")) // the slot's next job
+	u := Unit{Queue: "default", Raw: []byte("finished"), list: list, held: st.moved(sl, []byte("finished")), slot: st}
+	u = f.Defer(u)
+	st.moved(sl, []byte("running")) // the slot's next job
 
-			dropped = 1
-			require.NoError(t, life.sweepOwn(false)) // first look
-			require.NoError(t, life.sweepOwn(false)) // second look
-			require.Equal(t, []string{"stray"}, b.queue(t, "default"))
-			vals, err := redis.Strings(b.conn.Do("LRANGE", list, 0, -1))
-			require.NoError(t, err)
-			require.ElementsMatch(t, []string{"finished", "running"}, vals)
+	dropped = 1
+	require.NoError(t, life.sweepOwn(false)) // first look
+	require.NoError(t, life.sweepOwn(false)) // second look
+	require.Equal(t, []string{"stray"}, b.queue(t, "default"))
+	vals, err := redis.Strings(b.conn.Do("LRANGE", list, 0, -1))
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"finished", "running"}, vals)
 
-			require.NoError(t, f.Finish(u, nil)) // the late acknowledgement
-			now := held()
-			require.Equal(t, 1, now[list]["running"], "the slot still holds the job it runs")
-			require.Zero(t, now[list]["finished"], "the acknowledged job is no longer held")
-		})
-	}
+	require.NoError(t, f.Finish(u, nil)) // the late acknowledgement
+	now := f.held()
+	require.Equal(t, 1, now[list]["running"], "the slot still holds the job it runs")
+	require.Zero(t, now[list]["finished"], "the acknowledged job is no longer held")
+}
+
+// A paused queue's waker does not wake the takers for jobs they may not
+// take, and the paused queue keeps its jobs.
+func TestReliablePausedQueueKeepsItsJobsAndWakesNobody(t *testing.T) {
+	t.Parallel()
+	b := reliableBundle(t, nil, func(c *Config) {
+		c.Concurrency = 2
+		c.Order = NewOrder([]wire.QueueWeight{{Name: "open"}, {Name: "held"}}, wire.Version7)
+	})
+	b.cfg.Order.SetPaused([]string{"held"})
+	var f *reliableFetch
+	b.finishWith(func() Fetcher { return f })
+	f = newReliable(t, b)
+	b.start(t, f)
+	t.Cleanup(f.Close)
+	b.push(t, "held", "h1")
+	b.push(t, "open", "o1")
+	wait.For(t, "the open queue's job", func() bool { return b.processed() == 1 })
+	before := redistest.CommandCalls(t, b.conn, "lmove")
+	time.Sleep(300 * time.Millisecond)
+	after := redistest.CommandCalls(t, b.conn, "lmove")
+	require.LessOrEqual(t, after-before, 2, "no move spins on the paused queue")
+	require.Equal(t, []string{"h1"}, b.queue(t, "held"))
+	b.cfg.Order.SetPaused(nil)
+	wait.For(t, "the resumed queue's job", func() bool { return b.processed() == 2 })
 }

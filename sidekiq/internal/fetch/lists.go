@@ -1,0 +1,277 @@
+package fetch
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+// The reliable fetch's in-progress lists. Each slot moves its jobs into
+// lists of its own, one per queue, named in the gitlab-sidekiq-fetcher
+// gem's layout (working:queue:<q>:<identity>) after a list identity
+// "<host>:<pid>:<process nonce><sequence>" that the slot alone uses. A
+// slot knows exactly what its lists hold and in which order (its mirror:
+// the jobs it took into each, oldest first), so it acknowledges the oldest
+// job of a list by position, `LTRIM list 0 -2`, without sending the job's
+// bytes back; any other job leaves by value, `LREM list -1 job`.
+//
+// A position is only right while nobody else has touched the list, so a
+// slot acknowledges by position only while both of these hold, and by
+// value otherwise:
+//
+//   - its identity belongs to the current epoch. Any failed round trip of
+//     the fetch (a move whose reply was lost may have put a job in a list
+//     that no mirror knows; a lost LTRIM may or may not have run; a
+//     restarted Redis has lost or rolled back its lists) ends the epoch:
+//     from then on every slot takes into lists of a fresh identity, and
+//     the jobs still in the old lists leave by value. The sweep of the own
+//     lists finds what no mirror knows.
+//   - the identity's heartbeat was confirmed within positionFresh. Other
+//     processes recover a list only when its heartbeat key has expired, 60
+//     s after the last renewal; every renewal reads the previous value,
+//     and one that finds a key gone ends the epoch, so that jobs taken
+//     after a recovery never share a list with stale positions.
+//
+// The keys stay the gem's, so Ruby processes using it recover gojob's
+// orphans and gojob recovers theirs: every list identity has its
+// reliable-fetcher-heartbeat key, renewed every heartbeatInterval.
+
+// positionFresh is how recently the heartbeats must have been confirmed
+// for a slot to acknowledge by position, and for the takers to move jobs:
+// well inside the heartbeat's 60 s, so that no other process may have
+// taken the lists for orphans.
+const positionFresh = 20 * time.Second
+
+// listIdent is one identity a slot's lists are named after.
+type listIdent struct {
+	id    string // "<host>:<pid>:<hex>"
+	hbKey string
+	epoch uint64
+	// lists are its lists registered in wire.KeyWorkingLists, by queue
+	// key (the taker that first moves into one registers it in the same
+	// round trip, before the move).
+	lists map[string]string
+	// created: its heartbeat was written (renewals include it from then).
+	created bool
+}
+
+// listKey returns the identity's list for queue key q.
+func (id *listIdent) listKey(q string) string {
+	return wire.WorkingListKey(wire.QueueName(q), id.id)
+}
+
+// idents are a fetch's list identities and its epoch.
+type idents struct {
+	base  string // "<host>:<pid>:<nonce>"
+	epoch atomic.Uint64
+	// confirmed is when the last renewal that found every heartbeat in
+	// place was sent (unix nanoseconds).
+	confirmed atomic.Int64
+
+	mu   sync.Mutex
+	next uint64
+	live []*listIdent
+}
+
+func newIdents(identity string) *idents {
+	ids := &idents{base: identity}
+	ids.confirmed.Store(time.Now().UnixNano())
+	return ids
+}
+
+// fresh reports whether the heartbeats were confirmed recently enough for
+// positions and moves.
+func (ids *idents) fresh() bool {
+	return time.Since(time.Unix(0, ids.confirmed.Load())) < positionFresh
+}
+
+// create returns a new identity of the current epoch.
+func (ids *idents) create() *listIdent {
+	ids.mu.Lock()
+	defer ids.mu.Unlock()
+	ids.next++
+	id := fmt.Sprintf("%s%06x", ids.base, ids.next)
+	li := &listIdent{id: id, hbKey: wire.ReliableHeartbeatKey(id), epoch: ids.epoch.Load(), lists: map[string]string{}}
+	ids.live = append(ids.live, li)
+	return li
+}
+
+// bump ends the epoch: no slot acknowledges by position in the lists of
+// the identities made so far.
+func (ids *idents) bump() { ids.epoch.Add(1) }
+
+// current reports whether li belongs to the current epoch.
+func (ids *idents) current(li *listIdent) bool { return li.epoch == ids.epoch.Load() }
+
+// snapshot returns the live identities and their registered lists.
+func (ids *idents) snapshot() []*listIdent {
+	ids.mu.Lock()
+	defer ids.mu.Unlock()
+	return slices.Clone(ids.live)
+}
+
+// allLists returns every registered list of the live identities.
+func (ids *idents) allLists() []string {
+	ids.mu.Lock()
+	defer ids.mu.Unlock()
+	var out []string
+	for _, li := range ids.live {
+		for _, l := range li.lists {
+			out = append(out, l)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// drop forgets retired identities (not of the current epoch) that no
+// slot uses and whose lists the caller found empty.
+func (ids *idents) drop(gone map[*listIdent]bool) {
+	ids.mu.Lock()
+	defer ids.mu.Unlock()
+	ids.live = slices.DeleteFunc(ids.live, func(li *listIdent) bool { return gone[li] })
+}
+
+// held is one job in a slot's mirror.
+type held struct {
+	raw []byte
+	sl  *slotList
+}
+
+// slotList is one of a slot's lists: its key, the arguments of the
+// commands on it (made once: a command's arguments would otherwise cost
+// allocations per job), and its mirror.
+type slotList struct {
+	key   string
+	ident *listIdent
+	move  []any // LMOVE <queue> <key> RIGHT LEFT
+	rpl   []any // RPOPLPUSH <queue> <key>
+	trim  []any // LTRIM <key> 0 -2
+	// held is the mirror: the jobs the slot moved into the list and still
+	// holds, oldest first.
+	held []*held
+}
+
+// slotState is a reliable slot: its handoff channel, its identity, and
+// the mirror of its lists, for positions and for the sweep of the own
+// lists (a job a slot holds is not an orphan).
+type slotState struct {
+	i    int
+	jobs chan Unit // the taker's handoff (capacity 1)
+
+	mu    sync.Mutex
+	ident *listIdent
+	// lists are the slot's lists by key, and cur those of ident by queue
+	// key.
+	lists map[string]*slotList
+	cur   map[string]*slotList
+}
+
+func newSlotState(i int) *slotState {
+	return &slotState{i: i, jobs: make(chan Unit, 1), lists: map[string]*slotList{}, cur: map[string]*slotList{}}
+}
+
+// list returns the slot's list for queue key q under its identity for its
+// next move, a fresh identity when it has none of the current epoch.
+func (s *slotState) list(ids *idents, q string) *slotList {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.identityLocked(ids)
+	sl := s.cur[q]
+	if sl == nil {
+		key := s.ident.listKey(q)
+		sl = &slotList{key: key, ident: s.ident,
+			move: []any{q, key, "RIGHT", "LEFT"}, rpl: []any{q, key}, trim: []any{key, 0, -2}}
+		s.lists[key] = sl
+		s.cur[q] = sl
+	}
+	return sl
+}
+
+func (s *slotState) identityLocked(ids *idents) {
+	if s.ident == nil || !ids.current(s.ident) {
+		s.ident = ids.create()
+		clear(s.cur)
+		for key, sl := range s.lists {
+			if len(sl.held) == 0 {
+				delete(s.lists, key)
+			}
+		}
+	}
+}
+
+// identity returns the slot's identity for its next move (see list).
+func (s *slotState) identity(ids *idents) *listIdent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.identityLocked(ids)
+	return s.ident
+}
+
+// moved records a job moved into sl (the newest there).
+func (s *slotState) moved(sl *slotList, raw []byte) *held {
+	h := &held{raw: raw, sl: sl}
+	s.mu.Lock()
+	sl.held = append(sl.held, h)
+	s.mu.Unlock()
+	return h
+}
+
+// release forgets h and reports whether it was the oldest job of its list
+// (then LTRIM list 0 -2 removes exactly it); false also when h is no
+// longer held. A list of a past identity that no longer holds a job is
+// forgotten.
+func (s *slotState) release(h *held) (oldest bool) {
+	if h == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sl := h.sl
+	i := slices.Index(sl.held, h)
+	if i < 0 {
+		return false
+	}
+	sl.held = slices.Delete(sl.held, i, i+1)
+	if len(sl.held) == 0 && sl.ident != s.ident {
+		delete(s.lists, sl.key)
+	}
+	return i == 0
+}
+
+// heldIn adds the jobs the slot holds to in, by list.
+func (s *slotState) heldIn(in map[string]map[string]int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sl := range s.lists {
+		for _, h := range sl.held {
+			add(in, sl.key, h.raw)
+		}
+	}
+}
+
+// uses adds the identities the slot uses (its own, and those of the jobs
+// it holds) to in.
+func (s *slotState) uses(in map[*listIdent]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ident != nil {
+		in[s.ident] = true
+	}
+	for _, sl := range s.lists {
+		if len(sl.held) > 0 {
+			in[sl.ident] = true
+		}
+	}
+}
+
+func add(in map[string]map[string]int, list string, raw []byte) {
+	if in[list] == nil {
+		in[list] = map[string]int{}
+	}
+	in[list][string(raw)]++
+}
