@@ -97,10 +97,11 @@ func setProviderJobID(job *wire.Job) {
 	if !job.IsActiveJob() {
 		return
 	}
+	jid := job.JID()
+	job.Map() // decoded (a fetched job's fields are read lazily) and marked changed
 	if a := job.Args(); len(a) > 0 {
 		if m, ok := a[0].Map(); ok {
-			m.Set("provider_job_id", rubyjson.StringValue(job.JID()))
-			job.Map() // marks the job changed
+			m.Set("provider_job_id", rubyjson.StringValue(jid))
 		}
 	}
 }

@@ -17,7 +17,7 @@ import (
 // array of strings. A raw JSON array (very old payloads) is accepted too. It
 // returns nil, nil when the field is absent.
 func (j *Job) ErrorBacktrace() ([]string, error) {
-	v, ok := j.m.Get("error_backtrace")
+	v, ok := j.Get("error_backtrace")
 	if !ok || v.IsNull() {
 		return nil, nil
 	}

@@ -17,7 +17,12 @@ import (
 //
 // A Job is not safe for concurrent modification.
 type Job struct {
-	m     *rubyjson.Map
+	m *rubyjson.Map
+	// lazy is a fetched job not decoded yet (ParseFetchedJob), in lz:
+	// reads decode the field they ask for; the first change, or Map,
+	// decodes the whole payload into m.
+	lazy  *rubyjson.Lazy
+	lz    rubyjson.Lazy
 	raw   []byte
 	dirty bool
 }
@@ -34,13 +39,27 @@ func ParseJob(data []byte) (*Job, error) {
 
 // ParseFetchedJob is ParseJob for a payload the caller owns and never
 // modifies again (a fetched job's bytes, kept for its acknowledgement): the
-// job's strings share data's memory instead of a copy of it.
+// job's strings share data's memory instead of a copy of it. The payload
+// is checked as ParseJob checks it, but its fields are decoded only when
+// they are read: a job that runs and succeeds is read a few times and
+// never re-encoded.
 func ParseFetchedJob(data []byte) (*Job, error) {
-	m, err := rubyjson.ParseObjectShared(data)
-	if err != nil {
+	j := &Job{raw: data}
+	if err := j.lz.Scan(data); err != nil {
 		return nil, fmt.Errorf("sidekiq: parse job: %w", err)
 	}
-	return &Job{m: m, raw: data}, nil
+	j.lazy = &j.lz
+	return j, nil
+}
+
+// decoded returns the job's map, decoding a lazy job first.
+func (j *Job) decoded() *rubyjson.Map {
+	if j.m == nil && j.lazy != nil {
+		j.m = j.lazy.Map()
+		j.lazy = nil
+		j.lz = rubyjson.Lazy{}
+	}
+	return j.m
 }
 
 // NewJob builds a job of class with args, in the key order of Ruby's
@@ -69,7 +88,7 @@ func JobFromMap(m *rubyjson.Map) *Job { return &Job{m: m, dirty: true} }
 // Calling it marks the job as changed, so Bytes re-encodes.
 func (j *Job) Map() *rubyjson.Map {
 	j.dirty = true
-	return j.m
+	return j.decoded()
 }
 
 // Raw returns the bytes the job was decoded from, or nil for a job built in
@@ -83,35 +102,55 @@ func (j *Job) Bytes() []byte {
 	if j.raw != nil && !j.dirty {
 		return j.raw
 	}
-	return j.m.Encode()
+	return j.decoded().Encode()
 }
 
 // Encode returns the Ruby-exact encoding of the current payload.
-func (j *Job) Encode() []byte { return j.m.Encode() }
+func (j *Job) Encode() []byte { return j.decoded().Encode() }
 
 // Clone returns a deep copy that shares nothing with j and has no raw bytes.
-func (j *Job) Clone() *Job { return &Job{m: j.m.Clone(), dirty: true} }
+func (j *Job) Clone() *Job {
+	if j.m == nil && j.lazy != nil {
+		m, _ := rubyjson.ParseObject(j.raw) // a copy, not shared
+		return &Job{m: m, dirty: true}
+	}
+	return &Job{m: j.m.Clone(), dirty: true}
+}
 
 // Get returns any field.
-func (j *Job) Get(key string) (rubyjson.Value, bool) { return j.m.Get(key) }
+func (j *Job) Get(key string) (rubyjson.Value, bool) {
+	if j.m == nil && j.lazy != nil {
+		return j.lazy.Get(key)
+	}
+	return j.m.Get(key)
+}
 
 // Has reports whether the payload has key.
-func (j *Job) Has(key string) bool { return j.m.Has(key) }
+func (j *Job) Has(key string) bool {
+	if j.m == nil && j.lazy != nil {
+		return j.lazy.Has(key)
+	}
+	return j.m.Has(key)
+}
 
 // Set sets any field, keeping its position when it exists.
 func (j *Job) Set(key string, v rubyjson.Value) {
 	j.dirty = true
-	j.m.Set(key, v)
+	j.decoded().Set(key, v)
 }
 
 // Delete removes a field.
 func (j *Job) Delete(key string) {
-	if j.m.Delete(key) {
+	if j.decoded().Delete(key) {
 		j.dirty = true
 	}
 }
 
 func (j *Job) str(key string) string {
+	if j.m == nil && j.lazy != nil {
+		s, _ := j.lazy.String(key)
+		return s
+	}
 	v, _ := j.m.Get(key)
 	s, _ := v.Str()
 	return s
@@ -127,7 +166,7 @@ func (j *Job) SetClass(s string) { j.setStr("class", s) }
 
 // Args returns "args" (nil when it is missing or not an array).
 func (j *Job) Args() []rubyjson.Value {
-	v, _ := j.m.Get("args")
+	v, _ := j.Get("args")
 	a, _ := v.Array()
 	return a
 }
@@ -138,7 +177,7 @@ func (j *Job) SetArgs(args ...rubyjson.Value) { j.Set("args", rubyjson.ArrayValu
 // JID returns "jid". SideJob pushes integer jids; those are returned as their
 // decimal text.
 func (j *Job) JID() string {
-	v, _ := j.m.Get("jid")
+	v, _ := j.Get("jid")
 	if s, ok := v.Str(); ok {
 		return s
 	}
@@ -174,7 +213,7 @@ func (j *Job) DisplayClass() string { return j.str("display_class") }
 
 // Tags returns "tags".
 func (j *Job) Tags() []string {
-	v, _ := j.m.Get("tags")
+	v, _ := j.Get("tags")
 	a, _ := v.Array()
 	out := make([]string, 0, len(a))
 	for _, e := range a {
@@ -209,7 +248,7 @@ func (r RetrySetting) Max(defaultMax int) int {
 // Retry reads "retry": true, false, an integer count, absent, or any other
 // value (truthy, meaning the default count).
 func (j *Job) Retry() RetrySetting {
-	v, ok := j.m.Get("retry")
+	v, ok := j.Get("retry")
 	if !ok {
 		return RetrySetting{}
 	}
@@ -237,7 +276,7 @@ func (j *Job) SetRetry(v any) error {
 
 // RetryFor returns "retry_for" in seconds (7.1.3+) and whether it is set.
 func (j *Job) RetryFor() (time.Duration, bool) {
-	v, ok := j.m.Get("retry_for")
+	v, ok := j.Get("retry_for")
 	if !ok || v.IsNull() {
 		return 0, false
 	}
@@ -251,7 +290,7 @@ func (j *Job) RetryFor() (time.Duration, bool) {
 // Backtrace reads "backtrace": all reports true for `true`, limit > 0 for an
 // integer N (the first N lines). Both are zero when backtraces are off.
 func (j *Job) Backtrace() (all bool, limit int) {
-	v, ok := j.m.Get("backtrace")
+	v, ok := j.Get("backtrace")
 	if !ok || !v.Truthy() {
 		return false, 0
 	}
@@ -265,7 +304,7 @@ func (j *Job) Backtrace() (all bool, limit int) {
 // Dead reports whether an exhausted job goes to the dead set: false only
 // when the payload has "dead": false.
 func (j *Job) Dead() bool {
-	v, ok := j.m.Get("dead")
+	v, ok := j.Get("dead")
 	if !ok {
 		return true
 	}
@@ -276,7 +315,7 @@ func (j *Job) Dead() bool {
 // RetryCount returns "retry_count" (which may be -1 after a manual retry)
 // and whether it is present.
 func (j *Job) RetryCount() (int, bool) {
-	v, ok := j.m.Get("retry_count")
+	v, ok := j.Get("retry_count")
 	if !ok {
 		return 0, false
 	}
@@ -291,7 +330,7 @@ func (j *Job) SetRetryCount(n int) { j.Set("retry_count", rubyjson.IntValue(int6
 // retried_at, discarded_at) by its lexical type: integer = milliseconds,
 // fraction or exponent = seconds.
 func (j *Job) Time(key string) (time.Time, bool) {
-	v, ok := j.m.Get(key)
+	v, ok := j.Get(key)
 	if !ok {
 		return time.Time{}, false
 	}
@@ -340,7 +379,7 @@ func NewJID() string {
 // where it has them; the payload's other keys follow in their order.
 // Client.Push normalizes with it (retry and queue first).
 func (j *Job) MergeDefaults(defaults *rubyjson.Map) {
-	j.m = j.m.MergeFront(defaults)
+	j.m = j.decoded().MergeFront(defaults)
 	j.dirty = true
 }
 
@@ -378,4 +417,4 @@ func (j *Job) ActiveJobClass() string {
 }
 
 // IsZero reports whether j is nil or a zero Job that holds no payload.
-func (j *Job) IsZero() bool { return j == nil || j.m == nil }
+func (j *Job) IsZero() bool { return j == nil || (j.m == nil && j.lazy == nil) }

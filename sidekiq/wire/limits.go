@@ -36,7 +36,7 @@ func (j *Job) SetTimeout(d time.Duration) error { return j.setLimit(KeyTimeout, 
 func (j *Job) SetHeartbeatTimeout(d time.Duration) error { return j.setLimit(KeyHeartbeatTimeout, d) }
 
 func (j *Job) limit(key string) (time.Duration, error) {
-	v, ok := j.m.Get(key)
+	v, ok := j.Get(key)
 	if !ok || v.IsNull() {
 		return 0, nil
 	}

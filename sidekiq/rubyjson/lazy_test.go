@@ -1,0 +1,80 @@
+package rubyjson
+
+import (
+	"strings"
+	"testing"
+)
+
+// A lazily scanned object accepts and refuses exactly what ParseObject
+// does, with the same error, and decodes each member to the value
+// ParseObject gives it (a repeated key: first position, last value).
+func TestLazyAgreesWithParseObject(t *testing.T) {
+	docs := []string{
+		`{}`, ` { } `, `{"a":1}`, `{"a":1,"b":[1,2,{"c":"d"}],"e":"f\u00e9\n","g":null,"h":true,"i":false,"j":-1.5e3}`,
+		`{"a":1,"a":2}`, `{"k":{"x":{"y":[[[]]]}}}`, `{"s":"` + strings.Repeat("x", 3000) + `\"q\""}`,
+		`{"class":"Job","args":[1,"two",{"three":3}],"jid":"0123456789abcdef01234567","retry":true}`,
+		// Refused.
+		``, `[]`, `"s"`, `1`, `{`, `{"a"}`, `{"a":}`, `{"a":1,}`, `{"a":1]`, `{"a":[1,}`, `{"a":"` + "\x01" + `"}`,
+		`{"a":tru}`, `{"a":01}`, `{"a":1} x`, `{"a":"\u12"}`, `{"a":` + strings.Repeat("[", 101) + strings.Repeat("]", 101) + `}`,
+		`{a:1}`, `{"a":1 "b":2}`, `{"a":-}`,
+	}
+	for _, d := range docs {
+		want, werr := ParseObjectShared([]byte(d))
+		l, err := ScanObjectShared([]byte(d))
+		if (werr == nil) != (err == nil) || (werr != nil && werr.Error() != err.Error()) {
+			t.Fatalf("%.60q: ParseObject error %v, ScanObject error %v", d, werr, err)
+		}
+		if werr != nil {
+			continue
+		}
+		if l.Len() != want.Len() {
+			t.Fatalf("%.60q: %d members, want %d", d, l.Len(), want.Len())
+		}
+		for i := range want.Len() {
+			k, wv := want.At(i)
+			v, ok := l.Get(k)
+			if !ok || string(v.AppendTo(nil)) != string(wv.AppendTo(nil)) {
+				t.Fatalf("%.60q: %s = %s, want %s", d, k, v.AppendTo(nil), wv.AppendTo(nil))
+			}
+			if s, ok := wv.Str(); ok {
+				if got, ok := l.String(k); !ok || got != s {
+					t.Fatalf("%.60q: String(%s) = %q, %v", d, k, got, ok)
+				}
+			} else if _, ok := l.String(k); ok {
+				t.Fatalf("%.60q: String(%s) of a %s", d, k, wv.Kind())
+			}
+			if l.index(k) != i {
+				t.Fatalf("%.60q: %s at %d, want %d", d, k, l.index(k), i)
+			}
+		}
+		if string(l.Map().Encode()) != string(want.Encode()) {
+			t.Fatalf("%.60q: Map differs", d)
+		}
+	}
+}
+
+// FuzzLazyAgreesWithParseObject checks the same on any input.
+func FuzzLazyAgreesWithParseObject(f *testing.F) {
+	f.Add(`{"class":"Job","args":[1,"two"],"jid":"x"}`)
+	f.Add(`{"a":{"b":[1.0e10,-0,"\ud83d\ude00"]}}`)
+	f.Fuzz(func(t *testing.T, d string) {
+		want, werr := ParseObjectShared([]byte(d))
+		l, err := ScanObjectShared([]byte(d))
+		if (werr == nil) != (err == nil) || (werr != nil && werr.Error() != err.Error()) {
+			t.Fatalf("ParseObject error %v, ScanObject error %v", werr, err)
+		}
+		if werr != nil {
+			return
+		}
+		if string(l.Map().Encode()) != string(want.Encode()) {
+			t.Fatal("Map differs")
+		}
+		for i := range want.Len() {
+			k, wv := want.At(i)
+			v, _ := l.Get(k)
+			if string(v.AppendTo(nil)) != string(wv.AppendTo(nil)) {
+				t.Fatalf("%s differs", k)
+			}
+		}
+	})
+}
