@@ -69,8 +69,11 @@ type idents struct {
 	base  string // "<host>:<pid>:<nonce>"
 	epoch atomic.Uint64
 	// confirmed is when the last renewal that found every heartbeat in
-	// place was sent (unix nanoseconds).
+	// place was sent (unix nanoseconds), and stale whether that is longer
+	// ago than positionFresh (updated every second: fresh is asked for
+	// every job).
 	confirmed atomic.Int64
+	stale     atomic.Bool
 
 	mu   sync.Mutex
 	next uint64
@@ -85,8 +88,17 @@ func newIdents(identity string) *idents {
 
 // fresh reports whether the heartbeats were confirmed recently enough for
 // positions and moves.
-func (ids *idents) fresh() bool {
-	return time.Since(time.Unix(0, ids.confirmed.Load())) < positionFresh
+func (ids *idents) fresh() bool { return !ids.stale.Load() }
+
+// confirm records a renewal sent at t that found every heartbeat.
+func (ids *idents) confirm(t time.Time) {
+	ids.confirmed.Store(t.UnixNano())
+	ids.stale.Store(false)
+}
+
+// age updates stale.
+func (ids *idents) age() {
+	ids.stale.Store(time.Since(time.Unix(0, ids.confirmed.Load())) >= positionFresh)
 }
 
 // create returns a new identity of the current epoch.

@@ -117,6 +117,8 @@ func (l *reliableLife) run() {
 	defer close(l.done)
 	beat := time.NewTicker(heartbeatInterval)
 	defer beat.Stop()
+	age := time.NewTicker(time.Second)
+	defer age.Stop()
 	next := time.NewTimer(0) // the first pass at once: this host's predecessors
 	defer next.Stop()
 	for {
@@ -125,6 +127,8 @@ func (l *reliableLife) run() {
 			return
 		case <-beat.C:
 			l.beat()
+		case <-age.C:
+			l.ids.age()
 		case <-next.C:
 			if err := l.pass(l.stop); err != nil && !errors.Is(err, errStopping) {
 				l.cfg.Logger.Warn().Err(err).Str("component", "recovery").Msg("orphan recovery pass failed")
@@ -152,7 +156,7 @@ func (l *reliableLife) beat() {
 	}
 	sent := time.Now()
 	if len(live) == 0 {
-		l.ids.confirmed.Store(sent.UnixNano())
+		l.ids.confirm(sent)
 		return
 	}
 	ctx, cancel := ctxTimeout(stallAfter)
@@ -182,7 +186,7 @@ func (l *reliableLife) beat() {
 				l.cfg.Outage.Failed(err)
 				return
 			}
-			l.ids.confirmed.Store(sent.UnixNano())
+			l.ids.confirm(sent)
 			return
 		}
 	}
@@ -196,7 +200,7 @@ func (l *reliableLife) beat() {
 		return
 	}
 	l.expiredLogged = false
-	l.ids.confirmed.Store(sent.UnixNano())
+	l.ids.confirm(sent)
 }
 
 // beatPlain renews the heartbeats on a Redis without SET … GET (before

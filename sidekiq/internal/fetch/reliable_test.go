@@ -281,6 +281,7 @@ func TestPositionalAcknowledgementsOnlyWhenCertain(t *testing.T) {
 	sl = next
 	u = unit("y")
 	f.ids.confirmed.Store(time.Now().Add(-time.Minute).UnixNano())
+	f.ids.age()
 	require.False(t, f.ackOf(u, s.release(u.held)).byPos, "heartbeats not confirmed lately: by value")
 }
 
