@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -30,11 +31,25 @@ func envInt(name string, def int) int {
 // again. Each new process recovers its dead predecessor's list at start
 // (same host, pid gone). A job that was in flight at --max-recoveries (3)
 // kills is a poison pill: it goes to the dead set, and no other job does.
-// GOJOB_CHAOS_JOBS and GOJOB_CHAOS_KILLS size it (make chaos: 100,000 and
-// 20; with 20 kills a recovered job, which runs first in the next process,
-// is now and then in flight at three kills in a row).
+// It runs with one queue and with ten weighted ones. GOJOB_CHAOS_JOBS and
+// GOJOB_CHAOS_KILLS size it (make chaos: 100,000 and 20; with 20 kills a
+// recovered job, which runs first in the next process, is now and then in
+// flight at three kills in a row).
 func TestKillDuringDrainLosesNoJob(t *testing.T) {
 	t.Parallel()
+	var weighted []string
+	for i := range 10 {
+		weighted = append(weighted, fmt.Sprintf("chaos-%d", i+1))
+	}
+	for _, queues := range [][]string{{"default"}, weighted} {
+		t.Run(fmt.Sprintf("%d queues", len(queues)), func(t *testing.T) {
+			t.Parallel()
+			killDuringDrain(t, queues)
+		})
+	}
+}
+
+func killDuringDrain(t *testing.T, queues []string) {
 	n := envInt("GOJOB_CHAOS_JOBS", 3000)
 	kills := envInt("GOJOB_CHAOS_KILLS", 3)
 	conc := envInt("GOJOB_CHAOS_CONCURRENCY", 10)
@@ -42,9 +57,16 @@ func TestKillDuringDrainLosesNoJob(t *testing.T) {
 	pool := rs.Pool(t)
 	conn := pool.Get()
 	defer conn.Close()
-	jids := pushJobs(t, pool, "Chaos", "chaos", n)
+	jids := pushJobs(t, pool, "Chaos", "chaos", n, queues...)
 	runs := newRunLog(t)
 	args := []string{"-c", strconv.Itoa(conc), "--exec", runs.execArg("Chaos")}
+	for i, q := range queues {
+		if len(queues) == 1 {
+			args = append(args, "-q", q)
+		} else {
+			args = append(args, "-q", fmt.Sprintf("%s,%d", q, i+1))
+		}
+	}
 	start := time.Now()
 	inflight := map[string]int{}
 	killedInFlight := 0
@@ -78,11 +100,15 @@ func TestKillDuringDrainLosesNoJob(t *testing.T) {
 		}
 		return len(ran)+buried == n
 	})
-	wait.For(t, "the queue and the in-progress lists to empty", func() bool {
-		q, _ := redis.Int(conn.Do("LLEN", "queue:default"))
+	wait.For(t, "the queues and the in-progress lists to empty", func() bool {
+		left := 0
+		for _, name := range queues {
+			q, _ := redis.Int(conn.Do("LLEN", "queue:"+name))
+			left += q
+		}
 		lists, _ := redis.Strings(conn.Do("KEYS", "working:*"))
-		if q != 0 || len(lists) != 0 {
-			t.Logf("queue %d, lists %v", q, lists)
+		if left != 0 || len(lists) != 0 {
+			t.Logf("queues %d, lists %v", left, lists)
 			return false
 		}
 		return true
@@ -115,8 +141,8 @@ func TestKillDuringDrainLosesNoJob(t *testing.T) {
 	require.Positive(t, killedInFlight, "the kills hit jobs in flight")
 	buried := deadJIDs(t, conn)
 	require.Equal(t, pills, buried, "the dead set holds exactly the jobs in flight at %d kills", maxRecoveries)
-	t.Logf("chaos: %d jobs, %d kills at -c %d in %.1f s: 0 lost, %d in flight at the kills, %d ran again, %d poison pills",
-		n, kills, conc, time.Since(start).Seconds(), killedInFlight, again, len(buried))
+	t.Logf("chaos: %d jobs in %d queues, %d kills at -c %d in %.1f s: 0 lost, %d in flight at the kills, %d ran again, %d poison pills",
+		n, len(queues), kills, conc, time.Since(start).Seconds(), killedInFlight, again, len(buried))
 }
 
 // maxRecoveries is gojob work's default --max-recoveries.

@@ -41,7 +41,7 @@ run the worker and demo against a real Redis instead. --durable
 			&ucli.StringSliceFlag{Name: "exec", Usage: "run `CLASS=COMMAND` for each job of CLASS"},
 			&ucli.StringSliceFlag{Name: "http", Usage: "POST each job of CLASS to URL: `CLASS=URL`"},
 			&ucli.IntFlag{Name: "max-retries", Value: 25, Usage: "retries for retry: true"},
-			&ucli.StringFlag{Name: "fetch", Value: "reliable", Usage: "reliable, reliable-batch, basic or batch (see gojob work --help)"},
+			&ucli.StringFlag{Name: "fetch", Value: "reliable", Usage: "reliable, basic or batch (see gojob work --help)"},
 			&ucli.BoolFlag{Name: "no-demo", Usage: "do not push demo jobs"},
 			&ucli.BoolFlag{Name: "log-json", Usage: "log JSON lines"},
 			&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn, error"},

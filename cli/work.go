@@ -27,13 +27,16 @@ Sidekiq Web UI shows this process on its Busy page (Quiet and Stop work from
 there). SIGTSTP quiets, SIGTERM/SIGINT stop gracefully (unfinished jobs go back
 to their queue), SIGTTIN dumps goroutines.
 
-By default (--fetch reliable) a job moves atomically from its queue to this
-process's in-progress list (working:queue:NAME:IDENTITY) and leaves it only
-once its outcome is written; if the process dies (kill -9, OOM, a lost node),
-live processes push its jobs back, so none is lost. A job whose process died
---max-recoveries times goes to the dead set as a poison pill. --fetch basic is
-Sidekiq's BasicFetch byte for byte (BRPOP; a crash loses the running jobs);
---fetch batch and reliable-batch take jobs for all idle slots at once.
+Use the default fetch, reliable: a job moves atomically from its queue to an
+in-progress list of this process (working:queue:NAME:IDENTITY) and leaves it
+only once its outcome is written; if the process dies (kill -9, OOM, a lost
+node), live processes push its jobs back, so none is lost. It drains about as
+fast as BasicFetch with one queue and faster with several. A job whose process
+died --max-recoveries times goes to the dead set as a poison pill. Two other
+modes exist for two reasons: --fetch basic is Sidekiq's BasicFetch byte for
+byte (BRPOP, Ruby's Redis traffic; a crash loses the running jobs), and
+--fetch batch pops the jobs of all idle slots with one BLMPOP (Redis 7+),
+the fastest, and as lossy as basic.
 
 A stock binary has no Go handlers: use --exec CLASS=COMMAND (the payload JSON on
 stdin; GOJOB_JID, GOJOB_CLASS, GOJOB_QUEUE in the environment; exit 0 = success,
@@ -54,8 +57,8 @@ number of processes, different keys in parallel (docs/ordered.md).`,
 			&ucli.BoolFlag{Name: "force-version", Usage: "write an explicit --sidekiq-version even where live Ruby processes cannot read it (8.x over 7.x or 6.x readers)"},
 			&ucli.StringSliceFlag{Name: "exec", Usage: "run `CLASS=COMMAND` (sh -c) for each job of CLASS; repeat"},
 			&ucli.StringSliceFlag{Name: "http", Usage: "POST each job of CLASS to URL: `CLASS=URL`; repeat"},
-			&ucli.StringFlag{Name: "fetch", Value: "reliable", Usage: "reliable (in-progress lists; no job lost when a process dies), reliable-batch, basic (Sidekiq's BasicFetch: BRPOP, Ruby's behaviour byte for byte) or batch (one BLMPOP for all idle slots, Redis 7+)"},
-			&ucli.IntFlag{Name: "fetch-pipeline", Value: sidekiq.DefaultFetchPipeline, Usage: "reliable and basic fetch: idle slots whose fetches share one connection, pipelined (1 = a connection per slot, as Ruby)"},
+			&ucli.StringFlag{Name: "fetch", Value: "reliable", Usage: "reliable (recommended: no job lost when a process dies), basic (Sidekiq's BasicFetch, Ruby's Redis traffic byte for byte) or batch (one BLMPOP for all idle slots, Redis 7+; loses what basic loses)"},
+			&ucli.IntFlag{Name: "fetch-pipeline", Value: sidekiq.DefaultFetchPipeline, Usage: "basic fetch: idle slots whose BRPOPs share one connection, pipelined (1 = a connection per slot, as Ruby)"},
 			&ucli.IntFlag{Name: "max-recoveries", Value: 3, Usage: "reliable fetch: a job whose process died this many times while running it goes to the dead set (poison pill)"},
 			&ucli.IntFlag{Name: "max-retries", Value: 25, Usage: "retries for jobs with retry: true"},
 			&ucli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text"},

@@ -108,7 +108,7 @@ func (w *workerProc) identity(t *testing.T) string {
 }
 
 // pushJobs pushes n jobs of class with jids "<prefix><i>".
-func pushJobs(t *testing.T, pool *redis.Pool, class, prefix string, n int) []string {
+func pushJobs(t *testing.T, pool *redis.Pool, class, prefix string, n int, queues ...string) []string {
 	t.Helper()
 	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: wire.Version7})
 	require.NoError(t, err)
@@ -119,6 +119,9 @@ func pushJobs(t *testing.T, pool *redis.Pool, class, prefix string, n int) []str
 		require.NoError(t, err)
 		jid := fmt.Sprintf("%s%06d", prefix, i)
 		j.SetJID(jid)
+		if len(queues) > 0 {
+			j.SetQueue(queues[i%len(queues)])
+		}
 		jobs = append(jobs, j)
 		jids = append(jids, jid)
 	}
