@@ -61,6 +61,7 @@ number of processes, different keys in parallel (docs/ordered.md).`,
 			&ucli.IntFlag{Name: "fetch-pipeline", Value: sidekiq.DefaultFetchPipeline, Usage: "basic fetch: idle slots whose BRPOPs share one connection, pipelined (1 = a connection per slot, as Ruby)"},
 			&ucli.IntFlag{Name: "max-recoveries", Value: 3, Usage: "reliable fetch: a job whose process died this many times while running it goes to the dead set (poison pill)"},
 			&ucli.IntFlag{Name: "max-retries", Value: 25, Usage: "retries for jobs with retry: true"},
+			&ucli.DurationFlag{Name: "poll-interval", Usage: "average time between this process's polls of the retry and schedule sets (Sidekiq's average_scheduled_poll_interval; default: 5 s times the number of processes)"},
 			&ucli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text"},
 			&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn, error"},
 		}, append(append(append(append(append(heartbeatWorkFlags(), durableWorkFlags()...), cronWorkFlags()...), limitWorkFlags()...), metricsWorkFlags()...), orderedWorkFlags()...)...),
@@ -116,16 +117,20 @@ number of processes, different keys in parallel (docs/ordered.md).`,
 // serverConfigFromFlags reads the flags shared by work and dev.
 func serverConfigFromFlags(c *ucli.Context, log zerolog.Logger) (*sidekiq.ServerConfig, error) {
 	cfg := &sidekiq.ServerConfig{
-		Concurrency:     c.Int("concurrency"),
-		ShutdownTimeout: time.Duration(c.Int("timeout")) * time.Second,
-		Tag:             c.String("tag"),
-		Labels:          c.StringSlice("label"),
-		JobTimeout:      c.Duration("job-timeout"),
-		CancelGrace:     c.Duration("cancel-grace"),
-		MaxRetries:      c.Int("max-retries"),
-		FetchPipeline:   c.Int("fetch-pipeline"),
-		RecoveryLimit:   c.Int("max-recoveries"),
-		Logger:          log,
+		Concurrency:         c.Int("concurrency"),
+		ShutdownTimeout:     time.Duration(c.Int("timeout")) * time.Second,
+		Tag:                 c.String("tag"),
+		Labels:              c.StringSlice("label"),
+		JobTimeout:          c.Duration("job-timeout"),
+		CancelGrace:         c.Duration("cancel-grace"),
+		MaxRetries:          c.Int("max-retries"),
+		FetchPipeline:       c.Int("fetch-pipeline"),
+		RecoveryLimit:       c.Int("max-recoveries"),
+		Logger:              log,
+		PollIntervalAverage: c.Duration("poll-interval"),
+	}
+	if cfg.PollIntervalAverage < 0 {
+		return nil, ucli.Exit("--poll-interval must not be negative", ExitUsage)
 	}
 	if c.IsSet("fetch") || c.String("fetch") != "" {
 		mode, err := sidekiq.ParseFetchMode(c.String("fetch"))

@@ -401,6 +401,21 @@ func (c *Client) Repush(ctx context.Context, job *wire.Job) (*PushResult, error)
 	return c.push(ctx, job, nil, false)
 }
 
+// RepushPayload is Repush without the write: the queue and the payload a
+// component that writes them itself, in one step with its own writes,
+// pushes (the poller moves a due job out of its set and into its queue in
+// one script). ok is false when a middleware stopped the push.
+func (c *Client) RepushPayload(ctx context.Context, job *wire.Job) (queue string, payload []byte, ok bool, err error) {
+	if err := c.normalize(job, c.clock.Now(), true); err != nil {
+		return "", nil, false, err
+	}
+	if ok, err = c.runMiddleware(ctx, job); err != nil || !ok {
+		return "", nil, ok, err
+	}
+	job.SetTime("enqueued_at", c.clock.Now(), c.Version())
+	return job.Queue(), job.Encode(), true, nil
+}
+
 // normalize applies Ruby's normalize_item and validate.
 func (c *Client) normalize(job *wire.Job, now time.Time, setCreated bool) error {
 	if job.IsZero() {

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 
 	"github.com/gojob/gojob/sidekiq/internal/fetch"
 	"github.com/gojob/gojob/sidekiq/internal/maintenance"
@@ -266,18 +265,6 @@ func (s *Server) execute(ctx context.Context, job *wire.Job, reg *registration) 
 		return &NameError{Class: name}
 	}
 	return call(0)(ctx)
-}
-
-// bury sends a payload that no fetched unit holds (the poller's) to the
-// dead set with the trims, retrying through an outage.
-func (s *Server) bury(payload []byte) {
-	err := s.writes.Do(func(conn redis.Conn) error {
-		return wire.SendToMorgue(s.writes.Ctx, conn, wire.MorgueParams{Payload: payload, Now: s.cfg.Clock.Now()})
-	})
-	if err != nil {
-		s.log.Error().Err(err).Str("component", "processor").Bytes("payload", payload).
-			Msg("could not add job to the dead set")
-	}
 }
 
 // death calls the death handlers.

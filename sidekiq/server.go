@@ -197,9 +197,7 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 			Clock:           c.Clock,
 			Logger:          c.Logger,
 			Outage:          &s.outage,
-			Writes:          s.writes,
-			Enqueue:         func(ctx context.Context, job *wire.Job) error { _, err := s.client.Repush(ctx, job); return err },
-			Bury:            s.bury,
+			Prepare:         s.client.RepushPayload,
 			AverageInterval: c.PollIntervalAverage,
 			Quiet:           s.quietCh,
 		})

@@ -2,10 +2,9 @@ package maintenance
 
 import (
 	"context"
+	_ "embed"
 	"errors"
-	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -33,13 +33,13 @@ type PollerConfig struct {
 	Logger zerolog.Logger
 	// Outage is told about connection failures. Required.
 	Outage *redisx.OutageLog
-	// Writes carries the pushes of popped jobs through an outage. Required.
-	Writes *redisx.Retrier
-	// Enqueue pushes a due job to its queue through the client path
-	// (defaults, client middleware, a new enqueued_at). Required.
-	Enqueue func(ctx context.Context, job *wire.Job) error
-	// Bury adds an unparsable member to the dead set, unchanged. Required.
-	Bury func(payload []byte)
+	// Prepare makes the payload a due job is pushed with, through the
+	// client path (defaults, client middleware, a new enqueued_at), and
+	// its queue, without writing it: the poller moves it. ok is false when
+	// a client middleware stopped the push (the member is dropped, as
+	// Ruby's poller drops it). An error that is not Redis's means the job
+	// cannot be pushed: it goes to the dead set unchanged. Required.
+	Prepare func(ctx context.Context, job *wire.Job) (queue string, payload []byte, ok bool, err error)
 	// AverageInterval, when set, replaces the scaled poll interval
 	// (Sidekiq's average_scheduled_poll_interval × processes) and the 10 s
 	// added to the initial wait.
@@ -49,17 +49,29 @@ type PollerConfig struct {
 }
 
 func (c *PollerConfig) validate() error {
-	if c.Pool == nil || c.Format == nil || c.Outage == nil || c.Writes == nil || c.Enqueue == nil || c.Bury == nil {
-		return errors.New("sidekiq: PollerConfig needs Pool, Format, Outage, Writes, Enqueue and Bury")
+	if c.Pool == nil || c.Format == nil || c.Outage == nil || c.Prepare == nil {
+		return errors.New("sidekiq: PollerConfig needs Pool, Format, Outage and Prepare")
 	}
 	return nil
 }
 
+//go:embed lua/poller_move.lua
+var moveSrc string
+
+var moveScript = redis.NewScript(3, moveSrc)
+
 // Poller is Sidekiq's scheduled-job poller (lib/sidekiq/scheduled.rb;
 // docs/sidekiq-wire.md#poller): it moves every due member of retry, then
-// schedule, to its queue, one member per call of Ruby's own zpopbyscore
-// script, at randomized intervals scaled by the number of processes so
-// that a cluster polls about every 5 s in total.
+// schedule, to its queue, at randomized intervals scaled by the number of
+// processes so that a cluster polls about every 5 s in total.
+//
+// Ruby's poller pops a member with its zpopbyscore script and pushes it in
+// a second round trip; a process killed in between loses the job. gojob's
+// reads the first due member (ZRANGEBYSCORE … LIMIT 0 1), makes its
+// payload through the client path, and moves it with lua/poller_move.lua,
+// which takes the member out of its set and pushes the payload in one
+// step, only if the member is still there (another poller, Ruby's
+// included, may have moved it first). Nothing is ever only in memory.
 type Poller struct {
 	cfg     PollerConfig
 	cleaner *ProcessCleaner
@@ -68,8 +80,6 @@ type Poller struct {
 	// average is 6.4's scaled poll interval, computed at the first poll
 	// and kept (only the poll goroutine uses it).
 	average time.Duration
-	// scriptLoaded is whether SCRIPT LOAD was sent.
-	scriptLoaded bool
 }
 
 // NewPoller returns a poller.
@@ -178,79 +188,99 @@ type PollResult struct {
 }
 
 // runOnce moves every due job from retry, then schedule, to its queue
-// through the client path, one member per script call as Sidekiq does.
+// through the client path, one member at a time as Sidekiq does.
 func (p *Poller) runOnce(ctx context.Context) (*PollResult, error) {
 	res := &PollResult{}
-	script := wire.ZPopByScore(p.cfg.Format.Version())
 	for _, set := range []string{wire.KeyRetry, wire.KeySchedule} {
 		for !p.stopping() {
-			member, err := p.popDue(ctx, script, set)
+			member, err := p.firstDue(ctx, set)
 			if err != nil {
 				return res, err
 			}
 			if member == nil {
 				break
 			}
-			job, err := wire.ParseJob(member)
+			moved, buried, err := p.moveDue(ctx, set, member)
 			if err != nil {
-				p.cfg.Logger.Error().Err(err).Str("component", "poller").Str("set", set).
-					Msg("unparsable member moved to the dead set unchanged")
-				p.cfg.Bury(member)
+				return res, err
+			}
+			if buried {
 				res.Buried++
-				continue
+			} else if moved {
+				res.Enqueued++
 			}
-			// The member is out of the set now: retry the push through an
-			// outage rather than lose it.
-			err = p.cfg.Writes.Retry(func() error {
-				return p.cfg.Enqueue(p.cfg.Writes.Ctx, job)
-			})
-			if err != nil && !redisx.IsConnError(err) && !redisx.IsTransient(err) {
-				// Not Redis: the job itself cannot be pushed (it fails the
-				// client's validation, or a client middleware refuses
-				// it). Keep it, unchanged, where an operator sees it.
-				p.cfg.Logger.Error().Err(err).Str("component", "poller").Str("set", set).Str("jid", job.JID()).
-					Bytes("payload", member).Msg("a due job cannot be pushed to its queue; moved to the dead set unchanged")
-				p.cfg.Bury(member)
-				res.Buried++
-				continue
-			}
-			if err != nil {
-				p.cfg.Logger.Error().Err(err).Str("component", "poller").Str("jid", job.JID()).
-					Bytes("payload", member).Msg("could not enqueue a due job before the shutdown gave up")
-				return res, fmt.Errorf("sidekiq: poller enqueue %s: %w", job.JID(), err)
-			}
-			res.Enqueued++
 		}
 	}
 	return res, nil
 }
 
-func (p *Poller) popDue(ctx context.Context, script *redis.Script, set string) ([]byte, error) {
+// firstDue returns the first member of set whose score is at most now, nil
+// when none is due.
+func (p *Poller) firstDue(ctx context.Context, set string) ([]byte, error) {
 	conn, err := p.cfg.Pool.GetContext(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	for attempt := 0; ; attempt++ {
-		// As Enq#zpopbyscore: SCRIPT LOAD on first use, then EVALSHA, and
-		// load again on NOSCRIPT (a SCRIPT FLUSH or a restarted Redis).
-		// redigo's Script.Do would send EVALSHA and then a full EVAL.
-		if !p.scriptLoaded {
-			if err := script.Load(conn); err != nil {
-				return nil, err
-			}
-			p.scriptLoaded = true
-		}
-		now := wire.Score(p.cfg.Clock.Now())
-		b, err := redis.Bytes(conn.Do("EVALSHA", script.Hash(), 1, set, now))
-		var re redis.Error
-		if errors.As(err, &re) && strings.HasPrefix(string(re), "NOSCRIPT") && attempt == 0 {
-			p.scriptLoaded = false
-			continue
-		}
-		if errors.Is(err, redis.ErrNil) {
-			return nil, nil
-		}
-		return b, err
+	now := wire.Score(p.cfg.Clock.Now())
+	vals, err := redis.ByteSlices(redis.DoContext(conn, ctx, "ZRANGEBYSCORE", set, "-inf", now, "LIMIT", 0, 1))
+	if err != nil || len(vals) == 0 {
+		return nil, err
 	}
+	return vals[0], nil
+}
+
+// moveDue moves one due member to its queue, or to the dead set when it
+// cannot be pushed (unparsable, refused by the client's validation or a
+// middleware's error). It reports whether this poller moved it (another
+// may have been first) and whether it was buried.
+func (p *Poller) moveDue(ctx context.Context, set string, member []byte) (moved, buried bool, err error) {
+	job, perr := wire.ParseJob(member)
+	mode, queueKey := "dead", wire.KeyDead
+	var args []any
+	if perr == nil {
+		queue, payload, ok, err := p.cfg.Prepare(ctx, job)
+		switch {
+		case err != nil && (redisx.IsConnError(err) || redisx.IsTransient(err)):
+			return false, false, err // the member is still in its set
+		case err != nil:
+			perr = err
+		case !ok:
+			mode = "drop"
+		default:
+			mode, queueKey = "queue", wire.QueueKey(queue)
+			args = []any{payload, queue}
+		}
+	}
+	if mode == "dead" {
+		lim := wire.MorgueLimits{}.OrDefault()
+		now := wire.EpochSeconds(p.cfg.Clock.Now())
+		args = []any{wire.FormatScore(now), wire.FormatScore(now - lim.Timeout.Seconds()), lim.MaxJobs}
+	}
+	conn, err := p.cfg.Pool.GetContext(ctx)
+	if err != nil {
+		return false, false, err
+	}
+	defer conn.Close()
+	n, err := redis.Int(moveScript.DoContext(ctx, conn, append([]any{set, queueKey, wire.KeyQueues, member, mode}, args...)...))
+	if err != nil {
+		return false, false, err
+	}
+	if n == 1 && mode == "dead" {
+		if errors.As(perr, new(*rubyjson.SyntaxError)) {
+			p.cfg.Logger.Error().Err(perr).Str("component", "poller").Str("set", set).
+				Msg("unparsable member moved to the dead set unchanged")
+		} else {
+			p.cfg.Logger.Error().Err(perr).Str("component", "poller").Str("set", set).Str("jid", jidOf(job)).
+				Bytes("payload", member).Msg("a due job cannot be pushed to its queue; moved to the dead set unchanged")
+		}
+	}
+	return n == 1, n == 1 && mode == "dead", nil
+}
+
+func jidOf(job *wire.Job) string {
+	if job == nil {
+		return ""
+	}
+	return job.JID()
 }

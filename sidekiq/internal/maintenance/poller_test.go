@@ -2,9 +2,6 @@ package maintenance_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +10,6 @@ import (
 
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/redistest"
-	"github.com/gojob/gojob/internal/rubytest"
 	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/internal/maintenance"
@@ -50,13 +46,7 @@ func newPollBundle(t *testing.T, rs *redistest.Server, v wire.Version) *pollBund
 		Clock:   b.clk,
 		Logger:  log,
 		Outage:  outage,
-		Writes:  &redisx.Retrier{Pool: pool, Ctx: context.Background(), Outage: outage},
-		Enqueue: func(ctx context.Context, job *wire.Job) error { _, err := client.Repush(ctx, job); return err },
-		Bury: func(p []byte) {
-			c := pool.Get()
-			defer c.Close()
-			require.NoError(t, wire.SendToMorgue(context.Background(), c, wire.MorgueParams{Payload: p, Now: b.clk.Now()}))
-		},
+		Prepare: client.RepushPayload,
 	})
 	require.NoError(t, err)
 	return b
@@ -100,68 +90,47 @@ func TestPollerMovesDueJobsThroughTheClient(t *testing.T) {
 	}
 }
 
-// The poller's Lua script is byte-identical to Ruby's LUA_ZPOPBYSCORE, so
-// both share one SHA (EVALSHA and the script cache cannot tell gojob
-// apart).
-func TestPollerScriptIsRubys(t *testing.T) {
+// A due member leaves its set only as its job enters its queue, in one
+// script: a member another poller (Ruby's included) moved while this one
+// was making its payload is not pushed again, and a Redis that lost its
+// script cache (a restart, SCRIPT FLUSH) loads the script again.
+func TestPollerMovesEachMemberOnceAndSurvivesAnEmptyScriptCache(t *testing.T) {
 	t.Parallel()
-	rubytest.Require(t)
-	rs := redistest.StartWith(t, redistest.Options{TCP: true})
-	out := rubytest.Run(t, rs.URL(), `
-require "sidekiq/scheduled"
-require "digest"
-print Digest::SHA1.hexdigest(Sidekiq::Scheduled::Enq::LUA_ZPOPBYSCORE)
-`)
-	require.Equal(t, strings.TrimSpace(out), wire.ZPopByScore(wire.Version6).Hash())
+	rs := redistest.Start(t)
+	b := newPollBundle(t, rs, wire.Version7)
+	now := b.clk.Now()
+	member := `{"retry":true,"queue":"default","class":"A","args":[],"jid":"raced"}`
+	_, err := b.conn.Do("ZADD", wire.KeySchedule, wire.Score(now.Add(-time.Second)), member)
+	require.NoError(t, err)
+	pool := rs.Pool(t)
+	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: wire.Version7, Clock: b.clk})
+	require.NoError(t, err)
+	log := b.logs.Logger()
+	raced, err := maintenance.NewPoller(&maintenance.PollerConfig{
+		Pool: pool, Format: wire.FixedFormat(wire.Version7), Clock: b.clk, Logger: log,
+		Outage: &redisx.OutageLog{Log: &log},
+		Prepare: func(ctx context.Context, job *wire.Job) (string, []byte, bool, error) {
+			// Another poller moves the member meanwhile.
+			_, err := b.poller.RunOnce(ctx)
+			require.NoError(t, err)
+			return client.RepushPayload(ctx, job)
+		},
+	})
+	require.NoError(t, err)
+	res, err := raced.RunOnce(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, res.Enqueued, "the member was gone when this poller moved it")
+	q, err := redis.Strings(b.conn.Do("LRANGE", "queue:default", 0, -1))
+	require.NoError(t, err)
+	require.Len(t, q, 1, "pushed once")
 
-	// 7.1+ (lib/sidekiq/scheduled.rb): the same script with ZRANGE … BYSCORE.
-	want7 := "local key, now = KEYS[1], ARGV[1]\n" +
-		"local jobs = redis.call(\"zrange\", key, \"-inf\", now, \"byscore\", \"limit\", 0, 1)\n" +
-		"if jobs[1] then\n  redis.call(\"zrem\", key, jobs[1])\n  return jobs[1]\nend\n"
-	sum := sha1.Sum([]byte(want7))
-	require.Equal(t, hex.EncodeToString(sum[:]), wire.ZPopByScore(wire.Version7).Hash())
-
-	// And the poller loads exactly that script.
-	b := newPollBundle(t, rs, wire.Version6)
-	_, err := b.poller.RunOnce(context.Background())
-	require.NoError(t, err)
-	ex, err := redis.Ints(b.conn.Do("SCRIPT", "EXISTS", strings.TrimSpace(out)))
-	require.NoError(t, err)
-	require.Equal(t, []int{1}, ex)
-}
-
-// The poller loads its script as Enq#zpopbyscore does: SCRIPT LOAD once,
-// then EVALSHA, and SCRIPT LOAD again after a NOSCRIPT (never a full EVAL).
-func TestPollerLoadsItsScriptOnce(t *testing.T) {
-	t.Parallel()
-	b := newPollBundle(t, nil, wire.Version6)
-	mon := b.rs.StartMonitor(t)
-	names := func() []string {
-		var out []string
-		for _, l := range mon.Lines(t) {
-			f := strings.Fields(strings.ToLower(l))
-			name := strings.Trim(f[0], `"`)
-			if name == "script" {
-				name += " " + strings.Trim(f[1], `"`)
-			}
-			if name == "evalsha" || name == "eval" || name == "script load" {
-				out = append(out, name)
-			}
-		}
-		return out
-	}
-	ctx := context.Background()
-	_, err := b.poller.RunOnce(ctx)
-	require.NoError(t, err)
-	require.Equal(t, []string{"script load", "evalsha", "evalsha"}, names())
-	_, err = b.poller.RunOnce(ctx)
-	require.NoError(t, err)
-	require.Equal(t, []string{"evalsha", "evalsha"}, names())
 	_, err = b.conn.Do("SCRIPT", "FLUSH")
 	require.NoError(t, err)
-	_, err = b.poller.RunOnce(ctx)
+	_, err = b.conn.Do("ZADD", wire.KeyRetry, wire.Score(now.Add(-time.Second)), `{"retry":true,"queue":"default","class":"A","args":[],"jid":"after-flush"}`)
 	require.NoError(t, err)
-	require.Equal(t, []string{"evalsha", "script load", "evalsha", "evalsha"}, names())
+	res, err = b.poller.RunOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Enqueued)
 }
 
 // 6.4's Poller#poll_interval_average is `options[:poll_interval_average]

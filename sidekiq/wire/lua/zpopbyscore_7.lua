@@ -1,6 +1,0 @@
-local key, now = KEYS[1], ARGV[1]
-local jobs = redis.call("zrange", key, "-inf", now, "byscore", "limit", 0, 1)
-if jobs[1] then
-  redis.call("zrem", key, jobs[1])
-  return jobs[1]
-end
