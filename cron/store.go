@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/redisreply"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -73,7 +74,7 @@ func (s *Store) Save(ctx context.Context, j *Job) error {
 		conn.Send("EVAL", `if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) end return 1`,
 			1, s.Layout.EnqueuedKey(j.Name), wire.Score(now), tickMember(tick))
 	}
-	_, err = redis.DoContext(conn, ctx, "")
+	_, err = redisreply.Pipeline(ctx, conn)
 	return err
 }
 
@@ -106,8 +107,8 @@ func (s *Store) List(ctx context.Context) ([]*Job, error) {
 	for _, k := range keys {
 		conn.Send("HGETALL", k)
 	}
-	replies, err := redis.Values(redis.DoContext(conn, ctx, ""))
-	if err != nil && len(keys) > 0 {
+	replies, err := redisreply.Pipeline(ctx, conn)
+	if err != nil {
 		return nil, err
 	}
 	var jobs []*Job

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/redisreply"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -268,7 +269,7 @@ func findInRegisteredLists(ctx context.Context, conn redis.Conn, want map[string
 			return nil, err
 		}
 	}
-	replies, err := redis.Values(redis.DoContext(conn, ctx, ""))
+	replies, err := redisreply.Pipeline(ctx, conn)
 	if err != nil {
 		return nil, fmt.Errorf("durable: read in-progress lists: %w", err)
 	}

@@ -76,7 +76,7 @@ var (
 	descBusy        = prometheus.NewDesc("gojob_busy_slots", "Jobs this process runs now.", nil, nil)
 	descSlots       = prometheus.NewDesc("gojob_slots", "This process's concurrency.", nil, nil)
 	descQuiet       = prometheus.NewDesc("gojob_quiet", "1 when this process takes no new jobs (quiet or stopping).", nil, nil)
-	descRedisUp     = prometheus.NewDesc("gojob_redis_up", "0 while this process is in a Redis outage.", nil, nil)
+	descRedisUp     = prometheus.NewDesc("gojob_redis_up", "0 while this process is in a Redis outage or its fetch fails (then /readyz is 503 too).", nil, nil)
 	descRecovered   = prometheus.NewDesc("gojob_recovered_jobs_total", "Jobs this process pushed back to their queue from the in-progress lists of processes that are gone (reliable fetch).", nil, nil)
 	descPoison      = prometheus.NewDesc("gojob_poison_pills_total", "Recovered jobs this process moved to the dead set instead: their process died while running them too often.", nil, nil)
 	descRedisErrors = prometheus.NewDesc("gojob_redis_errors_total", "Redis commands of this process that failed (connection errors and stalls).", nil, nil)
@@ -132,16 +132,15 @@ func (e *Exporter) Handler() http.Handler {
 	return mux
 }
 
-// ready: running, not quiet, and Redis answers a PING within a second.
+// ready: the server takes and finishes jobs (Server.Ready: running, not
+// quiet, its fetch succeeds, no job waits while slots stay free), and
+// Redis answers a PING within a second.
 func (e *Exporter) ready(ctx context.Context) error {
-	if !e.srv.Running() {
-		return errors.New("not running")
-	}
-	if e.srv.IsQuiet() {
-		return errors.New("quiet: takes no new jobs")
-	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
+	if err := e.srv.Ready(ctx); err != nil {
+		return err
+	}
 	conn, err := e.pool.GetContext(ctx)
 	if err != nil {
 		return errors.New("redis unreachable: " + err.Error())

@@ -12,6 +12,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/redisreply"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -258,7 +259,7 @@ func (c *Client) multi(ctx context.Context, cmds ...cmd) ([]any, error) {
 	for _, cm := range cmds {
 		conn.Send(cm.name, cm.args...)
 	}
-	return redis.Values(redis.DoContext(conn, ctx, "EXEC"))
+	return redisreply.Check(redis.Values(redis.DoContext(conn, ctx, "EXEC")))
 }
 
 // pipeline sends cmds in one round trip (no transaction) and returns their

@@ -9,6 +9,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/redisreply"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -207,7 +208,7 @@ func (c *Client) push(ctx context.Context, job *wire.Job, opts *PushOpts, lock b
 		conn.Send("SADD", wire.KeyQueues, q)
 		conn.Send("LPUSH", wire.QueueKey(q), payload)
 	}
-	if _, err := redis.DoContext(conn, ctx, ""); err != nil {
+	if _, err := redisreply.Pipeline(ctx, conn); err != nil {
 		return nil, fmt.Errorf("sidekiq: push %s: %w", job.JID(), err)
 	}
 	return &PushResult{JID: job.JID(), Payload: payload, Scheduled: scheduled}, nil
@@ -385,7 +386,7 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 		if n == 0 {
 			continue
 		}
-		if _, err := redis.DoContext(conn, ctx, ""); err != nil {
+		if _, err := redisreply.Pipeline(ctx, conn); err != nil {
 			return res, fmt.Errorf("sidekiq: push bulk: %w", err)
 		}
 	}

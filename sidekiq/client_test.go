@@ -122,3 +122,29 @@ func TestMiddlewareSeesAt(t *testing.T) {
 		require.NotContains(t, v, `"at"`)
 	}
 }
+
+// A write Redis refuses (READONLY on a replica after a failover, LOADING
+// while a restarted Redis reads its data, OOM) is the push's error: the
+// caller must not take a job Redis refused for an enqueued one.
+func TestPushFailsWhenRedisRefusesTheWrite(t *testing.T) {
+	t.Parallel()
+	// A replica of a master that is not there: every write is refused
+	// with READONLY.
+	srv := redistest.StartWith(t, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", "1"}})
+	c, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: srv.Pool(t), Version: wire.Version7})
+	require.NoError(t, err)
+	ctx := context.Background()
+	job, err := wire.NewJob("HardJob", 1)
+	require.NoError(t, err)
+	_, err = c.Push(ctx, job, nil)
+	require.ErrorContains(t, err, "READONLY")
+	_, err = c.Push(ctx, job, &sidekiq.PushOpts{In: time.Hour})
+	require.ErrorContains(t, err, "READONLY")
+	jobs := make([]*wire.Job, 3)
+	for i := range jobs {
+		jobs[i], err = wire.NewJob("HardJob", i)
+		require.NoError(t, err)
+	}
+	_, err = c.PushBulk(ctx, jobs, nil)
+	require.ErrorContains(t, err, "READONLY")
+}

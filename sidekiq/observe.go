@@ -1,6 +1,17 @@
 package sidekiq
 
-import "time"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
 
 // JobObserver is told about every job the server finishes (metrics
 // exporters; package metrics). JobDone runs on the job's slot after its
@@ -30,9 +41,107 @@ func (s *Server) Concurrency() int { return s.cfg.Concurrency }
 // Running reports whether the server has started and not stopped.
 func (s *Server) Running() bool { return s.state.Load() == stateRunning }
 
-// RedisDown reports whether the server is in a Redis outage (its last
-// command failed and none has succeeded since).
-func (s *Server) RedisDown() bool { return s.outage.Down() }
+// RedisDown reports whether the server is in a Redis outage: its last
+// command failed and none has succeeded since, or its fetch fails (a fetch
+// that fails while other connections succeed takes no job all the same).
+func (s *Server) RedisDown() bool {
+	since, _ := s.fetchHealth.Failing()
+	return s.outage.Down() || !since.IsZero()
+}
+
+// stuckAfter is how long slots may stay free while jobs wait in the
+// server's queues before Ready says so.
+const stuckAfter = 5 * time.Second
+
+// Ready reports why the server cannot take and finish jobs now, or nil:
+// it is not running or quiet; its fetch fails (RedisDown: the last round
+// trip failed, and none has succeeded since); or slots are free and jobs
+// wait in its unpaused queues, yet no job has started for stuckAfter. It
+// is ready again after a successful fetch round trip.
+func (s *Server) Ready(ctx context.Context) error { return s.readyAt(ctx, s.started.Load()) }
+
+// readyAt is Ready with the count of jobs started so far.
+func (s *Server) readyAt(ctx context.Context, started int64) error {
+	if !s.Running() {
+		return errors.New("not running")
+	}
+	if !s.fetching.Load() {
+		return errors.New("starting")
+	}
+	if s.IsQuiet() {
+		return errors.New("quiet: takes no new jobs")
+	}
+	if since, err := s.fetchHealth.Failing(); !since.IsZero() {
+		return fmt.Errorf("fetching from redis has failed for %s: %v", redisx.LogDuration(time.Since(since)), err)
+	}
+	if s.outage.Down() {
+		return errors.New("redis unavailable")
+	}
+	idle := s.progress.idle(started)
+	if idle < stuckAfter || int(s.busy.Load()) >= s.cfg.Concurrency {
+		return nil
+	}
+	waiting, queue, err := s.waitingJobs(ctx)
+	if err != nil {
+		return fmt.Errorf("redis unavailable: %v", err)
+	}
+	if waiting > 0 {
+		return fmt.Errorf("%d jobs wait in queue %s with slots free, but no job has started for %s", waiting, queue,
+			redisx.LogDuration(idle))
+	}
+	return nil
+}
+
+// progressWatch tells, from the count of jobs started, how long none has
+// started: Ready asks it each time it is called (no clock is read per job).
+type progressWatch struct {
+	mu    sync.Mutex
+	count int64
+	seen  time.Time // when count last changed, or Ready first asked
+}
+
+func (p *progressWatch) idle(started int64) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	if p.seen.IsZero() || started != p.count {
+		p.count, p.seen = started, now
+	}
+	return now.Sub(p.seen)
+}
+
+// waitingJobs returns the jobs waiting in the server's unpaused queues and
+// the fullest of them.
+func (s *Server) waitingJobs(ctx context.Context) (int, string, error) {
+	names := s.order.Names()
+	conn, err := s.cfg.Pool.GetContext(ctx)
+	if err != nil {
+		return 0, "", err
+	}
+	defer conn.Close()
+	var asked []string
+	for _, q := range names {
+		if !s.order.Paused(q) {
+			conn.Send("LLEN", wire.QueueKey(q))
+			asked = append(asked, q)
+		}
+	}
+	if len(asked) == 0 {
+		return 0, "", nil
+	}
+	lens, err := redis.Ints(redis.DoContext(conn, ctx, ""))
+	if err != nil {
+		return 0, "", err
+	}
+	total, most, fullest := 0, 0, ""
+	for i, n := range lens {
+		total += n
+		if n > most {
+			most, fullest = n, asked[i]
+		}
+	}
+	return total, fullest, nil
+}
 
 // FetchStats are the counters of a server's fetch and Redis connections.
 type FetchStats struct {

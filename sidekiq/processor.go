@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-
 	"github.com/gojob/gojob/sidekiq/internal/fetch"
 	"github.com/gojob/gojob/sidekiq/internal/maintenance"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
@@ -159,6 +158,7 @@ func (s *Server) process(slot int, tid string, u fetch.Unit) {
 	}
 	s.work[slot].Store(w)
 	s.workMu.RUnlock()
+	s.started.Add(1)
 	s.busy.Add(1)
 	defer func() {
 		s.work[slot].Store(nil)

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
 	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/sidekiq/internal/fetch"
@@ -86,6 +87,14 @@ type Server struct {
 	writeStop  context.CancelFunc
 	outage     redisx.OutageLog
 	fetchStats fetch.Stats
+	// fetchHealth is what the fetch's round trips say of Redis, and
+	// started how many jobs have started: Ready reads both.
+	fetchHealth fetch.Health
+	started     atomic.Int64
+	progress    progressWatch
+	// fetching: Start has started the fetch (Ready says "starting" until
+	// then: the fetch's setup may wait out an outage).
+	fetching atomic.Bool
 	// workMu orders starting a job against the hard shutdown's sweep of
 	// the running jobs: a job is either seen by the sweep or, once
 	// abandoning is set, pushed back instead of started.
@@ -145,6 +154,8 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 		work:      make([]atomic.Pointer[workItem], c.Concurrency),
 	}
 	s.outage.Log = &s.log
+	s.outage.Probe = s.probeRedis
+	s.fetchHealth.Log = &s.log
 	s.writes = &redisx.Retrier{Pool: c.Pool, Ctx: writes, Outage: &s.outage}
 	s.info = &maintenance.ProcessInfo{
 		Identity:    s.identity,
@@ -206,6 +217,43 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 		}
 	}
 	return s, nil
+}
+
+// probeRedis tells whether Redis answers, on a fresh connection (those of
+// the pool may be dead after a restart): the outage log tries it during an
+// outage, and its success wakes the connections waiting out their backoff.
+func (s *Server) probeRedis() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var conn redis.Conn
+	var err error
+	if s.cfg.Dial != nil {
+		conn, err = s.cfg.Dial(ctx)
+	} else {
+		conn, err = s.cfg.Pool.GetContext(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// A replica answers PING but refuses writes (READONLY): Redis is back
+	// when it takes writes. ROLE's first element says which (Redis 2.8.12+;
+	// where ROLE is refused, PING answers alone).
+	role, err := redis.Values(redis.DoContext(conn, ctx, "ROLE"))
+	var re redis.Error
+	switch {
+	case errors.As(err, &re) && !redisx.IsTransient(re):
+		_, err = redis.DoContext(conn, ctx, "PING")
+		return err
+	case err != nil:
+		return err
+	}
+	if len(role) > 0 {
+		if r, _ := redis.String(role[0], nil); r != "master" {
+			return fmt.Errorf("redis is a %s: it refuses writes", r)
+		}
+	}
+	return nil
 }
 
 // Handle registers h for jobs whose class (or, for ActiveJob payloads, whose
@@ -285,6 +333,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.fetcher = fetcher
 	s.fetchDepth.Store(int32(s.fetcher.Depth()))
 	s.fetcher.Start()
+	s.fetching.Store(true)
 	pauseCtx, pauseCancel := context.WithCancel(context.Background())
 	s.pauseCancel, s.pauseDone = pauseCancel, make(chan struct{})
 	go func() {
@@ -323,10 +372,11 @@ func (s *Server) newFetcher(ctx context.Context) (fetch.Fetcher, error) {
 		RecoveryInterval: s.cfg.RecoveryInterval,
 		Died:             s.death,
 		Stats:            &s.fetchStats,
+		Health:           &s.fetchHealth,
 	}
 	switch s.cfg.Fetch {
 	case FetchBatch:
-		return fetch.NewBatch(fc), nil
+		return fetch.NewBatch(fc)
 	case FetchReliable:
 		return fetch.NewReliable(ctx, fc)
 	}

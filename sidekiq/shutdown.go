@@ -99,6 +99,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	s.writeStop()
+	s.outage.Close()
 	s.stopErr = errors.Join(errs...)
 	close(s.done)
 	s.log.Info().Str("identity", s.identity).Msg("gojob stopped")

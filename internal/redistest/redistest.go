@@ -133,8 +133,9 @@ func StartWith(t testing.TB, o Options) *Server {
 	}
 }
 
-// Restart kills the server and starts it again on the same socket and port,
-// with empty data (for outage tests).
+// Restart kills the server and starts it again on the same socket and
+// port, with empty data unless its arguments make it persist (for outage
+// tests), and returns once it answers commands.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.cmd.Process.Kill()
@@ -146,8 +147,11 @@ func (s *Server) Restart(t testing.TB) {
 	s.cmd = c
 	for i := 0; i < 500; i++ {
 		if conn, err := s.Dial(); err == nil {
+			_, err = conn.Do("PING") // LOADING until its data is read
 			conn.Close()
-			return
+			if err == nil || strings.HasPrefix(err.Error(), "NOAUTH") {
+				return
+			}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/redisreply"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
@@ -111,7 +112,7 @@ func liveRuby(ctx context.Context, pool *redis.Pool) (d Decision, stale []string
 	conn.Send("SMEMBERS", KeyProcesses)
 	conn.Send("ZRANGE", KeyGojobProcesses, 0, -1)
 	conn.Send("GET", KeyRecordedFormat)
-	reply, err := redis.Values(redis.DoContext(conn, ctx, ""))
+	reply, err := redisreply.Pipeline(ctx, conn)
 	if err != nil {
 		return d, nil, fmt.Errorf("sidekiq: decide format: %w", err)
 	}
@@ -130,7 +131,7 @@ func liveRuby(ctx context.Context, pool *redis.Pool) (d Decision, stale []string
 		for _, id := range ruby {
 			conn.Send("HGET", id, "info")
 		}
-		if infos, err = redis.Values(redis.DoContext(conn, ctx, "")); err != nil {
+		if infos, err = redisreply.Pipeline(ctx, conn); err != nil {
 			return d, nil, fmt.Errorf("sidekiq: decide format: %w", err)
 		}
 	}
@@ -276,7 +277,7 @@ func readEvidence(ctx context.Context, conn redis.Conn, now time.Time, stale []s
 	}
 	conn.Send("ZRANGE", KeyRetry, -entriesLooked, -1)
 	conn.Send("ZRANGE", KeyDead, -entriesLooked, -1)
-	reply, err := redis.Values(redis.DoContext(conn, ctx, ""))
+	reply, err := redisreply.Pipeline(ctx, conn)
 	if err != nil {
 		return nil, err
 	}

@@ -1,10 +1,13 @@
 package fetch
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/gojob/gojob/internal/redisreply"
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -271,7 +274,8 @@ func (a *acker) waitHold() bool {
 }
 
 // send sends acks in one write on the acker's connection. A connection
-// that breaks ends the epoch and sends them again by value.
+// that breaks ends the epoch and sends them again by value (through the
+// retrier, which rides out an outage).
 func (a *acker) send(acks []ack) {
 	if !a.fc.ready() {
 		a.sendByValue(acks) // quiet during an outage: through the retrier
@@ -282,23 +286,36 @@ func (a *acker) send(acks []ack) {
 		acks[i].send(c)
 	}
 	err := c.Flush()
+	var refused []ack
 	for i := range acks {
 		if err != nil {
 			break
 		}
 		var v any
-		if v, err = c.Receive(); err == nil {
+		if v, err = receiveReply(c); err == nil {
+			if _, ok := v.(redis.Error); ok {
+				refused = append(refused, acks[i]) // READONLY, LOADING: not run
+			}
 			acks[i].checked(a.f, v)
 		}
 	}
 	if err == nil {
 		a.fc.ok()
+		if len(refused) > 0 {
+			a.fc.close() // a replica now, say: the next one reaches the master
+		}
+		a.sendByValue(refused)
 		return
 	}
 	a.f.drops.Add(1)
 	a.f.ids.bump()
 	a.fc.close()
-	a.cfg.Outage.Failed(err)
+	if a.fc.fresh || !redisx.IsConnError(err) {
+		// A connection idle since before a Redis restart fails once
+		// without an outage: the resend below goes on a new one.
+		a.cfg.Outage.Failed(err)
+		a.cfg.Health.failed(err)
+	}
 	for i := range acks {
 		acks[i].resent = true
 	}
@@ -321,7 +338,7 @@ func (a *acker) sendByValue(acks []ack) error {
 			acks[i].send(conn)
 		}
 		var err error
-		replies, err = redis.Values(conn.Do(""))
+		replies, err = redisreply.Pipeline(context.Background(), conn)
 		return err
 	})
 	if err != nil {

@@ -305,6 +305,7 @@ func (a *ahead) take(want int) ([]Unit, error) {
 	if err != nil && !isReply(err) {
 		f.failedRound(rd)
 		cfg.Outage.Failed(err)
+		cfg.Health.failed(err)
 	}
 	return units, err
 }

@@ -2,8 +2,10 @@ package fetch
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/gomodule/redigo/redis"
 )
@@ -21,14 +23,19 @@ type batchFetch struct {
 }
 
 // NewBatch returns the batched fetch, or, on a Redis without BLMPOP (before
-// 7.0), the BRPOP fetch with a warning.
-func NewBatch(cfg *Config) Fetcher {
-	if !supportsBLMPOP(cfg.Pool) {
+// 7.0), the BRPOP fetch with a warning. It asks Redis through an outage
+// (cfg.Writes): only a refusal of the command says it is not there.
+func NewBatch(cfg *Config) (Fetcher, error) {
+	ok, err := probeBLMPOP(cfg.Writes)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
 		cfg.Logger.Warn().Msg("this Redis has no BLMPOP (Redis < 7.0): using BRPOP fetch")
-		return NewBRPOP(cfg)
+		return NewBRPOP(cfg), nil
 	}
 	n := cfg.Concurrency
-	return &batchFetch{cfg: cfg, jobs: make(chan Unit, n), idle: make(chan struct{}, n)}
+	return &batchFetch{cfg: cfg, jobs: make(chan Unit, n), idle: make(chan struct{}, n)}, nil
 }
 
 // Start starts the workers and the fetcher.
@@ -139,12 +146,28 @@ func (b *batchFetch) worker(slot int) {
 	}
 }
 
-// supportsBLMPOP asks Redis whether it knows BLMPOP (7.0+).
-func supportsBLMPOP(pool *redis.Pool) bool {
-	conn := pool.Get()
-	defer conn.Close()
-	reply, err := redis.Values(conn.Do("COMMAND", "INFO", "BLMPOP"))
-	return err == nil && len(reply) == 1 && reply[0] != nil
+// probeBLMPOP asks Redis whether it knows BLMPOP (7.0+): a BLMPOP of 10 ms
+// on a key that does not exist (COMMAND INFO may be renamed away or
+// denied where BLMPOP is not).
+func probeBLMPOP(writes *redisx.Retrier) (bool, error) {
+	var ok bool
+	err := writes.Do(func(conn redis.Conn) error {
+		_, err := conn.Do("BLMPOP", 0.01, 1, "gojob-probe-absent", "RIGHT")
+		var re redis.Error
+		switch {
+		case err == nil:
+			ok = true
+		case errors.As(err, &re) && isRefused(re):
+			ok = false
+		default:
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("sidekiq: batch fetch setup: %w", err)
+	}
+	return ok, nil
 }
 
 // Close does nothing: nothing outlives the slots.

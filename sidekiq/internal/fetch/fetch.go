@@ -26,6 +26,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/redisreply"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -140,6 +141,63 @@ type Config struct {
 	Died func(job *wire.Job, err error)
 	// Stats counts the recoveries (optional).
 	Stats *Stats
+	// Health records what the fetch's round trips say of Redis (optional).
+	Health *Health
+}
+
+// Health is what a fetch's round trips say of Redis: since when they fail
+// (none has succeeded since) and with what. A server is not ready while
+// its fetch fails, whatever its other connections see: a fetch that fails
+// while the heartbeat succeeds is a process that takes no job.
+//
+// An error reply of Redis (a refused command, a queue key that is not a
+// list) is logged here, once when the fetch starts failing and once when
+// it works again; a connection failure is the outage log's.
+type Health struct {
+	// Log receives the two lines of a failure that is Redis's answer.
+	Log     *zerolog.Logger
+	failing atomic.Int64 // unix ns of the first failure since the last success; 0: none
+	err     atomic.Pointer[error]
+	// replied: the failure under way began with an error reply.
+	replied atomic.Bool
+}
+
+func (h *Health) ok() {
+	if h == nil || h.failing.Load() == 0 {
+		return
+	}
+	since := h.failing.Swap(0)
+	if since != 0 && h.replied.Swap(false) && h.Log != nil {
+		h.Log.Info().Str("component", "fetch").Str("failed_for", redisx.LogDuration(time.Since(time.Unix(0, since)))).
+			Msg("fetching works again")
+	}
+}
+
+func (h *Health) failed(err error) {
+	if h == nil {
+		return
+	}
+	h.err.Store(&err)
+	if h.failing.CompareAndSwap(0, time.Now().UnixNano()) && isReply(err) {
+		h.replied.Store(true)
+		if h.Log != nil {
+			h.Log.Error().Err(err).Str("component", "fetch").Msg("fetching fails: redis refuses the fetch's commands; retrying with backoff")
+		}
+	}
+}
+
+// Failing returns since when the fetch has failed (zero when its last
+// round trip succeeded) and its last error.
+func (h *Health) Failing() (time.Time, error) {
+	n := h.failing.Load()
+	if n == 0 {
+		return time.Time{}, nil
+	}
+	var err error
+	if e := h.err.Load(); e != nil {
+		err = *e
+	}
+	return time.Unix(0, n), err
 }
 
 // Stats counts what the reliable fetch's recovery did (the metrics
@@ -180,6 +238,27 @@ func (c *Config) sleepOrQuiet(d time.Duration) bool {
 		return false
 	}
 }
+
+// backoff waits out a fetch connection's backoff step d, or less when
+// another connection reaches Redis first; false when the server went
+// quiet.
+func (c *Config) backoff(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.Outage.Back():
+		return true
+	case <-c.Quiet:
+		return false
+	}
+}
+
+// maxBackoff is the longest a fetch connection waits between tries
+// through an outage; the server's probe wakes it sooner (within about
+// 200 ms of Redis coming back: redisx.OutageLog.Probe).
+const maxBackoff = 2 * time.Second
 
 func (c *Config) dial() (redis.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -246,12 +325,7 @@ func (c *Config) bulkRequeue(units []Unit) error {
 		for _, q := range order {
 			conn.Send("RPUSH", append([]any{wire.QueueKey(q)}, byQueue[q]...)...)
 		}
-		replies, err := redis.Values(redis.DoContext(conn, c.Writes.Ctx, ""))
-		for _, r := range replies {
-			if e, ok := r.(redis.Error); ok && err == nil {
-				err = e
-			}
-		}
+		_, err := redisreply.Pipeline(c.Writes.Ctx, conn)
 		return err
 	})
 	if err != nil {
@@ -278,6 +352,16 @@ type conn struct {
 	c     redis.Conn
 	fresh bool // dialled for the coming command
 	b     redisx.Backoff
+	// watcher: a waker's connection, whose commands take no job and so
+	// say nothing of the fetch's health.
+	watcher bool
+}
+
+func (f *conn) health() *Health {
+	if f.watcher {
+		return nil
+	}
+	return f.cfg.Health
 }
 
 // ready makes sure there is a connection, dialling with backoff through an
@@ -294,7 +378,9 @@ func (f *conn) ready() bool {
 			return true
 		}
 		f.cfg.Outage.Failed(err)
-		if !f.cfg.sleepOrQuiet(f.b.Next()) {
+		f.health().failed(err)
+		f.b.Max = maxBackoff
+		if !f.cfg.backoff(f.b.Next()) {
 			return false
 		}
 	}
@@ -309,13 +395,18 @@ func (f *conn) failed(err error) bool {
 	if !f.fresh && redisx.IsConnError(err) {
 		return true
 	}
-	f.cfg.Outage.Failed(err)
-	return f.cfg.sleepOrQuiet(f.b.Next())
+	if !isReply(err) {
+		f.cfg.Outage.Failed(err)
+	}
+	f.health().failed(err)
+	f.b.Max = maxBackoff
+	return f.cfg.backoff(f.b.Next())
 }
 
 // ok records a successful command.
 func (f *conn) ok() {
 	f.cfg.Outage.OK()
+	f.health().ok()
 	f.b.Reset()
 }
 

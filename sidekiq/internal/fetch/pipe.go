@@ -354,6 +354,7 @@ func (p *pipes) receive(fp *fetchPipe) (any, error) {
 	}
 	p.lastReply.Store(now)
 	p.cfg.Outage.OK() // ends a stall, if one was logged
+	p.cfg.Health.ok()
 	return v, err
 }
 

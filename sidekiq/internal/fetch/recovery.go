@@ -14,6 +14,7 @@ import (
 
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/procstat"
+	"github.com/gojob/gojob/internal/redisreply"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -129,6 +130,7 @@ func (l *reliableLife) run() {
 			l.beat()
 		case <-age.C:
 			l.ids.age()
+			l.sweepSoon()
 		case <-next.C:
 			if err := l.pass(l.stop); err != nil && !errors.Is(err, errStopping) {
 				l.cfg.Logger.Warn().Err(err).Str("component", "recovery").Msg("orphan recovery pass failed")
@@ -139,6 +141,19 @@ func (l *reliableLife) run() {
 }
 
 var errStopping = errors.New("stopping")
+
+// sweepSoon sweeps the own lists between passes after a failed round trip
+// (a move whose reply was lost leaves a job no slot knows): the first
+// look once Redis answers again, the second sweepDelay later, rather than
+// at the passes' pace. The job waits about sweepDelay, not a minute.
+func (l *reliableLife) sweepSoon() {
+	if l.holders == nil || l.cfg.Outage.Down() || (l.dropped() == l.sweptDropped && l.candidates == nil) {
+		return
+	}
+	if err := l.sweepOwn(false); err != nil {
+		l.cfg.Logger.Debug().Err(err).Str("component", "recovery").Msg("sweep of the own lists failed; the next pass tries again")
+	}
+}
 
 // beat renews the heartbeats of the list identities. A renewal that finds
 // a key gone means other processes may have taken this one for dead and
@@ -210,7 +225,7 @@ func (l *reliableLife) beatPlain(conn redis.Conn, live []*listIdent) error {
 		conn.Send("EXISTS", li.hbKey)
 		conn.Send("SET", li.hbKey, l.hbValue, "EX", wire.HeartbeatTTL)
 	}
-	replies, err := redis.Values(conn.Do(""))
+	replies, err := redisreply.Pipeline(context.Background(), conn)
 	if err != nil {
 		return err
 	}
@@ -304,7 +319,7 @@ func (l *reliableLife) gone(identities []string) (map[string]bool, error) {
 		conn.Send("GET", wire.ReliableHeartbeatKey(id))
 		conn.Send("EXISTS", id)
 	}
-	replies, err := redis.Values(redis.DoContext(conn, ctx, ""))
+	replies, err := redisreply.Pipeline(ctx, conn)
 	if err != nil {
 		return nil, err
 	}
@@ -631,7 +646,7 @@ func (l *reliableLife) retire() error {
 				conn.Send("SREM", args...)
 			}
 		}
-		_, err := conn.Do("")
+		_, err := redisreply.Pipeline(context.Background(), conn)
 		return err
 	})
 	if err != nil {
@@ -657,7 +672,7 @@ func (l *reliableLife) ownEntries(lists []string) (map[string]map[string]int, er
 	for _, k := range lists {
 		conn.Send("LRANGE", k, 0, -1)
 	}
-	replies, err := redis.Values(redis.DoContext(conn, ctx, ""))
+	replies, err := redisreply.Pipeline(ctx, conn)
 	if err != nil {
 		return nil, err
 	}
@@ -740,7 +755,7 @@ func (l *reliableLife) close() {
 		if len(args) > 1 {
 			conn.Send("SREM", args...)
 		}
-		_, err := conn.Do("")
+		_, err := redisreply.Pipeline(context.Background(), conn)
 		return err
 	})
 	if err != nil {

@@ -271,7 +271,8 @@ func (f *reliableFetch) planMove(m *move, s *slotState, r *rand.Rand) bool {
 // recording each moved job in its slot's mirror. It returns the first
 // error: a connection error leaves the moves not marked done unknown (the
 // round failed: failedRound); an error reply (a queue key that is not a
-// list, say) is only the move's.
+// list, say) is only the move's, and an acknowledgement Redis refused goes
+// again by value. Every reply is read either way.
 func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 	corked := redisx.Cork(c)
 	for i := range rd.acks {
@@ -301,32 +302,49 @@ func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 	if err != nil {
 		return err
 	}
-	for i := range rd.acks {
-		v, err := c.Receive()
-		if err != nil {
-			return err
-		}
-		rd.acks[i].checked(f, v)
-	}
 	var replyErr error
-	for i := range rd.moves {
-		m := &rd.moves[i]
-		for range btoi(m.hb) + btoi(m.reg) {
-			v, err := c.Receive()
-			if err != nil {
-				return err
-			}
-			if e, ok := v.(redis.Error); ok && replyErr == nil {
+	var refused []ack
+	for i := range rd.acks {
+		v, err := receiveReply(c)
+		if err != nil {
+			return err // failedRound resends them all: one that ran finds nothing
+		}
+		if e, ok := v.(redis.Error); ok {
+			// Not run (READONLY after a failover, LOADING): again by
+			// value, through the retrier, once the round is read.
+			refused = append(refused, rd.acks[i])
+			if replyErr == nil {
 				replyErr = e
 			}
 		}
-		if m.hb || m.reg {
+		rd.acks[i].checked(f, v)
+	}
+	rd.acks = rd.acks[:0]
+	if len(refused) > 0 {
+		defer f.acker.resend(refused)
+	}
+	for i := range rd.moves {
+		m := &rd.moves[i]
+		setup := true
+		for range btoi(m.hb) + btoi(m.reg) {
+			v, err := receiveReply(c)
+			if err != nil {
+				return err
+			}
+			if e, ok := v.(redis.Error); ok {
+				setup = false
+				if replyErr == nil {
+					replyErr = e
+				}
+			}
+		}
+		if (m.hb || m.reg) && setup {
 			f.ids.mu.Lock()
 			m.sl.ident.created = true
 			m.sl.ident.lists[m.q.key] = m.sl.key
 			f.ids.mu.Unlock()
 		}
-		v, err := c.Receive()
+		v, err := receiveReply(c)
 		if err != nil {
 			return err
 		}
@@ -344,6 +362,19 @@ func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 		}
 	}
 	return replyErr
+}
+
+// receiveReply reads one reply of a pipeline, an error reply as a value
+// (redis.Error) rather than as the error: every reply of a round is read,
+// whatever some of them say, so that the next round's replies are its
+// own. The error is the connection's.
+func receiveReply(c redis.Conn) (any, error) {
+	v, err := c.Receive()
+	var re redis.Error
+	if errors.As(err, &re) {
+		return re, nil
+	}
+	return v, err
 }
 
 func btoi(b bool) int {
@@ -418,21 +449,27 @@ func (f *reliableFetch) taker(taking *atomic.Int64, g *gathering, seed uint64) {
 				f.idle <- m.slot.i
 			}
 		}
-		clear(rd.acks)
 		if err != nil && !isReply(err) {
 			taking.Store(0)
-			f.failedRound(rd)
+			f.failedRound(rd) // resends the acknowledgements by value
 			clear(rd.moves)
 			if !fc.failed(err) {
 				return
 			}
 			continue
 		}
+		clear(rd.acks)
 		clear(rd.moves)
 		if err != nil {
 			// An error reply (a queue key that is not a list, say) backs
-			// off as an outage does, instead of spinning.
-			cfg.Outage.Failed(err)
+			// off as an outage does, instead of spinning. A refusal of a
+			// Redis that is loading or no longer the master (READONLY
+			// after a failover) drops the connection: the next one is
+			// dialled to the master of the moment.
+			cfg.Health.failed(err)
+			if redisx.IsTransient(err) {
+				fc.close()
+			}
 			if !cfg.sleepOrQuiet(time.Second) {
 				return
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gojob/gojob/internal/procstat"
 	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -709,4 +710,54 @@ func TestReliablePausedQueueKeepsItsJobsAndWakesNobody(t *testing.T) {
 	require.Equal(t, []string{"h1"}, b.queue(t, "held"))
 	b.cfg.Order.SetPaused(nil)
 	wait.For(t, "the resumed queue's job", func() bool { return b.processed() == 2 })
+}
+
+// Redis refusing writes for a while (NOREPLICAS here; READONLY after a
+// failover and LOADING after a restart are the same to the fetch) loses
+// nothing and runs nothing twice: every reply of a round is read whatever
+// some of them say, so the next round reads its own replies, and a
+// refused acknowledgement goes again.
+func TestReliableRidesOutRefusedWrites(t *testing.T) {
+	t.Parallel()
+	qs := []wire.QueueWeight{{Name: "q0", Weight: 3}, {Name: "q1", Weight: 2}, {Name: "q2", Weight: 1}}
+	logs := testlog.New(t)
+	b := reliableBundle(t, nil, func(cfg *Config) {
+		cfg.Concurrency = 8
+		cfg.Order = NewOrder(qs, wire.Version7)
+		cfg.Logger = logs.Logger()
+	})
+	const n = 3000
+	for i := 0; i < n; i++ {
+		b.conn.Send("LPUSH", wire.QueueKey(qs[i%len(qs)].Name), jobIn(qs[i%len(qs)].Name, i))
+	}
+	_, err := b.conn.Do("")
+	require.NoError(t, err)
+	var f *reliableFetch
+	b.hook = func(u Unit) {
+		time.Sleep(200 * time.Microsecond)
+		f.Finish(u, nil)
+	}
+	f = newReliable(t, b)
+	f.Start()
+	for round := range 3 {
+		wait.For(t, "some jobs processed", func() bool { return b.processed() >= (round+1)*n/5 })
+		_, err = b.conn.Do("CONFIG", "SET", "min-replicas-to-write", 1)
+		require.NoError(t, err)
+		time.Sleep(300 * time.Millisecond)
+		_, err = b.conn.Do("CONFIG", "SET", "min-replicas-to-write", 0)
+		require.NoError(t, err)
+	}
+	wait.For(t, "every job processed", func() bool { return b.processed() >= n })
+	b.quietNow()
+	f.Wait()
+	f.Close()
+	b.mu.Lock()
+	require.Len(t, b.runs, n)
+	for raw, c := range b.runs {
+		require.Equal(t, 1, c, raw)
+	}
+	b.mu.Unlock()
+	require.Empty(t, b.keys(t, "working:*"), "the in-progress lists are empty")
+	require.NotContains(t, logs.String(), "no longer in this process's in-progress list")
+	require.NotContains(t, logs.String(), "no slot runs")
 }

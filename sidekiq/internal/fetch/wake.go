@@ -173,7 +173,7 @@ func (qs *queues) wake() {
 func (qs *queues) watch(q *queueState) {
 	defer qs.done.Done()
 	cfg := qs.cfg
-	fc := &conn{cfg: cfg}
+	fc := &conn{cfg: cfg, watcher: true}
 	defer fc.close()
 	for {
 		if !q.empty.Load() {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/procstat"
+	"github.com/gojob/gojob/internal/redisreply"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -202,7 +203,7 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 		conn.Send("MULTI")
 		sendStats(conn, procd, fails, date)
 		sendWork(conn, stale, workKeys, work, false)
-		if _, err := conn.Do("EXEC"); err != nil {
+		if _, err := redisreply.Check(redis.Values(conn.Do("EXEC"))); err != nil {
 			h.cfg.Counters.restore(procd, fails)
 			return fmt.Errorf("sidekiq: heartbeat: %w", err)
 		}
@@ -211,7 +212,7 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 		// write.
 		if procd != 0 || fails != 0 {
 			sendStats(conn, procd, fails, date)
-			if _, err := conn.Do(""); err != nil {
+			if _, err := redisreply.Pipeline(ctx, conn); err != nil {
 				h.cfg.Counters.restore(procd, fails)
 				return fmt.Errorf("sidekiq: heartbeat stats: %w", err)
 			}
@@ -221,11 +222,11 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 			// 7.2.3+: MULTI, one HSET with every thread, no EXPIRE when idle.
 			conn.Send("MULTI")
 			sendWork(conn, stale, workKeys, work, true)
-			_, err = conn.Do("EXEC")
+			_, err = redisreply.Check(redis.Values(conn.Do("EXEC")))
 		} else {
 			// 7.0.0-7.2.2: a pipeline, one HSET per thread, always EXPIRE.
 			sendWork(conn, stale, workKeys, work, false)
-			_, err = conn.Do("")
+			_, err = redisreply.Pipeline(ctx, conn)
 		}
 		if err != nil {
 			return fmt.Errorf("sidekiq: heartbeat work: %w", err)
@@ -267,7 +268,7 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 	}
 	conn.Send("EXPIRE", identity, 60)
 	conn.Send("RPOP", wire.SignalsKey(identity))
-	reply, err := redis.Values(conn.Do("EXEC"))
+	reply, err := redisreply.Check(redis.Values(conn.Do("EXEC")))
 	if err != nil {
 		return fmt.Errorf("sidekiq: heartbeat: %w", err)
 	}
@@ -281,7 +282,7 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 	// hash (lib/sidekiq/metrics/tracking.rb; captured 7.3.10).
 	if metrics := h.cfg.Metrics.take(); metrics != nil && v.AtLeast(7, 0, 0) {
 		sendMetrics(conn, v, h.cfg.Clock.Now(), metrics)
-		if _, err := conn.Do(""); err != nil {
+		if _, err := redisreply.Pipeline(ctx, conn); err != nil {
 			h.cfg.Metrics.restore(metrics)
 			return fmt.Errorf("sidekiq: heartbeat metrics: %w", err)
 		}
@@ -353,7 +354,7 @@ func (h *Heartbeat) Unregister(ctx context.Context) error {
 	for _, key := range append(keys, minusKeys(h.workKeys, keys)...) {
 		conn.Send("UNLINK", key)
 	}
-	if _, err := redis.DoContext(conn, ctx, ""); err != nil {
+	if _, err := redisreply.Pipeline(ctx, conn); err != nil {
 		h.cfg.Logger.Error().Int64("processed", procd).Int64("failed", fails).Msg("could not flush stats at shutdown")
 		return fmt.Errorf("sidekiq: unregister: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/redisreply"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -148,7 +149,7 @@ func (f *VersionFollower) register(ctx context.Context) error {
 	now := f.cfg.Clock.Now()
 	conn.Send("ZADD", wire.KeyGojobProcesses, wire.Score(now), f.cfg.Identity)
 	conn.Send("ZREMRANGEBYSCORE", wire.KeyGojobProcesses, "-inf", "("+wire.Score(now.Add(-goneAfter)))
-	_, err = redis.DoContext(conn, ctx, "")
+	_, err = redisreply.Pipeline(ctx, conn)
 	return err
 }
 

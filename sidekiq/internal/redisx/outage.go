@@ -11,16 +11,24 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Backoff is an exponential backoff from 100 ms to 5 s with jitter. The
-// zero value is ready to use.
-type Backoff struct{ d time.Duration }
+// Backoff is an exponential backoff from 100 ms to Max (5 s when zero)
+// with jitter. The zero value is ready to use.
+type Backoff struct {
+	d time.Duration
+	// Max is the longest step.
+	Max time.Duration
+}
 
 // Next returns the next wait: half the current step plus up to half again.
 func (b *Backoff) Next() time.Duration {
+	top := b.Max
+	if top <= 0 {
+		top = 5 * time.Second
+	}
 	if b.d == 0 {
-		b.d = 100 * time.Millisecond
+		b.d = min(100*time.Millisecond, top)
 	} else {
-		b.d = min(b.d*2, 5*time.Second)
+		b.d = min(b.d*2, top)
 	}
 	return b.d/2 + rand.N(b.d/2+1)
 }
@@ -33,6 +41,12 @@ func (b *Backoff) Reset() { b.d = 0 }
 type OutageLog struct {
 	// Log receives the two lines.
 	Log *zerolog.Logger
+	// Probe, when set, is tried every probeEvery while an outage that a
+	// failure began lasts, on a goroutine of its own; its first success
+	// ends the outage (OK), which wakes every connection waiting out its
+	// backoff (Back). The connections can then back off long without
+	// noticing late that Redis is back.
+	Probe func() error
 
 	mu    sync.Mutex
 	down  bool
@@ -42,8 +56,16 @@ type OutageLog struct {
 	// isDown mirrors down for OK's lock-free fast path (OK runs for every
 	// fetch reply).
 	isDown atomic.Bool
+	// backCh is closed when the outage under way ends (Back).
+	backCh chan struct{}
+	// probing: a goroutine tries Probe; closed: Close was called (no
+	// more probing), and stop closed with it.
+	probing bool
+	closed  bool
+	stop    chan struct{}
 	// errors counts failures; outages counts outages begun (metrics).
 	errors, outages atomic.Int64
+	done            sync.WaitGroup // the probe
 }
 
 // Counts returns how many Redis failures were recorded and how many
@@ -65,6 +87,56 @@ func (o *OutageLog) Failed(err error) {
 	if o.Log != nil {
 		o.Log.Error().Err(err).Str("component", "redis").Msg("redis unavailable; retrying with backoff")
 	}
+	if o.Probe != nil && !o.probing && !o.closed {
+		o.probing = true
+		if o.stop == nil {
+			o.stop = make(chan struct{})
+		}
+		o.done.Add(1)
+		go o.probe(o.stop)
+	}
+}
+
+// Close stops probing and waits for the probe to return.
+func (o *OutageLog) Close() {
+	o.mu.Lock()
+	if !o.closed {
+		o.closed = true
+		if o.stop != nil {
+			close(o.stop)
+		}
+	}
+	o.mu.Unlock()
+	o.done.Wait()
+}
+
+// probeEvery is how often Probe is tried during an outage.
+const probeEvery = 200 * time.Millisecond
+
+// probe tries Probe until it succeeds (OK), the outage ends otherwise, or
+// Close.
+func (o *OutageLog) probe(stop chan struct{}) {
+	defer o.done.Done()
+	t := time.NewTicker(probeEvery)
+	defer t.Stop()
+loop:
+	for {
+		select {
+		case <-t.C:
+		case <-stop:
+			break loop
+		}
+		if !o.isDown.Load() {
+			break
+		}
+		if o.Probe() == nil {
+			o.OK()
+			break
+		}
+	}
+	o.mu.Lock()
+	o.probing = false
+	o.mu.Unlock()
 }
 
 // Stalled records that Redis has not answered a command for d: it is
@@ -110,11 +182,32 @@ func (o *OutageLog) OK() {
 	o.isDown.Store(false)
 	o.back = time.Now()
 	d := o.back.Sub(o.since)
+	if o.backCh != nil {
+		close(o.backCh)
+		o.backCh = nil
+	}
 	o.mu.Unlock()
 	if o.Log != nil {
 		o.Log.Info().Str("outage", LogDuration(d)).Str("component", "redis").Msg("redis is back")
 	}
 }
+
+// Back returns a channel closed when the outage under way ends (at once
+// when there is none): a component waiting out its backoff retries as
+// soon as any other has reached Redis again.
+func (o *OutageLog) Back() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.down {
+		return closedCh
+	}
+	if o.backCh == nil {
+		o.backCh = make(chan struct{})
+	}
+	return o.backCh
+}
+
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // LogDuration is how gojob's logs write a duration: a Go duration string
 // with its unit, to the millisecond ("4.304s", "250ms", "2m3.5s"), never a
@@ -178,6 +271,8 @@ func (r *Retrier) Retry(f func() error) error {
 		t := time.NewTimer(b.Next())
 		select {
 		case <-t.C:
+		case <-r.Outage.Back(): // another connection got through
+			t.Stop()
 		case <-r.Ctx.Done():
 			t.Stop()
 			return err

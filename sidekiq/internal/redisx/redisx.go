@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/gojob/gojob/internal/redisreply"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -25,14 +26,9 @@ func ExecMulti(ctx context.Context, conn redis.Conn, queue func(conn redis.Conn)
 		return nil, err
 	}
 	queue(conn)
-	replies, err := redis.Values(redis.DoContext(conn, ctx, "EXEC"))
+	replies, err := redisreply.Check(redis.Values(redis.DoContext(conn, ctx, "EXEC")))
 	if err != nil {
 		return nil, err
-	}
-	for _, r := range replies {
-		if e, ok := r.(redis.Error); ok {
-			return nil, e
-		}
 	}
 	return replies, nil
 }
@@ -115,14 +111,16 @@ func IsConnError(err error) bool {
 }
 
 // IsTransient reports whether err is an error reply that a later try can
-// get past: Redis loading its data set, busy with a script, or in a
-// failover.
+// get past: Redis loading its data set, busy with a script, in a failover
+// (a master turned replica refuses writes, READONLY, and ends the blocking
+// commands waiting on it, UNBLOCKED), or short of the replicas
+// min-replicas-to-write asks for.
 func IsTransient(err error) bool {
 	var re redis.Error
 	if !errors.As(err, &re) {
 		return false
 	}
-	for _, p := range []string{"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "READONLY"} {
+	for _, p := range []string{"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "READONLY", "UNBLOCKED", "NOREPLICAS"} {
 		if strings.HasPrefix(string(re), p) {
 			return true
 		}
