@@ -128,7 +128,7 @@ func newRedisFlag() *ucli.StringFlag {
 	return &ucli.StringFlag{
 		Name:    "redis",
 		Aliases: []string{"r"},
-		Usage:   "Redis URL (redis://host:port/db, rediss://…, unix:///path)",
+		Usage:   "Redis URL (redis://host:port/db, rediss://…, unix:///path, redis+sentinel://host:port[,host:port…]/MASTER[/DB])",
 		EnvVars: []string{"REDIS_URL"},
 		Value:   "redis://127.0.0.1:6379/0",
 	}

@@ -13,6 +13,7 @@ import (
 var layers = map[string]int{
 	"sidekiq/rubyjson":             0,
 	"sidekiq/internal/redisx":      0,
+	"sidekiq/internal/sentinel":    0,
 	"sidekiq/wire":                 1,
 	"sidekiq/internal/fetch":       2,
 	"sidekiq/internal/maintenance": 2,

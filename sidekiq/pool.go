@@ -2,14 +2,17 @@ package sidekiq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gojob/gojob/internal/redact"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
+	"github.com/gojob/gojob/sidekiq/internal/sentinel"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -25,7 +28,10 @@ type PoolOptions struct {
 }
 
 // NewPool returns a redigo pool for a Redis URL: redis://[:pass@]host:port/db,
-// rediss://… (TLS), or unix:///path/to/socket[?db=N]. An empty URL means
+// rediss://… (TLS), unix:///path/to/socket[?db=N], or
+// redis+sentinel://[user:pass@]host:port[,host:port…]/MASTER[/DB] for the
+// master a Redis Sentinel deployment monitors as MASTER (followed through
+// failovers: docs/sentinel.md). An empty URL means
 // $REDIS_URL, then redis://127.0.0.1:6379/0.
 func NewPool(rawURL string, o *PoolOptions) (*redis.Pool, error) {
 	if o == nil {
@@ -112,8 +118,55 @@ func Dialer(rawURL string, readTimeout time.Duration) (func(ctx context.Context)
 			}
 			return c, nil
 		}, nil
+	case "redis+sentinel":
+		d, err := sentinelDialer(u, dialer, opts)
+		if err != nil {
+			return nil, fmt.Errorf("sidekiq: redis url %s: %w", redact.URL(rawURL), err)
+		}
+		return d.Dial, nil
 	}
-	return nil, fmt.Errorf("sidekiq: redis url %q: scheme must be redis, rediss or unix", redact.URL(rawURL))
+	return nil, fmt.Errorf("sidekiq: redis url %q: scheme must be redis, rediss, redis+sentinel or unix", redact.URL(rawURL))
+}
+
+// sentinelDialer reads redis+sentinel://[user:pass@]host:port[,host:port…]/MASTER[/DB]:
+// the sentinels (port 26379 when none is given), the name they monitor
+// the master under, the database. The credentials are the master's; a
+// sentinel that asks for a password gets them too.
+func sentinelDialer(u *url.URL, netDialer *net.Dialer, opts []redis.DialOption) (*sentinel.Dialer, error) {
+	var addrs []string
+	for _, h := range strings.Split(u.Host, ",") {
+		if h == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			h = net.JoinHostPort(h, "26379")
+		}
+		addrs = append(addrs, h)
+	}
+	if len(addrs) == 0 {
+		return nil, errors.New("no sentinel address (redis+sentinel://host:port[,host:port…]/MASTER[/DB])")
+	}
+	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
+	if parts[0] == "" || len(parts) > 2 {
+		return nil, errors.New("the path must be /MASTER or /MASTER/DB (the name the sentinels monitor)")
+	}
+	db := 0
+	if len(parts) == 2 {
+		n, err := strconv.Atoi(parts[1])
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("bad db %q", parts[1])
+		}
+		db = n
+	}
+	cfg := sentinel.Config{Addrs: addrs, Master: parts[0], DB: db, Username: u.User.Username(), NetDial: netDialer.DialContext,
+		Dial: func(ctx context.Context, addr string, netDial func(ctx context.Context, network, addr string) (net.Conn, error),
+			o ...redis.DialOption) (redis.Conn, error) {
+			return redisx.DialCorkable(ctx, netDial, func(ctx context.Context, o ...redis.DialOption) (redis.Conn, error) {
+				return redis.DialContext(ctx, "tcp", addr, o...)
+			}, append(opts[:len(opts):len(opts)], o...)...)
+		}}
+	cfg.Password, _ = u.User.Password()
+	return sentinel.New(cfg), nil
 }
 
 // redactedError is a dial error whose text hides the URL's password; it
