@@ -13,8 +13,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
+	"github.com/gojob/gojob/internal/procstat"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -50,10 +52,23 @@ func (e *ExecError) ErrorClass() string { return "Gojob::ExecError" }
 // execGuard runs the job's command (GOJOB_EXEC_COMMAND) in a shell that is
 // the leader of its own process group, beside a watcher that reads fd 3: a
 // pipe whose only writer is gojob. When gojob ends, however it ends, the
-// kernel closes the writer, the read returns, and the watcher kills the
-// whole group: the shell, the command and anything it started. After a
+// kernel closes the writer, the read returns, and the watcher kills what
+// the command started: first the processes outside the group that carry
+// the job's GOJOB_EXEC_TOKEN in their environment (a descendant that left
+// the group with setsid), then the whole group, itself included. After a
 // normal end of the command the shell kills its watcher first.
-const execGuard = `( read -r _ <&3; kill -KILL 0 ) >/dev/null 2>&1 &
+//
+// A descendant that cleared its environment, or runs as another user, is
+// not found that way (README, "Running a queue in Go").
+const execGuard = `( read -r _ <&3
+  read -r gojob_s < /proc/self/stat; gojob_s=${gojob_s##*) }; set -- $gojob_s; gojob_group=$3
+  for gojob_f in $(grep -laF "GOJOB_EXEC_TOKEN=$GOJOB_EXEC_TOKEN" /proc/[0-9]*/environ); do
+    gojob_p=${gojob_f#/proc/}; gojob_p=${gojob_p%/environ}
+    read -r gojob_s < /proc/$gojob_p/stat || continue
+    gojob_s=${gojob_s##*) }; set -- $gojob_s
+    [ "$3" = "$gojob_group" ] || kill -KILL "$gojob_p"
+  done
+  kill -KILL 0 ) >/dev/null 2>&1 &
 gojob_watcher=$!
 exec 3<&-
 gojob_cmd=$GOJOB_EXEC_COMMAND
@@ -80,11 +95,19 @@ func (h *ExecHandler) Perform(ctx context.Context, job *wire.Job) error {
 	}
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", execGuard)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	// Every process the command starts inherits the token (unless it
+	// clears its environment): a cancellation kills the group and those
+	// that left it.
+	token := "GOJOB_EXEC_TOKEN=" + uuid.NewString()
+	cmd.Cancel = func() error {
+		err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		procstat.KillMarked(token, 0)
+		return err
+	}
 	cmd.WaitDelay = 5 * time.Second
 	cmd.ExtraFiles = []*os.File{guardR, beatW}
 	cmd.Stdin = bytes.NewReader(job.Bytes())
-	cmd.Env = append(os.Environ(), "GOJOB_EXEC_COMMAND="+h.Command,
+	cmd.Env = append(os.Environ(), "GOJOB_EXEC_COMMAND="+h.Command, token,
 		"GOJOB_JID="+job.JID(), "GOJOB_CLASS="+job.Class(), "GOJOB_QUEUE="+job.Queue(),
 		fmt.Sprintf("GOJOB_HEARTBEAT_FD=%d", execHeartbeatFD))
 	cmd.Env = append(cmd.Env, limitEnv(job)...)

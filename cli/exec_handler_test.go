@@ -44,23 +44,78 @@ func TestExecChildrenDieWithGojob(t *testing.T) {
 	_, err = client.Enqueue(context.Background(), "", "Sleepy")
 	require.NoError(t, err)
 	pidFile := filepath.Join(t.TempDir(), "pid")
+	// One grandchild in the command's process group, one that left it
+	// with setsid.
 	cmd := exec.Command(bin, "work", "-r", srv.URL(), "-c", "1", "--sidekiq-version", "6",
-		"--exec", "Sleepy=sleep 300 & echo $! > "+pidFile+"; wait")
+		"--exec", "Sleepy=sleep 300 & echo $! > "+pidFile+"; setsid sleep 301 & echo $! >> "+pidFile+"; wait")
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	var pid int
-	wait.For(t, "the command's grandchild to start", func() bool {
-		b, err := os.ReadFile(pidFile)
-		if err != nil || len(strings.TrimSpace(string(b))) == 0 {
-			return false
+	pids := waitPIDs(t, pidFile, 2)
+	for _, pid := range pids {
+		require.False(t, processGone(pid))
+	}
+	t.Cleanup(func() {
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
 		}
-		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil
 	})
-	require.False(t, processGone(pid))
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	cmd.Wait()
-	wait.Within(t, 5*time.Second, "the grandchild to die with gojob", func() bool { return processGone(pid) })
+	for _, pid := range pids {
+		wait.Within(t, 5*time.Second, "the grandchildren to die with gojob", func() bool { return processGone(pid) })
+	}
+}
+
+// waitPIDs waits for n pids, one per line, in file.
+func waitPIDs(t *testing.T, file string, n int) []int {
+	t.Helper()
+	var pids []int
+	wait.For(t, "the command's grandchildren to start", func() bool {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return false
+		}
+		pids = pids[:0]
+		for _, f := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil {
+				return false
+			}
+			pids = append(pids, pid)
+		}
+		return len(pids) == n
+	})
+	return pids
+}
+
+// A cancelled job (its timeout, a hard shutdown) ends its command and
+// everything the command started, a descendant that left the process
+// group with setsid included.
+func TestExecCancellationKillsEveryDescendant(t *testing.T) {
+	t.Parallel()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	h := &ExecHandler{Command: "sleep 300 & echo $! > " + pidFile + "; setsid sleep 301 & echo $! >> " + pidFile + "; wait"}
+	job, err := wire.NewJob("X")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Perform(ctx, job) }()
+	pids := waitPIDs(t, pidFile, 2)
+	t.Cleanup(func() {
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	cancel()
+	select {
+	case err := <-done:
+		require.ErrorContains(t, err, "cancelled")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancelled job did not end")
+	}
+	for _, pid := range pids {
+		wait.Within(t, 5*time.Second, "the descendants to die with the cancellation", func() bool { return processGone(pid) })
+	}
 }
 
 // A command that calls exit ends its job at once (the guard's watcher does
