@@ -12,6 +12,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
@@ -40,7 +41,7 @@ func adminCommands() []*ucli.Command {
 				&ucli.Float64Flag{Name: "timeout", Usage: "cancel and retry the job (Gojob::Timeout) when it runs longer than `SECONDS` (docs/heartbeats.md)"},
 				&ucli.Float64Flag{Name: "heartbeat-timeout", Usage: "cancel and retry the job (Gojob::HeartbeatTimeout) when it goes `SECONDS` without a heartbeat"},
 				&ucli.StringFlag{Name: "unique-until", Usage: "release the unique lock at the job's start or success (default success)"},
-				&ucli.StringFlag{Name: "key", Usage: "push to the ordered queue --queue under ordering key `K`: K's jobs run one at a time in push order (gojob work --ordered)"},
+				&ucli.StringFlag{Name: "key", Usage: "push to the ordered queue --queue under ordering key `K`: K's jobs run one at a time in push order (gojob ordered work)"},
 				&ucli.Float64Flag{Name: "score", Usage: "with --key: order by this score (a version) instead of push order"},
 				&ucli.IntFlag{Name: "shards", Usage: "with --key: shard count of the queue if this push creates it (default 16)"},
 			},
@@ -60,9 +61,9 @@ func adminCommands() []*ucli.Command {
 					Flags: []ucli.Flag{newRedisFlag()}, Action: withAPI(queuePauseAction(false))},
 			},
 		},
-		{Name: "retries", Usage: "list the retry set (next retry first)", Flags: pageFlags(), Before: checkPageFlags, Action: withAPI(setAction(wire.KeyRetry))},
-		{Name: "scheduled", Usage: "list the schedule set (next due first)", Flags: pageFlags(), Before: checkPageFlags, Action: withAPI(setAction(wire.KeySchedule))},
-		{Name: "dead", Usage: "list the dead set (newest first)", Flags: pageFlags(), Before: checkPageFlags, Action: withAPI(setAction(wire.KeyDead))},
+		{Name: "retries", Usage: "list the retry set (next retry first)", Flags: pageFlags(), Before: checkPageFlags, Action: withAPI(setAction(contract.KeyRetry))},
+		{Name: "scheduled", Usage: "list the schedule set (next due first)", Flags: pageFlags(), Before: checkPageFlags, Action: withAPI(setAction(contract.KeySchedule))},
+		{Name: "dead", Usage: "list the dead set (newest first)", Flags: pageFlags(), Before: checkPageFlags, Action: withAPI(setAction(contract.KeyDead))},
 		{Name: "retry", Usage: "retry a job of the retry or dead set now", ArgsUsage: "JID", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(entryAction("retry"))},
 		{Name: "kill", Usage: "move a job of the retry or schedule set to the dead set", ArgsUsage: "JID", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(entryAction("kill"))},
 		{Name: "delete", Usage: "delete a job from the retry, schedule or dead set", ArgsUsage: "JID", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(entryAction("delete"))},
@@ -104,17 +105,17 @@ func pushAction(ctx context.Context, e *adminEnv) error {
 	res, err := e.api.Client().Push(ctx, job, opts)
 	if err != nil {
 		if strings.Contains(err.Error(), "unique_") || errors.Is(err, wire.ErrInvalidJob) {
-			return ucli.Exit("push: "+err.Error(), ExitUsage)
+			return ucli.Exit("push: "+err.Error(), exitUsage)
 		}
 		return err
 	}
 	if res.Duplicate {
 		if e.json {
-			e.printJSON(map[string]any{"jid": "", "duplicate": true, "lock": wire.UniqueKey(job)})
-			return ucli.Exit("", ExitRefused)
+			e.printJSON(map[string]any{"jid": "", "duplicate": true, "lock": contract.UniqueKey(job)})
+			return ucli.Exit("", exitRefused)
 		}
 		return ucli.Exit(fmt.Sprintf("not pushed: a %s job with these arguments on queue %s holds the unique lock %s",
-			job.Class(), job.Queue(), wire.UniqueKey(job)), ExitRefused)
+			job.Class(), job.Queue(), contract.UniqueKey(job)), exitRefused)
 	}
 	if e.json {
 		return e.printJSON(map[string]any{"jid": res.JID, "scheduled": res.Scheduled, "payload": json.RawMessage(res.Payload)})
@@ -133,11 +134,11 @@ func pushAction(ctx context.Context, e *adminEnv) error {
 func pushJobFromFlags(c *ucli.Context) (*wire.Job, *sidekiq.PushOpts, error) {
 	args := c.Args().Slice()
 	if len(args) == 0 {
-		return nil, nil, ucli.Exit("push: CLASS is required", ExitUsage)
+		return nil, nil, ucli.Exit("push: CLASS is required", exitUsage)
 	}
 	job, err := wire.NewJob(args[0])
 	if err != nil {
-		return nil, nil, ucli.Exit("push: "+err.Error(), ExitUsage)
+		return nil, nil, ucli.Exit("push: "+err.Error(), exitUsage)
 	}
 	vals := make([]rubyjson.Value, 0, len(args)-1)
 	for _, a := range args[1:] {
@@ -158,7 +159,7 @@ func pushJobFromFlags(c *ucli.Context) (*wire.Job, *sidekiq.PushOpts, error) {
 		default:
 			n, err := strconv.Atoi(r)
 			if err != nil || n < 0 {
-				return nil, nil, ucli.Exit("push: --retry must be true, false or a number", ExitUsage)
+				return nil, nil, ucli.Exit("push: --retry must be true, false or a number", exitUsage)
 			}
 			job.SetRetry(n)
 		}
@@ -168,11 +169,11 @@ func pushJobFromFlags(c *ucli.Context) (*wire.Job, *sidekiq.PushOpts, error) {
 	}
 	if u := c.String("unique-until"); u != "" {
 		if !c.IsSet("unique-for") {
-			return nil, nil, ucli.Exit("push: --unique-until needs --unique-for", ExitUsage)
+			return nil, nil, ucli.Exit("push: --unique-until needs --unique-for", exitUsage)
 		}
 		job.Set("unique_until", rubyjson.StringValue(u))
 	}
-	for _, f := range []struct{ flag, key string }{{"timeout", wire.KeyTimeout}, {"heartbeat-timeout", wire.KeyHeartbeatTimeout}} {
+	for _, f := range []struct{ flag, key string }{{"timeout", contract.KeyTimeout}, {"heartbeat-timeout", contract.KeyHeartbeatTimeout}} {
 		if !c.IsSet(f.flag) {
 			continue
 		}
@@ -180,8 +181,8 @@ func pushJobFromFlags(c *ucli.Context) (*wire.Job, *sidekiq.PushOpts, error) {
 		if n := c.Float64(f.flag); n == float64(int64(n)) {
 			v = rubyjson.IntValue(int64(n))
 		}
-		if _, err := wire.LimitSeconds(f.key, v); err != nil {
-			return nil, nil, ucli.Exit("push: --"+f.flag+": "+err.Error(), ExitUsage)
+		if _, err := contract.LimitSeconds(f.key, v); err != nil {
+			return nil, nil, ucli.Exit("push: --"+f.flag+": "+err.Error(), exitUsage)
 		}
 		job.Set(f.key, v)
 	}
@@ -189,19 +190,19 @@ func pushJobFromFlags(c *ucli.Context) (*wire.Job, *sidekiq.PushOpts, error) {
 	if at := c.String("at"); at != "" {
 		t, err := parseTime(at)
 		if err != nil {
-			return nil, nil, ucli.Exit("push: --at: "+err.Error(), ExitUsage)
+			return nil, nil, ucli.Exit("push: --at: "+err.Error(), exitUsage)
 		}
 		opts.At = t
 	}
-	if err := wire.Validate(job); err != nil {
-		return nil, nil, ucli.Exit("push: "+err.Error(), ExitUsage)
+	if err := contract.Validate(job); err != nil {
+		return nil, nil, ucli.Exit("push: "+err.Error(), exitUsage)
 	}
 	return job, opts, nil
 }
 
 func parseTime(s string) (time.Time, error) {
 	if f, err := strconv.ParseFloat(s, 64); err == nil {
-		return wire.FromEpochSeconds(f), nil
+		return contract.FromEpochSeconds(f), nil
 	}
 	return time.Parse(time.RFC3339, s)
 }
@@ -211,7 +212,7 @@ func statsAction(ctx context.Context, e *adminEnv) error {
 	if err != nil {
 		return err
 	}
-	hist, err := e.api.History(ctx, &api.HistoryParams{Days: e.c.Int("days")})
+	hist, err := e.api.History(ctx, e.c.Int("days"))
 	if err != nil {
 		return err
 	}
@@ -231,8 +232,8 @@ func statsAction(ctx context.Context, e *adminEnv) error {
 		for _, q := range st.Queues {
 			queues = append(queues, queueRow{q.Name, q.Size})
 		}
-		days := make([]dayRow, 0, len(hist.Days))
-		for _, d := range hist.Days {
+		days := make([]dayRow, 0, len(hist))
+		for _, d := range hist {
 			days = append(days, dayRow{d.Date, d.Processed, d.Failed})
 		}
 		return e.printJSON(map[string]any{
@@ -246,9 +247,9 @@ func statsAction(ctx context.Context, e *adminEnv) error {
 		st.Processed, st.Failed, st.Enqueued, st.Scheduled, st.Retries, st.Dead, st.Processes, st.Busy,
 		st.DefaultQueueLatency.Round(time.Millisecond))
 	tw.Flush()
-	if len(hist.Days) > 0 {
+	if len(hist) > 0 {
 		fmt.Fprintln(e.out, "\nday         processed  failed")
-		for _, d := range hist.Days {
+		for _, d := range hist {
 			fmt.Fprintf(e.out, "%s  %9d  %6d\n", d.Date, d.Processed, d.Failed)
 		}
 	}
@@ -258,7 +259,7 @@ func statsAction(ctx context.Context, e *adminEnv) error {
 func queuePauseAction(pause bool) func(ctx context.Context, e *adminEnv) error {
 	return func(ctx context.Context, e *adminEnv) error {
 		if e.c.NArg() != 1 {
-			return ucli.Exit("queue: one queue NAME is required", ExitUsage)
+			return ucli.Exit("queue: one queue NAME is required", exitUsage)
 		}
 		q := e.api.Queue(e.c.Args().First())
 		if pause {
@@ -320,12 +321,12 @@ func queuesAction(ctx context.Context, e *adminEnv) error {
 
 func (e *adminEnv) set(name string) *api.JobSet {
 	switch name {
-	case wire.KeyRetry:
-		return e.api.RetrySet().JobSet
-	case wire.KeySchedule:
-		return e.api.ScheduledSet().JobSet
+	case contract.KeyRetry:
+		return e.api.RetrySet()
+	case contract.KeySchedule:
+		return e.api.ScheduledSet()
 	}
-	return e.api.DeadSet().JobSet
+	return e.api.DeadSet()
 }
 
 // entryJSON is how an entry is printed with --json.
@@ -373,22 +374,20 @@ func checkPageFlags(c *ucli.Context) error {
 func setAction(name string) func(ctx context.Context, e *adminEnv) error {
 	return func(ctx context.Context, e *adminEnv) error {
 		set := e.set(name)
-		// Retries and Scheduled list the next due first, as the Web UI
-		// does (its page of the retry and schedule sets is a ZRANGE from
-		// the lowest score); Dead the newest first.
-		page, err := set.Page(ctx, &api.PageParams{Offset: e.c.Int("offset"), Limit: e.c.Int("limit"), Ascending: name != wire.KeyDead})
+		// Retries and Scheduled list the next due first, Dead the newest
+		// first, as the Web UI (and JobSet.Page) does.
+		entries, size, err := set.Page(ctx, e.c.Int("offset"), e.c.Int("limit"))
 		if err != nil {
 			return err
 		}
-		entries := page.Entries
 		if e.json {
 			rows := make([]entryJSON, 0, len(entries))
 			for _, en := range entries {
 				rows = append(rows, toEntryJSON(name, en))
 			}
-			return e.printJSON(map[string]any{"size": page.Size, "entries": rows})
+			return e.printJSON(map[string]any{"size": size, "entries": rows})
 		}
-		fmt.Fprintf(e.out, "%s: %d\n", name, page.Size)
+		fmt.Fprintf(e.out, "%s: %d\n", name, size)
 		if len(entries) == 0 {
 			return nil
 		}
@@ -419,14 +418,14 @@ func firstLine(s string, max int) string {
 // on it.
 func entryAction(action string) func(ctx context.Context, e *adminEnv) error {
 	sets := map[string][]string{
-		"retry":  {wire.KeyRetry, wire.KeyDead},
-		"kill":   {wire.KeyRetry, wire.KeySchedule},
-		"delete": {wire.KeyRetry, wire.KeySchedule, wire.KeyDead},
+		"retry":  {contract.KeyRetry, contract.KeyDead},
+		"kill":   {contract.KeyRetry, contract.KeySchedule},
+		"delete": {contract.KeyRetry, contract.KeySchedule, contract.KeyDead},
 	}[action]
 	return func(ctx context.Context, e *adminEnv) error {
 		jid := e.c.Args().First()
 		if jid == "" {
-			return ucli.Exit(action+": JID is required", ExitUsage)
+			return ucli.Exit(action+": JID is required", exitUsage)
 		}
 		for _, name := range sets {
 			en, err := e.set(name).FindJob(ctx, jid)
@@ -453,7 +452,7 @@ func entryAction(action string) func(ctx context.Context, e *adminEnv) error {
 			fmt.Fprintf(e.out, "%s %s (%s) from %s\n", pastTense(action), jid, en.Class(), name)
 			return nil
 		}
-		return ucli.Exit(fmt.Sprintf("%s: no job %s in %s", action, jid, strings.Join(sets, ", ")), ExitNotFound)
+		return ucli.Exit(fmt.Sprintf("%s: no job %s in %s", action, jid, strings.Join(sets, ", ")), exitNotFound)
 	}
 }
 
@@ -571,7 +570,7 @@ func processesAction(ctx context.Context, e *adminEnv) error {
 
 // jobClass is the class the Busy page shows: wrapped || class.
 func jobClass(j *wire.Job) string {
-	if w := j.Wrapped(); w != "" {
+	if w := contract.Wrapped(j); w != "" {
 		return w
 	}
 	return j.Class()
@@ -581,7 +580,7 @@ func signalAction(sig string) func(ctx context.Context, e *adminEnv) error {
 	return func(ctx context.Context, e *adminEnv) error {
 		id := e.c.Args().First()
 		if id == "" {
-			return ucli.Exit("IDENTITY (or all) is required; see gojob processes", ExitUsage)
+			return ucli.Exit("IDENTITY (or all) is required; see gojob processes", exitUsage)
 		}
 		var ids []string
 		embedded := 0
@@ -608,7 +607,7 @@ func signalAction(sig string) func(ctx context.Context, e *adminEnv) error {
 				continue // it exited since the listing
 			}
 			if errors.Is(err, api.ErrProcessNotFound) {
-				return ucli.Exit(fmt.Sprintf("%s: no live process %s (see gojob processes)", e.c.Command.Name, id), ExitNotFound)
+				return ucli.Exit(fmt.Sprintf("%s: no live process %s (see gojob processes)", e.c.Command.Name, id), exitNotFound)
 			}
 			if err != nil {
 				return err

@@ -1,6 +1,7 @@
 // Package cli is gojob's command line. The stock binary (cmd/gojob) calls
-// Run; a Go program that has its own handlers calls Run with options that
-// register them, and gets the same commands:
+// Run, adding `gojob bench` with WithCommand; a Go program that has its own
+// handlers calls Run with options that register them, and gets the same
+// commands:
 //
 //	func main() {
 //		os.Exit(cli.Run(context.Background(), os.Args, os.Stdout, os.Stderr,
@@ -23,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redact"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -34,6 +36,7 @@ type Option func(*options)
 type options struct {
 	handlers []handlerReg
 	setup    []func(*sidekiq.Server) error
+	commands []*ucli.Command
 }
 
 type handlerReg struct {
@@ -43,7 +46,7 @@ type handlerReg struct {
 }
 
 // WithHandler registers a Go handler for a job class in `gojob work`,
-// `gojob dev` and `gojob bench`.
+// `gojob ordered work` and `gojob dev`.
 func WithHandler(class string, h sidekiq.Handler, opts *sidekiq.HandlerOptions) Option {
 	return func(o *options) { o.handlers = append(o.handlers, handlerReg{class, h, opts}) }
 }
@@ -52,6 +55,14 @@ func WithHandler(class string, h sidekiq.Handler, opts *sidekiq.HandlerOptions) 
 // (to add middleware, death handlers, or handlers that need the server).
 func WithServerSetup(f func(*sidekiq.Server) error) Option {
 	return func(o *options) { o.setup = append(o.setup, f) }
+}
+
+// WithCommand adds a command to the application, listed after gojob's own
+// commands and before version. It gets gojob's usage conventions (a bad
+// flag exits 2 with a one-line hint) and exit codes. Give every Run a
+// command built for it: urfave/cli writes into a flag when it parses.
+func WithCommand(cmd *ucli.Command) Option {
+	return func(o *options) { o.commands = append(o.commands, cmd) }
 }
 
 // gcPercent is the garbage collector's target (GOGC) unless the
@@ -69,17 +80,17 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...O
 	for _, f := range opts {
 		f(o)
 	}
-	app := NewApp(stdout, stderr, o)
+	app := newApp(stdout, stderr, o)
 	if err := app.RunContext(ctx, args); err != nil {
 		var ec ucli.ExitCoder
 		if errors.As(err, &ec) {
 			code := ec.ExitCode()
 			msg := err.Error()
-			if code == ExitUnreachable && strings.HasPrefix(msg, "No help topic for ") {
+			if code == exitUnreachable && strings.HasPrefix(msg, "No help topic for ") {
 				// `gojob help NOSUCH`: urfave/cli's help command exits 3,
 				// our code for an unreachable Redis.
 				name := strings.Trim(strings.TrimPrefix(msg, "No help topic for "), "'")
-				msg, code = fmt.Sprintf("unknown command %q\nRun 'gojob --help' for usage.", name), ExitUsage
+				msg, code = fmt.Sprintf("unknown command %q\nRun 'gojob --help' for usage.", name), exitUsage
 			}
 			if msg != "" {
 				fmt.Fprintln(stderr, "gojob:", msg)
@@ -87,16 +98,28 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...O
 			return code
 		}
 		fmt.Fprintln(stderr, "gojob:", err)
-		return ExitFailed
+		return exitFailed
 	}
-	return ExitOK
+	return exitOK
 }
 
-// NewApp builds the urfave/cli application; tests drive it directly.
-func NewApp(stdout, stderr io.Writer, o *options) *ucli.App {
+// newApp builds the urfave/cli application.
+func newApp(stdout, stderr io.Writer, o *options) *ucli.App {
 	if o == nil {
 		o = &options{}
 	}
+	cmds := []*ucli.Command{
+		workCommand(o),
+		devCommand(o),
+		durableCommand(o),
+		sidejobCommand(o),
+		cronCommand(),
+		webCommand(),
+		orderedCommand(o),
+	}
+	cmds = append(cmds, adminCommands()...)
+	cmds = append(cmds, o.commands...)
+	cmds = append(cmds, versionCommand())
 	app := &ucli.App{
 		Name:                      "gojob",
 		Usage:                     "run and inspect Sidekiq jobs from Go, sharing Redis with Ruby Sidekiq",
@@ -106,16 +129,7 @@ func NewApp(stdout, stderr io.Writer, o *options) *ucli.App {
 		ErrWriter:                 stderr,
 		DisableSliceFlagSeparator: true,
 		ExitErrHandler:            func(*ucli.Context, error) {}, // Run reports errors
-		Commands: append(append([]*ucli.Command{
-			workCommand(o),
-			devCommand(o),
-			benchCommand(o),
-			durableCommand(o),
-			sidejobCommand(o),
-			cronCommand(),
-			webCommand(),
-			orderedCommand(),
-		}, adminCommands()...), versionCommand()),
+		Commands:                  cmds,
 	}
 	applyUsageConventions(app)
 	return app
@@ -172,7 +186,7 @@ func isTerminal(w io.Writer) bool {
 func openPool(ctx context.Context, url string, maxActive int) (*redis.Pool, error) {
 	pool, err := sidekiq.NewPool(url, &sidekiq.PoolOptions{MaxActive: maxActive})
 	if err != nil {
-		return nil, ucli.Exit(redact.String(err.Error(), url), ExitUsage)
+		return nil, ucli.Exit(redact.String(err.Error(), url), exitUsage)
 	}
 	conn, err := pool.GetContext(ctx)
 	if err == nil {
@@ -181,17 +195,17 @@ func openPool(ctx context.Context, url string, maxActive int) (*redis.Pool, erro
 	}
 	if err != nil {
 		pool.Close()
-		return nil, ucli.Exit(redact.String(fmt.Sprintf("cannot reach Redis at %s: %v", redact.URL(url), err), url), ExitUnreachable)
+		return nil, ucli.Exit(redact.String(fmt.Sprintf("cannot reach Redis at %s: %v", redact.URL(url), err), url), exitUnreachable)
 	}
 	return pool, nil
 }
 
 // resolveVersion turns the --sidekiq-version flag into the version a
-// one-off command writes: the flag's, or with auto wire.DecideFormat's
+// one-off command writes: the flag's, or with auto contract.DecideFormat's
 // decision (read only: a command records nothing).
 func resolveVersion(ctx context.Context, pool *redis.Pool, flag string, log zerolog.Logger) (wire.Version, error) {
 	if isAuto(flag) {
-		d, err := wire.DecideFormat(ctx, pool, time.Now())
+		d, err := contract.DecideFormat(ctx, pool, time.Now())
 		if err != nil {
 			return wire.Version{}, err
 		}
@@ -200,7 +214,7 @@ func resolveVersion(ctx context.Context, pool *redis.Pool, flag string, log zero
 	}
 	v, err := wire.ParseVersion(flag)
 	if err != nil {
-		return wire.Version{}, ucli.Exit(err.Error(), ExitUsage)
+		return wire.Version{}, ucli.Exit(err.Error(), exitUsage)
 	}
 	return v, nil
 }

@@ -191,44 +191,6 @@ func TestDevStartsEmbeddedRedis(t *testing.T) {
 	require.Equal(t, 0, <-done)
 }
 
-func TestBenchSmall(t *testing.T) {
-	// Not parallel: see the note on runCLI.
-	srv := redistest.StartWith(t, redistest.Options{TCP: true})
-	for _, c := range []struct {
-		fetch         string
-		low, high     float64 // Redis commands per job
-		fetchPipeline int
-	}{
-		// A take script (and its LMPOP, HSET, HDEL) per batch of up to 4.
-		{"reliable", 0.5, 2.2, 0},
-		// One BRPOP per job, min(default 8, -c 4) per connection.
-		{"basic", 0.9, 1.1, 4},
-	} {
-		out, errOut, code := runCLI(t, "bench", "-r", srv.URL(), "-n", "2000", "-c", "4", "--latency-jobs", "20", "--json", "--fetch", c.fetch)
-		require.Equal(t, 0, code, errOut)
-		var r BenchResult
-		require.NoError(t, json.Unmarshal([]byte(out), &r))
-		require.Equal(t, 2000, r.Jobs)
-		require.Equal(t, c.fetch, r.Fetch)
-		require.Greater(t, r.JobsPerSec, 0.0)
-		require.GreaterOrEqual(t, r.RedisCalls, c.low, c.fetch)
-		require.LessOrEqual(t, r.RedisCalls, c.high, c.fetch)
-		require.Equal(t, 20, r.LatencySample)
-		require.Equal(t, c.fetchPipeline, r.FetchPipeline)
-		require.Greater(t, r.CPUPerJobUS, 0.0)
-		require.Greater(t, r.RedisCPUPerJobUS, 0.0)
-	}
-	// It cleaned up after itself.
-	conn, err := srv.Dial()
-	require.NoError(t, err)
-	defer conn.Close()
-	for _, pattern := range []string{"queue:*", "working:*", "reliable-fetcher-heartbeat-*"} {
-		keys, err := redis.Strings(conn.Do("KEYS", pattern))
-		require.NoError(t, err)
-		require.Empty(t, keys, pattern)
-	}
-}
-
 func TestUsageErrors(t *testing.T) {
 	// Not parallel: see the note on runCLI.
 	_, errOut, code := runCLI(t, "work", "-r", "redis://127.0.0.1:1/0", "-q", ",3")
@@ -241,6 +203,4 @@ func TestUsageErrors(t *testing.T) {
 	_, errOut, code = runCLI(t, "work", "-r", "redis://127.0.0.1:1/0", "--fetch-pipeline", "0")
 	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, "--fetch-pipeline")
-	_, errOut, code = runCLI(t, "bench", "-r", "redis://127.0.0.1:1/0", "--fetch-pipeline", "0")
-	require.Equal(t, 2, code, errOut)
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -33,8 +34,8 @@ func TestRedisPasswordIsNeverPrinted(t *testing.T) {
 		require.Contains(t, out+errOut, "xxxxx", "%s: the URL is shown, masked: %s", c.name, errOut)
 	}
 	t.Setenv("REDIS_URL", "redis://:"+secret+"@127.0.0.1:1/0")
-	for _, cmd := range []string{"work", "stats", "dev", "bench"} {
-		out, errOut, _ := runCLI(t, cmd, "--help")
+	for _, cmd := range []string{"work", "stats", "dev", "ordered work"} {
+		out, errOut, _ := runCLI(t, append(strings.Fields(cmd), "--help")...)
 		require.NotContains(t, out+errOut, secret, cmd+" --help")
 	}
 }

@@ -13,13 +13,14 @@ import (
 
 	"github.com/gojob/gojob/cron"
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
 // cronLayoutFlags select the sidekiq-cron key layout.
 func cronLayoutFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringFlag{Name: "cron-layout", Value: "auto", Usage: "sidekiq-cron key layout: v2 (cron_jobs:NAMESPACE), v1 (cron_jobs, the gem before 2.0) or auto (v1 when only a v1 schedule exists)"},
-		&ucli.StringFlag{Name: "cron-namespace", Value: cron.DefaultNamespace, Usage: "sidekiq-cron 2.x namespace"},
+		&ucli.StringFlag{Name: "cron-namespace", Value: "default", Usage: "sidekiq-cron 2.x namespace"},
 	}
 }
 
@@ -35,7 +36,7 @@ func cronLayout(ctx context.Context, c *ucli.Context, pool *redis.Pool) (cron.La
 		return l, nil
 	case "auto", "":
 	default:
-		return l, ucli.Exit(fmt.Sprintf("--cron-layout %q: want auto, v1 or v2", c.String("cron-layout")), ExitUsage)
+		return l, ucli.Exit(fmt.Sprintf("--cron-layout %q: want auto, v1 or v2", c.String("cron-layout")), exitUsage)
 	}
 	conn, err := pool.GetContext(ctx)
 	if err != nil {
@@ -65,7 +66,7 @@ func withCron(f func(ctx context.Context, e *cmdEnv, st *cron.Store) error) ucli
 			}
 			err = f(c.Context, e, &cron.Store{Client: client, Layout: l})
 			if errors.Is(err, cron.ErrNotFound) {
-				return ucli.Exit(err.Error(), ExitNotFound)
+				return ucli.Exit(err.Error(), exitNotFound)
 			}
 			return err
 		})
@@ -80,7 +81,7 @@ func cronCommand() *ucli.Command {
 		return &ucli.Command{Name: name, Usage: usage, ArgsUsage: "NAME", Flags: flags(),
 			Action: withCron(func(ctx context.Context, e *cmdEnv, st *cron.Store) error {
 				if e.c.NArg() != 1 {
-					return ucli.Exit(name+": one job NAME is required", ExitUsage)
+					return ucli.Exit(name+": one job NAME is required", exitUsage)
 				}
 				return f(ctx, e, st, e.c.Args().First())
 			})}
@@ -140,11 +141,23 @@ ticks, each once across gojob and Ruby sidekiq-cron processes.`,
 func cronAdd(ctx context.Context, e *cmdEnv, st *cron.Store) error {
 	c := e.c
 	if c.NArg() != 1 {
-		return ucli.Exit("add: one job NAME is required", ExitUsage)
+		return ucli.Exit("add: one job NAME is required", exitUsage)
 	}
-	j, err := cron.NewJobJSON(c.Args().First(), c.String("cron"), c.String("class"), c.String("queue"), c.String("args"))
+	name := c.Args().First()
+	var args []any
+	if s := c.String("args"); s != "" {
+		v, err := rubyjson.Parse([]byte(s))
+		vals, isArray := v.Array()
+		if err != nil || !isArray {
+			return ucli.Exit(fmt.Sprintf("cron job %s: args must be a JSON array, got %q", name, s), exitUsage)
+		}
+		for _, a := range vals {
+			args = append(args, a)
+		}
+	}
+	j, err := cron.NewJob(name, c.String("cron"), c.String("class"), c.String("queue"), args...)
 	if err != nil {
-		return ucli.Exit(err.Error(), ExitUsage)
+		return ucli.Exit(err.Error(), exitUsage)
 	}
 	j.Description = c.String("description")
 	j.Enabled = !c.Bool("disabled")
@@ -160,7 +173,7 @@ func cronList(ctx context.Context, e *cmdEnv, st *cron.Store) error {
 		out := []map[string]any{}
 		for _, j := range jobs {
 			m := map[string]any{"name": j.Name, "cron": j.Cron, "class": j.Class, "queue": j.Queue(),
-				"status": j.Status(), "source": j.Source, "description": j.Description, "args": j.Args}
+				"status": cronStatus(j), "source": j.Source, "description": j.Description, "args": j.Args}
 			if !j.LastEnqueue.IsZero() {
 				m["last_enqueue_time"] = j.LastEnqueue.UTC().Format(time.RFC3339)
 			}
@@ -179,7 +192,7 @@ func cronList(ctx context.Context, e *cmdEnv, st *cron.Store) error {
 		if !j.LastEnqueue.IsZero() {
 			last = j.LastEnqueue.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Cron, j.Class, j.Queue(), j.Status(), last)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Cron, j.Class, j.Queue(), cronStatus(j), last)
 	}
 	return tw.Flush()
 }
@@ -199,7 +212,7 @@ func startCron(c *ucli.Context, client *sidekiq.Client, log zerolog.Logger) (fun
 	if file != "" {
 		jobs, err := cron.LoadFile(file)
 		if err != nil {
-			return nil, ucli.Exit(err.Error(), ExitUsage)
+			return nil, ucli.Exit(err.Error(), exitUsage)
 		}
 		if err := st.Sync(c.Context, jobs); err != nil {
 			return nil, fmt.Errorf("cron: loading %s: %w", file, err)
@@ -223,4 +236,12 @@ func cronWorkFlags() []ucli.Flag {
 		&ucli.BoolFlag{Name: "cron-serve", Usage: "push the ticks of the periodic jobs in Redis (as a sidekiq-cron poller does) without a file"},
 		&ucli.DurationFlag{Name: "cron-poll-interval", Value: 30 * time.Second, Usage: "average time between cron passes (sidekiq-cron's cron_poll_interval)"},
 	}, cronLayoutFlags()...)
+}
+
+// cronStatus is the job's status as the gem's hash stores it.
+func cronStatus(j *cron.Job) string {
+	if j.Enabled {
+		return "enabled"
+	}
+	return "disabled"
 }

@@ -64,7 +64,7 @@ run the worker and demo against a real Redis instead. --durable
 				return err
 			}
 			if cfg.Version, err = wire.ParseVersion(c.String("sidekiq-version")); err != nil {
-				return ucli.Exit(err.Error(), ExitUsage)
+				return ucli.Exit(err.Error(), exitUsage)
 			}
 			cfg.PollIntervalAverage = 2 * time.Second
 			pool, err := openPool(c.Context, url, 0)

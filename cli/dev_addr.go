@@ -28,7 +28,7 @@ gojob dev does not move to another port on its own: every gojob command
 defaults to %s and would reach whatever listens there. Either
   gojob dev --addr 127.0.0.1:6380       and export REDIS_URL=redis://127.0.0.1:6380/0 where you run gojob
   gojob dev --redis %s   to run the worker and the demo jobs on that Redis (--no-demo: no demo jobs)`,
-			addr, err, defaultRedisURL, defaultRedisURL), ExitRefused)
+			addr, err, defaultRedisURL, defaultRedisURL), exitRefused)
 	}
 	return mr, "redis://" + mr.Addr() + "/0", nil
 }

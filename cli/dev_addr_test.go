@@ -13,9 +13,9 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/internal/wait"
-	"github.com/gojob/gojob/sidejob"
 )
 
 // gojob dev does not move to a free port when its address is taken: every
@@ -31,7 +31,7 @@ func TestDevRefusesATakenAddress(t *testing.T) {
 	defer func() { defaultDevAddr = old }()
 
 	out, errOut, code := runCLI(t, "dev", "--no-demo")
-	require.Equal(t, ExitRefused, code, errOut)
+	require.Equal(t, exitRefused, code, errOut)
 	require.Empty(t, out)
 	require.Contains(t, errOut, "cannot listen on "+taken.Addr().String())
 	require.Contains(t, errOut, "does not move to another port")
@@ -118,7 +118,7 @@ func TestDevOnAnotherAddressIsReachedThroughREDIS_URL(t *testing.T) {
 	n, err := redis.Int(conn.Do("ZCOUNT", "schedule", float64(time.Now().Add(30*time.Minute).Unix()), "+inf"))
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "push-inspect's ReportJob, an hour from now")
-	ids, err := redis.Strings(conn.Do("SMEMBERS", sidejob.KeyJobs))
+	ids, err := redis.Strings(conn.Do("SMEMBERS", sidejobwire.KeyJobs))
 	require.NoError(t, err)
 	require.NotEmpty(t, ids, "the pipeline's SideJob jobs")
 }

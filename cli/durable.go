@@ -77,13 +77,13 @@ func durableClasses(c *ucli.Context, prefix string) (map[string]time.Duration, e
 		class, ext, found := strings.Cut(spec, "=")
 		class = strings.TrimSpace(class)
 		if class == "" {
-			return nil, ucli.Exit(fmt.Sprintf("--%sclass %q: want CLASS[=EXTENSION]", prefix, spec), ExitUsage)
+			return nil, ucli.Exit(fmt.Sprintf("--%sclass %q: want CLASS[=EXTENSION]", prefix, spec), exitUsage)
 		}
 		var d time.Duration
 		if found {
 			var err error
 			if d, err = time.ParseDuration(strings.TrimSpace(ext)); err != nil || d <= 0 {
-				return nil, ucli.Exit(fmt.Sprintf("--%sclass %q: bad extension (want a duration such as 5m)", prefix, spec), ExitUsage)
+				return nil, ucli.Exit(fmt.Sprintf("--%sclass %q: bad extension (want a duration such as 5m)", prefix, spec), exitUsage)
 			}
 		}
 		out[class] = d
@@ -105,7 +105,7 @@ func openDurable(c *ucli.Context, prefix string, classes map[string]time.Duratio
 		Logger:      log,
 	})
 	if err != nil {
-		return nil, ucli.Exit(err.Error(), ExitUsage)
+		return nil, ucli.Exit(err.Error(), exitUsage)
 	}
 	return d, nil
 }
@@ -136,7 +136,7 @@ gojob durable poll.`,
 					res, err := d.Migrate(c.Context)
 					printMigrate(c.App.Writer, res, c.Bool("json"))
 					if err != nil {
-						return ucli.Exit("", ExitFailed)
+						return ucli.Exit("", exitFailed)
 					}
 					return nil
 				},
@@ -174,7 +174,7 @@ gojob durable poll.`,
 					}
 					r, err := durable.NewReconciler(&durable.ReconcilerConfig{Durable: d, API: admin, PageSize: c.Int("page-size")})
 					if err != nil {
-						return ucli.Exit(err.Error(), ExitUsage)
+						return ucli.Exit(err.Error(), exitUsage)
 					}
 					res, err := r.RunOnce(c.Context)
 					if res != nil {
@@ -208,10 +208,10 @@ gojob durable poll.`,
 					// "not found", with the command that creates it.
 					for _, d := range st.Databases {
 						if d.Err != nil && !errors.Is(d.Err, durable.ErrNoTable) {
-							return ucli.Exit("", ExitFailed)
+							return ucli.Exit("", exitFailed)
 						}
 					}
-					return ucli.Exit("no durable_jobs table: run gojob durable migrate with the same --db first", ExitNotFound)
+					return ucli.Exit("no durable_jobs table: run gojob durable migrate with the same --db first", exitNotFound)
 				},
 			},
 		},
@@ -379,7 +379,7 @@ func setupDurable(c *ucli.Context, srv *sidekiq.Server, client *sidekiq.Client, 
 		return noop, err
 	}
 	if len(classes) == 0 {
-		return noop, ucli.Exit("--durable needs at least one --durable-class CLASS[=EXTENSION] (or '*' for every class)", ExitUsage)
+		return noop, ucli.Exit("--durable needs at least one --durable-class CLASS[=EXTENSION] (or '*' for every class)", exitUsage)
 	}
 	d, err := openDurable(c, "durable-", classes, log)
 	if err != nil {
@@ -395,12 +395,8 @@ func setupDurable(c *ucli.Context, srv *sidekiq.Server, client *sidekiq.Client, 
 	if client == nil {
 		client = srv.Client()
 	}
-	mw := d.ClientMiddleware()
-	client.Use(mw)
-	if sc := srv.Client(); sc != client {
-		sc.Use(mw)
-	}
-	srv.Use(d.ServerMiddleware(srv.Identity()))
+	client.Extend(d)
+	srv.Extend(d) // and the server's own client: in-job pushes, the poller's re-pushes
 	log.Info().Strs("databases", d.Databases()).Int("classes", len(classes)).Msg("durable jobs enabled")
 	if durableNoPoll(c) {
 		return func() {
@@ -410,8 +406,7 @@ func setupDurable(c *ucli.Context, srv *sidekiq.Server, client *sidekiq.Client, 
 			d.Close()
 		}, nil
 	}
-	admin, err := api.New(&api.Config{Pool: client.Pool(), Version: client.Version(), Client: client,
-		DeathHandlers: srv.DeathHandlers()})
+	admin, err := api.New(&api.Config{Pool: client.Pool(), Version: client.Version(), Client: client})
 	if err != nil {
 		d.Close()
 		return noop, err
@@ -425,7 +420,7 @@ func setupDurable(c *ucli.Context, srv *sidekiq.Server, client *sidekiq.Client, 
 		Interval: c.Duration("durable-poll-interval")})
 	if err != nil {
 		d.Close()
-		return noop, ucli.Exit(err.Error(), ExitUsage)
+		return noop, ucli.Exit(err.Error(), exitUsage)
 	}
 	if err := poller.Start(c.Context); err != nil {
 		d.Close()

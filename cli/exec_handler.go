@@ -16,12 +16,13 @@ import (
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/procstat"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// ExecHandler runs a shell command per job: the payload JSON on stdin,
+// execHandler runs a shell command per job: the payload JSON on stdin,
 // GOJOB_JID, GOJOB_CLASS and GOJOB_QUEUE in the environment. Exit status 0
 // is success; otherwise the job fails with the last non-empty line of
 // stderr as its error message. A cancelled job (hard shutdown, timeout,
@@ -33,21 +34,21 @@ import (
 // descriptor GOJOB_HEARTBEAT_FD (4): `echo >&4` in a shell. The job's
 // heartbeat_timeout and timeout, when set, are in GOJOB_HEARTBEAT_TIMEOUT
 // and GOJOB_TIMEOUT (seconds).
-type ExecHandler struct {
+type execHandler struct {
 	Command string
 	Log     zerolog.Logger
 }
 
-// ExecError is the failure of an --exec command.
-type ExecError struct {
+// execError is the failure of an --exec command.
+type execError struct {
 	ExitCode int
 	Message  string
 }
 
-func (e *ExecError) Error() string { return e.Message }
+func (e *execError) Error() string { return e.Message }
 
 // ErrorClass names the failure for the Web UI.
-func (e *ExecError) ErrorClass() string { return "Gojob::ExecError" }
+func (e *execError) ErrorClass() string { return "Gojob::ExecError" }
 
 // execGuard runs the job's command (GOJOB_EXEC_COMMAND) in a shell that is
 // the leader of its own process group, beside a watcher that reads fd 3: a
@@ -79,7 +80,7 @@ kill $gojob_watcher 2>/dev/null
 exit $gojob_status`
 
 // Perform runs the command.
-func (h *ExecHandler) Perform(ctx context.Context, job *wire.Job) error {
+func (h *execHandler) Perform(ctx context.Context, job *wire.Job) error {
 	// The read end goes to the child as fd 3; gojob keeps the write end,
 	// close-on-exec, so no other child inherits it.
 	guardR, guardW, err := os.Pipe()
@@ -141,7 +142,7 @@ func (h *ExecHandler) Perform(ctx context.Context, job *wire.Job) error {
 		if msg == "" {
 			msg = fmt.Sprintf("command exited with status %d", ee.ExitCode())
 		}
-		return &ExecError{ExitCode: ee.ExitCode(), Message: msg}
+		return &execError{ExitCode: ee.ExitCode(), Message: msg}
 	}
 	return fmt.Errorf("run %q: %w", h.Command, err)
 }
@@ -169,7 +170,7 @@ func readBeats(ctx context.Context, r *os.File) {
 // GOJOB_TIMEOUT in seconds, as the payload gives them.
 func limitEnv(job *wire.Job) []string {
 	var env []string
-	for _, kv := range [][2]string{{wire.KeyHeartbeatTimeout, "GOJOB_HEARTBEAT_TIMEOUT"}, {wire.KeyTimeout, "GOJOB_TIMEOUT"}} {
+	for _, kv := range [][2]string{{contract.KeyHeartbeatTimeout, "GOJOB_HEARTBEAT_TIMEOUT"}, {contract.KeyTimeout, "GOJOB_TIMEOUT"}} {
 		if v, ok := job.Get(kv[0]); ok && v.IsNumber() {
 			env = append(env, kv[1]+"="+v.NumberText())
 		}
@@ -216,7 +217,7 @@ func (w *logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// HTTPHandler POSTs each job's payload JSON to URL, with X-Gojob-Jid,
+// httpHandler POSTs each job's payload JSON to URL, with X-Gojob-Jid,
 // X-Gojob-Class and X-Gojob-Queue headers. A 2xx answer is success;
 // anything else fails the job with the status and the start of the body.
 //
@@ -224,19 +225,19 @@ func (w *logWriter) Write(p []byte) (int, error) {
 // there is a heartbeat of the job (docs/heartbeats.md). The job's
 // heartbeat_timeout and timeout, when set, are in X-Gojob-Heartbeat-Timeout
 // and X-Gojob-Timeout (seconds).
-type HTTPHandler struct {
+type httpHandler struct {
 	URL        string
 	Client     *http.Client
-	Heartbeats *HeartbeatEndpoint
+	Heartbeats *heartbeatEndpoint
 }
 
-// HTTPError is the failure of an --http call.
-type HTTPError struct {
+// httpError is the failure of an --http call.
+type httpError struct {
 	Status int
 	Body   string
 }
 
-func (e *HTTPError) Error() string {
+func (e *httpError) Error() string {
 	if e.Body == "" {
 		return fmt.Sprintf("HTTP %d", e.Status)
 	}
@@ -244,10 +245,10 @@ func (e *HTTPError) Error() string {
 }
 
 // ErrorClass names the failure for the Web UI.
-func (e *HTTPError) ErrorClass() string { return "Gojob::HTTPError" }
+func (e *httpError) ErrorClass() string { return "Gojob::HTTPError" }
 
 // Perform posts the job.
-func (h *HTTPHandler) Perform(ctx context.Context, job *wire.Job) error {
+func (h *httpHandler) Perform(ctx context.Context, job *wire.Job) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(job.Bytes()))
 	if err != nil {
 		return err
@@ -256,7 +257,7 @@ func (h *HTTPHandler) Perform(ctx context.Context, job *wire.Job) error {
 	req.Header.Set("X-Gojob-Jid", job.JID())
 	req.Header.Set("X-Gojob-Class", job.Class())
 	req.Header.Set("X-Gojob-Queue", job.Queue())
-	for _, kv := range [][2]string{{wire.KeyHeartbeatTimeout, "X-Gojob-Heartbeat-Timeout"}, {wire.KeyTimeout, "X-Gojob-Timeout"}} {
+	for _, kv := range [][2]string{{contract.KeyHeartbeatTimeout, "X-Gojob-Heartbeat-Timeout"}, {contract.KeyTimeout, "X-Gojob-Timeout"}} {
 		if v, ok := job.Get(kv[0]); ok && v.IsNumber() {
 			req.Header.Set(kv[1], v.NumberText())
 		}
@@ -279,5 +280,5 @@ func (h *HTTPHandler) Perform(ctx context.Context, job *wire.Job) error {
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return nil
 	}
-	return &HTTPError{Status: resp.StatusCode, Body: lastLine(body)}
+	return &httpError{Status: resp.StatusCode, Body: lastLine(body)}
 }

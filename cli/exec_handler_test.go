@@ -94,7 +94,7 @@ func waitPIDs(t *testing.T, file string, n int) []int {
 func TestExecCancellationKillsEveryDescendant(t *testing.T) {
 	t.Parallel()
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	h := &ExecHandler{Command: "sleep 300 & echo $! > " + pidFile + "; setsid sleep 301 & echo $! >> " + pidFile + "; wait"}
+	h := &execHandler{Command: "sleep 300 & echo $! > " + pidFile + "; setsid sleep 301 & echo $! >> " + pidFile + "; wait"}
 	job, err := wire.NewJob("X")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -122,15 +122,15 @@ func TestExecCancellationKillsEveryDescendant(t *testing.T) {
 // not keep the job waiting) with the exit status as the failure.
 func TestExecCommandThatExitsFailsItsJob(t *testing.T) {
 	t.Parallel()
-	h := &ExecHandler{Command: "echo boom >&2; exit 3"}
+	h := &execHandler{Command: "echo boom >&2; exit 3"}
 	job, err := wire.NewJob("X")
 	require.NoError(t, err)
 	start := time.Now()
 	err = h.Perform(context.Background(), job)
-	var ee *ExecError
+	var ee *execError
 	require.ErrorAs(t, err, &ee)
 	require.Equal(t, 3, ee.ExitCode)
 	require.Equal(t, "boom", ee.Message)
 	require.Less(t, time.Since(start), 2*time.Second)
-	require.NoError(t, (&ExecHandler{Command: "cat >/dev/null; true"}).Perform(context.Background(), job))
+	require.NoError(t, (&execHandler{Command: "cat >/dev/null; true"}).Perform(context.Background(), job))
 }

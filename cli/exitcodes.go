@@ -12,22 +12,22 @@ import (
 // later) from "you typed it wrong" (fix the command) from "there is no such
 // thing" (nothing to do) from "refused" (the state does not allow it).
 const (
-	// ExitOK: done.
-	ExitOK = 0
-	// ExitFailed: any failure not listed below (a Redis error mid-command,
+	// exitOK: done.
+	exitOK = 0
+	// exitFailed: any failure not listed below (a Redis error mid-command,
 	// a database error, a shutdown that finished with errors).
-	ExitFailed = 1
-	// ExitUsage: unknown command or flag, missing or bad argument or value.
-	ExitUsage = 2
-	// ExitUnreachable: cannot reach Redis.
-	ExitUnreachable = 3
-	// ExitNotFound: no such job, process identity, cron job, SideJob job,
+	exitFailed = 1
+	// exitUsage: unknown command or flag, missing or bad argument or value.
+	exitUsage = 2
+	// exitUnreachable: cannot reach Redis.
+	exitUnreachable = 3
+	// exitNotFound: no such job, process identity, cron job, SideJob job,
 	// or no durable_jobs table yet (run gojob durable migrate).
-	ExitNotFound = 4
-	// ExitRefused: the state does not allow it: a unique lock holds the job
+	exitNotFound = 4
+	// exitRefused: the state does not allow it: a unique lock holds the job
 	// (push --unique-for), the address gojob dev wants is taken, a SideJob
 	// job that is not terminated (sidejob delete).
-	ExitRefused = 5
+	exitRefused = 5
 )
 
 // exitCodeHelp is the table `gojob --help` prints.
@@ -48,7 +48,7 @@ var appHelpTemplate = ucli.AppHelpTemplate + "\n" + exitCodeHelp
 
 // usageError is a usage error with a one-line hint, for stderr.
 func usageError(cmd, msg string) error {
-	return ucli.Exit(fmt.Sprintf("%s\nRun '%s --help' for usage.", msg, cmd), ExitUsage)
+	return ucli.Exit(fmt.Sprintf("%s\nRun '%s --help' for usage.", msg, cmd), exitUsage)
 }
 
 // applyUsageConventions makes every command report a bad flag as a usage

@@ -36,7 +36,7 @@ func TestUsageErrorsExit2WithAOneLineHint(t *testing.T) {
 		{[]string{"scheduled", "-r", nowhere, "--offset", "-1"}, "--offset -1: want 0 or more", "gojob scheduled --help"},
 	} {
 		out, errOut, code := runCLI(t, c.args...)
-		require.Equal(t, ExitUsage, code, "%v: %s", c.args, errOut)
+		require.Equal(t, exitUsage, code, "%v: %s", c.args, errOut)
 		require.Empty(t, out, c.args)
 		require.Contains(t, errOut, c.err, c.args)
 		require.NotContains(t, errOut, "PageParams", c.args)
@@ -48,7 +48,7 @@ func TestUsageErrorsExit2WithAOneLineHint(t *testing.T) {
 	}
 	// An unreachable Redis is 3, and only that.
 	_, errOut, code := runCLI(t, "stats", "-r", "redis://127.0.0.1:1/0")
-	require.Equal(t, ExitUnreachable, code, errOut)
+	require.Equal(t, exitUnreachable, code, errOut)
 }
 
 // gojob --help ends with the exit-code table; --version, -v and gojob
@@ -79,7 +79,7 @@ func TestDurableStatusBeforeMigrateHintsAtMigrate(t *testing.T) {
 	// Not parallel: see the note on runCLI.
 	db := "sqlite:" + t.TempDir() + "/d.db"
 	out, errOut, code := runCLI(t, "durable", "status", "--db", db)
-	require.Equal(t, ExitNotFound, code, errOut)
+	require.Equal(t, exitNotFound, code, errOut)
 	require.Contains(t, out, "gojob durable migrate")
 	require.Contains(t, errOut, "run gojob durable migrate")
 	_, errOut, code = runCLI(t, "durable", "migrate", "--db", db)

@@ -6,22 +6,17 @@ import (
 	"runtime/debug"
 
 	ucli "github.com/urfave/cli/v2"
+
+	"github.com/gojob/gojob/internal/buildinfo"
 )
 
-// Version is gojob's version. A release build sets it with
-// -ldflags "-X github.com/gojob/gojob/cli.Version=v1.2.3"; otherwise it is
-// the module version Go recorded (a tagged `go install …@v1.2.3`), or
-// "devel" with the VCS revision of a build from a checkout.
-var Version = ""
-
-// versionString is what `gojob --version` and `gojob version` print.
+// versionString is what `gojob --version` and `gojob version` print: the
+// version (stamped at link time, the module version, or "devel"), the VCS
+// revision of a build from a checkout, and the Go toolchain.
 func versionString() string {
-	v := Version
+	v := buildinfo.Version()
 	var rev, modified string
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		if v == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v = bi.Main.Version
-		}
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
@@ -32,9 +27,6 @@ func versionString() string {
 				}
 			}
 		}
-	}
-	if v == "" {
-		v = "devel"
 	}
 	if len(rev) > 12 {
 		rev = rev[:12]

@@ -18,7 +18,7 @@ import (
 	"github.com/gojob/gojob/sidekiq"
 )
 
-// HeartbeatEndpoint receives the heartbeats of --http handlers
+// heartbeatEndpoint receives the heartbeats of --http handlers
 // (docs/heartbeats.md). Each job's request carries its own URL,
 // <base>/heartbeat/<token> with an unguessable token, in
 // X-Gojob-Heartbeat-Url; a POST there is a heartbeat of that job. The
@@ -26,7 +26,7 @@ import (
 // passed, or gojob is stopping), with the reason in the body, so the
 // handler can stop; 404 when no job of this process has that token (it has
 // finished).
-type HeartbeatEndpoint struct {
+type heartbeatEndpoint struct {
 	base string
 	ln   net.Listener
 	srv  *http.Server
@@ -36,11 +36,11 @@ type HeartbeatEndpoint struct {
 	jobs map[string]context.Context
 }
 
-// NewHeartbeatEndpoint listens on addr (host:port; port 0 picks a free one)
+// newHeartbeatEndpoint listens on addr (host:port; port 0 picks a free one)
 // and serves heartbeats until Close. publicURL, when set, is the base URL
 // handed to the handlers (for handlers on other hosts, or behind a proxy);
 // otherwise http://<the listening address>.
-func NewHeartbeatEndpoint(addr, publicURL string, log zerolog.Logger) (*HeartbeatEndpoint, error) {
+func newHeartbeatEndpoint(addr, publicURL string, log zerolog.Logger) (*heartbeatEndpoint, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat endpoint: %w", err)
@@ -49,7 +49,7 @@ func NewHeartbeatEndpoint(addr, publicURL string, log zerolog.Logger) (*Heartbea
 	if base == "" {
 		base = "http://" + ln.Addr().String()
 	}
-	e := &HeartbeatEndpoint{base: base, ln: ln, done: make(chan struct{}), jobs: map[string]context.Context{}}
+	e := &heartbeatEndpoint{base: base, ln: ln, done: make(chan struct{}), jobs: map[string]context.Context{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /heartbeat/{token}", e.serveBeat)
 	e.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -64,10 +64,10 @@ func NewHeartbeatEndpoint(addr, publicURL string, log zerolog.Logger) (*Heartbea
 }
 
 // URL returns the base URL handed to handlers.
-func (e *HeartbeatEndpoint) URL() string { return e.base }
+func (e *heartbeatEndpoint) URL() string { return e.base }
 
 // Close stops serving.
-func (e *HeartbeatEndpoint) Close() error {
+func (e *heartbeatEndpoint) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := e.srv.Shutdown(ctx)
@@ -77,7 +77,7 @@ func (e *HeartbeatEndpoint) Close() error {
 
 // register gives the job running with ctx a heartbeat URL, valid until done
 // is called.
-func (e *HeartbeatEndpoint) register(ctx context.Context) (url string, done func()) {
+func (e *heartbeatEndpoint) register(ctx context.Context) (url string, done func()) {
 	var b [16]byte
 	rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
@@ -91,7 +91,7 @@ func (e *HeartbeatEndpoint) register(ctx context.Context) (url string, done func
 	}
 }
 
-func (e *HeartbeatEndpoint) serveBeat(w http.ResponseWriter, r *http.Request) {
+func (e *heartbeatEndpoint) serveBeat(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	ctx, ok := e.jobs[r.PathValue("token")]
 	e.mu.Unlock()

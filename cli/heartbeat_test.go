@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/durable"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/internal/wait"
@@ -119,7 +120,7 @@ func (e *hbEnv) retried(t *testing.T, jid string) *wire.Job {
 	t.Helper()
 	var found *wire.Job
 	wait.Within(t, 20*time.Second, "the retry entry of "+jid, func() bool {
-		vals, err := redis.ByteSlices(e.conn.Do("ZRANGE", wire.KeyRetry, 0, -1))
+		vals, err := redis.ByteSlices(e.conn.Do("ZRANGE", contract.KeyRetry, 0, -1))
 		require.NoError(t, err)
 		for _, v := range vals {
 			j, err := wire.ParseJob(v)
@@ -141,7 +142,7 @@ func failedAt(t *testing.T, j *wire.Job) time.Time {
 	require.True(t, ok)
 	f, ok := v.Float()
 	require.True(t, ok)
-	return wire.FromEpochSeconds(f)
+	return contract.FromEpochSeconds(f)
 }
 
 // logLine waits for the line of log that starts with prefix and returns its
@@ -166,7 +167,7 @@ func epoch(t *testing.T, s string) time.Time {
 	t.Helper()
 	f, err := strconv.ParseFloat(s, 64)
 	require.NoError(t, err)
-	return wire.FromEpochSeconds(f)
+	return contract.FromEpochSeconds(f)
 }
 
 // requireRetriedAfterSilence checks a heartbeat-timeout retry entry: its
@@ -304,7 +305,7 @@ func TestHungGoHandlerFreesItsSlot(t *testing.T) {
 	logLine(t, log, "next1 ran")
 	require.Contains(t, w.logs.String(), "a cancelled handler did not return")
 	wait.For(t, "nothing in progress", func() bool { return len(workingJIDs(t, e.conn, id)) == 0 })
-	n, err := redis.Int(e.conn.Do("ZCARD", wire.KeyRetry))
+	n, err := redis.Int(e.conn.Do("ZCARD", contract.KeyRetry))
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 }
@@ -377,9 +378,9 @@ func TestProcessesShowEachRunningJobsLastHeartbeat(t *testing.T) {
 // A job whose process dies is nobody's to time out: the reliable-fetch
 // recovery of the next process on the host pushes it back unchanged and it
 // runs again (no Gojob::HeartbeatTimeout retry entry), and the durable
-// reconciler, whose extension has long passed, counts it in progress
-// (an in-progress list) instead of killing it: it is picked up once, by
-// the recovery.
+// reconciler, whose extension has long passed, does not kill it: it is
+// picked up once, by the recovery. While it runs again its heartbeats keep
+// its durable row's deadline ahead (one heartbeat serves every deadline).
 func TestDeadProcessJobIsRecoveredNotTimedOutNorKilled(t *testing.T) {
 	t.Parallel()
 	e := newHBEnv(t)
@@ -391,7 +392,7 @@ func TestDeadProcessJobIsRecoveredNotTimedOutNorKilled(t *testing.T) {
 	_, err = d.Migrate(context.Background())
 	require.NoError(t, err)
 	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: wire.Version7,
-		Middleware: []sidekiq.ClientMiddleware{d.ClientMiddleware()}})
+		Extensions: []sidekiq.Extension{d}})
 	require.NoError(t, err)
 	job, err := wire.NewJob("GoForever", log)
 	require.NoError(t, err)
@@ -417,7 +418,7 @@ func TestDeadProcessJobIsRecoveredNotTimedOutNorKilled(t *testing.T) {
 		return strings.Count(string(out), "dead1 started") == 2
 	})
 	time.Sleep(3 * time.Second) // several reconcile passes, each past the extension
-	for _, set := range []string{wire.KeyRetry, wire.KeyDead} {
+	for _, set := range []string{contract.KeyRetry, contract.KeyDead} {
 		n, err := redis.Int(e.conn.Do("ZCARD", set))
 		require.NoError(t, err)
 		require.Zero(t, n, set)
@@ -426,6 +427,10 @@ func TestDeadProcessJobIsRecoveredNotTimedOutNorKilled(t *testing.T) {
 	require.Equal(t, 2, strings.Count(string(out), "dead1 started"), "the job ran once in each process")
 	logs := b.logs.String()
 	require.Contains(t, logs, "recovered the jobs of a process that is gone")
-	require.Contains(t, logs, "reconcile pass", "the reconciler looked at the row")
 	require.NotRegexp(t, `killed=[1-9]|marked_missing=[1-9]`, logs)
+	rows, err := d.Rows(context.Background(), 0)
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	require.True(t, rows[0].AssumeDeadAt.After(time.Now()), "the heartbeats keep the row's deadline ahead: %v", rows[0].AssumeDeadAt)
+	require.True(t, rows[0].AssumeDeadAt.After(rows[0].LockedAt.Add(time.Second)), "moved since the lock")
 }

@@ -110,7 +110,7 @@ func TestJSONOutputsUseSnakeCaseKeys(t *testing.T) {
 	require.GreaterOrEqual(t, checked, 18)
 	// The duplicate's refusal is JSON too.
 	out, _, code := runCLI(t, "push", "-r", url, "--json", "--unique-for", "60", "Once")
-	require.Equal(t, ExitRefused, code)
+	require.Equal(t, exitRefused, code)
 	var v any
 	require.NoError(t, json.Unmarshal([]byte(out), &v))
 	checkSnakeKeys(t, "push", v, "$")

@@ -27,12 +27,12 @@ func applyLimits(c *ucli.Context, srv *sidekiq.Server, pool *redis.Pool) error {
 		class, n, ok := strings.Cut(spec, "=")
 		max, err := strconv.Atoi(n)
 		if !ok || class == "" || err != nil || max < 1 {
-			return ucli.Exit(fmt.Sprintf("--limit %q: want CLASS=N with N at least 1", spec), ExitUsage)
+			return ucli.Exit(fmt.Sprintf("--limit %q: want CLASS=N with N at least 1", spec), exitUsage)
 		}
 		wait := c.Duration("limit-wait")
 		l, err := limit.NewConcurrent(pool, "class:"+class, max, &limit.Options{WaitTimeout: wait, NoWait: wait == 0, RetryAfter: 5 * time.Second})
 		if err != nil {
-			return ucli.Exit(err.Error(), ExitUsage)
+			return ucli.Exit(err.Error(), exitUsage)
 		}
 		srv.Use(limit.ClassMiddleware(class, l))
 	}

@@ -36,7 +36,7 @@ func startMetrics(c *ucli.Context, srv *sidekiq.Server, pool *redis.Pool, log ze
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, ucli.Exit(fmt.Sprintf("--metrics-addr %s: %v", addr, err), ExitUsage)
+		return nil, ucli.Exit(fmt.Sprintf("--metrics-addr %s: %v", addr, err), exitUsage)
 	}
 	hs := &http.Server{Handler: metrics.New(srv, admin, pool).Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {

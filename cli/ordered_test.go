@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +14,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	ucli "github.com/urfave/cli/v2"
 
+	"github.com/gojob/gojob/internal/orderedstore"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/internal/wait"
@@ -27,11 +30,20 @@ func orderedProbeBinary(t *testing.T) string {
 	return buildTestBinary(t, "orderedworker", "../internal/orderedworker")
 }
 
+// startOrderedWorker starts the orderedworker binary's `gojob ordered
+// work -r url args...`, its OrderedProbe handler logging to logPath.
 func startOrderedWorker(t *testing.T, url, logPath string, args ...string) *workerProc {
 	t.Helper()
+	return startOrderedWork(t, orderedProbeBinary(t), url, []string{"GOJOB_ORDER_LOG=" + logPath}, args...)
+}
+
+// startOrderedWork starts `bin ordered work -r url args...` (args end with
+// the queue) with env added to the environment.
+func startOrderedWork(t *testing.T, bin, url string, env []string, args ...string) *workerProc {
+	t.Helper()
 	w := &workerProc{logs: testlog.New(nil), done: make(chan struct{})}
-	w.cmd = exec.Command(orderedProbeBinary(t), append([]string{"work", "-r", url}, args...)...)
-	w.cmd.Env = append(os.Environ(), "GOJOB_ORDER_LOG="+logPath)
+	w.cmd = exec.Command(bin, append([]string{"ordered", "work", "-r", url}, args...)...)
+	w.cmd.Env = append(os.Environ(), env...)
 	w.cmd.Stdout, w.cmd.Stderr = w.logs, w.logs
 	require.NoError(t, w.cmd.Start())
 	go func() { w.err = w.cmd.Wait(); close(w.done) }()
@@ -76,7 +88,7 @@ func readProbeLog(t *testing.T, path string) []probeEvent {
 	return out
 }
 
-// Two `gojob work --ordered` processes work 10,000 jobs over 100 keys,
+// Two `gojob ordered work` processes work 10,000 jobs over 100 keys,
 // pushed while they run, with random 0-1 ms handlers; one is SIGKILLed
 // midway. Its shards are taken over once its leases lapse (--lease 1s),
 // its unfinished batches go back to their keys: every key's jobs ran in
@@ -89,7 +101,7 @@ func TestOrderedKillKeepsEveryKeyInOrder(t *testing.T) {
 	rs := redistest.StartWith(t, redistest.Options{TCP: true})
 	pool := rs.Pool(t)
 	logPath := filepath.Join(t.TempDir(), "events")
-	args := []string{"--ordered", "crash", "--shards", "8", "-c", "4", "--lease", "1s", "--log-level", "warn"}
+	args := []string{"--shards", "8", "-c", "4", "--lease", "1s", "--log-level", "warn", "crash"}
 	a := startOrderedWorker(t, rs.URL(), logPath, args...)
 	b := startOrderedWorker(t, rs.URL(), logPath, args...)
 
@@ -136,7 +148,7 @@ func TestOrderedKillKeepsEveryKeyInOrder(t *testing.T) {
 	require.NoError(t, <-pushed)
 
 	done := func() bool {
-		st, err := ordered.Status(context.Background(), pool, "crash", time.Now())
+		st, err := orderedstore.Status(context.Background(), pool, "crash", time.Now())
 		require.NoError(t, err)
 		return st.Pending == 0 && st.Processing == 0
 	}
@@ -196,7 +208,7 @@ func TestOrderedKillKeepsEveryKeyInOrder(t *testing.T) {
 		require.Equal(t, perKey-1, ks.maxEnded, "%s: jobs lost", key)
 		require.Nil(t, ks.running, "%s: a run never ended", key)
 	}
-	st, err := ordered.Status(context.Background(), pool, "crash", time.Now())
+	st, err := orderedstore.Status(context.Background(), pool, "crash", time.Now())
 	require.NoError(t, err)
 	require.EqualValues(t, 0, st.Morgue)
 	t.Logf("ordered kill: %d jobs over %d keys, %d events, %d runs cut by the kill, %d jobs ran again after it, processed %d",
@@ -223,8 +235,8 @@ func TestOrderedCommandsAndExecHandler(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, stdout, "orders: 4 shards, 4 pending")
 
-	w := startWorker(t, rs.URL(), "--ordered", "orders", "-c", "2",
-		"--exec", `Sync=read -r p; echo "$p" >> `+out, "--exec", `Fail=echo nope >&2; exit 1`)
+	w := startOrderedWork(t, gojobBinary(t), rs.URL(), nil, "-c", "2",
+		"--exec", `Sync=read -r p; echo "$p" >> `+out, "--exec", `Fail=echo nope >&2; exit 1`, "orders")
 	wait.For(t, "the three Sync jobs", func() bool {
 		b, _ := os.ReadFile(out)
 		return strings.Count(string(b), "\n") == 3
@@ -260,10 +272,71 @@ func TestOrderedCommandsAndExecHandler(t *testing.T) {
 	stdout, stderr, code = runCLI(t, "ordered", "requeue", "-r", rs.URL(), "--all", "orders")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "requeued 0 jobs")
-	_, stderr, code = runCLI(t, "work", "-r", rs.URL(), "--ordered", "orders", "--shards", "8", "--exec", "Sync=true")
+	_, stderr, code = runCLI(t, "ordered", "work", "-r", rs.URL(), "--shards", "8", "--exec", "Sync=true", "orders")
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "has 4 shards, not 8")
-	_, stderr, code = runCLI(t, "work", "-r", rs.URL(), "--ordered", "orders", "--limit", "Sync=1", "--exec", "Sync=true")
+	// gojob work's flags for Sidekiq queues are not flags of ordered work.
+	_, stderr, code = runCLI(t, "ordered", "work", "-r", rs.URL(), "--limit", "Sync=1", "--exec", "Sync=true", "orders")
 	require.Equal(t, 2, code)
-	require.Contains(t, stderr, "--limit does not apply to --ordered")
+	require.Contains(t, stderr, "flag provided but not defined: -limit")
+}
+
+// gojob ordered work has the flags an ordered worker uses and gojob work
+// none of them; ordered work takes one QUEUE, after its flags. Every case
+// is a usage error caught before Redis is reached.
+func TestOrderedWorkFlagsAndArguments(t *testing.T) {
+	// Not parallel: see the note on runCLI.
+	app := newApp(io.Discard, io.Discard, nil)
+	flagNames := func(cmd *ucli.Command) []string {
+		var names []string
+		for _, f := range cmd.Flags {
+			names = append(names, f.Names()[0])
+		}
+		return names
+	}
+	var work, orderedWork *ucli.Command
+	for _, c := range app.Commands {
+		switch c.Name {
+		case "work":
+			work = c
+		case "ordered":
+			for _, sub := range c.Subcommands {
+				if sub.Name == "work" {
+					orderedWork = sub
+				}
+			}
+		}
+	}
+	require.NotNil(t, work)
+	require.NotNil(t, orderedWork)
+	require.Equal(t, []string{"redis", "concurrency", "timeout", "shards", "lease", "max-retry-count", "batch-keys",
+		"exec", "http", "log-json", "log-level"}, flagNames(orderedWork))
+	for _, name := range []string{"ordered", "shards", "lease", "max-retry-count", "batch-keys"} {
+		require.NotContains(t, flagNames(work), name, "gojob work --%s", name)
+	}
+
+	const nowhere = "redis://127.0.0.1:1/0"
+	for _, c := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"work", "-r", nowhere, "--ordered", "orders"}, "flag provided but not defined: -ordered"},
+		{[]string{"ordered", "work", "-r", nowhere, "--exec", "A=true"}, "QUEUE is required"},
+		{[]string{"ordered", "work", "-r", nowhere, "orders", "--exec", "A=true"}, `want one QUEUE, after the flags; got "orders --exec A=true"`},
+		{[]string{"ordered", "work", "-r", nowhere, "orders"}, "needs handlers"},
+		{[]string{"ordered", "work", "-r", nowhere, "--fetch", "basic", "--exec", "A=true", "orders"}, "flag provided but not defined: -fetch"},
+		{[]string{"ordered", "work", "-r", nowhere, "-c", "0", "--exec", "A=true", "orders"}, "must be at least 1"},
+		{[]string{"ordered", "work", "-r", nowhere, "--exec", "A", "orders"}, `--exec "A": want CLASS=COMMAND`},
+	} {
+		out, errOut, code := runCLI(t, c.args...)
+		require.Equal(t, exitUsage, code, "%v: %s", c.args, errOut)
+		require.Empty(t, out, c.args)
+		require.Contains(t, errOut, c.err, c.args)
+	}
+	out, _, code := runCLI(t, "ordered", "work", "--help")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "gojob ordered work [command options] QUEUE")
+	out, _, code = runCLI(t, "ordered", "--help")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "work ")
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -30,9 +31,9 @@ func TestKillDuringPollerMovesLosesNoJob(t *testing.T) {
 	defer conn.Close()
 	due := float64(time.Now().Add(-time.Hour).Unix())
 	for i := 0; i < n; i++ {
-		set := wire.KeySchedule
+		set := contract.KeySchedule
 		if i%2 == 1 {
-			set = wire.KeyRetry
+			set = contract.KeyRetry
 		}
 		conn.Send("ZADD", set, due+float64(i)/1000,
 			fmt.Sprintf(`{"retry":true,"queue":"moved","class":"Moved","args":[%d],"jid":"moved%06d","created_at":%.3f}`, i, i, due))
@@ -66,7 +67,7 @@ func TestKillDuringPollerMovesLosesNoJob(t *testing.T) {
 	final := startWorker(t, rs.URL(), args...)
 	wait.Within(t, 5*time.Minute, "the retry and schedule sets to empty", func() bool {
 		left := 0
-		for _, set := range []string{wire.KeySchedule, wire.KeyRetry} {
+		for _, set := range []string{contract.KeySchedule, contract.KeyRetry} {
 			c, err := redis.Int(conn.Do("ZCARD", set))
 			require.NoError(t, err)
 			left += c
@@ -88,7 +89,7 @@ func TestKillDuringPollerMovesLosesNoJob(t *testing.T) {
 	for jid, c := range seen {
 		require.Equal(t, 1, c, "%s pushed %d times", jid, c)
 	}
-	for _, set := range []string{wire.KeySchedule, wire.KeyRetry, wire.KeyDead} {
+	for _, set := range []string{contract.KeySchedule, contract.KeyRetry, contract.KeyDead} {
 		left, err := redis.Int(conn.Do("ZCARD", set))
 		require.NoError(t, err)
 		require.Zero(t, left, set)

@@ -7,8 +7,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // gojob queue pause/unpause writes gojob's paused set and gojob queues
@@ -19,11 +19,11 @@ func TestQueuePauseCommandsAndQueuesListing(t *testing.T) {
 	conn, err := rs.Dial()
 	require.NoError(t, err)
 	defer conn.Close()
-	_, err = conn.Do("SADD", wire.KeyQueues, "mail", "default")
+	_, err = conn.Do("SADD", contract.KeyQueues, "mail", "default")
 	require.NoError(t, err)
 	_, errOut, rc := runCLI(t, "queue", "pause", "-r", url, "mail")
 	require.Equal(t, 0, rc, errOut)
-	members, err := redis.Strings(conn.Do("SMEMBERS", wire.KeyPausedQueues))
+	members, err := redis.Strings(conn.Do("SMEMBERS", contract.KeyPausedQueues))
 	require.NoError(t, err)
 	require.Equal(t, []string{"mail"}, members)
 	out, errOut, rc := runCLI(t, "queues", "-r", url, "--json")
@@ -43,7 +43,7 @@ func TestQueuePauseCommandsAndQueuesListing(t *testing.T) {
 	require.Contains(t, out, "paused (gojob)")
 	_, errOut, rc = runCLI(t, "queue", "unpause", "-r", url, "mail")
 	require.Equal(t, 0, rc, errOut)
-	n, err := redis.Int(conn.Do("SCARD", wire.KeyPausedQueues))
+	n, err := redis.Int(conn.Do("SCARD", contract.KeyPausedQueues))
 	require.NoError(t, err)
 	require.Zero(t, n)
 	_, _, rc = runCLI(t, "queue", "pause", "-r", url)

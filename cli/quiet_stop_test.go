@@ -27,7 +27,7 @@ func TestQuietAndStopRefuseAnUnknownIdentity(t *testing.T) {
 
 	for _, cmd := range []string{"quiet", "stop"} {
 		out, errOut, code = runCLI(t, cmd, "-r", url, "ghost-identity")
-		require.Equal(t, ExitNotFound, code, cmd)
+		require.Equal(t, exitNotFound, code, cmd)
 		require.Empty(t, out)
 		require.Contains(t, errOut, "no live process ghost-identity")
 	}

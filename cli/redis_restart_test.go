@@ -212,7 +212,7 @@ func TestOrderedWorkerSurvivesARedisRestart(t *testing.T) {
 		_, err = client.Push(context.Background(), job, &ordered.PushOpts{Key: "k1"})
 		require.NoError(t, err)
 	}
-	w := startWorker(t, rs.URL(), "--ordered", "ord", "--exec", `Ord=read -r p; echo "$p" >> `+out)
+	w := startOrderedWork(t, gojobBinary(t), rs.URL(), nil, "--exec", `Ord=read -r p; echo "$p" >> `+out, "ord")
 	push("o1")
 	wait.Within(t, 10*time.Second, "the first job", func() bool { return strings.Contains(ran(), `"o1"`) })
 	rs.Kill()

@@ -11,9 +11,9 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // The issue's reproduction: a due scheduled member that parses but fails
@@ -28,7 +28,7 @@ func TestInvalidScheduledJobDoesNotBlockThePoller(t *testing.T) {
 	now := time.Now()
 	invalid := `{"class":"Good","args":{"a":1},"jid":"aaaaaaaaaaaaaaaaaaaaaaaa","queue":"default"}`
 	valid := `{"class":"Good","args":[1],"jid":"bbbbbbbbbbbbbbbbbbbbbbbb","queue":"default","retry":true}`
-	_, err := conn.Do("ZADD", "schedule", wire.Score(now.Add(-10*time.Second)), invalid, wire.Score(now.Add(5*time.Second)), valid)
+	_, err := conn.Do("ZADD", "schedule", contract.Score(now.Add(-10*time.Second)), invalid, contract.Score(now.Add(5*time.Second)), valid)
 	require.NoError(t, err)
 	runs := newRunLog(t)
 	// The poller's first pass comes 10-15 s after start, as in Ruby.
@@ -59,7 +59,7 @@ func TestScheduledAndRetriesListTheNextDueFirst(t *testing.T) {
 			// Added in a shuffled order; due i minutes from now.
 			n := (i*7)%30 + 1
 			job := fmt.Sprintf(`{"class":"Job%d","args":[],"jid":"%s%022d","queue":"default","retry":true}`, n, set[:2], n)
-			_, err := conn.Do("ZADD", set, wire.Score(now.Add(time.Duration(n)*time.Minute)), job)
+			_, err := conn.Do("ZADD", set, contract.Score(now.Add(time.Duration(n)*time.Minute)), job)
 			require.NoError(t, err)
 		}
 	}

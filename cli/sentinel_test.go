@@ -80,20 +80,20 @@ func TestWorkFollowsASentinelFailover(t *testing.T) {
 func TestSentinelURLErrorsExit3(t *testing.T) {
 	// Not parallel: see the note on runCLI.
 	_, errOut, code := runCLI(t, "stats", "-r", "redis+sentinel://127.0.0.1:1,127.0.0.1:2/mymaster")
-	require.Equal(t, ExitUnreachable, code, errOut)
+	require.Equal(t, exitUnreachable, code, errOut)
 	require.Contains(t, errOut, "no sentinel at 127.0.0.1:1,127.0.0.1:2 answered")
 
 	s := redistest.StartSentinels(t, redistest.SentinelOptions{Sentinels: 1})
 	url := strings.Replace(s.URL(), "/"+s.Name, "/nosuchmaster", 1)
 	_, errOut, code = runCLI(t, "work", "-r", url, "--exec", "X=true")
-	require.Equal(t, ExitUnreachable, code, errOut)
+	require.Equal(t, exitUnreachable, code, errOut)
 	require.Contains(t, errOut, `monitor no master named "nosuchmaster"`)
 
 	_, errOut, code = runCLI(t, "stats", "-r", "redis+sentinel://:s3cret@127.0.0.1:1/mymaster")
-	require.Equal(t, ExitUnreachable, code, errOut)
+	require.Equal(t, exitUnreachable, code, errOut)
 	require.NotContains(t, errOut, "s3cret")
 
 	_, errOut, code = runCLI(t, "stats", "-r", "redis+sentinel://127.0.0.1:26379/")
-	require.Equal(t, ExitUsage, code, errOut)
+	require.Equal(t, exitUsage, code, errOut)
 	require.Contains(t, errOut, "/MASTER")
 }

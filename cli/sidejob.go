@@ -11,9 +11,9 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidejob"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // sidejobCommand is `gojob sidejob …`: operator commands for SideJob jobs
@@ -104,14 +104,14 @@ func withSideJob(f func(ctx context.Context, e *sjEnv) error) ucli.ActionFunc {
 func (e *sjEnv) job(ctx context.Context, n int) (*sidejob.Job, error) {
 	ref := e.c.Args().Get(n)
 	if ref == "" {
-		return nil, ucli.Exit(e.c.Command.Name+": JOB is required", ExitUsage)
+		return nil, ucli.Exit(e.c.Command.Name+": JOB is required", exitUsage)
 	}
 	j, err := e.sj.Find(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
 	if j == nil {
-		return nil, ucli.Exit(fmt.Sprintf("no job %s", ref), ExitNotFound)
+		return nil, ucli.Exit(fmt.Sprintf("no job %s", ref), exitNotFound)
 	}
 	return j, nil
 }
@@ -133,7 +133,7 @@ func sjTime(s string, in time.Duration) (time.Time, error) {
 		return time.Time{}, nil
 	}
 	if f, err := strconv.ParseFloat(s, 64); err == nil {
-		return wire.FromEpochSeconds(f), nil
+		return contract.FromEpochSeconds(f), nil
 	}
 	return time.Parse(time.RFC3339Nano, s)
 }
@@ -141,7 +141,7 @@ func sjTime(s string, in time.Duration) (time.Time, error) {
 func sjCreate(ctx context.Context, e *sjEnv) error {
 	args := e.c.Args().Slice()
 	if len(args) < 2 {
-		return ucli.Exit("create: QUEUE and CLASS are required", ExitUsage)
+		return ucli.Exit("create: QUEUE and CLASS are required", exitUsage)
 	}
 	o := &sidejob.QueueOpts{By: e.c.String("by"), Name: e.c.String("name")}
 	for _, a := range args[2:] {
@@ -149,13 +149,13 @@ func sjCreate(ctx context.Context, e *sjEnv) error {
 	}
 	at, err := sjTime(e.c.String("at"), e.c.Duration("in"))
 	if err != nil {
-		return ucli.Exit("create: --at: "+err.Error(), ExitUsage)
+		return ucli.Exit("create: --at: "+err.Error(), exitUsage)
 	}
 	o.At = at
 	for flag, dst := range map[string]*[]sidejob.PortDef{"inports": &o.Inports, "outports": &o.Outports} {
 		if s := e.c.String(flag); s != "" {
 			if *dst, err = sidejob.PortDefsFromJSON(s); err != nil {
-				return ucli.Exit(fmt.Sprintf("create: --%s: %v", flag, err), ExitUsage)
+				return ucli.Exit(fmt.Sprintf("create: --%s: %v", flag, err), exitUsage)
 			}
 		}
 	}
@@ -165,7 +165,7 @@ func sjCreate(ctx context.Context, e *sjEnv) error {
 			return err
 		}
 		if p == nil {
-			return ucli.Exit("create: no parent job "+ref, ExitNotFound)
+			return ucli.Exit("create: no parent job "+ref, exitNotFound)
 		}
 		o.Parent = p
 		o.By = cmpOr(o.By, p.String())
@@ -368,7 +368,7 @@ func sjRun(ctx context.Context, e *sjEnv) error {
 	}
 	at, err := sjTime(e.c.String("at"), e.c.Duration("in"))
 	if err != nil {
-		return ucli.Exit("run: --at: "+err.Error(), ExitUsage)
+		return ucli.Exit("run: --at: "+err.Error(), exitUsage)
 	}
 	got, err := j.Run(ctx, &sidejob.RunOpts{Force: e.c.Bool("force"), At: at})
 	if err != nil {
@@ -421,7 +421,7 @@ func sjDelete(ctx context.Context, e *sjEnv) error {
 		return e.printJSON(map[string]any{"job": j.ID(), "deleted": ok})
 	}
 	if !ok {
-		return ucli.Exit(fmt.Sprintf("job %d not deleted: it and all its descendants must be terminated (gojob sidejob terminate --recursive)", j.ID()), ExitRefused)
+		return ucli.Exit(fmt.Sprintf("job %d not deleted: it and all its descendants must be terminated (gojob sidejob terminate --recursive)", j.ID()), exitRefused)
 	}
 	fmt.Fprintf(e.out, "deleted job %d\n", j.ID())
 	return nil

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/gojob/gojob/sidejob"
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gomodule/redigo/redis"
@@ -14,7 +14,7 @@ import (
 
 func sjPublish(ctx context.Context, e *sjEnv) error {
 	if e.c.Args().Len() != 2 {
-		return ucli.Exit("publish: CHANNEL and VALUE are required", ExitUsage)
+		return ucli.Exit("publish: CHANNEL and VALUE are required", exitUsage)
 	}
 	ch := e.c.Args().Get(0)
 	if err := e.sj.Publish(ctx, ch, jsonArg(e.c.Args().Get(1))); err != nil {
@@ -31,7 +31,7 @@ func sjLog(ctx context.Context, e *sjEnv) error {
 	if !e.c.Bool("follow") {
 		msg := strings.Join(e.c.Args().Slice(), " ")
 		if msg == "" {
-			return ucli.Exit("log: MESSAGE or --follow is required", ExitUsage)
+			return ucli.Exit("log: MESSAGE or --follow is required", exitUsage)
 		}
 		return e.sj.Log(ctx, msg)
 	}
@@ -46,7 +46,7 @@ func sjLog(ctx context.Context, e *sjEnv) error {
 		return err
 	}
 	psc := redis.PubSubConn{Conn: conn}
-	if err := psc.Subscribe(sidejob.LogChannel); err != nil {
+	if err := psc.Subscribe(sidejobwire.LogChannel); err != nil {
 		conn.Close()
 		return err
 	}
@@ -115,7 +115,7 @@ func formatLogEntry(data []byte) string {
 			}
 		}
 	}
-	if t, err := sidejob.ParseTimestamp(ts); err == nil {
+	if t, err := sidejobwire.ParseTimestamp(ts); err == nil {
 		ts = t.Local().Format("15:04:05.000")
 	}
 	return strings.TrimSpace(ts + " " + strings.Join(parts, " "))

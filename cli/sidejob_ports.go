@@ -22,29 +22,27 @@ type portView struct {
 }
 
 func portViews(ctx context.Context, j *sidejob.Job) ([]portView, error) {
+	ports, err := j.Ports(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out []portView
-	for _, list := range []func(context.Context) ([]*sidejob.Port, error){j.Inports, j.Outports} {
-		ports, err := list(ctx)
+	for _, p := range ports {
+		v := portView{Type: p.Type(), Name: p.Name()}
+		if v.Size, err = p.Size(ctx); err != nil {
+			return nil, err
+		}
+		d, err := p.Default(ctx)
 		if err != nil {
 			return nil, err
 		}
-		for _, p := range ports {
-			v := portView{Type: p.Type().String(), Name: p.Name()}
-			if v.Size, err = p.Size(ctx); err != nil {
-				return nil, err
-			}
-			d, err := p.Default(ctx)
-			if err != nil {
-				return nil, err
-			}
-			if d != nil {
-				v.Default = d.Value.Encode()
-			}
-			if v.Channels, err = p.Channels(ctx); err != nil {
-				return nil, err
-			}
-			out = append(out, v)
+		if d != nil {
+			v.Default = d.Value.Encode()
 		}
+		if v.Channels, err = p.Channels(ctx); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
 	}
 	return out, nil
 }
@@ -91,7 +89,7 @@ func (e *sjEnv) port(ctx context.Context) (*sidejob.Port, error) {
 	}
 	name := e.c.Args().Get(1)
 	if name == "" {
-		return nil, ucli.Exit(e.c.Command.Name+": PORT is required", ExitUsage)
+		return nil, ucli.Exit(e.c.Command.Name+": PORT is required", exitUsage)
 	}
 	if e.c.Bool("out") {
 		return j.Output(ctx, name)
@@ -106,7 +104,7 @@ func sjWrite(ctx context.Context, e *sjEnv) error {
 	}
 	vals := e.c.Args().Slice()[2:]
 	if len(vals) == 0 {
-		return ucli.Exit("write: VALUE is required", ExitUsage)
+		return ucli.Exit("write: VALUE is required", exitUsage)
 	}
 	for _, s := range vals {
 		v := jsonArg(s)

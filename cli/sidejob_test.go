@@ -14,10 +14,10 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidejob"
-	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
 // runSideJobCLI runs `gojob sidejob …` in an App that has only the sidejob
@@ -52,10 +52,11 @@ func TestSideJobCommands(t *testing.T) {
 	pool := srv.Pool(t)
 	c, err := sidejob.NewClient(&sidejob.Config{Pool: pool})
 	require.NoError(t, err)
-	reg := sidejob.NewRegistry()
-	noop := sidejob.WorkerFunc(func(context.Context, *sidejob.Job, []rubyjson.Value) error { return nil })
-	require.NoError(t, reg.Register("W", noop, sidejob.MustConfig(`{"inports":{"in":{}},"outports":{"out":{}}}`)))
-	require.NoError(t, c.RegisterAll(ctx, "q", reg))
+	// The worker class as its serving process registers it (ServerSetup).
+	conn := pool.Get()
+	_, err = conn.Do("HSET", "workers:q", "W", `{"inports":{"in":{}},"outports":{"out":{}}}`)
+	conn.Close()
+	require.NoError(t, err)
 	r := "--redis=" + srv.URL()
 	run := func(args ...string) string {
 		t.Helper()
@@ -90,9 +91,13 @@ func TestSideJobCommands(t *testing.T) {
 	require.Contains(t, run("run", "1"), "not run: status terminating")
 	require.Contains(t, run("run", "--force", "1"), "job 1 queued")
 	_, _, code := runSideJobCLI(ctx, "delete", r, "1")
-	require.Equal(t, ExitRefused, code, "not terminated")
+	require.Equal(t, exitRefused, code, "not terminated")
+	// As a worker run of the terminating jobs would leave them.
 	for _, id := range []int64{1, 2} {
-		require.NoError(t, c.Job(id).SetStatus(ctx, "terminated"))
+		conn := pool.Get()
+		_, err := conn.Do("SET", fmt.Sprintf("job:%d:status", id), "terminated")
+		conn.Close()
+		require.NoError(t, err)
 	}
 	require.Contains(t, run("delete", "1"), "deleted job 1")
 	require.Equal(t, "no jobs\n", run("tree"))
@@ -110,7 +115,7 @@ func TestSideJobCommands(t *testing.T) {
 	wait.Within(t, 20*time.Second, "the log subscription", func() bool {
 		conn := pool.Get()
 		defer conn.Close()
-		v, _ := redis.Values(conn.Do("PUBSUB", "NUMSUB", sidejob.LogChannel))
+		v, _ := redis.Values(conn.Do("PUBSUB", "NUMSUB", sidejobwire.LogChannel))
 		n, _ := redis.Int(v[1], nil)
 		return n == 1
 	})

@@ -17,7 +17,7 @@ func TestPushUniqueForRefusesADuplicate(t *testing.T) {
 	require.Equal(t, 0, rc, errOut)
 	require.Contains(t, out, "pushed ")
 	_, errOut, rc = runCLI(t, "push", "-r", url, "--unique-for", "60", "Report", "1")
-	require.Equal(t, ExitRefused, rc)
+	require.Equal(t, exitRefused, rc)
 	require.Contains(t, errOut, "not pushed: a Report job with these arguments on queue default holds the unique lock gojob-unique:")
 	_, _, rc = runCLI(t, "push", "-r", url, "--unique-for", "60", "Report", "2")
 	require.Equal(t, 0, rc, "other arguments")

@@ -8,9 +8,9 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // `gojob work` alone in a Redis that shows no Sidekiq version (auto, the
@@ -45,7 +45,7 @@ func TestWorkAloneWritesForEveryWebUI(t *testing.T) {
 	require.Contains(t, h["info"], `"version":"7.3.10"`)
 	require.Equal(t, "2", h["concurrency"])
 	require.Contains(t, w.logs.String(), "every Web UI")
-	rec, err := redis.String(conn.Do("GET", wire.KeyRecordedFormat))
+	rec, err := redis.String(conn.Do("GET", contract.KeyRecordedFormat))
 	require.NoError(t, err)
 	require.Contains(t, rec, `"for_all":true`)
 }
@@ -58,7 +58,7 @@ func TestWorkRefusesAVersionLiveProcessesCannotRead(t *testing.T) {
 	rs := redistest.StartWith(t, redistest.Options{TCP: true})
 	conn := rs.Pool(t).Get()
 	defer conn.Close()
-	_, err := conn.Do("SADD", wire.KeyProcesses, "ruby:9:bbbbbbbbbbbb")
+	_, err := conn.Do("SADD", contract.KeyProcesses, "ruby:9:bbbbbbbbbbbb")
 	require.NoError(t, err)
 	_, err = conn.Do("HSET", "ruby:9:bbbbbbbbbbbb", "info", `{"hostname":"ruby","version":"7.3.10"}`)
 	require.NoError(t, err)

@@ -166,7 +166,7 @@ func startDevWeb(c *ucli.Context, srv *sidekiq.Server, pool *redis.Pool, log zer
 		return nil, err
 	}
 	cfg := &web.Config{Pool: pool, API: admin, Logger: log,
-		Cron: &cron.Store{Client: srv.Client(), Layout: cron.Layout{Namespace: cron.DefaultNamespace}}}
+		Cron: &cron.Store{Client: srv.Client(), Layout: cron.Layout{}}}
 	stop, err := serveWeb(ln, cfg, log)
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -43,9 +44,8 @@ stdin; GOJOB_JID, GOJOB_CLASS, GOJOB_QUEUE in the environment; exit 0 = success,
 otherwise the last line of stderr is the error message) or --http CLASS=URL
 (POST of the payload; 2xx = success).
 
---ordered QUEUE works an ordered queue instead (jobs pushed with gojob push
---key K): each key's jobs run one after the other in push order, across any
-number of processes, different keys in parallel (docs/ordered.md).`,
+Ordered queues (jobs pushed with gojob push --key K) are worked by gojob
+ordered work (docs/ordered.md).`,
 		Flags: append([]ucli.Flag{
 			newRedisFlag(),
 			&ucli.StringSliceFlag{Name: "queue", Aliases: []string{"q"}, Usage: "queue to process, `NAME[,WEIGHT]`; repeat for several (default: default)"},
@@ -64,12 +64,9 @@ number of processes, different keys in parallel (docs/ordered.md).`,
 			&ucli.DurationFlag{Name: "poll-interval", Usage: "average time between this process's polls of the retry and schedule sets (Sidekiq's average_scheduled_poll_interval; default: 5 s times the number of processes)"},
 			&ucli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text"},
 			&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn, error"},
-		}, append(append(append(append(append(heartbeatWorkFlags(), durableWorkFlags()...), cronWorkFlags()...), limitWorkFlags()...), metricsWorkFlags()...), orderedWorkFlags()...)...),
+		}, append(append(append(append(heartbeatWorkFlags(), durableWorkFlags()...), cronWorkFlags()...), limitWorkFlags()...), metricsWorkFlags()...)...),
 		Action: func(c *ucli.Context) error {
 			log := newLogger(c.App.ErrWriter, c.Bool("log-json"), c.String("log-level"))
-			if c.String("ordered") != "" {
-				return runOrdered(c, o, log)
-			}
 			cfg, err := serverConfigFromFlags(c, log)
 			if err != nil {
 				return err
@@ -83,7 +80,7 @@ number of processes, different keys in parallel (docs/ordered.md).`,
 			if isAuto(c.String("sidekiq-version")) {
 				cfg.FollowVersion = true
 			} else if cfg.Version, err = wire.ParseVersion(c.String("sidekiq-version")); err != nil {
-				return ucli.Exit(err.Error(), ExitUsage)
+				return ucli.Exit(err.Error(), exitUsage)
 			}
 			cfg.ForceVersion = c.Bool("force-version")
 			srv, stopHeartbeats, err := buildServer(c, cfg, o, log)
@@ -130,31 +127,31 @@ func serverConfigFromFlags(c *ucli.Context, log zerolog.Logger) (*sidekiq.Server
 		PollIntervalAverage: c.Duration("poll-interval"),
 	}
 	if cfg.PollIntervalAverage < 0 {
-		return nil, ucli.Exit("--poll-interval must not be negative", ExitUsage)
+		return nil, ucli.Exit("--poll-interval must not be negative", exitUsage)
 	}
 	if c.IsSet("fetch") || c.String("fetch") != "" {
 		mode, err := sidekiq.ParseFetchMode(c.String("fetch"))
 		if err != nil {
-			return nil, ucli.Exit(err.Error(), ExitUsage)
+			return nil, ucli.Exit(err.Error(), exitUsage)
 		}
 		cfg.Fetch = mode
 	}
 	if cfg.Concurrency <= 0 {
-		return nil, ucli.Exit("--concurrency must be at least 1", ExitUsage)
+		return nil, ucli.Exit("--concurrency must be at least 1", exitUsage)
 	}
 	if cfg.JobTimeout < 0 || cfg.CancelGrace < 0 {
 		return nil, ucli.Exit("--job-timeout and --cancel-grace must not be negative", 2)
 	}
 	if c.IsSet("max-recoveries") && cfg.RecoveryLimit <= 0 {
-		return nil, ucli.Exit("--max-recoveries must be at least 1", ExitUsage)
+		return nil, ucli.Exit("--max-recoveries must be at least 1", exitUsage)
 	}
 	if c.IsSet("fetch-pipeline") && cfg.FetchPipeline <= 0 {
-		return nil, ucli.Exit("--fetch-pipeline must be at least 1", ExitUsage)
+		return nil, ucli.Exit("--fetch-pipeline must be at least 1", exitUsage)
 	}
 	for _, q := range c.StringSlice("queue") {
-		qw, err := wire.ParseQueueWeight(q)
+		qw, err := contract.ParseQueueWeight(q)
 		if err != nil {
-			return nil, ucli.Exit(err.Error(), ExitUsage)
+			return nil, ucli.Exit(err.Error(), exitUsage)
 		}
 		cfg.Queues = append(cfg.Queues, qw)
 	}
@@ -168,7 +165,7 @@ func buildServer(c *ucli.Context, cfg *sidekiq.ServerConfig, o *options, log zer
 	noop := func() {}
 	srv, err := sidekiq.NewServer(cfg)
 	if err != nil {
-		return nil, noop, ucli.Exit(err.Error(), ExitUsage)
+		return nil, noop, ucli.Exit(err.Error(), exitUsage)
 	}
 	for _, h := range o.handlers {
 		srv.Handle(h.class, h.h, h.opts)
@@ -176,28 +173,28 @@ func buildServer(c *ucli.Context, cfg *sidekiq.ServerConfig, o *options, log zer
 	for _, spec := range c.StringSlice("exec") {
 		class, command, ok := strings.Cut(spec, "=")
 		if !ok || class == "" || command == "" {
-			return nil, noop, ucli.Exit(fmt.Sprintf("--exec %q: want CLASS=COMMAND", spec), ExitUsage)
+			return nil, noop, ucli.Exit(fmt.Sprintf("--exec %q: want CLASS=COMMAND", spec), exitUsage)
 		}
-		srv.Handle(class, &ExecHandler{Command: command, Log: log}, nil)
+		srv.Handle(class, &execHandler{Command: command, Log: log}, nil)
 	}
 	type httpSpec struct{ class, url string }
 	var https []httpSpec
 	for _, spec := range c.StringSlice("http") {
 		class, url, ok := strings.Cut(spec, "=")
 		if !ok || class == "" || url == "" {
-			return nil, noop, ucli.Exit(fmt.Sprintf("--http %q: want CLASS=URL", spec), ExitUsage)
+			return nil, noop, ucli.Exit(fmt.Sprintf("--http %q: want CLASS=URL", spec), exitUsage)
 		}
 		https = append(https, httpSpec{class, url})
 	}
 	stop := noop
 	if len(https) > 0 {
-		hb, err := NewHeartbeatEndpoint(c.String("heartbeat-listen"), c.String("heartbeat-url"), log)
+		hb, err := newHeartbeatEndpoint(c.String("heartbeat-listen"), c.String("heartbeat-url"), log)
 		if err != nil {
-			return nil, noop, ucli.Exit("--heartbeat-listen: "+err.Error(), ExitUsage)
+			return nil, noop, ucli.Exit("--heartbeat-listen: "+err.Error(), exitUsage)
 		}
 		stop = func() { hb.Close() }
 		for _, h := range https {
-			srv.Handle(h.class, &HTTPHandler{URL: h.url, Heartbeats: hb}, nil)
+			srv.Handle(h.class, &httpHandler{URL: h.url, Heartbeats: hb}, nil)
 		}
 	}
 	for _, f := range o.setup {
@@ -249,10 +246,10 @@ func runServer(ctx context.Context, srv *sidekiq.Server, log zerolog.Logger) err
 	}()
 	if err := srv.Run(ctx); err != nil {
 		if errors.Is(err, sidekiq.ErrVersionUnreadable) {
-			return ucli.Exit(err.Error(), ExitUsage)
+			return ucli.Exit(err.Error(), exitUsage)
 		}
 		log.Error().Err(err).Msg("shutdown finished with errors")
-		return ucli.Exit("", ExitFailed)
+		return ucli.Exit("", exitFailed)
 	}
 	return nil
 }

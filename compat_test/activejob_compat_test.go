@@ -11,6 +11,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/activejob"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -131,7 +132,7 @@ aj_puts("jid" => job.provider_job_id)
 	aj, err := activejob.Decode(job)
 	require.NoError(t, err)
 
-	require.Equal(t, wire.ActiveJobWrapper, aj.Wrapper)
+	require.Equal(t, contract.ActiveJobWrapper, aj.Wrapper)
 	require.Equal(t, "AjRich", aj.Wrapped)
 	require.Equal(t, "AjRich", aj.JobClass)
 	require.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, aj.JobID)
@@ -241,15 +242,15 @@ func TestActiveJobCompatGoPushesRubyRuns(t *testing.T) {
 		1, "two", activejob.Symbol("sym"),
 		&activejob.Hash{Entries: []activejob.HashEntry{{Key: "a", Symbol: true, Value: 1}, {Key: "b", Value: 2}}},
 		map[string]any{"s": "string keys"},
-		activejob.IndifferentHash(map[string]any{"x": 1}),
+		&activejob.Hash{Kind: activejob.HashIndifferent, Entries: []activejob.HashEntry{{Key: "x", Value: 1}}},
 		time.Date(2024, 1, 2, 3, 4, 5, 123456789, time.UTC),
 		time.Date(2024, 1, 2, 3, 4, 5, 500000000, time.FixedZone("IST", 19800)),
 		activejob.Time{Kind: activejob.TimeKindDateTime, Time: time.Date(2024, 1, 2, 3, 4, 5, 0, time.FixedZone("", 7200))},
 		activejob.Date{Year: 2024, Month: time.February, Day: 29},
 		activejob.Time{Kind: activejob.TimeKindTimeWithZone, Time: time.Date(2024, 7, 1, 12, 0, 0, 0, time.FixedZone("EDT", -4*3600))},
 		90 * time.Second,
-		activejob.NewDuration(1500 * time.Millisecond),
-		activejob.NewDuration(8*24*time.Hour + time.Hour),
+		1500 * time.Millisecond,
+		8*24*time.Hour + time.Hour,
 		activejob.Module("String"), activejob.Module("ActiveJob::Base"),
 		activejob.GlobalID("gid://gojob/Person/42"),
 		[]any{1, []any{activejob.Symbol("nested")}},

@@ -14,8 +14,10 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/clocktest"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/internal/rubyfloat"
 	"github.com/gojob/gojob/internal/rubytest"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq/api"
@@ -164,11 +166,11 @@ func TestAPICompatRubyState(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	frozen := time.Now().Truncate(time.Millisecond).Add(90 * time.Second)
-	frozenF := wire.EpochSeconds(frozen)
-	out := e.ruby(t, fmt.Sprintf(apiRubyTemplate, rubyjson.FormatFloat(frozenF)))
+	frozenF := contract.EpochSeconds(frozen)
+	out := e.ruby(t, fmt.Sprintf(apiRubyTemplate, rubyfloat.Format(frozenF)))
 	var rep apiRubyReport
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
-	admin, err := api.New(&api.Config{Pool: e.pool, Version: wire.Version6, Clock: clock.NewFake(frozen)})
+	admin, err := api.New(&api.Config{Pool: e.pool, Version: wire.Version6, Clock: clocktest.NewFake(frozen)})
 	require.NoError(t, err)
 
 	t.Run("read", func(t *testing.T) { apiCompareRead(t, ctx, admin, &rep) })
@@ -201,15 +203,15 @@ func apiCompareRead(t *testing.T, ctx context.Context, admin *api.API, rep *apiR
 	}
 	require.Equal(t, rs.Queues, gotQueues)
 
-	h, err := admin.History(ctx, &api.HistoryParams{Days: 5})
+	h, err := admin.History(ctx, 5)
 	require.NoError(t, err)
-	require.Len(t, h.Days, 5)
-	for i, d := range h.Days {
+	require.Len(t, h, 5)
+	for i, d := range h {
 		require.Equal(t, rep.History.Processed[i][0], d.Date)
 		require.EqualValues(t, rep.History.Processed[i][1], d.Processed, d.Date)
 		require.EqualValues(t, rep.History.Failed[i][1], d.Failed, d.Date)
 	}
-	require.EqualValues(t, 7, h.Days[2].Processed)
+	require.EqualValues(t, 7, h[2].Processed)
 
 	queues, err := admin.Queues(ctx)
 	require.NoError(t, err)
@@ -229,31 +231,37 @@ func apiCompareRead(t *testing.T, ctx context.Context, admin *api.API, rep *apiR
 			return nil
 		}))
 		require.Equal(t, rq.Values, values, rq.Name)
-		page, err := q.Page(ctx, &api.PageParams{Limit: 100})
+		records, _, err := q.Page(ctx, 0, 100)
 		require.NoError(t, err)
-		require.Equal(t, rq.Values, apiValues(page.Records))
+		require.Equal(t, rq.Values, apiValues(records))
 	}
 
 	for _, set := range []struct {
 		js   *api.JobSet
 		want []apiRubyEntry
-	}{{admin.RetrySet().JobSet, rep.Retry}, {admin.ScheduledSet().JobSet, rep.Schedule}, {admin.DeadSet().JobSet, rep.Dead}} {
+	}{{admin.RetrySet(), rep.Retry}, {admin.ScheduledSet(), rep.Schedule}, {admin.DeadSet(), rep.Dead}} {
 		var got []apiRubyEntry
 		require.NoError(t, set.js.Each(ctx, func(e *api.SortedEntry) error {
 			args := []any{}
 			for _, a := range e.Args() {
 				args = append(args, apiJSONAny(t, a))
 			}
-			got = append(got, apiRubyEntry{Value: string(e.Value), Score: rubyjson.FormatFloat(e.Score), JID: e.JID(), Args: args})
+			got = append(got, apiRubyEntry{Value: string(e.Value), Score: rubyfloat.Format(e.Score), JID: e.JID(), Args: args})
 			return nil
 		}))
 		require.Equal(t, set.want, got, set.js.Name())
 		require.Greater(t, len(got), 6)
-		page, err := set.js.Page(ctx, &api.PageParams{Offset: 3, Limit: 4})
+		// Page lists the dead set in JobSet#each order, the retry and
+		// schedule sets lowest score first (the reverse, as the Web UI).
+		page, _, err := set.js.Page(ctx, 3, 4)
 		require.NoError(t, err)
-		require.Len(t, page.Entries, 4)
-		for i, e := range page.Entries {
-			require.Equal(t, set.want[3+i].Value, string(e.Value))
+		require.Len(t, page, 4)
+		for i, e := range page {
+			want := set.want[3+i]
+			if set.js.Name() != "dead" {
+				want = set.want[len(set.want)-1-3-i]
+			}
+			require.Equal(t, want.Value, string(e.Value))
 		}
 	}
 	// The unparsable dead member is listed with args [raw], as in Ruby.
@@ -262,12 +270,12 @@ func apiCompareRead(t *testing.T, ctx context.Context, admin *api.API, rep *apiR
 	require.Equal(t, "", rep.Dead[i].JID)
 	require.Equal(t, []any{"not json {"}, rep.Dead[i].Args)
 
-	score, err := wire.ParseScore(rep.SibScore)
+	score, err := contract.ParseScore(rep.SibScore)
 	require.NoError(t, err)
-	fetched, err := admin.RetrySet().Fetch(ctx, &api.FetchParams{Min: score, JID: rep.SibJIDs[1]})
+	fetched, err := admin.RetrySet().Fetch(ctx, score, rep.SibJIDs[1])
 	require.NoError(t, err)
 	require.Equal(t, rep.Fetch, apiEntryValues(fetched))
-	fetched, err = admin.RetrySet().Fetch(ctx, &api.FetchParams{Min: score})
+	fetched, err = admin.RetrySet().Fetch(ctx, score, "")
 	require.NoError(t, err)
 	require.Equal(t, rep.FetchAll, apiEntryValues(fetched))
 	require.Len(t, fetched, 3)
@@ -275,7 +283,7 @@ func apiCompareRead(t *testing.T, ctx context.Context, admin *api.API, rep *apiR
 	require.NoError(t, err)
 	require.Equal(t, rep.Find, string(found.Value))
 	var scanned []string
-	require.NoError(t, admin.RetrySet().Scan(ctx, &api.ScanParams{Match: "boom 1"}, func(e *api.SortedEntry) error {
+	require.NoError(t, admin.RetrySet().Scan(ctx, "boom 1", func(e *api.SortedEntry) error {
 		scanned = append(scanned, string(e.Value))
 		return nil
 	}))
@@ -299,9 +307,7 @@ func apiCompareRead(t *testing.T, ctx context.Context, admin *api.API, rep *apiR
 	require.False(t, p.Stopping())
 	require.Equal(t, rep.TotalConcurrency, procs.TotalConcurrency)
 	require.Equal(t, rep.TotalRSS, procs.TotalRSS)
-	n, err := admin.ProcessCount(ctx)
-	require.NoError(t, err)
-	require.Equal(t, rep.ProcessSize, n)
+	require.Equal(t, rep.ProcessSize, st.Processes)
 
 	work, err := admin.WorkSet(ctx)
 	require.NoError(t, err)
@@ -311,9 +317,7 @@ func apiCompareRead(t *testing.T, ctx context.Context, admin *api.API, rep *apiR
 	}
 	require.Equal(t, rep.Work, gotWork)
 	require.Len(t, gotWork, 2)
-	size, err := admin.WorkSetSize(ctx)
-	require.NoError(t, err)
-	require.Equal(t, rep.WorkSize, size)
+	require.Equal(t, rep.WorkSize, st.Busy)
 }
 
 func apiValues(rs []*api.JobRecord) []string {
@@ -388,7 +392,7 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		{
 			name: "retry_sibling",
 			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
-				_, err := find(t, ctx, a.RetrySet().JobSet, sib).Retry(ctx)
+				_, err := find(t, ctx, a.RetrySet(), sib).Retry(ctx)
 				require.NoError(t, err)
 			},
 			ruby: fmt.Sprintf(`Sidekiq::RetrySet.new.find_job(%q).retry`, sib),
@@ -396,7 +400,7 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		{
 			name: "retry_one_retry_queue",
 			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
-				_, err := find(t, ctx, a.RetrySet().JobSet, retryQueueJID).Retry(ctx)
+				_, err := find(t, ctx, a.RetrySet(), retryQueueJID).Retry(ctx)
 				require.NoError(t, err)
 			},
 			ruby: fmt.Sprintf(`Sidekiq::RetrySet.new.find_job(%q).retry`, retryQueueJID),
@@ -404,21 +408,21 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		{
 			name: "kill_one",
 			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
-				require.NoError(t, find(t, ctx, a.RetrySet().JobSet, firstRetry).Kill(ctx, nil))
+				require.NoError(t, find(t, ctx, a.RetrySet(), firstRetry).Kill(ctx, nil))
 			},
 			ruby: fmt.Sprintf(`Sidekiq::RetrySet.new.find_job(%q).kill`, firstRetry),
 		},
 		{
 			name: "kill_sibling",
 			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
-				require.NoError(t, find(t, ctx, a.RetrySet().JobSet, rep.SibJIDs[0]).Kill(ctx, nil))
+				require.NoError(t, find(t, ctx, a.RetrySet(), rep.SibJIDs[0]).Kill(ctx, nil))
 			},
 			ruby: fmt.Sprintf(`Sidekiq::RetrySet.new.find_job(%q).kill`, rep.SibJIDs[0]),
 		},
 		{
 			name: "delete_one",
 			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
-				ok, err := find(t, ctx, a.RetrySet().JobSet, lastRetry).Delete(ctx)
+				ok, err := find(t, ctx, a.RetrySet(), lastRetry).Delete(ctx)
 				require.NoError(t, err)
 				require.True(t, ok)
 			},
@@ -430,7 +434,7 @@ func apiOps(rep *apiRubyReport) []apiOp {
 			// is t+0.2499998, while Go's EpochSeconds gives t+0.25.
 			name: "reschedule_one",
 			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
-				require.NoError(t, find(t, ctx, a.ScheduledSet().JobSet, schedJID).Reschedule(ctx, time.Unix(1795400000, 0)))
+				require.NoError(t, find(t, ctx, a.ScheduledSet(), schedJID).Reschedule(ctx, time.Unix(1795400000, 0)))
 			},
 			ruby: fmt.Sprintf(`Sidekiq::ScheduledSet.new.find_job(%q).reschedule(Time.at(1795400000))`, schedJID),
 		},
@@ -463,7 +467,7 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		{
 			name: "dead_retry_one",
 			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
-				_, err := find(t, ctx, a.DeadSet().JobSet, deadJID).Retry(ctx)
+				_, err := find(t, ctx, a.DeadSet(), deadJID).Retry(ctx)
 				require.NoError(t, err)
 			},
 			ruby: fmt.Sprintf(`Sidekiq::DeadSet.new.find_job(%q).retry`, deadJID),
@@ -488,7 +492,7 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		{
 			name: "scheduled_add_one",
 			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
-				_, err := find(t, ctx, a.ScheduledSet().JobSet, schedJID).AddToQueue(ctx)
+				_, err := find(t, ctx, a.ScheduledSet(), schedJID).Retry(ctx)
 				require.NoError(t, err)
 			},
 			ruby: fmt.Sprintf(`Sidekiq::ScheduledSet.new.find_job(%q).add_to_queue`, schedJID),
@@ -496,7 +500,7 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		{
 			name: "scheduled_add_all",
 			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
-				res, err := a.ScheduledSet().AddAllToQueue(ctx)
+				res, err := a.ScheduledSet().RetryAll(ctx)
 				require.NoError(t, err)
 				require.Equal(t, len(rep.Schedule), res.Moved)
 			},
@@ -530,7 +534,7 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		{
 			name: "reset_stats",
 			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
-				_, err := a.ResetStats(ctx, nil)
+				_, err := a.ResetStats(ctx)
 				require.NoError(t, err)
 			},
 			ruby: `Sidekiq::Stats.new.reset`,
@@ -553,7 +557,7 @@ func apiRunOp(t *testing.T, e *env, op apiOp) {
 			c.Close()
 		}
 	}
-	since := wire.EpochSeconds(time.Now())
+	since := contract.EpochSeconds(time.Now())
 	admin, err := api.New(&api.Config{Pool: goPool, Version: wire.Version6})
 	require.NoError(t, err)
 	op.goOp(t, context.Background(), admin)
@@ -640,7 +644,7 @@ func apiKeyspace(t *testing.T, p *redis.Pool, since float64) map[string]apiKey {
 			require.NoError(t, err)
 			for i := 0; i < len(vals); i += 2 {
 				score := vals[i+1]
-				if f, _ := wire.ParseScore(score); k == "dead" && f >= since {
+				if f, _ := contract.ParseScore(score); k == "dead" && f >= since {
 					score = "<now>"
 				}
 				items = append(items, apiNormalizeJob(vals[i], since)+" @ "+score)
@@ -737,8 +741,8 @@ cli.run
 
 	require.NoError(t, proc.Stop(ctx))
 	wait.Within(t, 30*time.Second, "the process unregisters", func() bool {
-		n, err := admin.ProcessCount(ctx)
+		st, err := admin.Stats(ctx)
 		require.NoError(t, err)
-		return n == 0
+		return st.Processes == 0
 	})
 }

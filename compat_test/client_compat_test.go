@@ -14,7 +14,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/clocktest"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/rubyfixtures"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
@@ -70,8 +71,8 @@ func pcGoRetryJob(t *testing.T, queue string, failedAt time.Time, lines []string
 	job.Set("error_message", rubyjson.StringValue("boom é \u2028 <>&"))
 	job.Set("error_class", rubyjson.StringValue("RuntimeError"))
 	job.SetTime("failed_at", failedAt, wire.Version6)
-	job.SetRetryCount(0)
-	job.SetErrorBacktrace(lines, wire.Version6)
+	contract.SetRetryCount(job, 0)
+	contract.SetErrorBacktrace(job, lines, wire.Version6)
 	return job
 }
 
@@ -252,15 +253,15 @@ puts JSON.generate({
 		require.NoError(t, err)
 		ra, err := strconv.ParseFloat(r.At, 64)
 		require.NoError(t, err)
-		gs, err := wire.ParseScore(stored[jid][1])
+		gs, err := contract.ParseScore(stored[jid][1])
 		require.NoError(t, err)
 		require.Equal(t, gs, rs, "score of %s", jid)
 		require.Equal(t, gs, ra, "at of %s", jid)
 	}
-	require.Equal(t, wire.Score(at), recs[atJID].Score, "At score is Float#to_s of the time")
+	require.Equal(t, contract.Score(at), recs[atJID].Score, "At score is Float#to_s of the time")
 	inAt, err := strconv.ParseFloat(recs[inJID].At, 64)
 	require.NoError(t, err)
-	require.True(t, inAt >= wire.EpochSeconds(before.Add(time.Hour))-1e-6 && inAt <= wire.EpochSeconds(after.Add(time.Hour))+1e-6)
+	require.True(t, inAt >= contract.EpochSeconds(before.Add(time.Hour))-1e-6 && inAt <= contract.EpochSeconds(after.Add(time.Hour))+1e-6)
 
 	// Key order matches Ruby's Client.push and push_bulk; Enqueue's, Ruby's
 	// perform_async (args before class; captured from 6.4.1).
@@ -297,10 +298,10 @@ puts JSON.generate({
 	for b, enq := range enqByBatch {
 		require.Equal(t, 1, len(enq), "batch %d shares enqueued_at", b)
 	}
-	head, err := redis.Strings(e.do(t, "LRANGE", wire.QueueKey("pc_bulk"), -1, -1), nil)
+	head, err := redis.Strings(e.do(t, "LRANGE", contract.QueueKey("pc_bulk"), -1, -1), nil)
 	require.NoError(t, err)
 	require.Equal(t, recs[bres.JIDs[0]].Value, head[0], "the first bulk job is the oldest (fetched first)")
-	rhead, err := redis.Strings(e.do(t, "LRANGE", wire.QueueKey("pc_ruby_bulk"), -1, -1), nil)
+	rhead, err := redis.Strings(e.do(t, "LRANGE", contract.QueueKey("pc_ruby_bulk"), -1, -1), nil)
 	require.NoError(t, err)
 	require.Equal(t, recs[rres.RubyBulk[0]].Value, rhead[0], "Ruby's first bulk job is the oldest too")
 }
@@ -315,12 +316,12 @@ func TestClientCompatGoRetryEntryRubyAPI(t *testing.T) {
 	e := newEnv(t)
 	failedAt := time.Now().Add(-10 * time.Minute)
 	retried := pcGoRetryJob(t, "pc_retry", failedAt, pcBacktrace, 1.5, "é😀\u2028", 1e20, map[string]any{"k": []any{1.0, nil}})
-	retriedScore := wire.Score(failedAt.Add(30*time.Second + 123456*time.Microsecond))
-	pcZAdd(t, e, wire.KeyRetry, retriedScore, retried.Encode())
+	retriedScore := contract.Score(failedAt.Add(30*time.Second + 123456*time.Microsecond))
+	pcZAdd(t, e, contract.KeyRetry, retriedScore, retried.Encode())
 	deleted := pcGoRetryJob(t, "pc_retry", failedAt, []string{"x"}, 2)
-	pcZAdd(t, e, wire.KeyRetry, wire.Score(failedAt.Add(45*time.Second)), deleted.Encode())
+	pcZAdd(t, e, contract.KeyRetry, contract.Score(failedAt.Add(45*time.Second)), deleted.Encode())
 	kept := pcGoRetryJob(t, "pc_retry", failedAt, []string{"y"}, 3)
-	pcZAdd(t, e, wire.KeyRetry, retriedScore, kept.Encode()) // same score as the retried one
+	pcZAdd(t, e, contract.KeyRetry, retriedScore, kept.Encode()) // same score as the retried one
 	require.True(t, strings.Contains(pcField(t, retried, "error_backtrace"), `\n`), "6.4 MIME base64 has line breaks")
 
 	out := e.ruby(t, pcRubyHelpers+fmt.Sprintf(`
@@ -373,18 +374,18 @@ puts JSON.generate({
 
 	require.True(t, res.Deleted)
 	require.Equal(t, []string{kept.JID()}, res.RetryJIDs, "retry moved one entry out, delete removed another, the same-score sibling stays")
-	members := pcZMembers(t, e, wire.KeyRetry)
+	members := pcZMembers(t, e, contract.KeyRetry)
 	require.Len(t, members, 1)
 	require.Equal(t, string(kept.Encode()), members[0][0], "the sibling keeps its bytes")
-	gotScore, err := wire.ParseScore(members[0][1]) // Redis may print 17 digits
+	gotScore, err := contract.ParseScore(members[0][1]) // Redis may print 17 digits
 	require.NoError(t, err)
-	wantScore, err := wire.ParseScore(retriedScore)
+	wantScore, err := contract.ParseScore(retriedScore)
 	require.NoError(t, err)
 	require.Equal(t, wantScore, gotScore, "the sibling keeps its score")
 
 	// Ruby's retry pushed the job through Client.push: same payload, with
 	// retry_count decremented and a new enqueued_at.
-	vals, err := redis.Strings(e.do(t, "LRANGE", wire.QueueKey("pc_retry"), 0, -1), nil)
+	vals, err := redis.Strings(e.do(t, "LRANGE", contract.QueueKey("pc_retry"), 0, -1), nil)
 	require.NoError(t, err)
 	require.Len(t, vals, 1)
 	require.Len(t, res.Queue, 1)
@@ -397,7 +398,7 @@ puts JSON.generate({
 	require.True(t, ok)
 	require.Equal(t, -1, rc)
 	want := retried.Clone()
-	want.SetRetryCount(-1)
+	contract.SetRetryCount(want, -1)
 	enq, _ := back.Get("enqueued_at")
 	want.Set("enqueued_at", enq)
 	require.Equal(t, string(want.Encode()), vals[0], "Ruby's retry changes only retry_count and enqueued_at")
@@ -407,11 +408,11 @@ puts JSON.generate({
 	before, err := strconv.ParseFloat(res.Before, 64)
 	require.NoError(t, err)
 	require.True(t, newEnq.After(oldEnq))
-	require.True(t, wire.EpochSeconds(newEnq) >= before-1e-6, "enqueued_at is the time of Ruby's retry")
+	require.True(t, contract.EpochSeconds(newEnq) >= before-1e-6, "enqueued_at is the time of Ruby's retry")
 	lines, err := back.ErrorBacktrace()
 	require.NoError(t, err)
 	require.Equal(t, pcBacktrace, lines)
-	queues, err := redis.Strings(e.do(t, "SMEMBERS", wire.KeyQueues), nil)
+	queues, err := redis.Strings(e.do(t, "SMEMBERS", contract.KeyQueues), nil)
 	require.NoError(t, err)
 	require.Equal(t, []string{"pc_retry"}, queues)
 }
@@ -428,7 +429,7 @@ func TestClientCompatRescheduleKeepsOneMember(t *testing.T) {
 	now := time.Now()
 
 	retry := pcGoRetryJob(t, "pc_q", now.Add(-time.Minute), pcBacktrace, 1.0, 1e20, 0.1, "é\u2028<>&/", []any{2.5, math.Copysign(0, -1)})
-	pcZAdd(t, e, wire.KeyRetry, wire.Score(now.Add(time.Minute)), retry.Encode())
+	pcZAdd(t, e, contract.KeyRetry, contract.Score(now.Add(time.Minute)), retry.Encode())
 
 	sched, err := wire.NewJob("PcGoWorker", 1.0, 1e20, 1.5e-07, "é😀\u2028\u2029<>&/", map[string]any{"f": 3.0})
 	require.NoError(t, err)
@@ -439,7 +440,7 @@ func TestClientCompatRescheduleKeepsOneMember(t *testing.T) {
 	// The control: what Go's encoding/json writes for a similar job.
 	naive, err := json.Marshal(map[string]any{"class": "PcGoWorker", "args": []any{1.0, "<>\u2028"}, "jid": "0123456789abcdef01234567", "queue": "default", "retry": true})
 	require.NoError(t, err)
-	pcZAdd(t, e, wire.KeySchedule, wire.Score(now.Add(3*time.Hour)), naive)
+	pcZAdd(t, e, contract.KeySchedule, contract.Score(now.Add(3*time.Hour)), naive)
 
 	newRetry := now.Add(2 * time.Hour).Truncate(time.Millisecond)
 	newSched := now.Add(5 * time.Hour).Truncate(time.Millisecond)
@@ -448,21 +449,21 @@ func TestClientCompatRescheduleKeepsOneMember(t *testing.T) {
 Sidekiq::RetrySet.new.find_job(%q).reschedule(%s)
 Sidekiq::ScheduledSet.new.find_job(%q).reschedule(%s)
 Sidekiq::ScheduledSet.new.find_job("0123456789abcdef01234567").reschedule(%s)
-`, retry.JID(), wire.Score(newRetry), res.JID, wire.Score(newSched), wire.Score(newNaive)))
+`, retry.JID(), contract.Score(newRetry), res.JID, contract.Score(newSched), contract.Score(newNaive)))
 
 	near := func(score string, want time.Time) {
 		t.Helper()
-		f, err := wire.ParseScore(score)
+		f, err := contract.ParseScore(score)
 		require.NoError(t, err)
-		require.InDelta(t, wire.EpochSeconds(want), f, 1e-6)
+		require.InDelta(t, contract.EpochSeconds(want), f, 1e-6)
 	}
-	members := pcZMembers(t, e, wire.KeyRetry)
+	members := pcZMembers(t, e, contract.KeyRetry)
 	require.Len(t, members, 1, "reschedule of the Go retry entry left %d members", len(members))
 	require.Equal(t, string(retry.Encode()), members[0][0])
 	near(members[0][1], newRetry)
 
 	var ours, others [][2]string
-	for _, m := range pcZMembers(t, e, wire.KeySchedule) {
+	for _, m := range pcZMembers(t, e, contract.KeySchedule) {
 		if strings.Contains(m[0], res.JID) {
 			ours = append(ours, m)
 		} else {
@@ -480,7 +481,7 @@ Sidekiq::ScheduledSet.new.find_job("0123456789abcdef01234567").reschedule(%s)
 	require.Equal(t, string(naive), others[0][0], "the original stays")
 	near(others[0][1], now.Add(3*time.Hour))
 	require.Equal(t, "{\"args\":[1,\"<>\u2028\"],\"class\":\"PcGoWorker\",\"jid\":\"0123456789abcdef01234567\",\"queue\":\"default\",\"retry\":true}", others[1][0], "Ruby adds its re-encoding")
-	delta, err := wire.ParseScore(others[1][1])
+	delta, err := contract.ParseScore(others[1][1])
 	require.NoError(t, err)
 	require.InDelta(t, 3*3600, delta, 1e-3, "the duplicate's score is the delta")
 }
@@ -496,7 +497,7 @@ func TestClientCompatTimestampFormats(t *testing.T) {
 	whole := time.Unix(time.Now().Add(-time.Hour).Unix(), 0)
 	sec := strconv.FormatInt(whole.Unix(), 10)
 
-	c6, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: wire.Version6, Clock: clock.NewFake(whole)})
+	c6, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: wire.Version6, Clock: clocktest.NewFake(whole)})
 	require.NoError(t, err)
 	r6, err := c6.Enqueue(ctx, "pc_v6", "PcGoWorker", 1)
 	require.NoError(t, err)
@@ -506,13 +507,13 @@ func TestClientCompatTimestampFormats(t *testing.T) {
 	s6, err := c6.Push(ctx, j6, &sidekiq.PushOpts{In: time.Hour})
 	require.NoError(t, err)
 	require.True(t, strings.HasSuffix(string(s6.Payload), `"created_at":`+sec+`.0}`), string(s6.Payload))
-	score, err := redis.String(e.do(t, "ZSCORE", wire.KeySchedule, s6.Payload), nil)
+	score, err := redis.String(e.do(t, "ZSCORE", contract.KeySchedule, s6.Payload), nil)
 	require.NoError(t, err)
 	require.Equal(t, strconv.FormatInt(whole.Unix()+3600, 10), score)
 
 	msTime := whole.Add(166 * time.Millisecond)
 	ms := strconv.FormatInt(msTime.UnixMilli(), 10)
-	c8, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: wire.Version8, Clock: clock.NewFake(msTime)})
+	c8, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: wire.Version8, Clock: clocktest.NewFake(msTime)})
 	require.NoError(t, err)
 	r8, err := c8.Enqueue(ctx, "pc_v8", "PcGoWorker", 1)
 	require.NoError(t, err)
@@ -524,7 +525,7 @@ func TestClientCompatTimestampFormats(t *testing.T) {
 	require.True(t, ca.Equal(msTime))
 
 	frac := time.Unix(whole.Unix(), 165170700)
-	cf, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: wire.Version6, Clock: clock.NewFake(frac)})
+	cf, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: wire.Version6, Clock: clocktest.NewFake(frac)})
 	require.NoError(t, err)
 	rf, err := cf.Enqueue(ctx, "pc_v6f", "PcGoWorker", 1)
 	require.NoError(t, err)

@@ -12,8 +12,9 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/cron"
+	"github.com/gojob/gojob/internal/clocktest"
+	"github.com/gojob/gojob/internal/cronschedule"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/rubytest"
 	"github.com/gojob/gojob/sidekiq"
@@ -41,7 +42,7 @@ func TestCronScheduleSharedWithTheSidekiqCronGem(t *testing.T) {
 Sidekiq::Cron::Job.create(name: "minutely", cron: "* * * * *", class: "MinuteJob", queue: "cron", args: [1, "a"])
 `)
 	f := time.Now().UTC().Truncate(time.Minute).Add(10 * time.Minute)
-	clk := clock.NewFake(f)
+	clk := clocktest.NewFake(f)
 	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Clock: clk, Version: wire.Version6})
 	require.NoError(t, err)
 	st := &cron.Store{Client: client, Layout: cron.Layout{V1: true}, Location: time.UTC}
@@ -77,7 +78,7 @@ Sidekiq::Cron::Job.create(name: "minutely", cron: "* * * * *", class: "MinuteJob
 		require.Equal(t, "MinuteJob", job.Class())
 		require.Equal(t, "cron", job.Queue())
 	}
-	members, err := redis.Strings(conn.Do("ZRANGE", st.Layout.EnqueuedKey("minutely"), 0, -1))
+	members, err := redis.Strings(conn.Do("ZRANGE", "cron_job:minutely:enqueued", 0, -1))
 	require.NoError(t, err)
 	require.Contains(t, members, f.Format("2006-01-02T15:04:05Z"))
 	require.Contains(t, members, f.Add(time.Minute).Format("2006-01-02T15:04:05Z"))
@@ -152,9 +153,9 @@ end
 	require.Len(t, lines, len(phrases))
 	base := time.Date(2024, 2, 27, 13, 7, 11, 0, time.UTC)
 	for i, p := range phrases {
-		ours, err := cron.ParseSchedule(p)
+		ours, err := cronschedule.Parse(p)
 		require.NoError(t, err, p)
-		theirs, err := cron.ParseSchedule(lines[i])
+		theirs, err := cronschedule.Parse(lines[i])
 		require.NoError(t, err, lines[i])
 		a, b := base, base
 		for n := 0; n < 200 && a.Before(base.AddDate(0, 1, 0)); n++ {
@@ -163,7 +164,7 @@ end
 		}
 	}
 	for _, refused := range []string{"every day at 12am", "every day at 11:45pm", "every day at five", "every weekend at 9am", "at noon"} {
-		_, err := cron.ParseSchedule(refused)
+		_, err := cronschedule.Parse(refused)
 		require.Error(t, err, refused)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/rubytest"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
@@ -77,7 +78,7 @@ func TestWebUICompatBusyRendersAJobWithAHeartbeat(t *testing.T) {
 		v, _ := entry.Get("heartbeat_at")
 		f, ok := v.Float()
 		require.True(t, ok)
-		require.WithinDuration(t, at, wire.FromEpochSeconds(f), 5*time.Second)
+		require.WithinDuration(t, at, contract.FromEpochSeconds(f), 5*time.Second)
 	}
 
 	page := ui.Get(t, "/busy")
@@ -130,6 +131,6 @@ func TestRubySidekiqIgnoresTheHeartbeatKeys(t *testing.T) {
 		return err == nil
 	})
 	require.JSONEq(t, `{"x":["`+res.JID+`",{"timeout":0.1,"heartbeat_timeout":0.05}]}`, ran)
-	require.Equal(t, 0, svInt(t, e, "ZCARD", wire.KeyRetry))
-	require.Equal(t, 0, svInt(t, e, "ZCARD", wire.KeyDead))
+	require.Equal(t, 0, svInt(t, e, "ZCARD", contract.KeyRetry))
+	require.Equal(t, 0, svInt(t, e, "ZCARD", contract.KeyDead))
 }

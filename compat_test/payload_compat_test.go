@@ -16,6 +16,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/rubyfloat"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -166,32 +168,32 @@ func pcRequireAccessors(t *testing.T, job *wire.Job, r pcRec) {
 	require.Equal(t, r.Item, pcItemTree(job), "payload of %s", jid)
 	require.Equal(t, r.Keys, job.Clone().Map().Keys(), "key order of %s", jid)
 	if len(r.Tags) == 0 {
-		require.Empty(t, job.Tags(), jid)
+		require.Empty(t, contract.Tags(job), jid)
 	} else {
-		require.Equal(t, r.Tags, job.Tags(), jid)
+		require.Equal(t, r.Tags, contract.Tags(job), jid)
 	}
 	if r.RetryQueue == nil {
-		require.Empty(t, job.RetryQueue(), jid)
+		require.Empty(t, contract.RetryQueue(job), jid)
 	} else {
-		require.Equal(t, *r.RetryQueue, job.RetryQueue(), jid)
+		require.Equal(t, *r.RetryQueue, contract.RetryQueue(job), jid)
 	}
 
-	rs := job.Retry()
+	rs := contract.Retry(job)
 	switch r.Retry[0] {
 	case "nil":
 		require.False(t, rs.Present, jid)
 	case "true":
-		require.Equal(t, wire.RetrySetting{Present: true, Enabled: true}, rs, jid)
+		require.Equal(t, contract.RetrySetting{Present: true, Enabled: true}, rs, jid)
 	case "false":
-		require.Equal(t, wire.RetrySetting{Present: true}, rs, jid)
+		require.Equal(t, contract.RetrySetting{Present: true}, rs, jid)
 	case "Integer":
 		n, err := strconv.Atoi(r.Retry[1].(string))
 		require.NoError(t, err)
-		require.Equal(t, wire.RetrySetting{Present: true, Enabled: true, Count: n, HasCount: true}, rs, jid)
+		require.Equal(t, contract.RetrySetting{Present: true, Enabled: true, Count: n, HasCount: true}, rs, jid)
 	default:
 		t.Fatalf("%s: unexpected retry %v", jid, r.Retry)
 	}
-	all, limit := job.Backtrace()
+	all, limit := contract.Backtrace(job)
 	switch r.Backtrace[0] {
 	case "nil", "false":
 		require.False(t, all, jid)
@@ -245,16 +247,16 @@ func pcStoredJobs(t *testing.T, e *env) map[string][2]string {
 		require.False(t, dup, "jid %s stored twice", job.JID())
 		out[job.JID()] = [2]string{val, score}
 	}
-	queues, err := redis.Strings(e.do(t, "SMEMBERS", wire.KeyQueues), nil)
+	queues, err := redis.Strings(e.do(t, "SMEMBERS", contract.KeyQueues), nil)
 	require.NoError(t, err)
 	for _, q := range queues {
-		vals, err := redis.Strings(e.do(t, "LRANGE", wire.QueueKey(q), 0, -1), nil)
+		vals, err := redis.Strings(e.do(t, "LRANGE", contract.QueueKey(q), 0, -1), nil)
 		require.NoError(t, err)
 		for _, v := range vals {
 			add(v, "")
 		}
 	}
-	zs, err := redis.Strings(e.do(t, "ZRANGE", wire.KeySchedule, 0, -1, "WITHSCORES"), nil)
+	zs, err := redis.Strings(e.do(t, "ZRANGE", contract.KeySchedule, 0, -1, "WITHSCORES"), nil)
 	require.NoError(t, err)
 	for i := 0; i < len(zs); i += 2 {
 		add(zs[i], zs[i+1])
@@ -323,7 +325,7 @@ puts JSON.generate({"jids" => jids, "recs" => pc_all_recs})
 		if score != "" {
 			require.False(t, job.Has("at"), "scheduled payload keeps at")
 			require.False(t, job.Has("enqueued_at"), "6.4 scheduled payload has no enqueued_at")
-			gs, err := wire.ParseScore(score)
+			gs, err := contract.ParseScore(score)
 			require.NoError(t, err)
 			rs, err := strconv.ParseFloat(r.Score, 64)
 			require.NoError(t, err)
@@ -616,7 +618,7 @@ puts JSON.generate(res)
 	require.Len(t, res.Floats, len(floats))
 	bad := 0
 	for i, f := range floats {
-		got := rubyjson.FormatFloat(f)
+		got := rubyfloat.Format(f)
 		if got != res.Floats[i][0] || "["+got+"]" != res.Floats[i][1] || string(rubyjson.FloatValue(f).Encode()) != res.Floats[i][0] {
 			t.Errorf("float %016x: Go %q, Ruby to_s %q, JSON.generate %q", math.Float64bits(f), got, res.Floats[i][0], res.Floats[i][1])
 			if bad++; bad > 20 {
@@ -629,7 +631,7 @@ puts JSON.generate(res)
 	for i, s := range stringsIn {
 		want, err := hex.DecodeString(res.Strings[i][0])
 		require.NoError(t, err)
-		got := append(rubyjson.AppendString([]byte("["), s), ']')
+		got := rubyjson.ArrayValue(rubyjson.StringValue(s)).Encode()
 		require.Equal(t, string(want), string(got), "string %q", s)
 		wantKey, err := hex.DecodeString(res.Strings[i][1])
 		require.NoError(t, err)

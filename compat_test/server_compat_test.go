@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/rubytest"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
@@ -113,7 +114,7 @@ func svRubySidekiq(t *testing.T, e *env, worker string, args ...string) *svRuby 
 // svProcessByPID returns the identity in `processes` whose info has pid.
 func svProcessByPID(t *testing.T, e *env, pid int) string {
 	t.Helper()
-	ids, err := redis.Strings(e.do(t, "SMEMBERS", wire.KeyProcesses), nil)
+	ids, err := redis.Strings(e.do(t, "SMEMBERS", contract.KeyProcesses), nil)
 	require.NoError(t, err)
 	for _, id := range ids {
 		info, err := redis.Bytes(e.do(t, "HGET", id, "info"), nil)
@@ -197,10 +198,10 @@ puts JSON.generate(jids)
 	for i := int64(0); i < n; i++ {
 		require.Equal(t, 1, args[i], "arg %d", i)
 	}
-	require.Zero(t, svInt(t, e, "LLEN", wire.QueueKey("svbulk")))
-	require.Equal(t, n, svInt(t, e, "GET", wire.KeyStatProcessed))
-	require.Zero(t, svInt(t, e, "GET", wire.KeyStatFailed))
-	require.Zero(t, svInt(t, e, "SISMEMBER", wire.KeyProcesses, srv.Identity()))
+	require.Zero(t, svInt(t, e, "LLEN", contract.QueueKey("svbulk")))
+	require.Equal(t, n, svInt(t, e, "GET", contract.KeyStatProcessed))
+	require.Zero(t, svInt(t, e, "GET", contract.KeyStatFailed))
+	require.Zero(t, svInt(t, e, "SISMEMBER", contract.KeyProcesses, srv.Identity()))
 }
 
 // svSchedWorker is the Ruby side of the poller race: its client middleware
@@ -330,15 +331,15 @@ puts JSON.generate(jids)
 		g := len(goRuns)
 		mu.Unlock()
 		return g+svInt(t, e, "LLEN", "sv:ruby-ran") >= n &&
-			svInt(t, e, "ZCARD", wire.KeySchedule) == 0 &&
-			svInt(t, e, "ZCARD", wire.KeyRetry) == 0 &&
-			svInt(t, e, "LLEN", wire.QueueKey("svsched")) == 0
+			svInt(t, e, "ZCARD", contract.KeySchedule) == 0 &&
+			svInt(t, e, "ZCARD", contract.KeyRetry) == 0 &&
+			svInt(t, e, "LLEN", contract.QueueKey("svsched")) == 0
 	})
 	// Stop both; each finishes what it has fetched, so any duplicate still
 	// in flight is recorded before counting.
 	ruby.stop()
 	wait.Within(t, 15*time.Second, "the Ruby process to unregister", func() bool {
-		return svInt(t, e, "SISMEMBER", wire.KeyProcesses, ruby.identity) == 0
+		return svInt(t, e, "SISMEMBER", contract.KeyProcesses, ruby.identity) == 0
 	})
 	svStop(t, srv)
 
@@ -365,10 +366,10 @@ puts JSON.generate(jids)
 	require.Equal(t, n, by["go"]+by["ruby"], "every job was enqueued by one of the pollers")
 	require.Positive(t, by["go"], "gojob's poller enqueued nothing: the race was not exercised")
 	require.Positive(t, by["ruby"], "Ruby's poller enqueued nothing: the race was not exercised")
-	require.Zero(t, svInt(t, e, "LLEN", wire.QueueKey("svsched")))
+	require.Zero(t, svInt(t, e, "LLEN", contract.QueueKey("svsched")))
 	// Ruby flushes its counters at exit, after it left `processes`; the
 	// probe counts too.
 	wait.Within(t, 10*time.Second, "stat:processed to count every run", func() bool {
-		return svInt(t, e, "GET", wire.KeyStatProcessed) == n+1
+		return svInt(t, e, "GET", contract.KeyStatProcessed) == n+1
 	})
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/rubytest"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
@@ -197,7 +198,7 @@ func TestWebUICompatBusyShowsGojobAndRuby(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("gojob did not start the job")
 	}
-	goWork := wire.WorkKey(srv.Identity(), wire.Version6)
+	goWork := contract.WorkKey(srv.Identity(), wire.Version6)
 	rubyWork := ruby.identity + ":workers"
 	wait.Within(t, 15*time.Second, "both running jobs in the work hashes", func() bool {
 		return svInt(t, e, "HLEN", goWork) == 1 && svInt(t, e, "HLEN", rubyWork) == 1
@@ -269,7 +270,7 @@ func TestWebUICompatBusyShowsAGojobAloneWritingForAllReaders(t *testing.T) {
 		})
 	})
 	t.Cleanup(func() { close(release) })
-	require.Equal(t, wire.FormatForAll, srv.Format().Format())
+	require.Equal(t, wire.Version7, srv.Client().Version(), "the format every reader shows")
 	ui := rubytest.StartWebUI(t, e.srv.URL())
 	jid := uiPush(t, e, "svalone", "SvAloneJob", nil, 7)
 	select {
@@ -322,7 +323,7 @@ func TestWebUICompatQuietAndStop(t *testing.T) {
 	})
 	id := srv.Identity()
 	wait.Within(t, 10*time.Second, "gojob to register", func() bool {
-		return svInt(t, e, "SISMEMBER", wire.KeyProcesses, id) == 1
+		return svInt(t, e, "SISMEMBER", contract.KeyProcesses, id) == 1
 	})
 	ui := rubytest.StartWebUI(t, e.srv.URL())
 	nextSignal := func() string {
@@ -342,7 +343,7 @@ func TestWebUICompatQuietAndStop(t *testing.T) {
 		url.Values{"authenticity_token": {"bm90IGEgdG9rZW4="}, "identity": {id}, "quiet": {"1"}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusForbidden, status)
-	require.Zero(t, svInt(t, e, "LLEN", wire.SignalsKey(id)))
+	require.Zero(t, svInt(t, e, "LLEN", contract.SignalsKey(id)))
 
 	page := ui.Get(t, "/busy")
 	row, ok := uiProcessRow(uiTable(t, page, "processes"), id)
@@ -350,7 +351,7 @@ func TestWebUICompatQuietAndStop(t *testing.T) {
 	require.Contains(t, row.html, `name="quiet"`, "the Quiet button")
 	ui.Post(t, page, "/busy", url.Values{"identity": {id}, "quiet": {"1"}})
 	require.Equal(t, "TSTP", nextSignal())
-	require.True(t, srv.IsQuiet())
+	require.True(t, srv.Status().Quiet)
 	wait.Within(t, 10*time.Second, `quiet = "true" in the process hash`, func() bool {
 		q, _ := redis.String(e.do(t, "HGET", id, "quiet"), nil)
 		return q == "true"
@@ -377,14 +378,14 @@ func TestWebUICompatQuietAndStop(t *testing.T) {
 	default:
 		t.Fatal("Done is not closed after Run returned")
 	}
-	require.Zero(t, svInt(t, e, "SISMEMBER", wire.KeyProcesses, id))
-	require.Zero(t, svInt(t, e, "EXISTS", wire.WorkKey(id, wire.Version6)))
+	require.Zero(t, svInt(t, e, "SISMEMBER", contract.KeyProcesses, id))
+	require.Zero(t, svInt(t, e, "EXISTS", contract.WorkKey(id, wire.Version6)))
 	page = ui.Get(t, "/busy")
 	_, ok = uiProcessRow(uiTable(t, page, "processes"), id)
 	require.False(t, ok, "a stopped server is still on the Busy page")
 	require.Equal(t, "0", uiStat(t, page, "Processes"))
 	require.Zero(t, ran.Load(), "a quiet server ran a job")
-	require.Equal(t, 1, svInt(t, e, "LLEN", wire.QueueKey("svquiet")))
+	require.Equal(t, 1, svInt(t, e, "LLEN", contract.QueueKey("svquiet")))
 }
 
 // A job that fails in gojob is on the Retries page with its error, and
@@ -413,13 +414,13 @@ func TestWebUICompatRetryNow(t *testing.T) {
 		})
 	})
 	ui := rubytest.StartWebUI(t, e.srv.URL())
-	before := wire.EpochSeconds(time.Now())
+	before := contract.EpochSeconds(time.Now())
 	jidA := uiPush(t, e, "svretry", "SvFlakyJob", nil, "a")
 	jidB := uiPush(t, e, "svretry", "SvFlakyJob", nil, "b")
 	wait.Within(t, 10*time.Second, "both failures in the retry set", func() bool {
-		return svInt(t, e, "ZCARD", wire.KeyRetry) == 2
+		return svInt(t, e, "ZCARD", contract.KeyRetry) == 2
 	})
-	after := wire.EpochSeconds(time.Now())
+	after := contract.EpochSeconds(time.Now())
 
 	page := ui.Get(t, "/retries")
 	rows := uiTable(t, page, "table table-striped")
@@ -432,7 +433,7 @@ func TestWebUICompatRetryNow(t *testing.T) {
 		keys[arg] = key
 		// next retry, retry count, queue, class, args, error
 		require.Equal(t, []string{"0", "svretry", "SvFlakyJob", strconv.Quote(arg), "SvFlakyError: flaky <failure> #" + arg}, r.cells[2:7])
-		score, err := redis.Float64(e.do(t, "ZSCORE", wire.KeyRetry, svRetryMember(t, e, jid)), nil)
+		score, err := redis.Float64(e.do(t, "ZSCORE", contract.KeyRetry, svRetryMember(t, e, jid)), nil)
 		require.NoError(t, err)
 		keyScore, err := strconv.ParseFloat(strings.SplitN(key, "-", 2)[0], 64)
 		require.NoError(t, err)
@@ -470,14 +471,14 @@ func TestWebUICompatRetryNow(t *testing.T) {
 	ui.Post(t, page, "/retries", url.Values{"key[]": {keys["b"]}, "retry": {"Retry Now"}})
 	check(jidB)
 
-	require.Zero(t, svInt(t, e, "ZCARD", wire.KeyRetry))
+	require.Zero(t, svInt(t, e, "ZCARD", contract.KeyRetry))
 	require.Contains(t, ui.Get(t, "/retries"), "No retries were found")
 }
 
 // svRetryMember returns the retry-set member of jid.
 func svRetryMember(t *testing.T, e *env, jid string) []byte {
 	t.Helper()
-	members, err := redis.ByteSlices(e.do(t, "ZRANGE", wire.KeyRetry, 0, -1), nil)
+	members, err := redis.ByteSlices(e.do(t, "ZRANGE", contract.KeyRetry, 0, -1), nil)
 	require.NoError(t, err)
 	for _, m := range members {
 		job, err := wire.ParseJob(m)
@@ -531,9 +532,9 @@ func TestWebUICompatDeadPage(t *testing.T) {
 	// B's first failure is a retry 15-25 s ahead: make it due now, as if
 	// the time had passed, so gojob's poller enqueues it again.
 	wait.Within(t, 10*time.Second, "B in the retry set", func() bool {
-		return svInt(t, e, "ZCARD", wire.KeyRetry) == 1
+		return svInt(t, e, "ZCARD", contract.KeyRetry) == 1
 	})
-	e.do(t, "ZADD", wire.KeyRetry, "XX", wire.Score(time.Now()), svRetryMember(t, e, jidB))
+	e.do(t, "ZADD", contract.KeyRetry, "XX", contract.Score(time.Now()), svRetryMember(t, e, jidB))
 
 	died := map[string]bool{}
 	for range 3 {
@@ -545,8 +546,8 @@ func TestWebUICompatDeadPage(t *testing.T) {
 		}
 	}
 	require.Equal(t, map[string]bool{resA.JID: true, jidB: true, jidC: true}, died)
-	require.Equal(t, 2, svInt(t, e, "ZCARD", wire.KeyDead))
-	require.Zero(t, svInt(t, e, "ZCARD", wire.KeyRetry))
+	require.Equal(t, 2, svInt(t, e, "ZCARD", contract.KeyDead))
+	require.Zero(t, svInt(t, e, "ZCARD", contract.KeyRetry))
 
 	page := ui.Get(t, "/morgue")
 	rows := uiTable(t, page, "table table-striped")
@@ -583,7 +584,7 @@ func TestWebUICompatDeadPage(t *testing.T) {
 // svDeadMember returns the dead-set member of jid.
 func svDeadMember(t *testing.T, e *env, jid string) []byte {
 	t.Helper()
-	members, err := redis.ByteSlices(e.do(t, "ZRANGE", wire.KeyDead, 0, -1), nil)
+	members, err := redis.ByteSlices(e.do(t, "ZRANGE", contract.KeyDead, 0, -1), nil)
 	require.NoError(t, err)
 	for _, m := range members {
 		job, err := wire.ParseJob(m)
@@ -641,7 +642,7 @@ func TestWebUICompatDashboardStats(t *testing.T) {
 		require.NoError(t, err)
 	}
 	wait.Within(t, 10*time.Second, "server A to run its 12 jobs", func() bool {
-		return ok.Load() == 7 && svInt(t, e, "ZCARD", wire.KeyRetry) == 3 && svInt(t, e, "ZCARD", wire.KeyDead) == 2
+		return ok.Load() == 7 && svInt(t, e, "ZCARD", contract.KeyRetry) == 3 && svInt(t, e, "ZCARD", contract.KeyDead) == 2
 	})
 	st := uiGetStats(t, ui).Sidekiq
 	require.Zero(t, st.Processed, "nothing is flushed before a beat or the stop")

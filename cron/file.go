@@ -23,7 +23,7 @@ func LoadFile(path string) ([]*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ParseFile(data)
+	return parseFile(data)
 }
 
 // erbEnv matches the ERB tags gojob evaluates: <%= ENV['X'] %>,
@@ -60,9 +60,9 @@ func renderERB(src string, getenv func(string) (string, bool)) (string, error) {
 	return out, nil
 }
 
-// ParseFile parses a schedule file's contents (see LoadFile), its ENV ERB
+// parseFile parses a schedule file's contents (see LoadFile), its ENV ERB
 // tags evaluated from the environment.
-func ParseFile(data []byte) ([]*Job, error) {
+func parseFile(data []byte) ([]*Job, error) {
 	src, err := renderERB(string(data), os.LookupEnv)
 	if err != nil {
 		return nil, err
@@ -130,7 +130,7 @@ func jobFromOptions(o map[string]any) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cron job %s: args: %w", name, err)
 	}
-	j, err := NewJobJSON(name, str(o["cron"]), class, queue, args)
+	j, err := newJobJSON(name, str(o["cron"]), class, queue, args)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +154,7 @@ func jobFromOptions(o map[string]any) (*Job, error) {
 	if m, ok := o["message"]; ok {
 		j.Message = str(m)
 	}
-	return j, j.Validate()
+	return j, j.validate()
 }
 
 // argsJSON turns the args option into the JSON array the gem stores: a

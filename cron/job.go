@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gojob/gojob/internal/cronschedule"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
@@ -21,16 +22,13 @@ type Layout struct {
 	// V1 selects the 1.x keys (sidekiq-cron before 2.0, such as Debian's
 	// 1.8.0 beside Sidekiq 6.4.1).
 	V1 bool
-	// Namespace is the 2.x namespace ("" = "default").
+	// Namespace is the 2.x namespace ("" = "default", the gem's default).
 	Namespace string
 }
 
-// DefaultNamespace is sidekiq-cron 2.x's default namespace.
-const DefaultNamespace = "default"
-
 func (l Layout) ns() string {
 	if l.Namespace == "" {
-		return DefaultNamespace
+		return "default"
 	}
 	return l.Namespace
 }
@@ -43,19 +41,19 @@ func (l Layout) SetKey() string {
 	return "cron_jobs:" + l.ns()
 }
 
-// JobKey is the hash of job name.
-func (l Layout) JobKey(name string) string {
+// jobKey is the hash of job name.
+func (l Layout) jobKey(name string) string {
 	if l.V1 {
 		return "cron_job:" + name
 	}
 	return "cron_job:" + l.ns() + ":" + name
 }
 
-// EnqueuedKey is the sorted set of ticks already enqueued.
-func (l Layout) EnqueuedKey(name string) string { return l.JobKey(name) + ":enqueued" }
+// enqueuedKey is the sorted set of ticks already enqueued.
+func (l Layout) enqueuedKey(name string) string { return l.jobKey(name) + ":enqueued" }
 
-// HistoryKey is the list of the last pushes' jids.
-func (l Layout) HistoryKey(name string) string { return l.JobKey(name) + ":jid_history" }
+// historyKey is the list of the last pushes' jids.
+func (l Layout) historyKey(name string) string { return l.jobKey(name) + ":jid_history" }
 
 func (l Layout) String() string {
 	if l.V1 {
@@ -94,24 +92,25 @@ type Job struct {
 	statusSet bool
 }
 
-// LastEnqueueFormat is Ruby's strftime('%Y-%m-%d %H:%M:%S %z'), the gem's
+// lastEnqueueFormat is Ruby's strftime('%Y-%m-%d %H:%M:%S %z'), the gem's
 // last_enqueue_time format (sidekiq-cron lib/sidekiq/cron/job.rb,
 // LAST_ENQUEUE_TIME_FORMAT, 1.8.0 and 2.x).
-const LastEnqueueFormat = "2006-01-02 15:04:05 -0700"
+const lastEnqueueFormat = "2006-01-02 15:04:05 -0700"
 
-// NewJob returns an enabled dynamic job pushing class with args to queue
-// ("" = default) on schedule cron, its message built as the gem builds it
-// for a class it cannot load: {"queue":…,"class":…,"args":…}.
+// NewJob returns an enabled dynamic job pushing class with args (converted
+// with rubyjson.FromGo; rubyjson values are taken as they are) to queue ("" =
+// default) on schedule cron, its message built as the gem builds it for a
+// class it cannot load: {"queue":…,"class":…,"args":…}.
 func NewJob(name, cronLine, class, queue string, args ...any) (*Job, error) {
 	v, err := rubyjson.FromGo(args)
 	if err != nil {
 		return nil, fmt.Errorf("cron job %s: args: %w", name, err)
 	}
-	return NewJobJSON(name, cronLine, class, queue, string(v.Encode()))
+	return newJobJSON(name, cronLine, class, queue, string(v.Encode()))
 }
 
-// NewJobJSON is NewJob with the arguments as a JSON array.
-func NewJobJSON(name, cronLine, class, queue, args string) (*Job, error) {
+// newJobJSON is NewJob with the arguments as a JSON array ("" = []).
+func newJobJSON(name, cronLine, class, queue, args string) (*Job, error) {
 	if queue == "" {
 		queue = "default"
 	}
@@ -128,7 +127,7 @@ func NewJobJSON(name, cronLine, class, queue, args string) (*Job, error) {
 	m.Set("args", v)
 	j := &Job{Name: name, Class: class, Cron: cronLine, Source: "dynamic", Args: string(v.Encode()),
 		Message: string(m.Encode()), Enabled: true}
-	return j, j.Validate()
+	return j, j.validate()
 }
 
 // setMessageRetry adds the retry option to the message, as the gem does
@@ -159,24 +158,24 @@ func (j *Job) Queue() string {
 	return "default"
 }
 
-// Status is "enabled" or "disabled", as the hash stores it.
-func (j *Job) Status() string {
+// status is "enabled" or "disabled", as the hash stores it.
+func (j *Job) status() string {
 	if j.Enabled {
 		return "enabled"
 	}
 	return "disabled"
 }
 
-// Validate checks what the gem's valid? checks (a name, a parsable cron, a
+// validate checks what the gem's valid? checks (a name, a parsable cron, a
 // class) and that args and message are JSON of the right shape.
-func (j *Job) Validate() error {
+func (j *Job) validate() error {
 	if j.Name == "" {
 		return fmt.Errorf("cron job: name must be set")
 	}
 	if strings.TrimSpace(j.Class) == "" {
 		return fmt.Errorf("cron job %s: class must be set", j.Name)
 	}
-	if _, err := ParseSchedule(j.Cron); err != nil {
+	if _, err := cronschedule.Parse(j.Cron); err != nil {
 		return fmt.Errorf("cron job %s: %w", j.Name, err)
 	}
 	if j.Args != "" {
@@ -223,7 +222,7 @@ func (j *Job) fields(l Layout) []any {
 	}
 	last := ""
 	if !j.LastEnqueue.IsZero() {
-		last = j.LastEnqueue.UTC().Format(LastEnqueueFormat)
+		last = j.LastEnqueue.UTC().Format(lastEnqueueFormat)
 	}
 	out := []any{"name", j.Name}
 	if !l.V1 {
@@ -235,7 +234,7 @@ func (j *Job) fields(l Layout) []any {
 		source = "dynamic"
 	}
 	out = append(out, "source", source, "args", args, "date_as_argument", b(j.DateAsArgument))
-	out = append(out, "message", msg, "status", j.Status(), "active_job", b(j.ActiveJob),
+	out = append(out, "message", msg, "status", j.status(), "active_job", b(j.ActiveJob),
 		"queue_name_prefix", j.QueuePrefix, "queue_name_delimiter", j.QueueDelimiter)
 	if !l.V1 {
 		out = append(out, "retry", j.Retry)
@@ -266,7 +265,7 @@ func parseLastEnqueue(s string) time.Time {
 	if s == "" {
 		return time.Time{}
 	}
-	for _, layout := range []string{LastEnqueueFormat, "2006-01-02 15:04:05 MST", time.RFC3339Nano, "2006-01-02 15:04:05"} {
+	for _, layout := range []string{lastEnqueueFormat, "2006-01-02 15:04:05 MST", time.RFC3339Nano, "2006-01-02 15:04:05"} {
 		if t, err := time.Parse(layout, s); err == nil {
 			return t
 		}

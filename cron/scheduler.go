@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/gojob/gojob/internal/cronschedule"
 )
 
 // Scheduler enqueues the schedule's due ticks, as the gem's poller does,
@@ -74,7 +76,7 @@ func (s *Scheduler) Pass(ctx context.Context) (int, error) {
 		if !j.Enabled {
 			continue
 		}
-		sched, err := ParseSchedule(j.Cron)
+		sched, err := cronschedule.Parse(j.Cron)
 		if err != nil {
 			if s.warned == nil {
 				s.warned = map[string]string{}

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/clocktest"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
@@ -37,12 +39,12 @@ func TestTwoSchedulersEnqueueEachTickOnce(t *testing.T) {
 			conn := pool.Get()
 			defer conn.Close()
 			start := at("2024-01-01T12:00:30Z")
-			clk := clock.NewFake(start)
+			clk := clocktest.NewFake(start)
 			a := &Scheduler{Store: newStore(t, pool, clk, l), Logger: zerolog.Nop()}
 			b := &Scheduler{Store: newStore(t, pool, clk, l), Logger: zerolog.Nop()}
 			// The gem's save, field by field (1.8.0 / 2.x to_hash), for a job
 			// Ruby created: every minute, to queue "cron".
-			key := l.JobKey("minutely")
+			key := l.jobKey("minutely")
 			fields := []any{key, "name", "minutely", "klass", "MinuteJob", "cron", "* * * * *", "description", "",
 				"source", "dynamic", "args", `[1,"a"]`, "message", `{"queue":"cron","class":"MinuteJob","args":[1,"a"]}`,
 				"status", "enabled", "active_job", "false", "queue_name_prefix", "", "queue_name_delimiter", "",
@@ -54,7 +56,7 @@ func TestTwoSchedulersEnqueueEachTickOnce(t *testing.T) {
 			require.NoError(t, err)
 			_, err = conn.Do("HSET", fields...)
 			require.NoError(t, err)
-			_, err = conn.Do("ZADD", l.EnqueuedKey("minutely"), wire.Score(start), "2024-01-01T12:00:00Z")
+			_, err = conn.Do("ZADD", l.enqueuedKey("minutely"), contract.Score(start), "2024-01-01T12:00:00Z")
 			require.NoError(t, err)
 			// A job gojob saved: every 2 minutes, with date_as_argument.
 			j, err := NewJob("every-two", "*/2 * * * *", "TwoJob", "cron", "x")
@@ -92,7 +94,7 @@ func TestTwoSchedulersEnqueueEachTickOnce(t *testing.T) {
 			ismember, err := redis.Bool(conn.Do("SISMEMBER", "queues", "cron"))
 			require.NoError(t, err)
 			require.True(t, ismember)
-			hist, err := redis.Int(conn.Do("LLEN", l.HistoryKey("minutely")))
+			hist, err := redis.Int(conn.Do("LLEN", l.historyKey("minutely")))
 			require.NoError(t, err)
 			require.Equal(t, 10, hist)
 			last, err := redis.String(conn.Do("HGET", key, "last_enqueue_time"))
@@ -110,7 +112,7 @@ func TestMissedTicksAreNotReplayedAndDisabledJobsWait(t *testing.T) {
 	rs := redistest.Start(t)
 	pool := rs.Pool(t)
 	start := at("2024-01-01T12:00:30Z")
-	clk := clock.NewFake(start)
+	clk := clocktest.NewFake(start)
 	s := &Scheduler{Store: newStore(t, pool, clk, Layout{}), Logger: zerolog.Nop()}
 	ctx := context.Background()
 	j, err := NewJob("hourly", "0 * * * *", "HourJob", "")
@@ -144,24 +146,24 @@ func TestRunNowDeleteAndScheduleSync(t *testing.T) {
 	pool := rs.Pool(t)
 	conn := pool.Get()
 	defer conn.Close()
-	clk := clock.NewFake(at("2024-01-01T12:00:30Z"))
+	clk := clocktest.NewFake(at("2024-01-01T12:00:30Z"))
 	st := newStore(t, pool, clk, Layout{})
 	ctx := context.Background()
 	dyn, err := NewJob("dyn", "@daily", "DynJob", "")
 	require.NoError(t, err)
 	require.NoError(t, st.Save(ctx, dyn))
-	file, err := ParseFile([]byte("a:\n  cron: '@hourly'\n  class: A\nb:\n  cron: '@hourly'\n  class: B\n"))
+	file, err := parseFile([]byte("a:\n  cron: '@hourly'\n  class: A\nb:\n  cron: '@hourly'\n  class: B\n"))
 	require.NoError(t, err)
 	require.NoError(t, st.Sync(ctx, file))
 	require.NoError(t, st.SetEnabled(ctx, "a", false))
-	file, err = ParseFile([]byte("a:\n  cron: '@hourly'\n  class: A\n"))
+	file, err = parseFile([]byte("a:\n  cron: '@hourly'\n  class: A\n"))
 	require.NoError(t, err)
 	require.NoError(t, st.Sync(ctx, file))
 	jobs, err := st.List(ctx)
 	require.NoError(t, err)
 	var names []string
 	for _, j := range jobs {
-		names = append(names, fmt.Sprintf("%s:%s", j.Name, j.Status()))
+		names = append(names, fmt.Sprintf("%s:%s", j.Name, j.status()))
 	}
 	require.Equal(t, []string{"dyn:enabled", "a:disabled"}, names)
 
@@ -171,12 +173,12 @@ func TestRunNowDeleteAndScheduleSync(t *testing.T) {
 	n, err := redis.Int(conn.Do("LLEN", "queue:default"))
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	hist, err := redis.Strings(conn.Do("LRANGE", st.Layout.HistoryKey("a"), 0, -1))
+	hist, err := redis.Strings(conn.Do("LRANGE", st.Layout.historyKey("a"), 0, -1))
 	require.NoError(t, err)
 	require.Equal(t, []string{`{"jid":"` + jid + `","enqueued":"2024-01-01 12:00:30 UTC"}`}, hist)
 
 	require.NoError(t, st.Delete(ctx, "a"))
-	for _, k := range []string{st.Layout.JobKey("a"), st.Layout.EnqueuedKey("a"), st.Layout.HistoryKey("a")} {
+	for _, k := range []string{st.Layout.jobKey("a"), st.Layout.enqueuedKey("a"), st.Layout.historyKey("a")} {
 		n, err := redis.Int(conn.Do("EXISTS", k))
 		require.NoError(t, err)
 		require.Zero(t, n, k)

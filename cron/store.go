@@ -12,6 +12,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/cronschedule"
 	"github.com/gojob/gojob/internal/redisreply"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
@@ -56,30 +58,30 @@ func (s *Store) historySize() int {
 // saved without a status or last enqueue keeps those of Redis: use
 // SaveKeeping for schedule files.
 func (s *Store) Save(ctx context.Context, j *Job) error {
-	if err := j.Validate(); err != nil {
+	if err := j.validate(); err != nil {
 		return err
 	}
-	sched, _ := ParseSchedule(j.Cron)
+	sched, _ := cronschedule.Parse(j.Cron)
 	conn, err := s.pool().GetContext(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	now := s.clock().Now()
-	key := s.Layout.JobKey(j.Name)
+	key := s.Layout.jobKey(j.Name)
 	conn.Send("SADD", s.Layout.SetKey(), key)
 	conn.Send("HSET", append([]any{key}, j.fields(s.Layout)...)...)
 	if tick, ok := latestTick(sched, now, s.Location); ok {
 		// EXISTS-then-ZADD as the gem does, as one step.
 		conn.Send("EVAL", `if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) end return 1`,
-			1, s.Layout.EnqueuedKey(j.Name), wire.Score(now), tickMember(tick))
+			1, s.Layout.enqueuedKey(j.Name), contract.Score(now), tickMember(tick))
 	}
 	_, err = redisreply.Pipeline(ctx, conn)
 	return err
 }
 
 // latestTick is fugit's previous_time(now) without a bound on age.
-func latestTick(sched *Schedule, now time.Time, loc *time.Location) (time.Time, bool) {
+func latestTick(sched *cronschedule.Schedule, now time.Time, loc *time.Location) (time.Time, bool) {
 	for _, w := range []time.Duration{2 * time.Minute, 2 * time.Hour, 50 * time.Hour, 40 * 24 * time.Hour, 800 * 24 * time.Hour} {
 		if t, ok := sched.Previous(now, w, loc); ok {
 			return t, true
@@ -135,7 +137,7 @@ func (s *Store) Find(ctx context.Context, name string) (*Job, error) {
 		return nil, err
 	}
 	defer conn.Close()
-	h, err := redis.StringMap(redis.DoContext(conn, ctx, "HGETALL", s.Layout.JobKey(name)))
+	h, err := redis.StringMap(redis.DoContext(conn, ctx, "HGETALL", s.Layout.jobKey(name)))
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +162,7 @@ func (s *Store) SetEnabled(ctx context.Context, name string, enabled bool) error
 	defer conn.Close()
 	n, err := redis.Int(redis.DoContext(conn, ctx, "EVAL",
 		`if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end redis.call('HSET', KEYS[1], 'status', ARGV[1]) return 1`,
-		1, s.Layout.JobKey(name), status))
+		1, s.Layout.jobKey(name), status))
 	if err != nil {
 		return err
 	}
@@ -178,10 +180,10 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 		return err
 	}
 	defer conn.Close()
-	conn.Send("SREM", s.Layout.SetKey(), s.Layout.JobKey(name))
-	conn.Send("DEL", s.Layout.EnqueuedKey(name))
-	conn.Send("DEL", s.Layout.HistoryKey(name))
-	conn.Send("DEL", s.Layout.JobKey(name))
+	conn.Send("SREM", s.Layout.SetKey(), s.Layout.jobKey(name))
+	conn.Send("DEL", s.Layout.enqueuedKey(name))
+	conn.Send("DEL", s.Layout.historyKey(name))
+	conn.Send("DEL", s.Layout.jobKey(name))
 	replies, err := redis.Ints(redis.DoContext(conn, ctx, ""))
 	if err != nil {
 		return err
@@ -211,14 +213,14 @@ func (s *Store) enqueue(ctx context.Context, j *Job, tick time.Time) (string, bo
 	if err != nil {
 		return "", false, err
 	}
-	p, err := s.Client.Prepare(ctx, job)
-	if err != nil || p == nil {
+	queue, payload, ok, err := s.Client.PushPayload(ctx, job)
+	if err != nil || !ok {
 		return "", false, err
 	}
 	now := s.clock().Now().UTC()
-	last := now.Format(LastEnqueueFormat)
+	last := now.Format(lastEnqueueFormat)
 	entry := rubyjson.NewMap()
-	entry.Set("jid", rubyjson.StringValue(p.JID))
+	entry.Set("jid", rubyjson.StringValue(job.JID()))
 	if s.Layout.V1 {
 		entry.Set("enqueued", rubyjson.StringValue(last))
 	} else {
@@ -227,8 +229,8 @@ func (s *Store) enqueue(ctx context.Context, j *Job, tick time.Time) (string, bo
 	history := entry.Encode()
 	score, member, trim := "", "", ""
 	if !tick.IsZero() {
-		score, member = wire.Score(tick), tickMember(tick)
-		trim = "(" + wire.Score(now.Add(-24*time.Hour))
+		score, member = contract.Score(tick), tickMember(tick)
+		trim = "(" + contract.Score(now.Add(-24*time.Hour))
 	}
 	conn, err := s.pool().GetContext(ctx)
 	if err != nil {
@@ -236,9 +238,9 @@ func (s *Store) enqueue(ctx context.Context, j *Job, tick time.Time) (string, bo
 	}
 	defer conn.Close()
 	r, err := redis.Int(enqueueScript.DoContext(ctx, conn,
-		s.Layout.EnqueuedKey(j.Name), s.Layout.JobKey(j.Name), s.Layout.HistoryKey(j.Name),
-		wire.QueueKey(p.Queue), wire.KeyQueues,
-		score, member, p.Payload, p.Queue, last, history, s.historySize()-1, trim))
+		s.Layout.enqueuedKey(j.Name), s.Layout.jobKey(j.Name), s.Layout.historyKey(j.Name),
+		contract.QueueKey(queue), contract.KeyQueues,
+		score, member, payload, queue, last, history, s.historySize()-1, trim))
 	switch {
 	case err != nil:
 		return "", false, err
@@ -247,7 +249,7 @@ func (s *Store) enqueue(ctx context.Context, j *Job, tick time.Time) (string, bo
 	case r == 0:
 		return "", false, nil
 	}
-	return p.JID, true, nil
+	return job.JID(), true, nil
 }
 
 // payload builds the job the gem pushes for a class it cannot load: the
@@ -263,7 +265,7 @@ func (s *Store) payload(j *Job) (*wire.Job, error) {
 	}
 	if j.DateAsArgument {
 		vals, _ := args.Array()
-		args = rubyjson.ArrayValue(append(vals, rubyjson.FloatValue(wire.EpochSeconds(s.clock().Now())))...)
+		args = rubyjson.ArrayValue(append(vals, rubyjson.FloatValue(contract.EpochSeconds(s.clock().Now())))...)
 	}
 	if j.ActiveJob {
 		q := j.Queue()

@@ -15,7 +15,7 @@ import (
 func TestSaveFailsWhenRedisRefusesTheWrite(t *testing.T) {
 	t.Parallel()
 	rs := redistest.StartWith(t, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", "1"}})
-	st := newStore(t, rs.Pool(t), clock.Real{}, Layout{})
+	st := newStore(t, rs.Pool(t), clock.Or(nil), Layout{})
 	err := st.Save(context.Background(), &Job{Name: "nightly", Cron: "0 3 * * *", Class: "Report", Enabled: true})
 	require.ErrorContains(t, err, "READONLY")
 }

@@ -16,16 +16,16 @@
 //		Classes: map[string]time.Duration{"Billing": 0, "Backfill": 20 * time.Minute},
 //	})
 //	_, err = d.Migrate(ctx)                         // CREATE TABLE IF NOT EXISTS, + missing_at
-//	client.Use(d.ClientMiddleware())                 // last in every client chain
-//	srv.Client().Use(d.ClientMiddleware())           // in-job pushes, poller re-pushes
-//	srv.Use(d.ServerMiddleware(srv.Identity()))
+//	client.Extend(d)                                 // every client that pushes durable jobs
+//	srv.Extend(d)                                    // and its own client: in-job pushes, poller re-pushes
 //	rec, _ := durable.NewReconciler(&durable.ReconcilerConfig{Durable: d, API: api})
 //	poller, _ := durable.NewPoller(&durable.PollerConfig{Reconciler: rec, Pool: pool, Identity: srv.Identity()})
 //	poller.Start(ctx)                                // one leader at a time, every 3 minutes
 //	…                                                // at shutdown, after the server stopped:
 //	poller.Stop(ctx); d.Stop(ctx); d.Close()         // Stop retries the writes an outage held back
 //
-// A long job calls Heartbeat(ctx) more often than its extension.
+// A long job calls sidekiq.Heartbeat(ctx) more often than its extension:
+// each moves its row's deadline (at most once a quarter of the extension).
 // `gojob work --durable --durable-class CLASS[=EXT] --durable-db URL` does
 // all of this; `gojob durable migrate|poll|status` are the tools.
 //
@@ -37,15 +37,16 @@
 // timestamptz NOT NULL DEFAULT now(), assume_dead_at timestamptz NOT NULL,
 // locked_by text, locked_at and missing_at timestamptz. Amigo leaves
 // assume_dead_at unindexed; Migrate adds an index on (assume_dead_at,
-// job_id) for the reconciler's pages (dueIndexName in store.go says why). Several databases are used in order: a row is written to
-// the first that accepts it (a database that fails is skipped), looked up
-// in each in turn, and then locked, heartbeated, unlocked and deleted where
-// it was found. A push again of a job (the scheduler's or the retry
-// poller's re-push) that creates its row in an earlier database than the
-// one an outage sent the previous push to removes the copy left there, so
-// that it does not outlive the job. The SQLite store (pure Go) keeps the
-// same columns with times as fixed-width UTC text, for one host without a
-// database server.
+// job_id) for the reconciler's pages (store.DueIndexName in
+// internal/store says why). Several databases are used in order: a row is
+// written to the first that accepts it (a database that fails is
+// skipped), looked up in each in turn, and then locked, heartbeated,
+// unlocked and deleted where it was found. A push again of a job (the
+// scheduler's or the retry poller's re-push) that creates its row in an
+// earlier database than the one an outage sent the previous push to
+// removes the copy left there, so that it does not outlive the job. The
+// SQLite store (pure Go) keeps the same columns with times as fixed-width
+// UTC text, for one host without a database server.
 //
 // # Group commit
 //
@@ -59,16 +60,16 @@
 // of locks the writer first waits, at most as long as that group took
 // (and 2ms), for the jobs it released to ask for their next locks, so
 // that the slots share one group instead of alternating in two (see
-// groupCommit.next); a push ends that wait. With the reliable fetch a job
-// waiting for its lock lets its slot fetch its next jobs ahead (up to four,
-// sidekiq.FetchAhead), and their locks are queued on their arrival
+// groupCommit.next in internal/store); a push ends that wait. With the
+// reliable fetch a job waiting for its lock lets its slot fetch its next
+// jobs ahead (up to four), and their locks are queued on their arrival
 // (lockAhead): the next groups are then written while the jobs the last
 // one released run, and the writer does not wait for them. A PushBulk
-// writes its group's rows (up to 1000) in one statement through
-// sidekiq.PushGroup. Callers wait for their own write, so the invariants
-// below hold as before; with reliable fetch the success delete does not
-// hold the slot: the job stays in its in-progress list until its row is
-// gone (sidekiq.DeferAck), so a kill in between leaves it recoverable.
+// writes its group's rows (up to 1000) in one statement. Callers wait for
+// their own write, so the invariants below hold; with reliable fetch the
+// success delete does not hold the slot: the job stays in its in-progress
+// list until its row is gone (its acknowledgement is deferred), so a kill
+// in between leaves it recoverable.
 //
 // # Outages
 //

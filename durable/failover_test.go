@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -45,15 +46,15 @@ func TestRepushAfterFailoverLeavesNoStaleRow(t *testing.T) {
 
 		// The job runs and succeeds: no row is left anywhere, and two passes
 		// later nothing is in the dead set.
-		require.NoError(t, up.d.ServerMiddleware("h:1:n")(ctx, scheduled, func(context.Context) error { return nil }))
-		_, err = up.conn.Do("DEL", wire.QueueKey("default")) // the worker took it
+		require.NoError(t, up.d.Run(ctx, &sidekiq.Run{Job: scheduled, Identity: "h:1:n"}, func(context.Context) error { return nil }))
+		_, err = up.conn.Do("DEL", contract.QueueKey("default")) // the worker took it
 		require.NoError(t, err)
 		r := up.reconciler(t, nil)
 		for range 2 {
 			up.clk.Advance(6 * time.Minute)
 			up.reconcile(t, r)
 		}
-		require.Equal(t, 0, up.zcard(t, wire.KeyDead), "a completed job was killed")
+		require.Equal(t, 0, up.zcard(t, contract.KeyDead), "a completed job was killed")
 	})
 }
 

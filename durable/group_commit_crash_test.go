@@ -2,15 +2,19 @@ package durable
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/clocktest"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
@@ -38,13 +42,19 @@ func TestKillInsideTheDeleteWindowLosesNoRowAndKillsNoCompletedJob(t *testing.T)
 	for _, j := range held {
 		heldJIDs = append(heldJIDs, j.JID())
 	}
-	s := e.d.stores[0].(*sqlStore)
-	tx, err := s.db.BeginTx(ctx, nil)
+	pgc, err := pgx.Connect(ctx, e.dbURL)
 	require.NoError(t, err)
-	defer tx.Rollback()
+	defer pgc.Close(ctx)
+	tx, err := pgc.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	in := make([]string, len(heldJIDs))
+	for i := range in {
+		in[i] = fmt.Sprintf("$%d", i+1)
+	}
 	var n int
-	require.NoError(t, tx.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM `+s.table+` WHERE job_id IN `+
-		rebindDollar(placeholders(1, len(heldJIDs)))+` FOR KEY SHARE) x`, heldJIDs...).Scan(&n))
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM `+pgx.Identifier{"public", e.table}.Sanitize()+
+		` WHERE job_id IN (`+strings.Join(in, ", ")+`) FOR KEY SHARE) x`, heldJIDs...).Scan(&n))
 	require.Equal(t, len(held), n)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -72,9 +82,9 @@ func TestKillInsideTheDeleteWindowLosesNoRowAndKillsNoCompletedJob(t *testing.T)
 	require.Error(t, <-exited, "killed")
 	exited <- nil
 	killedAt := time.Now()
-	require.NoError(t, tx.Rollback())
+	require.NoError(t, tx.Rollback(ctx))
 
-	ids, err := redis.Strings(conn.Do("SMEMBERS", wire.KeyProcesses))
+	ids, err := redis.Strings(conn.Do("SMEMBERS", contract.KeyProcesses))
 	require.NoError(t, err)
 	require.Len(t, ids, 1)
 	_, err = conn.Do("DEL", ids[0]) // its Sidekiq heartbeat expires
@@ -89,7 +99,7 @@ func TestKillInsideTheDeleteWindowLosesNoRowAndKillsNoCompletedJob(t *testing.T)
 	}
 	found := 0
 	for _, raw := range inProgress {
-		if _, ok := wire.MemberJID(raw, want); ok {
+		if _, ok := contract.MemberJID(raw, want); ok {
 			found++
 		}
 	}
@@ -100,7 +110,7 @@ func TestKillInsideTheDeleteWindowLosesNoRowAndKillsNoCompletedJob(t *testing.T)
 	// talks to it). Either way the job is recovered below.
 
 	// Two passes, an extension apart: nothing is missing, nothing killed.
-	clk := clock.NewFake(killedAt.Add(lossExt + time.Second))
+	clk := clocktest.NewFake(killedAt.Add(lossExt + time.Second))
 	admin, err := api.New(&api.Config{Pool: e.pool, Clock: clk, Client: e.client})
 	require.NoError(t, err)
 	r, err := NewReconciler(&ReconcilerConfig{Durable: e.d, API: admin, Clock: clk})
@@ -114,10 +124,9 @@ func TestKillInsideTheDeleteWindowLosesNoRowAndKillsNoCompletedJob(t *testing.T)
 	}
 
 	// A new process recovers the dead one's list and runs what is left.
-	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: e.pool, Client: e.client, Concurrency: lossConc, DisablePoller: true,
+	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Extensions: []sidekiq.Extension{e.d}, Pool: e.pool, Client: e.client, Concurrency: lossConc, DisablePoller: true,
 		Logger: e.log, Fetch: sidekiq.FetchReliable})
 	require.NoError(t, err)
-	srv.Use(e.d.ServerMiddleware(srv.Identity()))
 	srv.HandleFunc("LossJob", func(ctx context.Context, job *wire.Job) error {
 		c := e.pool.Get()
 		defer c.Close()
@@ -134,5 +143,5 @@ func TestKillInsideTheDeleteWindowLosesNoRowAndKillsNoCompletedJob(t *testing.T)
 		st, err := e.d.Status(ctx)
 		return err == nil && st.Databases[0].Total == 0
 	})
-	require.Equal(t, 0, zcard(t, conn, wire.KeyDead))
+	require.Equal(t, 0, zcard(t, conn, contract.KeyDead))
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// DefaultLeaseKey is the Redis key of the reconciler's leader lease.
-const DefaultLeaseKey = "gojob:durable:reconciler-leader"
+// defaultLeaseKey is the Redis key of the reconciler's leader lease.
+const defaultLeaseKey = "gojob:durable:reconciler-leader"
 
 // DefaultPollInterval is how often the leader reconciles (webhookdb runs
 // its poller every 3 minutes).
@@ -44,7 +44,7 @@ type PollerConfig struct {
 	Identity string
 	// Interval is the time between passes. Default DefaultPollInterval.
 	Interval time.Duration
-	// LeaseKey is the lease's Redis key. Default DefaultLeaseKey.
+	// LeaseKey is the lease's Redis key. Default defaultLeaseKey.
 	LeaseKey string
 	// MaxPass bounds one pass: the lease is renewed while a pass runs, so
 	// a pass that makes no progress (a hung connection, a failure notifier
@@ -96,7 +96,7 @@ func NewPoller(cfg *PollerConfig) (*Poller, error) {
 	}
 	c := *cfg
 	c.Interval = cmp.Or(c.Interval, DefaultPollInterval)
-	c.LeaseKey = cmp.Or(c.LeaseKey, DefaultLeaseKey)
+	c.LeaseKey = cmp.Or(c.LeaseKey, defaultLeaseKey)
 	c.MaxPass = cmp.Or(c.MaxPass, 10*c.Interval)
 	if c.Identity == "" {
 		host, _ := os.Hostname()
@@ -109,8 +109,8 @@ func NewPoller(cfg *PollerConfig) (*Poller, error) {
 	return p, nil
 }
 
-// ErrPollerRunning is returned by Start on a poller already started.
-var ErrPollerRunning = errors.New("durable: poller already started")
+// errPollerRunning is returned by Start on a poller already started.
+var errPollerRunning = errors.New("durable: poller already started")
 
 // Start starts the loop: a first pass after a random delay of up to 5
 // seconds, then one per interval (±10%).
@@ -118,7 +118,7 @@ func (p *Poller) Start(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stop != nil {
-		return ErrPollerRunning
+		return errPollerRunning
 	}
 	p.stop, p.done = make(chan struct{}), make(chan struct{})
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))

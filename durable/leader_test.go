@@ -32,16 +32,16 @@ func TestPollerLeaderElection(t *testing.T) {
 	o, err = p1.runOnce(ctx)
 	require.NoError(t, err)
 	require.True(t, o.leader, "the leader renews its lease")
-	ttl, err := redis.Int64(b.conn.Do("PTTL", DefaultLeaseKey))
+	ttl, err := redis.Int64(b.conn.Do("PTTL", defaultLeaseKey))
 	require.NoError(t, err)
 	require.InDelta(t, 2*time.Minute.Milliseconds(), ttl, 5000)
 
 	// A stopped leader releases the lease (Stop without Start is fine).
 	require.NoError(t, p1.Stop(ctx))
 	require.NoError(t, p1.Start(ctx))
-	require.ErrorIs(t, p1.Start(ctx), ErrPollerRunning)
+	require.ErrorIs(t, p1.Start(ctx), errPollerRunning)
 	require.NoError(t, p1.Stop(ctx))
-	n, err := redis.Int(b.conn.Do("EXISTS", DefaultLeaseKey))
+	n, err := redis.Int(b.conn.Do("EXISTS", defaultLeaseKey))
 	require.NoError(t, err)
 	require.Equal(t, 0, n)
 	o, err = p2.runOnce(ctx)
@@ -49,7 +49,7 @@ func TestPollerLeaderElection(t *testing.T) {
 	require.True(t, o.leader, "another process takes over")
 
 	// A leader that died is replaced once its lease expires.
-	_, err = b.conn.Do("PEXPIRE", DefaultLeaseKey, 1)
+	_, err = b.conn.Do("PEXPIRE", defaultLeaseKey, 1)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		o, err := p1.runOnce(ctx)
@@ -135,7 +135,7 @@ func TestPollerStopsPassWhenLeaseIsLost(t *testing.T) {
 		done <- err
 	}()
 	<-entered
-	_, err = b.conn.Do("SET", DefaultLeaseKey, "two", "PX", 60_000)
+	_, err = b.conn.Do("SET", defaultLeaseKey, "two", "PX", 60_000)
 	require.NoError(t, err)
 	select {
 	case err := <-done:

@@ -17,12 +17,11 @@ import (
 // (the one that fetches ahead) and the durable middleware.
 func startReliableServer(t *testing.T, b *testBundle, h sidekiq.HandlerFunc) *sidekiq.Server {
 	t.Helper()
-	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{
+	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Extensions: []sidekiq.Extension{b.d},
 		Pool: b.pool, Client: b.client, Clock: b.clk, Logger: b.log, Concurrency: 1, Fetch: sidekiq.FetchReliable,
 		DisablePoller: true, HeartbeatInterval: time.Hour, Queues: []wire.QueueWeight{{Name: "default"}},
 	})
 	require.NoError(t, err)
-	srv.Use(b.d.ServerMiddleware(srv.Identity()))
 	srv.Handle("DurableJob", h, &sidekiq.HandlerOptions{Retry: 3})
 	require.NoError(t, srv.Start(context.Background()))
 	t.Cleanup(func() {
@@ -57,10 +56,10 @@ func TestJobFetchedAheadRunsUnderTheLockQueuedOnItsArrival(t *testing.T) {
 		var mu sync.Mutex
 		runs := map[string]seen{}
 		srv := startReliableServer(t, b, func(ctx context.Context, job *wire.Job) error {
-			run := lockedAhead(ctx, job.JID())
-			_, active := Active(ctx)
+			run := runOf(ctx)
+			_, active := activeJID(ctx)
 			mu.Lock()
-			runs[job.JID()] = seen{row: b.row(t, job.JID()), ahead: run != nil && run.ahead.answered.Load(), running: active}
+			runs[job.JID()] = seen{row: b.row(t, job.JID()), ahead: run != nil && run.ahead.Answered(), running: active}
 			mu.Unlock()
 			return nil
 		})

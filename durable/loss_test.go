@@ -15,7 +15,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/clocktest"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/internal/wait"
@@ -58,7 +59,7 @@ func lossChild() int {
 	if err != nil {
 		return fail(err)
 	}
-	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Middleware: []sidekiq.ClientMiddleware{d.ClientMiddleware()}})
+	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Extensions: []sidekiq.Extension{d}})
 	if err != nil {
 		return fail(err)
 	}
@@ -66,11 +67,10 @@ func lossChild() int {
 	if err != nil {
 		return fail(err)
 	}
-	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: pool, Client: client, Concurrency: lossConc, DisablePoller: true, Logger: log, Fetch: fetch})
+	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Extensions: []sidekiq.Extension{d}, Pool: pool, Client: client, Concurrency: lossConc, DisablePoller: true, Logger: log, Fetch: fetch})
 	if err != nil {
 		return fail(err)
 	}
-	srv.Use(d.ServerMiddleware(srv.Identity()))
 	var started atomic.Int64
 	completeAll := os.Getenv("LOSS_MODE") == "complete" // every job completes (group_commit_crash_test.go)
 	srv.HandleFunc("LossJob", func(ctx context.Context, job *wire.Job) error {
@@ -109,7 +109,7 @@ func TestLossKill9(t *testing.T) {
 	done, err := redis.Strings(conn.Do("SMEMBERS", keyLossDone))
 	require.NoError(t, err)
 	require.Len(t, done, lossBlockAfter)
-	queued, err := redis.Strings(conn.Do("LRANGE", wire.QueueKey("default"), 0, -1))
+	queued, err := redis.Strings(conn.Do("LRANGE", contract.QueueKey("default"), 0, -1))
 	require.NoError(t, err)
 	require.Len(t, queued, lossJobs-lossBlockAfter-lossConc)
 	doneSet, queuedSet := map[string]bool{}, map[string]bool{}
@@ -128,12 +128,12 @@ func TestLossKill9(t *testing.T) {
 		}
 	}
 	require.Len(t, lost, lossConc, "BasicFetch lost the jobs in flight")
-	require.Equal(t, 0, zcard(t, conn, wire.KeyDead))
+	require.Equal(t, 0, zcard(t, conn, contract.KeyDead))
 
 	// Rows are due one extension after their job's start (in flight) or
 	// push (queued); on a loaded machine the last start can be seconds after
 	// the push, so the clock starts from the kill.
-	clk := clock.NewFake(e.killedAt.Add(lossExt + time.Second))
+	clk := clocktest.NewFake(e.killedAt.Add(lossExt + time.Second))
 	admin, err := api.New(&api.Config{Pool: pool, Clock: clk, Client: client})
 	require.NoError(t, err)
 	r, err := NewReconciler(&ReconcilerConfig{Durable: d, API: admin, Clock: clk})
@@ -151,7 +151,7 @@ func TestLossKill9(t *testing.T) {
 
 	// Every lost job is in the dead set with durable_killed_at; no completed
 	// job is there; nothing else changed.
-	deadVals, err := redis.ByteSlices(conn.Do("ZRANGE", wire.KeyDead, 0, -1))
+	deadVals, err := redis.ByteSlices(conn.Do("ZRANGE", contract.KeyDead, 0, -1))
 	require.NoError(t, err)
 	var deadJIDs []string
 	for _, v := range deadVals {
@@ -163,20 +163,20 @@ func TestLossKill9(t *testing.T) {
 		deadJIDs = append(deadJIDs, j.JID())
 	}
 	require.ElementsMatch(t, lost, deadJIDs)
-	after, err := redis.Strings(conn.Do("LRANGE", wire.QueueKey("default"), 0, -1))
+	after, err := redis.Strings(conn.Do("LRANGE", contract.QueueKey("default"), 0, -1))
 	require.NoError(t, err)
 	require.Equal(t, queued, after, "queue unchanged")
 	doneAfter, err := redis.Strings(conn.Do("SMEMBERS", keyLossDone))
 	require.NoError(t, err)
 	require.ElementsMatch(t, done, doneAfter)
-	require.Equal(t, 0, zcard(t, conn, wire.KeyRetry))
-	require.Equal(t, 0, zcard(t, conn, wire.KeySchedule))
+	require.Equal(t, 0, zcard(t, conn, contract.KeyRetry))
+	require.Equal(t, 0, zcard(t, conn, contract.KeySchedule))
 	st, err = d.Status(ctx)
 	require.NoError(t, err)
 	require.Equal(t, DatabaseStatus{Database: st.Databases[0].Database, Kind: "postgres", Total: int64(len(queued)), Waiting: int64(len(queued)),
 		NextDue: st.Databases[0].NextDue}, st.Databases[0], "only the queued jobs keep rows")
 	for _, jid := range done {
-		r, err := d.Get(ctx, jid)
+		r, err := d.get(ctx, jid)
 		require.NoError(t, err)
 		require.Nil(t, r, fmt.Sprintf("completed job %s has no row", jid))
 	}
@@ -207,7 +207,7 @@ func TestLossKill9WithReliableFetchKillsNothing(t *testing.T) {
 	// Rows are due one extension after their job's start (in flight) or
 	// push (queued); on a loaded machine the last start can be seconds after
 	// the push, so the clock starts from the kill.
-	clk := clock.NewFake(e.killedAt.Add(lossExt + time.Second))
+	clk := clocktest.NewFake(e.killedAt.Add(lossExt + time.Second))
 	admin, err := api.New(&api.Config{Pool: pool, Clock: clk, Client: client})
 	require.NoError(t, err)
 	r, err := NewReconciler(&ReconcilerConfig{Durable: d, API: admin, Clock: clk})
@@ -219,14 +219,13 @@ func TestLossKill9WithReliableFetchKillsNothing(t *testing.T) {
 		require.Zero(t, res.Marked+res.Killed, "pass %d", pass)
 		clk.Advance(lossExt + time.Second)
 	}
-	require.Equal(t, 0, zcard(t, conn, wire.KeyDead))
+	require.Equal(t, 0, zcard(t, conn, contract.KeyDead))
 
 	// A new process recovers the dead one's jobs at once (same host, its
 	// pid is gone) and runs everything left.
-	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: pool, Client: client, Concurrency: lossConc, DisablePoller: true,
+	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Extensions: []sidekiq.Extension{d}, Pool: pool, Client: client, Concurrency: lossConc, DisablePoller: true,
 		Logger: log, Fetch: sidekiq.FetchReliable})
 	require.NoError(t, err)
-	srv.Use(d.ServerMiddleware(srv.Identity()))
 	srv.HandleFunc("LossJob", func(ctx context.Context, job *wire.Job) error {
 		c := pool.Get()
 		defer c.Close()
@@ -243,7 +242,7 @@ func TestLossKill9WithReliableFetchKillsNothing(t *testing.T) {
 		st, err := d.Status(ctx)
 		return err == nil && st.Databases[0].Total == 0
 	})
-	require.Equal(t, 0, zcard(t, conn, wire.KeyDead))
+	require.Equal(t, 0, zcard(t, conn, contract.KeyDead))
 }
 
 // lossEnv is a durable store, a Redis and lossJobs durable jobs pushed.
@@ -278,7 +277,7 @@ func startLoss(t *testing.T) *lossEnv {
 	e.d = d
 	_, err = d.Migrate(e.ctx)
 	require.NoError(t, err)
-	e.client, err = sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Middleware: []sidekiq.ClientMiddleware{d.ClientMiddleware()}})
+	e.client, err = sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Extensions: []sidekiq.Extension{d}})
 	require.NoError(t, err)
 	e.jobs = make([]*wire.Job, lossJobs)
 	for i := range e.jobs {
@@ -317,7 +316,7 @@ func (e *lossEnv) killWorkerInJobs(t *testing.T, fetch string) []string {
 		// deleted, which the group commit may still be doing: wait for
 		// those, so that the list holds only the hanging jobs.
 		wait.Within(t, 10*time.Second, "finished jobs acknowledged", func() bool {
-			ids, _ := redis.Strings(waitConn.Do("SMEMBERS", wire.KeyProcesses))
+			ids, _ := redis.Strings(waitConn.Do("SMEMBERS", contract.KeyProcesses))
 			if len(ids) != 1 {
 				return false
 			}
@@ -328,7 +327,7 @@ func (e *lossEnv) killWorkerInJobs(t *testing.T, fetch string) []string {
 	require.Error(t, <-exited, "killed")
 	exited <- nil
 	e.killedAt = time.Now()
-	ids, err := redis.Strings(e.conn.Do("SMEMBERS", wire.KeyProcesses))
+	ids, err := redis.Strings(e.conn.Do("SMEMBERS", contract.KeyProcesses))
 	require.NoError(t, err)
 	require.Len(t, ids, 1)
 	return ids

@@ -18,7 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/durable/internal/store"
+	"github.com/gojob/gojob/internal/clocktest"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/sidekiq"
@@ -68,15 +70,15 @@ func setupPostgres() func() {
 	defer cancel()
 	admin, err := pgx.Connect(ctx, serverURL())
 	if err != nil {
-		pg.err = fmt.Errorf("cannot reach PostgreSQL at %s (set TEST_DATABASE_URL; `make test` installs and starts a local server): %w", redactURL(serverURL()), err)
+		pg.err = fmt.Errorf("cannot reach PostgreSQL at %s (set TEST_DATABASE_URL; `make test` installs and starts a local server): %w", store.RedactURL(serverURL()), err)
 		return func() {}
 	}
 	base := fmt.Sprintf("gojob_durable_%d_%06d", os.Getpid(), rand.IntN(1_000_000))
 	var made []string
 	for i := range pg.urls {
 		name := fmt.Sprintf("%s_%d", base, i+1)
-		if _, err := admin.Exec(ctx, "CREATE DATABASE "+quoteIdent(name)); err != nil {
-			pg.err = fmt.Errorf("cannot create test database %s on %s: %w", name, redactURL(serverURL()), err)
+		if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+			pg.err = fmt.Errorf("cannot create test database %s on %s: %w", name, store.RedactURL(serverURL()), err)
 			break
 		}
 		made = append(made, name)
@@ -95,7 +97,7 @@ func setupPostgres() func() {
 		}
 		defer admin.Close(ctx)
 		for _, name := range made {
-			if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+quoteIdent(name)+" WITH (FORCE)"); err != nil {
+			if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
 				fmt.Fprintln(os.Stderr, "durable tests: drop", name+":", err)
 			}
 		}
@@ -159,7 +161,7 @@ func eachBackend(t *testing.T, f func(t *testing.T, be backend)) {
 type testBundle struct {
 	d      *Durable
 	urls   []string
-	clk    *clock.Fake
+	clk    *clocktest.Fake
 	logs   *testlog.Buffer
 	log    zerolog.Logger
 	rs     *redistest.Server
@@ -174,10 +176,8 @@ type bundleOpts struct {
 	urls    []string
 	classes map[string]time.Duration
 	table   string
-	// configure adjusts the Config before New; prepare adjusts the Durable
-	// before Migrate.
+	// configure adjusts the Config before New.
 	configure func(*Config)
-	prepare   func(*Durable)
 }
 
 var testNow = time.Date(2026, 3, 4, 5, 6, 7, 123456000, time.UTC)
@@ -186,7 +186,7 @@ func setup(t testing.TB, o bundleOpts) *testBundle {
 	t.Helper()
 	logs := testlog.New(t)
 	log := zerolog.New(logs).With().Timestamp().Logger()
-	clk := clock.NewFake(testNow)
+	clk := clocktest.NewFake(testNow)
 	if o.classes == nil {
 		o.classes = map[string]time.Duration{"DurableJob": 0, "ShortJob": 20 * time.Second}
 	}
@@ -200,24 +200,20 @@ func setup(t testing.TB, o bundleOpts) *testBundle {
 	d, err := New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { d.Close() })
-	if o.prepare != nil {
-		o.prepare(d)
-	}
 	ctx := context.Background()
 	if _, err := d.Migrate(ctx); err != nil {
 		// Unreachable databases in the list are expected by some tests;
 		// every reachable one must be migrated.
 		for _, s := range d.stores {
-			if _, err := s.migrate(ctx); err != nil {
-				require.True(t, s.isConnError(err), "migrate %s: %v", s.name(), err)
+			if _, err := s.Migrate(ctx); err != nil {
+				require.True(t, s.IsConnError(err), "migrate %s: %v", s.Name(), err)
 			}
 		}
 	}
 	rs := redistest.Start(t)
 	pool := rs.Pool(t)
-	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Clock: clk})
+	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Extensions: []sidekiq.Extension{d}, Pool: pool, Clock: clk})
 	require.NoError(t, err)
-	client.Use(d.ClientMiddleware())
 	deaths := &deathRecorder{}
 	admin, err := api.New(&api.Config{Pool: pool, Clock: clk, Client: client, DeathHandlers: []sidekiq.DeathHandler{deaths.record}})
 	require.NoError(t, err)
@@ -248,15 +244,15 @@ func (r *deathRecorder) count() int {
 // row returns a job's row, nil when absent.
 func (b *testBundle) row(t testing.TB, jid string) *Row {
 	t.Helper()
-	r, err := b.d.Get(context.Background(), jid)
+	r, err := b.d.get(context.Background(), jid)
 	require.NoError(t, err)
 	return r
 }
 
 // rowIn returns a job's row in one database.
-func (b *testBundle) rowIn(t testing.TB, i int, jid string) *row {
+func (b *testBundle) rowIn(t testing.TB, i int, jid string) *store.Row {
 	t.Helper()
-	r, err := b.d.stores[i].get(context.Background(), jid)
+	r, err := b.d.stores[i].Get(context.Background(), jid)
 	require.NoError(t, err)
 	return r
 }
@@ -265,7 +261,7 @@ func (b *testBundle) rowIn(t testing.TB, i int, jid string) *row {
 // that accepts it).
 func (b *testBundle) insert(t testing.TB, job *wire.Job, missingAt *time.Time) {
 	t.Helper()
-	_, err := b.d.Insert(context.Background(), &InsertParams{Job: job, missingAt: missingAt})
+	_, err := b.d.insert(context.Background(), &insertParams{Job: job, missingAt: missingAt})
 	require.NoError(t, err)
 }
 
@@ -283,7 +279,7 @@ func newJob(t testing.TB, class string, args ...any) *wire.Job {
 	return j
 }
 
-func (b *testBundle) reconciler(t testing.TB, notifier FailureNotifier) *Reconciler {
+func (b *testBundle) reconciler(t testing.TB, notifier failureNotifier) *Reconciler {
 	t.Helper()
 	r, err := NewReconciler(&ReconcilerConfig{Durable: b.d, API: b.api, FailureNotifier: notifier})
 	require.NoError(t, err)
@@ -306,7 +302,7 @@ func (b *testBundle) zcard(t testing.TB, key string) int {
 
 func (b *testBundle) llen(t testing.TB, queue string) int {
 	t.Helper()
-	n, err := redis.Int(b.conn.Do("LLEN", wire.QueueKey(queue)))
+	n, err := redis.Int(b.conn.Do("LLEN", contract.QueueKey(queue)))
 	require.NoError(t, err)
 	return n
 }
@@ -314,7 +310,7 @@ func (b *testBundle) llen(t testing.TB, queue string) int {
 // deadJobs returns the dead set's jobs.
 func (b *testBundle) deadJobs(t testing.TB) []*wire.Job {
 	t.Helper()
-	vals, err := redis.ByteSlices(b.conn.Do("ZRANGE", wire.KeyDead, 0, -1))
+	vals, err := redis.ByteSlices(b.conn.Do("ZRANGE", contract.KeyDead, 0, -1))
 	require.NoError(t, err)
 	var out []*wire.Job
 	for _, v := range vals {
@@ -326,16 +322,3 @@ func (b *testBundle) deadJobs(t testing.TB) []*wire.Job {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-// openSQLiteFile opens and migrates a durable store in a SQLite file of
-// its own (tb's temp dir); it returns the Durable, its store and the file.
-func openSQLiteFile(tb testing.TB, name string) (*Durable, *sqlStore, string) {
-	tb.Helper()
-	path := filepath.Join(tb.TempDir(), name)
-	d, err := New(&Config{URLs: []string{"sqlite:" + path}, Table: uniqueTable()})
-	require.NoError(tb, err)
-	tb.Cleanup(func() { d.Close() })
-	_, err = d.Migrate(context.Background())
-	require.NoError(tb, err)
-	return d, d.stores[0].(*sqlStore), path
-}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -45,14 +48,11 @@ func TestMigrateCreatesTableInEachDatabase(t *testing.T) {
 	})
 }
 
-// rubyPush runs the client middleware on a job as Ruby's client would,
-// with "at" present for a scheduled job, and returns it.
+// rubyPush writes a job's row as a push does, with "at" present for a
+// scheduled job.
 func rubyPush(t *testing.T, b *testBundle, job *wire.Job) {
 	t.Helper()
-	reached := false
-	err := b.d.ClientMiddleware()(context.Background(), job, func(context.Context) error { reached = true; return nil })
-	require.NoError(t, err)
-	require.True(t, reached)
+	require.NoError(t, b.d.BeforePush(context.Background(), []*wire.Job{job}))
 }
 
 // Checklist item 2 (docs/durable.md#conformance-checklist).
@@ -72,10 +72,10 @@ func TestClientInsertsIntoFirstDatabase(t *testing.T) {
 		// perform_in(10 min) and perform_at(+5 min): Ruby's client hands the
 		// middleware the item with "at".
 		j2 := newJob(t, "DurableJob", 2)
-		j2.Set("at", rubyjson.FloatValue(wire.EpochSeconds(testNow.Add(10*time.Minute))))
+		j2.Set("at", rubyjson.FloatValue(contract.EpochSeconds(testNow.Add(10*time.Minute))))
 		rubyPush(t, b, j2)
 		j3 := newJob(t, "DurableJob", 3)
-		j3.Set("at", rubyjson.FloatValue(wire.EpochSeconds(testNow.Add(5*time.Minute))))
+		j3.Set("at", rubyjson.FloatValue(contract.EpochSeconds(testNow.Add(5*time.Minute))))
 		rubyPush(t, b, j3)
 
 		for _, c := range []struct {
@@ -137,7 +137,7 @@ type spyConn struct {
 }
 
 func (c *spyConn) spy(cmd string, args []any) {
-	if cmd == "LPUSH" || (cmd == "ZADD" && len(args) > 0 && args[0] == wire.KeySchedule) {
+	if cmd == "LPUSH" || (cmd == "ZADD" && len(args) > 0 && args[0] == contract.KeySchedule) {
 		c.onPush()
 	}
 }
@@ -187,14 +187,14 @@ func TestInsertHappensBeforeRedisPush(t *testing.T) {
 			return &spyConn{Conn: c, onPush: func() {
 				mu.Lock()
 				defer mu.Unlock()
-				if r, _ := b.d.Get(context.Background(), job.JID()); r != nil {
+				if r, _ := b.d.get(context.Background(), job.JID()); r != nil {
 					order = append(order, "inserted")
 				}
 				order = append(order, "pushed")
 			}}, nil
 		}}
 		defer spied.Close()
-		client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: spied, Clock: b.clk, Middleware: []sidekiq.ClientMiddleware{b.d.ClientMiddleware()}})
+		client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: spied, Clock: b.clk, Extensions: []sidekiq.Extension{b.d}})
 		require.NoError(t, err)
 		job = newJob(t, "DurableJob", 1)
 		_, err = client.Push(context.Background(), job, nil)
@@ -217,25 +217,38 @@ type jobOutcome struct {
 	err error
 }
 
+// reportingExtension is the durable extension, reporting each job's
+// outcome once the durable part is done with it. The bundle's client has
+// the durable extension already: the server adds this one to it, and it
+// writes no row a second time.
+type reportingExtension struct {
+	*Durable
+	done chan jobOutcome
+}
+
+func (reportingExtension) BeforePush(context.Context, []*wire.Job) error { return nil }
+
+func (e reportingExtension) Run(ctx context.Context, r *sidekiq.Run, next func(context.Context) error) error {
+	defer func() {
+		if p := recover(); p != nil {
+			e.done <- jobOutcome{r.Job.JID(), fmt.Errorf("panic: %v", p)}
+			panic(p)
+		}
+	}()
+	err := e.Durable.Run(ctx, r, next)
+	e.done <- jobOutcome{r.Job.JID(), err}
+	return err
+}
+
 func startServer(t *testing.T, b *testBundle, handlers map[string]sidekiq.HandlerFunc) *serverBundle {
 	t.Helper()
+	done := make(chan jobOutcome, 16)
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{
 		Pool: b.pool, Client: b.client, Clock: b.clk, Logger: b.log, Concurrency: 2,
 		DisablePoller: true, HeartbeatInterval: time.Hour, Queues: []wire.QueueWeight{{Name: "default"}},
+		Extensions: []sidekiq.Extension{reportingExtension{b.d, done}},
 	})
 	require.NoError(t, err)
-	done := make(chan jobOutcome, 16)
-	srv.Use(func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
-		defer func() {
-			if p := recover(); p != nil {
-				done <- jobOutcome{job.JID(), fmt.Errorf("panic: %v", p)}
-				panic(p)
-			}
-		}()
-		err := next(ctx)
-		done <- jobOutcome{job.JID(), err}
-		return err
-	}, b.d.ServerMiddleware(srv.Identity()))
 	for class, h := range handlers {
 		srv.Handle(class, h, &sidekiq.HandlerOptions{Retry: 3})
 	}
@@ -269,7 +282,7 @@ func TestLockedWhileRunningDeletedAfterSuccess(t *testing.T) {
 		var active bool
 		s := startServer(t, b, map[string]sidekiq.HandlerFunc{"DurableJob": func(ctx context.Context, job *wire.Job) error {
 			during = b.row(t, job.JID())
-			_, active = Active(ctx)
+			_, active = activeJID(ctx)
 			return nil
 		}})
 		b.clk.Advance(time.Minute)
@@ -342,11 +355,11 @@ func TestNoRowLogsAndRuns(t *testing.T) {
 		b := setup(t, bundleOpts{urls: urls[:]})
 		res, err := b.client.Enqueue(context.Background(), "", "DurableJob", 1)
 		require.NoError(t, err)
-		_, err = b.d.stores[0].deleteJob(context.Background(), res.JID)
+		_, err = b.d.stores[0].DeleteJob(context.Background(), res.JID)
 		require.NoError(t, err)
 		ran := make(chan bool, 1)
 		s := startServer(t, b, map[string]sidekiq.HandlerFunc{"DurableJob": func(ctx context.Context, job *wire.Job) error {
-			_, active := Active(ctx)
+			_, active := activeJID(ctx)
 			ran <- active
 			return nil
 		}})
@@ -364,7 +377,7 @@ func TestNonDurableClassIsUntouched(t *testing.T) {
 		b := setup(t, bundleOpts{urls: urls[:]})
 		ran := make(chan bool, 1)
 		s := startServer(t, b, map[string]sidekiq.HandlerFunc{"PlainJob": func(ctx context.Context, job *wire.Job) error {
-			_, active := Active(ctx)
+			_, active := activeJID(ctx)
 			ran <- active
 			return nil
 		}})
@@ -385,9 +398,9 @@ func TestInsertJob(t *testing.T) {
 		b := setup(t, bundleOpts{urls: urls[:]})
 		ctx := context.Background()
 		job := newJob(t, "DurableJob")
-		res, err := b.d.Insert(ctx, &InsertParams{Job: job})
+		res, err := b.d.insert(ctx, &insertParams{Job: job})
 		require.NoError(t, err)
-		require.Equal(t, b.d.stores[0].name(), res.Database)
+		require.Equal(t, b.d.stores[0].Name(), res.Database)
 		r := b.row(t, job.JID())
 		require.Equal(t, "DurableJob", r.JobClass)
 		require.Equal(t, string(job.Encode()), r.ItemJSON)
@@ -399,54 +412,84 @@ func TestInsertJob(t *testing.T) {
 
 		at := newJob(t, "DurableJob")
 		at.Set("at", rubyjson.IntValue(100))
-		_, err = b.d.Insert(ctx, &InsertParams{Job: at})
+		_, err = b.d.insert(ctx, &insertParams{Job: at})
 		require.NoError(t, err)
 		require.Equal(t, "1970-01-01T00:06:40Z", b.row(t, at.JID()).AssumeDeadAt.Format(time.RFC3339))
 		at.Set("at", rubyjson.IntValue(10_000))
-		_, err = b.d.Insert(ctx, &InsertParams{Job: at})
+		_, err = b.d.insert(ctx, &insertParams{Job: at})
 		require.NoError(t, err)
 		require.Equal(t, "1970-01-01T02:51:40Z", b.row(t, at.JID()).AssumeDeadAt.Format(time.RFC3339))
 
 		// A class's own extension (Amigo's heartbeat_extension override).
 		short := newJob(t, "ShortJob")
-		_, err = b.d.Insert(ctx, &InsertParams{Job: short})
+		_, err = b.d.insert(ctx, &insertParams{Job: short})
 		require.NoError(t, err)
 		require.True(t, micro(testNow.Add(20*time.Second)).Equal(b.row(t, short.JID()).AssumeDeadAt))
 	})
 }
 
-// Checklist items 16, 17 (docs/durable.md#conformance-checklist).
+// Checklist items 16, 17 (docs/durable.md#conformance-checklist): a
+// heartbeat moves assume_dead_at to now + extension, at most once a
+// quarter of the extension, and reports a row that is gone.
 func TestHeartbeat(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		ctx := context.Background()
-		_, err := Heartbeat(ctx)
-		require.ErrorIs(t, err, ErrNoActiveJob)
-		require.ErrorContains(t, err, "but no durable job")
+		require.NoError(t, sidekiq.Heartbeat(ctx), "outside a job a heartbeat does nothing")
 
 		job := newJob(t, "DurableJob")
 		b.insert(t, job, nil)
-		err = b.d.ServerMiddleware("h:1:n")(ctx, job, func(ctx context.Context) error {
-			dl, err := Heartbeat(ctx)
+		err := b.d.Run(ctx, &sidekiq.Run{Job: job, Identity: "h:1:n"}, func(ctx context.Context) error {
+			a, _ := ctx.Value(activeKey{}).(*activeJob)
+			require.NotNil(t, a)
+			dl, err := a.heartbeat(ctx, b.clk.Now())
 			require.NoError(t, err)
 			require.True(t, micro(testNow.Add(5*time.Minute)).Equal(dl))
-			b.clk.Advance(30 * time.Minute)
-			dl, err = Heartbeat(ctx)
-			require.NoError(t, err)
-			require.True(t, micro(testNow.Add(35*time.Minute)).Equal(dl))
-			require.True(t, dl.Equal(b.row(t, job.JID()).AssumeDeadAt))
 
-			// A row removed meanwhile (the reconciler gave up on the job).
-			_, err = b.d.stores[0].deleteJob(ctx, job.JID())
+			// beat: nothing written within a quarter of the extension.
+			b.clk.Advance(time.Minute)
+			require.NoError(t, a.beat(ctx))
+			require.True(t, dl.Equal(b.row(t, job.JID()).AssumeDeadAt))
+			b.clk.Advance(29 * time.Minute)
+			require.NoError(t, a.beat(ctx))
+			want := micro(testNow.Add(35 * time.Minute))
+			wait.For(t, "the deadline moved", func() bool { return want.Equal(b.row(t, job.JID()).AssumeDeadAt) })
+
+			// A row removed meanwhile (the reconciler gave up on the job):
+			// the next beat after the write that found it gone says so.
+			_, err = b.d.stores[0].DeleteJob(ctx, job.JID())
 			require.NoError(t, err)
-			_, err = Heartbeat(ctx)
-			require.ErrorIs(t, err, ErrRowGone)
+			wait.For(t, "the write done", func() bool { return !a.beating.Load() })
+			b.clk.Advance(2 * time.Minute)
+			require.NoError(t, a.beat(ctx))
+			wait.For(t, "the row found gone", func() bool { return errors.Is(a.beat(ctx), ErrRowGone) })
 			return nil
 		})
 		require.NoError(t, err)
 	})
+}
+
+// sidekiq.Heartbeat from a running durable job's handler reaches its row.
+func TestSidekiqHeartbeatMovesTheRowsDeadline(t *testing.T) {
+	t.Parallel()
+	b := setup(t, bundleOpts{urls: []string{"sqlite:" + filepath.Join(t.TempDir(), "one.db")}})
+	job := newJob(t, "DurableJob")
+	beat := make(chan struct{})
+	sb := startServer(t, b, map[string]sidekiq.HandlerFunc{"DurableJob": func(ctx context.Context, j *wire.Job) error {
+		b.clk.Advance(10 * time.Minute)
+		require.NoError(t, sidekiq.Heartbeat(ctx))
+		want := micro(b.clk.Now().Add(5 * time.Minute))
+		wait.For(t, "the deadline moved", func() bool { return want.Equal(b.row(t, j.JID()).AssumeDeadAt) })
+		close(beat)
+		return nil
+	}})
+	_, err := b.client.Push(context.Background(), job, nil)
+	require.NoError(t, err)
+	<-beat
+	out := <-sb.done
+	require.NoError(t, out.err)
 }
 
 func TestLockFindsRowInAnotherDatabase(t *testing.T) {
@@ -463,7 +506,7 @@ func TestLockFindsRowInAnotherDatabase(t *testing.T) {
 		// second one, and the success deletes it there.
 		reversed := setup(t, bundleOpts{urls: []string{urls[1], urls[0]}, table: table})
 		ran := false
-		err := reversed.d.ServerMiddleware("h:1:n")(context.Background(), job, func(ctx context.Context) error {
+		err := reversed.d.Run(context.Background(), &sidekiq.Run{Job: job, Identity: "h:1:n"}, func(ctx context.Context) error {
 			ran = true
 			r := reversed.rowIn(t, 1, job.JID())
 			require.Equal(t, "h:1:n", *r.LockedBy)
@@ -477,8 +520,8 @@ func TestLockFindsRowInAnotherDatabase(t *testing.T) {
 		j2 := newJob(t, "DurableJob")
 		reversed.insert(t, j2, nil) // into urls[1]
 		down := setup(t, bundleOpts{urls: []string{be.unreachable, urls[1]}, table: table})
-		err = down.d.ServerMiddleware("h:1:n")(context.Background(), j2, func(ctx context.Context) error {
-			_, active := Active(ctx)
+		err = down.d.Run(context.Background(), &sidekiq.Run{Job: j2, Identity: "h:1:n"}, func(ctx context.Context) error {
+			_, active := activeJID(ctx)
 			require.True(t, active)
 			return nil
 		})
@@ -497,7 +540,7 @@ func TestInJobPushOfSameJIDKeepsRow(t *testing.T) {
 	b.insert(t, job, nil)
 	// Amigo's retry helper re-pushes the same jid from inside the job, then
 	// the job returns successfully: the row now stands for the new push.
-	err := b.d.ServerMiddleware("h:1:n")(ctx, job, func(ctx context.Context) error {
+	err := b.d.Run(ctx, &sidekiq.Run{Job: job, Identity: "h:1:n"}, func(ctx context.Context) error {
 		again, err := wire.ParseJob(job.Bytes())
 		require.NoError(t, err)
 		_, err = b.client.Push(ctx, again, &sidekiq.PushOpts{In: time.Hour})
@@ -513,12 +556,12 @@ func TestActiveJobWrapperUsesWrappedClass(t *testing.T) {
 	t.Parallel()
 	urls := backends[1].urls(t)
 	b := setup(t, bundleOpts{urls: urls[:]})
-	job := newJob(t, wire.ActiveJobWrapper, map[string]any{"job_class": "ShortJob", "arguments": []any{}})
+	job := newJob(t, contract.ActiveJobWrapper, map[string]any{"job_class": "ShortJob", "arguments": []any{}})
 	job.Set("wrapped", rubyjson.StringValue("ShortJob"))
 	_, err := b.client.Push(context.Background(), job, nil)
 	require.NoError(t, err)
 	r := b.row(t, job.JID())
 	require.NotNil(t, r)
-	require.Equal(t, wire.ActiveJobWrapper, r.JobClass, "job_class is the item's class, as in Ruby")
+	require.Equal(t, contract.ActiveJobWrapper, r.JobClass, "job_class is the item's class, as in Ruby")
 	require.True(t, micro(testNow.Add(20*time.Second)).Equal(r.AssumeDeadAt))
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/durable/internal/store"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -29,10 +31,9 @@ import (
 
 // outage controls the first database of a test.
 type outage struct {
-	urls    []string // the first database can be cut
-	prepare func(*Durable)
-	down    func() error
-	up      func() error
+	urls []string // the first database can be cut
+	down func() error
+	up   func() error
 }
 
 func newOutage(t *testing.T, be backend) *outage {
@@ -69,7 +70,7 @@ func postgresOutage(t *testing.T, urls [2]string) *outage {
 
 func sqliteOutage(t *testing.T, urls [2]string) *outage {
 	t.Helper()
-	path, _, _ := sqlitePath(urls[0])
+	path, _, _ := store.SQLitePath(urls[0])
 	locker, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
 	require.NoError(t, err)
 	conn, err := locker.Conn(context.Background())
@@ -98,17 +99,9 @@ func sqliteOutage(t *testing.T, urls [2]string) *outage {
 		locker.Close()
 	})
 	return &outage{
-		urls: urls[:],
-		// The store gets a busy timeout of 20 ms instead of 5 s, so that a
-		// locked database fails fast.
-		prepare: func(d *Durable) {
-			old := d.stores[0]
-			db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(20)&_pragma=journal_mode(WAL)&_txlock=immediate")
-			require.NoError(t, err)
-			db.SetMaxOpenConns(1)
-			d.stores[0] = newSQLStore(db, sqliteDialect{table: d.cfg.Table}, quoteIdent(d.cfg.Table), old.name(), d.cfg.OpTimeout)
-			require.NoError(t, old.close())
-		},
+		// The store gets a busy timeout of 20 ms instead of 5 s (the URL's
+		// pragma wins), so that a locked database fails fast.
+		urls: []string{urls[0] + "?_pragma=busy_timeout(20)", urls[1]},
 		down: func() error { return set(true) },
 		up:   func() error { return set(false) },
 	}
@@ -220,9 +213,9 @@ func noRetry(c *Config) { c.retryMin, c.retryMax = time.Hour, time.Hour }
 func waitNoPendingWrites(t *testing.T, d *Durable) {
 	t.Helper()
 	select {
-	case <-d.pend.emptied():
+	case <-d.pend.Emptied():
 	case <-time.After(15 * time.Second):
-		t.Fatalf("%d durable writes still pending", d.pend.len())
+		t.Fatalf("%d durable writes still pending", d.pend.Len())
 	}
 }
 
@@ -234,7 +227,7 @@ func TestOutageFinishingWritesLandWhenTheDatabaseIsBack(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		o := newOutage(t, be)
-		b := setup(t, bundleOpts{urls: o.urls, configure: fastRetry, prepare: o.prepare})
+		b := setup(t, bundleOpts{urls: o.urls, configure: fastRetry})
 		ctx := context.Background()
 		st0 := b.d.stores[0]
 
@@ -260,7 +253,7 @@ func TestOutageFinishingWritesLandWhenTheDatabaseIsBack(t *testing.T) {
 		ok, err := b.client.Enqueue(ctx, "", "DurableJob", "ok")
 		require.NoError(t, err)
 		require.Equal(t, jobOutcome{ok.JID, nil}, s.wait(t))
-		require.NotNil(t, b.d.pend.get(st0, ok.JID), "the success delete is queued")
+		require.NotNil(t, b.d.pend.Get(st0, ok.JID), "the success delete is queued")
 
 		// DB1 is back for a while; a job fails while it goes away again: its
 		// unlock (with the error) is pending.
@@ -270,7 +263,7 @@ func TestOutageFinishingWritesLandWhenTheDatabaseIsBack(t *testing.T) {
 		out := s.wait(t)
 		require.Equal(t, bad.JID, out.jid)
 		require.ErrorContains(t, out.err, "boom")
-		require.Equal(t, pendingUnlock, b.d.pend.get(st0, bad.JID).kind)
+		require.Equal(t, store.PendingUnlock, b.d.pend.Get(st0, bad.JID).Kind)
 
 		// An hour later, DB1 still down, the scheduler pushes the scheduled
 		// job again: its row is created in DB2, DB1's copy must go. The job
@@ -282,8 +275,8 @@ func TestOutageFinishingWritesLandWhenTheDatabaseIsBack(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, jobOutcome{sched.JID, nil}, s.wait(t))
 		require.NoError(t, s.srv.Stop(ctx)) // the failed job's retry is stored when it returns
-		require.Equal(t, 1, b.zcard(t, wire.KeyRetry))
-		require.Equal(t, pendingRemove, b.d.pend.get(st0, sched.JID).kind)
+		require.Equal(t, 1, b.zcard(t, contract.KeyRetry))
+		require.Equal(t, store.PendingRemove, b.d.pend.Get(st0, sched.JID).Kind)
 		require.Nil(t, b.rowIn(t, 1, sched.JID), "DB2's row was deleted after the success")
 		require.Equal(t, 3, b.logs.Count("warn", "retrying in the background")+b.logs.Count("warn", "is retried in the background"))
 
@@ -312,7 +305,7 @@ func TestOutageFinishingWritesLandWhenTheDatabaseIsBack(t *testing.T) {
 			require.Zero(t, res.Killed)
 			require.Zero(t, res.Marked)
 		}
-		require.Zero(t, b.zcard(t, wire.KeyDead))
+		require.Zero(t, b.zcard(t, contract.KeyDead))
 		require.Zero(t, b.deaths.count())
 		require.Equal(t, 0, b.logs.Count("error", `"component":"durable`))
 	})
@@ -327,34 +320,34 @@ func TestReconcilerLeavesRowsWithPendingWrites(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		o := newOutage(t, be)
-		b := setup(t, bundleOpts{urls: o.urls, configure: noRetry, prepare: o.prepare})
+		b := setup(t, bundleOpts{urls: o.urls, configure: noRetry})
 		ctx := context.Background()
 		st0 := b.d.stores[0]
 		done, err := b.client.Enqueue(ctx, "", "DurableJob", "done")
 		require.NoError(t, err)
 		lost, err := b.client.Enqueue(ctx, "", "DurableJob", "lost")
 		require.NoError(t, err)
-		_, err = b.conn.Do("DEL", wire.QueueKey("default")) // taken by workers
+		_, err = b.conn.Do("DEL", contract.QueueKey("default")) // taken by workers
 		require.NoError(t, err)
 
 		job, err := wire.ParseJob(done.Payload)
 		require.NoError(t, err)
-		require.NoError(t, b.d.ServerMiddleware("h:1:n")(ctx, job, func(context.Context) error { return o.down() }))
-		require.NotNil(t, b.d.pend.get(st0, done.JID))
+		require.NoError(t, b.d.Run(ctx, &sidekiq.Run{Job: job, Identity: "h:1:n"}, func(context.Context) error { return o.down() }))
+		require.NotNil(t, b.d.pend.Get(st0, done.JID))
 		require.NoError(t, o.up())
 
 		for _, jid := range []string{done.JID, lost.JID} {
 			rw := b.rowIn(t, 0, jid)
-			ok, err := st0.touch(ctx, touchParams{JobID: jid, Expect: rw.AssumeDeadAt, AssumeDeadAt: b.clk.Now(), MissingAt: ptr(b.clk.Now())})
+			ok, err := st0.TouchMany(ctx, []store.TouchParams{{JobID: jid, Expect: rw.AssumeDeadAt, AssumeDeadAt: b.clk.Now(), MissingAt: ptr(b.clk.Now())}})
 			require.NoError(t, err)
-			require.True(t, ok)
+			require.Equal(t, []bool{true}, ok)
 		}
 		b.clk.Advance(time.Minute)
 		res := b.reconcile(t, b.reconciler(t, nil))
 		require.Equal(t, []string{lost.JID}, res.KilledJIDs, "only the job with no pending write is killed")
 		require.Equal(t, 1, res.Changed)
 		require.Nil(t, b.rowIn(t, 0, done.JID), "the pending delete was applied")
-		require.Zero(t, b.d.pend.len())
+		require.Zero(t, b.d.pend.Len())
 		dead := b.deadJobs(t)
 		require.Len(t, dead, 1)
 		require.Equal(t, lost.JID, dead[0].JID())
@@ -369,7 +362,7 @@ func TestLockAppliesThePendingRemovalFirst(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		o := newOutage(t, be)
-		b := setup(t, bundleOpts{urls: o.urls, configure: noRetry, prepare: o.prepare})
+		b := setup(t, bundleOpts{urls: o.urls, configure: noRetry})
 		ctx := context.Background()
 		st0 := b.d.stores[0]
 		res, err := b.client.Push(ctx, newJob(t, "DurableJob"), &sidekiq.PushOpts{In: time.Hour})
@@ -382,13 +375,13 @@ func TestLockAppliesThePendingRemovalFirst(t *testing.T) {
 		_, err = b.client.Repush(ctx, job)
 		require.NoError(t, err)
 		require.NotNil(t, b.rowIn(t, 1, res.JID))
-		require.Equal(t, pendingRemove, b.d.pend.get(st0, res.JID).kind)
+		require.Equal(t, store.PendingRemove, b.d.pend.Get(st0, res.JID).Kind)
 		require.NoError(t, o.up())
 
-		require.NoError(t, b.d.ServerMiddleware("h:1:n")(ctx, job, func(context.Context) error { return nil }))
+		require.NoError(t, b.d.Run(ctx, &sidekiq.Run{Job: job, Identity: "h:1:n"}, func(context.Context) error { return nil }))
 		require.Nil(t, b.rowIn(t, 0, res.JID))
 		require.Nil(t, b.rowIn(t, 1, res.JID))
-		require.Zero(t, b.d.pend.len())
+		require.Zero(t, b.d.pend.Len())
 
 		// A push again of a jid whose delete is pending applies the delete
 		// first, then writes the new push's row, which is kept.
@@ -396,13 +389,13 @@ func TestLockAppliesThePendingRemovalFirst(t *testing.T) {
 		require.NoError(t, err)
 		j2, err := wire.ParseJob(again.Payload)
 		require.NoError(t, err)
-		require.NoError(t, b.d.ServerMiddleware("h:1:n")(ctx, j2, func(context.Context) error { return o.down() }))
-		require.Equal(t, pendingDelete, b.d.pend.get(st0, again.JID).kind)
+		require.NoError(t, b.d.Run(ctx, &sidekiq.Run{Job: j2, Identity: "h:1:n"}, func(context.Context) error { return o.down() }))
+		require.Equal(t, store.PendingDelete, b.d.pend.Get(st0, again.JID).Kind)
 		require.NoError(t, o.up())
 		b.clk.Advance(time.Hour)
 		_, err = b.client.Repush(ctx, j2)
 		require.NoError(t, err)
-		require.Zero(t, b.d.pend.len())
+		require.Zero(t, b.d.pend.Len())
 		rw := b.rowIn(t, 0, again.JID)
 		require.NotNil(t, rw, "the new push's row")
 		require.Nil(t, rw.LockedBy)
@@ -423,13 +416,13 @@ func TestStopTriesPendingWritesOnceAndLogsTheRest(t *testing.T) {
 			require.NoError(t, err)
 			job, err := wire.ParseJob(res.Payload)
 			require.NoError(t, err)
-			require.NoError(t, b.d.ServerMiddleware("h:1:n")(ctx, job, func(context.Context) error { return o.down() }))
-			require.Equal(t, 1, b.d.pend.len())
+			require.NoError(t, b.d.Run(ctx, &sidekiq.Run{Job: job, Identity: "h:1:n"}, func(context.Context) error { return o.down() }))
+			require.Equal(t, 1, b.d.pend.Len())
 			return res.JID
 		}
 
 		// DB1 still down at shutdown.
-		b := setup(t, bundleOpts{urls: o.urls, table: table, configure: noRetry, prepare: o.prepare})
+		b := setup(t, bundleOpts{urls: o.urls, table: table, configure: noRetry})
 		jid := complete(b)
 		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
@@ -437,56 +430,21 @@ func TestStopTriesPendingWritesOnceAndLogsTheRest(t *testing.T) {
 		require.ErrorIs(t, err, ErrPendingWrites)
 		require.Equal(t, 1, b.logs.Count("error", "still pending at shutdown"))
 		require.Equal(t, 1, b.logs.Count("error", `"jid":"`+jid+`"`))
-		require.Equal(t, 1, b.logs.Count("error", `"database":"`+b.d.stores[0].name()+`"`))
+		require.Equal(t, 1, b.logs.Count("error", `"database":"`+b.d.stores[0].Name()+`"`))
 		require.NoError(t, b.d.Stop(stopCtx), "a second Stop does nothing")
 		// A write that fails after Stop is logged, not queued.
-		b.d.pend.add(&pendingWrite{st: b.d.stores[0], jid: "late", kind: pendingRemove})
-		require.Zero(t, b.d.pend.len())
+		b.d.pend.Add(&store.PendingWrite{Store: b.d.stores[0], JID: "late", Kind: store.PendingRemove})
+		require.Zero(t, b.d.pend.Len())
 		require.Equal(t, 1, b.logs.Count("error", "after shutdown"))
 		require.NoError(t, o.up())
 		require.NotNil(t, b.rowIn(t, 0, jid), "left for the operator")
 
 		// DB1 back before shutdown: Stop applies the write.
-		b2 := setup(t, bundleOpts{urls: o.urls, table: table, configure: noRetry, prepare: o.prepare})
+		b2 := setup(t, bundleOpts{urls: o.urls, table: table, configure: noRetry})
 		jid2 := complete(b2)
 		require.NoError(t, o.up())
 		require.NoError(t, b2.d.Stop(stopCtx))
 		require.Nil(t, b2.rowIn(t, 0, jid2))
 		require.Equal(t, 0, b2.logs.Count("error", ""))
 	})
-}
-
-// One write is kept per row (the later replaces the earlier), the queue is
-// bounded, and a database that does not answer stops its round at its
-// first write.
-func TestPendingWritesReplaceAndBound(t *testing.T) {
-	t.Parallel()
-	be := backends[1]
-	urls := be.urls(t)
-	b := setup(t, bundleOpts{urls: []string{be.unreachable, urls[1]}, configure: func(c *Config) {
-		noRetry(c)
-		c.MaxPendingWrites = 2
-	}})
-	st := b.d.stores[0]
-	p := b.d.pend
-	p.add(&pendingWrite{st: st, jid: "a", kind: pendingDelete})
-	p.add(&pendingWrite{st: st, jid: "a", kind: pendingUnlock})
-	require.Equal(t, 1, p.len())
-	require.Equal(t, pendingUnlock, p.get(st, "a").kind)
-	p.add(&pendingWrite{st: st, jid: "b", kind: pendingRemove})
-	p.add(&pendingWrite{st: st, jid: "c", kind: pendingRemove})
-	require.Equal(t, 2, p.len())
-	require.Nil(t, p.get(st, "c"))
-	require.Equal(t, 1, b.logs.Count("error", "too many durable row writes pending"))
-	p.add(&pendingWrite{st: st, jid: "b", kind: pendingRemove})
-	require.Equal(t, 2, p.len(), "replacing a write is not bounded")
-	p.add(&pendingWrite{st: st, jid: "b", kind: pendingUnlock})
-	require.Equal(t, pendingRemove, p.get(st, "b").kind, "a stale copy's removal stands")
-
-	round := p.runOnce(context.Background())
-	require.Zero(t, round.Applied)
-	require.Equal(t, []store{st}, round.Unreachable)
-	left := p.snapshot(nil)
-	require.Len(t, left, 2)
-	require.Equal(t, "a", left[0].jid, "oldest first")
 }

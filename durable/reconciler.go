@@ -11,15 +11,18 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/durable/internal/redisfind"
+	"github.com/gojob/gojob/durable/internal/store"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// FailureNotifier is called with each job the reconciler moved to the dead
+// failureNotifier is called with each job the reconciler moved to the dead
 // set (Amigo's failure_notifier). When one is set, the death handlers are
 // not called, as in Ruby.
-type FailureNotifier func(ctx context.Context, job *wire.Job)
+type failureNotifier = func(ctx context.Context, job *wire.Job)
 
 // ReconcilerConfig configures a Reconciler.
 type ReconcilerConfig struct {
@@ -30,7 +33,7 @@ type ReconcilerConfig struct {
 	API *api.API
 	// FailureNotifier, when set, is called for each killed job instead of
 	// the death handlers.
-	FailureNotifier FailureNotifier
+	FailureNotifier func(ctx context.Context, job *wire.Job)
 	// PageSize is the number of overdue rows read at a time. Default 500.
 	PageSize int
 	// Clock is the time source. Default the Durable's.
@@ -78,7 +81,7 @@ func (c *ReconcilerConfig) validate() error {
 type Reconciler struct {
 	d        *Durable
 	api      *api.API
-	notifier FailureNotifier
+	notifier failureNotifier
 	pageSize int
 	clock    clock.Clock
 	log      zerolog.Logger
@@ -182,7 +185,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (*ReconcileResult, error) {
 	res := &ReconcileResult{}
 	var dbErrs []error
 	for _, st := range r.d.stores {
-		dr := DatabaseReconcile{Database: st.name()}
+		dr := DatabaseReconcile{Database: st.Name()}
 		redisErr := r.reconcileStore(ctx, st, now, &dr, res)
 		res.Databases = append(res.Databases, dr)
 		res.ReconcileCounts.add(dr.ReconcileCounts)
@@ -205,8 +208,8 @@ func (r *Reconciler) RunOnce(ctx context.Context) (*ReconcileResult, error) {
 // reconcileStore pages through one database's overdue rows, then settles
 // those the targeted lookups did not find (resolveRest). Database errors
 // go to dr.Err; a Redis error is returned.
-func (r *Reconciler) reconcileStore(ctx context.Context, st store, now time.Time, dr *DatabaseReconcile, res *ReconcileResult) error {
-	var unresolved []*row
+func (r *Reconciler) reconcileStore(ctx context.Context, st store.Store, now time.Time, dr *DatabaseReconcile, res *ReconcileResult) error {
+	var unresolved []*store.Row
 	if err := r.pageStore(ctx, st, now, dr, &unresolved); err != nil || dr.Err != nil {
 		return err
 	}
@@ -217,12 +220,12 @@ func (r *Reconciler) reconcileStore(ctx context.Context, st store, now time.Time
 	return redisErr
 }
 
-func (r *Reconciler) pageStore(ctx context.Context, st store, now time.Time, dr *DatabaseReconcile, unresolved *[]*row) error {
-	var after *row
+func (r *Reconciler) pageStore(ctx context.Context, st store.Store, now time.Time, dr *DatabaseReconcile, unresolved *[]*store.Row) error {
+	var after *store.Row
 	for {
-		rows, err := st.listDue(ctx, listDueParams{Now: now, Limit: r.pageSize, After: after})
+		rows, err := st.ListDue(ctx, store.ListDueParams{Now: now, Limit: r.pageSize, After: after})
 		if err != nil {
-			dr.Err = fmt.Errorf("durable: list overdue rows of %s: %w", st.name(), err)
+			dr.Err = fmt.Errorf("durable: list overdue rows of %s: %w", st.Name(), err)
 			return nil
 		}
 		if len(rows) == 0 {
@@ -247,33 +250,33 @@ func (r *Reconciler) pageStore(ctx context.Context, st store, now time.Time, dr 
 // compare-and-set writes decided for the others, applied together.
 type pageCheck struct {
 	r       *Reconciler
-	st      store
+	st      store.Store
 	now     time.Time
-	pending map[string]*row
+	pending map[string]*store.Row
 	want    map[string]bool
 	looks   map[string]*lookupRow
-	touches []touchParams
+	touches []store.TouchParams
 	counts  []*int
-	claims  []claimParams
+	claims  []store.ClaimParams
 }
 
 // found places a row: its deadline moves (compare-and-set) with the page's
 // writes.
-func (p *pageCheck) found(rw *row, deadline time.Time, counter *int) {
+func (p *pageCheck) found(rw *store.Row, deadline time.Time, counter *int) {
 	delete(p.pending, rw.JobID)
 	delete(p.want, rw.JobID)
-	p.touches = append(p.touches, touchParams{JobID: rw.JobID, Expect: rw.AssumeDeadAt, AssumeDeadAt: deadline})
+	p.touches = append(p.touches, store.TouchParams{JobID: rw.JobID, Expect: rw.AssumeDeadAt, AssumeDeadAt: deadline})
 	p.counts = append(p.counts, counter)
 }
 
 // dead places a row whose job is in the dead set: it is deleted.
-func (p *pageCheck) dead(rw *row) {
+func (p *pageCheck) dead(rw *store.Row) {
 	delete(p.pending, rw.JobID)
 	delete(p.want, rw.JobID)
-	p.claims = append(p.claims, claimParams{JobID: rw.JobID, Expect: rw.AssumeDeadAt})
+	p.claims = append(p.claims, store.ClaimParams{JobID: rw.JobID, Expect: rw.AssumeDeadAt})
 }
 
-func (p *pageCheck) rowsLeft(rows []*row) []*lookupRow {
+func (p *pageCheck) rowsLeft(rows []*store.Row) []*lookupRow {
 	var out []*lookupRow
 	for _, rw := range rows {
 		if _, ok := p.pending[rw.JobID]; ok {
@@ -285,9 +288,9 @@ func (p *pageCheck) rowsLeft(rows []*row) []*lookupRow {
 
 // apply writes the page's touches and claims, one statement each.
 func (p *pageCheck) apply(ctx context.Context, dr *DatabaseReconcile) error {
-	changed, err := p.st.touchMany(ctx, p.touches)
+	changed, err := p.st.TouchMany(ctx, p.touches)
 	if err != nil {
-		return fmt.Errorf("durable: update overdue rows in %s: %w", p.st.name(), err)
+		return fmt.Errorf("durable: update overdue rows in %s: %w", p.st.Name(), err)
 	}
 	for i, ok := range changed {
 		if ok {
@@ -296,9 +299,9 @@ func (p *pageCheck) apply(ctx context.Context, dr *DatabaseReconcile) error {
 			dr.Changed++
 		}
 	}
-	deleted, err := p.st.claimMany(ctx, p.claims)
+	deleted, err := p.st.ClaimMany(ctx, p.claims)
 	if err != nil {
-		return fmt.Errorf("durable: delete rows of dead jobs in %s: %w", p.st.name(), err)
+		return fmt.Errorf("durable: delete rows of dead jobs in %s: %w", p.st.Name(), err)
 	}
 	for _, ok := range deleted {
 		if ok {
@@ -311,17 +314,19 @@ func (p *pageCheck) apply(ctx context.Context, dr *DatabaseReconcile) error {
 	return nil
 }
 
-func (r *Reconciler) ext(rw *row) time.Duration { return r.d.rowExtension(rw.JobClass, rw.ItemJSON) }
+func (r *Reconciler) ext(rw *store.Row) time.Duration {
+	return r.d.rowExtension(rw.JobClass, rw.ItemJSON)
+}
 
 // checkPage resolves one page of overdue rows with targeted lookups (see
 // lookup.go). The pass's start time only selects the rows; what the page
 // writes (new deadlines, missing_at, durable_killed_at) is relative to the
 // time of the check itself, so that a long pass cannot bring a second
 // strike less than one extension after the first.
-func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *DatabaseReconcile, unresolved *[]*row) (dbErr, redisErr error) {
+func (r *Reconciler) checkPage(ctx context.Context, st store.Store, rows []*store.Row, dr *DatabaseReconcile, unresolved *[]*store.Row) (dbErr, redisErr error) {
 	now := r.clock.Now()
 	dr.Checked += len(rows)
-	p := &pageCheck{r: r, st: st, now: now, pending: make(map[string]*row, len(rows)), want: make(map[string]bool, len(rows)),
+	p := &pageCheck{r: r, st: st, now: now, pending: make(map[string]*store.Row, len(rows)), want: make(map[string]bool, len(rows)),
 		looks: make(map[string]*lookupRow, len(rows))}
 	byQueue := map[string][]*lookupRow{}
 	var queues []string
@@ -352,7 +357,7 @@ func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *D
 				until = l.base
 			}
 		}
-		found, err := findInQueueHead(ctx, conn, q, want, until.Add(windowSlack))
+		found, err := redisfind.InQueueHead(ctx, conn, q, want, until.Add(windowSlack))
 		if err != nil {
 			return nil, err
 		}
@@ -364,7 +369,7 @@ func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *D
 	// 2. Running in a live process (Ruby would strike a job that runs
 	// longer than its extension without heartbeating, then kill it).
 	if len(p.pending) > 0 {
-		running, err := runningJIDs(ctx, r.api)
+		running, err := redisfind.Running(ctx, r.api)
 		if err != nil {
 			return nil, err
 		}
@@ -373,14 +378,14 @@ func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *D
 				continue
 			}
 			r.log.Warn().Str("component", "durable-reconciler").Str("jid", jid).Str("class", rw.JobClass).
-				Msg("durable job runs longer than its heartbeat extension; call durable.Heartbeat or raise the extension")
+				Msg("durable job runs longer than its heartbeat extension; call sidekiq.Heartbeat or raise the extension")
 			p.found(rw, now.Add(r.ext(rw)), &dr.Running)
 		}
 	}
 	// 3. In an in-progress list of reliable fetch: running, or waiting to
 	// be recovered from a dead process. Not lost either way.
 	if len(p.pending) > 0 {
-		found, err := findInRegisteredLists(ctx, conn, p.want)
+		found, err := redisfind.InRegisteredLists(ctx, conn, p.want)
 		if err != nil {
 			return nil, err
 		}
@@ -403,16 +408,16 @@ func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *D
 	}
 	for _, set := range []struct {
 		key     string
-		win     func(*lookupRow) window
+		win     func(*lookupRow) redisfind.Window
 		rows    func() []*lookupRow
 		counter *int
 	}{
-		{wire.KeyRetry, exactWindow, func() []*lookupRow { return p.rowsLeft(rows) }, &dr.Retrying},
-		{wire.KeySchedule, exactWindow, func() []*lookupRow { return p.rowsLeft(rows) }, &dr.Scheduled},
-		{wire.KeyRetry, retryWindow, failed, &dr.Retrying},
-		{wire.KeyDead, deadWindow, failed, nil},
+		{contract.KeyRetry, exactWindow, func() []*lookupRow { return p.rowsLeft(rows) }, &dr.Retrying},
+		{contract.KeySchedule, exactWindow, func() []*lookupRow { return p.rowsLeft(rows) }, &dr.Scheduled},
+		{contract.KeyRetry, retryWindow, failed, &dr.Retrying},
+		{contract.KeyDead, deadWindow, failed, nil},
 	} {
-		found, err := findInWindows(ctx, conn, set.key, set.rows(), set.win, p.want)
+		found, err := redisfind.InWindows(ctx, conn, set.key, windows(set.rows(), set.win), p.want)
 		if err != nil {
 			return nil, err
 		}
@@ -422,7 +427,7 @@ func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *D
 				p.dead(rw)
 				continue
 			}
-			p.found(rw, wire.FromEpochSeconds(m.Score).Add(r.ext(rw)), set.counter)
+			p.found(rw, contract.FromEpochSeconds(m.Score).Add(r.ext(rw)), set.counter)
 		}
 	}
 	// 6. Not found by the targeted lookups: left for the end of the pass.
@@ -442,11 +447,11 @@ func (r *Reconciler) checkPage(ctx context.Context, st store, rows []*row, dr *D
 // in-progress list, the whole retry, schedule and dead sets: one stream of
 // each for the whole pass, paid only when such rows exist), then whatever
 // is still nowhere gets its first strike or, at its second, is killed.
-func (r *Reconciler) resolveRest(ctx context.Context, st store, rows []*row, dr *DatabaseReconcile, res *ReconcileResult) (dbErr, redisErr error) {
+func (r *Reconciler) resolveRest(ctx context.Context, st store.Store, rows []*store.Row, dr *DatabaseReconcile, res *ReconcileResult) (dbErr, redisErr error) {
 	if len(rows) == 0 {
 		return nil, nil
 	}
-	p := &pageCheck{r: r, st: st, now: r.clock.Now(), pending: make(map[string]*row, len(rows)), want: make(map[string]bool, len(rows))}
+	p := &pageCheck{r: r, st: st, now: r.clock.Now(), pending: make(map[string]*store.Row, len(rows)), want: make(map[string]bool, len(rows))}
 	for _, rw := range rows {
 		p.pending[rw.JobID] = rw
 		p.want[rw.JobID] = true
@@ -468,18 +473,18 @@ func (r *Reconciler) resolveRest(ctx context.Context, st store, rows []*row, dr 
 		if _, ok := p.pending[rw.JobID]; !ok {
 			continue
 		}
-		if r.d.pend.holds(ctx, st, rw.JobID) {
+		if r.d.pend.Holds(ctx, st, rw.JobID) {
 			// The job finished in this process while the database did not
 			// answer; the write that settles its row is being retried.
 			dr.Changed++
-			r.log.Info().Str("component", "durable-reconciler").Str("jid", rw.JobID).Str("database", st.name()).
+			r.log.Info().Str("component", "durable-reconciler").Str("jid", rw.JobID).Str("database", st.Name()).
 				Msg("durable row not found in Redis but its job finished in this process; the row's write is pending, left alone")
 			continue
 		}
 		now := r.clock.Now()
 		if rw.MissingAt == nil {
 			missing := now
-			p.touches = append(p.touches, touchParams{JobID: rw.JobID, Expect: rw.AssumeDeadAt, AssumeDeadAt: now.Add(r.ext(rw)), MissingAt: &missing})
+			p.touches = append(p.touches, store.TouchParams{JobID: rw.JobID, Expect: rw.AssumeDeadAt, AssumeDeadAt: now.Add(r.ext(rw)), MissingAt: &missing})
 			p.counts = append(p.counts, &dr.Marked)
 			continue
 		}
@@ -499,7 +504,7 @@ func (r *Reconciler) resolveRest(ctx context.Context, st store, rows []*row, dr 
 // searchEverywhere looks for the kill candidates by streaming their queues,
 // every in-progress list (registered or found by SCAN) and the whole
 // retry, schedule and dead sets (stopping when all are found).
-func (r *Reconciler) searchEverywhere(ctx context.Context, conn redis.Conn, p *pageCheck, candidates []*row, dr *DatabaseReconcile) error {
+func (r *Reconciler) searchEverywhere(ctx context.Context, conn redis.Conn, p *pageCheck, candidates []*store.Row, dr *DatabaseReconcile) error {
 	now := r.clock.Now()
 	byQueue := map[string][]string{}
 	var jids []string
@@ -517,7 +522,7 @@ func (r *Reconciler) searchEverywhere(ctx context.Context, conn redis.Conn, p *p
 		return out
 	}
 	for q, qj := range byQueue {
-		found, err := wire.FindInQueue(ctx, conn, q, qj)
+		found, err := contract.FindInQueue(ctx, conn, q, qj)
 		if err != nil {
 			return err
 		}
@@ -526,7 +531,7 @@ func (r *Reconciler) searchEverywhere(ctx context.Context, conn redis.Conn, p *p
 			p.found(rw, now.Add(r.ext(rw)), &dr.Queued)
 		}
 	}
-	found, err := wire.FindInWorkingLists(ctx, conn, left())
+	found, err := contract.FindInWorkingLists(ctx, conn, left())
 	if err != nil {
 		return err
 	}
@@ -537,8 +542,8 @@ func (r *Reconciler) searchEverywhere(ctx context.Context, conn redis.Conn, p *p
 	for _, set := range []struct {
 		key     string
 		counter *int
-	}{{wire.KeyRetry, &dr.Retrying}, {wire.KeySchedule, &dr.Scheduled}, {wire.KeyDead, nil}} {
-		found, err := wire.FindInSet(ctx, conn, set.key, left())
+	}{{contract.KeyRetry, &dr.Retrying}, {contract.KeySchedule, &dr.Scheduled}, {contract.KeyDead, nil}} {
+		found, err := contract.FindInSet(ctx, conn, set.key, left())
 		if err != nil {
 			return err
 		}
@@ -548,7 +553,7 @@ func (r *Reconciler) searchEverywhere(ctx context.Context, conn redis.Conn, p *p
 				p.dead(rw)
 				continue
 			}
-			p.found(rw, wire.FromEpochSeconds(m.Score).Add(r.ext(rw)), set.counter)
+			p.found(rw, contract.FromEpochSeconds(m.Score).Add(r.ext(rw)), set.counter)
 		}
 	}
 	return nil
@@ -558,11 +563,11 @@ func (r *Reconciler) searchEverywhere(ctx context.Context, conn redis.Conn, p *p
 // delete), add the item with jid and durable_killed_at to the dead set with
 // the trims, then call the failure notifier or the death handlers. If Redis
 // fails, the row is put back.
-func (r *Reconciler) kill(ctx context.Context, st store, rw *row, now time.Time, dr *DatabaseReconcile, res *ReconcileResult) (dbErr, redisErr error) {
+func (r *Reconciler) kill(ctx context.Context, st store.Store, rw *store.Row, now time.Time, dr *DatabaseReconcile, res *ReconcileResult) (dbErr, redisErr error) {
 	m, err := rubyjson.ParseObject([]byte(rw.ItemJSON))
 	if err != nil {
 		dr.Failed++
-		e := fmt.Errorf("durable: job %s (%s) in %s: job_item_json is not a JSON object: %w", rw.JobID, rw.JobClass, st.name(), err)
+		e := fmt.Errorf("durable: job %s (%s) in %s: job_item_json is not a JSON object: %w", rw.JobID, rw.JobClass, st.Name(), err)
 		res.Errors = append(res.Errors, e)
 		r.log.Error().Err(e).Str("component", "durable-reconciler").Str("jid", rw.JobID).Msg("lost durable job cannot be moved to the dead set")
 		return nil, nil
@@ -571,10 +576,10 @@ func (r *Reconciler) kill(ctx context.Context, st store, rw *row, now time.Time,
 	if v, ok := job.Get("jid"); !ok || v.IsNull() {
 		job.SetJID(rw.JobID)
 	}
-	job.Set("durable_killed_at", wire.TimestampValue(now, r.api.Version()))
-	ok, err := st.claim(ctx, claimParams{JobID: rw.JobID, Expect: rw.AssumeDeadAt})
+	job.Set("durable_killed_at", contract.TimestampValue(now, r.api.Client().Version()))
+	ok, err := st.Claim(ctx, store.ClaimParams{JobID: rw.JobID, Expect: rw.AssumeDeadAt})
 	if err != nil {
-		return fmt.Errorf("durable: claim %s in %s: %w", rw.JobID, st.name(), err), nil
+		return fmt.Errorf("durable: claim %s in %s: %w", rw.JobID, st.Name(), err), nil
 	}
 	if !ok {
 		dr.Changed++
@@ -582,8 +587,8 @@ func (r *Reconciler) kill(ctx context.Context, st store, rw *row, now time.Time,
 	}
 	payload := job.Encode()
 	if err := r.killToDeadSet(ctx, rw.JobID, payload); err != nil {
-		if rerr := st.restore(context.WithoutCancel(ctx), rw); rerr != nil {
-			r.log.Error().Err(rerr).Str("component", "durable-reconciler").Str("jid", rw.JobID).Str("database", st.name()).
+		if rerr := st.Restore(context.WithoutCancel(ctx), rw); rerr != nil {
+			r.log.Error().Err(rerr).Str("component", "durable-reconciler").Str("jid", rw.JobID).Str("database", st.Name()).
 				Bytes("payload", payload).Msg("could not put back the row of a lost job after a Redis error")
 		}
 		return nil, fmt.Errorf("durable: kill %s: %w", rw.JobID, err)
@@ -591,7 +596,7 @@ func (r *Reconciler) kill(ctx context.Context, st store, rw *row, now time.Time,
 	dr.Killed++
 	res.KilledJIDs = append(res.KilledJIDs, rw.JobID)
 	r.log.Warn().Str("component", "durable-reconciler").Str("jid", rw.JobID).Str("class", rw.JobClass).Str("queue", rw.Queue).
-		Str("database", st.name()).Msg("durable job lost; moved to the dead set")
+		Str("database", st.Name()).Msg("durable job lost; moved to the dead set")
 	if r.notifier != nil {
 		func() {
 			defer func() {

@@ -12,6 +12,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/durable/internal/store"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -37,16 +39,16 @@ func (s dueScenario) build(t testing.TB, b *testBundle) {
 	conn := b.pool.Get()
 	defer conn.Close()
 	ext := DefaultExtension
-	var ps []*InsertParams
+	var ps []*insertParams
 	flush := func() {
-		_, errs := b.d.InsertMany(ctx, ps)
+		_, errs := b.d.insertMany(ctx, ps)
 		for _, err := range errs {
 			require.NoError(t, err)
 		}
 		ps = ps[:0]
 	}
 	add := func(job *wire.Job) {
-		ps = append(ps, &InsertParams{Job: job})
+		ps = append(ps, &insertParams{Job: job})
 		if len(ps) == 1000 {
 			flush()
 		}
@@ -64,40 +66,40 @@ func (s dueScenario) build(t testing.TB, b *testBundle) {
 	for i := range s.retryExact {
 		job := newJob(t, "DurableJob", i)
 		at := base.Add(time.Duration(i%3600) * time.Second)
-		job.Set("at", rubyjson.FloatValue(wire.EpochSeconds(at))) // deadline = at + ext
+		job.Set("at", rubyjson.FloatValue(contract.EpochSeconds(at))) // deadline = at + ext
 		add(job)
 		j := job.Clone()
 		j.Delete("at")
-		send("ZADD", wire.KeyRetry, wire.Score(at), j.Encode())
+		send("ZADD", contract.KeyRetry, contract.Score(at), j.Encode())
 	}
 	for i := range s.retryFailed {
 		job := newJob(t, "DurableJob", i)
 		job.Set("retry_count", rubyjson.IntValue(2))
 		job.Set("error_class", rubyjson.StringValue("RuntimeError"))
 		add(job) // deadline = failure time (now) + ext
-		send("ZADD", wire.KeyRetry, wire.Score(base.Add(3*3*3*3*time.Second+15*time.Second+time.Duration(i%30)*time.Second)), job.Encode())
+		send("ZADD", contract.KeyRetry, contract.Score(base.Add(3*3*3*3*time.Second+15*time.Second+time.Duration(i%30)*time.Second)), job.Encode())
 	}
 	for i := range s.queued {
 		job := newJob(t, "DurableJob", i)
 		job.SetQueue("due")
 		add(job)
 		job.SetTime("enqueued_at", base, wire.Version7)
-		send("LPUSH", wire.QueueKey("due"), job.Encode())
+		send("LPUSH", contract.QueueKey("due"), job.Encode())
 	}
 	for i := range s.dead {
 		job := newJob(t, "DurableJob", i)
 		job.Set("error_class", rubyjson.StringValue("RuntimeError"))
 		add(job)
-		send("ZADD", wire.KeyDead, wire.Score(base.Add(10*time.Millisecond)), job.Encode())
+		send("ZADD", contract.KeyDead, contract.Score(base.Add(10*time.Millisecond)), job.Encode())
 	}
 	for i := range s.missing {
 		add(newJob(t, "DurableJob", i))
 	}
 	flush()
 	for i := 0; i < s.retryFillers; i += 1000 {
-		args := []any{wire.KeyRetry}
+		args := []any{contract.KeyRetry}
 		for k, p := range filler(min(1000, s.retryFillers-i), "Filler") {
-			args = append(args, wire.Score(base.Add(time.Duration(i+k)*time.Second)), p)
+			args = append(args, contract.Score(base.Add(time.Duration(i+k)*time.Second)), p)
 		}
 		send("ZADD", args...)
 	}
@@ -215,4 +217,16 @@ func envOr(k string, def int) int {
 func setupB(b *testing.B, urls []string) *testBundle {
 	b.Helper()
 	return setup(b, bundleOpts{urls: urls, configure: func(c *Config) { c.Logger = zerolog.Nop() }})
+}
+
+// insertMany writes many jobs' rows as a bulk push does: each database
+// gets the rows still unwritten in one group, in list order.
+func (d *Durable) insertMany(ctx context.Context, ps []*insertParams) ([]*insertResult, []error) {
+	jobs, ups := make([]*wire.Job, len(ps)), make([]store.UpsertParams, len(ps))
+	rowErrs := make([]error, len(ps))
+	for i, p := range ps {
+		ups[i], rowErrs[i] = d.rowFor(p)
+		jobs[i] = p.Job
+	}
+	return d.insertRows(ctx, jobs, ups, rowErrs)
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/durable/internal/store"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
@@ -17,13 +19,13 @@ import (
 
 func (b *testBundle) zadd(t testing.TB, key string, at time.Time, job *wire.Job) {
 	t.Helper()
-	_, err := b.conn.Do("ZADD", key, wire.Score(at), job.Encode())
+	_, err := b.conn.Do("ZADD", key, contract.Score(at), job.Encode())
 	require.NoError(t, err)
 }
 
 func (b *testBundle) lpush(t testing.TB, queue string, job *wire.Job) {
 	t.Helper()
-	_, err := b.conn.Do("LPUSH", wire.QueueKey(queue), job.Encode())
+	_, err := b.conn.Do("LPUSH", contract.QueueKey(queue), job.Encode())
 	require.NoError(t, err)
 }
 
@@ -52,8 +54,10 @@ func TestKillsExpiredMissingJobLeavesOthers(t *testing.T) {
 		b.insert(t, fresh, nil)
 		b.clk.Advance(6 * time.Minute)
 		// fresh is being run: lock_job(jid, 2 minutes).
-		_, err := b.d.stores[0].lock(ctx, lockParams{JobID: fresh.JID(), LockedBy: "h:1:n", LockedAt: b.clk.Now(), AssumeDeadAt: b.clk.Now().Add(2 * time.Minute)})
-		require.NoError(t, err)
+		var lr lockResult
+		b.d.lockJob(ctx, fresh.JID(), "h:1:n", b.clk.Now(), 2*time.Minute, &lr, &store.Op{})
+		require.Empty(t, lr.failed)
+		require.NotNil(t, lr.st)
 		before := b.row(t, fresh.JID())
 
 		res := b.reconcile(t, b.reconciler(t, nil))
@@ -94,7 +98,7 @@ func TestFailureNotifierInsteadOfDeathHandlers(t *testing.T) {
 		require.Equal(t, "DurableJob", notified[0].Class())
 		require.True(t, notified[0].Has("durable_killed_at"))
 		require.Equal(t, 0, b.deaths.count(), "death handlers are not called")
-		require.Equal(t, 1, b.zcard(t, wire.KeyDead))
+		require.Equal(t, 1, b.zcard(t, contract.KeyDead))
 	})
 }
 
@@ -145,7 +149,7 @@ func TestTwoStrikes(t *testing.T) {
 		for _, db := range st.Databases {
 			require.Equal(t, int64(0), db.Total)
 		}
-		require.Equal(t, 2, b.zcard(t, wire.KeyDead))
+		require.Equal(t, 2, b.zcard(t, contract.KeyDead))
 	})
 }
 
@@ -159,15 +163,15 @@ func TestLargeRetryAndDeadSetsDoNotDisable(t *testing.T) {
 		urls := be.urls(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		conn := b.conn
-		args := []any{wire.KeyRetry}
+		args := []any{contract.KeyRetry}
 		for i, p := range filler(1500, "Other") {
-			args = append(args, float64(i)+wire.EpochSeconds(testNow.Add(time.Hour)), p)
+			args = append(args, float64(i)+contract.EpochSeconds(testNow.Add(time.Hour)), p)
 		}
 		_, err := conn.Do("ZADD", args...)
 		require.NoError(t, err)
-		args = []any{wire.KeyDead}
+		args = []any{contract.KeyDead}
 		for i, p := range filler(1500, "Other") {
-			args = append(args, float64(i)+wire.EpochSeconds(testNow), p)
+			args = append(args, float64(i)+contract.EpochSeconds(testNow), p)
 		}
 		_, err = conn.Do("ZADD", args...)
 		require.NoError(t, err)
@@ -176,10 +180,10 @@ func TestLargeRetryAndDeadSetsDoNotDisable(t *testing.T) {
 		b.insert(t, lost, ptr(testNow))
 		retrying := newJob(t, "DurableJob")
 		b.insert(t, retrying, ptr(testNow))
-		b.zadd(t, wire.KeyRetry, testNow.Add(3*24*time.Hour), retrying)
+		b.zadd(t, contract.KeyRetry, testNow.Add(3*24*time.Hour), retrying)
 		dead := newJob(t, "DurableJob")
 		b.insert(t, dead, ptr(testNow))
-		b.zadd(t, wire.KeyDead, testNow.Add(-time.Hour), dead)
+		b.zadd(t, contract.KeyDead, testNow.Add(-time.Hour), dead)
 		// Enough rows to use the streaming lookup (more than 8 wanted jids).
 		var lostMany []string
 		for i := range 12 {
@@ -194,7 +198,7 @@ func TestLargeRetryAndDeadSetsDoNotDisable(t *testing.T) {
 		require.Equal(t, 1, res.AlreadyDead)
 		require.True(t, micro(testNow.Add(3*24*time.Hour+5*time.Minute)).Equal(b.row(t, retrying.JID()).AssumeDeadAt))
 		require.Nil(t, b.row(t, dead.JID()))
-		require.Equal(t, 1501, b.zcard(t, wire.KeyRetry))
+		require.Equal(t, 1501, b.zcard(t, contract.KeyRetry))
 	})
 }
 
@@ -214,9 +218,9 @@ func TestJobsWaitingInQueuesAreExtended(t *testing.T) {
 			require.NoError(t, err)
 			q1Jobs = append(q1Jobs, j)
 		}
-		_, err := b.conn.Do("LPUSH", append([]any{wire.QueueKey("q1")}, filler(2500, "Other")...)...)
+		_, err := b.conn.Do("LPUSH", append([]any{contract.QueueKey("q1")}, filler(2500, "Other")...)...)
 		require.NoError(t, err)
-		_, err = b.conn.Do("RPUSH", append([]any{wire.QueueKey("q1")}, filler(1200, "Other")...)...)
+		_, err = b.conn.Do("RPUSH", append([]any{contract.QueueKey("q1")}, filler(1200, "Other")...)...)
 		require.NoError(t, err)
 		q2 := newJob(t, "DurableJob")
 		q2.SetQueue("q2")
@@ -244,7 +248,7 @@ func TestJobInRetrySet(t *testing.T) {
 		job := newJob(t, "DurableJob")
 		b.insert(t, job, ptr(testNow))
 		retryAt := testNow.Add(3 * 24 * time.Hour)
-		b.zadd(t, wire.KeyRetry, retryAt, job)
+		b.zadd(t, contract.KeyRetry, retryAt, job)
 		b.clk.Advance(6 * time.Minute)
 		res := b.reconcile(t, b.reconciler(t, nil))
 		require.Equal(t, 1, res.Retrying)
@@ -263,12 +267,12 @@ func TestJobInDeadSet(t *testing.T) {
 		b := setup(t, bundleOpts{urls: urls[:]})
 		job := newJob(t, "DurableJob")
 		b.insert(t, job, nil)
-		b.zadd(t, wire.KeyDead, testNow, job)
+		b.zadd(t, contract.KeyDead, testNow, job)
 		b.clk.Advance(6 * time.Minute)
 		res := b.reconcile(t, b.reconciler(t, nil))
 		require.Equal(t, 1, res.AlreadyDead)
 		require.Nil(t, b.row(t, job.JID()))
-		require.Equal(t, 1, b.zcard(t, wire.KeyDead))
+		require.Equal(t, 1, b.zcard(t, contract.KeyDead))
 	})
 }
 
@@ -288,7 +292,7 @@ func TestScheduledJobIsFoundInScheduleSet(t *testing.T) {
 		// row's deadline it is still in the schedule set, which Ruby never
 		// consults, so it is not a lost job.
 		conn := b.pool.Get()
-		_, err = conn.Do("ZADD", wire.KeySchedule, "XX", wire.Score(testNow.Add(3*time.Hour)), res.Payload)
+		_, err = conn.Do("ZADD", contract.KeySchedule, "XX", contract.Score(testNow.Add(3*time.Hour)), res.Payload)
 		conn.Close()
 		require.NoError(t, err)
 		b.clk.Advance(time.Hour + 6*time.Minute)
@@ -308,9 +312,9 @@ func (b *testBundle) fakeProcess(t testing.TB, identity string, job *wire.Job) {
 	w.Set("queue", rubyjson.StringValue("default"))
 	w.Set("payload", rubyjson.StringValue(string(job.Encode())))
 	w.Set("run_at", rubyjson.IntValue(testNow.Unix()))
-	_, err := b.conn.Do("SADD", wire.KeyProcesses, identity)
+	_, err := b.conn.Do("SADD", contract.KeyProcesses, identity)
 	require.NoError(t, err)
-	_, err = b.conn.Do("HSET", identity, "info", `{"hostname":"h"}`, "busy", 1, "beat", wire.Score(testNow), "quiet", "false")
+	_, err = b.conn.Do("HSET", identity, "info", `{"hostname":"h"}`, "busy", 1, "beat", contract.Score(testNow), "quiet", "false")
 	require.NoError(t, err)
 	_, err = b.conn.Do("HSET", identity+":work", "tid1", w.Encode())
 	require.NoError(t, err)
@@ -356,8 +360,9 @@ func TestRowErrorsAffectOnlyTheirRow(t *testing.T) {
 		unknown := newJob(t, "Deleted::RubyJob")
 		b.insert(t, unknown, nil)
 		// A row whose item cannot be read.
-		require.NoError(t, b.d.stores[0].upsert(ctx, upsertParams{JobID: "broken", JobClass: "DurableJob", ItemJSON: "{not json", Queue: "default",
-			InsertedAt: testNow, AssumeDeadAt: testNow, MissingAt: ptr(testNow)}))
+		_, err := b.d.stores[0].Upsert(ctx, store.UpsertParams{JobID: "broken", JobClass: "DurableJob", ItemJSON: "{not json", Queue: "default",
+			InsertedAt: testNow, AssumeDeadAt: testNow, MissingAt: ptr(testNow)})
+		require.NoError(t, err)
 		lost := newJob(t, "DurableJob")
 		b.insert(t, lost, ptr(testNow))
 		b.clk.Advance(6 * time.Minute)
@@ -424,9 +429,9 @@ func TestKillTrimsDeadSet(t *testing.T) {
 	b := setup(t, bundleOpts{urls: urls[:]})
 	admin, err := api.New(&api.Config{Pool: b.pool, Clock: b.clk, DeadMaxJobs: 3})
 	require.NoError(t, err)
-	args := []any{wire.KeyDead}
+	args := []any{contract.KeyDead}
 	for i, p := range filler(5, "Other") {
-		args = append(args, wire.EpochSeconds(testNow)-float64(10-i), p)
+		args = append(args, contract.EpochSeconds(testNow)-float64(10-i), p)
 	}
 	_, err = b.conn.Do("ZADD", args...)
 	require.NoError(t, err)
@@ -437,7 +442,7 @@ func TestKillTrimsDeadSet(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, b.reconcile(t, r).Killed)
 	// dead_max_jobs 3 keeps the newest 2, as Ruby's trim does.
-	vals, err := redis.ByteSlices(b.conn.Do("ZRANGE", wire.KeyDead, 0, -1))
+	vals, err := redis.ByteSlices(b.conn.Do("ZRANGE", contract.KeyDead, 0, -1))
 	require.NoError(t, err)
 	require.Len(t, vals, 2)
 	require.Contains(t, string(vals[1]), job.JID())
@@ -496,8 +501,8 @@ func TestStrikeTimeIsWhenTheRowIsChecked(t *testing.T) {
 func TestReconcilerUsesWrappedClassExtension(t *testing.T) {
 	t.Parallel()
 	urls := backends[1].urls(t)
-	b := setup(t, bundleOpts{urls: urls[:], classes: map[string]time.Duration{AllClasses: 0, "LongJob": 20 * time.Minute}})
-	job := newJob(t, wire.ActiveJobWrapper, map[string]any{"job_class": "LongJob", "arguments": []any{}})
+	b := setup(t, bundleOpts{urls: urls[:], classes: map[string]time.Duration{allClasses: 0, "LongJob": 20 * time.Minute}})
+	job := newJob(t, contract.ActiveJobWrapper, map[string]any{"job_class": "LongJob", "arguments": []any{}})
 	job.Set("wrapped", rubyjson.StringValue("LongJob"))
 	b.insert(t, job, nil)
 	require.True(t, micro(testNow.Add(20*time.Minute)).Equal(b.row(t, job.JID()).AssumeDeadAt), "client side: the wrapped class's")
@@ -529,6 +534,6 @@ func TestPanickingDeathHandlerDoesNotStopThePass(t *testing.T) {
 	require.NoError(t, err)
 	res := b.reconcile(t, r)
 	require.ElementsMatch(t, jids, res.KilledJIDs)
-	require.Equal(t, 2, b.zcard(t, wire.KeyDead))
+	require.Equal(t, 2, b.zcard(t, contract.KeyDead))
 	require.Equal(t, 2, b.logs.Count("error", "death handler panicked"))
 }

@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/rubytest"
+	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -42,21 +44,26 @@ def amigo_insert(item, ext, queue: "default", more: {})
 end
 `
 
-// columnsOf lists a table's columns and its constraints as text.
-func columnsOf(t *testing.T, d *Durable, table string) []string {
+// columnsOf lists a table's columns and its constraints as text, in the
+// database of url.
+func columnsOf(t *testing.T, url, table string) []string {
 	t.Helper()
-	db := d.stores[0].(*sqlStore).db
-	rows, err := db.Query(`SELECT column_name || ' ' || data_type || ' ' || is_nullable || ' ' || COALESCE(column_default, '')
+	ctx := context.Background()
+	db, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	rows, err := db.Query(ctx, `SELECT column_name || ' ' || data_type || ' ' || is_nullable || ' ' || COALESCE(column_default, '')
 FROM information_schema.columns WHERE table_schema = 'public' AND table_name = $1 ORDER BY ordinal_position`, table)
 	require.NoError(t, err)
-	defer rows.Close()
 	var out []string
 	for rows.Next() {
 		var s string
 		require.NoError(t, rows.Scan(&s))
 		out = append(out, s)
 	}
-	cons, err := db.Query(`SELECT c.conname || ' ' || pg_get_constraintdef(c.oid) FROM pg_constraint c
+	rows.Close()
+	require.NoError(t, rows.Err())
+	cons, err := db.Query(ctx, `SELECT c.conname || ' ' || pg_get_constraintdef(c.oid) FROM pg_constraint c
 JOIN pg_class t ON t.oid = c.conrelid WHERE t.relname = $1 ORDER BY 1`, table)
 	require.NoError(t, err)
 	defer cons.Close()
@@ -88,10 +95,10 @@ func TestRubyAmigoSharesTheTable(t *testing.T) {
 	b := setup(t, bundleOpts{urls: []string{url}, table: table})
 	res, err := b.d.Migrate(context.Background())
 	require.NoError(t, err)
-	require.Equal(t, []DatabaseMigration{{Database: b.d.stores[0].name()}}, res.Databases)
+	require.Equal(t, []DatabaseMigration{{Database: b.d.stores[0].Name()}}, res.Databases)
 	goTable := uniqueTable()
-	goOwn := setup(t, bundleOpts{urls: []string{url}, table: goTable})
-	require.Equal(t, columnsOf(t, b.d, table), columnsOf(t, goOwn.d, goTable))
+	setup(t, bundleOpts{urls: []string{url}, table: goTable})
+	require.Equal(t, columnsOf(t, url, table), columnsOf(t, url, goTable))
 
 	// Ruby inserts two rows as insert_job does (one already struck once),
 	// 5 minutes ago in Ruby's real time; gojob's reconciler, 1 minute
@@ -121,8 +128,8 @@ puts DB[FQN].count
 	b.clk.Set(time.Now())
 	_, err = b.client.Push(context.Background(), job, nil)
 	require.NoError(t, err)
-	lock := b.d.ServerMiddleware("gohost:42:abcdef012345")
-	err = lock(context.Background(), mustParse(t, marked.ItemJSON), func(ctx context.Context) error {
+	run := &sidekiq.Run{Job: mustParse(t, marked.ItemJSON), Identity: "gohost:42:abcdef012345"}
+	err = b.d.Run(context.Background(), run, func(ctx context.Context) error {
 		out = ruby(fmt.Sprintf(`
 r = DB[FQN].where(job_id: %q).first
 item = JSON.parse(r[:job_item_json])

@@ -4,26 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/gojob/gojob/durable/internal/store"
 )
 
 // ErrNoTable is what a database's status error matches (errors.Is) when the
 // durable table does not exist yet: Migrate (gojob durable migrate)
 // creates it.
 var ErrNoTable = errors.New("durable: no durable_jobs table yet")
-
-// isMissingTable reports whether err says the table does not exist:
-// PostgreSQL's undefined_table (SQLSTATE 42P01), SQLite's "no such table".
-func isMissingTable(err error) bool {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code == "42P01"
-	}
-	return err != nil && strings.Contains(err.Error(), "no such table")
-}
 
 // Status is the state of the rows in every database.
 type Status struct {
@@ -64,47 +53,41 @@ func (d *Durable) Status(ctx context.Context) (*Status, error) {
 	now := d.cfg.Clock.Now()
 	out := &Status{Now: now}
 	for _, s := range d.stores {
-		st, err := s.status(ctx, now)
-		if isMissingTable(err) {
+		c, err := s.Status(ctx, now)
+		if store.IsMissingTable(err) {
 			err = fmt.Errorf("%w (create it with gojob durable migrate): %w", ErrNoTable, err)
 		}
+		st := DatabaseStatus{Database: s.Name(), Kind: s.Kind()}
 		if err != nil {
-			out.Databases = append(out.Databases, DatabaseStatus{Database: s.name(), Kind: s.kind(),
-				Err: fmt.Errorf("durable: status of %s: %w", s.name(), err)})
-			continue
+			st.Err = fmt.Errorf("durable: status of %s: %w", s.Name(), err)
+		} else {
+			st.Total, st.Locked, st.Waiting, st.Missing, st.Overdue, st.NextDue = c.Total, c.Locked, c.Waiting, c.Missing, c.Overdue, c.NextDue
 		}
-		out.Databases = append(out.Databases, *st)
+		out.Databases = append(out.Databases, st)
 	}
 	return out, nil
 }
 
-// RowsParams select the rows Rows lists.
-type RowsParams struct {
-	// Limit is the number of rows per database. Default 50.
-	Limit int
-}
-
 // Rows lists each database's rows, earliest assume_dead_at first (the
-// reconciler's order: overdue and missing rows come first), at most Limit
-// per database. A database that cannot be read is reported in the joined
+// reconciler's order: overdue and missing rows come first), at most limit
+// per database (50 when limit is not positive). A database that cannot be read is reported in the joined
 // error; the rows of the others are still returned.
-func (d *Durable) Rows(ctx context.Context, p *RowsParams) ([]*Row, error) {
-	limit := 50
-	if p != nil && p.Limit > 0 {
-		limit = p.Limit
+func (d *Durable) Rows(ctx context.Context, limit int) ([]*Row, error) {
+	if limit <= 0 {
+		limit = 50
 	}
 	// Every row is due by the end of time: listDue then lists them all.
 	end := time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 	var out []*Row
 	var errs []error
 	for _, s := range d.stores {
-		rows, err := s.listDue(ctx, listDueParams{Now: end, Limit: limit})
+		rows, err := s.ListDue(ctx, store.ListDueParams{Now: end, Limit: limit})
 		if err != nil {
-			errs = append(errs, fmt.Errorf("durable: rows of %s: %w", s.name(), err))
+			errs = append(errs, fmt.Errorf("durable: rows of %s: %w", s.Name(), err))
 			continue
 		}
 		for _, r := range rows {
-			out = append(out, exportRow(r, s.name()))
+			out = append(out, exportRow(r, s.Name()))
 		}
 	}
 	return out, errors.Join(errs...)
@@ -127,11 +110,10 @@ type Stats struct {
 func (d *Durable) Stats() Stats {
 	var out Stats
 	for _, s := range d.stores {
-		if ss, ok := s.(*sqlStore); ok {
-			out.Statements += ss.stats.statements.Load()
-			out.Commits += ss.stats.commits.Load()
-			out.GroupWrites += ss.stats.groupOps.Load()
-		}
+		st := s.Stats()
+		out.Statements += st.Statements
+		out.Commits += st.Commits
+		out.GroupWrites += st.GroupWrites
 	}
 	return out
 }
@@ -141,10 +123,8 @@ func (d *Durable) Stats() Stats {
 func (d *Durable) DropTable(ctx context.Context) error {
 	var errs []error
 	for _, s := range d.stores {
-		if ss, ok := s.(*sqlStore); ok {
-			if _, err := ss.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+ss.table); err != nil {
-				errs = append(errs, fmt.Errorf("durable: drop %s in %s: %w", ss.table, s.name(), err))
-			}
+		if err := s.DropTable(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("durable: drop %s in %s: %w", d.cfg.Table, s.Name(), err))
 		}
 	}
 	return errors.Join(errs...)

@@ -34,8 +34,8 @@ var (
 	windowScript = redis.NewScript(1, windowSrc)
 )
 
-// KeyPrefix starts every limiter key.
-const KeyPrefix = "gojob-limiter:"
+// keyPrefix starts every limiter key.
+const keyPrefix = "gojob-limiter:"
 
 // Limiter runs work under a limit.
 type Limiter interface {
@@ -64,28 +64,31 @@ type Options struct {
 }
 
 func (o *Options) clock() clock.Clock {
-	if o == nil || o.Clock == nil {
-		return clock.Real{}
+	if o == nil {
+		return clock.Or(nil)
 	}
-	return o.Clock
+	return clock.Or(o.Clock)
 }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
-// Concurrent allows at most Limit holders at once across all processes.
-type Concurrent struct {
+// concurrent is the limiter NewConcurrent returns.
+type concurrent struct {
 	pool  *redis.Pool
 	name  string
 	limit int
 	opts  Options
 }
 
-// NewConcurrent returns a concurrent limiter named name.
-func NewConcurrent(pool *redis.Pool, name string, limit int, opts *Options) (*Concurrent, error) {
+// NewConcurrent returns a concurrent limiter named name: at most limit
+// holders at once across all processes. Its Within waits up to the wait
+// timeout for a slot, runs fn holding it (refreshed while fn runs) and
+// frees it.
+func NewConcurrent(pool *redis.Pool, name string, limit int, opts *Options) (Limiter, error) {
 	if name == "" || limit < 1 {
 		return nil, fmt.Errorf("limit: a concurrent limiter needs a name and a limit of at least 1")
 	}
-	c := &Concurrent{pool: pool, name: name, limit: limit}
+	c := &concurrent{pool: pool, name: name, limit: limit}
 	if opts != nil {
 		c.opts = *opts
 	}
@@ -98,15 +101,15 @@ func NewConcurrent(pool *redis.Pool, name string, limit int, opts *Options) (*Co
 	return c, nil
 }
 
-// Key is the limiter's sorted set of slots.
-func (c *Concurrent) Key() string { return KeyPrefix + c.name + ":concurrent" }
+// key is the limiter's sorted set of slots.
+func (c *concurrent) key() string { return keyPrefix + c.name + ":concurrent" }
 
 // acquirePoll is how often a waiting acquire tries again.
 const acquirePoll = 50 * time.Millisecond
 
 // Within waits up to the wait timeout for a slot, runs fn holding it
 // (refreshed while fn runs) and frees it.
-func (c *Concurrent) Within(ctx context.Context, fn func(context.Context) error) error {
+func (c *concurrent) Within(ctx context.Context, fn func(context.Context) error) error {
 	token := uuid.NewString()
 	clk := c.opts.clock()
 	deadline := clk.Now().Add(c.opts.WaitTimeout)
@@ -142,14 +145,14 @@ func (c *Concurrent) Within(ctx context.Context, fn func(context.Context) error)
 	return fn(ctx)
 }
 
-func (c *Concurrent) acquire(ctx context.Context, token string) (bool, error) {
+func (c *concurrent) acquire(ctx context.Context, token string) (bool, error) {
 	conn, err := c.pool.GetContext(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer conn.Close()
 	now := c.opts.clock().Now()
-	n, err := redis.Int(acquireScript.DoContext(ctx, conn, c.Key(), ms(now), c.limit, token, ms(now.Add(c.opts.LockTimeout))))
+	n, err := redis.Int(acquireScript.DoContext(ctx, conn, c.key(), ms(now), c.limit, token, ms(now.Add(c.opts.LockTimeout))))
 	if err != nil {
 		return false, fmt.Errorf("limit %s: %w", c.name, err)
 	}
@@ -157,7 +160,7 @@ func (c *Concurrent) acquire(ctx context.Context, token string) (bool, error) {
 }
 
 // refresh pushes the slot's expiry forward until stop closes.
-func (c *Concurrent) refresh(token string, stop <-chan struct{}) {
+func (c *concurrent) refresh(token string, stop <-chan struct{}) {
 	t := time.NewTicker(c.opts.LockTimeout / 3)
 	defer t.Stop()
 	for {
@@ -166,21 +169,20 @@ func (c *Concurrent) refresh(token string, stop <-chan struct{}) {
 			return
 		case <-t.C:
 			conn := c.pool.Get()
-			conn.Do("ZADD", c.Key(), "XX", ms(c.opts.clock().Now().Add(c.opts.LockTimeout)), token)
+			conn.Do("ZADD", c.key(), "XX", ms(c.opts.clock().Now().Add(c.opts.LockTimeout)), token)
 			conn.Close()
 		}
 	}
 }
 
-func (c *Concurrent) release(token string) {
+func (c *concurrent) release(token string) {
 	conn := c.pool.Get()
 	defer conn.Close()
-	conn.Do("ZREM", c.Key(), token)
+	conn.Do("ZREM", c.key(), token)
 }
 
-// Bucket allows Limit uses per interval, the intervals aligned to the
-// epoch (per second, minute, hour, day: Enterprise's bucket limiter).
-type Bucket struct {
+// bucket is the limiter NewBucket returns.
+type bucket struct {
 	pool     *redis.Pool
 	name     string
 	limit    int
@@ -189,12 +191,13 @@ type Bucket struct {
 }
 
 // NewBucket returns a bucket limiter of limit uses per interval (at least a
-// second, in whole seconds).
-func NewBucket(pool *redis.Pool, name string, limit int, interval time.Duration, opts *Options) (*Bucket, error) {
+// second, in whole seconds), the intervals aligned to the epoch (per
+// second, minute, hour, day: Enterprise's bucket limiter).
+func NewBucket(pool *redis.Pool, name string, limit int, interval time.Duration, opts *Options) (Limiter, error) {
 	if name == "" || limit < 1 || interval < time.Second || interval%time.Second != 0 {
 		return nil, errors.New("limit: a bucket limiter needs a name, a limit of at least 1 and an interval of whole seconds")
 	}
-	b := &Bucket{pool: pool, name: name, limit: limit, interval: interval}
+	b := &bucket{pool: pool, name: name, limit: limit, interval: interval}
 	if opts != nil {
 		b.opts = *opts
 	}
@@ -202,10 +205,10 @@ func NewBucket(pool *redis.Pool, name string, limit int, interval time.Duration,
 }
 
 // Within runs fn if this interval has uses left.
-func (b *Bucket) Within(ctx context.Context, fn func(context.Context) error) error {
+func (b *bucket) Within(ctx context.Context, fn func(context.Context) error) error {
 	now := b.opts.clock().Now()
 	start := now.Truncate(b.interval)
-	key := KeyPrefix + b.name + ":bucket:" + strconv.FormatInt(start.Unix(), 10)
+	key := keyPrefix + b.name + ":bucket:" + strconv.FormatInt(start.Unix(), 10)
 	conn, err := b.pool.GetContext(ctx)
 	if err != nil {
 		return err
@@ -221,8 +224,8 @@ func (b *Bucket) Within(ctx context.Context, fn func(context.Context) error) err
 	return fn(ctx)
 }
 
-// Window allows Limit uses in any sliding interval.
-type Window struct {
+// window is the limiter NewWindow returns.
+type window struct {
 	pool     *redis.Pool
 	name     string
 	limit    int
@@ -230,28 +233,29 @@ type Window struct {
 	opts     Options
 }
 
-// NewWindow returns a sliding-window limiter.
-func NewWindow(pool *redis.Pool, name string, limit int, interval time.Duration, opts *Options) (*Window, error) {
+// NewWindow returns a sliding-window limiter: at most limit uses in any
+// interval.
+func NewWindow(pool *redis.Pool, name string, limit int, interval time.Duration, opts *Options) (Limiter, error) {
 	if name == "" || limit < 1 || interval < time.Millisecond {
 		return nil, errors.New("limit: a window limiter needs a name, a limit of at least 1 and an interval")
 	}
-	w := &Window{pool: pool, name: name, limit: limit, interval: interval}
+	w := &window{pool: pool, name: name, limit: limit, interval: interval}
 	if opts != nil {
 		w.opts = *opts
 	}
 	return w, nil
 }
 
-// Key is the window's sorted set of uses.
-func (w *Window) Key() string { return KeyPrefix + w.name + ":window" }
+// key is the window's sorted set of uses.
+func (w *window) key() string { return keyPrefix + w.name + ":window" }
 
 // Within runs fn if fewer than Limit uses fall in the last interval.
-func (w *Window) Within(ctx context.Context, fn func(context.Context) error) error {
+func (w *window) Within(ctx context.Context, fn func(context.Context) error) error {
 	conn, err := w.pool.GetContext(ctx)
 	if err != nil {
 		return err
 	}
-	wait, err := redis.Int64(windowScript.DoContext(ctx, conn, w.Key(), ms(w.opts.clock().Now()), w.limit,
+	wait, err := redis.Int64(windowScript.DoContext(ctx, conn, w.key(), ms(w.opts.clock().Now()), w.limit,
 		w.interval.Milliseconds(), uuid.NewString()))
 	conn.Close()
 	if err != nil {
@@ -264,7 +268,7 @@ func (w *Window) Within(ctx context.Context, fn func(context.Context) error) err
 }
 
 // ClassMiddleware runs every job of class inside l (gojob work --limit
-// CLASS=N uses a Concurrent limiter named "class:CLASS").
+// CLASS=N uses a concurrent limiter (NewConcurrent) named "class:CLASS").
 func ClassMiddleware(class string, l Limiter) sidekiq.ServerMiddleware {
 	return func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
 		if job.Class() != class {

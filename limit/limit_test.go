@@ -12,7 +12,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/clocktest"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
@@ -63,8 +64,8 @@ func TestConcurrentLimitHoldsAcrossServers(t *testing.T) {
 		if t.Failed() {
 			conn := pool.Get()
 			defer conn.Close()
-			slots, _ := redis.Strings(conn.Do("ZRANGE", KeyPrefix+"class:Limited:concurrent", 0, -1, "WITHSCORES"))
-			sched, _ := redis.Int(conn.Do("ZCARD", wire.KeySchedule))
+			slots, _ := redis.Strings(conn.Do("ZRANGE", keyPrefix+"class:Limited:concurrent", 0, -1, "WITHSCORES"))
+			sched, _ := redis.Int(conn.Do("ZCARD", contract.KeySchedule))
 			q, _ := redis.Int(conn.Do("LLEN", "queue:default"))
 			t.Logf("done %d, running %d, slots %v, scheduled %d, queued %d", done.Load(), running.Load(), slots, sched, q)
 		}
@@ -76,7 +77,7 @@ func TestConcurrentLimitHoldsAcrossServers(t *testing.T) {
 	conn := pool.Get()
 	defer conn.Close()
 	wait.Within(t, 5*time.Second, "every slot freed", func() bool {
-		n, err := redis.Int(conn.Do("ZCARD", KeyPrefix+"class:Limited:concurrent"))
+		n, err := redis.Int(conn.Do("ZCARD", keyPrefix+"class:Limited:concurrent"))
 		require.NoError(t, err)
 		return n == 0
 	})
@@ -93,7 +94,7 @@ func TestConcurrentSlotOfACrashedHolderFreesAfterItsTimeout(t *testing.T) {
 	conn := pool.Get()
 	defer conn.Close()
 	// A holder that took the slot and was killed: nothing refreshes it.
-	_, err = conn.Do("ZADD", l.Key(), time.Now().Add(600*time.Millisecond).UnixMilli(), "dead-holder")
+	_, err = conn.Do("ZADD", l.(*concurrent).key(), time.Now().Add(600*time.Millisecond).UnixMilli(), "dead-holder")
 	require.NoError(t, err)
 	ran := func() error { return l.Within(context.Background(), func(context.Context) error { return nil }) }
 	var ol *sidekiq.OverLimitError
@@ -105,7 +106,7 @@ func TestConcurrentSlotOfACrashedHolderFreesAfterItsTimeout(t *testing.T) {
 	release := make(chan struct{})
 	go l.Within(context.Background(), func(context.Context) error { <-release; return nil })
 	wait.For(t, "the holder to take the slot", func() bool {
-		n, _ := redis.Int(conn.Do("ZCARD", l.Key()))
+		n, _ := redis.Int(conn.Do("ZCARD", l.(*concurrent).key()))
 		return n == 1
 	})
 	time.Sleep(1800 * time.Millisecond)
@@ -121,7 +122,7 @@ func TestBucketAndWindowLimits(t *testing.T) {
 	t.Parallel()
 	rs := redistest.Start(t)
 	pool := rs.Pool(t)
-	clk := clock.NewFake(time.Unix(1795296000, 250*int64(time.Millisecond)))
+	clk := clocktest.NewFake(time.Unix(1795296000, 250*int64(time.Millisecond)))
 	ok := func(context.Context) error { return nil }
 	b, err := NewBucket(pool, "api", 3, time.Second, &Options{Clock: clk})
 	require.NoError(t, err)

@@ -2,11 +2,9 @@ package metrics
 
 import (
 	"context"
-	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gojob/gojob/sidekiq/api"
 )
@@ -20,18 +18,20 @@ var (
 	descScrapeErr   = prometheus.NewDesc("gojob_cluster_scrape_error", "1 when the cluster-wide figures could not be read for this scrape.", nil, nil)
 )
 
-// Cluster collects the cluster-wide figures every process shares (queues,
+// cluster collects the cluster-wide figures every process shares (queues,
 // sets, Sidekiq's counters), read through the admin API at scrape time.
-// The Exporter of a worker registers one; `gojob web` serves one alone.
-type Cluster struct {
+type cluster struct {
 	admin *api.API
 }
 
-// NewCluster returns the cluster collector reading through admin.
-func NewCluster(admin *api.API) *Cluster { return &Cluster{admin: admin} }
+// NewCluster returns the collector of the cluster-wide figures every
+// process shares (queues, sets, Sidekiq's counters), read through admin at
+// scrape time. The Exporter of a worker registers one; `gojob web` serves
+// one alone in a registry of its own.
+func NewCluster(admin *api.API) prometheus.Collector { return &cluster{admin: admin} }
 
 // Describe implements prometheus.Collector.
-func (c *Cluster) Describe(ch chan<- *prometheus.Desc) {
+func (c *cluster) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descQueueSize, descQueueLat, descSetSize, descClusterProc, descClusterFail, descScrapeErr} {
 		ch <- d
 	}
@@ -39,14 +39,14 @@ func (c *Cluster) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector (at most 2 s of Redis reads per
 // scrape; gojob_cluster_scrape_error says when they failed).
-func (c *Cluster) Collect(ch chan<- prometheus.Metric) {
+func (c *cluster) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	failed := c.collect(ctx, ch) != nil
 	ch <- prometheus.MustNewConstMetric(descScrapeErr, prometheus.GaugeValue, b2f(failed))
 }
 
-func (c *Cluster) collect(ctx context.Context, ch chan<- prometheus.Metric) error {
+func (c *cluster) collect(ctx context.Context, ch chan<- prometheus.Metric) error {
 	st, err := c.admin.Stats(ctx)
 	if err != nil {
 		return err
@@ -65,12 +65,4 @@ func (c *Cluster) collect(ctx context.Context, ch chan<- prometheus.Metric) erro
 		ch <- prometheus.MustNewConstMetric(descQueueLat, prometheus.GaugeValue, lat.Seconds(), q.Name)
 	}
 	return nil
-}
-
-// ClusterHandler serves the cluster collector alone in the Prometheus text
-// format (the /metrics of `gojob web`).
-func ClusterHandler(admin *api.API) http.Handler {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewCluster(admin))
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }

@@ -2,8 +2,8 @@
 // health endpoints: /metrics (this process's jobs by queue and class, its
 // slots and Redis state, and the cluster's queues and sets read through the
 // admin API at scrape time), /healthz (the process runs) and /readyz
-// (Redis answers and the process takes jobs). README "Metrics and health"
-// lists the metrics.
+// (Redis answers and the process takes jobs). docs/metrics.md lists the
+// metrics.
 package metrics
 
 import (
@@ -48,14 +48,18 @@ func New(srv *sidekiq.Server, admin *api.API, pool *redis.Pool) *Exporter {
 	e.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gojob_job_duration_seconds",
 		Help:    "Execution time of the jobs this process finished.",
 		Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}}, labels)
-	e.reg.MustRegister(e.processed, e.failed, e.overLimit, e.duration, e, NewCluster(admin),
+	e.reg.MustRegister(e.processed, e.failed, e.overLimit, e.duration, processCollector{e}, NewCluster(admin),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv.Observe(e)
+	srv.Observe(observer{e})
 	return e
 }
 
+// observer counts the server's finished jobs into its Exporter.
+type observer struct{ e *Exporter }
+
 // JobDone implements sidekiq.JobObserver.
-func (e *Exporter) JobDone(queue, class string, took time.Duration, err error) {
+func (o observer) JobDone(queue, class string, took time.Duration, err error) {
+	e := o.e
 	if class == "" {
 		class = "(unparsable)"
 	}
@@ -83,8 +87,11 @@ var (
 	descOutages     = prometheus.NewDesc("gojob_redis_outages_total", "Redis outages this process went through.", nil, nil)
 )
 
+// processCollector collects the process gauges of an Exporter's server.
+type processCollector struct{ e *Exporter }
+
 // Describe implements prometheus.Collector.
-func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
+func (processCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBusy, descSlots, descQuiet, descRedisUp, descRecovered, descPoison, descRedisErrors, descOutages} {
 		ch <- d
 	}
@@ -98,13 +105,14 @@ func b2f(b bool) float64 {
 }
 
 // Collect implements prometheus.Collector: the process gauges (the
-// cluster's figures come from the registered Cluster).
-func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
-	ch <- prometheus.MustNewConstMetric(descBusy, prometheus.GaugeValue, float64(e.srv.Busy()))
-	ch <- prometheus.MustNewConstMetric(descSlots, prometheus.GaugeValue, float64(e.srv.Concurrency()))
-	ch <- prometheus.MustNewConstMetric(descQuiet, prometheus.GaugeValue, b2f(e.srv.IsQuiet()))
-	ch <- prometheus.MustNewConstMetric(descRedisUp, prometheus.GaugeValue, b2f(!e.srv.RedisDown()))
-	fs := e.srv.FetchStats()
+// cluster's figures come from the registered NewCluster collector).
+func (p processCollector) Collect(ch chan<- prometheus.Metric) {
+	e := p.e
+	fs := e.srv.Status()
+	ch <- prometheus.MustNewConstMetric(descBusy, prometheus.GaugeValue, float64(fs.Busy))
+	ch <- prometheus.MustNewConstMetric(descSlots, prometheus.GaugeValue, float64(fs.Concurrency))
+	ch <- prometheus.MustNewConstMetric(descQuiet, prometheus.GaugeValue, b2f(fs.Quiet))
+	ch <- prometheus.MustNewConstMetric(descRedisUp, prometheus.GaugeValue, b2f(!fs.RedisDown))
 	ch <- prometheus.MustNewConstMetric(descRecovered, prometheus.CounterValue, float64(fs.Recovered))
 	ch <- prometheus.MustNewConstMetric(descPoison, prometheus.CounterValue, float64(fs.PoisonPills))
 	ch <- prometheus.MustNewConstMetric(descRedisErrors, prometheus.CounterValue, float64(fs.RedisErrors))
@@ -116,7 +124,7 @@ func (e *Exporter) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		if !e.srv.Running() {
+		if !e.srv.Status().Running {
 			http.Error(w, "not running", http.StatusServiceUnavailable)
 			return
 		}

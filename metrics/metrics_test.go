@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
@@ -105,10 +106,10 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 	orphan.SetQueue("default")
 	orphan.SetJID("0123456789abcdef01234567")
 	conn := pool.Get()
-	list := wire.WorkingListKey("default", "gone-host:4242:aaaaaaaaaaaa")
+	list := contract.WorkingListKey("default", "gone-host:4242:aaaaaaaaaaaa")
 	_, err = conn.Do("LPUSH", list, orphan.Encode())
 	require.NoError(t, err)
-	_, err = conn.Do("SADD", wire.KeyWorkingLists, list)
+	_, err = conn.Do("SADD", contract.KeyWorkingLists, list)
 	require.NoError(t, err)
 	conn.Close()
 

@@ -13,34 +13,45 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/orderedstore"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// DefaultShards is the shard count of a queue created without one.
-const DefaultShards = 16
+// defaultShards is the shard count of a queue created without one.
+const defaultShards = 16
 
-// ErrNoKey is returned for a push without an ordering key.
-var ErrNoKey = errors.New("ordered: an ordering key is required")
+// ErrBadQueueName is returned for a queue name ordered queues cannot use
+// (empty, or with '{', '}' or whitespace).
+var ErrBadQueueName = orderedstore.ErrBadQueueName
 
-// ShardsMismatchError says a queue exists with another shard count.
-// Changing it would send a key's later jobs to another shard, where they
-// could overtake its earlier ones; see docs/ordered.md for a migration.
-type ShardsMismatchError struct {
+// errNoKey is returned for a push without an ordering key.
+var errNoKey = errors.New("ordered: an ordering key is required")
+
+// ErrShardsMismatch is matched (errors.Is) by the error of a worker
+// configured with another shard count than its queue has. Changing the
+// count would send a key's later jobs to another shard, where they could
+// overtake its earlier ones; see docs/ordered.md for a migration.
+var ErrShardsMismatch = errors.New("ordered: a queue's shard count cannot change")
+
+// shardsMismatchError is the ErrShardsMismatch of one queue.
+type shardsMismatchError struct {
 	Queue      string
 	Shards     int // the queue's
 	Configured int // asked for
 }
 
-func (e *ShardsMismatchError) Error() string {
+func (e *shardsMismatchError) Error() string {
 	return fmt.Sprintf("ordered: queue %s has %d shards, not %d (a queue's shard count cannot change; see docs/ordered.md)",
 		e.Queue, e.Shards, e.Configured)
 }
+
+func (e *shardsMismatchError) Is(target error) bool { return target == ErrShardsMismatch }
 
 // ClientConfig configures a Client.
 type ClientConfig struct {
 	Pool *redis.Pool
 	// Shards is the shard count a queue gets when a push creates it
-	// (default DefaultShards). A queue that exists keeps its own.
+	// (default 16). A queue that exists keeps its own.
 	Shards int
 	Clock  clock.Clock
 }
@@ -63,7 +74,7 @@ func NewClient(cfg *ClientConfig) (*Client, error) {
 	if cfg.Shards < 0 {
 		return nil, errors.New("ordered: ClientConfig.Shards must not be negative")
 	}
-	return &Client{pool: cfg.Pool, shards: cmp.Or(cfg.Shards, DefaultShards), clock: clock.Or(cfg.Clock), known: map[string]int{}}, nil
+	return &Client{pool: cfg.Pool, shards: cmp.Or(cfg.Shards, defaultShards), clock: clock.Or(cfg.Clock), known: map[string]int{}}, nil
 }
 
 // PushOpts are the ordering options of one push.
@@ -86,52 +97,49 @@ type PushItem struct {
 	Opts PushOpts
 }
 
-// PushResult is what a push did.
-type PushResult struct {
-	// Added counts the payloads that were not already pending; an equal
-	// payload pending for the key is merged (it keeps the lower score).
-	Added int
-}
-
 // Push adds job to the ordered queue job.Queue() ("default" when unset)
-// under opts.Key.
-func (c *Client) Push(ctx context.Context, job *wire.Job, opts *PushOpts) (*PushResult, error) {
+// under opts.Key. It returns the number of payloads added: 0 when an equal
+// payload was already pending for the key, which is merged (it keeps the
+// lower score).
+func (c *Client) Push(ctx context.Context, job *wire.Job, opts *PushOpts) (int, error) {
 	if opts == nil {
-		return nil, ErrNoKey
+		return 0, errNoKey
 	}
 	return c.PushBulk(ctx, []PushItem{{Job: job, Opts: *opts}})
 }
 
 // PushBulk pushes several jobs, each to its own queue, in one round trip
 // per queue; the jobs of one queue get increasing scores in slice order.
-func (c *Client) PushBulk(ctx context.Context, items []PushItem) (*PushResult, error) {
+// It returns the number of payloads added (see Push), also when an error
+// stops it after some queues.
+func (c *Client) PushBulk(ctx context.Context, items []PushItem) (int, error) {
 	byQueue := map[string][]PushItem{}
 	var order []string
 	for _, it := range items {
 		if it.Opts.Key == "" {
-			return nil, ErrNoKey
+			return 0, errNoKey
 		}
 		if it.Job == nil || it.Job.Class() == "" {
-			return nil, errors.New("ordered: a job needs a class")
+			return 0, errors.New("ordered: a job needs a class")
 		}
 		q := cmp.Or(it.Job.Queue(), "default")
-		if err := validQueue(q); err != nil {
-			return nil, err
+		if err := orderedstore.ValidQueue(q); err != nil {
+			return 0, err
 		}
 		if _, ok := byQueue[q]; !ok {
 			order = append(order, q)
 		}
 		byQueue[q] = append(byQueue[q], it)
 	}
-	res := &PushResult{}
+	added := 0
 	for _, q := range order {
 		n, err := c.pushQueue(ctx, q, byQueue[q])
 		if err != nil {
-			return res, err
+			return added, err
 		}
-		res.Added += n
+		added += n
 	}
-	return res, nil
+	return added, nil
 }
 
 func (c *Client) pushQueue(ctx context.Context, q string, items []PushItem) (int, error) {
@@ -147,7 +155,7 @@ func (c *Client) pushQueue(ctx context.Context, q string, items []PushItem) (int
 	for attempt := 0; ; attempt++ {
 		now := c.clock.Now()
 		args := make([]any, 0, 3+5*len(items))
-		args = append(args, prefix(q), shards, now.UnixMilli())
+		args = append(args, orderedstore.Prefix(q), shards, now.UnixMilli())
 		for _, it := range items {
 			score := ""
 			if it.Opts.Score != nil {
@@ -157,9 +165,9 @@ func (c *Client) pushQueue(ctx context.Context, q string, items []PushItem) (int
 			if !it.Opts.At.IsZero() {
 				at = it.Opts.At
 			}
-			args = append(args, it.Opts.Key, ShardOf(it.Opts.Key, shards), Payload(it.Job), score, at.UnixMilli())
+			args = append(args, it.Opts.Key, orderedstore.ShardOf(it.Opts.Key, shards), payload(it.Job), score, at.UnixMilli())
 		}
-		n, err := redis.Int(pushScript.DoContext(ctx, conn, args...))
+		n, err := redis.Int(orderedstore.PushScript.DoContext(ctx, conn, args...))
 		if err == nil {
 			return n, nil
 		}
@@ -182,13 +190,13 @@ func (c *Client) shardsOf(ctx context.Context, conn redis.Conn, q string) (int, 
 	if ok {
 		return n, nil
 	}
-	n, err := queueShards(ctx, conn, q)
+	n, err := orderedstore.QueueShards(ctx, conn, q)
 	if err != nil {
 		return 0, err
 	}
 	if n == 0 {
 		n = c.shards
-		if _, err := redis.DoContext(conn, ctx, "SADD", KeyQueues, q); err != nil {
+		if _, err := redis.DoContext(conn, ctx, "SADD", orderedstore.KeyQueues, q); err != nil {
 			return 0, err
 		}
 	}
@@ -215,20 +223,11 @@ func parseShardsError(err error) (int, bool) {
 	return n, err == nil
 }
 
-// queueShards reads a queue's shard count, 0 when the queue does not exist.
-func queueShards(ctx context.Context, conn redis.Conn, q string) (int, error) {
-	n, err := redis.Int(redis.DoContext(conn, ctx, "HGET", keysOf(q).meta(), "shards"))
-	if errors.Is(err, redis.ErrNil) {
-		return 0, nil
-	}
-	return n, err
-}
-
-// Declare creates queue q with shards shards, or checks that it has
-// them; shards 0 adopts the queue's count (DefaultShards for a new
+// declare creates queue q with shards shards, or checks that it has
+// them; shards 0 adopts the queue's count (defaultShards for a new
 // queue). It returns the queue's shard count.
-func Declare(ctx context.Context, pool *redis.Pool, q string, shards int, now time.Time) (int, error) {
-	if err := validQueue(q); err != nil {
+func declare(ctx context.Context, pool *redis.Pool, q string, shards int, now time.Time) (int, error) {
+	if err := orderedstore.ValidQueue(q); err != nil {
 		return 0, err
 	}
 	if shards < 0 {
@@ -239,35 +238,35 @@ func Declare(ctx context.Context, pool *redis.Pool, q string, shards int, now ti
 		return 0, err
 	}
 	defer conn.Close()
-	want := cmp.Or(shards, DefaultShards)
-	if _, err := redis.DoContext(conn, ctx, "HSETNX", keysOf(q).meta(), "created_at", now.UnixMilli()); err != nil {
+	want := cmp.Or(shards, defaultShards)
+	if _, err := redis.DoContext(conn, ctx, "HSETNX", orderedstore.KeysOf(q).Meta(), "created_at", now.UnixMilli()); err != nil {
 		return 0, err
 	}
-	created, err := redis.Int(redis.DoContext(conn, ctx, "HSETNX", keysOf(q).meta(), "shards", want))
+	created, err := redis.Int(redis.DoContext(conn, ctx, "HSETNX", orderedstore.KeysOf(q).Meta(), "shards", want))
 	if err != nil {
 		return 0, err
 	}
-	if _, err := redis.DoContext(conn, ctx, "SADD", KeyQueues, q); err != nil {
+	if _, err := redis.DoContext(conn, ctx, "SADD", orderedstore.KeyQueues, q); err != nil {
 		return 0, err
 	}
 	if created == 1 {
 		return want, nil
 	}
-	have, err := queueShards(ctx, conn, q)
+	have, err := orderedstore.QueueShards(ctx, conn, q)
 	if err != nil {
 		return 0, err
 	}
 	if shards != 0 && have != shards {
-		return 0, &ShardsMismatchError{Queue: q, Shards: have, Configured: shards}
+		return 0, &shardsMismatchError{Queue: q, Shards: have, Configured: shards}
 	}
 	return have, nil
 }
 
-// Payload returns what an ordered queue stores for job: the job without
+// payload returns what an ordered queue stores for job: the job without
 // the fields that differ between two pushes of the same work (jid,
 // created_at, enqueued_at, queue), so that equal payloads merge as
 // Lowkiq's do.
-func Payload(job *wire.Job) []byte {
+func payload(job *wire.Job) []byte {
 	j := job.Clone()
 	for _, f := range []string{"jid", "created_at", "enqueued_at", "queue"} {
 		j.Delete(f)

@@ -9,6 +9,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/orderedstore"
 	"github.com/gojob/gojob/internal/wait"
 )
 
@@ -19,9 +20,9 @@ func expireLease(t *testing.T, b *testBundle, w *Worker, s int) {
 	t.Helper()
 	conn := b.pool.Get()
 	defer conn.Close()
-	_, err := conn.Do("DEL", w.keys.lease(s))
+	_, err := conn.Do("DEL", w.keys.Lease(s))
 	require.NoError(t, err)
-	_, err = conn.Do("ZREM", w.keys.members(), w.cfg.Identity)
+	_, err = conn.Do("ZREM", w.keys.Members(), w.cfg.Identity)
 	require.NoError(t, err)
 }
 
@@ -35,10 +36,10 @@ func TestTakenOverProcessCannotCommit(t *testing.T) {
 	ctx := context.Background()
 	oldRan := 0
 	a := b.worker(t, Config{Handler: HandlerFunc(func(context.Context, *Batch) error { oldRan++; return nil })})
-	require.Len(t, a.Held(), 4, "alone, a worker leases every shard")
+	require.Len(t, a.heldShards(), 4, "alone, a worker leases every shard")
 	b.push(t, "q", "k", "v1", 1, time.Time{})
 	b.push(t, "q", "k", "v2", 2, time.Time{})
-	s := ShardOf("k", 4)
+	s := orderedstore.ShardOf("k", 4)
 
 	fb, err := a.fetch(ctx)
 	require.NoError(t, err)
@@ -48,7 +49,7 @@ func TestTakenOverProcessCannotCommit(t *testing.T) {
 	expireLease(t, b, a, s)
 	rec := &recorder{}
 	nb := b.worker(t, Config{Handler: rec})
-	require.Contains(t, nb.Held(), s, "the new worker leased the lapsed shard")
+	require.Contains(t, nb.heldShards(), s, "the new worker leased the lapsed shard")
 	require.NotEqual(t, fb.token, nb.held[s], "under a new fencing token")
 
 	// The old owner finishes its batch: its commit is refused.
@@ -56,7 +57,7 @@ func TestTakenOverProcessCannotCommit(t *testing.T) {
 	require.Equal(t, 1, oldRan)
 	ks := b.key(t, "q", "k")
 	require.Equal(t, map[string]float64{"v1": 1, "v2": 2}, args0(t, ks.Payloads), "the batch is back in the queue, untouched by the refused commit")
-	st, err := Status(ctx, b.pool, "q", b.clock.Now())
+	st, err := orderedstore.Status(ctx, b.pool, "q", b.clock.Now())
 	require.NoError(t, err)
 	require.EqualValues(t, 0, st.Processed)
 	require.EqualValues(t, 2, st.Pending)
@@ -67,11 +68,11 @@ func TestTakenOverProcessCannotCommit(t *testing.T) {
 	fb, err = a.fetch(ctx)
 	require.NoError(t, err)
 	require.Nil(t, fb)
-	require.NotContains(t, a.Held(), s)
+	require.NotContains(t, a.heldShards(), s)
 
 	require.True(t, nb.runOnce(t))
 	require.Equal(t, [][]string{{"v1", "v2", "v3"}}, rec.batches)
-	st, err = Status(ctx, b.pool, "q", b.clock.Now())
+	st, err = orderedstore.Status(ctx, b.pool, "q", b.clock.Now())
 	require.NoError(t, err)
 	require.EqualValues(t, 3, st.Processed)
 	require.EqualValues(t, 0, st.Pending)
@@ -89,19 +90,19 @@ func TestCommitWithStaleTokenWritesNothing(t *testing.T) {
 	fb, err := a.fetch(ctx)
 	require.NoError(t, err)
 	tok, _ := strconv.Atoi(fb.token)
-	ok, err := a.commitOnce([]any{a.keys.p, fb.shard, a.cfg.Identity, strconv.Itoa(tok - 1), b.clock.Now().UnixMilli(),
+	ok, err := a.commitOnce([]any{a.keys.Prefix(), fb.shard, a.cfg.Identity, strconv.Itoa(tok - 1), b.clock.Now().UnixMilli(),
 		"k", 1, "ok", "-1", "0", "0", ""})
 	require.NoError(t, err)
 	require.False(t, ok)
-	ok, err = a.commitOnce([]any{a.keys.p, fb.shard, "someone-else", fb.token, b.clock.Now().UnixMilli(),
+	ok, err = a.commitOnce([]any{a.keys.Prefix(), fb.shard, "someone-else", fb.token, b.clock.Now().UnixMilli(),
 		"k", 1, "ok", "-1", "0", "0", ""})
 	require.NoError(t, err)
 	require.False(t, ok)
-	st, err := Status(ctx, b.pool, "q", b.clock.Now())
+	st, err := orderedstore.Status(ctx, b.pool, "q", b.clock.Now())
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.Processing)
 	a.work(fb)
-	st, err = Status(ctx, b.pool, "q", b.clock.Now())
+	st, err = orderedstore.Status(ctx, b.pool, "q", b.clock.Now())
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.Processed)
 }
@@ -115,24 +116,24 @@ func TestLeasesAreSharedAndHandedOver(t *testing.T) {
 	ctx := context.Background()
 	a := b.worker(t, Config{Handler: &recorder{}})
 	c := b.worker(t, Config{Handler: &recorder{}})
-	require.Len(t, a.Held(), 4)
-	require.Empty(t, c.Held(), "every shard is leased")
+	require.Len(t, a.heldShards(), 4)
+	require.Empty(t, c.heldShards(), "every shard is leased")
 	_, err := a.beat(ctx)
 	require.NoError(t, err)
-	require.Len(t, a.Held(), 2, "a releases idle shards above its share")
+	require.Len(t, a.heldShards(), 2, "a releases idle shards above its share")
 	_, err = c.beat(ctx)
 	require.NoError(t, err)
-	require.Len(t, c.Held(), 2)
-	require.ElementsMatch(t, []int{0, 1, 2, 3}, append(a.Held(), c.Held()...))
+	require.Len(t, c.heldShards(), 2)
+	require.ElementsMatch(t, []int{0, 1, 2, 3}, append(a.heldShards(), c.heldShards()...))
 
 	// Leaving releases at once; the other takes them at its next beat.
 	require.NoError(t, a.release(ctx))
 	_, err = c.beat(ctx)
 	require.NoError(t, err)
-	require.Len(t, c.Held(), 4)
+	require.Len(t, c.heldShards(), 4)
 	conn := b.pool.Get()
 	defer conn.Close()
-	members, err := redis.Strings(conn.Do("ZRANGE", c.keys.members(), 0, -1))
+	members, err := redis.Strings(conn.Do("ZRANGE", c.keys.Members(), 0, -1))
 	require.NoError(t, err)
 	require.Equal(t, []string{c.Identity()}, members)
 }
@@ -167,7 +168,7 @@ func TestWorkerThatCannotBeatCancelsItsBatches(t *testing.T) {
 			return false
 		}
 	})
-	require.Empty(t, a.Held())
+	require.Empty(t, a.heldShards())
 	wait.For(t, "the slot to give up its commit", func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()

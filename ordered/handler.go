@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -62,15 +63,15 @@ func (e *PartialError) Unwrap() error { return e.Err }
 // class, in order, stopping at the first failure (a *PartialError).
 type ClassHandlers map[string]sidekiq.Handler
 
-// ErrNoHandler fails a job whose class has no handler.
-var ErrNoHandler = errors.New("ordered: no handler for class")
+// errNoHandler fails a job whose class has no handler.
+var errNoHandler = errors.New("ordered: no handler for class")
 
 // Perform runs the batch job by job.
 func (m ClassHandlers) Perform(ctx context.Context, b *Batch) error {
 	for i, job := range b.Jobs {
 		h := m[job.Class()]
 		if h == nil {
-			return &PartialError{Done: i, Err: fmt.Errorf("%w %q", ErrNoHandler, job.Class())}
+			return &PartialError{Done: i, Err: fmt.Errorf("%w %q", errNoHandler, job.Class())}
 		}
 		if err := h.Perform(ctx, job); err != nil {
 			return &PartialError{Done: i, Err: err}
@@ -94,7 +95,7 @@ func deliveredJob(queue, key string, payload []byte, score float64, retryCount i
 	job.Set("ordered_key", rubyjson.StringValue(key))
 	job.Set("ordered_score", scoreValue(score))
 	if retryCount >= 0 {
-		job.SetRetryCount(retryCount)
+		contract.SetRetryCount(job, retryCount)
 	}
 	return job, nil
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/internal/orderedstore"
 )
 
 // beatResult is what one heartbeat changed.
@@ -63,11 +65,11 @@ func (w *Worker) beatOnce() {
 }
 
 // beat runs one heartbeat: renew, release above the fair share, lease up
-// to it (lua/beat.lua).
+// to it (internal/orderedstore/lua/beat.lua).
 func (w *Worker) beat(ctx context.Context) (*beatResult, error) {
 	start := time.Now()
 	w.mu.Lock()
-	args := []any{w.keys.p, w.cfg.Identity, w.cfg.LeaseTTL.Milliseconds(), w.cfg.Clock.Now().UnixMilli(),
+	args := []any{w.keys.Prefix(), w.cfg.Identity, w.cfg.LeaseTTL.Milliseconds(), w.cfg.Clock.Now().UnixMilli(),
 		rand.IntN(max(w.shards, 1)), len(w.held)}
 	for s, tok := range w.held {
 		args = append(args, s, tok)
@@ -81,7 +83,7 @@ func (w *Worker) beat(ctx context.Context) (*beatResult, error) {
 		return nil, err
 	}
 	defer conn.Close()
-	reply, err := redis.Strings(beatScript.DoContext(ctx, conn, args...))
+	reply, err := redis.Strings(orderedstore.BeatScript.DoContext(ctx, conn, args...))
 	if err != nil {
 		return nil, err
 	}

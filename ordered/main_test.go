@@ -11,7 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/clocktest"
+	"github.com/gojob/gojob/internal/orderedstore"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -24,7 +25,7 @@ func TestMain(m *testing.M) {
 type testBundle struct {
 	pool   *redis.Pool
 	client *Client
-	clock  *clock.Fake
+	clock  *clocktest.Fake
 }
 
 // t0 is the perform_in of Lowkiq's README merge example.
@@ -33,7 +34,7 @@ var t0 = time.Unix(1536323288, 0)
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	rs := redistest.Start(t)
-	b := &testBundle{pool: rs.Pool(t), clock: clock.NewFake(t0)}
+	b := &testBundle{pool: rs.Pool(t), clock: clocktest.NewFake(t0)}
 	var err error
 	b.client, err = NewClient(&ClientConfig{Pool: b.pool, Shards: 4, Clock: b.clock})
 	require.NoError(t, err)
@@ -63,7 +64,7 @@ func (b *testBundle) worker(t *testing.T, cfg Config) *Worker {
 	}
 	w, err := NewWorker(&cfg)
 	require.NoError(t, err)
-	w.shards, err = Declare(context.Background(), b.pool, w.cfg.Queue, 4, b.clock.Now())
+	w.shards, err = declare(context.Background(), b.pool, w.cfg.Queue, 4, b.clock.Now())
 	require.NoError(t, err)
 	_, err = w.beat(context.Background())
 	require.NoError(t, err)
@@ -91,7 +92,7 @@ func (w *Worker) runOnce(t *testing.T) bool {
 }
 
 // args0 returns args[0] of each payload: Lowkiq's payload in these tests.
-func args0(t *testing.T, entries []ScoredEntry) map[string]float64 {
+func args0(t *testing.T, entries []orderedstore.ScoredEntry) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
 	for _, e := range entries {
@@ -102,9 +103,9 @@ func args0(t *testing.T, entries []ScoredEntry) map[string]float64 {
 	return out
 }
 
-func (b *testBundle) key(t *testing.T, queue, key string) *KeyState {
+func (b *testBundle) key(t *testing.T, queue, key string) *orderedstore.KeyState {
 	t.Helper()
-	ks, err := Key(context.Background(), b.pool, queue, key)
+	ks, err := orderedstore.Key(context.Background(), b.pool, queue, key)
 	require.NoError(t, err)
 	return ks
 }

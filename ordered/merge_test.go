@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/orderedstore"
 )
 
 // Lowkiq's README "Job merging rules" example: a queued job
@@ -136,7 +138,7 @@ func TestPartialFailureAcknowledgesTheJobsThatRan(t *testing.T) {
 	require.Equal(t, 0, ks.RetryCount)
 	require.Equal(t, "TestError: v3 failed", ks.Error)
 
-	st, err := Status(context.Background(), b.pool, "q", b.clock.Now())
+	st, err := orderedstore.Status(context.Background(), b.pool, "q", b.clock.Now())
 	require.NoError(t, err)
 	require.EqualValues(t, 2, st.Processed)
 	require.EqualValues(t, 2, st.Pending)

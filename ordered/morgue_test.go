@@ -9,6 +9,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/orderedstore"
 )
 
 // Lowkiq's shard_handler_spec "morgue" with the README's rule: when
@@ -41,16 +43,16 @@ func TestExhaustedKeySendsItsOldestPayloadToTheMorgue(t *testing.T) {
 	require.Equal(t, "TestError: boom", ks.MorgueError)
 	require.Equal(t, b.clock.Now(), ks.MorgueAt)
 
-	st, err := Status(context.Background(), b.pool, "q", b.clock.Now())
+	st, err := orderedstore.Status(context.Background(), b.pool, "q", b.clock.Now())
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.Morgue)
 	require.Equal(t, 1, st.MorgueKeys)
 	require.EqualValues(t, 1, st.Pending)
 	require.EqualValues(t, 3, st.Failed)
 
-	entries, err := Morgue(context.Background(), b.pool, "q", nil)
+	entries, err := orderedstore.Morgue(context.Background(), b.pool, "q", nil)
 	require.NoError(t, err)
-	require.Equal(t, []MorgueEntry{{Key: "1", Payloads: 1, Error: "TestError: boom", At: b.clock.Now()}}, entries)
+	require.Equal(t, []orderedstore.MorgueEntry{{Key: "1", Payloads: 1, Error: "TestError: boom", At: b.clock.Now()}}, entries)
 }
 
 // README: "if morgue job and queued job is merged, perform_in = now(),
@@ -77,7 +79,7 @@ func TestMorgueRequeueMergesWithQueuedJob(t *testing.T) {
 	require.Equal(t, b.clock.Now().Add(10*time.Second), ks.PerformIn)
 
 	b.clock.Advance(time.Second)
-	n, err := MorgueApply(context.Background(), b.pool, "q", MorgueRequeue, []string{"1"}, b.clock.Now())
+	n, err := orderedstore.MorgueApply(context.Background(), b.pool, "q", orderedstore.MorgueRequeue, []string{"1"}, b.clock.Now())
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	ks = b.key(t, "q", "1")
@@ -86,7 +88,7 @@ func TestMorgueRequeueMergesWithQueuedJob(t *testing.T) {
 	require.Equal(t, b.clock.Now(), ks.PerformIn)
 	require.Empty(t, ks.Morgue)
 
-	st, err := Status(context.Background(), b.pool, "q", b.clock.Now())
+	st, err := orderedstore.Status(context.Background(), b.pool, "q", b.clock.Now())
 	require.NoError(t, err)
 	require.EqualValues(t, 0, st.Morgue)
 	require.EqualValues(t, 2, st.Pending)
@@ -109,17 +111,17 @@ func TestMorgueRequeueAllAndDelete(t *testing.T) {
 	}
 	for w.runOnce(t) {
 	}
-	st, err := Status(ctx, b.pool, "q", b.clock.Now())
+	st, err := orderedstore.Status(ctx, b.pool, "q", b.clock.Now())
 	require.NoError(t, err)
 	require.Equal(t, 3, st.MorgueKeys)
 
-	n, err := MorgueApply(ctx, b.pool, "q", MorgueDelete, []string{"a"}, b.clock.Now())
+	n, err := orderedstore.MorgueApply(ctx, b.pool, "q", orderedstore.MorgueDelete, []string{"a"}, b.clock.Now())
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	n, err = MorgueApply(ctx, b.pool, "q", MorgueRequeue, nil, b.clock.Now())
+	n, err = orderedstore.MorgueApply(ctx, b.pool, "q", orderedstore.MorgueRequeue, nil, b.clock.Now())
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
-	st, err = Status(ctx, b.pool, "q", b.clock.Now())
+	st, err = orderedstore.Status(ctx, b.pool, "q", b.clock.Now())
 	require.NoError(t, err)
 	require.Equal(t, 0, st.MorgueKeys)
 	require.EqualValues(t, 0, st.Morgue)
@@ -133,7 +135,7 @@ func (b *testBundle) pushRaw(t *testing.T, queue, key, payload string, score flo
 	t.Helper()
 	conn := b.pool.Get()
 	defer conn.Close()
-	_, err := pushScript.Do(conn, prefix(queue), 4, b.clock.Now().UnixMilli(), key, ShardOf(key, 4), payload, formatScore(score), b.clock.Now().UnixMilli())
+	_, err := orderedstore.PushScript.Do(conn, orderedstore.Prefix(queue), 4, b.clock.Now().UnixMilli(), key, orderedstore.ShardOf(key, 4), payload, formatScore(score), b.clock.Now().UnixMilli())
 	require.NoError(t, err)
 }
 
@@ -166,21 +168,21 @@ func TestMalformedPayloadGoesToTheMorgueAtOnceUnchanged(t *testing.T) {
 	require.Len(t, rec.batches, 2, "the handler never sees a malformed payload")
 
 	ks := b.key(t, "q", "1")
-	require.Equal(t, []ScoredEntry{{Payload: `not json {`, Score: 2}}, ks.Morgue)
+	require.Equal(t, []orderedstore.ScoredEntry{{Payload: `not json {`, Score: 2}}, ks.Morgue)
 	require.Contains(t, ks.MorgueError, "payload 2 of key 1 (score 2) is not a job")
 	require.Empty(t, ks.Payloads)
 	require.False(t, ks.Queued)
 	require.Equal(t, -1, ks.RetryCount)
 
 	ks = b.key(t, "q", "2")
-	require.Equal(t, []ScoredEntry{{Payload: noClass, Score: 1}}, ks.Morgue, "buried unchanged")
+	require.Equal(t, []orderedstore.ScoredEntry{{Payload: noClass, Score: 1}}, ks.Morgue, "buried unchanged")
 	require.Contains(t, ks.MorgueError, `payload 1 of key 2 (score 1) is not a job: it has no "class"`)
 	require.Equal(t, -1, ks.RetryCount, "no retry was spent")
 	ks = b.key(t, "q", "3")
-	require.Equal(t, []ScoredEntry{{Payload: array, Score: 1}}, ks.Morgue)
+	require.Equal(t, []orderedstore.ScoredEntry{{Payload: array, Score: 1}}, ks.Morgue)
 	require.Contains(t, ks.MorgueError, "payload 1 of key 3 (score 1) is not a job")
 
-	st, err := Status(ctx, b.pool, "q", b.clock.Now())
+	st, err := orderedstore.Status(ctx, b.pool, "q", b.clock.Now())
 	require.NoError(t, err)
 	require.EqualValues(t, 3, st.Morgue)
 	require.EqualValues(t, 0, st.Pending)

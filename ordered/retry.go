@@ -10,10 +10,10 @@ import (
 // DefaultMaxRetryCount is Lowkiq's default max_retry_count.
 const DefaultMaxRetryCount = 25
 
-// DefaultRetryIn is Lowkiq's default retry_in: count⁴ + 15 + rand(30) ×
+// defaultRetryIn is Lowkiq's default retry_in: count⁴ + 15 + rand(30) ×
 // (count + 1) seconds (15, 16, 31, 96, 271, … plus jitter), from
 // lib/lowkiq/worker.rb.
-func DefaultRetryIn(count int) time.Duration {
+func defaultRetryIn(count int) time.Duration {
 	c := int64(count)
 	return time.Duration(c*c*c*c+15+rand.Int64N(30)*(c+1)) * time.Second
 }

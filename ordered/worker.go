@@ -15,48 +15,52 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/orderedstore"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // Defaults of Config.
 const (
-	DefaultConcurrency  = 10
+	defaultConcurrency  = 10
 	DefaultLeaseTTL     = 10 * time.Second
-	DefaultPollInterval = 100 * time.Millisecond
-	DefaultMaxBatch     = 1000
+	defaultPollInterval = 100 * time.Millisecond
+	defaultMaxBatch     = 1000
 )
 
-// ErrClosed is returned by Start on a worker that was stopped.
-var ErrClosed = errors.New("ordered: worker closed")
+// errClosed is returned by Start on a worker that was stopped.
+var errClosed = errors.New("ordered: worker closed")
 
 // Config configures a Worker.
 type Config struct {
 	Pool  *redis.Pool
 	Queue string
 	// Shards is the queue's shard count: 0 adopts the queue's (or
-	// DefaultShards for a new queue); another count than the queue's is an
-	// error (*ShardsMismatchError).
+	// 16 for a new queue); another count than the queue's is an
+	// error (ErrShardsMismatch).
 	Shards int
-	// Concurrency is the number of slots; each works one shard at a time.
+	// Concurrency is the number of slots (default 10); each works one shard
+	// at a time.
 	Concurrency int
 	Handler     Handler
 	// MaxRetryCount is Lowkiq's max_retry_count: a key whose batch failed
 	// this many times sends its oldest payload to the morgue.
 	MaxRetryCount int
 	// RetryIn is Lowkiq's retry_in(count): the delay before a key that
-	// failed with retry_count count runs again (default DefaultRetryIn).
+	// failed with retry_count count runs again (default Lowkiq's:
+	// count⁴ + 15 + rand(30)·(count+1) seconds).
 	RetryIn func(count int) time.Duration
 	// BatchKeys is Lowkiq's batch_size: due keys of one shard taken in
 	// one fetch (default 1). Each key is its own Perform call.
 	BatchKeys int
 	// MaxBatch caps the payloads of one key taken in one fetch (default
-	// DefaultMaxBatch); the rest follow in the next fetch.
+	// 1000); the rest follow in the next fetch.
 	MaxBatch int
 	// LeaseTTL is how long a shard lease lasts without a heartbeat: a
 	// process that dies has its shards taken over after at most this long
 	// (default DefaultLeaseTTL). Heartbeats run every LeaseTTL/4.
 	LeaseTTL time.Duration
-	// PollInterval is the wait of a slot that found nothing due.
+	// PollInterval is the wait of a slot that found nothing due (default
+	// 100 ms).
 	PollInterval time.Duration
 	// ShutdownTimeout bounds Stop's wait for running batches; after it,
 	// their contexts are cancelled and what they did not finish goes back.
@@ -69,15 +73,15 @@ type Config struct {
 
 func (c *Config) withDefaults() Config {
 	out := *c
-	out.Concurrency = cmp.Or(out.Concurrency, DefaultConcurrency)
+	out.Concurrency = cmp.Or(out.Concurrency, defaultConcurrency)
 	out.MaxRetryCount = cmp.Or(out.MaxRetryCount, DefaultMaxRetryCount)
 	if out.RetryIn == nil {
-		out.RetryIn = DefaultRetryIn
+		out.RetryIn = defaultRetryIn
 	}
 	out.BatchKeys = cmp.Or(out.BatchKeys, 1)
-	out.MaxBatch = cmp.Or(out.MaxBatch, DefaultMaxBatch)
+	out.MaxBatch = cmp.Or(out.MaxBatch, defaultMaxBatch)
 	out.LeaseTTL = cmp.Or(out.LeaseTTL, DefaultLeaseTTL)
-	out.PollInterval = cmp.Or(out.PollInterval, DefaultPollInterval)
+	out.PollInterval = cmp.Or(out.PollInterval, defaultPollInterval)
 	out.ShutdownTimeout = cmp.Or(out.ShutdownTimeout, 25*time.Second)
 	if out.Identity == "" {
 		host, _ := os.Hostname()
@@ -98,7 +102,7 @@ func (c *Config) validate() error {
 	case c.LeaseTTL != 0 && c.LeaseTTL < 100*time.Millisecond:
 		return errors.New("ordered: LeaseTTL must be at least 100ms")
 	}
-	return validQueue(c.Queue)
+	return orderedstore.ValidQueue(c.Queue)
 }
 
 // Worker processes one ordered queue: it leases a fair share of the
@@ -106,7 +110,7 @@ func (c *Config) validate() error {
 // works each leased shard with one slot at a time.
 type Worker struct {
 	cfg  Config
-	keys keys
+	keys orderedstore.Keys
 	log  zerolog.Logger
 
 	shards int
@@ -141,7 +145,7 @@ func NewWorker(cfg *Config) (*Worker, error) {
 		return nil, err
 	}
 	c := cfg.withDefaults()
-	w := &Worker{cfg: c, keys: keysOf(c.Queue), held: map[int]string{}, running: map[int]*inflight{},
+	w := &Worker{cfg: c, keys: orderedstore.KeysOf(c.Queue), held: map[int]string{}, running: map[int]*inflight{},
 		quit: make(chan struct{}), beatQuit: make(chan struct{}), beatDone: make(chan struct{}),
 		log: c.Logger.With().Str("component", "ordered").Str("queue", c.Queue).Logger()}
 	w.hardCtx, w.hardStop = context.WithCancel(context.Background())
@@ -151,11 +155,8 @@ func NewWorker(cfg *Config) (*Worker, error) {
 // Identity returns the name this worker leases shards under.
 func (w *Worker) Identity() string { return w.cfg.Identity }
 
-// Shards returns the queue's shard count (known after Start).
-func (w *Worker) Shards() int { return w.shards }
-
-// Held returns the shards this worker holds a lease on.
-func (w *Worker) Held() []int {
+// heldShards returns the shards this worker holds a lease on.
+func (w *Worker) heldShards() []int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := make([]int, 0, len(w.held))
@@ -173,9 +174,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.state = 1
 	w.mu.Unlock()
 	if st != 0 {
-		return ErrClosed
+		return errClosed
 	}
-	n, err := Declare(ctx, w.cfg.Pool, w.cfg.Queue, w.cfg.Shards, w.cfg.Clock.Now())
+	n, err := declare(ctx, w.cfg.Pool, w.cfg.Queue, w.cfg.Shards, w.cfg.Clock.Now())
 	if err != nil {
 		return err
 	}
@@ -184,7 +185,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("ordered: first heartbeat: %w", err)
 	}
 	w.log.Info().Str("identity", w.cfg.Identity).Int("shards", n).Int("concurrency", w.cfg.Concurrency).
-		Ints("leased", w.Held()).Msg("ordered worker started")
+		Ints("leased", w.heldShards()).Msg("ordered worker started")
 	go w.beatLoop()
 	for i := 0; i < w.cfg.Concurrency; i++ {
 		w.slots.Add(1)
@@ -229,7 +230,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 // leaves the member set.
 func (w *Worker) release(ctx context.Context) error {
 	w.mu.Lock()
-	args := []any{w.keys.p, w.cfg.Identity}
+	args := []any{w.keys.Prefix(), w.cfg.Identity}
 	for s, tok := range w.held {
 		args = append(args, s, tok)
 	}
@@ -242,17 +243,8 @@ func (w *Worker) release(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
-	_, err = releaseScript.DoContext(ctx, conn, args...)
+	_, err = orderedstore.ReleaseScript.DoContext(ctx, conn, args...)
 	return err
-}
-
-// Run starts the worker and stops it when ctx ends.
-func (w *Worker) Run(ctx context.Context) error {
-	if err := w.Start(ctx); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	return w.Stop(context.Background())
 }
 
 // sleep waits d or until Stop; it reports false on Stop.
@@ -315,7 +307,7 @@ func (w *Worker) fetch(ctx context.Context) (*fetched, error) {
 		w.mu.Unlock()
 		return nil, nil
 	}
-	args := []any{w.keys.p, w.cfg.Identity, w.cfg.Clock.Now().UnixMilli(), w.cfg.BatchKeys, w.cfg.MaxBatch}
+	args := []any{w.keys.Prefix(), w.cfg.Identity, w.cfg.Clock.Now().UnixMilli(), w.cfg.BatchKeys, w.cfg.MaxBatch}
 	for s, tok := range w.held {
 		if w.running[s] == nil {
 			args = append(args, s, tok)
@@ -330,7 +322,7 @@ func (w *Worker) fetch(ctx context.Context) (*fetched, error) {
 		return nil, err
 	}
 	defer conn.Close()
-	reply, err := redis.Values(fetchScript.DoContext(ctx, conn, args...))
+	reply, err := redis.Values(orderedstore.FetchScript.DoContext(ctx, conn, args...))
 	if err != nil {
 		return nil, err
 	}
@@ -467,7 +459,7 @@ func (w *Worker) callHandler(ctx context.Context, batch *Batch) (err error) {
 // commit writes the batch's outcomes, retrying on Redis errors until it is
 // written, fenced off, or the shard is no longer ours.
 func (w *Worker) commit(b *fetched, outcomes []outcome) {
-	args := []any{w.keys.p, b.shard, w.cfg.Identity, b.token, w.cfg.Clock.Now().UnixMilli()}
+	args := []any{w.keys.Prefix(), b.shard, w.cfg.Identity, b.token, w.cfg.Clock.Now().UnixMilli()}
 	for _, o := range outcomes {
 		args = append(args, o.args()...)
 	}
@@ -508,6 +500,6 @@ func (w *Worker) commitOnce(args []any) (bool, error) {
 		return false, err
 	}
 	defer conn.Close()
-	n, err := redis.Int(commitScript.DoContext(ctx, conn, args...))
+	n, err := redis.Int(orderedstore.CommitScript.DoContext(ctx, conn, args...))
 	return n == 1, err
 }

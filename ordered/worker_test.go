@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/orderedstore"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -93,7 +94,7 @@ func TestTwoWorkersRunEachKeyInPushOrder(t *testing.T) {
 	}
 	require.Empty(t, check.errs)
 	require.Equal(t, keys*perKey, check.total)
-	st, err := Status(ctx, b.pool, "q", time.Now())
+	st, err := orderedstore.Status(ctx, b.pool, "q", time.Now())
 	require.NoError(t, err)
 	require.EqualValues(t, keys*perKey, st.Processed)
 	require.EqualValues(t, 0, st.Pending+st.Processing)
@@ -111,7 +112,7 @@ func TestStopPutsUnfinishedJobsBack(t *testing.T) {
 	ctx := context.Background()
 	started := make(chan struct{})
 	w, err := NewWorker(&Config{Pool: b.pool, Queue: "q", Shards: 4, Concurrency: 1, ShutdownTimeout: 50 * time.Millisecond,
-		PollInterval: 5 * time.Millisecond, Clock: clock.Real{},
+		PollInterval: 5 * time.Millisecond, Clock: clock.Or(nil),
 		Handler: ClassHandlers{"V": sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 			if s, _ := job.Args()[0].Str(); s == "v2" {
 				close(started)
@@ -132,7 +133,7 @@ func TestStopPutsUnfinishedJobsBack(t *testing.T) {
 	require.Equal(t, map[string]float64{"v2": 1, "v3": 2}, args0(t, ks.Payloads))
 	require.Equal(t, -1, ks.RetryCount)
 	require.Empty(t, ks.Error)
-	st, err := Status(ctx, b.pool, "q", time.Now())
+	st, err := orderedstore.Status(ctx, b.pool, "q", time.Now())
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.Processed)
 	require.EqualValues(t, 0, st.Failed)
@@ -152,11 +153,11 @@ func TestNewWorkerRejectsBadConfig(t *testing.T) {
 		_, err := NewWorker(&cfg)
 		require.Error(t, err, name)
 	}
-	_, err := Declare(context.Background(), b.pool, "q", 8, time.Now())
+	_, err := declare(context.Background(), b.pool, "q", 8, time.Now())
 	require.NoError(t, err)
 	w, err := NewWorker(&Config{Pool: b.pool, Queue: "q", Shards: 4, Handler: &recorder{}})
 	require.NoError(t, err)
-	var mismatch *ShardsMismatchError
+	var mismatch *shardsMismatchError
 	require.ErrorAs(t, w.Start(context.Background()), &mismatch)
 	require.Equal(t, 8, mismatch.Shards)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
@@ -15,7 +16,7 @@ import (
 //
 //  1. a Redis PUBLISH of its JSON to the exact channel;
 //  2. a reliable delivery walk, with "channel": channel added to the log
-//     context: for the channel and each ancestor (Ascend), every job listed
+//     context: for the channel and each ancestor (ascend), every job listed
 //     in channel:<level> whose inports subscribe to exactly that level gets
 //     the message written to those ports (which runs the job, as any input
 //     write does). Jobs that are gone or no longer subscribed are removed
@@ -33,8 +34,8 @@ func (c *Client) Publish(ctx context.Context, channel string, message any) error
 	}
 	wctx := WithContext(ctx, "channel", channel)
 	subs := map[string]*subscriber{}
-	for _, level := range Ascend(channel) {
-		ids, err := redis.Strings(c.do(ctx, "SMEMBERS", ChannelKey(level)))
+	for _, level := range ascend(channel) {
+		ids, err := redis.Strings(c.do(ctx, "SMEMBERS", sidejobwire.ChannelKey(level)))
 		if err != nil {
 			return fmt.Errorf("sidejob: publish to %s: %w", channel, err)
 		}
@@ -51,7 +52,7 @@ func (c *Client) Publish(ctx context.Context, channel string, message any) error
 				ports = s.ports[level]
 			}
 			if len(ports) == 0 {
-				if _, err := c.do(ctx, "SREM", ChannelKey(level), raw); err != nil {
+				if _, err := c.do(ctx, "SREM", sidejobwire.ChannelKey(level), raw); err != nil {
 					return fmt.Errorf("sidejob: publish to %s: %w", channel, err)
 				}
 				continue
@@ -85,7 +86,7 @@ func (c *Client) subscriber(ctx context.Context, raw string) (*subscriber, error
 	}
 	j := c.Job(id)
 	replies, err := c.pipeline(ctx,
-		command("SISMEMBER", KeyJobs, id),
+		command("SISMEMBER", sidejobwire.KeyJobs, id),
 		command("HGETALL", j.key("inports:channels")))
 	if err != nil {
 		return nil, err
@@ -132,11 +133,11 @@ func decodeChannels(s string) ([]string, error) {
 	return out, nil
 }
 
-// Ascend returns channel and its ancestors as Ruby's Pathname#ascend yields
+// ascend returns channel and its ancestors as Ruby's Pathname#ascend yields
 // them: "/a/b" → "/a/b", "/a", "/"; "a/b" → "a/b", "a"; a trailing slash is
 // kept only on the first element ("/a/b/" → "/a/b/", "/a", "/"); ".." is not
 // resolved.
-func Ascend(channel string) []string {
+func ascend(channel string) []string {
 	out := []string{channel}
 	path := channel
 	for {

@@ -13,19 +13,20 @@ import (
 
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/redisreply"
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // Gem constants (SideJob::CONFIGURATION).
 const (
-	// DefaultLockExpiration is the TTL of the job lock taken for a run.
-	DefaultLockExpiration = 60 * time.Second
-	// DefaultMaxRunsPerMinute is the rate limit per job and calendar minute.
-	DefaultMaxRunsPerMinute = 600
-	// GemVersion is the Ruby gem release whose data layout this package
+	// defaultLockExpiration is the TTL of the job lock taken for a run.
+	defaultLockExpiration = 60 * time.Second
+	// defaultMaxRunsPerMinute is the rate limit per job and calendar minute.
+	defaultMaxRunsPerMinute = 600
+	// gemVersion is the Ruby gem release whose data layout this package
 	// reads and writes.
-	GemVersion = "4.1.0"
+	gemVersion = "4.1.0"
 )
 
 // Config configures a Client.
@@ -84,10 +85,10 @@ func NewClient(cfg *Config) (*Client, error) {
 		maxPerMin: cfg.MaxRunsPerMinute,
 	}
 	if c.lockTTL == 0 {
-		c.lockTTL = DefaultLockExpiration
+		c.lockTTL = defaultLockExpiration
 	}
 	if c.maxPerMin == 0 {
-		c.maxPerMin = DefaultMaxRunsPerMinute
+		c.maxPerMin = defaultMaxRunsPerMinute
 	}
 	if c.sk == nil {
 		sk, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: cfg.Pool, Version: cfg.Version, Clock: c.clock})
@@ -99,18 +100,15 @@ func NewClient(cfg *Config) (*Client, error) {
 	return c, nil
 }
 
-// Pool returns the Redis pool.
-func (c *Client) Pool() *redis.Pool { return c.pool }
+// now returns the client's current time.
+func (c *Client) now() time.Time { return c.clock.Now() }
 
-// Now returns the client's current time.
-func (c *Client) Now() time.Time { return c.clock.Now() }
+// timestamp returns the current time as a SideJob timestamp.
+func (c *Client) timestamp() string { return sidejobwire.Timestamp(c.clock.Now()) }
 
-// Timestamp returns the current time as a SideJob timestamp.
-func (c *Client) Timestamp() string { return Timestamp(c.clock.Now()) }
-
-// JobNotFoundError is returned when a job does not exist (Ruby: "Job N does
+// jobNotFoundError is returned when a job does not exist (Ruby: "Job N does
 // not exist!").
-type JobNotFoundError struct {
+type jobNotFoundError struct {
 	// ID is the job id, or 0 when Ref is an alias.
 	ID int64
 	// Ref is the alias or id text that was looked up, when not an id.
@@ -118,32 +116,33 @@ type JobNotFoundError struct {
 }
 
 // Error describes the missing job.
-func (e *JobNotFoundError) Error() string {
+func (e *jobNotFoundError) Error() string {
 	if e.Ref != "" {
 		return fmt.Sprintf("sidejob: job %s does not exist", e.Ref)
 	}
 	return fmt.Sprintf("sidejob: job %d does not exist", e.ID)
 }
 
-// ErrJobNotFound matches every *JobNotFoundError with errors.Is.
+// ErrJobNotFound is matched (errors.Is) by the errors of the methods of a
+// job that does not exist.
 var ErrJobNotFound = errors.New("sidejob: job does not exist")
 
 // Is makes errors.Is(err, ErrJobNotFound) true.
-func (e *JobNotFoundError) Is(target error) bool { return target == ErrJobNotFound }
+func (e *jobNotFoundError) Is(target error) bool { return target == ErrJobNotFound }
 
 // Job returns a handle on job id without checking that it exists. Most of
-// its methods fail with *JobNotFoundError when it does not.
+// its methods fail with ErrJobNotFound (errors.Is) when it does not.
 func (c *Client) Job(id int64) *Job { return &Job{c: c, id: id} }
 
-// Load returns the job with this id, or a *JobNotFoundError.
-func (c *Client) Load(ctx context.Context, id int64) (*Job, error) {
+// load returns the job with this id, or a *jobNotFoundError.
+func (c *Client) load(ctx context.Context, id int64) (*Job, error) {
 	j := c.Job(id)
-	ok, err := j.Exists(ctx)
+	ok, err := j.exists(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
-		return nil, &JobNotFoundError{ID: id}
+		return nil, &jobNotFoundError{ID: id}
 	}
 	return j, nil
 }
@@ -158,7 +157,7 @@ func (c *Client) Find(ctx context.Context, aliasOrID string) (*Job, error) {
 	}
 	defer conn.Close()
 	ref := aliasOrID
-	got, err := redis.String(redis.DoContext(conn, ctx, "HGET", KeyAliases, aliasOrID))
+	got, err := redis.String(redis.DoContext(conn, ctx, "HGET", sidejobwire.KeyAliases, aliasOrID))
 	switch {
 	case err == nil:
 		ref = got
@@ -169,7 +168,7 @@ func (c *Client) Find(ctx context.Context, aliasOrID string) (*Job, error) {
 	if !ok {
 		return nil, nil
 	}
-	exists, err := redis.Bool(redis.DoContext(conn, ctx, "SISMEMBER", KeyJobs, id))
+	exists, err := redis.Bool(redis.DoContext(conn, ctx, "SISMEMBER", sidejobwire.KeyJobs, id))
 	if err != nil {
 		return nil, fmt.Errorf("sidejob: find %q: %w", aliasOrID, err)
 	}
@@ -295,7 +294,7 @@ func (c *Client) pipeline(ctx context.Context, cmds ...cmd) ([]any, error) {
 
 // JobIDs returns the ids of all live jobs, in ascending order.
 func (c *Client) JobIDs(ctx context.Context) ([]int64, error) {
-	ids, err := redis.Int64s(c.do(ctx, "SMEMBERS", KeyJobs))
+	ids, err := redis.Int64s(c.do(ctx, "SMEMBERS", sidejobwire.KeyJobs))
 	if err != nil {
 		return nil, fmt.Errorf("sidejob: list jobs: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
@@ -27,7 +28,7 @@ func TestConformQueueArgsAndParent(t *testing.T) {
 		return nil
 	}), "")
 	j := b.queue(t, "Args", &QueueOpts{Args: []any{1, "two", []any{3.5}}})
-	_, err := b.rt.Drain(ctx, nil)
+	_, err := b.rt.drain(ctx, nil)
 	require.NoError(t, err)
 	require.Equal(t, []string{`[1,"two",[3.5]]`}, got)
 
@@ -36,17 +37,17 @@ func TestConformQueueArgsAndParent(t *testing.T) {
 	child, err := b.c.Queue(ctx, "testq", "TestWorker", &QueueOpts{Parent: parent, Name: "kid"})
 	require.NoError(t, err)
 	require.Equal(t, 1, b.enqueued(t), "the child is queued")
-	require.NoError(t, parent.SetStatus(ctx, StatusCompleted))
+	require.NoError(t, parent.setStatus(ctx, statusCompleted))
 	_, err = child.Run(ctx, &RunOpts{Parent: true})
 	require.NoError(t, err)
 	require.Equal(t, 2, b.enqueued(t), "and its parent")
 	kid, err := parent.Child(ctx, "kid")
 	require.NoError(t, err)
-	require.True(t, kid.Equal(child))
+	require.True(t, kid.equal(child))
 	p, err := child.Parent(ctx)
 	require.NoError(t, err)
-	require.True(t, p.Equal(parent))
-	require.False(t, j.Equal(parent))
+	require.True(t, p.equal(parent))
+	require.False(t, j.equal(parent))
 }
 
 // job_spec.rb: exists?; run(parent: true) queues the parent and leaves the
@@ -60,22 +61,22 @@ func TestConformJobLifecycle(t *testing.T) {
 	parent := b.queue(t, "TestWorker", nil)
 	child, err := parent.Queue(ctx, "testq", "TestWorker", &QueueOpts{Name: "kid"})
 	require.NoError(t, err)
-	ok, err := child.Exists(ctx)
+	ok, err := child.exists(ctx)
 	require.NoError(t, err)
 	require.True(t, ok)
 
-	require.NoError(t, parent.SetStatus(ctx, StatusSuspended))
-	require.NoError(t, child.SetStatus(ctx, StatusCompleted))
+	require.NoError(t, parent.setStatus(ctx, statusSuspended))
+	require.NoError(t, child.setStatus(ctx, statusCompleted))
 	b.do(t, "DEL", "queue:testq")
 	got, err := child.Run(ctx, &RunOpts{Parent: true})
 	require.NoError(t, err)
-	require.True(t, got.Equal(parent))
-	require.Equal(t, StatusQueued, b.status(t, parent))
-	require.Equal(t, StatusCompleted, b.status(t, child), "the child is left as it was")
+	require.True(t, got.equal(parent))
+	require.Equal(t, statusQueued, b.status(t, parent))
+	require.Equal(t, statusCompleted, b.status(t, child), "the child is left as it was")
 	require.Equal(t, []string{"1"}, jids(t, b))
 
-	require.NoError(t, parent.SetStatus(ctx, StatusTerminated))
-	term, err := parent.Terminated(ctx)
+	require.NoError(t, parent.setStatus(ctx, statusTerminated))
+	term, err := parent.terminated(ctx)
 	require.NoError(t, err)
 	require.False(t, term, "a child is not terminated")
 	deleted, err := parent.Delete(ctx)
@@ -84,12 +85,12 @@ func TestConformJobLifecycle(t *testing.T) {
 
 	sub := b.subscribe(t)
 	require.NoError(t, parent.Terminate(ctx, false))
-	require.Equal(t, StatusTerminated, b.status(t, parent), "no-op when terminated")
+	require.Equal(t, statusTerminated, b.status(t, parent), "no-op when terminated")
 	b.do(t, "DEL", "queue:testq")
 	require.NoError(t, child.Terminate(ctx, false))
-	require.Equal(t, StatusTerminating, b.status(t, child))
+	require.Equal(t, statusTerminating, b.status(t, child))
 	require.Equal(t, []string{"2"}, jids(t, b), "pushed so that shutdown runs")
-	require.NoError(t, child.Publish(ctx, map[string]any{"hi": 1}))
+	require.NoError(t, child.publish(ctx, map[string]any{"hi": 1}))
 	require.Equal(t, []string{
 		`/sidejob/job/2  {"status":"terminating"}`,
 		`/sidejob/job/2  {"hi":1}`,
@@ -98,16 +99,16 @@ func TestConformJobLifecycle(t *testing.T) {
 	other := b.queue(t, "TestWorker", nil)
 	b.do(t, "HDEL", "workers:testq", "TestWorker")
 	b.do(t, "DEL", "queue:testq")
-	require.ErrorIs(t, other.Terminate(ctx, false), ErrNotRegistered)
-	require.Equal(t, StatusTerminated, b.status(t, other))
+	require.ErrorIs(t, other.Terminate(ctx, false), errNotRegistered)
+	require.Equal(t, statusTerminated, b.status(t, other))
 	require.Zero(t, b.enqueued(t))
 	b.registerAll(t)
 
-	require.NoError(t, child.SetStatus(ctx, StatusTerminated))
+	require.NoError(t, child.setStatus(ctx, statusTerminated))
 	deleted, err = parent.Delete(ctx)
 	require.NoError(t, err)
 	require.True(t, deleted)
-	ok, err = child.Exists(ctx)
+	ok, err = child.exists(ctx)
 	require.NoError(t, err)
 	require.False(t, ok, "false after delete")
 }
@@ -120,15 +121,15 @@ func TestConformSetPorts(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	j := b.queue(t, "TestWorker", &QueueOpts{
-		Inports:  []PortDef{PortNamed("a").WithDefault(1), PortNamed("gone")},
-		Outports: []PortDef{PortNamed("o").WithChannels("/out/chan")},
+		Inports:  []PortDef{{Name: "a", HasDefault: true, Default: 1}, {Name: "gone"}},
+		Outports: []PortDef{{Name: "o", Channels: []string{"/out/chan"}}},
 	})
 	require.Equal(t, []string{"1"}, b.set(t, "channel:/out/chan"), "set_ports adds outport channels too")
 	b.write(t, b.input(t, j, "a"), "x")
 	b.write(t, b.input(t, j, "gone"), "y")
-	require.NoError(t, j.SetInports(ctx, []PortDef{
-		PortNamed("a").WithDefault(2).WithChannels("/in/chan"),
-		PortNamed("new"),
+	require.NoError(t, j.setInports(ctx, []PortDef{
+		{Name: "a", HasDefault: true, Default: 2, Channels: []string{"/in/chan"}},
+		{Name: "new"},
 	}))
 	require.Equal(t, []string{"1"}, b.set(t, "channel:/in/chan"))
 	a := b.input(t, j, "a")
@@ -136,8 +137,8 @@ func TestConformSetPorts(t *testing.T) {
 	require.Equal(t, "2", b.read(t, a), "then the new default")
 	require.False(t, b.exists(t, "job:1:in:gone"), "a removed port loses its data")
 	_, err := j.Input(ctx, "gone")
-	require.ErrorIs(t, err, ErrNoPort)
-	ports, err := j.Inports(ctx)
+	require.ErrorIs(t, err, errNoPort)
+	ports, err := j.ports(ctx, inPort)
 	require.NoError(t, err)
 	require.Len(t, ports, 2)
 	require.Equal(t, map[string]string{"a": `{"data":2}`}, b.hash(t, "job:1:inports:default"))
@@ -154,34 +155,34 @@ func TestConformConnectToOutport(t *testing.T) {
 	src := b.queue(t, "TestSum", nil)
 	parent := b.queue(t, "TestWorker", nil)
 	dst, err := parent.Queue(ctx, "testq", "TestSum", &QueueOpts{Name: "kid",
-		Outports: []PortDef{PortNamed("sum").WithChannels("/dst/out")}})
+		Outports: []PortDef{{Name: "sum", Channels: []string{"/dst/out"}}}})
 	require.NoError(t, err)
 	from, to := b.output(t, src, "sum"), b.output(t, dst, "sum")
 	require.NoError(t, from.SetDefault(ctx, 0))
-	require.NoError(t, parent.SetStatus(ctx, StatusCompleted))
-	require.NoError(t, dst.SetStatus(ctx, StatusCompleted))
+	require.NoError(t, parent.setStatus(ctx, statusCompleted))
+	require.NoError(t, dst.setStatus(ctx, statusCompleted))
 	sub := b.subscribe(t)
-	got, err := from.ConnectTo(ctx, to)
+	got, err := from.connectTo(ctx, to)
 	require.NoError(t, err)
 	require.Empty(t, got)
 	for _, m := range sub.stop(t, b) {
-		require.NotEqual(t, LogChannel, m.Channel, "no log without data")
+		require.NotEqual(t, sidejobwire.LogChannel, m.Channel, "no log without data")
 		require.NotEqual(t, "/dst/out", m.Channel, "no publish without data")
 	}
 	require.Equal(t, map[string]string{"sum": `{"data":0}`}, b.hash(t, "job:3:outports:default"), "default copied")
-	require.Equal(t, StatusQueued, b.status(t, parent), "the default changed: the parent runs")
-	require.Equal(t, StatusCompleted, b.status(t, dst), "not the job of an outport")
+	require.Equal(t, statusQueued, b.status(t, parent), "the default changed: the parent runs")
+	require.Equal(t, statusCompleted, b.status(t, dst), "not the job of an outport")
 
-	require.NoError(t, parent.SetStatus(ctx, StatusCompleted))
-	require.NoError(t, b.c.Group(ctx, &GroupOptions{Notify: Opt(false)}, func(ctx context.Context) error {
+	require.NoError(t, parent.setStatus(ctx, statusCompleted))
+	require.NoError(t, b.c.inGroup(ctx, &groupOptions{Notify: opt(false)}, func(ctx context.Context) error {
 		return from.Write(ctx, 8)
 	}))
 	sub = b.subscribe(t)
-	got, err = from.ConnectTo(ctx, to)
+	got, err = from.connectTo(ctx, to)
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.Contains(t, normalize(sub.stop(t, b)), `/dst/out  8`)
-	require.Equal(t, StatusQueued, b.status(t, parent), "data moved: the parent runs")
+	require.Equal(t, statusQueued, b.status(t, parent), "data moved: the parent runs")
 }
 
 // port_spec.rb, .group: options are set, merged and restored when a nested
@@ -191,15 +192,15 @@ func TestConformGroupOptionsRestored(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	v := rubyjson.IntValue(1)
-	require.NoError(t, b.c.Group(ctx, &GroupOptions{Notify: Opt(false)}, func(ctx context.Context) error {
-		require.NoError(t, b.c.Group(ctx, &GroupOptions{Notify: Opt(true), Log: Opt(false)}, func(ctx context.Context) error {
-			require.Equal(t, `{"data":1,"options":{"notify":true,"log":false}}`, string(EncodeData(ctx, v)))
+	require.NoError(t, b.c.inGroup(ctx, &groupOptions{Notify: opt(false)}, func(ctx context.Context) error {
+		require.NoError(t, b.c.inGroup(ctx, &groupOptions{Notify: opt(true), Log: opt(false)}, func(ctx context.Context) error {
+			require.Equal(t, `{"data":1,"options":{"notify":true,"log":false}}`, string(encodeData(ctx, v)))
 			return nil
 		}))
-		require.Equal(t, `{"data":1,"options":{"notify":false}}`, string(EncodeData(ctx, v)), "restored")
+		require.Equal(t, `{"data":1,"options":{"notify":false}}`, string(encodeData(ctx, v)), "restored")
 		return nil
 	}))
-	require.Equal(t, `{"data":1}`, string(EncodeData(ctx, v)))
+	require.Equal(t, `{"data":1}`, string(encodeData(ctx, v)))
 }
 
 // worker_spec.rb: config of a class registered in another queue is nil;
@@ -208,7 +209,7 @@ func TestConformWorkerConfigAndForInputs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	cfg, err := b.c.WorkerConfig(ctx, "otherq", "TestWorker")
+	cfg, err := b.c.workerConfig(ctx, "otherq", "TestWorker")
 	require.NoError(t, err)
 	require.Nil(t, cfg, "registered in testq only")
 	j := b.queue(t, "TestWorker", nil)
@@ -233,7 +234,7 @@ func TestConformTestingHelpers(t *testing.T) {
 	b.write(t, b.input(t, j2, "in"), 4, 5, 6)
 	b.write(t, b.input(t, j1, "ready"), 1)
 	b.write(t, b.input(t, j2, "ready"), 1)
-	_, err := b.rt.Drain(ctx, nil)
+	_, err := b.rt.drain(ctx, nil)
 	require.NoError(t, err)
 	require.Equal(t, "10", b.read(t, b.output(t, j1, "sum")))
 	require.Equal(t, "15", b.read(t, b.output(t, j2, "sum")))
@@ -243,29 +244,29 @@ func TestConformTestingHelpers(t *testing.T) {
 	require.NoError(t, err)
 	done, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err = b.rt.Drain(done, nil)
+	_, err = b.rt.drain(done, nil)
 	require.ErrorIs(t, err, context.Canceled, "the timeout")
 	b.do(t, "DEL", "queue:testq")
 
 	boom := errors.New("boom")
 	w := &hookWorker{perform: func(context.Context, *Job) error { return boom }}
 	jf := b.hook(t, w)
-	_, err = b.rt.Drain(ctx, nil)
+	_, err = b.rt.drain(ctx, nil)
 	require.ErrorIs(t, err, boom, "errors are raised by default")
 	_, err = jf.Run(ctx, &RunOpts{Force: true})
 	require.NoError(t, err)
-	_, err = b.rt.Drain(ctx, &DrainOpts{SwallowErrors: true})
+	_, err = b.rt.drain(ctx, &drainOpts{SwallowErrors: true})
 	require.NoError(t, err)
-	require.Equal(t, StatusFailed, b.status(t, jf))
+	require.Equal(t, statusFailed, b.status(t, jf))
 
 	w.perform = func(context.Context, *Job) error { return Suspend() }
-	require.NoError(t, jf.SetStatus(ctx, StatusSuspended))
+	require.NoError(t, jf.setStatus(ctx, statusSuspended))
 	w.calls = nil
-	require.NoError(t, b.rt.RunInline(ctx, jf, &InlineOpts{KeepStatus: true}))
+	require.NoError(t, b.rt.runInline(ctx, jf, &inlineOpts{KeepStatus: true}))
 	require.Empty(t, w.calls, "queue: false leaves a suspended job alone")
-	require.NoError(t, b.rt.RunInline(ctx, jf, nil))
+	require.NoError(t, b.rt.runInline(ctx, jf, nil))
 	require.Equal(t, []string{"perform"}, w.calls, "queued first by default")
-	require.Equal(t, StatusSuspended, b.status(t, jf))
+	require.Equal(t, statusSuspended, b.status(t, jf))
 }
 
 // The middleware releases only its own job lock (compare-and-delete): when
@@ -282,7 +283,7 @@ func TestConformUnlockOnlyOwnToken(t *testing.T) {
 	}
 	require.NoError(t, b.exec(t, j))
 	require.Equal(t, "someone-else", b.str(t, j.key("lock")))
-	require.Equal(t, StatusCompleted, b.status(t, j))
+	require.Equal(t, statusCompleted, b.status(t, j))
 }
 
 // Concurrent executions of one queued job (as several Sidekiq threads or
@@ -312,13 +313,13 @@ func TestConformConcurrentExecutions(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			require.NoError(t, b.rt.Execute(context.Background(), "Hook", j.ID(), nil))
+			require.NoError(t, b.rt.executeJob(context.Background(), "Hook", j.ID(), nil))
 		}()
 	}
 	wg.Wait()
 	require.Equal(t, int32(1), maxInside.Load(), "never two performs at once")
 	require.Equal(t, int32(1), performs.Load(), "the status is read again under the lock")
-	require.Equal(t, StatusCompleted, b.status(t, j))
+	require.Equal(t, statusCompleted, b.status(t, j))
 	require.False(t, b.exists(t, j.key("lock")))
 	require.False(t, b.exists(t, j.key("lock:worker")))
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-// ConnectTo moves all of the port's data to dests (Port#connect_to,
+// connectTo moves all of the port's data to dests (Port#connect_to,
 // docs/sidejob.md#port-operations): the source list and default are read and the list deleted
 // atomically; the raw envelopes (with their original context and options)
 // are appended to every destination, and the source's default is copied to
@@ -15,9 +15,9 @@ import (
 // records the reads and writes, and each value is published to the
 // channels of destination outports. Each destination's job (inport) or its
 // parent (outport) is run when data moved or its default changed. It returns
-// the moved values, oldest first. Group Notify/SetDefault options do not
+// the moved values, oldest first. Port-group Notify/SetDefault options do not
 // apply, as in Ruby.
-func (p *Port) ConnectTo(ctx context.Context, dests ...*Port) ([]*Data, error) {
+func (p *Port) connectTo(ctx context.Context, dests ...*Port) ([]*Data, error) {
 	c := p.job.c
 	replies, err := c.multi(ctx,
 		command("HGET", p.defaultKey(), p.name),
@@ -36,7 +36,7 @@ func (p *Port) ConnectTo(ctx context.Context, dests ...*Port) ([]*Data, error) {
 	}
 	data := make([]*Data, len(raws))
 	for i, raw := range raws {
-		if data[i], err = DecodeData(raw); err != nil {
+		if data[i], err = decodeData(raw); err != nil {
 			return nil, err
 		}
 	}
@@ -72,7 +72,7 @@ func (p *Port) ConnectTo(ctx context.Context, dests ...*Port) ([]*Data, error) {
 		return nil, fmt.Errorf("sidejob: connect %s: %w", p, err)
 	}
 	if len(raws) > 0 {
-		err := c.Group(ctx, nil, func(gctx context.Context) error {
+		err := c.inGroup(ctx, nil, func(gctx context.Context) error {
 			for _, d := range data {
 				if d.logged() {
 					c.recordPortIO(gctx, false, p, d.Value)
@@ -89,7 +89,7 @@ func (p *Port) ConnectTo(ctx context.Context, dests ...*Port) ([]*Data, error) {
 			return data, err
 		}
 		for _, dst := range dests {
-			if dst.typ != OutPort {
+			if dst.typ != outPort {
 				continue
 			}
 			chans, err := dst.Channels(ctx)
@@ -110,7 +110,7 @@ func (p *Port) ConnectTo(ctx context.Context, dests ...*Port) ([]*Data, error) {
 			continue
 		}
 		var err error
-		if dst.typ == InPort {
+		if dst.typ == inPort {
 			_, err = dst.job.Run(ctx, nil)
 		} else {
 			_, err = dst.job.Run(ctx, &RunOpts{Parent: true})

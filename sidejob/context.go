@@ -28,13 +28,13 @@ func WithContext(ctx context.Context, key string, value any) context.Context {
 	}
 	m := rubyjson.NewMap()
 	m.Set(key, v)
-	return WithContextMap(ctx, m)
+	return withContextMap(ctx, m)
 }
 
-// WithContextMap merges fields into the log context of ctx. An empty (or
+// withContextMap merges fields into the log context of ctx. An empty (or
 // nil) map still activates a context, so port envelopes written with the
 // returned ctx carry "context":{}, as in Ruby.
-func WithContextMap(ctx context.Context, fields *rubyjson.Map) context.Context {
+func withContextMap(ctx context.Context, fields *rubyjson.Map) context.Context {
 	cur, _ := ctx.Value(logContextKey).(*rubyjson.Map)
 	next := rubyjson.NewMap()
 	if cur != nil {
@@ -47,9 +47,9 @@ func WithContextMap(ctx context.Context, fields *rubyjson.Map) context.Context {
 	return context.WithValue(ctx, logContextKey, next)
 }
 
-// ContextFields returns a copy of the log context of ctx, or nil when no
+// contextFields returns a copy of the log context of ctx, or nil when no
 // context is active.
-func ContextFields(ctx context.Context) *rubyjson.Map {
+func contextFields(ctx context.Context) *rubyjson.Map {
 	cur, _ := ctx.Value(logContextKey).(*rubyjson.Map)
 	if cur == nil {
 		return nil
@@ -57,9 +57,9 @@ func ContextFields(ctx context.Context) *rubyjson.Map {
 	return cur.Clone()
 }
 
-// GroupOptions are the options of a port group (Ruby's Port.group). A nil
+// groupOptions are the options of a port group (Ruby's Port.group). A nil
 // field inherits the enclosing group's option.
-type GroupOptions struct {
+type groupOptions struct {
 	// Log false stops the logging of reads and writes (and marks written
 	// envelopes so that their readers do not log them either).
 	Log *bool
@@ -70,8 +70,8 @@ type GroupOptions struct {
 	SetDefault *bool
 }
 
-// Opt returns a pointer to b, for GroupOptions.
-func Opt(b bool) *bool { return &b }
+// opt returns a pointer to b, for groupOptions.
+func opt(b bool) *bool { return &b }
 
 // group is the port-group state carried by a ctx.
 type group struct {
@@ -156,14 +156,14 @@ func (col *collector) entry() *rubyjson.Map {
 	return m
 }
 
-// Group runs fn inside a port group (Ruby's Port.group): groups nest, each
+// inGroup runs fn inside a port group (Ruby's Port.group): groups nest, each
 // inheriting the enclosing options and overriding the ones it sets; the reads
 // and writes of ports made with the ctx given to fn are collected, and when
 // the outermost group ends, one log entry {"read":[…],"write":[…]} is
 // written if anything was collected. Envelopes written inside a group carry
 // its options ("options":{…}). The entry is written even when fn fails; its
 // error, if any, is returned first.
-func (c *Client) Group(ctx context.Context, opts *GroupOptions, fn func(ctx context.Context) error) error {
+func (c *Client) inGroup(ctx context.Context, opts *groupOptions, fn func(ctx context.Context) error) error {
 	parent := groupFrom(ctx)
 	g := &group{opts: rubyjson.NewMap()}
 	if parent != nil {

@@ -2,8 +2,8 @@ package sidejob
 
 import (
 	"context"
-	"fmt"
 
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
@@ -22,14 +22,6 @@ type Data struct {
 	Options *rubyjson.Map
 }
 
-// Interface returns the value as plain Go data (see rubyjson.Value.Interface).
-func (d *Data) Interface() any {
-	if d == nil {
-		return nil
-	}
-	return d.Value.Interface()
-}
-
 // logged reports whether a read of d is logged: not when its envelope was
 // written with logging off.
 func (d *Data) logged() bool {
@@ -41,13 +33,13 @@ func (d *Data) logged() bool {
 	return true
 }
 
-// EncodeData returns the envelope of v as Port.encode_data writes it:
+// encodeData returns the envelope of v as Port.encode_data writes it:
 // {"data": v}, plus "context" when a log context is active on ctx (even an
 // empty one), plus "options" when ctx is inside a port group.
-func EncodeData(ctx context.Context, v rubyjson.Value) []byte {
+func encodeData(ctx context.Context, v rubyjson.Value) []byte {
 	m := rubyjson.NewMap()
 	m.Set("data", v)
-	if cx := ContextFields(ctx); cx != nil {
+	if cx := contextFields(ctx); cx != nil {
 		m.Set("context", rubyjson.ObjectValue(cx))
 	}
 	if g := groupFrom(ctx); g != nil {
@@ -56,33 +48,13 @@ func EncodeData(ctx context.Context, v rubyjson.Value) []byte {
 	return m.Encode()
 }
 
-// DecodeData reads an envelope (Port.decode_data). The value is the "data"
-// field (null when missing); context and options default to {}. For data
-// written by SideJob before 4.1 (plain JSON, not an object with "data"), the
-// whole document is the value.
-func DecodeData(raw []byte) (*Data, error) {
-	v, err := rubyjson.Parse(raw)
+// decodeData reads an envelope (see sidejobwire.DecodeEnvelope).
+func decodeData(raw []byte) (*Data, error) {
+	v, cx, opts, err := sidejobwire.DecodeEnvelope(raw)
 	if err != nil {
-		return nil, fmt.Errorf("sidejob: decode port data: %w", err)
+		return nil, err
 	}
-	d := &Data{Context: rubyjson.NewMap(), Options: rubyjson.NewMap()}
-	obj, ok := v.Map()
-	if !ok || !obj.Has("data") {
-		d.Value = v
-		return d, nil
-	}
-	d.Value, _ = obj.Get("data")
-	if cx, ok := obj.Get("context"); ok {
-		if m, isObj := cx.Map(); isObj {
-			d.Context = m
-		}
-	}
-	if op, ok := obj.Get("options"); ok {
-		if m, isObj := op.Map(); isObj {
-			d.Options = m
-		}
-	}
-	return d, nil
+	return &Data{Value: v, Context: cx, Options: opts}, nil
 }
 
 // toValue converts a Go value for a port or state write.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/sidejobwire"
 )
 
 // Fixes docs/sidejob.md#weakness-1-terminate-lost-under-the-job-lock: a terminate is not lost when the job is locked.
@@ -19,13 +21,13 @@ func TestTerminateWhileLockedIsNotLost(t *testing.T) {
 	w := &hookWorker{}
 	j := b.hook(t, w)
 	require.NoError(t, j.Terminate(ctx, false))
-	token, err := j.Lock(ctx, time.Minute, nil)
+	token, err := j.lock(ctx, time.Minute, nil)
 	require.NoError(t, err)
 	b.do(t, "DEL", "queue:testq") // Sidekiq took the item
 	require.NoError(t, b.exec(t, j))
 	require.Equal(t, "terminating", b.status(t, j))
 	require.Equal(t, 1, b.scheduled(t), "rescheduled in 1 s (the gem schedules nothing)")
-	_, err = j.Unlock(ctx, token)
+	_, err = j.unlock(ctx, token)
 	require.NoError(t, err)
 	require.NoError(t, b.exec(t, j))
 	require.Equal(t, "terminated", b.status(t, j))
@@ -39,11 +41,11 @@ func TestFailedAdoptionLeavesNoOrphan(t *testing.T) {
 	b := setup(t)
 	parent := b.queue(t, "TestWorker", nil)
 	_, err := b.c.Queue(ctx, "testq", "TestWorker", &QueueOpts{Parent: parent})
-	require.ErrorIs(t, err, ErrAdopt, "missing name")
+	require.ErrorIs(t, err, errAdopt, "missing name")
 	_, err = parent.Queue(ctx, "testq", "TestWorker", &QueueOpts{Name: "kid"})
 	require.NoError(t, err)
 	_, err = parent.Queue(ctx, "testq", "TestWorker", &QueueOpts{Name: "kid"})
-	require.ErrorIs(t, err, ErrAdopt, "duplicate name")
+	require.ErrorIs(t, err, errAdopt, "duplicate name")
 	require.Equal(t, []string{"1", "2"}, b.set(t, "jobs"))
 	require.Equal(t, "2", b.str(t, "jobs:last_id"))
 	require.False(t, b.exists(t, "job:3:status"))
@@ -55,25 +57,25 @@ func TestReaperRequeuesJobsLeftRunning(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	old := Timestamp(time.Now().Add(-time.Hour))
+	old := sidejobwire.Timestamp(time.Now().Add(-time.Hour))
 	stuck := b.queue(t, "TestWorker", nil)
 	busy := b.queue(t, "TestWorker", nil)
 	locked := b.queue(t, "TestWorker", nil)
 	fresh := b.queue(t, "TestWorker", nil)
 	b.do(t, "DEL", "queue:testq")
 	for _, j := range []*Job{stuck, busy, locked, fresh} {
-		require.NoError(t, j.SetStatus(ctx, "running"))
+		require.NoError(t, j.setStatus(ctx, "running"))
 		b.do(t, "SET", j.key("ran_at"), old)
 	}
-	b.do(t, "SET", fresh.key("ran_at"), Timestamp(time.Now()))
-	_, err := locked.Lock(ctx, time.Minute, nil)
+	b.do(t, "SET", fresh.key("ran_at"), sidejobwire.Timestamp(time.Now()))
+	_, err := locked.lock(ctx, time.Minute, nil)
 	require.NoError(t, err)
 	// a live Ruby 6.4 process runs busy; a dead one (no heartbeat key) ran stuck
 	b.do(t, "SADD", "processes", "host:1:aaa", "gone:2:bbb")
 	b.do(t, "HSET", "host:1:aaa", "busy", "1")
 	b.do(t, "HSET", "host:1:aaa:workers", "tid1", `{"queue":"testq","payload":"{\"retry\":false,\"queue\":\"testq\",\"jid\":2,\"class\":\"TestWorker\",\"args\":[]}","run_at":1}`)
 	b.do(t, "HSET", "gone:2:bbb:workers", "tid2", `{"queue":"testq","payload":"{\"jid\":1,\"class\":\"TestWorker\"}","run_at":1}`)
-	res, err := b.c.Reap(ctx, nil)
+	res, err := b.c.reap(ctx, nil)
 	require.NoError(t, err)
 	require.Equal(t, 4, res.Running)
 	require.Equal(t, []int64{stuck.id}, res.Requeued)
@@ -115,7 +117,7 @@ func TestStatusChangesAreAtomic(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	j := b.queue(t, "TestWorker", nil)
-	require.NoError(t, j.SetStatus(ctx, "running"))
+	require.NoError(t, j.setStatus(ctx, "running"))
 	sub := b.subscribe(t)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -124,7 +126,7 @@ func TestStatusChangesAreAtomic(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok, err := j.setStatusIf(ctx, StatusCompleted, "in", StatusRunning)
+			ok, err := j.setStatusIf(ctx, statusCompleted, "in", statusRunning)
 			require.NoError(t, err)
 			if ok {
 				mu.Lock()
@@ -155,5 +157,5 @@ func TestTerminateDuringStartupIsNotLost(t *testing.T) {
 	w.startup = func() error { return j.Terminate(context.Background(), false) }
 	require.NoError(t, b.exec(t, j))
 	require.Equal(t, []string{"startup", "shutdown"}, w.calls, "no perform")
-	require.Equal(t, StatusTerminated, b.status(t, j))
+	require.Equal(t, statusTerminated, b.status(t, j))
 }

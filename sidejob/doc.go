@@ -11,29 +11,30 @@
 //
 // # Layout
 //
-//   - Client (client.go, queue.go): the SideJob module: Queue, Find, Load,
-//     Publish (channels.go), Log (log.go), RegisterAll and WorkerConfig
-//     (registry.go), Reap (reaper.go).
+//   - Client (client.go, queue.go): the SideJob module: Queue, Find, Job,
+//     JobIDs, Publish (channels.go), Log (log.go); the reaper (reaper.go)
+//     queues again the jobs a dead process left running
+//     (ServeOpts.ReapInterval).
 //   - Job (job.go, run.go, family.go, state.go): status, Run, Terminate,
-//     Delete, aliases, info, children and parent, state, locks.
-//   - Port (ports.go, port_defs.go, connect.go, data.go): Read, Write,
-//     defaults (None is the "no default" marker), channels, ConnectTo,
-//     envelopes.
-//   - Group and WithContext (context.go): Port.group and SideJob.context,
-//     carried by context.Context.
-//   - Worker, Starter, Stopper, Suspend, ForInputs (worker.go) and Runtime
-//     (runtime.go, inline.go): the server middleware that executes jobs as
-//     a sidekiq.Handler, plus RunInline and Drain for tests.
+//     Delete, aliases, info, children and parent, state (State, Get, Set);
+//     child jobs are created with Job.Queue.
+//   - Port (ports.go, port_defs.go, connect.go, data.go): Read, Write, Each,
+//     defaults (SetDefault, ClearDefault), channels, envelopes (Data).
+//   - WithContext (context.go): SideJob.context, carried by
+//     context.Context; port groups (Port.group) are carried the same way.
+//   - Worker, Starter, Stopper, Suspend, ForInputs (worker.go), Registry and
+//     ServerSetup (setup.go): the server middleware (runtime.go) executes
+//     jobs as a sidekiq.Handler.
 //
 // # Serving workers
 //
-//	reg := sidejob.NewRegistry()
-//	reg.Register("Sum", sumWorker{}, sidejob.MustConfig(`{"inports":{"in":{}},"outports":{"sum":{}}}`))
+//	reg := &sidejob.Registry{}
+//	reg.Register("Sum", sumWorker{}, `{"inports":{"in":{}},"outports":{"sum":{}}}`)
 //	os.Exit(cli.Run(ctx, os.Args, os.Stdout, os.Stderr,
 //		cli.WithServerSetup(sidejob.ServerSetup("core", reg, nil))))
 //
 // then `mybinary work -q core`. SideJob requires one queue per process, and
-// RegisterAll replaces the queue's whole registry, so Ruby and Go processes
+// ServerSetup replaces the queue's whole registry, so Ruby and Go processes
 // must not serve the same queue.
 //
 // # Redis data (4.1.0 layout)

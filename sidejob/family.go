@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/internal/sidejobwire"
 )
 
 // Child is a named child job.
@@ -15,11 +17,11 @@ type Child struct {
 	Job  *Job
 }
 
-// ErrNotChild is matched when Disown is given a job that is not a child.
-var ErrNotChild = errors.New("sidejob: not a child")
+// errNotChild is matched when disownJob is given a job that is not a child.
+var errNotChild = errors.New("sidejob: not a child")
 
-// ErrAdopt is matched by the errors of Adopt.
-var ErrAdopt = errors.New("sidejob: cannot adopt")
+// errAdopt is matched by the errors of adopt.
+var errAdopt = errors.New("sidejob: cannot adopt")
 
 // Children returns the job's children in the order of job:<id>:children.
 // As in Ruby (children maps each id through SideJob.find), an entry whose
@@ -37,7 +39,7 @@ func (j *Job) Children(ctx context.Context) ([]Child, error) {
 			continue
 		}
 		out = append(out, Child{Name: kv[i], Job: j.c.Job(id)})
-		checks = append(checks, command("SISMEMBER", KeyJobs, id))
+		checks = append(checks, command("SISMEMBER", sidejobwire.KeyJobs, id))
 	}
 	replies, err := j.c.pipeline(ctx, checks...)
 	if err != nil {
@@ -67,7 +69,7 @@ func (j *Job) Child(ctx context.Context, name string) (*Job, error) {
 		return nil, nil
 	}
 	ch := j.c.Job(id)
-	exists, err := ch.Exists(ctx)
+	exists, err := ch.exists(ctx)
 	if err != nil || !exists {
 		return nil, err
 	}
@@ -89,17 +91,17 @@ func (j *Job) Parent(ctx context.Context) (*Job, error) {
 		return nil, nil
 	}
 	p := j.c.Job(id)
-	exists, err := p.Exists(ctx)
+	exists, err := p.exists(ctx)
 	if err != nil || !exists {
 		return nil, err
 	}
 	return p, nil
 }
 
-// Adopt makes orphan a child of j under name. It fails when j does not
+// adopt makes orphan a child of j under name. It fails when j does not
 // exist, orphan is j, orphan already has a parent, name is empty, or j
 // already has a child of that name.
-func (j *Job) Adopt(ctx context.Context, orphan *Job, name string) error {
+func (j *Job) adopt(ctx context.Context, orphan *Job, name string) error {
 	if err := j.checkAdopt(ctx, orphan, name); err != nil {
 		return err
 	}
@@ -118,18 +120,18 @@ func (j *Job) checkAdopt(ctx context.Context, orphan *Job, name string) error {
 		return err
 	}
 	if name == "" {
-		return fmt.Errorf("%w: missing name option for the child job", ErrAdopt)
+		return fmt.Errorf("%w: missing name option for the child job", errAdopt)
 	}
 	if orphan != nil {
 		if orphan.id == j.id {
-			return fmt.Errorf("%w: job %d cannot adopt itself", ErrAdopt, j.id)
+			return fmt.Errorf("%w: job %d cannot adopt itself", errAdopt, j.id)
 		}
 		p, err := orphan.Parent(ctx)
 		if err != nil {
 			return err
 		}
 		if p != nil {
-			return fmt.Errorf("%w: job %d is already a child of job %d", ErrAdopt, orphan.id, p.id)
+			return fmt.Errorf("%w: job %d is already a child of job %d", errAdopt, orphan.id, p.id)
 		}
 	}
 	// As in Ruby (child(name) must be nil), a name whose job is gone is
@@ -139,25 +141,25 @@ func (j *Job) checkAdopt(ctx context.Context, orphan *Job, name string) error {
 		return err
 	}
 	if used != nil {
-		return fmt.Errorf("%w: job %d already has a child named %q", ErrAdopt, j.id, name)
+		return fmt.Errorf("%w: job %d already has a child named %q", errAdopt, j.id, name)
 	}
 	return nil
 }
 
-// Disown removes the child named name.
-func (j *Job) Disown(ctx context.Context, name string) error {
+// disownNamed removes the child named name.
+func (j *Job) disownNamed(ctx context.Context, name string) error {
 	child, err := j.Child(ctx, name)
 	if err != nil {
 		return err
 	}
 	if child == nil {
-		return fmt.Errorf("%w: job %d has no child named %q", ErrNotChild, j.id, name)
+		return fmt.Errorf("%w: job %d has no child named %q", errNotChild, j.id, name)
 	}
 	return j.disown(ctx, name, child)
 }
 
-// DisownJob removes child from j's children.
-func (j *Job) DisownJob(ctx context.Context, child *Job) error {
+// disownJob removes child from j's children.
+func (j *Job) disownJob(ctx context.Context, child *Job) error {
 	children, err := j.Children(ctx)
 	if err != nil {
 		return err
@@ -167,7 +169,7 @@ func (j *Job) DisownJob(ctx context.Context, child *Job) error {
 			return j.disown(ctx, ch.Name, child)
 		}
 	}
-	return fmt.Errorf("%w: job %d is not a child of job %d", ErrNotChild, child.id, j.id)
+	return fmt.Errorf("%w: job %d is not a child of job %d", errNotChild, child.id, j.id)
 }
 
 func (j *Job) disown(ctx context.Context, name string, child *Job) error {

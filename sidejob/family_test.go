@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/sidejobwire"
 )
 
 // goneJob removes a job's membership and status the way a delete does,
@@ -13,7 +15,7 @@ import (
 // delete racing an adopt, or data edited by hand, leaves).
 func (b *testBundle) goneJob(t *testing.T, j *Job) {
 	t.Helper()
-	b.do(t, "SREM", KeyJobs, j.ID())
+	b.do(t, "SREM", sidejobwire.KeyJobs, j.ID())
 	b.do(t, "DEL", j.key("status"), j.key("worker"), j.key("parent"))
 }
 
@@ -38,17 +40,17 @@ func TestDeletedChildIsNotAChild(t *testing.T) {
 	require.Nil(t, ch)
 	ch, err = parent.Child(ctx, "kept")
 	require.NoError(t, err)
-	require.True(t, kept.Equal(ch))
+	require.True(t, kept.equal(ch))
 	children, err := parent.Children(ctx)
 	require.NoError(t, err)
 	require.Len(t, children, 1)
 	require.Equal(t, "kept", children[0].Name)
-	require.True(t, kept.Equal(children[0].Job))
-	require.ErrorIs(t, parent.Disown(ctx, "gone"), ErrNotChild, "Ruby: cannot disown non-existent child")
+	require.True(t, kept.equal(children[0].Job))
+	require.ErrorIs(t, parent.disownNamed(ctx, "gone"), errNotChild, "Ruby: cannot disown non-existent child")
 
-	require.NoError(t, parent.SetStatus(ctx, StatusTerminated))
-	require.NoError(t, kept.SetStatus(ctx, StatusTerminated))
-	ok, err := parent.Terminated(ctx)
+	require.NoError(t, parent.setStatus(ctx, statusTerminated))
+	require.NoError(t, kept.setStatus(ctx, statusTerminated))
+	ok, err := parent.terminated(ctx)
 	require.NoError(t, err)
 	require.True(t, ok, "the gone child does not hold the parent back")
 	require.NoError(t, parent.Terminate(ctx, true), "recursive terminate skips the gone child")
@@ -57,12 +59,12 @@ func TestDeletedChildIsNotAChild(t *testing.T) {
 	again, err := parent.Queue(ctx, "testq", "TestWorker", &QueueOpts{Name: "gone"})
 	require.NoError(t, err)
 	require.Equal(t, strconv.FormatInt(again.ID(), 10), b.hash(t, parent.key("children"))["gone"])
-	require.NoError(t, again.SetStatus(ctx, StatusTerminated))
+	require.NoError(t, again.setStatus(ctx, statusTerminated))
 
 	b.goneJob(t, again)
 	deleted, err := parent.Delete(ctx)
 	require.NoError(t, err)
 	require.True(t, deleted)
 	require.False(t, b.exists(t, parent.key("children")))
-	require.Empty(t, b.set(t, KeyJobs))
+	require.Empty(t, b.set(t, sidejobwire.KeyJobs))
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
@@ -30,23 +31,23 @@ func TestGoldenScenario(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	b.do(t, "FLUSHALL")
-	reg := NewRegistry()
-	require.NoError(t, reg.Register("TestSum", testSum{}, MustConfig(`{"description":"sums","inports":{"ready":{},"in":{}},"outports":{"sum":{}}}`)))
-	require.NoError(t, reg.Register("TestWorker", WorkerFunc(func(context.Context, *Job, []rubyjson.Value) error { return nil }), nil))
-	require.NoError(t, reg.Register("QuietWorker", quietWorker{}, MustConfig(`{"status_publish":false,"inports":{"*":{"default":"star"}}}`)))
-	rt, err := NewRuntime(&RuntimeConfig{Client: b.c, Registry: reg})
+	reg := &Registry{}
+	require.NoError(t, reg.Register("TestSum", testSum{}, `{"description":"sums","inports":{"ready":{},"in":{}},"outports":{"sum":{}}}`))
+	require.NoError(t, reg.Register("TestWorker", WorkerFunc(func(context.Context, *Job, []rubyjson.Value) error { return nil }), ""))
+	require.NoError(t, reg.Register("QuietWorker", quietWorker{}, `{"status_publish":false,"inports":{"*":{"default":"star"}}}`))
+	rt, err := newJobRuntime(&runtimeConfig{Client: b.c, Registry: reg})
 	require.NoError(t, err)
 	sub := b.subscribe(t)
 
-	require.NoError(t, b.c.RegisterAll(ctx, "testq", reg))
+	require.NoError(t, b.c.registerAll(ctx, "testq", reg))
 	job1, err := b.c.Queue(ctx, "testq", "TestSum", &QueueOpts{
 		Args:     []any{1, "a"},
 		By:       "user:1",
-		Inports:  []PortDef{PortNamed("extra").WithDefault([]any{1, 2}).WithChannels("/test/chan")},
-		Outports: []PortDef{PortNamed("sum").WithChannels("/test/out")},
+		Inports:  []PortDef{{Name: "extra", HasDefault: true, Default: []any{1, 2}, Channels: []string{"/test/chan"}}},
+		Outports: []PortDef{{Name: "sum", Channels: []string{"/test/out"}}},
 	})
 	require.NoError(t, err)
-	job2, err := job1.Queue(ctx, "testq", "TestWorker", &QueueOpts{Name: "kid", Inports: []PortDef{PortNamed("*").WithDefault(5)}})
+	job2, err := job1.Queue(ctx, "testq", "TestWorker", &QueueOpts{Name: "kid", Inports: []PortDef{{Name: "*", HasDefault: true, Default: 5}}})
 	require.NoError(t, err)
 	_, err = job2.Input(ctx, "dyn")
 	require.NoError(t, err)
@@ -56,15 +57,15 @@ func TestGoldenScenario(t *testing.T) {
 	require.NoError(t, in.Write(ctx, 4))
 	require.NoError(t, b.input(t, job1, "ready").Write(ctx, true))
 	state := rubyjson.NewMap()
-	state.Set("foo", rubyjson.ObjectValue(MustConfig(`{"a":1}`)))
+	state.Set("foo", rubyjson.ObjectValue(mustObject(`{"a":1}`)))
 	state.Set("bar", rubyjson.StringValue("x"))
-	require.NoError(t, job1.SetMany(ctx, state))
-	require.NoError(t, b.c.Publish(ctx, "/test/chan/sub", MustConfig(`{"hello":1}`)))
+	require.NoError(t, job1.setMany(ctx, state))
+	require.NoError(t, b.c.Publish(ctx, "/test/chan/sub", mustObject(`{"hello":1}`)))
 	at := time.Now().Add(time.Hour)
 	job3, err := b.c.Queue(ctx, "testq", "QuietWorker", &QueueOpts{At: at})
 	require.NoError(t, err)
-	require.NoError(t, rt.RunInline(ctx, job3, &InlineOpts{SwallowErrors: true}))
-	require.NoError(t, rt.RunInline(ctx, job1, nil))
+	require.NoError(t, rt.runInline(ctx, job3, &inlineOpts{SwallowErrors: true}))
+	require.NoError(t, rt.runInline(ctx, job1, nil))
 	require.NoError(t, b.c.Log(ctx, "a string message"))
 
 	require.Equal(t, []string{
@@ -193,7 +194,7 @@ func TestReadGoldenState(t *testing.T) {
 	require.Equal(t, "TestSum", info.Class)
 	require.Equal(t, `[1,"a"]`, string(info.Args.Encode()))
 	require.Equal(t, "user:1", info.CreatedBy)
-	ran, err := ParseTimestamp(info.RanAt)
+	ran, err := sidejobwire.ParseTimestamp(info.RanAt)
 	require.NoError(t, err)
 	require.Equal(t, 500, ran.Nanosecond())
 	children, err := job1.Children(ctx)
@@ -203,7 +204,7 @@ func TestReadGoldenState(t *testing.T) {
 	require.Equal(t, int64(2), children[0].Job.ID())
 	parent, err := children[0].Job.Parent(ctx)
 	require.NoError(t, err)
-	require.True(t, parent.Equal(job1))
+	require.True(t, parent.equal(job1))
 
 	extra := b.input(t, job1, "extra")
 	d, err := extra.Read(ctx)
@@ -235,7 +236,7 @@ func TestReadGoldenState(t *testing.T) {
 	require.True(t, info2.Args.IsNull())
 	other := b.input(t, job2, "other")
 	require.Equal(t, "5", b.read(t, other), "a new dynamic port inherits the * default")
-	ports, err := job2.Inports(ctx)
+	ports, err := job2.ports(ctx, inPort)
 	require.NoError(t, err)
 	require.Len(t, ports, 2)
 
@@ -252,6 +253,6 @@ func TestReadGoldenState(t *testing.T) {
 	missing, err := b.c.Find(ctx, "nope")
 	require.NoError(t, err)
 	require.Nil(t, missing)
-	_, err = b.c.Load(ctx, 42)
+	_, err = b.c.load(ctx, 42)
 	require.True(t, errors.Is(err, ErrJobNotFound))
 }

@@ -24,7 +24,7 @@ type testBundle struct {
 	pool *redis.Pool
 	c    *Client
 	reg  *Registry
-	rt   *Runtime
+	rt   *jobRuntime
 }
 
 func setup(t *testing.T) *testBundle {
@@ -33,10 +33,10 @@ func setup(t *testing.T) *testBundle {
 	pool := srv.Pool(t)
 	c, err := NewClient(&Config{Pool: pool})
 	require.NoError(t, err)
-	reg := NewRegistry()
-	require.NoError(t, reg.Register("TestSum", testSum{}, MustConfig(`{"description":"sums","inports":{"ready":{},"in":{}},"outports":{"sum":{}}}`)))
-	require.NoError(t, reg.Register("TestWorker", WorkerFunc(func(context.Context, *Job, []rubyjson.Value) error { return nil }), nil))
-	rt, err := NewRuntime(&RuntimeConfig{Client: c, Registry: reg, ReturnErrors: true, LockRetryDelay: 10 * time.Millisecond})
+	reg := &Registry{}
+	require.NoError(t, reg.Register("TestSum", testSum{}, `{"description":"sums","inports":{"ready":{},"in":{}},"outports":{"sum":{}}}`))
+	require.NoError(t, reg.Register("TestWorker", WorkerFunc(func(context.Context, *Job, []rubyjson.Value) error { return nil }), ""))
+	rt, err := newJobRuntime(&runtimeConfig{Client: c, Registry: reg, ReturnErrors: true, LockRetryDelay: 10 * time.Millisecond})
 	require.NoError(t, err)
 	b := &testBundle{srv: srv, pool: pool, c: c, reg: reg, rt: rt}
 	b.registerAll(t)
@@ -45,17 +45,13 @@ func setup(t *testing.T) *testBundle {
 
 func (b *testBundle) registerAll(t *testing.T) {
 	t.Helper()
-	require.NoError(t, b.c.RegisterAll(context.Background(), "testq", b.reg))
+	require.NoError(t, b.c.registerAll(context.Background(), "testq", b.reg))
 }
 
 // register adds a worker and rewrites the registry.
 func (b *testBundle) register(t *testing.T, class string, w Worker, config string) {
 	t.Helper()
-	var cfg *rubyjson.Map
-	if config != "" {
-		cfg = MustConfig(config)
-	}
-	require.NoError(t, b.reg.Register(class, w, cfg))
+	require.NoError(t, b.reg.Register(class, w, config))
 	b.registerAll(t)
 }
 
@@ -176,7 +172,7 @@ func (testSum) Perform(ctx context.Context, j *Job, _ []rubyjson.Value) error {
 	if err != nil {
 		return err
 	}
-	ok, err := ready.HasData(ctx)
+	ok, err := ready.hasData(ctx)
 	if err != nil {
 		return err
 	}
@@ -279,3 +275,12 @@ type tracedError struct {
 
 func (e *tracedError) Error() string        { return e.msg }
 func (e *tracedError) StackTrace() []string { return e.trace }
+
+// mustObject parses a JSON object literal, keeping its key order.
+func mustObject(js string) *rubyjson.Map {
+	m, err := rubyjson.ParseObject([]byte(js))
+	if err != nil {
+		panic(err)
+	}
+	return m
+}

@@ -7,13 +7,14 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// InlineOpts are the options of RunInline (the gem's testing helper
+// inlineOpts are the options of runInline (the gem's testing helper
 // run_inline). The zero value matches Ruby's defaults.
-type InlineOpts struct {
+type inlineOpts struct {
 	// KeepStatus leaves the status as it is (queue: false); by default it is
 	// set to queued first, so a suspended or completed job runs.
 	KeepStatus bool
@@ -24,46 +25,46 @@ type InlineOpts struct {
 	Args []rubyjson.Value
 }
 
-// RunInline runs the job once in this goroutine through the middleware
+// runInline runs the job once in this goroutine through the middleware
 // algorithm, with the worker of its class.
-func (rt *Runtime) RunInline(ctx context.Context, j *Job, o *InlineOpts) error {
+func (rt *jobRuntime) runInline(ctx context.Context, j *Job, o *inlineOpts) error {
 	if o == nil {
-		o = &InlineOpts{}
+		o = &inlineOpts{}
 	}
 	w, err := j.worker(ctx)
 	if err != nil {
 		return err
 	}
 	if !o.KeepStatus {
-		if err := j.SetStatus(ctx, StatusQueued); err != nil {
+		if err := j.setStatus(ctx, statusQueued); err != nil {
 			return err
 		}
 	}
 	return rt.execute(ctx, w.class, j.id, o.Args, !o.SwallowErrors)
 }
 
-// DrainOpts are the options of Drain.
-type DrainOpts struct {
+// drainOpts are the options of drain.
+type drainOpts struct {
 	// Queues to drain; default every queue in the "queues" set.
 	Queues []string
 	// SwallowErrors logs worker errors instead of returning them.
 	SwallowErrors bool
 }
 
-// Drain takes the items of the immediate Sidekiq queues one by one and runs
+// drain takes the items of the immediate Sidekiq queues one by one and runs
 // them inline until every queue is empty (the gem's drain_queue; the
 // schedule set is not processed). Use a ctx with a deadline as the timeout.
 // It returns the number of items run.
-func (rt *Runtime) Drain(ctx context.Context, o *DrainOpts) (int, error) {
+func (rt *jobRuntime) drain(ctx context.Context, o *drainOpts) (int, error) {
 	if o == nil {
-		o = &DrainOpts{}
+		o = &drainOpts{}
 	}
 	n := 0
 	for {
 		queues := o.Queues
 		if len(queues) == 0 {
 			var err error
-			if queues, err = redis.Strings(rt.c.do(ctx, "SMEMBERS", wire.KeyQueues)); err != nil {
+			if queues, err = redis.Strings(rt.c.do(ctx, "SMEMBERS", contract.KeyQueues)); err != nil {
 				return n, fmt.Errorf("sidejob: drain: %w", err)
 			}
 		}
@@ -73,7 +74,7 @@ func (rt *Runtime) Drain(ctx context.Context, o *DrainOpts) (int, error) {
 				if err := ctx.Err(); err != nil {
 					return n, err
 				}
-				raw, err := redis.Bytes(rt.c.do(ctx, "RPOP", wire.QueueKey(q)))
+				raw, err := redis.Bytes(rt.c.do(ctx, "RPOP", contract.QueueKey(q)))
 				if errors.Is(err, redis.ErrNil) {
 					break
 				}

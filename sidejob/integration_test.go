@@ -24,7 +24,7 @@ func TestIntegrationChannels(t *testing.T) {
 	for i := range jobs {
 		jobs[i] = b.queue(t, "TestSum", nil)
 	}
-	chans := func(p *Port, ch ...string) { require.NoError(t, p.SetChannels(ctx, ch)) }
+	chans := func(p *Port, ch ...string) { require.NoError(t, p.setChannels(ctx, ch)) }
 	chans(b.input(t, jobs[0], "ready"), "/test/ready")
 	chans(b.input(t, jobs[0], "in"), "/test/in")
 	chans(b.output(t, jobs[0], "sum"), "/test/chan1")
@@ -40,7 +40,7 @@ func TestIntegrationChannels(t *testing.T) {
 	}
 	require.NoError(t, b.c.Publish(ctx, "/test/ready", true))
 	for _, j := range jobs {
-		require.NoError(t, b.rt.RunInline(ctx, j, nil))
+		require.NoError(t, b.rt.runInline(ctx, j, nil))
 	}
 	require.Equal(t, "completed", b.status(t, jobs[3]))
 	require.Equal(t, "14", b.read(t, b.output(t, jobs[3], "sum")))
@@ -111,7 +111,7 @@ func (testFib) Perform(ctx context.Context, j *Job, _ []rubyjson.Value) error {
 		if err != nil {
 			return err
 		}
-		if st != StatusCompleted || d == nil {
+		if st != statusCompleted || d == nil {
 			waiting = true
 			continue
 		}
@@ -132,7 +132,7 @@ func TestIntegrationFib(t *testing.T) {
 	b := setup(t)
 	// Outputs are written as defaults so the parent can read them again.
 	b.register(t, "TestFib", WorkerFunc(func(ctx context.Context, j *Job, args []rubyjson.Value) error {
-		return j.c.Group(ctx, &GroupOptions{SetDefault: Opt(true)}, func(ctx context.Context) error {
+		return j.c.inGroup(ctx, &groupOptions{SetDefault: opt(true)}, func(ctx context.Context) error {
 			return testFib{}.Perform(ctx, j, args)
 		})
 	}), `{"inports":{"n":{}},"outports":{"num":{}}}`)
@@ -140,7 +140,7 @@ func TestIntegrationFib(t *testing.T) {
 	b.write(t, b.input(t, job, "n"), 6)
 	dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	_, err := b.rt.Drain(dctx, nil)
+	_, err := b.rt.drain(dctx, nil)
 	require.NoError(t, err)
 	require.Equal(t, "completed", b.status(t, job))
 	require.Equal(t, "8", b.read(t, b.output(t, job, "num")))
@@ -225,7 +225,7 @@ func TestIntegrationSum(t *testing.T) {
 	job := b.queue(t, "TestSumFlow", nil)
 	dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	_, err := b.rt.Drain(dctx, nil)
+	_, err := b.rt.drain(dctx, nil)
 	require.NoError(t, err)
 	require.Equal(t, "completed", b.status(t, job))
 	require.Equal(t, "11", b.read(t, b.output(t, job, "out")))
@@ -268,7 +268,7 @@ func TestIntegrationSidekiqServer(t *testing.T) {
 	for _, raw := range sched {
 		b.do(t, "LPUSH", "queue:testq", raw)
 	}
-	_, err = b.rt.Drain(ctx, nil)
+	_, err = b.rt.drain(ctx, nil)
 	require.NoError(t, err)
 	require.Equal(t, "completed", b.status(t, job))
 	require.Equal(t, "11", b.read(t, b.output(t, job, "out")))

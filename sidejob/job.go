@@ -8,24 +8,25 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
 // Job statuses (docs/sidejob.md#statuses).
 const (
-	StatusQueued      = "queued"
-	StatusRunning     = "running"
-	StatusSuspended   = "suspended"
-	StatusCompleted   = "completed"
-	StatusFailed      = "failed"
-	StatusTerminating = "terminating"
-	StatusTerminated  = "terminated"
+	statusQueued      = "queued"
+	statusRunning     = "running"
+	statusSuspended   = "suspended"
+	statusCompleted   = "completed"
+	statusFailed      = "failed"
+	statusTerminating = "terminating"
+	statusTerminated  = "terminated"
 )
 
 // Job is a handle on a SideJob job (SideJob::Job and the JobMethods that
 // workers share). It holds only the id; every method reads Redis, so two
 // handles on the same id are interchangeable. Nearly every method fails with
-// *JobNotFoundError once the job is deleted, as Ruby's check_exists does.
+// ErrJobNotFound (errors.Is) once the job is deleted, as Ruby's check_exists does.
 type Job struct {
 	c  *Client
 	id int64
@@ -34,20 +35,17 @@ type Job struct {
 // ID returns the job id.
 func (j *Job) ID() int64 { return j.id }
 
-// Client returns the client the job uses.
-func (j *Job) Client() *Client { return j.c }
-
 // String returns "job:<id>" (Ruby's redis_key and to_s).
-func (j *Job) String() string { return JobKey(j.id) }
+func (j *Job) String() string { return sidejobwire.JobKey(j.id) }
 
-// Equal reports whether o is the same job (by id).
-func (j *Job) Equal(o *Job) bool { return o != nil && o.id == j.id }
+// equal reports whether o is the same job (by id).
+func (j *Job) equal(o *Job) bool { return o != nil && o.id == j.id }
 
-func (j *Job) key(suffix string) string { return JobKey(j.id) + ":" + suffix }
+func (j *Job) key(suffix string) string { return sidejobwire.JobKey(j.id) + ":" + suffix }
 
-// Exists reports whether the job exists (SISMEMBER jobs id).
-func (j *Job) Exists(ctx context.Context) (bool, error) {
-	ok, err := redis.Bool(j.c.do(ctx, "SISMEMBER", KeyJobs, j.id))
+// exists reports whether the job exists (SISMEMBER jobs id).
+func (j *Job) exists(ctx context.Context) (bool, error) {
+	ok, err := redis.Bool(j.c.do(ctx, "SISMEMBER", sidejobwire.KeyJobs, j.id))
 	if err != nil {
 		return false, fmt.Errorf("sidejob: job %d exists?: %w", j.id, err)
 	}
@@ -55,12 +53,12 @@ func (j *Job) Exists(ctx context.Context) (bool, error) {
 }
 
 func (j *Job) checkExists(ctx context.Context) error {
-	ok, err := j.Exists(ctx)
+	ok, err := j.exists(ctx)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return &JobNotFoundError{ID: j.id}
+		return &jobNotFoundError{ID: j.id}
 	}
 	return nil
 }
@@ -77,12 +75,13 @@ func (j *Job) Status(ctx context.Context) (string, error) {
 	return s, nil
 }
 
-// SetStatus sets the status unconditionally (Ruby's public status=, a
-// GETSET) and publishes {"status": s} to the job channel when it changed,
-// unless the worker config has "status_publish": false. Like the gem's
-// status= (which calls check_exists), it fails with *JobNotFoundError when
-// the job does not exist, and then writes nothing.
-func (j *Job) SetStatus(ctx context.Context, s string) error {
+// setStatus sets the status unconditionally (Ruby's status=, a GETSET)
+// and publishes {"status": s} to the job channel when it changed, unless
+// the worker config has "status_publish": false. Like the gem's status=
+// (which calls check_exists), it fails with ErrJobNotFound when the job
+// does not exist, and then writes nothing. Callers outside the package
+// change the status through Run and Terminate.
+func (j *Job) setStatus(ctx context.Context, s string) error {
 	_, err := j.setStatusIf(ctx, s, "any")
 	return err
 }
@@ -90,13 +89,13 @@ func (j *Job) SetStatus(ctx context.Context, s string) error {
 // setStatusIf changes the status atomically when the job exists and its
 // current status matches mode ("any", "in" or "notin") and list, and
 // publishes a change. It reports whether the status was written; a job that
-// does not exist is a *JobNotFoundError (see ignoreGone).
+// does not exist is a *jobNotFoundError (see ignoreGone).
 func (j *Job) setStatusIf(ctx context.Context, s, mode string, list ...string) (bool, error) {
 	conn, err := j.c.conn(ctx)
 	if err != nil {
 		return false, err
 	}
-	args := []any{j.key("status"), KeyJobs, s, j.id, mode}
+	args := []any{j.key("status"), sidejobwire.KeyJobs, s, j.id, mode}
 	for _, l := range list {
 		args = append(args, l)
 	}
@@ -108,7 +107,7 @@ func (j *Job) setStatusIf(ctx context.Context, s, mode string, list ...string) (
 	code, _ := redis.Int(reply[0], nil)
 	switch code {
 	case -2:
-		return false, &JobNotFoundError{ID: j.id}
+		return false, &jobNotFoundError{ID: j.id}
 	case 1:
 		if err := j.publishStatus(ctx, s); err != nil {
 			return true, err
@@ -117,7 +116,7 @@ func (j *Job) setStatusIf(ctx context.Context, s, mode string, list ...string) (
 	return code >= 0, nil
 }
 
-// ignoreGone drops a *JobNotFoundError: the middleware and the reaper leave
+// ignoreGone drops a *jobNotFoundError: the middleware and the reaper leave
 // a job that was deleted under them alone.
 func ignoreGone(err error) error {
 	if errors.Is(err, ErrJobNotFound) {
@@ -127,7 +126,7 @@ func ignoreGone(err error) error {
 }
 
 func (j *Job) publishStatus(ctx context.Context, s string) error {
-	cfg, err := j.WorkerConfig(ctx)
+	cfg, err := j.workerConfig(ctx)
 	if err != nil {
 		return err
 	}
@@ -138,14 +137,14 @@ func (j *Job) publishStatus(ctx context.Context, s string) error {
 	}
 	m := rubyjson.NewMap()
 	m.Set("status", rubyjson.StringValue(s))
-	return j.c.Group(ctx, &GroupOptions{Log: Opt(false)}, func(ctx context.Context) error {
-		return j.c.Publish(ctx, JobChannel(j.id), rubyjson.ObjectValue(m))
+	return j.c.inGroup(ctx, &groupOptions{Log: opt(false)}, func(ctx context.Context) error {
+		return j.c.Publish(ctx, sidejobwire.JobChannel(j.id), rubyjson.ObjectValue(m))
 	})
 }
 
-// Publish publishes msg to the job's channel, /sidejob/job/<id>.
-func (j *Job) Publish(ctx context.Context, msg any) error {
-	return j.c.Publish(ctx, JobChannel(j.id), msg)
+// publish publishes msg to the job's channel, /sidejob/job/<id>.
+func (j *Job) publish(ctx context.Context, msg any) error {
+	return j.c.Publish(ctx, sidejobwire.JobChannel(j.id), msg)
 }
 
 // Aliases returns the job's alias names.
@@ -163,8 +162,8 @@ func (j *Job) Aliases(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// ErrAlias is matched by the errors of AddAlias and RemoveAlias.
-var ErrAlias = errors.New("sidejob: alias")
+// errAlias is matched by the errors of AddAlias and removeAlias.
+var errAlias = errors.New("sidejob: alias")
 
 // AddAlias gives the job an alias name (it must start with a letter).
 // Adding an alias the job already has is a no-op; an alias held by another
@@ -174,19 +173,19 @@ func (j *Job) AddAlias(ctx context.Context, name string) error {
 		return err
 	}
 	if !validAlias(name) {
-		return fmt.Errorf("%w: invalid alias name %q (it must start with a letter)", ErrAlias, name)
+		return fmt.Errorf("%w: invalid alias name %q (it must start with a letter)", errAlias, name)
 	}
-	set, err := redis.Bool(j.c.do(ctx, "HSETNX", KeyAliases, name, j.id))
+	set, err := redis.Bool(j.c.do(ctx, "HSETNX", sidejobwire.KeyAliases, name, j.id))
 	if err != nil {
 		return fmt.Errorf("sidejob: job %d add alias: %w", j.id, err)
 	}
 	if !set {
-		owner, err := redis.String(j.c.do(ctx, "HGET", KeyAliases, name))
+		owner, err := redis.String(j.c.do(ctx, "HGET", sidejobwire.KeyAliases, name))
 		if err != nil && !errors.Is(err, redis.ErrNil) {
 			return fmt.Errorf("sidejob: job %d add alias: %w", j.id, err)
 		}
 		if owner != strconv.FormatInt(j.id, 10) {
-			return fmt.Errorf("%w: %q is already used by job %s", ErrAlias, name, owner)
+			return fmt.Errorf("%w: %q is already used by job %s", errAlias, name, owner)
 		}
 	}
 	if _, err := j.c.do(ctx, "SADD", j.key("aliases"), name); err != nil {
@@ -203,9 +202,9 @@ func validAlias(name string) bool {
 	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')
 }
 
-// RemoveAlias removes one of the job's aliases; it fails when name is not
+// removeAlias removes one of the job's aliases; it fails when name is not
 // one of them.
-func (j *Job) RemoveAlias(ctx context.Context, name string) error {
+func (j *Job) removeAlias(ctx context.Context, name string) error {
 	if err := j.checkExists(ctx); err != nil {
 		return err
 	}
@@ -214,9 +213,9 @@ func (j *Job) RemoveAlias(ctx context.Context, name string) error {
 		return fmt.Errorf("sidejob: job %d remove alias: %w", j.id, err)
 	}
 	if !ok {
-		return fmt.Errorf("%w: %q is not an alias of job %d", ErrAlias, name, j.id)
+		return fmt.Errorf("%w: %q is not an alias of job %d", errAlias, name, j.id)
 	}
-	if _, err := j.c.multi(ctx, command("SREM", j.key("aliases"), name), command("HDEL", KeyAliases, name)); err != nil {
+	if _, err := j.c.multi(ctx, command("SREM", j.key("aliases"), name), command("HDEL", sidejobwire.KeyAliases, name)); err != nil {
 		return fmt.Errorf("sidejob: job %d remove alias: %w", j.id, err)
 	}
 	return nil
@@ -300,10 +299,10 @@ func (j *Job) worker(ctx context.Context) (*workerKey, error) {
 	return w, nil
 }
 
-// WorkerConfig returns the registered config of the job's worker class, or
+// workerConfig returns the registered config of the job's worker class, or
 // nil when the class is not registered in its queue (or the job has no
 // worker key).
-func (j *Job) WorkerConfig(ctx context.Context) (*rubyjson.Map, error) {
+func (j *Job) workerConfig(ctx context.Context) (*rubyjson.Map, error) {
 	reply, err := j.c.do(ctx, "GET", j.key("worker"))
 	if err != nil {
 		return nil, fmt.Errorf("sidejob: job %d worker: %w", j.id, err)
@@ -315,5 +314,5 @@ func (j *Job) WorkerConfig(ctx context.Context) (*rubyjson.Map, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sidejob: job %d: %w", j.id, err)
 	}
-	return j.c.WorkerConfig(ctx, w.queue, w.class)
+	return j.c.workerConfig(ctx, w.queue, w.class)
 }

@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gojob/gojob/sidekiq/wire"
+	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 )
@@ -18,9 +19,9 @@ func TestQueue(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	_, err := b.c.Queue(ctx, "nope", "TestWorker", nil)
-	require.ErrorIs(t, err, ErrNotRegistered)
+	require.ErrorIs(t, err, errNotRegistered)
 	_, err = b.c.Queue(ctx, "testq", "Nope", nil)
-	require.ErrorIs(t, err, ErrNotRegistered)
+	require.ErrorIs(t, err, errNotRegistered)
 	j := b.queue(t, "TestWorker", &QueueOpts{Args: []any{1, 2}})
 	require.Equal(t, int64(1), j.ID())
 	require.Equal(t, "queued", b.status(t, j))
@@ -32,16 +33,16 @@ func TestQueue(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "[1,2]", string(info.Args.Encode()))
 	require.Equal(t, "", info.RanAt)
-	_, err = ParseTimestamp(info.CreatedAt)
+	_, err = sidejobwire.ParseTimestamp(info.CreatedAt)
 	require.NoError(t, err)
-	j3 := b.queue(t, "TestSum", &QueueOpts{Inports: []PortDef{PortNamed("in").WithDefault(3)}, By: "me"})
+	j3 := b.queue(t, "TestSum", &QueueOpts{Inports: []PortDef{{Name: "in", HasDefault: true, Default: 3}}, By: "me"})
 	require.Equal(t, "3", b.read(t, b.input(t, j3, "in")))
 	require.Equal(t, "me", b.str(t, "job:3:created_by"))
 	found, err := b.c.Find(ctx, "3")
 	require.NoError(t, err)
-	require.True(t, found.Equal(j3))
-	require.Len(t, Timestamp(time.Now()), len("2026-01-01T00:00:00.000000000Z"))
-	require.Equal(t, "2026-01-02T03:04:05.100000000Z", Timestamp(time.Date(2026, 1, 2, 3, 4, 5, 1e8, time.UTC)))
+	require.True(t, found.equal(j3))
+	require.Len(t, sidejobwire.Timestamp(time.Now()), len("2026-01-01T00:00:00.000000000Z"))
+	require.Equal(t, "2026-01-02T03:04:05.100000000Z", sidejobwire.Timestamp(time.Date(2026, 1, 2, 3, 4, 5, 1e8, time.UTC)))
 }
 
 func TestStatusPublish(t *testing.T) {
@@ -50,8 +51,8 @@ func TestStatusPublish(t *testing.T) {
 	b := setup(t)
 	j := b.queue(t, "TestWorker", nil)
 	sub := b.subscribe(t)
-	require.NoError(t, j.SetStatus(ctx, "newstatus"))
-	require.NoError(t, j.SetStatus(ctx, "newstatus"))
+	require.NoError(t, j.setStatus(ctx, "newstatus"))
+	require.NoError(t, j.setStatus(ctx, "newstatus"))
 	require.Equal(t, []string{`/sidejob/job/1  {"status":"newstatus"}`}, normalize(sub.stop(t, b)))
 }
 
@@ -70,14 +71,14 @@ func TestAliases(t *testing.T) {
 	require.Equal(t, []string{"a1", "b2"}, b.set(t, "job:1:aliases"))
 	require.Equal(t, map[string]string{"a1": "1", "b2": "1"}, b.hash(t, "jobs:aliases"))
 	for _, bad := range []string{"1234", "!", ""} {
-		require.ErrorIs(t, j.AddAlias(ctx, bad), ErrAlias)
+		require.ErrorIs(t, j.AddAlias(ctx, bad), errAlias)
 	}
-	require.ErrorIs(t, other.AddAlias(ctx, "a1"), ErrAlias)
-	require.NoError(t, j.RemoveAlias(ctx, "b2"))
-	require.ErrorIs(t, j.RemoveAlias(ctx, "b2"), ErrAlias)
+	require.ErrorIs(t, other.AddAlias(ctx, "a1"), errAlias)
+	require.NoError(t, j.removeAlias(ctx, "b2"))
+	require.ErrorIs(t, j.removeAlias(ctx, "b2"), errAlias)
 	f, err := b.c.Find(ctx, "a1")
 	require.NoError(t, err)
-	require.True(t, f.Equal(j))
+	require.True(t, f.equal(j))
 }
 
 func TestRun(t *testing.T) {
@@ -87,10 +88,10 @@ func TestRun(t *testing.T) {
 	j := b.queue(t, "TestWorker", nil)
 	for _, st := range []string{"queued", "running", "suspended", "completed"} {
 		b.do(t, "DEL", "queue:testq")
-		require.NoError(t, j.SetStatus(ctx, st))
+		require.NoError(t, j.setStatus(ctx, st))
 		got, err := j.Run(ctx, nil)
 		require.NoError(t, err)
-		require.True(t, got.Equal(j))
+		require.True(t, got.equal(j))
 		require.Equal(t, "queued", b.status(t, j))
 		require.Equal(t, 1, b.enqueued(t), st)
 	}
@@ -99,7 +100,7 @@ func TestRun(t *testing.T) {
 	require.Equal(t, 1, b.enqueued(t), "already queued: no second push")
 	for _, st := range []string{"failed", "terminating", "terminated"} {
 		b.do(t, "DEL", "queue:testq")
-		require.NoError(t, j.SetStatus(ctx, st))
+		require.NoError(t, j.setStatus(ctx, st))
 		got, err := j.Run(ctx, nil)
 		require.NoError(t, err)
 		require.Nil(t, got)
@@ -120,7 +121,7 @@ func TestRun(t *testing.T) {
 	require.NoError(t, err)
 	score, err := strconv.ParseFloat(sched[1], 64)
 	require.NoError(t, err)
-	want, _ := strconv.ParseFloat(wire.Score(at), 64)
+	want, _ := strconv.ParseFloat(contract.Score(at), 64)
 	require.Equal(t, want, score, "exactly that time")
 	_, err = j.Run(ctx, &RunOpts{Wait: time.Minute})
 	require.NoError(t, err)
@@ -128,7 +129,7 @@ func TestRun(t *testing.T) {
 	// unregistered class → terminated and an error
 	b.do(t, "HDEL", "workers:testq", "TestWorker")
 	_, err = j.Run(ctx, &RunOpts{Force: true})
-	require.ErrorIs(t, err, ErrNotRegistered)
+	require.ErrorIs(t, err, errNotRegistered)
 	require.Equal(t, "terminated", b.status(t, j))
 	b.registerAll(t)
 	// deleted job
@@ -153,20 +154,20 @@ func TestFamilyAndDelete(t *testing.T) {
 	b.write(t, b.input(t, c1, "in"), 1)
 	ch, err := p.Child(ctx, "c1")
 	require.NoError(t, err)
-	require.True(t, ch.Equal(c1))
+	require.True(t, ch.equal(c1))
 	par, err := c1.Parent(ctx)
 	require.NoError(t, err)
-	require.True(t, par.Equal(p))
-	require.ErrorIs(t, p.Adopt(ctx, p, "self"), ErrAdopt)
-	require.ErrorIs(t, p.Adopt(ctx, gc, "x"), ErrAdopt, "already has a parent")
+	require.True(t, par.equal(p))
+	require.ErrorIs(t, p.adopt(ctx, p, "self"), errAdopt)
+	require.ErrorIs(t, p.adopt(ctx, gc, "x"), errAdopt, "already has a parent")
 	orphan := b.queue(t, "TestWorker", nil)
-	require.ErrorIs(t, p.Adopt(ctx, orphan, ""), ErrAdopt)
-	require.ErrorIs(t, p.Adopt(ctx, orphan, "c1"), ErrAdopt)
-	require.NoError(t, p.Adopt(ctx, orphan, "o"))
-	require.NoError(t, p.Disown(ctx, "o"))
-	require.ErrorIs(t, p.Disown(ctx, "o"), ErrNotChild)
-	require.NoError(t, p.Adopt(ctx, orphan, "o"))
-	require.NoError(t, p.DisownJob(ctx, orphan))
+	require.ErrorIs(t, p.adopt(ctx, orphan, ""), errAdopt)
+	require.ErrorIs(t, p.adopt(ctx, orphan, "c1"), errAdopt)
+	require.NoError(t, p.adopt(ctx, orphan, "o"))
+	require.NoError(t, p.disownNamed(ctx, "o"))
+	require.ErrorIs(t, p.disownNamed(ctx, "o"), errNotChild)
+	require.NoError(t, p.adopt(ctx, orphan, "o"))
+	require.NoError(t, p.disownJob(ctx, orphan))
 
 	ok, err := p.Delete(ctx)
 	require.NoError(t, err)
@@ -176,9 +177,9 @@ func TestFamilyAndDelete(t *testing.T) {
 	require.NoError(t, p.Terminate(ctx, true))
 	for _, j := range []*Job{p, c1, gc} {
 		require.Equal(t, "terminating", b.status(t, j))
-		require.NoError(t, j.SetStatus(ctx, "terminated"))
+		require.NoError(t, j.setStatus(ctx, "terminated"))
 	}
-	term, err := p.Terminated(ctx)
+	term, err := p.terminated(ctx)
 	require.NoError(t, err)
 	require.True(t, term)
 	sub := b.subscribe(t)
@@ -213,35 +214,35 @@ func TestStateAndLocks(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, `{"a":[1]}`, string(v.Encode()))
 	require.Equal(t, map[string]string{"x": `{"a":[1]}`, "y": "2"}, b.hash(t, "job:1:state"))
-	require.NoError(t, j.Unset(ctx, "x"))
+	require.NoError(t, j.unset(ctx, "x"))
 	st, err := j.State(ctx)
 	require.NoError(t, err)
 	require.Equal(t, `{"y":2}`, string(st.Encode()))
 
-	token, err := j.Lock(ctx, 30*time.Second, nil)
+	token, err := j.lock(ctx, 30*time.Second, nil)
 	require.NoError(t, err)
 	require.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, token)
 	require.Equal(t, token, b.str(t, "job:1:lock"))
 	ttl, _ := b.do(t, "TTL", "job:1:lock").(int64)
 	require.InDelta(t, 30, ttl, 1)
-	again, err := j.Lock(ctx, 30*time.Second, &LockOpts{Retries: 1})
+	again, err := j.lock(ctx, 30*time.Second, &lockOpts{Retries: 1})
 	require.NoError(t, err)
 	require.Empty(t, again)
-	ok, err = j.RefreshLock(ctx, 100*time.Second)
+	ok, err = j.refreshLock(ctx, 100*time.Second)
 	require.NoError(t, err)
 	require.True(t, ok)
 	ttl, _ = b.do(t, "TTL", "job:1:lock").(int64)
 	require.InDelta(t, 100, ttl, 1)
-	ok, err = j.Unlock(ctx, "wrong")
+	ok, err = j.unlock(ctx, "wrong")
 	require.NoError(t, err)
 	require.False(t, ok)
-	ok, err = j.Unlock(ctx, token)
+	ok, err = j.unlock(ctx, token)
 	require.NoError(t, err)
 	require.True(t, ok)
 
 	ok, _ = j.Delete(ctx)
 	require.False(t, ok)
-	require.NoError(t, j.SetStatus(ctx, "terminated"))
+	require.NoError(t, j.setStatus(ctx, "terminated"))
 	ok, err = j.Delete(ctx)
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -259,14 +260,14 @@ func TestSetStatusOnADeletedJobFails(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	j := b.queue(t, "TestWorker", nil)
-	require.NoError(t, j.SetStatus(ctx, StatusTerminated))
+	require.NoError(t, j.setStatus(ctx, statusTerminated))
 	deleted, err := j.Delete(ctx)
 	require.NoError(t, err)
 	require.True(t, deleted)
 	sub := b.subscribe(t)
-	err = j.SetStatus(ctx, StatusQueued)
+	err = j.setStatus(ctx, statusQueued)
 	require.ErrorIs(t, err, ErrJobNotFound)
-	var nf *JobNotFoundError
+	var nf *jobNotFoundError
 	require.True(t, errors.As(err, &nf))
 	require.Equal(t, j.ID(), nf.ID)
 	require.False(t, b.exists(t, j.key("status")))
@@ -276,7 +277,7 @@ func TestSetStatusOnADeletedJobFails(t *testing.T) {
 	// failed write would raise; here nothing is written and the worker's
 	// error is what comes back
 	w := &hookWorker{perform: func(ctx context.Context, j *Job) error {
-		require.NoError(t, j.SetStatus(ctx, StatusTerminated))
+		require.NoError(t, j.setStatus(ctx, statusTerminated))
 		ok, err := j.Delete(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -288,7 +289,7 @@ func TestSetStatusOnADeletedJobFails(t *testing.T) {
 	require.False(t, b.exists(t, j2.key("status")), "failed is not written to a deleted job")
 	// and one that completes normally
 	w3 := &hookWorker{perform: func(ctx context.Context, j *Job) error {
-		require.NoError(t, j.SetStatus(ctx, StatusTerminated))
+		require.NoError(t, j.setStatus(ctx, statusTerminated))
 		_, err := j.Delete(ctx)
 		return err
 	}}

@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
 // Log publishes an entry to /sidejob/log (SideJob.log). entry is one of:
 //   - *rubyjson.Map: written as is;
 //   - error: {"error": message, "backtrace": lines} where the lines come from
-//     a sidekiq.StackTracer (panics have one) up to the first line that
+//     an error with a StackTrace() []string method (panics have one) up to the first line that
 //     contains "sidekiq", joined with "\n"; no backtrace when there is none;
 //   - string: {"message": s};
 //   - anything else: converted with rubyjson.FromGo and, when it is not an
@@ -24,11 +24,11 @@ import (
 // group with logging off, so ports subscribed to the log channel do not log
 // again.
 func (c *Client) Log(ctx context.Context, entry any) error {
-	m := ContextFields(ctx)
+	m := contextFields(ctx)
 	if m == nil {
 		m = rubyjson.NewMap()
 	}
-	m.Set("timestamp", rubyjson.StringValue(c.Timestamp()))
+	m.Set("timestamp", rubyjson.StringValue(c.timestamp()))
 	switch e := entry.(type) {
 	case *rubyjson.Map:
 		merge(m, e)
@@ -47,8 +47,8 @@ func (c *Client) Log(ctx context.Context, entry any) error {
 			m.Set("message", v)
 		}
 	}
-	return c.Group(ctx, &GroupOptions{Log: Opt(false)}, func(ctx context.Context) error {
-		return c.Publish(ctx, LogChannel, rubyjson.ObjectValue(m))
+	return c.inGroup(ctx, &groupOptions{Log: opt(false)}, func(ctx context.Context) error {
+		return c.Publish(ctx, sidejobwire.LogChannel, rubyjson.ObjectValue(m))
 	})
 }
 
@@ -63,7 +63,7 @@ func merge(dst, src *rubyjson.Map) {
 func errorEntry(err error) *rubyjson.Map {
 	m := rubyjson.NewMap()
 	m.Set("error", rubyjson.StringValue(err.Error()))
-	var st sidekiq.StackTracer
+	var st interface{ StackTrace() []string }
 	if errors.As(err, &st) {
 		var lines []string
 		for _, l := range st.StackTrace() {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
@@ -24,21 +25,6 @@ type PortDef struct {
 	Default any
 	// Channels are the port's channels.
 	Channels []string
-}
-
-// PortNamed returns a PortDef without options.
-func PortNamed(name string) PortDef { return PortDef{Name: name} }
-
-// WithDefault returns d with a default value.
-func (d PortDef) WithDefault(v any) PortDef {
-	d.HasDefault, d.Default = true, v
-	return d
-}
-
-// WithChannels returns d with channels.
-func (d PortDef) WithChannels(channels ...string) PortDef {
-	d.Channels = channels
-	return d
 }
 
 // portDefsFromJSON reads a ports object of a worker config or the web API:
@@ -104,26 +90,26 @@ func mergePortDefs(base, given []PortDef) []PortDef {
 	return out
 }
 
-// SetInports replaces the job's input ports (Ruby's inports=): the worker
+// setInports replaces the job's input ports (Ruby's inports=): the worker
 // config's inports merged with defs (defs win). See setPorts.
-func (j *Job) SetInports(ctx context.Context, defs []PortDef) error {
-	return j.setPorts(ctx, InPort, defs)
+func (j *Job) setInports(ctx context.Context, defs []PortDef) error {
+	return j.setPorts(ctx, inPort, defs)
 }
 
-// SetOutports replaces the job's output ports (Ruby's outports=).
-func (j *Job) SetOutports(ctx context.Context, defs []PortDef) error {
-	return j.setPorts(ctx, OutPort, defs)
+// setOutports replaces the job's output ports (Ruby's outports=).
+func (j *Job) setOutports(ctx context.Context, defs []PortDef) error {
+	return j.setPorts(ctx, outPort, defs)
 }
 
 // setPorts writes the port set in one MULTI (docs/sidejob.md#setting-ports): the data of ports
 // that are not kept is deleted, the name set, defaults and channels are
 // rewritten, and the job is added to channel:<ch> for every channel (in and
 // out). Defaults are encoded with the context and group options of ctx.
-func (j *Job) setPorts(ctx context.Context, typ PortType, defs []PortDef) error {
+func (j *Job) setPorts(ctx context.Context, typ portType, defs []PortDef) error {
 	if err := j.checkExists(ctx); err != nil {
 		return err
 	}
-	cfg, err := j.WorkerConfig(ctx)
+	cfg, err := j.workerConfig(ctx)
 	if err != nil {
 		return err
 	}
@@ -145,12 +131,12 @@ func (j *Job) setPorts(ctx context.Context, typ PortType, defs []PortDef) error 
 		keep[d.Name] = true
 		names = append(names, d.Name)
 		if d.HasDefault {
-			defaults = append(defaults, d.Name, EncodeData(ctx, values[d.Name]))
+			defaults = append(defaults, d.Name, encodeData(ctx, values[d.Name]))
 		}
 		if len(d.Channels) > 0 {
 			channels = append(channels, d.Name, channelsJSON(d.Channels))
 			for _, ch := range d.Channels {
-				subs = append(subs, command("SADD", ChannelKey(ch), j.id))
+				subs = append(subs, command("SADD", sidejobwire.ChannelKey(ch), j.id))
 			}
 		}
 	}
@@ -182,7 +168,7 @@ func (j *Job) setPorts(ctx context.Context, typ PortType, defs []PortDef) error 
 // in the worker config cfg (nil: none) merged with defs, every name checked
 // and every default converted (values, by port name). It writes nothing,
 // so Client.Queue can validate the ports before it allocates a job id.
-func resolvePorts(cfg *rubyjson.Map, typ PortType, defs []PortDef) ([]PortDef, map[string]rubyjson.Value, error) {
+func resolvePorts(cfg *rubyjson.Map, typ portType, defs []PortDef) ([]PortDef, map[string]rubyjson.Value, error) {
 	var base []PortDef
 	if cfg != nil {
 		pv, _ := cfg.Get(typ.String() + "ports")

@@ -20,13 +20,13 @@ func TestPortNames(t *testing.T) {
 		require.Error(t, err, "%q", bad)
 	}
 	_, err := j.Input(ctx, "missing")
-	require.ErrorIs(t, err, ErrNoPort)
+	require.ErrorIs(t, err, errNoPort)
 	_, err = j.Input(ctx, "IN")
-	require.ErrorIs(t, err, ErrNoPort, "case sensitive")
+	require.ErrorIs(t, err, errNoPort, "case sensitive")
 	p := b.input(t, j, "in")
 	require.Equal(t, "job:1:in:in", p.String())
-	require.True(t, p.Equal(b.input(t, j, "in")))
-	require.False(t, p.Equal(b.output(t, j, "sum")))
+	require.True(t, p.equal(b.input(t, j, "in")))
+	require.False(t, p.equal(b.output(t, j, "sum")))
 }
 
 func TestPortDataAndDefaults(t *testing.T) {
@@ -36,7 +36,7 @@ func TestPortDataAndDefaults(t *testing.T) {
 	j := b.queue(t, "TestSum", nil)
 	p := b.input(t, j, "in")
 	require.Equal(t, "None", b.read(t, p))
-	ok, err := p.HasData(ctx)
+	ok, err := p.hasData(ctx)
 	require.NoError(t, err)
 	require.False(t, ok)
 	vals := []any{1, 2.5, "x", true, false, nil, []any{1, "a"}, map[string]any{"k": []any{}}}
@@ -50,7 +50,7 @@ func TestPortDataAndDefaults(t *testing.T) {
 	// defaults: nil and false are real defaults, None clears
 	for _, def := range []any{true, false, nil, 7, "s", map[string]any{"a": 1}, []any{2}} {
 		require.NoError(t, p.SetDefault(ctx, def))
-		has, err := p.HasDefault(ctx)
+		has, err := p.hasDefault(ctx)
 		require.NoError(t, err)
 		require.True(t, has)
 		d, err := p.Default(ctx)
@@ -61,10 +61,10 @@ func TestPortDataAndDefaults(t *testing.T) {
 		require.Equal(t, string(want.Encode()), b.read(t, p))
 		n, _ := p.Size(ctx)
 		require.Zero(t, n, "a default is not data")
-		ok, _ := p.HasData(ctx)
+		ok, _ := p.hasData(ctx)
 		require.True(t, ok, "data? counts a default")
 	}
-	require.NoError(t, p.SetDefault(ctx, None))
+	require.NoError(t, p.SetDefault(ctx, none))
 	d, err := p.Default(ctx)
 	require.NoError(t, err)
 	require.Nil(t, d)
@@ -72,7 +72,7 @@ func TestPortDataAndDefaults(t *testing.T) {
 	// entries drain and skip the default
 	require.NoError(t, p.SetDefault(ctx, 0))
 	b.write(t, p, 1, 2)
-	es, err := p.Entries(ctx)
+	es, err := p.entries(ctx)
 	require.NoError(t, err)
 	require.Len(t, es, 2)
 	require.Equal(t, "0", b.read(t, p))
@@ -92,7 +92,7 @@ func TestPortWriteRuns(t *testing.T) {
 	b.write(t, b.output(t, child, "sum"), 1)
 	require.Equal(t, []string{`1`}, jids(t, b), "an outport write queues the parent")
 	b.do(t, "DEL", "queue:testq")
-	require.NoError(t, b.c.Group(ctx, &GroupOptions{Notify: Opt(false)}, func(ctx context.Context) error {
+	require.NoError(t, b.c.inGroup(ctx, &groupOptions{Notify: opt(false)}, func(ctx context.Context) error {
 		return b.input(t, child, "in").Write(ctx, 2)
 	}))
 	require.Empty(t, jids(t, b), "notify false")
@@ -101,7 +101,7 @@ func TestPortWriteRuns(t *testing.T) {
 func jids(t *testing.T, b *testBundle) []string {
 	var out []string
 	for _, raw := range b.list(t, "queue:testq") {
-		m := MustConfig(raw)
+		m := mustObject(raw)
 		v, _ := m.Get("jid")
 		out = append(out, string(v.Encode()))
 	}
@@ -115,20 +115,20 @@ func TestPortLogging(t *testing.T) {
 	j := b.queue(t, "TestSum", nil)
 	in, sum := b.input(t, j, "in"), b.output(t, j, "sum")
 	sub := b.subscribe(t)
-	require.NoError(t, b.c.Group(ctx, nil, func(ctx context.Context) error {
+	require.NoError(t, b.c.inGroup(ctx, nil, func(ctx context.Context) error {
 		return nil
 	}))
 	gctx := WithContext(ctx, "user", "u")
-	require.NoError(t, b.c.Group(gctx, nil, func(ctx context.Context) error {
+	require.NoError(t, b.c.inGroup(gctx, nil, func(ctx context.Context) error {
 		require.NoError(t, in.Write(ctx, 1))
-		require.NoError(t, b.c.Group(ctx, &GroupOptions{Notify: Opt(false)}, func(ctx context.Context) error {
+		require.NoError(t, b.c.inGroup(ctx, &groupOptions{Notify: opt(false)}, func(ctx context.Context) error {
 			require.NoError(t, in.Write(ctx, 2))
 			_, err := in.Read(ctx)
 			return err
 		}))
 		return sum.Write(ctx, 3)
 	}))
-	require.NoError(t, b.c.Group(ctx, &GroupOptions{Log: Opt(false)}, func(ctx context.Context) error {
+	require.NoError(t, b.c.inGroup(ctx, &groupOptions{Log: opt(false)}, func(ctx context.Context) error {
 		return in.Write(ctx, 4)
 	}))
 	b.read(t, in) // 2
@@ -143,29 +143,29 @@ func TestPortEnvelopes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	v := rubyjson.IntValue(1)
-	require.Equal(t, `{"data":1}`, string(EncodeData(ctx, v)))
-	cctx := WithContextMap(ctx, nil)
-	require.Equal(t, `{"data":1,"context":{}}`, string(EncodeData(cctx, v)))
+	require.Equal(t, `{"data":1}`, string(encodeData(ctx, v)))
+	cctx := withContextMap(ctx, nil)
+	require.Equal(t, `{"data":1,"context":{}}`, string(encodeData(cctx, v)))
 	cctx = WithContext(WithContext(ctx, "job", 1), "user", "x")
-	require.Equal(t, `{"data":1,"context":{"job":1,"user":"x"}}`, string(EncodeData(cctx, v)))
+	require.Equal(t, `{"data":1,"context":{"job":1,"user":"x"}}`, string(encodeData(cctx, v)))
 	b := setup(t)
-	require.NoError(t, b.c.Group(ctx, &GroupOptions{Log: Opt(true)}, func(ctx context.Context) error {
-		require.Equal(t, `{"data":1,"options":{"log":true}}`, string(EncodeData(ctx, v)))
-		return b.c.Group(ctx, &GroupOptions{Notify: Opt(false)}, func(ctx context.Context) error {
-			require.Equal(t, `{"data":1,"options":{"log":true,"notify":false}}`, string(EncodeData(ctx, v)))
+	require.NoError(t, b.c.inGroup(ctx, &groupOptions{Log: opt(true)}, func(ctx context.Context) error {
+		require.Equal(t, `{"data":1,"options":{"log":true}}`, string(encodeData(ctx, v)))
+		return b.c.inGroup(ctx, &groupOptions{Notify: opt(false)}, func(ctx context.Context) error {
+			require.Equal(t, `{"data":1,"options":{"log":true,"notify":false}}`, string(encodeData(ctx, v)))
 			return nil
 		})
 	}))
-	require.NoError(t, b.c.Group(ctx, nil, func(ctx context.Context) error {
-		require.Equal(t, `{"data":1,"options":{}}`, string(EncodeData(ctx, v)))
+	require.NoError(t, b.c.inGroup(ctx, nil, func(ctx context.Context) error {
+		require.Equal(t, `{"data":1,"options":{}}`, string(encodeData(ctx, v)))
 		return nil
 	}))
-	d, err := DecodeData([]byte(`{"data":[1,{"a":null}],"context":{"job":1},"options":{"log":false}}`))
+	d, err := decodeData([]byte(`{"data":[1,{"a":null}],"context":{"job":1},"options":{"log":false}}`))
 	require.NoError(t, err)
 	require.Equal(t, `[1,{"a":null}]`, string(d.Value.Encode()))
 	require.Equal(t, `{"job":1}`, string(d.Context.Encode()))
 	require.False(t, d.logged())
-	d, err = DecodeData([]byte(`{"data":null}`))
+	d, err = decodeData([]byte(`{"data":null}`))
 	require.NoError(t, err)
 	require.True(t, d.Value.IsNull())
 	require.Zero(t, d.Context.Len())
@@ -177,7 +177,7 @@ func TestPortSetDefaultGroup(t *testing.T) {
 	b := setup(t)
 	j := b.queue(t, "TestSum", nil)
 	sum := b.output(t, j, "sum")
-	require.NoError(t, b.c.Group(ctx, &GroupOptions{SetDefault: Opt(true)}, func(ctx context.Context) error {
+	require.NoError(t, b.c.inGroup(ctx, &groupOptions{SetDefault: opt(true)}, func(ctx context.Context) error {
 		return sum.Write(ctx, 9)
 	}))
 	n, _ := sum.Size(ctx)
@@ -191,15 +191,15 @@ func TestPortChannels(t *testing.T) {
 	b := setup(t)
 	j := b.queue(t, "TestSum", nil)
 	in, sum := b.input(t, j, "in"), b.output(t, j, "sum")
-	require.NoError(t, in.SetChannels(ctx, []string{"/a", "/b"}))
+	require.NoError(t, in.setChannels(ctx, []string{"/a", "/b"}))
 	require.Equal(t, []string{"1"}, b.set(t, "channel:/a"))
 	chans, _ := in.Channels(ctx)
 	require.Equal(t, []string{"/a", "/b"}, chans)
-	require.NoError(t, in.SetChannels(ctx, nil))
+	require.NoError(t, in.setChannels(ctx, nil))
 	chans, _ = in.Channels(ctx)
 	require.Equal(t, []string{}, chans)
 	require.Equal(t, []string{"1"}, b.set(t, "channel:/a"), "membership kept (lazy)")
-	require.NoError(t, sum.SetChannels(ctx, []string{"/out"}))
+	require.NoError(t, sum.setChannels(ctx, []string{"/out"}))
 	require.False(t, b.exists(t, "channel:/out"), "an outport's channels do not touch channel:*")
 	sub := b.subscribe(t)
 	b.write(t, in, 5)
@@ -220,18 +220,18 @@ func TestPortConnectTo(t *testing.T) {
 	src := b.queue(t, "TestSum", nil)
 	dst := b.queue(t, "TestSum", nil)
 	from, to := b.output(t, src, "sum"), b.input(t, dst, "in")
-	got, err := from.ConnectTo(ctx, to)
+	got, err := from.connectTo(ctx, to)
 	require.NoError(t, err)
 	require.Empty(t, got)
-	require.NoError(t, b.c.Group(ctx, &GroupOptions{Notify: Opt(false)}, func(ctx context.Context) error {
+	require.NoError(t, b.c.inGroup(ctx, &groupOptions{Notify: opt(false)}, func(ctx context.Context) error {
 		return from.Write(WithContext(ctx, "by", "me"), 1)
 	}))
 	b.write(t, from, 2)
 	require.NoError(t, to.SetDefault(ctx, 0))
-	require.NoError(t, dst.SetStatus(ctx, "completed"))
+	require.NoError(t, dst.setStatus(ctx, "completed"))
 	b.do(t, "DEL", "queue:testq")
 	sub := b.subscribe(t)
-	got, err = from.ConnectTo(ctx, to, b.output(t, dst, "sum"))
+	got, err = from.connectTo(ctx, to, b.output(t, dst, "sum"))
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	require.Equal(t, []string{`{"data":1,"context":{"by":"me"},"options":{"notify":false}}`, `{"data":2}`}, b.list(t, "job:2:in:in"), "raw envelopes")
@@ -243,12 +243,12 @@ func TestPortConnectTo(t *testing.T) {
 		`/sidejob/log  {"timestamp":"…","read":[{"job":1,"data":[1,2],"outport":"sum"}],"write":[{"job":2,"data":[1,2],"inport":"in"},{"job":2,"data":[1,2],"outport":"sum"}]}`)
 	// defaults are copied; unchanged defaults do not run the job
 	require.NoError(t, from.SetDefault(ctx, 5))
-	require.NoError(t, dst.SetStatus(ctx, "completed"))
-	_, err = from.ConnectTo(ctx, to)
+	require.NoError(t, dst.setStatus(ctx, "completed"))
+	_, err = from.connectTo(ctx, to)
 	require.NoError(t, err)
 	require.Equal(t, "queued", b.status(t, dst), "default changed → run")
-	require.NoError(t, dst.SetStatus(ctx, "completed"))
-	_, err = from.ConnectTo(ctx, to)
+	require.NoError(t, dst.setStatus(ctx, "completed"))
+	_, err = from.connectTo(ctx, to)
 	require.NoError(t, err)
 	require.Equal(t, "completed", b.status(t, dst), "default unchanged → no run")
 	require.Equal(t, "5", b.read(t, to))
@@ -259,8 +259,8 @@ func TestDynamicPorts(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	j := b.queue(t, "TestWorker", &QueueOpts{
-		Inports:  []PortDef{PortNamed("*").WithDefault("d").WithChannels("/star")},
-		Outports: []PortDef{PortNamed("*")},
+		Inports:  []PortDef{{Name: "*", HasDefault: true, Default: "d", Channels: []string{"/star"}}},
+		Outports: []PortDef{{Name: "*"}},
 	})
 	p := b.input(t, j, "new1")
 	require.Equal(t, `"d"`, b.read(t, p))
@@ -268,8 +268,9 @@ func TestDynamicPorts(t *testing.T) {
 	require.Empty(t, chans, "channels are not inherited")
 	o := b.output(t, j, "o1")
 	require.Equal(t, "None", b.read(t, o))
-	ports, err := j.Inports(ctx)
+	ports, err := j.Ports(ctx)
 	require.NoError(t, err)
-	require.Len(t, ports, 1)
-	require.Equal(t, "new1", ports[0].Name())
+	require.Len(t, ports, 2)
+	require.Equal(t, [2]string{"in", "new1"}, [2]string{ports[0].Type(), ports[0].Name()})
+	require.Equal(t, [2]string{"out", "o1"}, [2]string{ports[1].Type(), ports[1].Name()})
 }

@@ -9,39 +9,37 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
-// PortType tells input ports from output ports.
-type PortType int
+// portType tells input ports from output ports.
+type portType int
 
 // Port types.
 const (
-	InPort PortType = iota
-	OutPort
+	inPort portType = iota
+	outPort
 )
 
-// portType is the internal name used by the collector.
-type portType = PortType
-
 // String returns "in" or "out", as in the Redis keys.
-func (t PortType) String() string {
-	if t == OutPort {
+func (t portType) String() string {
+	if t == outPort {
 		return "out"
 	}
 	return "in"
 }
 
-// None is the "no default" marker (Ruby's Port::None): SetDefault(ctx, None)
+// none is the "no default" marker (Ruby's Port::None): SetDefault(ctx, none)
 // removes a port's default. It is distinct from nil, which is the JSON null
 // default, and from false.
-var None = NoneType{}
+var none = noneType{}
 
-// NoneType is the type of None.
-type NoneType struct{}
+// noneType is the type of none.
+type noneType struct{}
 
-// ErrNoPort is matched by errors about a port that does not exist.
-var ErrNoPort = errors.New("sidejob: no such port")
+// errNoPort is matched by errors about a port that does not exist.
+var errNoPort = errors.New("sidejob: no such port")
 
 var portNameRE = regexp.MustCompile(`\A[a-zA-Z0-9_]+\z`)
 
@@ -51,15 +49,12 @@ var portNameRE = regexp.MustCompile(`\A[a-zA-Z0-9_]+\z`)
 // them; outports publish what is written to them).
 type Port struct {
 	job  *Job
-	typ  PortType
+	typ  portType
 	name string
 }
 
-// Job returns the port's job.
-func (p *Port) Job() *Job { return p.job }
-
-// Type returns InPort or OutPort.
-func (p *Port) Type() PortType { return p.typ }
+// Type returns the port's direction: "in" or "out", as in the Redis keys.
+func (p *Port) Type() string { return p.typ.String() }
 
 // Name returns the port name.
 func (p *Port) Name() string { return p.name }
@@ -68,9 +63,9 @@ func (p *Port) Name() string { return p.name }
 // redis_key and to_s).
 func (p *Port) String() string { return p.job.key(p.typ.String() + ":" + p.name) }
 
-// Equal reports whether p and o are the same port of the same job (names
+// equal reports whether p and o are the same port of the same job (names
 // are case sensitive).
-func (p *Port) Equal(o *Port) bool {
+func (p *Port) equal(o *Port) bool {
 	return o != nil && p.job.id == o.job.id && p.typ == o.typ && p.name == o.name
 }
 
@@ -83,21 +78,21 @@ func (p *Port) channelsKey() string { return p.job.key(p.typ.String() + "ports:c
 // created on the spot with the default of "*" (its channels are not
 // copied).
 func (j *Job) Input(ctx context.Context, name string) (*Port, error) {
-	return j.port(ctx, InPort, name)
+	return j.port(ctx, inPort, name)
 }
 
 // Output returns the output port name of the job (see Input).
 func (j *Job) Output(ctx context.Context, name string) (*Port, error) {
-	return j.port(ctx, OutPort, name)
+	return j.port(ctx, outPort, name)
 }
 
-func (j *Job) port(ctx context.Context, typ PortType, name string) (*Port, error) {
+func (j *Job) port(ctx context.Context, typ portType, name string) (*Port, error) {
 	if !portNameRE.MatchString(name) {
 		return nil, fmt.Errorf("sidejob: invalid port name %q", name)
 	}
 	p := &Port{job: j, typ: typ, name: name}
 	replies, err := j.c.pipeline(ctx,
-		command("SISMEMBER", KeyJobs, j.id),
+		command("SISMEMBER", sidejobwire.KeyJobs, j.id),
 		command("SISMEMBER", p.setKey(), name),
 		command("SISMEMBER", p.setKey(), "*"),
 		command("HGET", p.defaultKey(), "*"))
@@ -105,13 +100,13 @@ func (j *Job) port(ctx context.Context, typ PortType, name string) (*Port, error
 		return nil, fmt.Errorf("sidejob: job %d %sport %s: %w", j.id, typ, name, err)
 	}
 	if ok, _ := redis.Bool(replies[0], nil); !ok {
-		return nil, &JobNotFoundError{ID: j.id}
+		return nil, &jobNotFoundError{ID: j.id}
 	}
 	if ok, _ := redis.Bool(replies[1], nil); ok {
 		return p, nil
 	}
 	if ok, _ := redis.Bool(replies[2], nil); !ok {
-		return nil, fmt.Errorf("%w: job %d has no %sport %s", ErrNoPort, j.id, typ, name)
+		return nil, fmt.Errorf("%w: job %d has no %sport %s", errNoPort, j.id, typ, name)
 	}
 	cmds := []cmd{command("SADD", p.setKey(), name)}
 	if def, err := redis.Bytes(replies[3], nil); err == nil {
@@ -123,13 +118,24 @@ func (j *Job) port(ctx context.Context, typ PortType, name string) (*Port, error
 	return p, nil
 }
 
-// Inports returns the job's input ports, sorted by name ("*" is left out).
-func (j *Job) Inports(ctx context.Context) ([]*Port, error) { return j.ports(ctx, InPort) }
+// Ports returns the job's input ports, then its output ports (Ruby's
+// inports and outports), each sorted by name ("*" is left out). Port.Type
+// tells them apart.
+func (j *Job) Ports(ctx context.Context) ([]*Port, error) {
+	in, err := j.ports(ctx, inPort)
+	if err != nil {
+		return nil, err
+	}
+	out, err := j.ports(ctx, outPort)
+	if err != nil {
+		return nil, err
+	}
+	return append(in, out...), nil
+}
 
-// Outports returns the job's output ports, sorted by name ("*" is left out).
-func (j *Job) Outports(ctx context.Context) ([]*Port, error) { return j.ports(ctx, OutPort) }
-
-func (j *Job) ports(ctx context.Context, typ PortType) ([]*Port, error) {
+// ports returns the job's ports of one type, sorted by name ("*" is left
+// out).
+func (j *Job) ports(ctx context.Context, typ portType) ([]*Port, error) {
 	if err := j.checkExists(ctx); err != nil {
 		return nil, err
 	}
@@ -157,9 +163,9 @@ func (p *Port) Size(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// HasData reports whether a read would return something: data is waiting or
+// hasData reports whether a read would return something: data is waiting or
 // the port has a default (Ruby's data?).
-func (p *Port) HasData(ctx context.Context) (bool, error) {
+func (p *Port) hasData(ctx context.Context) (bool, error) {
 	replies, err := p.job.c.pipeline(ctx, command("LLEN", p.String()), command("HEXISTS", p.defaultKey(), p.name))
 	if err != nil {
 		return false, fmt.Errorf("sidejob: %s data?: %w", p, err)
@@ -169,8 +175,8 @@ func (p *Port) HasData(ctx context.Context) (bool, error) {
 	return n > 0 || d, nil
 }
 
-// HasDefault reports whether the port has a default (Ruby's default?).
-func (p *Port) HasDefault(ctx context.Context) (bool, error) {
+// hasDefault reports whether the port has a default (Ruby's default?).
+func (p *Port) hasDefault(ctx context.Context) (bool, error) {
 	ok, err := redis.Bool(p.job.c.do(ctx, "HEXISTS", p.defaultKey(), p.name))
 	if err != nil {
 		return false, fmt.Errorf("sidejob: %s default?: %w", p, err)
@@ -188,21 +194,21 @@ func (p *Port) Default(ctx context.Context) (*Data, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sidejob: %s default: %w", p, err)
 	}
-	return DecodeData(raw)
+	return decodeData(raw)
 }
 
 // SetDefault sets the port's default to v (nil is JSON null), encoded with
-// the log context and group options of ctx. SetDefault(ctx, None) removes
-// the default.
+// the log context and group options of ctx. ClearDefault removes the
+// default.
 func (p *Port) SetDefault(ctx context.Context, v any) error {
-	if _, none := v.(NoneType); none {
+	if _, none := v.(noneType); none {
 		return p.ClearDefault(ctx)
 	}
 	val, err := toValue(v)
 	if err != nil {
 		return fmt.Errorf("sidejob: %s default: %w", p, err)
 	}
-	if _, err := p.job.c.do(ctx, "HSET", p.defaultKey(), p.name, EncodeData(ctx, val)); err != nil {
+	if _, err := p.job.c.do(ctx, "HSET", p.defaultKey(), p.name, encodeData(ctx, val)); err != nil {
 		return fmt.Errorf("sidejob: %s default: %w", p, err)
 	}
 	return nil
@@ -232,19 +238,19 @@ func (p *Port) Channels(ctx context.Context) ([]string, error) {
 	return chans, nil
 }
 
-// SetChannels replaces the port's channels; an empty list removes them. For
+// setChannels replaces the port's channels; an empty list removes them. For
 // an inport, the job id is added to channel:<ch> for each channel. Old
 // memberships are not removed: the next publish on them cleans up. (Ruby
 // raises on a nil list for an inport; here nil is the same as empty.)
-func (p *Port) SetChannels(ctx context.Context, channels []string) error {
+func (p *Port) setChannels(ctx context.Context, channels []string) error {
 	var cmds []cmd
 	if len(channels) == 0 {
 		cmds = append(cmds, command("HDEL", p.channelsKey(), p.name))
 	} else {
 		cmds = append(cmds, command("HSET", p.channelsKey(), p.name, channelsJSON(channels)))
-		if p.typ == InPort {
+		if p.typ == inPort {
 			for _, ch := range channels {
-				cmds = append(cmds, command("SADD", ChannelKey(ch), p.job.id))
+				cmds = append(cmds, command("SADD", sidejobwire.ChannelKey(ch), p.job.id))
 			}
 		}
 	}
@@ -264,7 +270,7 @@ func channelsJSON(chans []string) []byte {
 
 // Write writes v (converted with rubyjson.FromGo; a *Data writes its value)
 // to the port (Port#write):
-//   - the envelope (EncodeData) is pushed to the port's list, or, inside a
+//   - the envelope (encodeData) is pushed to the port's list, or, inside a
 //     group with SetDefault, becomes the port's default;
 //   - unless the group has Notify false: writing to an inport runs its job,
 //     writing to an outport runs the job's parent;
@@ -276,7 +282,7 @@ func (p *Port) Write(ctx context.Context, v any) error {
 		return fmt.Errorf("sidejob: write to %s: %w", p, err)
 	}
 	g := groupFrom(ctx)
-	enc := EncodeData(ctx, val)
+	enc := encodeData(ctx, val)
 	c := p.job.c
 	if g.option("set_default", false) {
 		_, err = c.do(ctx, "HSET", p.defaultKey(), p.name, enc)
@@ -287,7 +293,7 @@ func (p *Port) Write(ctx context.Context, v any) error {
 		return fmt.Errorf("sidejob: write to %s: %w", p, err)
 	}
 	if g.option("notify", true) {
-		if p.typ == InPort {
+		if p.typ == inPort {
 			_, err = p.job.Run(ctx, nil)
 		} else {
 			_, err = p.job.Run(ctx, &RunOpts{Parent: true})
@@ -299,7 +305,7 @@ func (p *Port) Write(ctx context.Context, v any) error {
 	if err := c.recordPortIO(ctx, true, p, val); err != nil {
 		return err
 	}
-	if p.typ == OutPort {
+	if p.typ == outPort {
 		chans, err := p.Channels(ctx)
 		if err != nil {
 			return err
@@ -329,7 +335,7 @@ func (p *Port) Read(ctx context.Context) (*Data, error) {
 	if raw == nil {
 		return nil, nil
 	}
-	d, err := DecodeData(raw)
+	d, err := decodeData(raw)
 	if err != nil {
 		return nil, err
 	}
@@ -365,9 +371,9 @@ func (p *Port) Each(ctx context.Context, fn func(*Data) error) error {
 	}
 }
 
-// Entries drains the port and returns its values, oldest first (the default
+// entries drains the port and returns its values, oldest first (the default
 // is not included).
-func (p *Port) Entries(ctx context.Context) ([]*Data, error) {
+func (p *Port) entries(ctx context.Context) ([]*Data, error) {
 	var out []*Data
 	err := p.Each(ctx, func(d *Data) error { out = append(out, d); return nil })
 	return out, err

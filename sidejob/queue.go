@@ -8,6 +8,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
@@ -42,12 +43,12 @@ func (c *Client) Queue(ctx context.Context, queue, class string, o *QueueOpts) (
 	if o == nil {
 		o = &QueueOpts{}
 	}
-	cfg, err := c.WorkerConfig(ctx, queue, class)
+	cfg, err := c.workerConfig(ctx, queue, class)
 	if err != nil {
 		return nil, err
 	}
 	if cfg == nil {
-		return nil, fmt.Errorf("%w: no worker registered for %s in queue %s", ErrNotRegistered, class, queue)
+		return nil, fmt.Errorf("%w: no worker registered for %s in queue %s", errNotRegistered, class, queue)
 	}
 	args := rubyjson.NullValue()
 	if o.Args != nil {
@@ -55,10 +56,10 @@ func (c *Client) Queue(ctx context.Context, queue, class string, o *QueueOpts) (
 			return nil, fmt.Errorf("sidejob: queue %s args: %w", class, err)
 		}
 	}
-	if _, _, err := resolvePorts(cfg, InPort, o.Inports); err != nil {
+	if _, _, err := resolvePorts(cfg, inPort, o.Inports); err != nil {
 		return nil, fmt.Errorf("sidejob: queue %s inports: %w", class, err)
 	}
-	if _, _, err := resolvePorts(cfg, OutPort, o.Outports); err != nil {
+	if _, _, err := resolvePorts(cfg, outPort, o.Outports); err != nil {
 		return nil, fmt.Errorf("sidejob: queue %s outports: %w", class, err)
 	}
 	if o.Parent != nil {
@@ -66,7 +67,7 @@ func (c *Client) Queue(ctx context.Context, queue, class string, o *QueueOpts) (
 			return nil, err
 		}
 	}
-	id, err := redis.Int64(c.do(ctx, "INCR", KeyLastID))
+	id, err := redis.Int64(c.do(ctx, "INCR", sidejobwire.KeyLastID))
 	if err != nil {
 		return nil, fmt.Errorf("sidejob: queue %s: %w", class, err)
 	}
@@ -75,28 +76,28 @@ func (c *Client) Queue(ctx context.Context, queue, class string, o *QueueOpts) (
 	worker.Set("queue", rubyjson.StringValue(queue))
 	worker.Set("class", rubyjson.StringValue(class))
 	worker.Set("args", args)
-	if _, err := c.do(ctx, "SADD", KeyJobs, id); err != nil {
+	if _, err := c.do(ctx, "SADD", sidejobwire.KeyJobs, id); err != nil {
 		return nil, fmt.Errorf("sidejob: queue %s: %w", class, err)
 	}
 	if _, err := c.multi(ctx,
 		command("SET", j.key("worker"), worker.Encode()),
-		command("SET", j.key("status"), StatusCompleted),
-		command("SET", j.key("created_at"), c.Timestamp()),
+		command("SET", j.key("status"), statusCompleted),
+		command("SET", j.key("created_at"), c.timestamp()),
 		command("SET", j.key("created_by"), o.By)); err != nil {
 		j.discard(ctx, nil, "")
 		return nil, fmt.Errorf("sidejob: queue %s: %w", class, err)
 	}
 	if o.Parent != nil {
-		if err := o.Parent.Adopt(ctx, j, o.Name); err != nil {
+		if err := o.Parent.adopt(ctx, j, o.Name); err != nil {
 			j.discard(ctx, nil, "")
 			return nil, err
 		}
 	}
-	if err := j.SetInports(ctx, o.Inports); err != nil {
+	if err := j.setInports(ctx, o.Inports); err != nil {
 		j.discard(ctx, o.Parent, o.Name)
 		return nil, err
 	}
-	if err := j.SetOutports(ctx, o.Outports); err != nil {
+	if err := j.setOutports(ctx, o.Outports); err != nil {
 		j.discard(ctx, o.Parent, o.Name)
 		return nil, err
 	}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/sidejobwire"
 )
 
 // Queue checks the ports (names and defaults, merged with the worker
@@ -18,17 +20,17 @@ func TestQueueRefusesInvalidPortsBeforeCreatingAJob(t *testing.T) {
 	b := setup(t)
 	parent := b.queue(t, "TestWorker", nil)
 	for _, o := range []*QueueOpts{
-		{Inports: []PortDef{PortNamed("bad name")}},
-		{Outports: []PortDef{PortNamed("ok"), PortNamed("")}},
-		{Inports: []PortDef{PortNamed("in").WithDefault(make(chan int))}},
-		{Parent: parent, Name: "kid", Inports: []PortDef{PortNamed("multi\nline")}},
-		{Parent: parent, Name: "kid", Outports: []PortDef{PortNamed("x").WithDefault(func() {})}},
+		{Inports: []PortDef{{Name: "bad name"}}},
+		{Outports: []PortDef{{Name: "ok"}, {Name: ""}}},
+		{Inports: []PortDef{{Name: "in", HasDefault: true, Default: make(chan int)}}},
+		{Parent: parent, Name: "kid", Inports: []PortDef{{Name: "multi\nline"}}},
+		{Parent: parent, Name: "kid", Outports: []PortDef{{Name: "x", HasDefault: true, Default: func() {}}}},
 	} {
 		_, err := b.c.Queue(ctx, "testq", "TestSum", o)
 		require.Error(t, err)
 	}
-	require.Equal(t, []string{"1"}, b.set(t, KeyJobs))
-	require.Equal(t, "1", b.str(t, KeyLastID), "no id was allocated")
+	require.Equal(t, []string{"1"}, b.set(t, sidejobwire.KeyJobs))
+	require.Equal(t, "1", b.str(t, sidejobwire.KeyLastID), "no id was allocated")
 	require.False(t, b.exists(t, "job:2:status"))
 	require.False(t, b.exists(t, parent.key("children")))
 	require.Equal(t, 1, b.enqueued(t), "only the parent's item")
@@ -37,7 +39,7 @@ func TestQueueRefusesInvalidPortsBeforeCreatingAJob(t *testing.T) {
 	b.register(t, "BadConfig", &hookWorker{}, `{"inports":{"no way":{}}}`)
 	_, err := b.c.Queue(ctx, "testq", "BadConfig", nil)
 	require.ErrorContains(t, err, `invalid port name "no way"`)
-	require.Equal(t, "1", b.str(t, KeyLastID))
+	require.Equal(t, "1", b.str(t, sidejobwire.KeyLastID))
 }
 
 // If the port setup fails after the job was created and adopted (a
@@ -51,14 +53,14 @@ func TestQueueDiscardsAHalfCreatedJob(t *testing.T) {
 	parent := b.queue(t, "TestWorker", nil)
 	j := b.c.Job(2)
 	// simulate: job 2 created and adopted, then the port write fails
-	b.do(t, "SET", KeyLastID, 2)
-	b.do(t, "SADD", KeyJobs, 2)
+	b.do(t, "SET", sidejobwire.KeyLastID, 2)
+	b.do(t, "SADD", sidejobwire.KeyJobs, 2)
 	b.do(t, "SET", j.key("worker"), `{"queue":"testq","class":"TestSum","args":null}`)
-	b.do(t, "SET", j.key("status"), StatusCompleted)
-	require.NoError(t, parent.Adopt(ctx, j, "kid"))
+	b.do(t, "SET", j.key("status"), statusCompleted)
+	require.NoError(t, parent.adopt(ctx, j, "kid"))
 	b.do(t, "HSET", j.key("inports:default"), "in", `{"data":1}`)
 	j.discard(ctx, parent, "kid")
-	require.Equal(t, []string{"1"}, b.set(t, KeyJobs))
+	require.Equal(t, []string{"1"}, b.set(t, sidejobwire.KeyJobs))
 	require.Empty(t, b.hash(t, parent.key("children")))
 	keys, err := redis.Strings(b.do(t, "KEYS", "job:2:*"), nil)
 	require.NoError(t, err)

@@ -8,42 +8,43 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
-// ReapParams are the options of Reap.
-type ReapParams struct {
+// reapParams are the options of reap.
+type reapParams struct {
 	// MinAge is how long ago a running job must have started (ran_at) to be
 	// looked at. Default twice the lock expiration (2 min).
 	MinAge time.Duration
 }
 
-// ReapResult reports one Reap.
-type ReapResult struct {
+// reapResult reports one reap.
+type reapResult struct {
 	// Running counts the jobs found in status running.
 	Running int
 	// Requeued lists the jobs queued again.
 	Requeued []int64
 }
 
-// Reap finds jobs stuck in running after their worker process died and
+// reap finds jobs stuck in running after their worker process died and
 // runs them again (the gem has no such reaper; docs/sidejob.md#weakness-3-job-stuck-in-running). A job is stuck
 // when its status is running, its job lock is free, its ran_at is older
 // than MinAge, and no live Sidekiq process (Ruby or Go; a process whose
 // heartbeat key still exists) lists it among its busy jobs. Its status goes
 // back to queued (atomically, only if it is still running), a Sidekiq item
 // is pushed, and a log entry records it.
-func (c *Client) Reap(ctx context.Context, p *ReapParams) (*ReapResult, error) {
+func (c *Client) reap(ctx context.Context, p *reapParams) (*reapResult, error) {
 	minAge := 2 * c.lockTTL
 	if p != nil && p.MinAge > 0 {
 		minAge = p.MinAge
 	}
-	ids, err := redis.Int64s(c.do(ctx, "SMEMBERS", KeyJobs))
+	ids, err := redis.Int64s(c.do(ctx, "SMEMBERS", sidejobwire.KeyJobs))
 	if err != nil {
 		return nil, fmt.Errorf("sidejob: reap: %w", err)
 	}
-	res := &ReapResult{}
+	res := &reapResult{}
 	var running []int64
 	for start := 0; start < len(ids); start += 1000 {
 		chunk := ids[start:min(start+1000, len(ids))]
@@ -56,7 +57,7 @@ func (c *Client) Reap(ctx context.Context, p *ReapParams) (*ReapResult, error) {
 			return nil, fmt.Errorf("sidejob: reap: %w", err)
 		}
 		for i, r := range replies {
-			if s, _ := redis.String(r, nil); s == StatusRunning {
+			if s, _ := redis.String(r, nil); s == statusRunning {
 				running = append(running, chunk[i])
 			}
 		}
@@ -77,7 +78,7 @@ func (c *Client) Reap(ctx context.Context, p *ReapParams) (*ReapResult, error) {
 			continue
 		}
 		if s, _ := redis.String(replies[1], nil); s != "" {
-			if t, err := ParseTimestamp(s); err == nil && now.Sub(t) < minAge {
+			if t, err := sidejobwire.ParseTimestamp(s); err == nil && now.Sub(t) < minAge {
 				continue
 			}
 		}
@@ -105,7 +106,7 @@ func (c *Client) Reap(ctx context.Context, p *ReapParams) (*ReapResult, error) {
 			continue
 		}
 		j := c.Job(id)
-		ok, err := j.setStatusIf(ctx, StatusQueued, "in", StatusRunning)
+		ok, err := j.setStatusIf(ctx, statusQueued, "in", statusRunning)
 		if err = ignoreGone(err); err != nil {
 			return res, err
 		}
@@ -125,8 +126,8 @@ func (c *Client) Reap(ctx context.Context, p *ReapParams) (*ReapResult, error) {
 	return res, nil
 }
 
-// ReapLoop runs Reap every interval until ctx ends.
-func (rt *Runtime) ReapLoop(ctx context.Context, interval time.Duration) {
+// reapLoop runs reap every interval until ctx ends.
+func (rt *jobRuntime) reapLoop(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -135,7 +136,7 @@ func (rt *Runtime) ReapLoop(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		res, err := rt.c.Reap(ctx, nil)
+		res, err := rt.c.reap(ctx, nil)
 		if err != nil {
 			if ctx.Err() == nil {
 				rt.log.Error().Err(err).Str("component", "sidejob-reaper").Msg("reap failed")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/rubytest"
+	"github.com/gojob/gojob/internal/sidejobwire"
 )
 
 // TestRubyInterop checks the data against real Ruby (Sidekiq 6.4.1 and
@@ -24,9 +25,9 @@ func TestRubyInterop(t *testing.T) {
 	pool := srv.Pool(t)
 	c, err := NewClient(&Config{Pool: pool})
 	require.NoError(t, err)
-	reg := NewRegistry()
-	require.NoError(t, reg.Register("TestSum", testSum{}, MustConfig(`{"inports":{"ready":{},"in":{}},"outports":{"sum":{}}}`)))
-	require.NoError(t, c.RegisterAll(ctx, "testq", reg))
+	reg := &Registry{}
+	require.NoError(t, reg.Register("TestSum", testSum{}, `{"inports":{"ready":{},"in":{}},"outports":{"sum":{}}}`))
+	require.NoError(t, c.registerAll(ctx, "testq", reg))
 	j, err := c.Queue(ctx, "testq", "TestSum", &QueueOpts{Args: []any{"é", 1.5}})
 	require.NoError(t, err)
 	in, err := j.Input(ctx, "in")
@@ -56,7 +57,7 @@ end
 		`{"k":"☃"}`,
 		`{"user":"ü"}`,
 		`queued`,
-		Timestamp(time.Unix(1700000000, 123456789)),
+		sidejobwire.Timestamp(time.Unix(1700000000, 123456789)),
 	}, lines)
 
 	_, err = in.Read(ctx)
@@ -70,7 +71,7 @@ end
 	require.Equal(t, `["é",2.0]`, string(v.Encode()))
 	info, err := j.Info(ctx)
 	require.NoError(t, err)
-	ran, err := ParseTimestamp(info.RanAt)
+	ran, err := sidejobwire.ParseTimestamp(info.RanAt)
 	require.NoError(t, err)
 	require.WithinDuration(t, time.Now(), ran, time.Minute)
 }

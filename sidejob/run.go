@@ -10,6 +10,8 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -30,7 +32,7 @@ type RunOpts struct {
 }
 
 // runnable are the statuses Run accepts without Force.
-var runnable = []string{StatusRunning, StatusQueued, StatusSuspended, StatusCompleted}
+var runnable = []string{statusRunning, statusQueued, statusSuspended, statusCompleted}
 
 // Run asks for a run of the job (Job#run, docs/sidejob.md#requesting-a-run): unless Force, only a
 // running, queued, suspended or completed job is run (the status check and
@@ -55,11 +57,11 @@ func (j *Job) Run(ctx context.Context, o *RunOpts) (*Job, error) {
 		return nil, err
 	}
 	if o.Force {
-		if err := j.SetStatus(ctx, StatusQueued); err != nil {
+		if err := j.setStatus(ctx, statusQueued); err != nil {
 			return nil, err
 		}
 	} else {
-		ok, err := j.setStatusIf(ctx, StatusQueued, "in", runnable...)
+		ok, err := j.setStatusIf(ctx, statusQueued, "in", runnable...)
 		if err != nil {
 			return nil, err
 		}
@@ -80,9 +82,9 @@ func (j *Job) Run(ctx context.Context, o *RunOpts) (*Job, error) {
 	return j, nil
 }
 
-// ErrNotRegistered is matched when a job's worker class is not registered
+// errNotRegistered is matched when a job's worker class is not registered
 // in its queue.
-var ErrNotRegistered = errors.New("sidejob: worker not registered")
+var errNotRegistered = errors.New("sidejob: worker not registered")
 
 // sidekiqQueue pushes the job's Sidekiq item (docs/sidejob.md#requesting-a-run step 5), at a time
 // when at is not zero and in the future.
@@ -105,15 +107,15 @@ func (j *Job) sidekiqQueue(ctx context.Context, at time.Time) error {
 	if found {
 		return nil
 	}
-	cfg, err := j.c.WorkerConfig(ctx, w.queue, w.class)
+	cfg, err := j.c.workerConfig(ctx, w.queue, w.class)
 	if err != nil {
 		return err
 	}
 	if cfg == nil {
-		if err := j.SetStatus(ctx, StatusTerminated); err != nil {
+		if err := j.setStatus(ctx, statusTerminated); err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: job %d: %s in queue %s", ErrNotRegistered, j.id, w.class, w.queue)
+		return fmt.Errorf("%w: job %d: %s in queue %s", errNotRegistered, j.id, w.class, w.queue)
 	}
 	item := rubyjson.NewMap()
 	item.Set("jid", rubyjson.IntValue(j.id))
@@ -151,7 +153,7 @@ const queuePageSize = 100
 // integer (or an integral float, as Ruby's Integer ==) or, unlike Ruby, as
 // a JSON string of the same digits (docs/sidejob.md#weakness-6-duplicate-check-of-run-requests).
 func (j *Job) waitingInQueue(ctx context.Context, queue string) (bool, error) {
-	key := wire.QueueKey(queue)
+	key := contract.QueueKey(queue)
 	digits := strconv.FormatInt(j.id, 10)
 	plain := []byte(`"jid":` + digits)
 	quoted := []byte(`"jid":"` + digits + `"`)
@@ -202,7 +204,7 @@ func (j *Job) Terminate(ctx context.Context, recursive bool) error {
 	if err := j.checkExists(ctx); err != nil {
 		return err
 	}
-	ok, err := j.setStatusIf(ctx, StatusTerminating, "notin", StatusTerminated)
+	ok, err := j.setStatusIf(ctx, statusTerminating, "notin", statusTerminated)
 	if err != nil {
 		return err
 	}
@@ -225,11 +227,11 @@ func (j *Job) Terminate(ctx context.Context, recursive bool) error {
 	return nil
 }
 
-// Terminated reports whether the job and all its descendants are
+// terminated reports whether the job and all its descendants are
 // terminated.
-func (j *Job) Terminated(ctx context.Context) (bool, error) {
+func (j *Job) terminated(ctx context.Context) (bool, error) {
 	s, err := j.Status(ctx)
-	if err != nil || s != StatusTerminated {
+	if err != nil || s != statusTerminated {
 		return false, err
 	}
 	children, err := j.Children(ctx)
@@ -237,7 +239,7 @@ func (j *Job) Terminated(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	for _, ch := range children {
-		ok, err := ch.Job.Terminated(ctx)
+		ok, err := ch.Job.terminated(ctx)
 		if err != nil || !ok {
 			return false, err
 		}
@@ -252,7 +254,7 @@ func (j *Job) Terminated(ctx context.Context) (bool, error) {
 // job:<id>:lock, the rate counters, channel memberships and queued Sidekiq
 // items are left to expire or be skipped.
 func (j *Job) Delete(ctx context.Context) (bool, error) {
-	ok, err := j.Terminated(ctx)
+	ok, err := j.terminated(ctx)
 	if err != nil || !ok {
 		return false, err
 	}
@@ -261,7 +263,7 @@ func (j *Job) Delete(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	if parent != nil {
-		if err := parent.DisownJob(ctx, j); err != nil && !errors.Is(err, ErrNotChild) && !errors.Is(err, ErrJobNotFound) {
+		if err := parent.disownJob(ctx, j); err != nil && !errors.Is(err, errNotChild) && !errors.Is(err, ErrJobNotFound) {
 			return false, err
 		}
 	}
@@ -279,7 +281,7 @@ func (j *Job) Delete(ctx context.Context) (bool, error) {
 	}
 	m := rubyjson.NewMap()
 	m.Set("deleted", rubyjson.BoolValue(true))
-	return true, j.c.Publish(ctx, JobChannel(j.id), rubyjson.ObjectValue(m))
+	return true, j.c.Publish(ctx, sidejobwire.JobChannel(j.id), rubyjson.ObjectValue(m))
 }
 
 // removeKeys removes the job from jobs and deletes its keys, port data and
@@ -295,7 +297,7 @@ func (j *Job) removeKeys(ctx context.Context) error {
 	inports, _ := redis.Strings(replies[0], nil)
 	outports, _ := redis.Strings(replies[1], nil)
 	aliases, _ := redis.Strings(replies[2], nil)
-	del := []any{JobKey(j.id)}
+	del := []any{sidejobwire.JobKey(j.id)}
 	for _, p := range inports {
 		del = append(del, j.key("in:"+p))
 	}
@@ -307,9 +309,9 @@ func (j *Job) removeKeys(ctx context.Context) error {
 		"outports:channels", "created_at", "created_by", "ran_at"} {
 		del = append(del, j.key(s))
 	}
-	cmds := []cmd{command("SREM", KeyJobs, j.id), command("DEL", del...)}
+	cmds := []cmd{command("SREM", sidejobwire.KeyJobs, j.id), command("DEL", del...)}
 	for _, a := range aliases {
-		cmds = append(cmds, command("HDEL", KeyAliases, a))
+		cmds = append(cmds, command("HDEL", sidejobwire.KeyAliases, a))
 	}
 	if _, err := j.c.multi(ctx, cmds...); err != nil {
 		return fmt.Errorf("sidejob: delete job %d: %w", j.id, err)

@@ -83,7 +83,7 @@ func TestDuplicateRunCheckIsPaged(t *testing.T) {
 		b.fillQueue(t, n, pos, item)
 		got, err := j.Run(ctx, nil)
 		require.NoError(t, err)
-		require.True(t, j.Equal(got))
+		require.True(t, j.equal(got))
 		require.Equal(t, n, b.enqueued(t), "found at index %d: no second push", pos)
 	}
 

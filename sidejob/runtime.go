@@ -9,13 +9,15 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/rs/zerolog"
 
+	"github.com/gojob/gojob/internal/callers"
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// RuntimeConfig configures a Runtime.
-type RuntimeConfig struct {
+// runtimeConfig configures a jobRuntime.
+type runtimeConfig struct {
 	// Client is the SideJob client. Required.
 	Client *Client
 	// Registry holds the workers this process runs. Required.
@@ -28,26 +30,26 @@ type RuntimeConfig struct {
 	// LockRetryDelay bounds the random wait between attempts (default
 	// 200 ms).
 	LockRetryDelay time.Duration
-	// ReturnErrors makes worker errors come back from Execute (after the
+	// ReturnErrors makes worker errors come back from executeJob (after the
 	// status is set) instead of being written to the SideJob log, like the
 	// gem's ServerMiddleware.raise_errors. For tests.
 	ReturnErrors bool
 }
 
-func (c *RuntimeConfig) validate() error {
+func (c *runtimeConfig) validate() error {
 	if c.Client == nil {
-		return errors.New("sidejob: RuntimeConfig.Client is required")
+		return errors.New("sidejob: runtimeConfig.Client is required")
 	}
 	if c.Registry == nil {
-		return errors.New("sidejob: RuntimeConfig.Registry is required")
+		return errors.New("sidejob: runtimeConfig.Registry is required")
 	}
 	return nil
 }
 
-// Runtime executes SideJob jobs: the Go form of SideJob::ServerMiddleware
-// around the registered workers. It is a sidekiq.Handler; Mount registers
+// jobRuntime executes SideJob jobs: the Go form of SideJob::ServerMiddleware
+// around the registered workers. It is a sidekiq.Handler; mount registers
 // it on a sidekiq.Server for every worker class.
-type Runtime struct {
+type jobRuntime struct {
 	c            *Client
 	reg          *Registry
 	log          zerolog.Logger
@@ -56,15 +58,15 @@ type Runtime struct {
 	returnErrors bool
 }
 
-// NewRuntime returns a runtime.
-func NewRuntime(cfg *RuntimeConfig) (*Runtime, error) {
+// newJobRuntime returns a runtime.
+func newJobRuntime(cfg *runtimeConfig) (*jobRuntime, error) {
 	if cfg == nil {
 		return nil, errors.New("sidejob: nil RuntimeConfig")
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	rt := &Runtime{
+	rt := &jobRuntime{
 		c: cfg.Client, reg: cfg.Registry, log: cfg.Logger,
 		lockRetries: cfg.LockRetries, lockDelay: cfg.LockRetryDelay, returnErrors: cfg.ReturnErrors,
 	}
@@ -77,15 +79,9 @@ func NewRuntime(cfg *RuntimeConfig) (*Runtime, error) {
 	return rt, nil
 }
 
-// Client returns the runtime's client.
-func (rt *Runtime) Client() *Client { return rt.c }
-
-// Registry returns the runtime's registry.
-func (rt *Runtime) Registry() *Registry { return rt.reg }
-
-// Mount registers the runtime as the handler of every registered class.
-func (rt *Runtime) Mount(srv *sidekiq.Server) {
-	for _, class := range rt.reg.Classes() {
+// mount registers the runtime as the handler of every registered class.
+func (rt *jobRuntime) mount(srv *sidekiq.Server) {
+	for _, class := range rt.reg.classNames() {
 		srv.Handle(class, rt, nil)
 	}
 }
@@ -95,28 +91,28 @@ func (rt *Runtime) Mount(srv *sidekiq.Server) {
 // errors are handled as the gem does (status failed, log entry) and are not
 // returned, so Sidekiq counts the job as processed; Redis errors are
 // returned.
-func (rt *Runtime) Perform(ctx context.Context, job *wire.Job) error {
+func (rt *jobRuntime) Perform(ctx context.Context, job *wire.Job) error {
 	id, _ := rubyToI(job.JID())
 	return rt.execute(ctx, job.Class(), id, job.Args(), rt.returnErrors)
 }
 
-// Execute runs the middleware algorithm once for job id with the worker of
+// executeJob runs the middleware algorithm once for job id with the worker of
 // class (docs/sidejob.md#executing-a-job).
-func (rt *Runtime) Execute(ctx context.Context, class string, id int64, args []rubyjson.Value) error {
+func (rt *jobRuntime) executeJob(ctx context.Context, class string, id int64, args []rubyjson.Value) error {
 	return rt.execute(ctx, class, id, args, rt.returnErrors)
 }
 
-func (rt *Runtime) execute(ctx context.Context, class string, id int64, args []rubyjson.Value, returnErrors bool) error {
+func (rt *jobRuntime) execute(ctx context.Context, class string, id int64, args []rubyjson.Value, returnErrors bool) error {
 	c := rt.c
 	j := c.Job(id)
-	replies, err := c.pipeline(ctx, command("SISMEMBER", KeyJobs, id), command("GET", j.key("status")))
+	replies, err := c.pipeline(ctx, command("SISMEMBER", sidejobwire.KeyJobs, id), command("GET", j.key("status")))
 	if err != nil {
 		return fmt.Errorf("sidejob: run job %d: %w", id, err)
 	}
 	if ok, _ := redis.Bool(replies[0], nil); !ok {
 		return nil
 	}
-	if st, _ := redis.String(replies[1], nil); st != StatusQueued && st != StatusTerminating {
+	if st, _ := redis.String(replies[1], nil); st != statusQueued && st != statusTerminating {
 		return nil
 	}
 	set, err := c.do(ctx, "SET", j.key("lock:worker"), "1", "NX", "EX", 2)
@@ -126,7 +122,7 @@ func (rt *Runtime) execute(ctx context.Context, class string, id int64, args []r
 	if set == nil {
 		return nil
 	}
-	token, lockErr := j.Lock(ctx, c.lockTTL, &LockOpts{Retries: rt.lockRetries, RetryDelay: rt.lockDelay})
+	token, lockErr := j.lock(ctx, c.lockTTL, &lockOpts{Retries: rt.lockRetries, RetryDelay: rt.lockDelay})
 	if _, err := c.do(context.WithoutCancel(ctx), "DEL", j.key("lock:worker")); err != nil && lockErr == nil {
 		lockErr = err
 	}
@@ -140,7 +136,7 @@ func (rt *Runtime) execute(ctx context.Context, class string, id int64, args []r
 		if err != nil {
 			return err
 		}
-		if st == StatusQueued || st == StatusTerminating {
+		if st == statusQueued || st == statusTerminating {
 			return j.sidekiqQueue(ctx, c.clock.Now().Add(time.Second))
 		}
 		return nil
@@ -152,14 +148,14 @@ func (rt *Runtime) execute(ctx context.Context, class string, id int64, args []r
 			return err
 		}
 		switch st {
-		case StatusQueued:
-			w := rt.reg.Worker(class)
+		case statusQueued:
+			w := rt.reg.workerFor(class)
 			if w == nil {
-				return fmt.Errorf("%w: %s is not in this process's registry", ErrNotRegistered, class)
+				return fmt.Errorf("%w: %s is not in this process's registry", errNotRegistered, class)
 			}
 			return rt.runWorker(jctx, j, w, args, returnErrors)
-		case StatusTerminating:
-			return rt.terminateWorker(jctx, j, rt.reg.Worker(class))
+		case statusTerminating:
+			return rt.terminateWorker(jctx, j, rt.reg.workerFor(class))
 		}
 		return nil
 	}()
@@ -167,7 +163,7 @@ func (rt *Runtime) execute(ctx context.Context, class string, id int64, args []r
 	// this is outside SideJob.context(job: id), so what the parent run
 	// publishes does not carry the child's id.
 	after := context.WithoutCancel(ctx)
-	if _, err := j.Unlock(after, token); err != nil {
+	if _, err := j.unlock(after, token); err != nil {
 		runErr = errors.Join(runErr, err)
 	}
 	if _, err := j.Run(after, &RunOpts{Parent: true}); err != nil {
@@ -177,7 +173,7 @@ func (rt *Runtime) execute(ctx context.Context, class string, id int64, args []r
 }
 
 // runWorker is run_worker: rate limit, startup, perform, final status.
-func (rt *Runtime) runWorker(ctx context.Context, j *Job, w Worker, args []rubyjson.Value, returnErrors bool) error {
+func (rt *jobRuntime) runWorker(ctx context.Context, j *Job, w Worker, args []rubyjson.Value, returnErrors bool) error {
 	c := rt.c
 	rk := rateKey(j.id, c.clock.Now())
 	replies, err := c.multi(ctx, command("INCR", rk), command("EXPIRE", rk, 60))
@@ -199,7 +195,7 @@ func (rt *Runtime) runWorker(ctx context.Context, j *Job, w Worker, args []rubyj
 		}
 		if !ran {
 			if err := protect(func() error { return s.Startup(ctx, j) }); err != nil {
-				if errors.Is(err, ErrSuspended) {
+				if errors.Is(err, errSuspended) {
 					// Rescued like a Suspended from perform: "suspended"
 					// only if running, which the job is not yet.
 					return nil
@@ -208,20 +204,20 @@ func (rt *Runtime) runWorker(ctx context.Context, j *Job, w Worker, args []rubyj
 			}
 		}
 	}
-	if _, err := c.do(ctx, "SET", j.key("ran_at"), c.Timestamp()); err != nil {
+	if _, err := c.do(ctx, "SET", j.key("ran_at"), c.timestamp()); err != nil {
 		return fmt.Errorf("sidejob: run job %d: %w", j.id, err)
 	}
 	// queued → running only if still queued (the gem writes running
 	// unconditionally, overwriting a terminate requested since the status
 	// was read; docs/sidejob.md#weakness-5-status-changes-are-not-atomic). A job that became terminating is terminated
 	// now, as the lock is held; any other status is left alone.
-	ok, err := j.setStatusIf(ctx, StatusRunning, "in", StatusQueued)
+	ok, err := j.setStatusIf(ctx, statusRunning, "in", statusQueued)
 	if err != nil {
 		return ignoreGone(err)
 	}
 	if !ok {
 		st, err := j.Status(ctx)
-		if err != nil || st != StatusTerminating {
+		if err != nil || st != statusTerminating {
 			return err
 		}
 		return rt.terminateWorker(ctx, j, w)
@@ -237,15 +233,15 @@ func (rt *Runtime) runWorker(ctx context.Context, j *Job, w Worker, args []rubyj
 		// queue, so the job goes back to queued and runs again (the gem
 		// leaves it running for ever, docs/sidejob.md#weakness-3-job-stuck-in-running). A job timeout
 		// (DeadlineExceeded) is an ordinary failure below.
-		_, err := j.setStatusIf(done, StatusQueued, "in", StatusRunning)
+		_, err := j.setStatusIf(done, statusQueued, "in", statusRunning)
 		return errors.Join(fmt.Errorf("sidejob: job %d interrupted: %w", j.id, ctx.Err()), ignoreGone(err))
 	}
 	switch {
 	case perr == nil:
-		_, err = j.setStatusIf(done, StatusCompleted, "in", StatusRunning)
+		_, err = j.setStatusIf(done, statusCompleted, "in", statusRunning)
 		return ignoreGone(err)
-	case errors.Is(perr, ErrSuspended):
-		_, err = j.setStatusIf(done, StatusSuspended, "in", StatusRunning)
+	case errors.Is(perr, errSuspended):
+		_, err = j.setStatusIf(done, statusSuspended, "in", statusRunning)
 		return ignoreGone(err)
 	}
 	return rt.fail(done, j, perr, true, returnErrors)
@@ -254,12 +250,12 @@ func (rt *Runtime) runWorker(ctx context.Context, j *Job, w Worker, args []rubyj
 // fail records a worker error: status failed unless the job is terminating
 // or terminated, or (after perform started) a re-run was requested, which
 // the gem would drop (docs/sidejob.md#weakness-4-failure-drops-a-requested-re-run); then the error is logged or returned.
-func (rt *Runtime) fail(ctx context.Context, j *Job, werr error, performed, returnErrors bool) error {
-	keep := []string{StatusTerminating, StatusTerminated}
+func (rt *jobRuntime) fail(ctx context.Context, j *Job, werr error, performed, returnErrors bool) error {
+	keep := []string{statusTerminating, statusTerminated}
 	if performed {
-		keep = append(keep, StatusQueued)
+		keep = append(keep, statusQueued)
 	}
-	if _, err := j.setStatusIf(ctx, StatusFailed, "notin", keep...); ignoreGone(err) != nil {
+	if _, err := j.setStatusIf(ctx, statusFailed, "notin", keep...); ignoreGone(err) != nil {
 		return errors.Join(werr, err)
 	}
 	if returnErrors {
@@ -271,7 +267,7 @@ func (rt *Runtime) fail(ctx context.Context, j *Job, werr error, performed, retu
 
 // terminateWorker calls the shutdown hook (errors are logged and ignored)
 // and marks the job terminated.
-func (rt *Runtime) terminateWorker(ctx context.Context, j *Job, w Worker) error {
+func (rt *jobRuntime) terminateWorker(ctx context.Context, j *Job, w Worker) error {
 	if s, ok := w.(Stopper); ok {
 		if err := protect(func() error { return s.Shutdown(ctx, j) }); err != nil {
 			if lerr := rt.c.Log(ctx, err); lerr != nil {
@@ -279,18 +275,18 @@ func (rt *Runtime) terminateWorker(ctx context.Context, j *Job, w Worker) error 
 			}
 		}
 	}
-	return ignoreGone(j.SetStatus(ctx, StatusTerminated))
+	return ignoreGone(j.setStatus(ctx, statusTerminated))
 }
 
-// PanicError is a panic recovered from a worker; it fails the job like an
+// panicError is a panic recovered from a worker; it fails the job like an
 // error. It is sidekiq.PanicError, so its error class and Go stack reach the
 // log and the Web UI the same way.
-type PanicError = sidekiq.PanicError
+type panicError = sidekiq.PanicError
 
 func protect(f func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = &PanicError{Value: p, Stack: sidekiq.CallerStack(4)}
+			err = &panicError{Value: p, Stack: callers.Stack(4)}
 		}
 	}()
 	return f()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
@@ -53,7 +54,7 @@ func (b *testBundle) exec(t *testing.T, j *Job) error {
 	t.Helper()
 	w, err := j.worker(context.Background())
 	require.NoError(t, err)
-	return b.rt.Execute(context.Background(), w.class, j.id, nil)
+	return b.rt.executeJob(context.Background(), w.class, j.id, nil)
 }
 
 // server_middleware_spec.rb
@@ -63,7 +64,7 @@ func TestMiddlewareSkips(t *testing.T) {
 		b := setup(t)
 		w := &hookWorker{}
 		j := b.hook(t, w)
-		require.NoError(t, j.SetStatus(context.Background(), st))
+		require.NoError(t, j.setStatus(context.Background(), st))
 		require.NoError(t, b.exec(t, j))
 		require.Empty(t, w.calls, st)
 		require.Equal(t, st, b.status(t, j))
@@ -94,7 +95,7 @@ func TestMiddlewareRun(t *testing.T) {
 	require.NoError(t, b.exec(t, j))
 	require.Equal(t, "running", seen)
 	require.Equal(t, "completed", b.status(t, j))
-	ts, err := ParseTimestamp(ranAt)
+	ts, err := sidejobwire.ParseTimestamp(ranAt)
 	require.NoError(t, err)
 	require.WithinDuration(t, before, ts, 5*time.Second)
 	require.False(t, b.exists(t, j.key("lock")), "released")
@@ -119,7 +120,7 @@ func TestMiddlewareLocks(t *testing.T) {
 	require.Empty(t, w.calls, "no run while lock:worker is set")
 	b.do(t, "DEL", j.key("lock:worker"))
 
-	token, err := j.Lock(ctx, time.Minute, nil)
+	token, err := j.lock(ctx, time.Minute, nil)
 	require.NoError(t, err)
 	require.NotEmpty(t, token)
 	sched := b.scheduled(t)
@@ -136,11 +137,11 @@ func TestMiddlewareRateLimit(t *testing.T) {
 	b := setup(t)
 	w := &hookWorker{}
 	j := b.hook(t, w)
-	rk := rateKey(j.id, b.c.Now())
-	b.do(t, "SET", rk, DefaultMaxRunsPerMinute-1)
+	rk := rateKey(j.id, b.c.now())
+	b.do(t, "SET", rk, defaultMaxRunsPerMinute-1)
 	require.NoError(t, b.exec(t, j))
 	require.Equal(t, []string{"startup", "perform"}, w.calls, "max-1 runs")
-	require.NoError(t, j.SetStatus(context.Background(), "queued"))
+	require.NoError(t, j.setStatus(context.Background(), "queued"))
 	require.NoError(t, b.exec(t, j))
 	require.Equal(t, []string{"startup", "perform"}, w.calls, "the 601st run is refused")
 	require.Equal(t, "terminating", b.status(t, j))
@@ -153,7 +154,7 @@ func TestMiddlewareErrors(t *testing.T) {
 	boom := errors.New("boom")
 	w := &hookWorker{perform: func(context.Context, *Job) error { return boom }}
 	parent := b.queue(t, "TestWorker", nil)
-	require.NoError(t, parent.SetStatus(ctx, "suspended"))
+	require.NoError(t, parent.setStatus(ctx, "suspended"))
 	b.register(t, "Hook", w, "")
 	j, err := parent.Queue(ctx, "testq", "Hook", &QueueOpts{Name: "kid"})
 	require.NoError(t, err)
@@ -165,10 +166,10 @@ func TestMiddlewareErrors(t *testing.T) {
 	require.Contains(t, msgs, `/sidejob/job/2  {"status":"failed"}`)
 
 	// logged when errors are not returned
-	rt, err := NewRuntime(&RuntimeConfig{Client: b.c, Registry: b.reg})
+	rt, err := newJobRuntime(&runtimeConfig{Client: b.c, Registry: b.reg})
 	require.NoError(t, err)
 	sub = b.subscribe(t)
-	require.NoError(t, rt.RunInline(ctx, j, &InlineOpts{SwallowErrors: true}))
+	require.NoError(t, rt.runInline(ctx, j, &inlineOpts{SwallowErrors: true}))
 	require.Contains(t, normalize(sub.stop(t, b)), `/sidejob/log  {"job":2,"timestamp":"…","error":"boom"}`)
 
 	// an exception after terminate keeps terminating
@@ -176,13 +177,13 @@ func TestMiddlewareErrors(t *testing.T) {
 		require.NoError(t, j.Terminate(ctx, false))
 		return boom
 	}
-	require.NoError(t, rt.RunInline(ctx, j, &InlineOpts{SwallowErrors: true}))
+	require.NoError(t, rt.runInline(ctx, j, &inlineOpts{SwallowErrors: true}))
 	require.Equal(t, "terminating", b.status(t, j))
 
 	// panics fail the job too
 	w.perform = func(context.Context, *Job) error { panic("oops") }
-	var pe *PanicError
-	require.ErrorAs(t, b.rt.RunInline(ctx, j, nil), &pe)
+	var pe *panicError
+	require.ErrorAs(t, b.rt.runInline(ctx, j, nil), &pe)
 	require.Equal(t, "failed", b.status(t, j))
 }
 
@@ -200,7 +201,7 @@ func TestMiddlewareSuspend(t *testing.T) {
 		require.NoError(t, err)
 		return Suspend()
 	}
-	require.NoError(t, b.rt.RunInline(ctx, j, nil))
+	require.NoError(t, b.rt.runInline(ctx, j, nil))
 	require.Equal(t, "queued", b.status(t, j))
 }
 
@@ -209,7 +210,7 @@ func TestMiddlewareTerminate(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	parent := b.queue(t, "TestWorker", nil)
-	require.NoError(t, parent.SetStatus(ctx, "completed"))
+	require.NoError(t, parent.setStatus(ctx, "completed"))
 	w := &hookWorker{shutdown: func() error { return errors.New("shutdown failed") }}
 	b.register(t, "Hook", w, "")
 	j, err := parent.Queue(ctx, "testq", "Hook", &QueueOpts{Name: "kid"})
@@ -231,15 +232,15 @@ func TestParentRunsOutsideTheJobContext(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	parent := b.queue(t, "TestWorker", nil)
-	require.NoError(t, parent.SetStatus(ctx, StatusSuspended))
+	require.NoError(t, parent.setStatus(ctx, statusSuspended))
 	observer := b.queue(t, "TestSum", nil)
 	in := b.input(t, observer, "in")
-	require.NoError(t, in.SetChannels(ctx, []string{JobChannel(parent.ID())}))
+	require.NoError(t, in.setChannels(ctx, []string{sidejobwire.JobChannel(parent.ID())}))
 	b.register(t, "Hook", &hookWorker{}, "")
 	child, err := parent.Queue(ctx, "testq", "Hook", &QueueOpts{Name: "kid"})
 	require.NoError(t, err)
 	require.NoError(t, b.exec(t, child))
-	require.Equal(t, StatusQueued, b.status(t, parent))
+	require.Equal(t, statusQueued, b.status(t, parent))
 	require.Equal(t, []string{`{"data":{"status":"queued"},"context":{"channel":"/sidejob/job/1"},"options":{"log":false}}`},
 		b.list(t, in.String()), "no \"job\":3 from the child's run context")
 }
@@ -255,10 +256,10 @@ func TestStartupMaySuspend(t *testing.T) {
 	sub := b.subscribe(t)
 	require.NoError(t, b.exec(t, j))
 	require.Equal(t, []string{"startup"}, w.calls)
-	require.Equal(t, StatusQueued, b.status(t, j))
+	require.Equal(t, statusQueued, b.status(t, j))
 	require.False(t, b.exists(t, j.key("ran_at")))
 	for _, m := range sub.stop(t, b) {
-		require.NotEqual(t, LogChannel, m.Channel, "nothing logged: %s", m.Data)
+		require.NotEqual(t, sidejobwire.LogChannel, m.Channel, "nothing logged: %s", m.Data)
 	}
 }
 
@@ -274,7 +275,7 @@ func TestParentOfADeletedParentIsNil(t *testing.T) {
 	parent := b.queue(t, "TestWorker", nil)
 	child, err := parent.Queue(ctx, "testq", "TestSum", &QueueOpts{Name: "kid"})
 	require.NoError(t, err)
-	b.do(t, "SREM", KeyJobs, parent.ID()) // the parent was deleted
+	b.do(t, "SREM", sidejobwire.KeyJobs, parent.ID()) // the parent was deleted
 	p, err := child.Parent(ctx)
 	require.NoError(t, err)
 	require.Nil(t, p)
@@ -284,7 +285,7 @@ func TestParentOfADeletedParentIsNil(t *testing.T) {
 	require.NoError(t, b.output(t, child, "sum").Write(ctx, 1), "an outport write runs the parent")
 	require.NoError(t, b.exec(t, child), "the middleware runs the parent afterwards")
 	adopter := b.queue(t, "TestWorker", nil)
-	require.NoError(t, adopter.Adopt(ctx, child, "kid"), "orphan.parent is nil")
+	require.NoError(t, adopter.adopt(ctx, child, "kid"), "orphan.parent is nil")
 }
 
 // A job interrupted by a hard shutdown (its context cancelled) goes back to
@@ -303,9 +304,9 @@ func TestHardShutdownPutsAnInterruptedJobBackToQueued(t *testing.T) {
 	j := b.hook(t, w)
 	wk, err := j.worker(context.Background())
 	require.NoError(t, err)
-	err = b.rt.Execute(ctx, wk.class, j.id, nil)
+	err = b.rt.executeJob(ctx, wk.class, j.id, nil)
 	require.ErrorIs(t, err, context.Canceled)
-	require.Equal(t, StatusQueued, b.status(t, j))
+	require.Equal(t, statusQueued, b.status(t, j))
 
 	w2 := &hookWorker{perform: func(pctx context.Context, j *Job) error {
 		<-pctx.Done()
@@ -318,6 +319,6 @@ func TestHardShutdownPutsAnInterruptedJobBackToQueued(t *testing.T) {
 	// starts (on a loaded machine the run's own Redis calls take a while).
 	tctx, tcancel := context.WithTimeout(context.Background(), time.Second)
 	defer tcancel()
-	b.rt.Execute(tctx, wk2.class, j2.id, nil)
-	require.Equal(t, StatusFailed, b.status(t, j2))
+	b.rt.executeJob(tctx, wk2.class, j2.id, nil)
+	require.Equal(t, statusFailed, b.status(t, j2))
 }

@@ -13,8 +13,9 @@ import (
 type ServeOpts struct {
 	// Logger receives the runtime's logs.
 	Logger zerolog.Logger
-	// ReapInterval, when positive, runs Reap that often while the server
-	// runs, so jobs left running by a dead process run again (docs/sidejob.md#weakness-3-job-stuck-in-running).
+	// ReapInterval, when positive, is how often the server looks for jobs
+	// left running by a dead process and queues them again
+	// (docs/sidejob.md#weakness-3-job-stuck-in-running).
 	ReapInterval time.Duration
 }
 
@@ -34,21 +35,21 @@ func ServerSetup(queue string, reg *Registry, o *ServeOpts) func(*sidekiq.Server
 		if err != nil {
 			return err
 		}
-		rt, err := NewRuntime(&RuntimeConfig{Client: c, Registry: reg, Logger: o.Logger})
+		rt, err := newJobRuntime(&runtimeConfig{Client: c, Registry: reg, Logger: o.Logger})
 		if err != nil {
 			return err
 		}
-		if err := c.RegisterAll(context.Background(), queue, reg); err != nil {
+		if err := c.registerAll(context.Background(), queue, reg); err != nil {
 			return err
 		}
-		rt.Mount(srv)
+		rt.mount(srv)
 		if o.ReapInterval > 0 {
 			ctx, cancel := context.WithCancel(context.Background())
 			go func() {
 				<-srv.Done()
 				cancel()
 			}()
-			go rt.ReapLoop(ctx, o.ReapInterval)
+			go rt.reapLoop(ctx, o.ReapInterval)
 		}
 		return nil
 	}

@@ -22,7 +22,7 @@ func TestAscend(t *testing.T) {
 		"/a/../": {"/a/../", "/a", "/"},
 		"/a//b":  {"/a//b", "/a", "/"},
 	} {
-		require.Equal(t, want, Ascend(in), in)
+		require.Equal(t, want, ascend(in), in)
 	}
 }
 
@@ -53,7 +53,7 @@ func TestLogNoLoop(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	j := b.queue(t, "TestSum", nil)
-	require.NoError(t, b.input(t, j, "in").SetChannels(ctx, []string{"/sidejob/log", "/"}))
+	require.NoError(t, b.input(t, j, "in").setChannels(ctx, []string{"/sidejob/log", "/"}))
 	require.NoError(t, b.c.Log(ctx, "hello"))
 	n, err := b.input(t, j, "in").Size(ctx)
 	require.NoError(t, err)
@@ -70,10 +70,10 @@ func TestPublish(t *testing.T) {
 	j1 := b.queue(t, "TestSum", nil)
 	j2 := b.queue(t, "TestSum", nil)
 	j3 := b.queue(t, "TestSum", nil)
-	require.NoError(t, b.input(t, j1, "in").SetChannels(ctx, []string{"/test/a"}))
-	require.NoError(t, b.input(t, j2, "in").SetChannels(ctx, []string{"/test"}))
-	require.NoError(t, b.input(t, j3, "in").SetChannels(ctx, []string{"/test/a"}))
-	require.NoError(t, b.input(t, j3, "in").SetChannels(ctx, []string{"/other"}))
+	require.NoError(t, b.input(t, j1, "in").setChannels(ctx, []string{"/test/a"}))
+	require.NoError(t, b.input(t, j2, "in").setChannels(ctx, []string{"/test"}))
+	require.NoError(t, b.input(t, j3, "in").setChannels(ctx, []string{"/test/a"}))
+	require.NoError(t, b.input(t, j3, "in").setChannels(ctx, []string{"/other"}))
 	b.do(t, "SADD", "channel:/test/a", "99")
 	sub := b.subscribe(t)
 	require.NoError(t, b.c.Publish(ctx, "/test/a", map[string]any{"x": 1}))

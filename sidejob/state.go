@@ -60,12 +60,12 @@ func (j *Job) Set(ctx context.Context, key string, value any) error {
 		return fmt.Errorf("sidejob: job %d set %s: %w", j.id, key, err)
 	}
 	m.Set(key, v)
-	return j.SetMany(ctx, m)
+	return j.setMany(ctx, m)
 }
 
-// SetMany stores several state fields in one HSET (Ruby's set(hash)); an
+// setMany stores several state fields in one HSET (Ruby's set(hash)); an
 // empty map is a no-op.
-func (j *Job) SetMany(ctx context.Context, fields *rubyjson.Map) error {
+func (j *Job) setMany(ctx context.Context, fields *rubyjson.Map) error {
 	if err := j.checkExists(ctx); err != nil {
 		return err
 	}
@@ -83,8 +83,8 @@ func (j *Job) SetMany(ctx context.Context, fields *rubyjson.Map) error {
 	return nil
 }
 
-// Unset removes state fields.
-func (j *Job) Unset(ctx context.Context, keys ...string) error {
+// unset removes state fields.
+func (j *Job) unset(ctx context.Context, keys ...string) error {
 	if err := j.checkExists(ctx); err != nil {
 		return err
 	}
@@ -101,9 +101,9 @@ func (j *Job) Unset(ctx context.Context, keys ...string) error {
 	return nil
 }
 
-// LockOpts tune Job.Lock. A nil *LockOpts means 3 tries with up to 0.2 s
+// lockOpts tune Job.lock. A nil *lockOpts means 3 tries with up to 0.2 s
 // between them.
-type LockOpts struct {
+type lockOpts struct {
 	// Retries is the number of attempts (default 3).
 	Retries int
 	// RetryDelay bounds the random wait after a failed attempt (default
@@ -111,10 +111,10 @@ type LockOpts struct {
 	RetryDelay time.Duration
 }
 
-// Lock takes the job lock for ttl (SET job:<id>:lock <uuid> NX EX ttl) and
+// lock takes the job lock for ttl (SET job:<id>:lock <uuid> NX EX ttl) and
 // returns its token, or "" when the lock is held by someone else after all
 // attempts. The token is a random UUID, as Ruby's SecureRandom.uuid.
-func (j *Job) Lock(ctx context.Context, ttl time.Duration, o *LockOpts) (string, error) {
+func (j *Job) lock(ctx context.Context, ttl time.Duration, o *lockOpts) (string, error) {
 	retries, delay := 3, 200*time.Millisecond
 	if o != nil {
 		if o.Retries > 0 {
@@ -146,9 +146,9 @@ func (j *Job) Lock(ctx context.Context, ttl time.Duration, o *LockOpts) (string,
 	return "", nil
 }
 
-// RefreshLock resets the lock's TTL; it reports false when there is no
+// refreshLock resets the lock's TTL; it reports false when there is no
 // lock.
-func (j *Job) RefreshLock(ctx context.Context, ttl time.Duration) (bool, error) {
+func (j *Job) refreshLock(ctx context.Context, ttl time.Duration) (bool, error) {
 	ok, err := redis.Bool(j.c.do(ctx, "EXPIRE", j.key("lock"), max(int64(ttl/time.Second), 1)))
 	if err != nil {
 		return false, fmt.Errorf("sidejob: job %d refresh lock: %w", j.id, err)
@@ -156,9 +156,9 @@ func (j *Job) RefreshLock(ctx context.Context, ttl time.Duration) (bool, error) 
 	return ok, nil
 }
 
-// Unlock releases the lock if it still holds token (compare-and-delete, so
+// unlock releases the lock if it still holds token (compare-and-delete, so
 // Go and Ruby processes only release their own locks).
-func (j *Job) Unlock(ctx context.Context, token string) (bool, error) {
+func (j *Job) unlock(ctx context.Context, token string) (bool, error) {
 	conn, err := j.c.conn(ctx)
 	if err != nil {
 		return false, err

@@ -12,7 +12,7 @@ import (
 // includes SideJob::Worker). job gives access to everything JobMethods
 // offers (ports, state, children, …); args are the job's Sidekiq args.
 //
-// Return nil to complete the job, ErrSuspended (see Suspend) to suspend it
+// Return nil to complete the job, Suspend() to suspend it
 // until it is run again, or any other error to fail it. A panic fails it
 // too. A Worker may also implement Starter and Stopper.
 type Worker interface {
@@ -29,7 +29,7 @@ func (f WorkerFunc) Perform(ctx context.Context, job *Job, args []rubyjson.Value
 
 // Starter is implemented by workers with a startup hook, called before the
 // first run only (while job:<id>:ran_at is missing). An error fails the job
-// and leaves ran_at unset, so Startup runs again next time. ErrSuspended
+// and leaves ran_at unset, so Startup runs again next time. Suspend()
 // skips the run without failing it (the job stays queued, as in the gem).
 type Starter interface {
 	Startup(ctx context.Context, job *Job) error
@@ -41,12 +41,13 @@ type Stopper interface {
 	Shutdown(ctx context.Context, job *Job) error
 }
 
-// ErrSuspended is returned by Perform to suspend the job (Ruby's
+// errSuspended is returned by Perform to suspend the job (Ruby's
 // SideJob::Worker::Suspended). Match it with errors.Is.
-var ErrSuspended = errors.New("sidejob: suspended")
+var errSuspended = errors.New("sidejob: suspended")
 
-// Suspend returns ErrSuspended: `return sidejob.Suspend()` in Perform.
-func Suspend() error { return ErrSuspended }
+// Suspend returns the error that suspends the job: `return
+// sidejob.Suspend()` in Perform.
+func Suspend() error { return errSuspended }
 
 // ForInputs reads the named inports row by row and calls fn with one value
 // per port (Worker#for_inputs, docs/sidejob.md#for_inputs). Each pass runs in its own port
@@ -55,7 +56,7 @@ func Suspend() error { return ErrSuspended }
 //   - when no port has data or a default, it returns nil;
 //   - when some port has data: if every port has data or a default, fn gets
 //     one read of each port (defaults fill ports without data) and the loop
-//     goes on; otherwise it returns ErrSuspended;
+//     goes on; otherwise it returns Suspend();
 //   - when no port has data but every port has a default, fn is called once
 //     with the defaults inside a group with SetDefault (writes set output
 //     defaults), unless these defaults equal the ones of the last such call
@@ -74,7 +75,7 @@ func (j *Job) ForInputs(ctx context.Context, ports []string, fn func(ctx context
 	}
 	for {
 		done := false
-		err := j.c.Group(ctx, nil, func(gctx context.Context) error {
+		err := j.c.inGroup(ctx, nil, func(gctx context.Context) error {
 			cmds := make([]cmd, 0, 2*len(ps))
 			for _, p := range ps {
 				cmds = append(cmds, command("LLEN", p.String()), command("HEXISTS", p.defaultKey(), p.name))
@@ -98,7 +99,7 @@ func (j *Job) ForInputs(ctx context.Context, ports []string, fn func(ctx context
 				return nil
 			case anyData:
 				if !allReady {
-					return ErrSuspended
+					return errSuspended
 				}
 				values := make([]rubyjson.Value, len(ps))
 				for i, p := range ps {
@@ -134,7 +135,7 @@ func (j *Job) ForInputs(ctx context.Context, ports []string, fn func(ctx context
 				if err := j.Set(gctx, "for_inputs", cur); err != nil {
 					return err
 				}
-				return j.c.Group(gctx, &GroupOptions{SetDefault: Opt(true)}, func(dctx context.Context) error {
+				return j.c.inGroup(gctx, &groupOptions{SetDefault: opt(true)}, func(dctx context.Context) error {
 					return fn(dctx, values)
 				})
 			default:

@@ -17,20 +17,21 @@ func TestRegistry(t *testing.T) {
 	b := setup(t)
 	b.do(t, "HSET", "workers:testq", "Stale", "{}")
 	sub := b.subscribe(t)
-	reg := NewRegistry()
-	require.NoError(t, reg.Register("A", WorkerFunc(nil), MustConfig(`{"description":"x"}`)))
-	require.NoError(t, reg.Register("B", WorkerFunc(nil), nil))
-	require.Error(t, reg.Register("C", WorkerFunc(nil), MustConfig(`{"inports":[]}`)))
-	require.NoError(t, b.c.RegisterAll(ctx, "testq", reg))
+	reg := &Registry{}
+	require.NoError(t, reg.Register("A", WorkerFunc(nil), `{"description":"x"}`))
+	require.NoError(t, reg.Register("B", WorkerFunc(nil), ""))
+	require.Error(t, reg.Register("C", WorkerFunc(nil), `{"inports":[]}`))
+	require.ErrorContains(t, reg.Register("D", WorkerFunc(nil), `{"x":`), "D config")
+	require.NoError(t, b.c.registerAll(ctx, "testq", reg))
 	require.Equal(t, map[string]string{"A": `{"description":"x"}`, "B": "{}"}, b.hash(t, "workers:testq"), "replaced")
 	require.Equal(t, []string{`/sidejob/workers/testq  {"A":{"description":"x"},"B":{}}`}, normalize(sub.stop(t, b)))
-	cfg, err := b.c.WorkerConfig(ctx, "testq", "A")
+	cfg, err := b.c.workerConfig(ctx, "testq", "A")
 	require.NoError(t, err)
 	require.Equal(t, `{"description":"x"}`, string(cfg.Encode()))
-	cfg, err = b.c.WorkerConfig(ctx, "testq", "Nope")
+	cfg, err = b.c.workerConfig(ctx, "testq", "Nope")
 	require.NoError(t, err)
 	require.Nil(t, cfg)
-	require.True(t, errors.Is(Suspend(), ErrSuspended))
+	require.True(t, errors.Is(Suspend(), errSuspended))
 }
 
 // forInputsWorker records the rows for_inputs yields and writes their sum.
@@ -57,14 +58,14 @@ func TestForInputs(t *testing.T) {
 	b.register(t, "FI", w, `{"inports":{"a":{},"b":{}},"outports":{"out":{}}}`)
 	j := b.queue(t, "FI", nil)
 	a, bb, out := b.input(t, j, "a"), b.input(t, j, "b"), b.output(t, j, "out")
-	require.NoError(t, b.rt.RunInline(ctx, j, nil))
+	require.NoError(t, b.rt.runInline(ctx, j, nil))
 	require.Empty(t, w.rows, "no data: no yield")
 	require.Equal(t, "completed", b.status(t, j))
 
 	b.write(t, a, 1, 2, 3)
 	b.write(t, bb, 10, 20)
 	sub := b.subscribe(t)
-	require.NoError(t, b.rt.RunInline(ctx, j, nil))
+	require.NoError(t, b.rt.runInline(ctx, j, nil))
 	require.Equal(t, []string{"[1,10]", "[2,20]"}, w.rows, "rows in order")
 	require.Equal(t, "suspended", b.status(t, j), "partial input after the complete rows")
 	require.Equal(t, []string{
@@ -76,32 +77,32 @@ func TestForInputs(t *testing.T) {
 
 	// mixing defaults with data
 	require.NoError(t, bb.SetDefault(ctx, 100))
-	require.NoError(t, b.rt.RunInline(ctx, j, nil))
+	require.NoError(t, b.rt.runInline(ctx, j, nil))
 	require.Equal(t, "[3,100]", w.rows[2])
 	require.Equal(t, "completed", b.status(t, j))
 
 	// only defaults: yield once, outputs become defaults
 	require.NoError(t, a.SetDefault(ctx, 5))
 	w.rows = nil
-	require.NoError(t, b.rt.RunInline(ctx, j, nil))
+	require.NoError(t, b.rt.runInline(ctx, j, nil))
 	require.Equal(t, []string{"[5,100]"}, w.rows)
 	d, err := out.Default(ctx)
 	require.NoError(t, err)
 	require.Equal(t, "105", string(d.Value.Encode()))
-	require.NoError(t, b.rt.RunInline(ctx, j, nil))
+	require.NoError(t, b.rt.runInline(ctx, j, nil))
 	require.Len(t, w.rows, 1, "same defaults: no second yield")
 	require.NoError(t, a.SetDefault(ctx, 6))
-	require.NoError(t, b.rt.RunInline(ctx, j, nil))
+	require.NoError(t, b.rt.runInline(ctx, j, nil))
 	require.Equal(t, []string{"[5,100]", "[6,100]"}, w.rows, "a changed default yields again")
 
 	// defaults plus an empty port without default: no yield
 	require.NoError(t, a.ClearDefault(ctx))
 	w.rows = nil
-	require.NoError(t, b.rt.RunInline(ctx, j, nil))
+	require.NoError(t, b.rt.runInline(ctx, j, nil))
 	require.Empty(t, w.rows)
 	// nil defaults are defaults
 	require.NoError(t, a.SetDefault(ctx, nil))
 	b.write(t, bb, 1)
-	require.NoError(t, b.rt.RunInline(ctx, j, nil))
+	require.NoError(t, b.rt.runInline(ctx, j, nil))
 	require.Equal(t, []string{"[null,1]", "[null,100]"}, w.rows, "the row, then the (new) defaults once")
 }

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redisreply"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -26,15 +29,15 @@ type ClientConfig struct {
 	// Version is the Sidekiq release whose format is written (timestamps).
 	// Default DefaultVersion.
 	Version wire.Version
-	// Format, when set, replaces Version: the client writes the version it
-	// holds at each push (a Server's Format follows the cluster's version).
-	Format *wire.LiveFormat
 	// Clock is the time source. Default the system clock.
 	Clock clock.Clock
 	// Middleware runs around every push, first added first.
 	Middleware []ClientMiddleware
 	// DefaultQueue replaces "default" as the queue of jobs that have none.
 	DefaultQueue string
+	// Extensions are told of every push after the middleware
+	// (Extension.BeforePush).
+	Extensions []Extension
 }
 
 func (c *ClientConfig) validate() error {
@@ -48,9 +51,10 @@ func (c *ClientConfig) validate() error {
 // It is safe for concurrent use.
 type Client struct {
 	pool   *redis.Pool
-	format *wire.LiveFormat
+	format *contract.LiveFormat
 	clock  clock.Clock
 	mw     []ClientMiddleware
+	exts   []Extension
 	queue  string
 }
 
@@ -59,22 +63,25 @@ func NewClient(cfg *ClientConfig) (*Client, error) {
 	if cfg == nil {
 		return nil, errors.New("sidekiq: nil ClientConfig")
 	}
+	v := cfg.Version
+	if v.IsZero() {
+		v = wire.DefaultVersion
+	}
+	return newClient(cfg, contract.FixedFormat(v))
+}
+
+// newClient is NewClient writing the format f holds at each push: a
+// Server's client writes the server's format, which follows the cluster's
+// version with FollowVersion (Server.Client).
+func newClient(cfg *ClientConfig, f *contract.LiveFormat) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
-	}
-	f := cfg.Format
-	if f == nil {
-		v := cfg.Version
-		if v.IsZero() {
-			v = wire.DefaultVersion
-		}
-		f = wire.FixedFormat(v)
 	}
 	q := cfg.DefaultQueue
 	if q == "" {
 		q = "default"
 	}
-	return &Client{pool: cfg.Pool, format: f, clock: clock.Or(cfg.Clock), mw: cfg.Middleware, queue: q}, nil
+	return &Client{pool: cfg.Pool, format: f, clock: clock.Or(cfg.Clock), mw: cfg.Middleware, exts: cfg.Extensions, queue: q}, nil
 }
 
 // Version returns the wire format the client writes now.
@@ -91,6 +98,22 @@ func (c *Client) DefaultQueue() string { return c.queue }
 
 // Use appends client middleware. Call it before the client is shared.
 func (c *Client) Use(mw ...ClientMiddleware) { c.mw = append(c.mw, mw...) }
+
+// Extend appends extensions (Extension.BeforePush); one the client has
+// already is not added twice. Call it before the client is shared.
+func (c *Client) Extend(ext ...Extension) {
+	for _, e := range ext {
+		if !slices.ContainsFunc(c.exts, func(have Extension) bool { return sameExtension(have, e) }) {
+			c.exts = append(c.exts, e)
+		}
+	}
+}
+
+// sameExtension reports whether a and b are the same extension value.
+func sameExtension(a, b Extension) bool {
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta != nil && ta.Comparable() && a == b
+}
 
 // PushOpts are per-push settings. A nil *PushOpts means "now".
 type PushOpts struct {
@@ -145,11 +168,11 @@ func (c *Client) Push(ctx context.Context, job *wire.Job, opts *PushOpts) (*Push
 func (c *Client) push(ctx context.Context, job *wire.Job, opts *PushOpts, lock bool) (*PushResult, error) {
 	now := c.clock.Now()
 	at, scheduled := opts.runAt(now)
-	if !scheduled && !job.IsZero() {
+	if !scheduled && job != nil {
 		// Ruby's Client.push("at" => epoch) form.
 		if v, ok := job.Get("at"); ok {
 			if f, isNum := v.Float(); isNum {
-				if t := wire.FromEpochSeconds(f); t.After(now) {
+				if t := contract.FromEpochSeconds(f); t.After(now) {
 					at, scheduled = t, true
 				}
 			}
@@ -160,9 +183,12 @@ func (c *Client) push(ctx context.Context, job *wire.Job, opts *PushOpts, lock b
 	}
 	if scheduled {
 		// Client middleware sees "at", as in Ruby; it is not stored.
-		job.Set("at", rubyjson.FloatValue(wire.EpochSeconds(at)))
+		job.Set("at", rubyjson.FloatValue(contract.EpochSeconds(at)))
 	}
 	ok, err := c.runMiddleware(ctx, job)
+	if err == nil && ok {
+		err = c.beforePush(ctx, job)
+	}
 	job.Delete("at")
 	if err != nil {
 		return nil, err
@@ -202,41 +228,16 @@ func (c *Client) push(ctx context.Context, job *wire.Job, opts *PushOpts, lock b
 		return &PushResult{JID: job.JID(), Payload: payload, Scheduled: scheduled}, nil
 	}
 	if scheduled {
-		conn.Send("ZADD", wire.KeySchedule, wire.Score(at), payload)
+		conn.Send("ZADD", contract.KeySchedule, contract.Score(at), payload)
 	} else {
 		q := job.Queue()
-		conn.Send("SADD", wire.KeyQueues, q)
-		conn.Send("LPUSH", wire.QueueKey(q), payload)
+		conn.Send("SADD", contract.KeyQueues, q)
+		conn.Send("LPUSH", contract.QueueKey(q), payload)
 	}
 	if _, err := redisreply.Pipeline(ctx, conn); err != nil {
 		return nil, fmt.Errorf("sidekiq: push %s: %w", job.JID(), err)
 	}
 	return &PushResult{JID: job.JID(), Payload: payload, Scheduled: scheduled}, nil
-}
-
-// Prepared is a job made ready for its queue by Prepare.
-type Prepared struct {
-	JID     string
-	Queue   string
-	Payload []byte
-}
-
-// Prepare does what Push does before its write (Ruby's normalize_item, the
-// client middleware, a fresh enqueued_at) and returns the payload Push would
-// LPUSH, for callers that write it in their own atomic script together with
-// other state (the cron scheduler: the tick's lock and the job in one
-// step). It returns nil, nil when middleware stopped the push. The caller
-// must SADD queues and LPUSH queue:<Queue>, as Push does.
-func (c *Client) Prepare(ctx context.Context, job *wire.Job) (*Prepared, error) {
-	if err := c.normalize(job, c.clock.Now(), true); err != nil {
-		return nil, err
-	}
-	ok, err := c.runMiddleware(ctx, job)
-	if err != nil || !ok {
-		return nil, err
-	}
-	job.SetTime("enqueued_at", c.clock.Now(), c.Version())
-	return &Prepared{JID: job.JID(), Queue: job.Queue(), Payload: job.Encode()}, nil
 }
 
 // Enqueue builds a job of class with args and pushes it: the Go form of
@@ -282,7 +283,7 @@ type BulkResult struct {
 func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts) (*BulkResult, error) {
 	now := c.clock.Now()
 	v := c.Version()
-	created := wire.TimestampValue(now, v)
+	created := contract.TimestampValue(now, v)
 	for i, j := range jobs {
 		if err := c.normalize(j, now, false); err != nil {
 			return nil, fmt.Errorf("sidekiq: bulk job %d: %w", i, err)
@@ -298,36 +299,45 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 		return nil, fmt.Errorf("sidekiq: push bulk: %w", err)
 	}
 	defer conn.Close()
-	batch := v.BulkBatchSize()
+	batch := contract.BulkBatchSize(v)
 	for start := 0; start < len(jobs); start += batch {
 		end := min(start+batch, len(jobs))
-		enq := wire.TimestampValue(c.clock.Now(), v)
+		enq := contract.TimestampValue(c.clock.Now(), v)
 		var queues []any
 		byQueue := map[string][]any{}
 		var zadd []any
-		// The group's hooks (PushGroup) run after the middleware of its
-		// last job and before anything of the group reaches Redis, unique
-		// jobs included.
-		group := &PushGroup{}
-		gctx := context.WithValue(ctx, pushGroupKey{}, group)
+		// The middleware of every job of the batch runs first, then the
+		// extensions see the batch's jobs (with "at" when scheduled), then
+		// the batch is written: nothing of it reaches Redis before its
+		// extensions are done, unique jobs included.
+		passed := make([]int, 0, end-start)
+		for i := start; i < end; i++ {
+			j := jobs[i]
+			if scheduled {
+				j.Set("at", rubyjson.FloatValue(contract.EpochSeconds(at)))
+			}
+			ok, err := c.runMiddleware(ctx, j)
+			if err != nil {
+				j.Delete("at")
+				return res, fmt.Errorf("sidekiq: bulk job %d: %w", i, err)
+			}
+			if ok {
+				passed = append(passed, i)
+			} else {
+				j.Delete("at")
+			}
+		}
+		if err := c.beforeBulkPush(ctx, jobs, passed); err != nil {
+			return res, fmt.Errorf("sidekiq: push bulk: %w", err)
+		}
 		type uniqueJob struct {
 			i   int
 			ttl time.Duration
 		}
 		var uniques []uniqueJob
-		for i := start; i < end; i++ {
+		for _, i := range passed {
 			j := jobs[i]
-			if scheduled {
-				j.Set("at", rubyjson.FloatValue(wire.EpochSeconds(at)))
-			}
-			ok, err := c.runMiddleware(gctx, j)
 			j.Delete("at")
-			if err != nil {
-				return res, fmt.Errorf("sidekiq: bulk job %d: %w", i, err)
-			}
-			if !ok {
-				continue
-			}
 			ttl, unique, err := uniqueFor(j)
 			if err != nil {
 				return res, fmt.Errorf("sidekiq: bulk job %d: %w", i, err)
@@ -339,7 +349,7 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 			res.JIDs[i] = j.JID()
 			if scheduled {
 				j.Delete("enqueued_at")
-				zadd = append(zadd, wire.Score(at), j.Encode())
+				zadd = append(zadd, contract.Score(at), j.Encode())
 				continue
 			}
 			j.Set("enqueued_at", enq)
@@ -348,9 +358,6 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 				queues = append(queues, q)
 			}
 			byQueue[q] = append(byQueue[q], j.Encode())
-		}
-		if err := group.beforeWrite(ctx); err != nil {
-			return res, fmt.Errorf("sidekiq: push bulk: %w", err)
 		}
 		for _, u := range uniques {
 			// Its own lock-and-push step; a duplicate keeps "".
@@ -372,14 +379,14 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 		}
 		n := 0
 		if len(zadd) > 0 {
-			conn.Send("ZADD", append([]any{wire.KeySchedule}, zadd...)...)
+			conn.Send("ZADD", append([]any{contract.KeySchedule}, zadd...)...)
 			n++
 		}
 		if len(queues) > 0 {
-			conn.Send("SADD", append([]any{wire.KeyQueues}, queues...)...)
+			conn.Send("SADD", append([]any{contract.KeyQueues}, queues...)...)
 			n++
 			for _, q := range queues {
-				conn.Send("LPUSH", append([]any{wire.QueueKey(q.(string))}, byQueue[q.(string)]...)...)
+				conn.Send("LPUSH", append([]any{contract.QueueKey(q.(string))}, byQueue[q.(string)]...)...)
 				n++
 			}
 		}
@@ -402,16 +409,23 @@ func (c *Client) Repush(ctx context.Context, job *wire.Job) (*PushResult, error)
 	return c.push(ctx, job, nil, false)
 }
 
-// RepushPayload is Repush without the write: the queue and the payload a
-// component that writes them itself, in one step with its own writes,
-// pushes (the poller moves a due job out of its set and into its queue in
-// one script). ok is false when a middleware stopped the push.
-func (c *Client) RepushPayload(ctx context.Context, job *wire.Job) (queue string, payload []byte, ok bool, err error) {
+// PushPayload does what Push does before its write (Ruby's
+// normalize_item, the client middleware, the extensions, a fresh
+// enqueued_at) and returns the queue and the payload Push would LPUSH, for
+// components that write them in their own script together with other
+// state (the poller moves a due job from its set to its queue in one
+// step; the cron scheduler claims a tick and pushes its job in one step).
+// The caller must SADD queues and LPUSH queue:<queue>, as Push does. ok is
+// false when a middleware stopped the push.
+func (c *Client) PushPayload(ctx context.Context, job *wire.Job) (queue string, payload []byte, ok bool, err error) {
 	if err := c.normalize(job, c.clock.Now(), true); err != nil {
 		return "", nil, false, err
 	}
-	if ok, err = c.runMiddleware(ctx, job); err != nil || !ok {
-		return "", nil, ok, err
+	if ok, err = c.runMiddleware(ctx, job); err == nil && ok {
+		err = c.beforePush(ctx, job)
+	}
+	if err != nil || !ok {
+		return "", nil, false, err
 	}
 	job.SetTime("enqueued_at", c.clock.Now(), c.Version())
 	return job.Queue(), job.Encode(), true, nil
@@ -419,15 +433,15 @@ func (c *Client) RepushPayload(ctx context.Context, job *wire.Job) (queue string
 
 // normalize applies Ruby's normalize_item and validate.
 func (c *Client) normalize(job *wire.Job, now time.Time, setCreated bool) error {
-	if job.IsZero() {
+	if job == nil {
 		return errors.New("sidekiq: nil job")
 	}
 	defaults := rubyjson.NewMap()
 	defaults.Set("retry", rubyjson.BoolValue(true))
 	defaults.Set("queue", rubyjson.StringValue(c.queue))
-	job.MergeDefaults(defaults)
+	contract.MergeDefaults(job, defaults)
 	job.Delete("at")
-	if err := wire.Validate(job); err != nil {
+	if err := contract.Validate(job); err != nil {
 		return err
 	}
 	if !job.Has("jid") {
@@ -458,4 +472,36 @@ func (c *Client) runMiddleware(ctx context.Context, job *wire.Job) (bool, error)
 		return false, err
 	}
 	return reached, nil
+}
+
+// beforePush tells the extensions of a single push.
+func (c *Client) beforePush(ctx context.Context, job *wire.Job) error {
+	if len(c.exts) == 0 {
+		return nil
+	}
+	jobs := []*wire.Job{job}
+	for _, e := range c.exts {
+		if err := e.BeforePush(ctx, jobs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// beforeBulkPush tells the extensions of a bulk batch: the jobs at the
+// indexes in passed, those the middleware let through.
+func (c *Client) beforeBulkPush(ctx context.Context, jobs []*wire.Job, passed []int) error {
+	if len(c.exts) == 0 || len(passed) == 0 {
+		return nil
+	}
+	batch := make([]*wire.Job, len(passed))
+	for k, i := range passed {
+		batch[k] = jobs[i]
+	}
+	for _, e := range c.exts {
+		if err := e.BeforePush(ctx, batch); err != nil {
+			return err
+		}
+	}
+	return nil
 }

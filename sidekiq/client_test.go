@@ -9,7 +9,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/clocktest"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
@@ -18,11 +18,11 @@ import (
 
 var fixedNow = time.Unix(1795296573, 165170700)
 
-func newClient(t *testing.T, v wire.Version) (*sidekiq.Client, *redis.Pool, *clock.Fake) {
+func newClient(t *testing.T, v wire.Version) (*sidekiq.Client, *redis.Pool, *clocktest.Fake) {
 	t.Helper()
 	srv := redistest.Start(t)
 	pool := srv.Pool(t)
-	clk := clock.NewFake(fixedNow)
+	clk := clocktest.NewFake(fixedNow)
 	c, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: v, Clock: clk})
 	require.NoError(t, err)
 	return c, pool, clk

@@ -10,8 +10,7 @@
 //
 // The layers below and beside it:
 //
-//   - sidekiq/wire: the payload (wire.Job), versions, keys, timestamps and
-//     every other byte Ruby would write;
+//   - sidekiq/wire: the payload (wire.Job) and the Sidekiq versions;
 //   - sidekiq/activejob: ActiveJob payloads and argument types;
 //   - sidekiq/api: the admin API (Ruby's Sidekiq::API);
 //   - sidekiq/rubyjson: JSON exactly as Ruby generates it.

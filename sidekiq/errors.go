@@ -4,22 +4,23 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"runtime"
 	"strings"
 	"time"
 
 	"github.com/gojob/gojob/sidekiq/internal/maintenance"
 )
 
-// ErrorClasser is implemented by errors that name their Ruby-style class,
-// which becomes the job's error_class (shown by the Web UI).
-type ErrorClasser interface {
+// errorClasser is implemented by errors that name their Ruby-style class
+// with an ErrorClass() string method: it becomes the job's error_class
+// (shown by the Web UI).
+type errorClasser interface {
 	ErrorClass() string
 }
 
-// StackTracer is implemented by errors that carry a stack trace; its lines
-// become error_backtrace when the job asks for backtraces.
-type StackTracer interface {
+// stackTracer is implemented by errors that carry a stack trace with a
+// StackTrace() []string method: its lines become error_backtrace when the
+// job asks for backtraces.
+type stackTracer interface {
 	StackTrace() []string
 }
 
@@ -36,12 +37,12 @@ func (e *classedError) ErrorClass() string { return e.class }
 // example "ArgumentError".
 func WithErrorClass(class string, err error) error { return &classedError{class: class, err: err} }
 
-// NameError is the failure of a job whose class has no handler, as Ruby's
+// nameError is the failure of a job whose class has no handler, as Ruby's
 // constantize raises it.
-type NameError struct{ Class string }
+type nameError struct{ Class string }
 
-func (e *NameError) Error() string      { return "uninitialized constant " + e.Class }
-func (e *NameError) ErrorClass() string { return "NameError" }
+func (e *nameError) Error() string      { return "uninitialized constant " + e.Class }
+func (e *nameError) ErrorClass() string { return "NameError" }
 
 // PanicError is a recovered panic in a handler or middleware.
 type PanicError struct {
@@ -100,7 +101,7 @@ func RetryIn(d time.Duration, err error) error {
 }
 
 // ErrorClassOf returns the error_class gojob writes for err: the class an
-// ErrorClasser names; "RuntimeError" (Ruby's class for a plain raise) for
+// error with an ErrorClass() string method names; "RuntimeError" (Ruby's class for a plain raise) for
 // errors.New and fmt.Errorf errors; otherwise the Go type name without the
 // pointer star, such as "myapp.PaymentError".
 func ErrorClassOf(err error) string {
@@ -114,7 +115,7 @@ func ErrorClassOf(err error) string {
 	if err == nil {
 		return "RuntimeError"
 	}
-	var c ErrorClasser
+	var c errorClasser
 	if errors.As(err, &c) {
 		return c.ErrorClass()
 	}
@@ -133,26 +134,6 @@ func ErrorClassOf(err error) string {
 		return "RuntimeError"
 	}
 	return name
-}
-
-// CallerStack returns the current goroutine's stack in Ruby's backtrace
-// style ("file:line:in `function'"), runtime frames left out; skip is as for
-// runtime.Callers. Recover handlers use it to fill PanicError.Stack.
-func CallerStack(skip int) []string {
-	pcs := make([]uintptr, 64)
-	n := runtime.Callers(skip, pcs)
-	frames := runtime.CallersFrames(pcs[:n])
-	var out []string
-	for {
-		f, more := frames.Next()
-		if !strings.HasPrefix(f.Function, "runtime.") {
-			out = append(out, fmt.Sprintf("%s:%d:in `%s'", f.File, f.Line, f.Function))
-		}
-		if !more {
-			break
-		}
-	}
-	return out
 }
 
 // ErrVersionUnreadable is returned by Start when ServerConfig.Version would

@@ -8,7 +8,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/clocktest"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -32,7 +32,7 @@ func ExampleClient_Push() {
 	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{
 		Pool:    pool,
 		Version: wire.Version7,
-		Clock:   clock.NewFake(time.Unix(1795296573, 0)),
+		Clock:   clocktest.NewFake(time.Unix(1795296573, 0)),
 	})
 	if err != nil {
 		panic(err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -68,7 +69,7 @@ func (b *metricsBundle) job(t *testing.T, class string, ms int, outcome string) 
 func (b *metricsBundle) activeJob(t *testing.T) {
 	t.Helper()
 	b.push(t, "default", fmt.Sprintf(`{"retry":false,"queue":"default","class":%q,"wrapped":"MyAjJob","args":[],"jid":"%024x","created_at":1795296573.1,"enqueued_at":1795296573.2}`,
-		wire.ActiveJobWrapper, metricsJID.Add(1)))
+		contract.ActiveJobWrapper, metricsJID.Add(1)))
 }
 
 // pushMix pushes 8 jobs: HardJob runs of 19, 20, 5 and 400000 ms and one
@@ -198,14 +199,14 @@ func TestMetricsKeptOnFailedFlush(t *testing.T) {
 	b.clk.Set(flushAt)
 
 	b.redis.Kill()
-	require.Error(t, b.srv.heartbeat.Beat(context.Background()))
-	require.Error(t, b.srv.heartbeat.Beat(context.Background()))
+	require.Error(t, b.srv.maint.heartbeat.Beat(context.Background()))
+	require.Error(t, b.srv.maint.heartbeat.Beat(context.Background()))
 	b.redis.Restart(t) // empty
 
 	conn := b.pool.Get()
 	defer conn.Close()
 	// The pool may hand out a connection broken by the restart first.
-	wait.For(t, "a beat after the restart", func() bool { return b.srv.heartbeat.Beat(context.Background()) == nil })
+	wait.For(t, "a beat after the restart", func() bool { return b.srv.maint.heartbeat.Beat(context.Background()) == nil })
 	for _, key := range []string{"j|261121|21:3", "j|261121|21:33"} {
 		got, err := redis.StringMap(conn.Do("HGETALL", key))
 		require.NoError(t, err)
@@ -239,7 +240,7 @@ func TestMetricsFlushedAtShutdown(t *testing.T) {
 	require.Equal(t, hist(map[int]int64{0: 1}), histogram(t, b.conn, "HardJob-21-21:33"))
 	require.Equal(t, []string{"HardJob-21-21:33", "j|20261121|21:33"}, metricKeys(t, b.conn, b.srv.Identity()))
 	// The Slow job went back to its queue.
-	n, err := redis.Int(b.conn.Do("LLEN", wire.QueueKey("default")))
+	n, err := redis.Int(b.conn.Do("LLEN", contract.QueueKey("default")))
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 }
@@ -273,7 +274,7 @@ func metricKeys(t *testing.T, c redis.Conn, identity string) []string {
 	var out []string
 	for _, k := range all {
 		if strings.HasPrefix(k, "stat:") || strings.HasPrefix(k, "gojob-") || strings.HasPrefix(k, "queue") || strings.HasPrefix(k, identity) ||
-			k == wire.KeyProcesses || k == wire.KeyRetry || k == wire.KeyDead || k == wire.KeySchedule {
+			k == contract.KeyProcesses || k == contract.KeyRetry || k == contract.KeyDead || k == contract.KeySchedule {
 			continue
 		}
 		out = append(out, k)

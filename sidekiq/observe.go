@@ -9,8 +9,8 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // JobObserver is told about every job the server finishes (metrics
@@ -24,29 +24,17 @@ type JobObserver interface {
 }
 
 // Observe adds observers; call it before Start.
-func (s *Server) Observe(o ...JobObserver) { s.observers = append(s.observers, o...) }
+func (s *Server) Observe(o ...JobObserver) { s.proc.observers = append(s.proc.observers, o...) }
 
-func (s *Server) observe(queue, class string, took time.Duration, err error) {
-	for _, o := range s.observers {
-		o.JobDone(queue, class, took, err)
-	}
-}
+// running reports whether the server has started and not stopped.
+func (s *Server) running() bool { return s.life.state.Load() == stateRunning }
 
-// Busy returns how many jobs run now.
-func (s *Server) Busy() int { return int(s.busy.Load()) }
-
-// Concurrency returns the number of slots.
-func (s *Server) Concurrency() int { return s.cfg.Concurrency }
-
-// Running reports whether the server has started and not stopped.
-func (s *Server) Running() bool { return s.state.Load() == stateRunning }
-
-// RedisDown reports whether the server is in a Redis outage: its last
+// redisDown reports whether the server is in a Redis outage: its last
 // command failed and none has succeeded since, or its fetch fails (a fetch
 // that fails while other connections succeed takes no job all the same).
-func (s *Server) RedisDown() bool {
-	since, _ := s.fetchHealth.Failing()
-	return s.outage.Down() || !since.IsZero()
+func (s *Server) redisDown() bool {
+	since, _ := s.fetch.health.Failing()
+	return s.redis.outage.Down() || !since.IsZero()
 }
 
 // stuckAfter is how long slots may stay free while jobs wait in the
@@ -54,31 +42,31 @@ func (s *Server) RedisDown() bool {
 const stuckAfter = 5 * time.Second
 
 // Ready reports why the server cannot take and finish jobs now, or nil:
-// it is not running or quiet; its fetch fails (RedisDown: the last round
+// it is not running or quiet; its fetch fails (Status.RedisDown: the last round
 // trip failed, and none has succeeded since); or slots are free and jobs
 // wait in its unpaused queues, yet no job has started for stuckAfter. It
 // is ready again after a successful fetch round trip.
-func (s *Server) Ready(ctx context.Context) error { return s.readyAt(ctx, s.started.Load()) }
+func (s *Server) Ready(ctx context.Context) error { return s.readyAt(ctx, s.proc.started.Load()) }
 
 // readyAt is Ready with the count of jobs started so far.
 func (s *Server) readyAt(ctx context.Context, started int64) error {
-	if !s.Running() {
+	if !s.running() {
 		return errors.New("not running")
 	}
-	if !s.fetching.Load() {
+	if !s.fetch.running.Load() {
 		return errors.New("starting")
 	}
-	if s.IsQuiet() {
+	if s.isQuiet() {
 		return errors.New("quiet: takes no new jobs")
 	}
-	if since, err := s.fetchHealth.Failing(); !since.IsZero() {
+	if since, err := s.fetch.health.Failing(); !since.IsZero() {
 		return fmt.Errorf("fetching from redis has failed for %s: %v", redisx.LogDuration(time.Since(since)), err)
 	}
-	if s.outage.Down() {
+	if s.redis.outage.Down() {
 		return errors.New("redis unavailable")
 	}
-	idle := s.progress.idle(started)
-	if idle < stuckAfter || int(s.busy.Load()) >= s.cfg.Concurrency {
+	idle := s.fetch.progress.idle(started)
+	if idle < stuckAfter || int(s.proc.busy.Load()) >= s.cfg.Concurrency {
 		return nil
 	}
 	waiting, queue, err := s.waitingJobs(ctx)
@@ -113,7 +101,7 @@ func (p *progressWatch) idle(started int64) time.Duration {
 // waitingJobs returns the jobs waiting in the server's unpaused queues and
 // the fullest of them.
 func (s *Server) waitingJobs(ctx context.Context) (int, string, error) {
-	names := s.order.Names()
+	names := s.fetch.order.Names()
 	conn, err := s.cfg.Pool.GetContext(ctx)
 	if err != nil {
 		return 0, "", err
@@ -121,8 +109,8 @@ func (s *Server) waitingJobs(ctx context.Context) (int, string, error) {
 	defer conn.Close()
 	var asked []string
 	for _, q := range names {
-		if !s.order.Paused(q) {
-			conn.Send("LLEN", wire.QueueKey(q))
+		if !s.fetch.order.Paused(q) {
+			conn.Send("LLEN", contract.QueueKey(q))
 			asked = append(asked, q)
 		}
 	}
@@ -143,8 +131,16 @@ func (s *Server) waitingJobs(ctx context.Context) (int, string, error) {
 	return total, fullest, nil
 }
 
-// FetchStats are the counters of a server's fetch and Redis connections.
-type FetchStats struct {
+// Status is a snapshot of a server: what health checks and metrics
+// exporters read (package metrics).
+type Status struct {
+	// Running: started and not stopped. Quiet: takes no new jobs.
+	Running, Quiet bool
+	// RedisDown: in a Redis outage (the last command failed and none has
+	// succeeded since), or the fetch fails.
+	RedisDown bool
+	// Busy is how many jobs run now, of Concurrency slots.
+	Busy, Concurrency int
 	// Recovered is how many jobs this process pushed back to their queue
 	// from the in-progress lists of processes that are gone (reliable fetch).
 	Recovered int64
@@ -156,12 +152,17 @@ type FetchStats struct {
 	RedisErrors, RedisOutages int64
 }
 
-// FetchStats returns the fetch and Redis counters.
-func (s *Server) FetchStats() FetchStats {
-	errs, outages := s.outage.Counts()
-	return FetchStats{
-		Recovered:    s.fetchStats.Recovered.Load(),
-		PoisonPills:  s.fetchStats.PoisonPills.Load(),
+// Status returns the server's state and counters now.
+func (s *Server) Status() Status {
+	errs, outages := s.redis.outage.Counts()
+	return Status{
+		Running:      s.running(),
+		Quiet:        s.isQuiet(),
+		RedisDown:    s.redisDown(),
+		Busy:         int(s.proc.busy.Load()),
+		Concurrency:  s.cfg.Concurrency,
+		Recovered:    s.fetch.stats.Recovered.Load(),
+		PoisonPills:  s.fetch.stats.PoisonPills.Load(),
 		RedisErrors:  errs,
 		RedisOutages: outages,
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/internal/wait"
@@ -62,7 +63,7 @@ func TestServerSurvivesRedisRestart(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Close()
 	wait.Within(t, 15*time.Second, "retry entry written after the outage", func() bool {
-		n, _ := redis.Int(conn.Do("ZCARD", wire.KeyRetry))
+		n, _ := redis.Int(conn.Do("ZCARD", contract.KeyRetry))
 		return n == 1
 	})
 	_, err = conn.Do("LPUSH", "queue:default", `{"retry":true,"queue":"default","class":"After","args":[],"jid":"after"}`)

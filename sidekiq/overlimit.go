@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/internal/fetch"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -15,7 +16,7 @@ import (
 // limit) when a rate or concurrency limit keeps the job from running now.
 // The server reschedules the job instead of failing it, as Sidekiq
 // Enterprise does with Sidekiq::Limiter::OverLimit: it is not a failure,
-// up to MaxOverrated times; after that it is an ordinary failure.
+// up to maxOverrated times; after that it is an ordinary failure.
 type OverLimitError struct {
 	// Limiter names the limiter.
 	Limiter string
@@ -29,15 +30,15 @@ func (e *OverLimitError) Error() string {
 	return fmt.Sprintf("over the limit of %s", e.Limiter)
 }
 
-// MaxOverrated is how many times a job is rescheduled for a limit before
+// maxOverrated is how many times a job is rescheduled for a limit before
 // the next over-limit counts as a failure (Enterprise: 20).
-const MaxOverrated = 20
+const maxOverrated = 20
 
 // rescheduleOverLimit puts a job whose handler reported OverLimitError
 // back in the schedule set, counting the reschedule in its "overrated"
 // field. It reports false when err is not an over-limit or the job has
-// been rescheduled MaxOverrated times (then it fails as usual).
-func (s *Server) rescheduleOverLimit(u fetch.Unit, job *wire.Job, err error) bool {
+// been rescheduled maxOverrated times (then it fails as usual).
+func (p *processor) rescheduleOverLimit(u fetch.Unit, job *wire.Job, err error) bool {
 	var ol *OverLimitError
 	if !errors.As(err, &ol) {
 		return false
@@ -46,7 +47,7 @@ func (s *Server) rescheduleOverLimit(u fetch.Unit, job *wire.Job, err error) boo
 	if v, ok := job.Get("overrated"); ok {
 		n, _ = v.Int()
 	}
-	if n >= MaxOverrated {
+	if n >= maxOverrated {
 		return false
 	}
 	n++
@@ -57,9 +58,9 @@ func (s *Server) rescheduleOverLimit(u fetch.Unit, job *wire.Job, err error) boo
 		delay = time.Duration(300*n+rand.Int64N(300)+1) * time.Second
 	}
 	job.Set("overrated", rubyjson.IntValue(n))
-	at := s.cfg.Clock.Now().Add(delay)
-	s.fetcher.Finish(u, &fetch.Outcome{Set: wire.KeySchedule, At: at, Payload: job.Encode()})
-	s.log.Info().Str("component", "processor").Str("queue", u.Queue).Str("jid", job.JID()).Str("class", job.Class()).
+	at := p.cfg.Clock.Now().Add(delay)
+	p.fetcher.Finish(u, &fetch.Outcome{Set: contract.KeySchedule, At: at, Payload: job.Encode()})
+	p.log.Info().Str("component", "processor").Str("queue", u.Queue).Str("jid", job.JID()).Str("class", job.Class()).
 		Str("limiter", ol.Limiter).Int64("overrated", n).Time("run_at", at).Msg("job over its limit; rescheduled (not a failure)")
 	return true
 }

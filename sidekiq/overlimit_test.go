@@ -8,13 +8,14 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // A job over its limit goes to the schedule set with its overrated count,
-// at the limiter's time, and is not a failure; after MaxOverrated
+// at the limiter's time, and is not a failure; after maxOverrated
 // reschedules it fails as usual.
 func TestOverLimitReschedulesThenFails(t *testing.T) {
 	t.Parallel()
@@ -25,10 +26,10 @@ func TestOverLimitReschedulesThenFails(t *testing.T) {
 	b.start(t)
 	b.push(t, "default", `{"class":"Limited","args":[],"jid":"aaaaaaaaaaaaaaaaaaaaaaaa","queue":"default","retry":true}`)
 	wait.For(t, "the reschedule", func() bool {
-		n, _ := redis.Int(b.conn.Do("ZCARD", wire.KeySchedule))
+		n, _ := redis.Int(b.conn.Do("ZCARD", contract.KeySchedule))
 		return n == 1
 	})
-	vals, err := redis.Values(b.conn.Do("ZRANGE", wire.KeySchedule, 0, -1, "WITHSCORES"))
+	vals, err := redis.Values(b.conn.Do("ZRANGE", contract.KeySchedule, 0, -1, "WITHSCORES"))
 	require.NoError(t, err)
 	job, err := wire.ParseJob(vals[0].([]byte))
 	require.NoError(t, err)
@@ -36,23 +37,23 @@ func TestOverLimitReschedulesThenFails(t *testing.T) {
 	require.Equal(t, int64(1), n)
 	score, err := redis.Float64(vals[1], nil)
 	require.NoError(t, err)
-	delay := wire.FromEpochSeconds(score).Sub(b.clk.Now())
+	delay := contract.FromEpochSeconds(score).Sub(b.clk.Now())
 	require.GreaterOrEqual(t, delay, time.Minute)
 	require.Less(t, delay, time.Minute+8*time.Second)
-	retries, err := redis.Int(b.conn.Do("ZCARD", wire.KeyRetry))
+	retries, err := redis.Int(b.conn.Do("ZCARD", contract.KeyRetry))
 	require.NoError(t, err)
 	require.Zero(t, retries, "not a failure")
 	b.waitProcessed(t, 1)
-	_, failed := b.srv.counters.Pending()
+	_, failed := b.srv.proc.counters.Pending()
 	require.Zero(t, failed)
 
 	// Exhausted: the 21st over-limit is an ordinary failure.
-	_, err = b.conn.Do("DEL", wire.KeySchedule)
+	_, err = b.conn.Do("DEL", contract.KeySchedule)
 	require.NoError(t, err)
-	job.Set("overrated", rubyjson.IntValue(MaxOverrated))
+	job.Set("overrated", rubyjson.IntValue(maxOverrated))
 	b.push(t, "default", string(job.Encode()))
 	wait.For(t, "the failure", func() bool {
-		n, _ := redis.Int(b.conn.Do("ZCARD", wire.KeyRetry))
+		n, _ := redis.Int(b.conn.Do("ZCARD", contract.KeyRetry))
 		return n == 1
 	})
 }

@@ -6,8 +6,8 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // pauseCheckEvery is how often a server reads the paused queues: a pause
@@ -16,7 +16,7 @@ import (
 const pauseCheckEvery = 500 * time.Millisecond
 
 // watchPauses keeps the fetch order's paused queues in step with
-// wire.KeyPausedQueues until ctx ends. A failed read keeps the last state
+// contract.KeyPausedQueues until ctx ends. A failed read keeps the last state
 // (the outage is logged by the fetch).
 func (s *Server) watchPauses(ctx context.Context) {
 	t := time.NewTicker(pauseCheckEvery)
@@ -37,17 +37,17 @@ func (s *Server) checkPauses(ctx context.Context) {
 		return
 	}
 	defer conn.Close()
-	names, err := redis.Strings(redis.DoContext(conn, ctx, "SMEMBERS", wire.KeyPausedQueues))
+	names, err := redis.Strings(redis.DoContext(conn, ctx, "SMEMBERS", contract.KeyPausedQueues))
 	if err != nil {
 		if !redisx.IsConnError(err) && ctx.Err() == nil {
 			s.log.Warn().Err(err).Str("component", "pause").Msg("could not read the paused queues")
 		}
 		return
 	}
-	if s.order.SetPaused(names) {
+	if s.fetch.order.SetPaused(names) {
 		var paused []string
-		for _, q := range s.order.Names() {
-			if s.order.Paused(q) {
+		for _, q := range s.fetch.order.Names() {
+			if s.fetch.order.Paused(q) {
 				paused = append(paused, q)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -32,7 +33,7 @@ func TestPausedQueueIsNotFetchedWhileOthersDrain(t *testing.T) {
 				mu.Unlock()
 				return nil
 			})
-			_, err := b.conn.Do("SADD", wire.KeyPausedQueues, "first")
+			_, err := b.conn.Do("SADD", contract.KeyPausedQueues, "first")
 			require.NoError(t, err)
 			for i := range 50 {
 				b.push(t, "first", fmt.Sprintf(`{"class":"Job","args":[],"jid":"f%022d","queue":"first","retry":true}`, i))
@@ -48,11 +49,11 @@ func TestPausedQueueIsNotFetchedWhileOthersDrain(t *testing.T) {
 			mu.Lock()
 			require.Zero(t, ran["first"], "nothing of the paused queue ran")
 			mu.Unlock()
-			n, err := redis.Int(b.conn.Do("LLEN", wire.QueueKey("first")))
+			n, err := redis.Int(b.conn.Do("LLEN", contract.QueueKey("first")))
 			require.NoError(t, err)
 			require.Equal(t, 50, n)
 
-			_, err = b.conn.Do("SREM", wire.KeyPausedQueues, "first")
+			_, err = b.conn.Do("SREM", contract.KeyPausedQueues, "first")
 			require.NoError(t, err)
 			wait.For(t, "the first queue drained after the unpause", func() bool {
 				mu.Lock()
@@ -83,7 +84,7 @@ func TestPauseOfTheOnlyQueueHoldsJobsPushedDuringIt(t *testing.T) {
 			b.start(t)
 			// The slots are blocked in their fetch now; pause, give the
 			// watcher its half second, then push.
-			_, err := b.conn.Do("SADD", wire.KeyPausedQueues, "default")
+			_, err := b.conn.Do("SADD", contract.KeyPausedQueues, "default")
 			require.NoError(t, err)
 			time.Sleep(time.Second)
 			b.push(t, "default", `{"class":"Job","args":[],"jid":"aaaaaaaaaaaaaaaaaaaaaaaa","queue":"default","retry":true}`)
@@ -91,11 +92,11 @@ func TestPauseOfTheOnlyQueueHoldsJobsPushedDuringIt(t *testing.T) {
 			mu.Lock()
 			require.Empty(t, starts, "no job started while paused")
 			mu.Unlock()
-			n, err := redis.Int(b.conn.Do("LLEN", wire.QueueKey("default")))
+			n, err := redis.Int(b.conn.Do("LLEN", contract.QueueKey("default")))
 			require.NoError(t, err)
 			require.Equal(t, 1, n, "the job is in its queue")
 			unpaused := time.Now()
-			_, err = b.conn.Do("SREM", wire.KeyPausedQueues, "default")
+			_, err = b.conn.Do("SREM", contract.KeyPausedQueues, "default")
 			require.NoError(t, err)
 			wait.For(t, "the job to run", func() bool {
 				mu.Lock()

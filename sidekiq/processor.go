@@ -3,14 +3,63 @@ package sidekiq
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/gojob/gojob/internal/callers"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/internal/fetch"
 	"github.com/gojob/gojob/sidekiq/internal/maintenance"
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
+
+// processor runs the jobs the fetch hands to its slots: it takes a job
+// (parsed, given its slot and deadlines), runs it through the extensions,
+// the middleware and its handler, and finishes it (acknowledgement,
+// retry, dead set, metrics). The order is Sidekiq's
+// (docs/sidekiq-wire.md#processing-order).
+type processor struct {
+	cfg      *ServerConfig
+	log      *zerolog.Logger
+	identity string
+	format   *contract.LiveFormat
+	order    *fetch.Order
+	// fetcher is the server's fetch, set by Start before any job runs.
+	fetcher fetch.Fetcher
+	writes  *redisx.Retrier
+	// hardCtx ends at the hard shutdown (death handlers and hooks get it);
+	// jobBase is its values without its cancellation: the parent of every
+	// job's context.
+	hardCtx context.Context
+	jobBase context.Context
+
+	handlers  map[string]*registration
+	mw        []ServerMiddleware
+	exts      []Extension
+	observers []JobObserver
+
+	work []atomic.Pointer[workItem] // by slot: the job it runs, or nil
+	// workMu orders starting a job against the hard shutdown's sweep of
+	// the running jobs: a job is either seen by the sweep or, once
+	// abandoning is set, pushed back instead of started.
+	workMu     sync.RWMutex
+	abandoning bool
+	busy       atomic.Int64
+	started    atomic.Int64
+	// leftBehind counts the handlers still running after their job was
+	// cancelled for a missed deadline and given up (deadlines.go).
+	leftBehind atomic.Int64
+	// held counts successful jobs whose acknowledgement an extension holds
+	// back (Run.HoldAck).
+	held     sync.WaitGroup
+	counters maintenance.Counters    // processed and failed, not yet flushed
+	metrics  *maintenance.JobMetrics // job metrics, written by 7.0+ formats
+}
 
 // workItem is one running job, shown in the work hash of the heartbeat.
 type workItem struct {
@@ -20,18 +69,24 @@ type workItem struct {
 	tid   string
 	runAt time.Time
 	state atomic.Int32 // workRunning, workFinished, workAbandoned
+	job   *wire.Job
+	reg   *registration // nil when no handler takes the class
+	// limErr fails the job before it runs: its limits are not numbers.
+	limErr error
 	// class is the job's metrics class (`wrapped || class`), or "" when no
 	// metrics are kept for it (a 6.x format, or no handler).
 	class string
 	// watch follows its heartbeats and deadlines, and ctx is the job's
-	// context (heartbeat.go); cancel ends it (a missed deadline, the end of
+	// context (deadlines.go); cancel ends it (a missed deadline, the end of
 	// the job, or the hard shutdown through cancelRunning).
 	watch  jobWatch
 	ctx    jobCtx
 	cancel context.CancelCauseFunc
-	// gate is where a middleware may hold back the acknowledgement of a
-	// success (DeferAck); reliable fetches only.
+	// gate is where an extension may hold back the acknowledgement of a
+	// success (Run.HoldAck); reliable fetches only.
 	gate ackGate
+	// run is the job as the first extension sees it.
+	run Run
 }
 
 const (
@@ -48,42 +103,220 @@ func (w *workItem) abandon() bool { return w.state.CompareAndSwap(workRunning, w
 // (and requeued) it first.
 func (w *workItem) finish() bool { return w.state.CompareAndSwap(workRunning, workFinished) }
 
-// cancelRunning cancels the contexts of the running jobs, as cancelling
-// hardCtx would cancel its children. Called at hard shutdown after
-// abandonRunning, when no job can start any more.
-func (s *Server) cancelRunning() {
-	s.eachRunning(func(w *workItem) { w.cancel(nil) })
+// process runs one fetched job to completion: take, run, finish.
+func (p *processor) process(slot int, tid string, u fetch.Unit) {
+	w := p.take(slot, tid, u)
+	if w == nil {
+		return
+	}
+	defer p.leave(slot)
+	err := p.run(w)
+	p.finish(w, err)
 }
 
-// eachRunning calls f with each slot's running job.
-func (s *Server) eachRunning(f func(w *workItem)) {
-	for i := range s.work {
-		if w := s.work[i].Load(); w != nil {
-			f(w)
+// take parses a fetched job and gives it its slot. It returns nil for a
+// job that does not run here: popped from a queue paused meanwhile or
+// fetched while the hard shutdown began (both go back to their queue), or
+// unparsable (to the dead set unchanged).
+func (p *processor) take(slot int, tid string, u fetch.Unit) *workItem {
+	if p.order.Paused(u.Queue) {
+		// Popped by a fetch that was on its way when the queue was paused:
+		// back to the pop end of its queue, not started.
+		p.fetcher.Requeue([]fetch.Unit{u})
+		return nil
+	}
+	// The fetch's reply is this job's own buffer, kept unchanged for its
+	// acknowledgement: the job's strings can share it.
+	var job *wire.Job
+	var err error
+	ahead, _ := u.Prepared.(*preparedAhead)
+	if ahead != nil {
+		job = ahead.job // parsed when it was fetched ahead
+	} else {
+		job, err = wire.ParseFetchedJob(u.Raw)
+	}
+	if err != nil {
+		// Unparsable: to the dead set unchanged, no stats (docs/sidekiq-wire.md#unparsable-payloads).
+		p.log.Error().Err(err).Str("component", "processor").Str("queue", u.Queue).
+			Msg("unparsable job payload moved to the dead set unchanged")
+		p.fetcher.Finish(u, &fetch.Outcome{Set: contract.KeyDead, At: p.cfg.Clock.Now(), Payload: u.Raw})
+		p.observe(u.Queue, "", 0, err)
+		return nil
+	}
+	w := &workItem{unit: u, tid: tid, runAt: p.cfg.Clock.Now(), job: job}
+	w.reg, _ = p.handlerFor(job)
+	lim, limErr := p.limitsOf(job)
+	w.limErr = limErr
+	// Not a child of hardCtx: 25 workers registering with one parent
+	// contend for its lock on every job. The hard shutdown cancels the
+	// running jobs' contexts itself (cancelRunning), after abandonRunning
+	// has made sure no job starts any more.
+	cctx, cancel := context.WithCancelCause(p.jobBase)
+	w.cancel = cancel
+	w.watch.start(lim, cancel)
+	w.ctx = jobCtx{Context: cctx, w: &w.watch}
+	w.run = Run{Job: job, Identity: p.identity, p: p, w: w}
+	if ahead != nil && len(ahead.exts) > 0 {
+		w.run.Prepared = ahead.exts[0]
+	}
+	if w.reg != nil && p.format.Version().AtLeast(7, 0, 0) {
+		w.class = maintenance.MetricsClass(job)
+	}
+	p.workMu.RLock()
+	if p.abandoning {
+		// Fetched before the hard shutdown but not started: push it back
+		// as the shutdown did with the running jobs.
+		p.workMu.RUnlock()
+		w.watch.stop()
+		cancel(nil)
+		p.fetcher.Requeue([]fetch.Unit{u})
+		return nil
+	}
+	p.work[slot].Store(w)
+	p.workMu.RUnlock()
+	p.started.Add(1)
+	p.busy.Add(1)
+	return w
+}
+
+// leave frees a slot.
+func (p *processor) leave(slot int) {
+	p.work[slot].Store(nil)
+	p.busy.Add(-1)
+}
+
+// run runs a taken job through the extensions, the middleware and its
+// handler, within its deadlines, and returns its outcome.
+func (p *processor) run(w *workItem) error {
+	job := w.job
+	setProviderJobID(job)
+	if uniqueUntilStart(job) {
+		p.releaseUnique(job)
+	}
+	err := w.limErr // not run: a limit that is not a number of seconds
+	if err == nil {
+		err = p.execute(&w.ctx, w)
+	}
+	w.watch.stop()
+	w.cancel(nil)
+	if cause := w.watch.expiredCause(); cause != nil {
+		err = p.missedDeadline(w, err, cause)
+	}
+	return err
+}
+
+// missedDeadline is the failure of a job cancelled for a missed deadline,
+// whatever the handler or middleware made of the cancellation
+// (deadlines.go). A handler left running may still hold the job: the
+// outcome is written from a fresh copy.
+func (p *processor) missedDeadline(w *workItem, err, cause error) error {
+	job := w.job
+	var te *TimeoutError
+	var he *HeartbeatTimeoutError
+	if !errors.As(err, &te) && !errors.As(err, &he) {
+		if err != nil {
+			p.log.Debug().Str("component", "processor").Str("jid", job.JID()).Err(err).Msg("error of a cancelled job, replaced by its deadline's")
 		}
+		err = cause
+	}
+	p.log.Warn().Str("component", "processor").Str("jid", job.JID()).Str("class", job.Class()).Str("queue", w.unit.Queue).
+		Str("error_class", ErrorClassOf(err)).Msg(err.Error())
+	if fresh, perr := wire.ParseJob(w.unit.Raw); perr == nil {
+		setProviderJobID(fresh)
+		w.job = fresh
+	}
+	return err
+}
+
+// finish writes a job's outcome: its acknowledgement, an over-limit
+// reschedule, or the retry path; then its metrics and observers.
+func (p *processor) finish(w *workItem, err error) {
+	took := p.cfg.Clock.Now().Sub(w.runAt)
+	if !w.finish() {
+		// Hard shutdown requeued it while it ran; whatever happened is moot.
+		return
+	}
+	job, u := w.job, w.unit
+	defer p.observe(u.Queue, job.Class(), took, err)
+	if w.class != "" {
+		var ol *OverLimitError
+		p.metrics.Record(w.class, took, err != nil && !errors.As(err, &ol))
+	}
+	switch {
+	case err == nil:
+		p.counters.Add(1, 0)
+		p.ack(w)
+		if !uniqueUntilStart(job) {
+			p.releaseUnique(job)
+		}
+	case p.rescheduleOverLimit(u, job, err):
+		p.counters.Add(1, 0)
+	default:
+		p.counters.Add(1, 1)
+		p.handleFailure(u, job, w.reg, err)
 	}
 }
 
-// runningWork lists the running jobs for the heartbeat's work hash.
-func (s *Server) runningWork() []maintenance.Work {
-	var out []maintenance.Work
-	s.eachRunning(func(w *workItem) {
-		out = append(out, maintenance.Work{TID: w.tid, Queue: w.unit.Queue, Raw: w.unit.Raw, RunAt: w.runAt,
-			HeartbeatAt: w.watch.lastBeat()})
-	})
-	return out
+// ack acknowledges a success, now or, when an extension holds it back,
+// once the extension releases it.
+func (p *processor) ack(w *workItem) {
+	u := w.unit
+	if !w.gate.heldBack() {
+		p.fetcher.Finish(u, nil)
+		return
+	}
+	if d, ok := p.fetcher.(ackDeferrer); ok {
+		u = d.Defer(u) // still held for the fetch's own-list sweep
+	}
+	p.held.Add(1)
+	if !w.gate.hold(p, u) {
+		p.ackHeld([]fetch.Unit{u})
+	}
+}
+
+// execute runs the extensions, the middleware chain and the handler,
+// turning panics into *PanicError.
+func (p *processor) execute(ctx context.Context, w *workItem) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: callers.Stack(3)}
+		}
+	}()
+	job, reg := w.job, w.reg
+	if reg == nil {
+		// Ruby fails in constantize before the server middleware runs.
+		_, name := p.handlerFor(job)
+		return &nameError{Class: name}
+	}
+	if len(p.mw) == 0 && len(p.exts) == 0 {
+		return p.perform(ctx, job, reg) // no chain to build
+	}
+	n, m := len(p.exts), len(p.mw)
+	var call func(i int) func(context.Context) error
+	call = func(i int) func(context.Context) error {
+		return func(ctx context.Context) error {
+			switch {
+			case i < n:
+				return p.exts[i].Run(ctx, w.runFor(i), call(i+1))
+			case i < n+m:
+				return p.mw[i-n](ctx, job, call(i+1))
+			}
+			return p.perform(ctx, job, reg)
+		}
+	}
+	return call(0)(ctx)
 }
 
 // handlerFor finds the handler of a job: by class, and for ActiveJob
 // payloads by the job class ActiveJob itself runs (args[0].job_class, else
 // `wrapped`).
-func (s *Server) handlerFor(job *wire.Job) (*registration, string) {
+func (p *processor) handlerFor(job *wire.Job) (*registration, string) {
 	class := job.Class()
-	if r, ok := s.handlers[class]; ok {
+	if r, ok := p.handlers[class]; ok {
 		return r, class
 	}
-	if name := job.ActiveJobClass(); name != "" {
-		return s.handlers[name], name
+	if name := contract.ActiveJobClass(job); name != "" {
+		return p.handlers[name], name
 	}
 	return nil, class
 }
@@ -92,7 +325,7 @@ func (s *Server) handlerFor(job *wire.Job) (*registration, string) {
 // job: job_data.merge("provider_job_id" => jid). Only the in-memory job the
 // handler sees changes.
 func setProviderJobID(job *wire.Job) {
-	if !job.IsActiveJob() {
+	if !contract.IsActiveJob(job) {
 		return
 	}
 	jid := job.JID()
@@ -104,179 +337,72 @@ func setProviderJobID(job *wire.Job) {
 	}
 }
 
-// process runs one fetched job to completion (docs/sidekiq-wire.md#processing-order).
-func (s *Server) process(slot int, tid string, u fetch.Unit) {
-	queue, raw := u.Queue, u.Raw
-	if s.order.Paused(queue) {
-		// Popped by a fetch that was on its way when the queue was paused:
-		// back to the pop end of its queue, not started.
-		s.fetcher.Requeue([]fetch.Unit{u})
-		return
-	}
-	// The fetch's reply is this job's own buffer, kept unchanged for its
-	// acknowledgement: the job's strings can share it.
-	var job *wire.Job
-	var err error
-	if p, ok := u.Prepared.(*preparedAhead); ok {
-		job = p.job // parsed when it was fetched ahead (FetchAhead)
-	} else {
-		job, err = wire.ParseFetchedJob(raw)
-	}
-	if err != nil {
-		// Unparsable: to the dead set unchanged, no stats (docs/sidekiq-wire.md#unparsable-payloads).
-		s.log.Error().Err(err).Str("component", "processor").Str("queue", queue).
-			Msg("unparsable job payload moved to the dead set unchanged")
-		s.fetcher.Finish(u, &fetch.Outcome{Set: wire.KeyDead, At: s.cfg.Clock.Now(), Payload: raw})
-		s.observe(queue, "", 0, err)
-		return
-	}
-	reg, _ := s.handlerFor(job)
-	lim, limErr := s.limitsOf(job)
-	w := &workItem{unit: u, tid: tid, runAt: s.cfg.Clock.Now()}
-	// Not a child of hardCtx: 25 workers registering with one parent
-	// contend for its lock on every job. The hard shutdown cancels the
-	// running jobs' contexts itself (cancelRunning), after abandonRunning
-	// has made sure no job starts any more.
-	cctx, cancel := context.WithCancelCause(s.jobBase)
-	w.cancel = cancel
-	watch := &w.watch
-	watch.start(lim, cancel)
-	w.ctx = jobCtx{Context: cctx, w: watch, unit: &w.unit}
-	ctx := context.Context(&w.ctx)
-	if reg != nil && s.format.Version().AtLeast(7, 0, 0) {
-		w.class = maintenance.MetricsClass(job)
-	}
-	s.workMu.RLock()
-	if s.abandoning {
-		// Fetched before the hard shutdown but not started: push it back
-		// as the shutdown did with the running jobs.
-		s.workMu.RUnlock()
-		watch.stop()
-		cancel(nil)
-		s.fetcher.Requeue([]fetch.Unit{u})
-		return
-	}
-	s.work[slot].Store(w)
-	s.workMu.RUnlock()
-	s.started.Add(1)
-	s.busy.Add(1)
-	defer func() {
-		s.work[slot].Store(nil)
-		s.busy.Add(-1)
-	}()
-
-	setProviderJobID(job)
-	if uniqueUntilStart(job) {
-		s.releaseUnique(job)
-	}
-	var gate *ackGate
-	if s.cfg.Fetch.Reliable() {
-		gate = &w.gate
-		w.ctx.gate = gate
-	}
-	if limErr != nil {
-		err = limErr // not run: a limit that is not a number of seconds
-	} else {
-		err = s.execute(ctx, job, reg)
-	}
-	watch.stop()
-	cancel(nil)
-	if cause := watch.expiredCause(); cause != nil {
-		// A missed deadline is the job's failure, whatever the handler or
-		// middleware made of the cancellation (heartbeat.go). A handler
-		// left running may still hold the job: the rest reads a copy.
-		var te *TimeoutError
-		var he *HeartbeatTimeoutError
-		if !errors.As(err, &te) && !errors.As(err, &he) {
-			if err != nil {
-				s.log.Debug().Str("component", "processor").Str("jid", job.JID()).Err(err).Msg("error of a cancelled job, replaced by its deadline's")
-			}
-			err = cause
-		}
-		s.log.Warn().Str("component", "processor").Str("jid", job.JID()).Str("class", job.Class()).Str("queue", queue).
-			Str("error_class", ErrorClassOf(err)).Msg(err.Error())
-		if fresh, perr := wire.ParseJob(raw); perr == nil {
-			setProviderJobID(fresh)
-			job = fresh
-		}
-	}
-	took := s.cfg.Clock.Now().Sub(w.runAt)
-	if !w.finish() {
-		// Hard shutdown requeued it while it ran; whatever happened is moot.
-		return
-	}
-	defer func() { s.observe(queue, job.Class(), took, err) }()
-	if w.class != "" {
-		var ol *OverLimitError
-		s.metrics.Record(w.class, took, err != nil && !errors.As(err, &ol))
-	}
-	if err == nil {
-		s.counters.Add(1, 0)
-		if gate == nil || !gate.wasDeferred() {
-			s.fetcher.Finish(u, nil)
-		} else {
-			if d, ok := s.fetcher.(ackDeferrer); ok {
-				u = d.Defer(u) // still held for the fetch's own-list sweep
-			}
-			s.deferredAcks.Add(1)
-			if !gate.hold(s, u) {
-				s.ackDeferred([]fetch.Unit{u})
-			}
-		}
-		if !uniqueUntilStart(job) {
-			s.releaseUnique(job)
-		}
-		return
-	}
-	if s.rescheduleOverLimit(u, job, err) {
-		s.counters.Add(1, 0)
-		return
-	}
-	s.counters.Add(1, 1)
-	s.handleFailure(u, job, reg, err)
+// cancelRunning cancels the contexts of the running jobs, as cancelling
+// hardCtx would cancel its children. Called at hard shutdown after
+// abandonRunning, when no job can start any more.
+func (p *processor) cancelRunning() {
+	p.eachRunning(func(w *workItem) { w.cancel(nil) })
 }
 
-// execute runs the middleware chain and the handler, turning panics into
-// *PanicError.
-func (s *Server) execute(ctx context.Context, job *wire.Job, reg *registration) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = &PanicError{Value: p, Stack: CallerStack(3)}
-		}
-	}()
-	if reg != nil && len(s.mw) == 0 {
-		return s.perform(ctx, job, reg) // no chain to build
-	}
-	var call func(i int) func(context.Context) error
-	call = func(i int) func(context.Context) error {
-		return func(ctx context.Context) error {
-			if i < len(s.mw) {
-				return s.mw[i](ctx, job, call(i+1))
+// abandonRunning marks every running job abandoned and returns them. From
+// now on a fetched job is pushed back instead of started. Ruby counts a job
+// killed at hard shutdown as processed and failed (Processor#stats' rescue
+// and ensure run when Sidekiq::Shutdown is raised in the thread), so gojob
+// counts them too.
+func (p *processor) abandonRunning() []fetch.Unit {
+	p.workMu.Lock()
+	defer p.workMu.Unlock()
+	p.abandoning = true
+	var units []fetch.Unit
+	p.eachRunning(func(w *workItem) {
+		if w.abandon() {
+			units = append(units, w.unit)
+			if w.class != "" {
+				// The metrics middleware sees Sidekiq::Shutdown too.
+				p.metrics.Record(w.class, 0, true)
 			}
-			if reg == nil {
-				return &NameError{Class: job.Class()}
-			}
-			return s.perform(ctx, job, reg)
+		}
+	})
+	p.counters.Add(int64(len(units)), int64(len(units)))
+	return units
+}
+
+// eachRunning calls f with each slot's running job.
+func (p *processor) eachRunning(f func(w *workItem)) {
+	for i := range p.work {
+		if w := p.work[i].Load(); w != nil {
+			f(w)
 		}
 	}
-	if reg == nil {
-		// Ruby fails in constantize before the server middleware runs.
-		_, name := s.handlerFor(job)
-		return &NameError{Class: name}
-	}
-	return call(0)(ctx)
+}
+
+// runningWork lists the running jobs for the heartbeat's work hash.
+func (p *processor) runningWork() []maintenance.Work {
+	var out []maintenance.Work
+	p.eachRunning(func(w *workItem) {
+		out = append(out, maintenance.Work{TID: w.tid, Queue: w.unit.Queue, Raw: w.unit.Raw, RunAt: w.runAt,
+			HeartbeatAt: w.watch.lastBeat()})
+	})
+	return out
 }
 
 // death calls the death handlers.
-func (s *Server) death(job *wire.Job, err error) {
-	for _, h := range s.cfg.DeathHandlers {
+func (p *processor) death(job *wire.Job, err error) {
+	for _, h := range p.cfg.DeathHandlers {
 		func() {
 			defer func() {
-				if p := recover(); p != nil {
-					s.log.Error().Interface("panic", p).Msg("death handler panicked")
+				if r := recover(); r != nil {
+					p.log.Error().Interface("panic", r).Msg("death handler panicked")
 				}
 			}()
-			h(s.hardCtx, job, err)
+			h(p.hardCtx, job, err)
 		}()
+	}
+}
+
+// observe tells the observers about a finished job.
+func (p *processor) observe(queue, class string, took time.Duration, err error) {
+	for _, o := range p.observers {
+		o.JobDone(queue, class, took, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -19,10 +20,10 @@ func TestUnparsableJobGoesToDeadUnchanged(t *testing.T) {
 	b := newTestServer(t, ServerConfig{})
 	b.start(t)
 	b.push(t, "default", `{"class":"Broken",`)
-	wait.For(t, "dead entry", func() bool { return zcard(t, b.conn, wire.KeyDead) == 1 })
-	vals, _ := redis.Strings(b.conn.Do("ZRANGE", wire.KeyDead, 0, -1))
+	wait.For(t, "dead entry", func() bool { return zcard(t, b.conn, contract.KeyDead) == 1 })
+	vals, _ := redis.Strings(b.conn.Do("ZRANGE", contract.KeyDead, 0, -1))
 	require.Equal(t, `{"class":"Broken",`, vals[0])
-	p, f := b.srv.counters.Pending()
+	p, f := b.srv.proc.counters.Pending()
 	require.Zero(t, p+f, "an unparsable job is not counted")
 }
 
@@ -38,8 +39,8 @@ func TestPanicFailsTheJobAndCallsDeathHandlers(t *testing.T) {
 	b.srv.HandleFunc("Panics", func(ctx context.Context, job *wire.Job) error { panic("kaboom") })
 	b.start(t)
 	b.push(t, "default", `{"retry":0,"queue":"default","backtrace":true,"class":"Panics","args":[],"jid":"p1"}`)
-	wait.For(t, "dead entry", func() bool { return zcard(t, b.conn, wire.KeyDead) == 1 })
-	vals, _ := redis.Strings(b.conn.Do("ZRANGE", wire.KeyDead, 0, -1))
+	wait.For(t, "dead entry", func() bool { return zcard(t, b.conn, contract.KeyDead) == 1 })
+	vals, _ := redis.Strings(b.conn.Do("ZRANGE", contract.KeyDead, 0, -1))
 	job, err := wire.ParseJob([]byte(vals[0]))
 	require.NoError(t, err)
 	require.Equal(t, "Panic", job.ErrorClass())
@@ -68,7 +69,7 @@ func TestActiveJobPayloadsRunTheirJobClass(t *testing.T) {
 		return nil
 	})
 	b.start(t)
-	for _, wrapper := range []string{wire.ActiveJobWrapper, wire.ActiveJobWrapper8} {
+	for _, wrapper := range []string{contract.ActiveJobWrapper, contract.ActiveJobWrapper8} {
 		b.push(t, "default", `{"retry":true,"queue":"default","class":"`+wrapper+`","wrapped":"MyAjJob","args":[{"job_class":"MyAjJob","job_id":"2a9e29a2-a6ef-44aa-b262-1774d5db212d","provider_job_id":null,"queue_name":"default","arguments":[1]}],"jid":"c1361047e1fbb605ada036ad"}`)
 		select {
 		case j := <-got:

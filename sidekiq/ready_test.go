@@ -36,7 +36,7 @@ func TestServerWhoseFetchFailsIsNotReady(t *testing.T) {
 			})
 			wait.For(t, "not ready", func() bool {
 				err := s.Ready(context.Background())
-				return err != nil && s.RedisDown()
+				return err != nil && s.redisDown()
 			})
 			require.ErrorContains(t, s.Ready(context.Background()), "fetching from redis has failed for")
 			conn := rs.Pool(t).Get()
@@ -59,20 +59,20 @@ func TestServerWithJobsWaitingAndNoneStartingIsNotReady(t *testing.T) {
 	t.Parallel()
 	b := newTestServer(t, ServerConfig{Concurrency: 2, Queues: []wire.QueueWeight{{Name: "a"}, {Name: "b"}}})
 	s := b.srv
-	s.state.Store(stateRunning) // running, without a fetch that would take the jobs
-	s.fetching.Store(true)
+	s.life.state.Store(stateRunning) // running, without a fetch that would take the jobs
+	s.fetch.running.Store(true)
 	b.push(t, "b", `{"class":"X","args":[],"jid":"w1","queue":"b"}`)
 	b.push(t, "b", `{"class":"X","args":[],"jid":"w2","queue":"b"}`)
 	ctx := context.Background()
 	require.NoError(t, s.readyAt(ctx, 0), "the first look: no job started yet, but none was due")
-	s.progress.seen = time.Now().Add(-time.Minute) // nothing started for a minute
+	s.fetch.progress.seen = time.Now().Add(-time.Minute) // nothing started for a minute
 	require.ErrorContains(t, s.readyAt(ctx, 0), "2 jobs wait in queue b with slots free, but no job has started for 1m")
-	s.busy.Store(2)
+	s.proc.busy.Store(2)
 	require.NoError(t, s.readyAt(ctx, 0), "every slot busy")
-	s.busy.Store(0)
-	s.order.SetPaused([]string{"b"})
+	s.proc.busy.Store(0)
+	s.fetch.order.SetPaused([]string{"b"})
 	require.NoError(t, s.readyAt(ctx, 0), "the waiting queue is paused")
-	s.order.SetPaused(nil)
+	s.fetch.order.SetPaused(nil)
 	require.NoError(t, s.readyAt(ctx, 1), "a job started since the last look")
-	s.state.Store(stateStopped)
+	s.life.state.Store(stateStopped)
 }

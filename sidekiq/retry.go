@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/internal/fetch"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -39,8 +40,8 @@ type retryPlan struct {
 // planRetry applies Sidekiq's retry algorithm (docs/sidekiq-wire.md#retries) for the target
 // version to a failure of the job whose original bytes are raw, fetched from
 // queue. reg is nil for an unknown class. It does not touch Redis.
-func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure error, now time.Time, rnd func(n int) int) retryPlan {
-	v := s.format.Version()
+func (p *processor) planRetry(queue string, raw []byte, reg *registration, failure error, now time.Time, rnd func(n int) int) retryPlan {
+	v := p.format.Version()
 	var out *outcome
 	errors.As(failure, &out)
 	if out != nil && out.discard {
@@ -52,7 +53,7 @@ func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure 
 	if err != nil {
 		return retryPlan{payload: raw, toDead: true, why: "unparsable payload"}
 	}
-	rs := msg.Retry()
+	rs := contract.Retry(msg)
 	if rv, ok := msg.Get("retry"); reg != nil && (!ok || rv.IsNull()) {
 		// JobRetry#local: a missing retry takes the class option (default true).
 		def := rubyjson.BoolValue(true)
@@ -63,14 +64,14 @@ func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure 
 			def = rubyjson.IntValue(int64(r))
 		}
 		msg.Set("retry", def)
-		rs = msg.Retry()
+		rs = contract.Retry(msg)
 	}
 	if !rs.Enabled {
 		// retry: false, or absent on an unknown class: death handlers only.
 		return retryPlan{job: msg, died: true, why: "retry: false"}
 	}
-	max := rs.Max(s.cfg.MaxRetries)
-	if rq := msg.RetryQueue(); rq != "" {
+	max := contract.RetryMax(rs, p.cfg.MaxRetries)
+	if rq := contract.RetryQueue(msg); rq != "" {
 		msg.SetQueue(rq)
 	} else {
 		msg.SetQueue(queue)
@@ -84,13 +85,13 @@ func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure 
 	} else {
 		msg.SetTime("failed_at", now, v)
 	}
-	msg.SetRetryCount(count)
+	contract.SetRetryCount(msg, count)
 	if bt, ok := msg.Get("backtrace"); ok && bt.Truthy() {
-		msg.SetErrorBacktrace(backtraceLines(bt, backtraceOf(failure)), v)
+		contract.SetErrorBacktrace(msg, backtraceLines(bt, backtraceOf(failure)), v)
 	}
 
 	exhausted := count >= max
-	if rf, ok := msg.RetryFor(); ok && v.AtLeast(7, 1, 3) {
+	if rf, ok := contract.RetryFor(msg); ok && v.AtLeast(7, 1, 3) {
 		expired := false
 		if fa, ok := failedAtFor(msg, v); ok {
 			expired = fa.Add(rf).Before(now)
@@ -108,7 +109,7 @@ func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure 
 		if out != nil && out.hasDelay && out.retryIn > 0 {
 			delay, custom = out.retryIn, true
 		} else if reg != nil && reg.opts.RetryIn != nil {
-			d, decision := s.callRetryIn(reg, count, failure, msg)
+			d, decision := p.callRetryIn(reg, count, failure, msg)
 			switch decision {
 			case RetryDiscard:
 				// 8.0.7+ runs the death handlers; 8.0.8+ marks the job.
@@ -134,7 +135,7 @@ func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure 
 	}
 	// Exhausted (or killed): the retries_exhausted hook, the dead set unless
 	// dead: false or the hook discards, then the death handlers.
-	toDead := msg.Dead()
+	toDead := contract.Dead(msg)
 	why := fmt.Sprintf("retries exhausted: %d/%d", count, max)
 	switch {
 	case out != nil && out.kill:
@@ -146,7 +147,7 @@ func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure 
 		why += ", dead: false"
 	}
 	if reg != nil && reg.opts.RetriesExhausted != nil {
-		if s.callRetriesExhausted(reg, msg, failure) == RetryDiscard {
+		if p.callRetriesExhausted(reg, msg, failure) == RetryDiscard {
 			toDead = false
 			why += ", the RetriesExhausted hook discarded it"
 		}
@@ -160,10 +161,10 @@ func (s *Server) planRetry(queue string, raw []byte, reg *registration, failure 
 // callRetryIn calls the class's RetryIn hook. A panic in it is logged and
 // means the default delay, as Ruby rescues an error in sidekiq_retry_in
 // ("falling back to default").
-func (s *Server) callRetryIn(reg *registration, count int, failure error, msg *wire.Job) (d time.Duration, dec RetryDecision) {
+func (p *processor) callRetryIn(reg *registration, count int, failure error, msg *wire.Job) (d time.Duration, dec RetryDecision) {
 	defer func() {
-		if p := recover(); p != nil {
-			s.log.Error().Interface("panic", p).Str("jid", msg.JID()).Str("component", "retry").
+		if r := recover(); r != nil {
+			p.log.Error().Interface("panic", r).Str("jid", msg.JID()).Str("component", "retry").
 				Msg("retry_in hook panicked; falling back to the default delay")
 			d, dec = 0, RetryDefault
 		}
@@ -174,15 +175,15 @@ func (s *Server) callRetryIn(reg *registration, count int, failure error, msg *w
 // callRetriesExhausted calls the class's RetriesExhausted hook. A panic in
 // it is logged and ignored (the job still goes to the dead set), as Ruby
 // rescues an error in sidekiq_retries_exhausted.
-func (s *Server) callRetriesExhausted(reg *registration, msg *wire.Job, failure error) (dec RetryDecision) {
+func (p *processor) callRetriesExhausted(reg *registration, msg *wire.Job, failure error) (dec RetryDecision) {
 	defer func() {
-		if p := recover(); p != nil {
-			s.log.Error().Interface("panic", p).Str("jid", msg.JID()).Str("component", "retry").
+		if r := recover(); r != nil {
+			p.log.Error().Interface("panic", r).Str("jid", msg.JID()).Str("component", "retry").
 				Msg("retries_exhausted hook panicked")
 			dec = RetryDefault
 		}
 	}()
-	return reg.opts.RetriesExhausted(s.hardCtx, msg, failure)
+	return reg.opts.RetriesExhausted(p.hardCtx, msg, failure)
 }
 
 // jitter is Sidekiq's retry jitter: rand(10)*(count+1) up to 7.x,
@@ -200,30 +201,30 @@ func jitter(v wire.Version, count int, rnd func(n int) int) int {
 // handleFailure plans the retry, writes it through the fetch (which
 // releases the unit in the same step), logs where the job went, and runs
 // the death handlers.
-func (s *Server) handleFailure(u fetch.Unit, job *wire.Job, reg *registration, failure error) {
-	now := s.cfg.Clock.Now()
-	p := s.planRetry(u.Queue, u.Raw, reg, failure, now, rand.IntN)
-	ev := s.log.Warn().Err(failure).Str("component", "processor").Str("queue", u.Queue).
+func (p *processor) handleFailure(u fetch.Unit, job *wire.Job, reg *registration, failure error) {
+	now := p.cfg.Clock.Now()
+	plan := p.planRetry(u.Queue, u.Raw, reg, failure, now, rand.IntN)
+	ev := p.log.Warn().Err(failure).Str("component", "processor").Str("queue", u.Queue).
 		Str("jid", job.JID()).Str("class", job.Class())
 	var o *fetch.Outcome
 	switch {
-	case !p.retryAt.IsZero():
-		o = &fetch.Outcome{Set: wire.KeyRetry, At: p.retryAt, Payload: p.payload}
-		ev.Time("retry_at", p.retryAt).Msg(fmt.Sprintf("job failed; retry %d/%d at %s", p.retryCount+1, p.maxRetries, clockTime(p.retryAt, now)))
-	case p.toDead:
-		o = &fetch.Outcome{Set: wire.KeyDead, At: now, Payload: p.payload}
-		ev.Msg("job failed; moved to the dead set (" + p.why + ")")
+	case !plan.retryAt.IsZero():
+		o = &fetch.Outcome{Set: contract.KeyRetry, At: plan.retryAt, Payload: plan.payload}
+		ev.Time("retry_at", plan.retryAt).Msg(fmt.Sprintf("job failed; retry %d/%d at %s", plan.retryCount+1, plan.maxRetries, clockTime(plan.retryAt, now)))
+	case plan.toDead:
+		o = &fetch.Outcome{Set: contract.KeyDead, At: now, Payload: plan.payload}
+		ev.Msg("job failed; moved to the dead set (" + plan.why + ")")
 	default:
 		o = &fetch.Outcome{}
-		ev.Msg("job failed; discarded (" + p.why + ")")
+		ev.Msg("job failed; discarded (" + plan.why + ")")
 	}
-	s.fetcher.Finish(u, o)
-	if p.retryAt.IsZero() && !uniqueUntilStart(job) {
+	p.fetcher.Finish(u, o)
+	if plan.retryAt.IsZero() && !uniqueUntilStart(job) {
 		// Dead or discarded: no run will release the lock.
-		s.releaseUnique(job)
+		p.releaseUnique(job)
 	}
-	if p.died && p.job != nil {
-		s.death(p.job, failure)
+	if plan.died && plan.job != nil {
+		p.death(plan.job, failure)
 	}
 }
 
@@ -321,7 +322,7 @@ func backtraceLines(opt rubyjson.Value, lines []string) []string {
 		n = int64(f)
 	case rubyjson.String:
 		str, _ := opt.Str()
-		n = wire.RubyToI(str) // api.go
+		n = contract.RubyToI(str) // api.go
 	}
 	end := int64(len(lines))
 	if n >= 0 {
@@ -338,7 +339,7 @@ func backtraceLines(opt rubyjson.Value, lines []string) []string {
 // backtraceOf returns the failure's stack lines, or one line naming where
 // the error surfaced when it carries none.
 func backtraceOf(err error) []string {
-	var st StackTracer
+	var st stackTracer
 	if errors.As(err, &st) {
 		if lines := st.StackTrace(); len(lines) > 0 {
 			return lines
@@ -352,7 +353,7 @@ func backtraceOf(err error) []string {
 // Time.now.to_f`, docs/sidekiq-wire.md#timestamps), so gojob decides exactly as a 7.x process
 // would on the same payload.
 func failedAtFor(msg *wire.Job, v wire.Version) (time.Time, bool) {
-	if v.MillisecondTimestamps() {
+	if contract.MillisecondTimestamps(v) {
 		return msg.FailedAt()
 	}
 	raw, ok := msg.Get("failed_at")
@@ -363,5 +364,5 @@ func failedAtFor(msg *wire.Job, v wire.Version) (time.Time, bool) {
 	if !ok {
 		return time.Time{}, false
 	}
-	return wire.FromEpochSeconds(f), true
+	return contract.FromEpochSeconds(f), true
 }

@@ -8,12 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/clocktest"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/gomodule/redigo/redis"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,15 +27,15 @@ func TestFailureWritesRubysRetryEntry(t *testing.T) {
 	})
 	b.start(t)
 	b.push(t, "default", `{"retry":2,"queue":"default","backtrace":3,"args":[42],"class":"FailJob","jid":"9e8c00000000000000000000","created_at":1795296573.166795,"enqueued_at":1795296573.1668046,"custom":{"k":[1.5]}}`)
-	wait.For(t, "retry entry", func() bool { return zcard(t, b.conn, wire.KeyRetry) == 1 })
-	vals, err := redis.Strings(b.conn.Do("ZRANGE", wire.KeyRetry, 0, -1, "WITHSCORES"))
+	wait.For(t, "retry entry", func() bool { return zcard(t, b.conn, contract.KeyRetry) == 1 })
+	vals, err := redis.Strings(b.conn.Do("ZRANGE", contract.KeyRetry, 0, -1, "WITHSCORES"))
 	require.NoError(t, err)
 	job, err := wire.ParseJob([]byte(vals[0]))
 	require.NoError(t, err)
 	require.Equal(t, []string{"retry", "queue", "backtrace", "args", "class", "jid", "created_at", "enqueued_at", "custom",
 		"error_message", "error_class", "failed_at", "retry_count", "error_backtrace"}, job.Map().Keys())
 	require.True(t, strings.HasPrefix(vals[0], `{"retry":2,"queue":"default","backtrace":3,"args":[42],"class":"FailJob","jid":"9e8c00000000000000000000","created_at":1795296573.166795,"enqueued_at":1795296573.1668046,"custom":{"k":[1.5]},"error_message":"boom é","error_class":"ArgumentError","failed_at":1795296573.0,"retry_count":0,"error_backtrace":"`), vals[0])
-	score, _ := wire.ParseScore(vals[1])
+	score, _ := contract.ParseScore(vals[1])
 	// count 0: 15 s + jitter rand(10)*1
 	require.GreaterOrEqual(t, score, 1795296573.0+15)
 	require.LessOrEqual(t, score, 1795296573.0+24)
@@ -86,12 +88,12 @@ func TestRetryPlanPerVersion(t *testing.T) {
 		{name: "retry false vanishes", version: wire.Version6, payload: `{"retry":false,"queue":"default","class":"X","args":[],"jid":"j"}`, reg: &registration{}, err: errors.New("x"), rnd: zero, wantDied: true},
 		{name: "dead false", version: wire.Version6, payload: `{"retry":0,"dead":false,"queue":"default","class":"X","args":[],"jid":"j"}`, reg: &registration{}, err: errors.New("x"), rnd: zero, wantDied: true},
 		{name: "exhausted", version: wire.Version6, payload: `{"retry":3,"queue":"default","class":"X","args":[],"jid":"j","retry_count":2}`, reg: &registration{}, err: errors.New("x"), rnd: zero, wantDead: true, wantDied: true},
-		{name: "unknown class retries", version: wire.Version6, payload: base + `}`, err: &NameError{Class: "X"}, rnd: zero, wantRetry: 15 * time.Second,
+		{name: "unknown class retries", version: wire.Version6, payload: base + `}`, err: &nameError{Class: "X"}, rnd: zero, wantRetry: 15 * time.Second,
 			check: func(t *testing.T, j *wire.Job) {
 				require.Equal(t, "NameError", j.ErrorClass())
 				require.Equal(t, "uninitialized constant X", j.ErrorMessage())
 			}},
-		{name: "unknown class without retry key", version: wire.Version6, payload: `{"queue":"default","class":"X","args":[],"jid":"j"}`, err: &NameError{Class: "X"}, rnd: zero, wantDied: true},
+		{name: "unknown class without retry key", version: wire.Version6, payload: `{"queue":"default","class":"X","args":[],"jid":"j"}`, err: &nameError{Class: "X"}, rnd: zero, wantDied: true},
 		{name: "known class without retry key", version: wire.Version6, payload: `{"queue":"default","class":"X","args":[],"jid":"j"}`, reg: &registration{}, err: errors.New("x"), rnd: zero, wantRetry: 15 * time.Second,
 			check: func(t *testing.T, j *wire.Job) {
 				require.Equal(t, "retry", j.Map().Keys()[4])
@@ -114,7 +116,7 @@ func TestRetryPlanPerVersion(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s := planServer(c.version)
-			p := s.planRetry("default", []byte(c.payload), c.reg, c.err, now, c.rnd)
+			p := s.proc.planRetry("default", []byte(c.payload), c.reg, c.err, now, c.rnd)
 			if c.wantRetry > 0 {
 				require.Equal(t, now.Add(c.wantRetry), p.retryAt)
 			} else {
@@ -138,13 +140,13 @@ func TestRetryForReadsFailedAtAsTheTargetDoes(t *testing.T) {
 	// milliseconds (1795296500000 ms = 100 s ago, within retry_for).
 	payload := `{"retry":true,"queue":"default","class":"X","args":[],"jid":"j","retry_for":3600,"retry_count":0,"failed_at":1795296500}`
 	s7 := planServer(wire.Version7)
-	p7 := s7.planRetry("default", []byte(payload), &registration{}, errors.New("x"), now, zero)
+	p7 := s7.proc.planRetry("default", []byte(payload), &registration{}, errors.New("x"), now, zero)
 	require.False(t, p7.retryAt.IsZero(), "7.3: 1795296500 s + 3600 s is in the future")
 	payloadMS := `{"retry":true,"queue":"default","class":"X","args":[],"jid":"j","retry_for":60,"retry_count":0,"failed_at":1795296500000}`
-	p7ms := s7.planRetry("default", []byte(payloadMS), &registration{}, errors.New("x"), now, zero)
+	p7ms := s7.proc.planRetry("default", []byte(payloadMS), &registration{}, errors.New("x"), now, zero)
 	require.False(t, p7ms.retryAt.IsZero(), "7.3 reads ms as far-future seconds: never expires (as Ruby 7)")
 	s8 := planServer(wire.Version8)
-	p8 := s8.planRetry("default", []byte(payloadMS), &registration{}, errors.New("x"), now, zero)
+	p8 := s8.proc.planRetry("default", []byte(payloadMS), &registration{}, errors.New("x"), now, zero)
 	require.True(t, p8.toDead, "8.x: failed 100 s ago with retry_for 60 s: exhausted")
 }
 
@@ -179,7 +181,7 @@ func TestBacktraceOptionLimitsLines(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.bt, func(t *testing.T) {
 			s := planServer(wire.Version6)
-			p := s.planRetry("default", []byte(`{"retry":true,"queue":"default","backtrace":`+c.bt+`,"class":"X","args":[],"jid":"j"}`),
+			p := s.proc.planRetry("default", []byte(`{"retry":true,"queue":"default","backtrace":`+c.bt+`,"class":"X","args":[],"jid":"j"}`),
 				&registration{}, stackErr{}, now, func(int) int { return 0 })
 			require.NotNil(t, p.job)
 			if c.want == nil {
@@ -225,7 +227,7 @@ func TestDiscardFromRetryInSetsDiscardedAt(t *testing.T) {
 		want bool
 	}{{wire.Version{Major: 8, Patch: 7}, false}, {wire.Version{Major: 8, Patch: 8}, true}, {wire.Version7, false}} {
 		s := planServer(c.v)
-		p := s.planRetry("default", []byte(`{"retry":true,"queue":"default","class":"X","args":[],"jid":"j"}`), reg, errors.New("x"), now, func(int) int { return 0 })
+		p := s.proc.planRetry("default", []byte(`{"retry":true,"queue":"default","class":"X","args":[],"jid":"j"}`), reg, errors.New("x"), now, func(int) int { return 0 })
 		require.True(t, p.retryAt.IsZero())
 		require.False(t, p.toDead)
 		require.Equal(t, c.v.AtLeast(8, 0, 7), p.died, c.v.String())
@@ -251,16 +253,19 @@ func TestRetryHookPanicsFallBackToDefaults(t *testing.T) {
 		},
 	}}
 	zero := func(int) int { return 0 }
-	p := s.planRetry("default", []byte(`{"retry":true,"queue":"default","class":"X","args":[],"jid":"j"}`), reg, errors.New("x"), now, zero)
+	p := s.proc.planRetry("default", []byte(`{"retry":true,"queue":"default","class":"X","args":[],"jid":"j"}`), reg, errors.New("x"), now, zero)
 	require.Equal(t, now.Add(15*time.Second), p.retryAt, "default delay")
-	p = s.planRetry("default", []byte(`{"retry":0,"queue":"default","class":"X","args":[],"jid":"j"}`), reg, errors.New("x"), now, zero)
+	p = s.proc.planRetry("default", []byte(`{"retry":0,"queue":"default","class":"X","args":[],"jid":"j"}`), reg, errors.New("x"), now, zero)
 	require.True(t, p.toDead)
 	require.True(t, p.died)
 }
 
 // planServer is a server that only plans retries, writing version v.
 func planServer(v wire.Version) *Server {
-	return &Server{cfg: (&ServerConfig{Version: v}).withDefaults(), format: wire.FixedFormat(v), hardCtx: context.Background()}
+	cfg := (&ServerConfig{Version: v}).withDefaults()
+	log := zerolog.Nop()
+	return &Server{cfg: cfg, format: contract.FixedFormat(v),
+		proc: &processor{cfg: cfg, log: &log, format: contract.FixedFormat(v), hardCtx: context.Background()}}
 }
 
 // A failed job's log line says where it went: the retry with its number
@@ -270,7 +275,7 @@ func TestFailureLogSaysWhereTheJobWent(t *testing.T) {
 	rs := redistest.Start(t)
 	pool := rs.Pool(t)
 	logs := testlog.New(t)
-	clk := clock.NewFake(time.Unix(1795296573, 0))
+	clk := clocktest.NewFake(time.Unix(1795296573, 0))
 	srv, err := NewServer(&ServerConfig{Pool: pool, Clock: clk, DisablePoller: true, HeartbeatInterval: time.Hour, Logger: logs.Logger()})
 	require.NoError(t, err)
 	srv.HandleFunc("Fail", func(ctx context.Context, job *wire.Job) error { return errors.New("boom") })
@@ -296,7 +301,7 @@ func TestFailureLogSaysWhereTheJobWent(t *testing.T) {
 	require.Len(t, vals, 2)
 	score, err := strconv.ParseFloat(vals[1], 64)
 	require.NoError(t, err)
-	at := wire.FromEpochSeconds(score)
+	at := contract.FromEpochSeconds(score)
 	require.Equal(t, 1, logs.Count("", "job failed; retry 3/3 at "+at.Local().Format("15:04:05")), logs.String())
 	require.Equal(t, 1, logs.Count("", "job failed; moved to the dead set (retries exhausted: 0/0)"), logs.String())
 	require.Equal(t, 1, logs.Count("", "job failed; discarded (retry: false)"), logs.String())

@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/clocktest"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/rubyfixtures"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
@@ -22,7 +24,7 @@ import (
 
 // capturedTimes reads the epoch-second fields of a captured payload as the
 // clock readings that made them.
-func capturedTimes(t *testing.T, raw []byte, fields ...string) *clock.Sequence {
+func capturedTimes(t *testing.T, raw []byte, fields ...string) *clocktest.Sequence {
 	t.Helper()
 	j, err := wire.ParseJob(raw)
 	require.NoError(t, err)
@@ -32,7 +34,7 @@ func capturedTimes(t *testing.T, raw []byte, fields ...string) *clock.Sequence {
 		require.True(t, ok, f)
 		times = append(times, ts)
 	}
-	return clock.NewSequence(times...)
+	return clocktest.NewSequence(times...)
 }
 
 func capturedJID(t *testing.T, raw []byte) string {
@@ -74,16 +76,16 @@ func TestClientPushesAsRubyDid(t *testing.T) {
 		{"client_perform_in.json", func() *wire.Job {
 			return mustJob(wire.NewJob("RecJob", "in60"))
 		}, []string{"created_at"}, func(t *testing.T, e rubyfixtures.Entry) *PushOpts {
-			at, err := wire.ParseScore(e.Redis.Score)
+			at, err := contract.ParseScore(e.Redis.Score)
 			require.NoError(t, err)
-			return &PushOpts{At: wire.FromEpochSeconds(at)}
+			return &PushOpts{At: contract.FromEpochSeconds(at)}
 		}},
 		{"client_perform_at.json", func() *wire.Job {
 			return mustJob(wire.NewJob("RecJob", "at120"))
 		}, []string{"created_at"}, func(t *testing.T, e rubyfixtures.Entry) *PushOpts {
-			at, err := wire.ParseScore(e.Redis.Score)
+			at, err := contract.ParseScore(e.Redis.Score)
 			require.NoError(t, err)
-			return &PushOpts{At: wire.FromEpochSeconds(at)}
+			return &PushOpts{At: contract.FromEpochSeconds(at)}
 		}},
 	}
 	for _, c := range cases {
@@ -130,7 +132,7 @@ func TestPollerPushAsRubyDid(t *testing.T) {
 	j.Delete("enqueued_at") // the schedule member Ruby's poller popped
 	member, err := wire.ParseJob(j.Encode())
 	require.NoError(t, err)
-	c, err := NewClient(&ClientConfig{Pool: redistest.Start(t).Pool(t), Version: wire.Version7, Clock: clock.NewSequence(enq)})
+	c, err := NewClient(&ClientConfig{Pool: redistest.Start(t).Pool(t), Version: wire.Version7, Clock: clocktest.NewSequence(enq)})
 	require.NoError(t, err)
 	res, err := c.Repush(context.Background(), member)
 	require.NoError(t, err)
@@ -181,7 +183,7 @@ func TestFailuresWriteRubysEntries(t *testing.T) {
 	failedAt, _ := want.FailedAt()
 	reg := &registration{opts: HandlerOptions{Retry: 2}}
 	failure := &rubyError{class: "ArgumentError", msg: want.ErrorMessage(), frames: frames}
-	plan := s.planRetry("default", capturedOriginal(t, retryRaw), reg, failure, failedAt, func(int) int { return 5 })
+	plan := s.proc.planRetry("default", capturedOriginal(t, retryRaw), reg, failure, failedAt, func(int) int { return 5 })
 	require.False(t, plan.toDead)
 	got, err := wire.ParseJob(plan.payload)
 	require.NoError(t, err)
@@ -193,15 +195,15 @@ func TestFailuresWriteRubysEntries(t *testing.T) {
 	got.Set("error_backtrace", rubyBT)
 	require.Equal(t, string(retryRaw), string(got.Encode()))
 	require.NotEqual(t, string(rubyBT.Encode()), string(bt.Encode()), "zlib bytes differ (expected, see the manifest)")
-	score, err := wire.ParseScore(rubyfixtures.Find(t, "7.3.10", "retry_backtrace_true.json").Redis.Score)
+	score, err := contract.ParseScore(rubyfixtures.Find(t, "7.3.10", "retry_backtrace_true.json").Redis.Score)
 	require.NoError(t, err)
-	require.InDelta(t, score, wire.EpochSeconds(plan.retryAt), 0.001)
+	require.InDelta(t, score, contract.EpochSeconds(plan.retryAt), 0.001)
 
 	deadRaw := rubyfixtures.Read(t, "7.3.10", "dead_retry_0.json")
 	dead, err := wire.ParseJob(deadRaw)
 	require.NoError(t, err)
 	failedAt, _ = dead.FailedAt()
-	plan = s.planRetry("default", capturedOriginal(t, deadRaw), &registration{opts: HandlerOptions{Retry: 0}},
+	plan = s.proc.planRetry("default", capturedOriginal(t, deadRaw), &registration{opts: HandlerOptions{Retry: 0}},
 		&rubyError{class: "RuntimeError", msg: "ruby dies"}, failedAt, func(int) int { return 0 })
 	require.True(t, plan.toDead)
 	require.Equal(t, string(deadRaw), string(plan.payload))

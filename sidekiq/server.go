@@ -17,14 +17,16 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/rs/zerolog"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/internal/fetch"
 	"github.com/gojob/gojob/sidekiq/internal/maintenance"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// ErrClosed is returned by Start on a server that has already run.
-var ErrClosed = errors.New("sidekiq: server closed")
+// errClosed is returned by Start on a server that has already run (a
+// Server runs once).
+var errClosed = errors.New("sidekiq: server closed")
 
 // Server is a Sidekiq processing node: it fetches jobs from its queues,
 // runs their handlers, retries and buries failures, polls the retry and
@@ -34,75 +36,69 @@ type Server struct {
 	cfg      *ServerConfig
 	log      zerolog.Logger
 	client   *Client
-	handlers map[string]*registration
-	mw       []ServerMiddleware
+	identity string
+	// format is what the server writes; with FollowVersion the follower
+	// changes it before a heartbeat.
+	format *contract.LiveFormat
+	// proc runs the fetched jobs (processor.go).
+	proc  *processor
+	fetch fetchState
+	maint maintenanceState
+	redis redisState
+	life  lifecycle
+}
 
-	identity  string
-	order     *fetch.Order
-	fetcher   fetch.Fetcher
+// fetchState is the server's fetch and what Ready reads of it.
+type fetchState struct {
+	order   *fetch.Order
+	fetcher fetch.Fetcher
+	// depth is the BRPOP pipeline depth in use, once started.
+	depth atomic.Int32
+	stats fetch.Stats
+	// health is what the fetch's round trips say of Redis.
+	health   fetch.Health
+	progress progressWatch
+	// running: Start has started the fetch (Ready says "starting" until
+	// then: the fetch's setup may wait out an outage).
+	running atomic.Bool
+}
+
+// maintenanceState is the process's background work beside the jobs.
+type maintenanceState struct {
 	heartbeat *maintenance.Heartbeat
 	follower  *maintenance.VersionFollower
 	poller    *maintenance.Poller // nil when disabled
-	// format is what the server writes; with FollowVersion the follower
-	// changes it before a heartbeat.
-	format *wire.LiveFormat
 	// checkedAtStart spares the first beat the follower's check that Start
 	// has just made.
 	checkedAtStart atomic.Bool
 	info           *maintenance.ProcessInfo
-	// fetchDepth is the BRPOP pipeline depth in use, once started.
-	fetchDepth atomic.Int32
+	// The paused-queues watcher (pause.go).
+	pauseCancel context.CancelFunc
+	pauseDone   chan struct{}
+}
 
-	counters maintenance.Counters    // processed and failed, not yet flushed
-	metrics  *maintenance.JobMetrics // job metrics, written by 7.0+ formats
-	busy     atomic.Int64
-	// deferredAcks counts successful jobs whose acknowledgement a
-	// middleware holds back (DeferAck).
-	deferredAcks sync.WaitGroup
-	work         []atomic.Pointer[workItem] // by slot: the job it runs, or nil
-	// leftBehind counts the handlers still running after their job was
-	// cancelled for a missed deadline and given up (heartbeat.go).
-	leftBehind atomic.Int64
+// redisState carries the writes that must not be lost (retry and dead
+// entries, requeues, the poller's pushes) through an outage. The writes'
+// context outlives the hard shutdown and ends when Stop finishes or gives
+// up.
+type redisState struct {
+	writes    *redisx.Retrier
+	writeStop context.CancelFunc
+	outage    redisx.OutageLog
+}
 
+// lifecycle is the server's run state: quiet, stop requested, hard
+// shutdown, stopped.
+type lifecycle struct {
 	quietCh  chan struct{} // closed when quiet (fetching stops)
 	quietOne sync.Once
 	stopCh   chan struct{} // closed when a stop is requested
 	stopOne  sync.Once
 	hardCtx  context.Context // cancelled at hard shutdown
-	// jobBase is hardCtx's values without its cancellation: the parent of
-	// every job's context (processor.go).
-	jobBase context.Context
-
-	observers []JobObserver
-
-	// The paused-queues watcher (pause.go).
-	pauseCancel context.CancelFunc
-	pauseDone   chan struct{}
-	hardStop    context.CancelFunc
-	// writes carries the writes that must not be lost (retry and dead
-	// entries, requeues, the poller's pushes) through an outage. Its
-	// context outlives the hard shutdown and ends when Stop finishes or
-	// gives up.
-	writes     *redisx.Retrier
-	writeStop  context.CancelFunc
-	outage     redisx.OutageLog
-	fetchStats fetch.Stats
-	// fetchHealth is what the fetch's round trips say of Redis, and
-	// started how many jobs have started: Ready reads both.
-	fetchHealth fetch.Health
-	started     atomic.Int64
-	progress    progressWatch
-	// fetching: Start has started the fetch (Ready says "starting" until
-	// then: the fetch's setup may wait out an outage).
-	fetching atomic.Bool
-	// workMu orders starting a job against the hard shutdown's sweep of
-	// the running jobs: a job is either seen by the sweep or, once
-	// abandoning is set, pushed back instead of started.
-	workMu     sync.RWMutex
-	abandoning bool
-	state      atomic.Int32
-	done       chan struct{} // closed when fully stopped
-	stopErr    error
+	hardStop context.CancelFunc
+	state    atomic.Int32
+	done     chan struct{} // closed when fully stopped
+	stopErr  error
 }
 
 const (
@@ -120,44 +116,55 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	c := cfg.withDefaults()
-	format := wire.FixedFormat(c.Version)
+	format := contract.FixedFormat(c.Version)
 	if c.FollowVersion {
 		// Until Start decides: the format every reader shows.
-		format = wire.NewLiveFormat(wire.FormatForAll)
+		format = contract.NewLiveFormat(contract.FormatForAll)
 	}
 	client := c.Client
 	if client == nil {
 		var err error
-		client, err = NewClient(&ClientConfig{Pool: c.Pool, Format: format, Clock: c.Clock})
+		client, err = newClient(&ClientConfig{Pool: c.Pool, Clock: c.Clock, Extensions: c.Extensions}, format)
 		if err != nil {
 			return nil, err
 		}
+	} else {
+		client.Extend(c.Extensions...)
 	}
 	hard, cancel := context.WithCancel(context.Background())
 	writes, stopWrites := context.WithCancel(context.Background())
 	s := &Server{
-		cfg:       c,
-		log:       c.Logger,
-		client:    client,
-		handlers:  map[string]*registration{},
-		identity:  fmt.Sprintf("%s:%d:%s", strings.ReplaceAll(c.Hostname, ":", "-"), os.Getpid(), wire.NewJID()[:12]),
-		format:    format,
-		order:     fetch.NewOrder(c.Queues, format.Version()),
-		metrics:   maintenance.NewJobMetrics(),
-		quietCh:   make(chan struct{}),
-		stopCh:    make(chan struct{}),
-		hardCtx:   hard,
-		jobBase:   context.WithoutCancel(hard),
-		hardStop:  cancel,
-		writeStop: stopWrites,
-		done:      make(chan struct{}),
-		work:      make([]atomic.Pointer[workItem], c.Concurrency),
+		cfg:      c,
+		log:      c.Logger,
+		client:   client,
+		identity: fmt.Sprintf("%s:%d:%s", strings.ReplaceAll(c.Hostname, ":", "-"), os.Getpid(), wire.NewJID()[:12]),
+		format:   format,
 	}
-	s.outage.Log = &s.log
-	s.outage.Probe = s.probeRedis
-	s.fetchHealth.Log = &s.log
-	s.writes = &redisx.Retrier{Pool: c.Pool, Ctx: writes, Outage: &s.outage}
-	s.info = &maintenance.ProcessInfo{
+	s.fetch.order = fetch.NewOrder(c.Queues, format.Version())
+	s.life.quietCh = make(chan struct{})
+	s.life.stopCh = make(chan struct{})
+	s.life.hardCtx, s.life.hardStop = hard, cancel
+	s.life.done = make(chan struct{})
+	s.redis.writeStop = stopWrites
+	s.redis.writes = &redisx.Retrier{Pool: c.Pool, Ctx: writes, Outage: &s.redis.outage}
+	s.proc = &processor{
+		cfg:      c,
+		log:      &s.log,
+		identity: s.identity,
+		format:   format,
+		order:    s.fetch.order,
+		writes:   s.redis.writes,
+		hardCtx:  hard,
+		jobBase:  context.WithoutCancel(hard),
+		handlers: map[string]*registration{},
+		exts:     c.Extensions,
+		work:     make([]atomic.Pointer[workItem], c.Concurrency),
+		metrics:  maintenance.NewJobMetrics(),
+	}
+	s.redis.outage.Log = &s.log
+	s.redis.outage.Probe = s.probeRedis
+	s.fetch.health.Log = &s.log
+	s.maint.info = &maintenance.ProcessInfo{
 		Identity:    s.identity,
 		Hostname:    c.Hostname,
 		Tag:         c.Tag,
@@ -167,7 +174,7 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 		DirTag:      dirTag(),
 	}
 	var err error
-	s.follower, err = maintenance.NewVersionFollower(&maintenance.VersionFollowerConfig{
+	s.maint.follower, err = maintenance.NewVersionFollower(&maintenance.VersionFollowerConfig{
 		Pool:     c.Pool,
 		Identity: s.identity,
 		Format:   format,
@@ -178,39 +185,39 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.heartbeat, err = maintenance.NewHeartbeat(&maintenance.HeartbeatConfig{
+	s.maint.heartbeat, err = maintenance.NewHeartbeat(&maintenance.HeartbeatConfig{
 		Pool:     c.Pool,
 		Format:   format,
 		Clock:    c.Clock,
 		Logger:   c.Logger,
-		Outage:   &s.outage,
+		Outage:   &s.redis.outage,
 		Interval: c.HeartbeatInterval,
-		Info:     s.info,
-		Counters: &s.counters,
-		Metrics:  s.metrics,
-		Work:     s.runningWork,
-		Quiet:    s.IsQuiet,
+		Info:     s.maint.info,
+		Counters: &s.proc.counters,
+		Metrics:  s.proc.metrics,
+		Work:     s.proc.runningWork,
+		Quiet:    s.isQuiet,
 		OnSignal: s.Signal,
 		BeforeBeat: func(ctx context.Context) {
-			if s.checkedAtStart.Swap(false) {
+			if s.maint.checkedAtStart.Swap(false) {
 				return // Start checked just before its first beat
 			}
-			s.follower.Check(ctx) // logs what it finds; an outage fails the beat
+			s.maint.follower.Check(ctx) // logs what it finds; an outage fails the beat
 		},
 	})
 	if err != nil {
 		return nil, err
 	}
 	if !c.DisablePoller {
-		s.poller, err = maintenance.NewPoller(&maintenance.PollerConfig{
+		s.maint.poller, err = maintenance.NewPoller(&maintenance.PollerConfig{
 			Pool:            c.Pool,
 			Format:          format,
 			Clock:           c.Clock,
 			Logger:          c.Logger,
-			Outage:          &s.outage,
-			Prepare:         s.client.RepushPayload,
+			Outage:          &s.redis.outage,
+			Prepare:         s.client.PushPayload,
 			AverageInterval: c.PollIntervalAverage,
-			Quiet:           s.quietCh,
+			Quiet:           s.life.quietCh,
 		})
 		if err != nil {
 			return nil, err
@@ -263,7 +270,7 @@ func (s *Server) Handle(class string, h Handler, opts *HandlerOptions) {
 	if opts != nil {
 		r.opts = *opts
 	}
-	s.handlers[class] = r
+	s.proc.handlers[class] = r
 }
 
 // HandleFunc registers a function.
@@ -272,18 +279,18 @@ func (s *Server) HandleFunc(class string, f func(ctx context.Context, job *wire.
 }
 
 // Use appends server middleware. Call it before Start.
-func (s *Server) Use(mw ...ServerMiddleware) { s.mw = append(s.mw, mw...) }
+func (s *Server) Use(mw ...ServerMiddleware) { s.proc.mw = append(s.proc.mw, mw...) }
+
+// Extend appends extensions (Extension), after those of
+// ServerConfig.Extensions; the server's client gets them too. Call it
+// before Start.
+func (s *Server) Extend(ext ...Extension) {
+	s.proc.exts = append(s.proc.exts, ext...)
+	s.client.Extend(ext...)
+}
 
 // Identity returns the process identity ("host:pid:nonce").
 func (s *Server) Identity() string { return s.identity }
-
-// DeathHandlers returns the configured death handlers (for components such
-// as the durable reconciler that kill jobs on the server's behalf).
-func (s *Server) DeathHandlers() []DeathHandler { return s.cfg.DeathHandlers }
-
-// Format returns the format the server writes. With FollowVersion it
-// changes when the cluster does; a Client built with it follows too.
-func (s *Server) Format() *wire.LiveFormat { return s.format }
 
 // dirTag is the tag Sidekiq 8.0+ gives a process without one: its working
 // directory's base name.
@@ -295,57 +302,60 @@ func dirTag() string {
 	return filepath.Base(wd)
 }
 
-// Client returns the client the server re-pushes with.
+// Client returns the client the server re-pushes with. Unless
+// ServerConfig.Client was given, it writes the server's format, which
+// follows the cluster's version with FollowVersion.
 func (s *Server) Client() *Client { return s.client }
 
 // Done is closed when the server has stopped.
-func (s *Server) Done() <-chan struct{} { return s.done }
+func (s *Server) Done() <-chan struct{} { return s.life.done }
 
 // FetchPipeline returns how many BRPOPs each fetch connection carries at
 // most, once started: ServerConfig.FetchPipeline capped by the concurrency,
 // 1 where Redis refuses CLIENT UNBLOCK, 0 with FetchBatch.
-func (s *Server) FetchPipeline() int { return int(s.fetchDepth.Load()) }
+func (s *Server) FetchPipeline() int { return int(s.fetch.depth.Load()) }
 
 // Start starts fetching, the heartbeat and the poller, and returns.
 func (s *Server) Start(ctx context.Context) error {
-	if !s.state.CompareAndSwap(stateNew, stateRunning) {
-		return ErrClosed
+	if !s.life.state.CompareAndSwap(stateNew, stateRunning) {
+		return errClosed
 	}
-	s.info.StartedAt = s.cfg.Clock.Now()
-	_, err := s.follower.Check(ctx)
-	s.checkedAtStart.Store(err == nil || errors.Is(err, maintenance.ErrVersionUnreadable))
+	s.maint.info.StartedAt = s.cfg.Clock.Now()
+	_, err := s.maint.follower.Check(ctx)
+	s.maint.checkedAtStart.Store(err == nil || errors.Is(err, maintenance.ErrVersionUnreadable))
 	if errors.Is(err, maintenance.ErrVersionUnreadable) {
 		if !s.cfg.ForceVersion {
-			s.state.Store(stateNew)
+			s.life.state.Store(stateNew)
 			return fmt.Errorf("sidekiq: %w; ServerConfig.ForceVersion (--force-version) writes it anyway", err)
 		}
 		s.log.Error().Str("component", "version").Msg(err.Error() + "; writing it anyway (ForceVersion)")
 	}
-	if err := s.heartbeat.Beat(ctx); err != nil {
+	if err := s.maint.heartbeat.Beat(ctx); err != nil {
 		s.log.Warn().Err(err).Str("component", "heartbeat").Msg("first heartbeat failed; retrying in the background")
 	}
 	s.checkPauses(ctx) // no fetch from a queue paused before the start
 	fetcher, err := s.newFetcher(ctx)
 	if err != nil {
-		s.state.Store(stateNew)
+		s.life.state.Store(stateNew)
 		return err
 	}
-	s.fetcher = fetcher
-	s.fetchDepth.Store(int32(s.fetcher.Depth()))
-	s.fetcher.Start()
-	s.fetching.Store(true)
+	s.fetch.fetcher = fetcher
+	s.proc.fetcher = fetcher
+	s.fetch.depth.Store(int32(s.fetch.fetcher.Depth()))
+	s.fetch.fetcher.Start()
+	s.fetch.running.Store(true)
 	pauseCtx, pauseCancel := context.WithCancel(context.Background())
-	s.pauseCancel, s.pauseDone = pauseCancel, make(chan struct{})
+	s.maint.pauseCancel, s.maint.pauseDone = pauseCancel, make(chan struct{})
 	go func() {
-		defer close(s.pauseDone)
+		defer close(s.maint.pauseDone)
 		s.watchPauses(pauseCtx)
 	}()
-	s.heartbeat.Start(s.hardCtx)
-	if s.poller != nil {
-		s.poller.Start(s.hardCtx)
+	s.maint.heartbeat.Start(s.life.hardCtx)
+	if s.maint.poller != nil {
+		s.maint.poller.Start(s.life.hardCtx)
 	}
 	s.log.Info().Str("identity", s.identity).Int("concurrency", s.cfg.Concurrency).Str("fetch", s.cfg.Fetch.String()).
-		Str("queues", s.order.String()).Str("sidekiq_version", s.format.Format().String()).Msg("gojob started")
+		Str("queues", s.fetch.order.String()).Str("sidekiq_version", s.format.Format().String()).Msg("gojob started")
 	return nil
 }
 
@@ -356,13 +366,13 @@ func (s *Server) newFetcher(ctx context.Context) (fetch.Fetcher, error) {
 	fc := &fetch.Config{
 		Pool:        s.cfg.Pool,
 		Dial:        s.cfg.Dial,
-		Order:       s.order,
+		Order:       s.fetch.order,
 		Concurrency: s.cfg.Concurrency,
 		Pipeline:    s.cfg.FetchPipeline,
-		Quiet:       s.quietCh,
-		Process:     s.process,
-		Writes:      s.writes,
-		Outage:      &s.outage,
+		Quiet:       s.life.quietCh,
+		Process:     s.proc.process,
+		Writes:      s.redis.writes,
+		Outage:      &s.redis.outage,
 		Logger:      s.log,
 
 		Identity:         s.identity,
@@ -370,9 +380,9 @@ func (s *Server) newFetcher(ctx context.Context) (fetch.Fetcher, error) {
 		Clock:            s.cfg.Clock,
 		RecoveryLimit:    s.cfg.RecoveryLimit,
 		RecoveryInterval: s.cfg.RecoveryInterval,
-		Died:             s.death,
-		Stats:            &s.fetchStats,
-		Health:           &s.fetchHealth,
+		Died:             s.proc.death,
+		Stats:            &s.fetch.stats,
+		Health:           &s.fetch.health,
 	}
 	switch s.cfg.Fetch {
 	case FetchBatch:
@@ -388,7 +398,7 @@ func (s *Server) newFetcher(ctx context.Context) (fetch.Fetcher, error) {
 // the server is still starting is a normal stop: Run returns nil.
 func (s *Server) Run(ctx context.Context) error {
 	if err := s.Start(ctx); err != nil {
-		if ctx.Err() != nil && s.state.Load() == stateNew {
+		if ctx.Err() != nil && s.life.state.Load() == stateNew {
 			// Stopped while starting (a dial or setup cut short by
 			// the cancellation): nothing runs, so nothing failed.
 			return nil
@@ -397,7 +407,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	select {
 	case <-ctx.Done():
-	case <-s.stopCh:
+	case <-s.life.stopCh:
 	}
 	stopCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout+10*time.Second)
 	defer cancel()
@@ -407,16 +417,16 @@ func (s *Server) Run(ctx context.Context) error {
 // Quiet stops fetching new jobs and polling, as TSTP does. Running jobs
 // finish; the heartbeat goes on and reports quiet.
 func (s *Server) Quiet() {
-	s.quietOne.Do(func() {
+	s.life.quietOne.Do(func() {
 		s.log.Info().Str("identity", s.identity).Msg("quiet: no new jobs will be fetched")
-		close(s.quietCh)
+		close(s.life.quietCh)
 	})
 }
 
-// IsQuiet reports whether the server is quiet.
-func (s *Server) IsQuiet() bool {
+// isQuiet reports whether the server is quiet.
+func (s *Server) isQuiet() bool {
 	select {
-	case <-s.quietCh:
+	case <-s.life.quietCh:
 		return true
 	default:
 		return false
@@ -424,12 +434,12 @@ func (s *Server) IsQuiet() bool {
 }
 
 func (s *Server) requestStop() {
-	s.stopOne.Do(func() { close(s.stopCh) })
+	s.life.stopOne.Do(func() { close(s.life.stopCh) })
 }
 
-// StopRequested is closed when a TERM (from Redis or Signal) asks the
+// stopRequested is closed when a TERM (from Redis or Signal) asks the
 // server to stop.
-func (s *Server) StopRequested() <-chan struct{} { return s.stopCh }
+func (s *Server) stopRequested() <-chan struct{} { return s.life.stopCh }
 
 // Signal acts on a Sidekiq signal name: TSTP quiets, TERM and INT stop
 // gracefully (Run returns), TTIN logs every goroutine's stack.

@@ -56,8 +56,8 @@ func (m FetchMode) String() string {
 	return fmt.Sprintf("FetchMode(%d)", int(m))
 }
 
-// Reliable reports whether the mode keeps running jobs in Redis.
-func (m FetchMode) Reliable() bool { return m == FetchReliable }
+// reliable reports whether the mode keeps running jobs in Redis.
+func (m FetchMode) reliable() bool { return m == FetchReliable }
 
 // ParseFetchMode reads "reliable", "basic" (or "brpop") or "batch".
 func ParseFetchMode(s string) (FetchMode, error) {
@@ -123,7 +123,7 @@ type ServerConfig struct {
 	// wire.DefaultVersion. Ignored with FollowVersion.
 	Version wire.Version
 	// FollowVersion makes the server follow the cluster: it decides its
-	// format at Start and again before every heartbeat (wire.DecideFormat:
+	// format at Start and again before every heartbeat (contract.DecideFormat:
 	// the oldest live Ruby process, else the recorded format, else what
 	// Ruby left in Redis, else a format every reader shows) and switches
 	// when the decision changes (docs/version-follow.md).
@@ -142,8 +142,12 @@ type ServerConfig struct {
 	// Hostname overrides the host name in the identity.
 	Hostname string
 	// Client pushes the poller's re-enqueues. Default: a client on Pool
-	// with Version.
+	// with Version. The server adds its Extensions to it.
 	Client *Client
+	// Extensions take part in the jobs' life where a middleware cannot
+	// (Extension): durable jobs, for instance. They run outside the
+	// middleware, first listed outermost.
+	Extensions []Extension
 	// Clock is the time source. Default the system clock.
 	Clock clock.Clock
 	// Logger receives the runtime's logs. Default: none.

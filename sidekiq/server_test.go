@@ -9,7 +9,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/clocktest"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -21,7 +22,7 @@ type srvBundle struct {
 	srv   *Server
 	pool  *redis.Pool
 	redis *redistest.Server
-	clk   *clock.Fake
+	clk   *clocktest.Fake
 	conn  redis.Conn
 }
 
@@ -31,7 +32,7 @@ func newTestServer(t *testing.T, cfg ServerConfig) *srvBundle {
 	t.Helper()
 	rs := redistest.Start(t)
 	pool := rs.Pool(t)
-	clk := clock.NewFake(time.Unix(1795296573, 0))
+	clk := clocktest.NewFake(time.Unix(1795296573, 0))
 	cfg.Pool = pool
 	if cfg.Clock == nil {
 		cfg.Clock = clk
@@ -61,14 +62,14 @@ func (b *srvBundle) start(t *testing.T) {
 
 func (b *srvBundle) push(t *testing.T, queue, payload string) {
 	t.Helper()
-	_, err := b.conn.Do("LPUSH", wire.QueueKey(queue), payload)
+	_, err := b.conn.Do("LPUSH", contract.QueueKey(queue), payload)
 	require.NoError(t, err)
 }
 
 // beat writes one heartbeat now.
 func (b *srvBundle) beat(t *testing.T) {
 	t.Helper()
-	require.NoError(t, b.srv.heartbeat.Beat(context.Background()))
+	require.NoError(t, b.srv.maint.heartbeat.Beat(context.Background()))
 }
 
 // waitProcessed waits until n jobs have finished since the last flush
@@ -76,7 +77,7 @@ func (b *srvBundle) beat(t *testing.T) {
 func (b *srvBundle) waitProcessed(t *testing.T, n int64) {
 	t.Helper()
 	wait.For(t, "jobs processed", func() bool {
-		p, _ := b.srv.counters.Pending()
+		p, _ := b.srv.proc.counters.Pending()
 		return p == n
 	})
 }
@@ -88,7 +89,7 @@ var fetchModes = []FetchMode{FetchBRPOP, FetchReliable}
 // in-progress list, registry entry or reliable-fetch heartbeat.
 func (b *srvBundle) requireNothingInProgress(t *testing.T) {
 	t.Helper()
-	for _, pattern := range []string{"working:*", "gojob-working:*", "reliable-fetcher-heartbeat-*", wire.KeyWorkingLists} {
+	for _, pattern := range []string{"working:*", "gojob-working:*", "reliable-fetcher-heartbeat-*", contract.KeyWorkingLists} {
 		keys, err := redis.Strings(b.conn.Do("KEYS", pattern))
 		require.NoError(t, err)
 		require.Empty(t, keys, pattern)
@@ -130,7 +131,7 @@ func TestServerStartsOnce(t *testing.T) {
 	b := newTestServer(t, ServerConfig{})
 	require.Error(t, b.srv.Stop(context.Background()), "stop before start")
 	b.start(t)
-	require.ErrorIs(t, b.srv.Start(context.Background()), ErrClosed)
+	require.ErrorIs(t, b.srv.Start(context.Background()), errClosed)
 }
 
 func TestNewServerValidates(t *testing.T) {

@@ -18,17 +18,17 @@ const hardShutdownGrace = (fetch.Timeout + 1) * time.Second
 // running jobs, push the unfinished ones back to their queues with their
 // original bytes, flush stats, and remove the process from the registry.
 func (s *Server) Stop(ctx context.Context) error {
-	if s.state.Load() == stateNew {
+	if s.life.state.Load() == stateNew {
 		return errors.New("sidekiq: server not started")
 	}
-	if !s.state.CompareAndSwap(stateRunning, stateStopped) {
-		<-s.done
-		return s.stopErr
+	if !s.life.state.CompareAndSwap(stateRunning, stateStopped) {
+		<-s.life.done
+		return s.life.stopErr
 	}
 	s.Quiet()
 	s.requestStop()
 	fetchersDone := make(chan struct{})
-	go func() { s.fetcher.Wait(); close(fetchersDone) }()
+	go func() { s.fetch.fetcher.Wait(); close(fetchersDone) }()
 	timer := time.NewTimer(s.cfg.ShutdownTimeout)
 	defer timer.Stop()
 	hard := true
@@ -36,25 +36,25 @@ func (s *Server) Stop(ctx context.Context) error {
 	case <-fetchersDone:
 		hard = false
 	case <-timer.C:
-		s.log.Warn().Int64("busy", s.busy.Load()).Msg("shutdown timeout: requeueing unfinished jobs")
+		s.log.Warn().Int64("busy", s.proc.busy.Load()).Msg("shutdown timeout: requeueing unfinished jobs")
 	case <-ctx.Done():
-		s.log.Warn().Int64("busy", s.busy.Load()).Msg("shutdown cancelled: requeueing unfinished jobs")
+		s.log.Warn().Int64("busy", s.proc.busy.Load()).Msg("shutdown cancelled: requeueing unfinished jobs")
 	}
 	// The caller's ctx may be spent by now; the requeue and the goodbye
 	// still get a few seconds of their own, since skipping them loses jobs.
 	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	stopWrites := context.AfterFunc(final, s.writeStop)
+	stopWrites := context.AfterFunc(final, s.redis.writeStop)
 	defer stopWrites()
 	// Give up the running jobs before cancelling their contexts: a handler
 	// that returns as soon as its context ends must find its job already
 	// abandoned (Ruby raises Sidekiq::Shutdown, which is never retried),
 	// not fail it into the retry set or, with retry: false, drop it.
-	units := s.abandonRunning()
-	s.hardStop()
-	s.cancelRunning()
+	units := s.proc.abandonRunning()
+	s.life.hardStop()
+	s.proc.cancelRunning()
 	var errs []error
-	if err := s.fetcher.Requeue(units); err != nil {
+	if err := s.fetch.fetcher.Requeue(units); err != nil {
 		errs = append(errs, err)
 	}
 	if hard {
@@ -71,60 +71,37 @@ func (s *Server) Stop(ctx context.Context) error {
 		}
 		grace.Stop()
 	}
-	// Acknowledgements held back by a middleware (DeferAck) land before
+	// Acknowledgements held back by an extension (Run.HoldAck) land before
 	// the fetch closes; one still held at the deadline leaves its job in
 	// the in-progress list, which the close gives back to its queue.
 	acked := make(chan struct{})
-	go func() { s.deferredAcks.Wait(); close(acked) }()
+	go func() { s.proc.held.Wait(); close(acked) }()
 	select {
 	case <-acked:
 	case <-final.Done():
-		s.log.Warn().Msg("shutdown: acknowledgements held back by a middleware did not land in time; their jobs go back to their queues")
+		s.log.Warn().Msg("shutdown: acknowledgements held back by an extension did not land in time; their jobs go back to their queues")
 	}
-	s.fetcher.Close()
-	s.pauseCancel()
-	<-s.pauseDone
-	if s.poller != nil {
-		if err := s.poller.Stop(final); err != nil {
+	s.fetch.fetcher.Close()
+	s.maint.pauseCancel()
+	<-s.maint.pauseDone
+	if s.maint.poller != nil {
+		if err := s.maint.poller.Stop(final); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := s.heartbeat.Stop(final); err != nil {
+	if err := s.maint.heartbeat.Stop(final); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.heartbeat.Unregister(final); err != nil {
+	if err := s.maint.heartbeat.Unregister(final); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.follower.Unregister(final); err != nil {
+	if err := s.maint.follower.Unregister(final); err != nil {
 		errs = append(errs, err)
 	}
-	s.writeStop()
-	s.outage.Close()
-	s.stopErr = errors.Join(errs...)
-	close(s.done)
+	s.redis.writeStop()
+	s.redis.outage.Close()
+	s.life.stopErr = errors.Join(errs...)
+	close(s.life.done)
 	s.log.Info().Str("identity", s.identity).Msg("gojob stopped")
-	return s.stopErr
-}
-
-// abandonRunning marks every running job abandoned and returns them. From
-// now on a fetched job is pushed back instead of started. Ruby counts a job
-// killed at hard shutdown as processed and failed (Processor#stats' rescue
-// and ensure run when Sidekiq::Shutdown is raised in the thread), so gojob
-// counts them too.
-func (s *Server) abandonRunning() []fetch.Unit {
-	s.workMu.Lock()
-	defer s.workMu.Unlock()
-	s.abandoning = true
-	var units []fetch.Unit
-	s.eachRunning(func(w *workItem) {
-		if w.abandon() {
-			units = append(units, w.unit)
-			if w.class != "" {
-				// The metrics middleware sees Sidekiq::Shutdown too.
-				s.metrics.Record(w.class, 0, true)
-			}
-		}
-	})
-	s.counters.Add(int64(len(units)), int64(len(units)))
-	return units
+	return s.life.stopErr
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/rubytest"
 	"github.com/gojob/gojob/internal/wait"
@@ -57,8 +58,8 @@ func TestStopRequeuesUnfinishedJobs(t *testing.T) {
 			require.NoError(t, b.srv.Stop(context.Background()))
 			vals, _ := redis.Strings(b.conn.Do("LRANGE", "queue:default", 0, -1))
 			require.Equal(t, []string{raw}, vals)
-			require.Zero(t, zcard(t, b.conn, wire.KeyRetry))
-			isMember, _ := redis.Bool(b.conn.Do("SISMEMBER", wire.KeyProcesses, b.srv.Identity()))
+			require.Zero(t, zcard(t, b.conn, contract.KeyRetry))
+			isMember, _ := redis.Bool(b.conn.Do("SISMEMBER", contract.KeyProcesses, b.srv.Identity()))
 			require.False(t, isMember)
 			b.requireNothingInProgress(t)
 		})
@@ -118,8 +119,8 @@ func TestHardShutdownRequeuesContextAwareJobs(t *testing.T) {
 		require.NoError(t, err)
 		require.ElementsMatch(t, want, vals, "round %d (%s): every running job is back in its queue", round, mode)
 		require.Zero(t, died.Load(), "round %d: no job died", round)
-		require.Zero(t, zcard(t, b.conn, wire.KeyRetry))
-		require.Zero(t, zcard(t, b.conn, wire.KeyDead))
+		require.Zero(t, zcard(t, b.conn, contract.KeyRetry))
+		require.Zero(t, zcard(t, b.conn, contract.KeyDead))
 		b.requireNothingInProgress(t)
 	}
 }
@@ -208,7 +209,7 @@ func TestRetryWrittenDuringHardShutdown(t *testing.T) {
 	require.NoError(t, err)
 	<-inHook
 	require.NoError(t, srv.Stop(context.Background()))
-	n, err := redis.Int(conn.Do("ZCARD", wire.KeyRetry))
+	n, err := redis.Int(conn.Do("ZCARD", contract.KeyRetry))
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "the retry entry of the job that failed during the shutdown")
 	vals, _ := redis.Strings(conn.Do("LRANGE", "queue:default", 0, -1))
@@ -256,7 +257,7 @@ func readHardShutdownState(t *testing.T, c redis.Conn) hardShutdownState {
 	require.NoError(t, err)
 	q, err := redis.Strings(c.Do("LRANGE", "queue:default", 0, -1))
 	require.NoError(t, err)
-	n, err := redis.Int(c.Do("SCARD", wire.KeyProcesses))
+	n, err := redis.Int(c.Do("SCARD", contract.KeyProcesses))
 	require.NoError(t, err)
 	return hardShutdownState{Processed: st[0], Failed: st[1], Queue: q, Processes: n}
 }
@@ -331,7 +332,7 @@ end
 	require.NoError(t, srv.Start(context.Background()))
 	<-started
 	srv.Signal("TERM")
-	<-srv.StopRequested()
+	<-srv.stopRequested()
 	require.NoError(t, srv.Stop(context.Background()))
 	gojob := readHardShutdownState(t, gc)
 
@@ -388,7 +389,7 @@ func TestStopUnderLoadLosesAndDuplicatesNothing(t *testing.T) {
 				require.Zero(t, ran[job.JID()], "%s ran and is still queued", job.JID())
 			}
 			require.Equal(t, n, len(ran)+len(left))
-			pending, _ := b.srv.counters.Pending()
+			pending, _ := b.srv.proc.counters.Pending()
 			require.EqualValues(t, len(ran), pending+flushedProcessed(t, b.conn))
 			b.requireNothingInProgress(t)
 		})
@@ -396,7 +397,7 @@ func TestStopUnderLoadLosesAndDuplicatesNothing(t *testing.T) {
 }
 
 func flushedProcessed(t *testing.T, c redis.Conn) int64 {
-	n, err := redis.Int64(c.Do("GET", wire.KeyStatProcessed))
+	n, err := redis.Int64(c.Do("GET", contract.KeyStatProcessed))
 	if err == redis.ErrNil {
 		return 0
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
@@ -51,7 +52,7 @@ func TestHeartbeatRegistersProcessAndDeliversSignals(t *testing.T) {
 			} else {
 				require.Contains(t, info.Map().Keys(), "version")
 			}
-			work, err := redis.StringMap(b.conn.Do("HGETALL", wire.WorkKey(id, v)))
+			work, err := redis.StringMap(b.conn.Do("HGETALL", contract.WorkKey(id, v)))
 			require.NoError(t, err)
 			require.Len(t, work, 1)
 			for _, w := range work {
@@ -60,18 +61,18 @@ func TestHeartbeatRegistersProcessAndDeliversSignals(t *testing.T) {
 			ttl, _ := redis.Int(b.conn.Do("TTL", id))
 			require.InDelta(t, 60, ttl, 1)
 
-			_, err = b.conn.Do("LPUSH", wire.SignalsKey(id), "TSTP")
+			_, err = b.conn.Do("LPUSH", contract.SignalsKey(id), "TSTP")
 			require.NoError(t, err)
 			b.beat(t)
-			require.True(t, b.srv.IsQuiet())
+			require.True(t, b.srv.isQuiet())
 			b.beat(t)
 			q, _ := redis.String(b.conn.Do("HGET", id, "quiet"))
 			require.Equal(t, "true", q)
-			_, err = b.conn.Do("LPUSH", wire.SignalsKey(id), "TERM")
+			_, err = b.conn.Do("LPUSH", contract.SignalsKey(id), "TERM")
 			require.NoError(t, err)
 			b.beat(t)
 			select {
-			case <-b.srv.StopRequested():
+			case <-b.srv.stopRequested():
 			default:
 				t.Fatal("TERM did not request a stop")
 			}

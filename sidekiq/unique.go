@@ -8,6 +8,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -59,12 +60,12 @@ func uniqueUntilStart(j *wire.Job) bool {
 // pushUnique writes payload (to its queue, or to the schedule set when at
 // is not zero) if it takes the job's lock; it reports whether it pushed.
 func pushUnique(ctx context.Context, conn redis.Conn, j *wire.Job, ttl time.Duration, payload []byte, at, now time.Time) (bool, error) {
-	target, queue, score := wire.QueueKey(j.Queue()), j.Queue(), ""
+	target, queue, score := contract.QueueKey(j.Queue()), j.Queue(), ""
 	if !at.IsZero() {
-		target, queue, score = wire.KeySchedule, "", wire.Score(at)
+		target, queue, score = contract.KeySchedule, "", contract.Score(at)
 		ttl += at.Sub(now)
 	}
-	n, err := redis.Int(uniquePushScript.DoContext(ctx, conn, wire.UniqueKey(j), target, wire.KeyQueues,
+	n, err := redis.Int(uniquePushScript.DoContext(ctx, conn, contract.UniqueKey(j), target, contract.KeyQueues,
 		j.JID(), max(ttl.Milliseconds(), 1), payload, queue, score))
 	if err != nil {
 		return false, fmt.Errorf("sidekiq: push %s: %w", j.JID(), err)
@@ -74,16 +75,16 @@ func pushUnique(ctx context.Context, conn redis.Conn, j *wire.Job, ttl time.Dura
 
 // releaseUnique drops the job's lock if the job holds it. A failure is
 // logged: the lock then expires after unique_for.
-func (s *Server) releaseUnique(j *wire.Job) {
+func (p *processor) releaseUnique(j *wire.Job) {
 	if _, ok, err := uniqueFor(j); !ok || err != nil {
 		return
 	}
-	err := s.writes.Do(func(conn redis.Conn) error {
-		_, err := uniqueReleaseScript.DoContext(s.writes.Ctx, conn, wire.UniqueKey(j), j.JID())
+	err := p.writes.Do(func(conn redis.Conn) error {
+		_, err := uniqueReleaseScript.DoContext(p.writes.Ctx, conn, contract.UniqueKey(j), j.JID())
 		return err
 	})
 	if err != nil {
-		s.log.Warn().Err(err).Str("component", "unique").Str("jid", j.JID()).
+		p.log.Warn().Err(err).Str("component", "unique").Str("jid", j.JID()).
 			Msg("could not release the unique lock; it expires after unique_for")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
@@ -65,7 +66,7 @@ func TestUniqueJobIsPushedOnceUnderConcurrency(t *testing.T) {
 	n, err := redis.Int(conn.Do("LLEN", "queue:default"))
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	ttl, err := redis.Int(conn.Do("PTTL", wire.UniqueKey(uniqueJob(t, "Report", 60, "", 1, "a"))))
+	ttl, err := redis.Int(conn.Do("PTTL", contract.UniqueKey(uniqueJob(t, "Report", 60, "", 1, "a"))))
 	require.NoError(t, err)
 	require.InDelta(t, 60000, ttl, 2000)
 
@@ -83,7 +84,7 @@ func TestUniqueJobIsPushedOnceUnderConcurrency(t *testing.T) {
 	res, err = c.Push(ctx, later, &PushOpts{In: time.Hour})
 	require.NoError(t, err)
 	require.True(t, res.Scheduled)
-	ttl, err = redis.Int(conn.Do("PTTL", wire.UniqueKey(later)))
+	ttl, err = redis.Int(conn.Do("PTTL", contract.UniqueKey(later)))
 	require.NoError(t, err)
 	require.InDelta(t, (time.Hour + 10*time.Second).Milliseconds(), ttl, 2000, "unique_for after the run time")
 	bulk, err := c.PushBulk(ctx, []*wire.Job{uniqueJob(t, "Later", 10, ""), uniqueJob(t, "Bulk", 10, "")}, nil)
@@ -115,7 +116,7 @@ func TestUniqueLockReleasedAtSuccessStartOrDeath(t *testing.T) {
 	c := b.srv.Client()
 	ctx := context.Background()
 	locked := func(j *wire.Job) bool {
-		n, err := redis.Int(b.conn.Do("EXISTS", wire.UniqueKey(j)))
+		n, err := redis.Int(b.conn.Do("EXISTS", contract.UniqueKey(j)))
 		require.NoError(t, err)
 		return n == 1
 	}
@@ -142,7 +143,7 @@ func TestUniqueLockReleasedAtSuccessStartOrDeath(t *testing.T) {
 	_, err = c.Push(ctx, retried, nil)
 	require.NoError(t, err)
 	wait.For(t, "the retry", func() bool {
-		n, _ := redis.Int(b.conn.Do("ZCARD", wire.KeyRetry))
+		n, _ := redis.Int(b.conn.Do("ZCARD", contract.KeyRetry))
 		return n == 1
 	})
 	require.True(t, locked(retried), "a retry keeps the lock")
@@ -152,7 +153,7 @@ func TestUniqueLockReleasedAtSuccessStartOrDeath(t *testing.T) {
 	_, err = c.Push(ctx, dies, nil)
 	require.NoError(t, err)
 	wait.For(t, "the death", func() bool {
-		n, _ := redis.Int(b.conn.Do("ZCARD", wire.KeyDead))
+		n, _ := redis.Int(b.conn.Do("ZCARD", contract.KeyDead))
 		return n == 1
 	})
 	wait.For(t, "the death to release the lock", func() bool { return !locked(dies) })
@@ -162,7 +163,7 @@ func TestUniqueLockReleasedAtSuccessStartOrDeath(t *testing.T) {
 	res, err = c.Push(ctx, holder, nil)
 	require.NoError(t, err)
 	require.False(t, res.Duplicate)
-	dead, err := redis.ByteSlices(b.conn.Do("ZRANGE", wire.KeyDead, 0, -1))
+	dead, err := redis.ByteSlices(b.conn.Do("ZRANGE", contract.KeyDead, 0, -1))
 	require.NoError(t, err)
 	deadJob, err := wire.ParseJob(dead[0])
 	require.NoError(t, err)

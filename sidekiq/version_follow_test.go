@@ -9,6 +9,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -22,12 +23,12 @@ func TestFollowingServerWritesWhatTheClusterReads(t *testing.T) {
 	t.Parallel()
 	b := newMetricsServer(t, ServerConfig{FollowVersion: true, ShutdownTimeout: 200 * time.Millisecond})
 	now := b.clk.Now()
-	keys, _ := wire.MetricsKeys(wire.Version7, now.Add(-3*time.Hour))
+	keys, _ := contract.MetricsKeys(wire.Version7, now.Add(-3*time.Hour))
 	_, err := b.conn.Do("HSET", keys[0], "RubyJob|p", 3)
 	require.NoError(t, err)
 	b.start(t)
 	id := b.srv.Identity()
-	require.Equal(t, wire.Format{Version: wire.Version7}, b.srv.Format().Format())
+	require.Equal(t, contract.Format{Version: wire.Version7}, b.srv.format.Format())
 
 	b.job(t, "HardJob", 5, "ok")
 	b.waitProcessed(t, 1)
@@ -40,18 +41,18 @@ func TestFollowingServerWritesWhatTheClusterReads(t *testing.T) {
 	info, err := redis.String(b.conn.Do("HGET", id, "info"))
 	require.NoError(t, err)
 	require.Contains(t, info, `"version":"7.3.10"`)
-	mine, _ := wire.MetricsKeys(wire.Version7, b.clk.Now())
+	mine, _ := contract.MetricsKeys(wire.Version7, b.clk.Now())
 	p, err := redis.String(b.conn.Do("HGET", mine[0], "HardJob|p"))
 	require.NoError(t, err)
 	require.Equal(t, "1", p)
 
 	// A Ruby 6.4.1 process joins (its info has no version).
-	_, err = b.conn.Do("SADD", wire.KeyProcesses, "ruby:9:bbbbbbbbbbbb")
+	_, err = b.conn.Do("SADD", contract.KeyProcesses, "ruby:9:bbbbbbbbbbbb")
 	require.NoError(t, err)
 	_, err = b.conn.Do("HSET", "ruby:9:bbbbbbbbbbbb", "info", `{"hostname":"ruby","identity":"ruby:9:bbbbbbbbbbbb"}`)
 	require.NoError(t, err)
 	b.beat(t)
-	require.Equal(t, wire.Format{Version: wire.Version6}, b.srv.Format().Format())
+	require.Equal(t, contract.Format{Version: wire.Version6}, b.srv.format.Format())
 	n, err := redis.Int(b.conn.Do("EXISTS", id+":work"))
 	require.NoError(t, err)
 	require.Zero(t, n)
@@ -68,23 +69,23 @@ func TestFollowingServerWritesWhatTheClusterReads(t *testing.T) {
 func TestStartRefusesAVersionLiveProcessesCannotRead(t *testing.T) {
 	t.Parallel()
 	b := newTestServer(t, ServerConfig{Version: wire.Version8})
-	_, err := b.conn.Do("SADD", wire.KeyProcesses, "ruby:9:bbbbbbbbbbbb")
+	_, err := b.conn.Do("SADD", contract.KeyProcesses, "ruby:9:bbbbbbbbbbbb")
 	require.NoError(t, err)
 	_, err = b.conn.Do("HSET", "ruby:9:bbbbbbbbbbbb", "info", `{"hostname":"ruby","version":"7.3.10"}`)
 	require.NoError(t, err)
 	err = b.srv.Start(context.Background())
 	require.True(t, errors.Is(err, ErrVersionUnreadable), "%v", err)
 	require.ErrorContains(t, err, "ForceVersion")
-	n, _ := redis.Int(b.conn.Do("SCARD", wire.KeyProcesses))
+	n, _ := redis.Int(b.conn.Do("SCARD", contract.KeyProcesses))
 	require.Equal(t, 1, n, "nothing registered")
 
 	forced := newTestServer(t, ServerConfig{Version: wire.Version8, ForceVersion: true})
-	_, err = forced.conn.Do("SADD", wire.KeyProcesses, "ruby:9:bbbbbbbbbbbb")
+	_, err = forced.conn.Do("SADD", contract.KeyProcesses, "ruby:9:bbbbbbbbbbbb")
 	require.NoError(t, err)
 	_, err = forced.conn.Do("HSET", "ruby:9:bbbbbbbbbbbb", "info", `{"hostname":"ruby","version":"7.3.10"}`)
 	require.NoError(t, err)
 	forced.start(t)
-	require.Equal(t, wire.Version8, forced.srv.Format().Version())
+	require.Equal(t, wire.Version8, forced.srv.format.Version())
 }
 
 // Start checks the cluster once: its first beat does not check again.

@@ -21,7 +21,7 @@ const (
 // when both are set). It answers 401 itself and reports false when the
 // request may not go on; a GET with the right ?token= sets the token cookie
 // and redirects to the same URL without it.
-func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) bool {
+func (h *handler) authenticate(w http.ResponseWriter, r *http.Request) bool {
 	if h.cfg.BasicAuth == "" && h.cfg.Token == "" {
 		return true
 	}
@@ -57,7 +57,7 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) bool {
 
 // tokenCookieValue is an HMAC of the token under the process's secret, so
 // the cookie neither is nor reveals the token.
-func (h *Handler) tokenCookieValue() string {
+func (h *handler) tokenCookieValue() string {
 	m := hmac.New(sha256.New, h.secret)
 	m.Write([]byte(h.cfg.Token))
 	return hex.EncodeToString(m.Sum(nil))
@@ -67,7 +67,7 @@ func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []by
 
 // csrfToken returns the request's CSRF token, the value of the gojob_csrf
 // cookie; a request without one gets a new random cookie.
-func (h *Handler) csrfToken(w http.ResponseWriter, r *http.Request) string {
+func (h *handler) csrfToken(w http.ResponseWriter, r *http.Request) string {
 	if c, err := r.Cookie(csrfCookie); err == nil && len(c.Value) >= 16 {
 		return c.Value
 	}

@@ -14,7 +14,7 @@ type busyData struct {
 	Leader    string
 }
 
-func (h *Handler) busy(w http.ResponseWriter, r *http.Request) {
+func (h *handler) busy(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	procs, err := h.api.Processes(ctx, nil)
 	if err != nil {
@@ -37,7 +37,7 @@ func (h *Handler) busy(w http.ResponseWriter, r *http.Request) {
 // busyAction quiets or stops one process (identity) or every live one
 // (all), as the Web UI's Busy page: a TSTP or TERM pushed to
 // <identity>-signals, picked up at the process's next heartbeat.
-func (h *Handler) busyAction(w http.ResponseWriter, r *http.Request) {
+func (h *handler) busyAction(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	action := r.PostFormValue("action")
 	if action != "quiet" && action != "stop" {

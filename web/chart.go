@@ -5,8 +5,8 @@ import (
 	"html/template"
 	"strings"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/api"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // Charts are inline SVG drawn on the server: no script, no library, and
@@ -19,8 +19,7 @@ const (
 )
 
 // historyChart draws processed and failed per day, oldest day on the left.
-func historyChart(h *api.History) template.HTML {
-	days := h.Days
+func historyChart(days []api.DayStats) template.HTML {
 	n := len(days)
 	if n == 0 {
 		return ""
@@ -70,7 +69,7 @@ func historyChart(h *api.History) template.HTML {
 }
 
 // histogramChart draws the execution-time histogram: one bar per bucket
-// of wire.HistogramLimits.
+// of contract.HistogramLimits.
 func histogramChart(counts []int64) template.HTML {
 	if len(counts) == 0 {
 		return ""
@@ -106,10 +105,10 @@ func histogramChart(counts []int64) template.HTML {
 // bucketLabel names histogram bucket i by its upper limit: "<20ms",
 // "<1.1s", "≥335s".
 func bucketLabel(i int) string {
-	if i >= len(wire.HistogramLimits) {
-		return "≥" + msLabel(wire.HistogramLimits[len(wire.HistogramLimits)-1])
+	if i >= len(contract.HistogramLimits) {
+		return "≥" + msLabel(contract.HistogramLimits[len(contract.HistogramLimits)-1])
 	}
-	return "<" + msLabel(wire.HistogramLimits[i])
+	return "<" + msLabel(contract.HistogramLimits[i])
 }
 
 func msLabel(ms int64) string {

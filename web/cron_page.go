@@ -7,7 +7,7 @@ import (
 	"github.com/gojob/gojob/cron"
 )
 
-func (h *Handler) cronList(w http.ResponseWriter, r *http.Request) {
+func (h *handler) cronList(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Cron == nil {
 		notFound(w, "cron page (no cron store configured)")
 		return
@@ -21,7 +21,7 @@ func (h *Handler) cronList(w http.ResponseWriter, r *http.Request) {
 }
 
 // cronAction enables, disables or pushes now one periodic job.
-func (h *Handler) cronAction(w http.ResponseWriter, r *http.Request) {
+func (h *handler) cronAction(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Cron == nil {
 		notFound(w, "cron page (no cron store configured)")
 		return

@@ -21,12 +21,12 @@ type dashboardData struct {
 	Days      int
 	DayChoice []int
 	Chart     template.HTML
-	History   *api.History
+	History   []api.DayStats
 	Redis     [][2]string
 	Processes *api.ProcessList
 }
 
-func (h *Handler) dashboard(w http.ResponseWriter, r *http.Request) {
+func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	days, _ := strconv.Atoi(r.URL.Query().Get("days"))
 	if days != 7 && days != 30 && days != 90 && days != 180 {
@@ -37,7 +37,7 @@ func (h *Handler) dashboard(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	hist, err := h.api.History(ctx, &api.HistoryParams{Days: days})
+	hist, err := h.api.History(ctx, days)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -54,7 +54,7 @@ func (h *Handler) dashboard(w http.ResponseWriter, r *http.Request) {
 
 // redisInfo reads the INFO fields the dashboard shows (empty when INFO is
 // refused, as on some managed Redis).
-func (h *Handler) redisInfo(ctx context.Context) [][2]string {
+func (h *handler) redisInfo(ctx context.Context) [][2]string {
 	conn, err := h.cfg.Pool.GetContext(ctx)
 	if err != nil {
 		return nil
@@ -82,7 +82,7 @@ func (h *Handler) redisInfo(ctx context.Context) [][2]string {
 
 // statsJSON is what the dashboard's script polls to refresh its counters
 // (the names of Sidekiq's /stats).
-func (h *Handler) statsJSON(w http.ResponseWriter, r *http.Request) {
+func (h *handler) statsJSON(w http.ResponseWriter, r *http.Request) {
 	st, err := h.api.Stats(r.Context())
 	if err != nil {
 		h.fail(w, r, err)

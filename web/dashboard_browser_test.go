@@ -11,13 +11,13 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq/api"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // setKey is the dashboard's URL key of a set entry.
-func setKey(e *api.SortedEntry) string { return wire.FormatScore(e.Score) + "-" + e.JID() }
+func setKey(e *api.SortedEntry) string { return contract.FormatScore(e.Score) + "-" + e.JID() }
 
 func firstEntry(t *testing.T, set *api.JobSet, class string) *api.SortedEntry {
 	t.Helper()
@@ -38,11 +38,11 @@ func TestEveryPageLoadsWithoutJavaScriptErrors(t *testing.T) {
 	ctx := context.Background()
 	// The gojob process flushes its Sidekiq 7 metrics at its next beat.
 	wait.Within(t, 10*time.Second, "GoOkJob metrics", func() bool {
-		m, err := w.api.JobMetrics(ctx, nil)
+		m, err := w.api.JobMetrics(ctx, 0, "")
 		return err == nil && len(m.Classes) > 0
 	})
-	retry := firstEntry(t, w.api.RetrySet().JobSet, "GoFailJob")
-	dead := firstEntry(t, w.api.DeadSet().JobSet, "DeadJob")
+	retry := firstEntry(t, w.api.RetrySet(), "GoFailJob")
+	dead := firstEntry(t, w.api.DeadSet(), "DeadJob")
 	tb := newTab(t)
 	pages := []struct {
 		name, path string
@@ -96,7 +96,7 @@ func TestButtonsActOnRedisAndProcesses(t *testing.T) {
 	defer conn.Close()
 
 	// Retry now: the entry leaves the retry set for its queue.
-	e := firstEntry(t, w.api.RetrySet().JobSet, "ParkedRetryJob")
+	e := firstEntry(t, w.api.RetrySet(), "ParkedRetryJob")
 	tb.open(t, w.web.URL+"/retries/"+url.PathEscape(setKey(e)))
 	tb.click(t, `button[value="retry"]`)
 	require.Contains(t, tb.text(t), "Retry now: ParkedRetryJob")
@@ -108,7 +108,7 @@ func TestButtonsActOnRedisAndProcesses(t *testing.T) {
 	require.Equal(t, 1, n, "Retry now decrements retry_count, as Ruby")
 
 	// Kill, from the list with a ticked box: the entry moves to the dead set.
-	k := firstEntry(t, w.api.RetrySet().JobSet, "ParkedKillJob")
+	k := firstEntry(t, w.api.RetrySet(), "ParkedKillJob")
 	tb.open(t, w.web.URL+"/retries")
 	require.NoError(t, runClickCheckbox(tb, setKey(k)))
 	tb.click(t, `form#bulk .toolbar button[value="kill"]`)

@@ -29,7 +29,7 @@ const lostLimit = 50
 // durablePage shows each database's counts, its rows (earliest deadline
 // first) and the jobs the reconciler found lost (dead-set entries with
 // durable_killed_at).
-func (h *Handler) durablePage(w http.ResponseWriter, r *http.Request) {
+func (h *handler) durablePage(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Durable == nil {
 		notFound(w, "durable page (start gojob web with --durable DBURL)")
 		return
@@ -41,7 +41,7 @@ func (h *Handler) durablePage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := &durableData{Status: st}
-	rows, err := h.cfg.Durable.Rows(ctx, &durable.RowsParams{Limit: 100})
+	rows, err := h.cfg.Durable.Rows(ctx, 100)
 	if err != nil {
 		d.RowsErr = err.Error()
 	}
@@ -69,11 +69,11 @@ func rowState(r *durable.Row, now time.Time) string {
 }
 
 // lostJobs scans the dead set for the entries the reconciler killed.
-func (h *Handler) lostJobs(ctx context.Context) ([]*api.SortedEntry, bool, error) {
+func (h *handler) lostJobs(ctx context.Context) ([]*api.SortedEntry, bool, error) {
 	var out []*api.SortedEntry
 	more := false
 	errStop := errors.New("stop")
-	err := h.api.DeadSet().Scan(ctx, &api.ScanParams{Match: `*"durable_killed_at"*`}, func(e *api.SortedEntry) error {
+	err := h.api.DeadSet().Scan(ctx, `*"durable_killed_at"*`, func(e *api.SortedEntry) error {
 		if e.Job == nil || !e.Job.Has("durable_killed_at") {
 			return nil
 		}

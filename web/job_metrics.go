@@ -30,9 +30,9 @@ func metricsMinutes(r *http.Request) int {
 
 // jobMetrics lists per-class totals of the window (Sidekiq 7+'s Metrics
 // tab).
-func (h *Handler) jobMetrics(w http.ResponseWriter, r *http.Request) {
+func (h *handler) jobMetrics(w http.ResponseWriter, r *http.Request) {
 	mins := metricsMinutes(r)
-	m, err := h.api.JobMetrics(r.Context(), &api.JobMetricsParams{Minutes: mins})
+	m, err := h.api.JobMetrics(r.Context(), mins, "")
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -41,16 +41,16 @@ func (h *Handler) jobMetrics(w http.ResponseWriter, r *http.Request) {
 }
 
 // jobMetricsClass shows one class with its execution-time histogram.
-func (h *Handler) jobMetricsClass(w http.ResponseWriter, r *http.Request) {
+func (h *handler) jobMetricsClass(w http.ResponseWriter, r *http.Request) {
 	mins := metricsMinutes(r)
 	class := r.PathValue("class")
-	m, err := h.api.JobMetrics(r.Context(), &api.JobMetricsParams{Minutes: mins, Class: class})
+	m, err := h.api.JobMetrics(r.Context(), mins, class)
 	histErr := ""
 	if err != nil {
 		// A Redis without BITFIELD (an embedded test server): the counters
 		// still show.
 		histErr = err.Error()
-		if m, err = h.api.JobMetrics(r.Context(), &api.JobMetricsParams{Minutes: mins}); err != nil {
+		if m, err = h.api.JobMetrics(r.Context(), mins, ""); err != nil {
 			h.fail(w, r, err)
 			return
 		}

@@ -7,21 +7,22 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/gojob/gojob/internal/orderedstore"
 	"github.com/gojob/gojob/ordered"
 )
 
 // orderedRow is one ordered queue on the Ordered page.
 type orderedRow struct {
-	*ordered.QueueStatus
+	*orderedstore.QueueStatus
 	Name string
 	Err  string
 }
 
 // orderedList shows every ordered queue (docs/ordered.md) with its
-// counts, lag and morgue size, from ordered.Status.
-func (h *Handler) orderedList(w http.ResponseWriter, r *http.Request) {
+// counts, lag and morgue size, from orderedstore.Status.
+func (h *handler) orderedList(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	qs, err := ordered.Queues(ctx, h.cfg.Pool)
+	qs, err := orderedstore.Queues(ctx, h.cfg.Pool)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -30,7 +31,7 @@ func (h *Handler) orderedList(w http.ResponseWriter, r *http.Request) {
 	now := h.clock.Now()
 	for _, q := range qs {
 		row := orderedRow{Name: q}
-		if row.QueueStatus, err = ordered.Status(ctx, h.cfg.Pool, q, now); err != nil {
+		if row.QueueStatus, err = orderedstore.Status(ctx, h.cfg.Pool, q, now); err != nil {
 			// One queue that cannot be read (half created, a bad name)
 			// does not hide the others.
 			row.Err = err.Error()
@@ -41,18 +42,18 @@ func (h *Handler) orderedList(w http.ResponseWriter, r *http.Request) {
 }
 
 type orderedQueueData struct {
-	Status *ordered.QueueStatus
-	Morgue []ordered.MorgueEntry
+	Status *orderedstore.QueueStatus
+	Morgue []orderedstore.MorgueEntry
 	Pager  pager
 }
 
 // orderedQueue shows one ordered queue: its shards with their owner,
 // fencing token and lease left, and its morgue, newest burial first.
-func (h *Handler) orderedQueue(w http.ResponseWriter, r *http.Request) {
+func (h *handler) orderedQueue(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := r.PathValue("queue")
-	st, err := ordered.Status(ctx, h.cfg.Pool, q, h.clock.Now())
-	if errors.Is(err, ordered.ErrNoQueue) || errors.Is(err, ordered.ErrBadQueueName) {
+	st, err := orderedstore.Status(ctx, h.cfg.Pool, q, h.clock.Now())
+	if errors.Is(err, orderedstore.ErrNoQueue) || errors.Is(err, ordered.ErrBadQueueName) {
 		notFound(w, "ordered queue "+strconv.Quote(q))
 		return
 	}
@@ -61,7 +62,7 @@ func (h *Handler) orderedQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pg, off := newPager(r, int64(st.MorgueKeys))
-	morgue, err := ordered.Morgue(ctx, h.cfg.Pool, q, &ordered.MorgueParams{Offset: off, Limit: pageSize})
+	morgue, err := orderedstore.Morgue(ctx, h.cfg.Pool, q, &orderedstore.MorgueParams{Offset: off, Limit: pageSize})
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -70,12 +71,12 @@ func (h *Handler) orderedQueue(w http.ResponseWriter, r *http.Request) {
 }
 
 // orderedAction requeues or deletes the morgue's payloads of one key, or
-// of every key with all=1, through ordered.MorgueApply.
-func (h *Handler) orderedAction(w http.ResponseWriter, r *http.Request) {
+// of every key with all=1, through orderedstore.MorgueApply.
+func (h *handler) orderedAction(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := r.PathValue("queue")
-	action := ordered.MorgueAction(r.PostFormValue("action"))
-	if action != ordered.MorgueRequeue && action != ordered.MorgueDelete {
+	action := orderedstore.MorgueAction(r.PostFormValue("action"))
+	if action != orderedstore.MorgueRequeue && action != orderedstore.MorgueDelete {
 		http.Error(w, `action must be "requeue" or "delete"`, http.StatusBadRequest)
 		return
 	}
@@ -89,8 +90,8 @@ func (h *Handler) orderedAction(w http.ResponseWriter, r *http.Request) {
 		}
 		keys, what = []string{key}, "key "+key
 	}
-	n, err := ordered.MorgueApply(ctx, h.cfg.Pool, q, action, keys, h.clock.Now())
-	if errors.Is(err, ordered.ErrNoQueue) || errors.Is(err, ordered.ErrBadQueueName) {
+	n, err := orderedstore.MorgueApply(ctx, h.cfg.Pool, q, action, keys, h.clock.Now())
+	if errors.Is(err, orderedstore.ErrNoQueue) || errors.Is(err, ordered.ErrBadQueueName) {
 		notFound(w, "ordered queue "+strconv.Quote(q))
 		return
 	}
@@ -99,7 +100,7 @@ func (h *Handler) orderedAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	verb := "requeued"
-	if action == ordered.MorgueDelete {
+	if action == orderedstore.MorgueDelete {
 		verb = "deleted"
 	}
 	msg := fmt.Sprintf("%s %s of %s from the morgue", verb, plural(n, "payload"), what)

@@ -13,6 +13,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/orderedstore"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/ordered"
@@ -43,7 +44,7 @@ func buryOrders(t *testing.T, pool *redis.Pool, keys ...string) {
 		require.NoError(t, err)
 	}
 	wait.Within(t, 10*time.Second, "every key in the morgue", func() bool {
-		st, err := ordered.Status(ctx, pool, "orders", time.Now())
+		st, err := orderedstore.Status(ctx, pool, "orders", time.Now())
 		return err == nil && st.MorgueKeys == len(keys)
 	})
 	require.NoError(t, ow.Stop(ctx))
@@ -83,14 +84,14 @@ func TestOrderedRequeueButtonMovesTheMorgueEntryBack(t *testing.T) {
 	// Without the token nothing moves.
 	resp := post(url.Values{"action": {"requeue"}, "key": {"order-1"}})
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
-	ks, err := ordered.Key(ctx, pool, "orders", "order-1")
+	ks, err := orderedstore.Key(ctx, pool, "orders", "order-1")
 	require.NoError(t, err)
 	require.Len(t, ks.Morgue, 1)
 
 	// Requeue, as the entry's button posts it.
 	resp = post(url.Values{"action": {"requeue"}, "key": {"order-1"}, "csrf": {m[1]}, "back": {"/ordered/orders"}})
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	ks, err = ordered.Key(ctx, pool, "orders", "order-1")
+	ks, err = orderedstore.Key(ctx, pool, "orders", "order-1")
 	require.NoError(t, err)
 	require.Empty(t, ks.Morgue)
 	require.Len(t, ks.Payloads, 1, "back in the key's queue")
@@ -105,13 +106,13 @@ func TestOrderedRequeueButtonMovesTheMorgueEntryBack(t *testing.T) {
 	// Delete one, then requeue all.
 	resp = post(url.Values{"action": {"delete"}, "key": {"order-2"}, "csrf": {m[1]}})
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	ks, err = ordered.Key(ctx, pool, "orders", "order-2")
+	ks, err = orderedstore.Key(ctx, pool, "orders", "order-2")
 	require.NoError(t, err)
 	require.Empty(t, ks.Morgue)
 	require.Empty(t, ks.Payloads)
 	resp = post(url.Values{"action": {"requeue"}, "all": {"1"}, "csrf": {m[1]}})
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	st, err := ordered.Status(ctx, pool, "orders", time.Now())
+	st, err := orderedstore.Status(ctx, pool, "orders", time.Now())
 	require.NoError(t, err)
 	require.Equal(t, 0, st.MorgueKeys)
 	require.EqualValues(t, 2, st.Pending)
@@ -144,7 +145,7 @@ func TestOrderedPageReadOnlyHidesAndRefusesMorgueButtons(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
 	require.Contains(t, string(body), "read-only")
-	st, err := ordered.Status(context.Background(), pool, "orders", time.Now())
+	st, err := orderedstore.Status(context.Background(), pool, "orders", time.Now())
 	require.NoError(t, err)
 	require.Equal(t, 1, st.MorgueKeys)
 }

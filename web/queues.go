@@ -25,7 +25,7 @@ type queueRow struct {
 	Err     string
 }
 
-func (h *Handler) queues(w http.ResponseWriter, r *http.Request) {
+func (h *handler) queues(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	qs, err := h.api.Queues(ctx)
 	if err != nil {
@@ -54,9 +54,12 @@ func (h *Handler) queues(w http.ResponseWriter, r *http.Request) {
 }
 
 type queueData struct {
-	Name    string
-	Paused  bool
-	Page    *api.QueuePage
+	Name   string
+	Paused bool
+	// Records are the page's jobs; Size is the queue's length when they
+	// were read.
+	Records []*api.JobRecord
+	Size    int64
 	Pager   pager
 	Latency time.Duration
 }
@@ -81,7 +84,7 @@ func newPager(r *http.Request, size int64) (pager, int) {
 	return pager{Page: p, Pages: pages, Base: base}, (p - 1) * pageSize
 }
 
-func (h *Handler) queue(w http.ResponseWriter, r *http.Request) {
+func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	name := r.PathValue("name")
 	if !queueName.MatchString(name) {
@@ -95,7 +98,7 @@ func (h *Handler) queue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pg, off := newPager(r, size)
-	page, err := q.Page(ctx, &api.PageParams{Offset: off, Limit: pageSize})
+	records, size, err := q.Page(ctx, off, pageSize)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -106,13 +109,13 @@ func (h *Handler) queue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lat, _ := q.Latency(ctx)
-	d := &queueData{Name: name, Paused: slices.Contains(paused, name), Page: page, Pager: pg, Latency: lat}
+	d := &queueData{Name: name, Paused: slices.Contains(paused, name), Records: records, Size: size, Pager: pg, Latency: lat}
 	h.render(w, r, "queue", "Queue "+name, "queues", d)
 }
 
 // queueAction deletes one job (by its exact JSON, as the Web UI), clears
 // the queue, or pauses / unpauses it (docs/queue-pause.md).
-func (h *Handler) queueAction(w http.ResponseWriter, r *http.Request) {
+func (h *handler) queueAction(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	name := r.PathValue("name")
 	if !queueName.MatchString(name) {

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -82,7 +83,7 @@ type view struct {
 
 // render executes page into a buffer first, so a template error is a clean
 // 500 instead of half a page.
-func (h *Handler) render(w http.ResponseWriter, r *http.Request, page, title, nav string, data any) {
+func (h *handler) render(w http.ResponseWriter, r *http.Request, page, title, nav string, data any) {
 	t := h.pages.pages[page]
 	if t == nil {
 		h.fail(w, r, fmt.Errorf("web: no page %q", page))
@@ -227,7 +228,7 @@ func prettyJSON(raw []byte) string {
 
 // setKey is a sorted-set entry's URL key, Ruby's Web UI row key
 // "<score>-<jid>".
-func setKey(e *api.SortedEntry) string { return wire.FormatScore(e.Score) + "-" + e.JID() }
+func setKey(e *api.SortedEntry) string { return contract.FormatScore(e.Score) + "-" + e.JID() }
 
 // parseSetKey splits "<score>-<jid>" at the first "-" after the score
 // (a score is never negative here).
@@ -236,7 +237,7 @@ func parseSetKey(key string) (float64, string, bool) {
 	if !ok || jid == "" {
 		return 0, "", false
 	}
-	score, err := wire.ParseScore(s)
+	score, err := contract.ParseScore(s)
 	if err != nil || math.IsNaN(score) {
 		return 0, "", false
 	}

@@ -16,37 +16,38 @@ type setKind struct {
 	Path, Title string
 	set         func(*api.API) *api.JobSet
 	// ascending lists next due first (Retries, Scheduled); Dead lists the
-	// newest death first, as Ruby's Web UI.
+	// newest death first, as Ruby's Web UI and JobSet.Page.
 	ascending bool
 	// actions are the per-entry buttons, in order.
 	actions []string
 	// bulk runs a set-wide action ("retry_all", "kill_all", "add_all").
-	bulk map[string]func(context.Context, *api.API) (*api.BulkActionResult, error)
+	bulk map[string]func(context.Context, *api.JobSet) (*api.BulkActionResult, error)
+}
+
+// retryAll pushes every entry now: "Retry all", and "Add all to queue" of
+// the schedule set.
+func retryAll(ctx context.Context, s *api.JobSet) (*api.BulkActionResult, error) {
+	return s.RetryAll(ctx)
+}
+
+// killAll moves every entry to the dead set ("Kill all").
+func killAll(ctx context.Context, s *api.JobSet) (*api.BulkActionResult, error) {
+	return s.KillAll(ctx, nil)
 }
 
 var setKinds = []*setKind{
 	{Path: "retries", Title: "Retries", ascending: true, actions: []string{"retry", "kill", "delete"},
-		set: func(a *api.API) *api.JobSet { return a.RetrySet().JobSet },
-		bulk: map[string]func(context.Context, *api.API) (*api.BulkActionResult, error){
-			"retry_all": func(ctx context.Context, a *api.API) (*api.BulkActionResult, error) {
-				return a.RetrySet().RetryAll(ctx)
-			},
-			"kill_all": func(ctx context.Context, a *api.API) (*api.BulkActionResult, error) {
-				return a.RetrySet().KillAll(ctx, nil)
-			},
+		set: (*api.API).RetrySet,
+		bulk: map[string]func(context.Context, *api.JobSet) (*api.BulkActionResult, error){
+			"retry_all": retryAll,
+			"kill_all":  killAll,
 		}},
 	{Path: "scheduled", Title: "Scheduled", ascending: true, actions: []string{"add_to_queue", "delete"},
-		set: func(a *api.API) *api.JobSet { return a.ScheduledSet().JobSet },
-		bulk: map[string]func(context.Context, *api.API) (*api.BulkActionResult, error){
-			"add_all": func(ctx context.Context, a *api.API) (*api.BulkActionResult, error) {
-				return a.ScheduledSet().AddAllToQueue(ctx)
-			},
-		}},
+		set:  (*api.API).ScheduledSet,
+		bulk: map[string]func(context.Context, *api.JobSet) (*api.BulkActionResult, error){"add_all": retryAll}},
 	{Path: "dead", Title: "Dead", actions: []string{"retry", "delete"},
-		set: func(a *api.API) *api.JobSet { return a.DeadSet().JobSet },
-		bulk: map[string]func(context.Context, *api.API) (*api.BulkActionResult, error){
-			"retry_all": func(ctx context.Context, a *api.API) (*api.BulkActionResult, error) { return a.DeadSet().RetryAll(ctx) },
-		}},
+		set:  (*api.API).DeadSet,
+		bulk: map[string]func(context.Context, *api.JobSet) (*api.BulkActionResult, error){"retry_all": retryAll}},
 }
 
 // actionLabels are the buttons' texts.
@@ -87,7 +88,7 @@ func (k *setKind) bulkNames() []string {
 	return append(names, "delete_all")
 }
 
-func (h *Handler) setList(k *setKind) http.HandlerFunc {
+func (h *handler) setList(k *setKind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		set := k.set(h.api)
@@ -97,7 +98,7 @@ func (h *Handler) setList(k *setKind) http.HandlerFunc {
 			// Ruby's filter: a raw-JSON substring match (ZSCAN MATCH), so a
 			// jid, a class or an argument all find their jobs.
 			errStop := errors.New("stop")
-			err := set.Scan(ctx, &api.ScanParams{Match: escapeGlob(d.Search)}, func(e *api.SortedEntry) error {
+			err := set.Scan(ctx, escapeGlob(d.Search), func(e *api.SortedEntry) error {
 				if len(d.Entries) == searchLimit {
 					d.Limited = true
 					return errStop
@@ -124,12 +125,10 @@ func (h *Handler) setList(k *setKind) http.HandlerFunc {
 			}
 			var off int
 			d.Pager, off = newPager(r, size)
-			page, err := set.Page(ctx, &api.PageParams{Offset: off, Limit: pageSize, Ascending: k.ascending})
-			if err != nil {
+			if d.Entries, d.Size, err = set.Page(ctx, off, pageSize); err != nil {
 				h.fail(w, r, err)
 				return
 			}
-			d.Entries, d.Size = page.Entries, page.Size
 		}
 		h.render(w, r, "set", k.Title, k.Path, d)
 	}
@@ -159,12 +158,12 @@ func escapeGlob(s string) string {
 }
 
 // find loads the entry of a "<score>-<jid>" key.
-func (h *Handler) find(ctx context.Context, k *setKind, key string) (*api.SortedEntry, error) {
+func (h *handler) find(ctx context.Context, k *setKind, key string) (*api.SortedEntry, error) {
 	score, jid, ok := parseSetKey(key)
 	if !ok {
 		return nil, nil
 	}
-	entries, err := k.set(h.api).Fetch(ctx, &api.FetchParams{Min: score, JID: jid})
+	entries, err := k.set(h.api).Fetch(ctx, score, jid)
 	if err != nil || len(entries) == 0 {
 		return nil, err
 	}
@@ -180,7 +179,7 @@ type setEntryData struct {
 	Actions      [][2]string
 }
 
-func (h *Handler) setEntry(k *setKind) http.HandlerFunc {
+func (h *handler) setEntry(k *setKind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		e, err := h.find(r.Context(), k, r.PathValue("key"))
 		if err != nil {
@@ -202,16 +201,15 @@ func (h *Handler) setEntry(k *setKind) http.HandlerFunc {
 }
 
 // apply runs one per-entry action.
-func (h *Handler) apply(ctx context.Context, k *setKind, e *api.SortedEntry, action string) error {
+func (h *handler) apply(ctx context.Context, k *setKind, e *api.SortedEntry, action string) error {
 	if !slices.Contains(k.actions, action) {
 		return fmt.Errorf("unknown action %q for %s", action, k.Title)
 	}
 	var err error
 	switch action {
-	case "retry":
+	case "retry", "add_to_queue":
+		// Retry of a scheduled entry is the Web UI's "Add to queue".
 		_, err = e.Retry(ctx)
-	case "add_to_queue":
-		_, err = e.AddToQueue(ctx)
 	case "kill":
 		err = e.Kill(ctx, nil)
 	case "delete":
@@ -220,7 +218,7 @@ func (h *Handler) apply(ctx context.Context, k *setKind, e *api.SortedEntry, act
 	return err
 }
 
-func (h *Handler) setEntryAction(k *setKind) http.HandlerFunc {
+func (h *handler) setEntryAction(k *setKind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		action := r.PostFormValue("action")
@@ -247,7 +245,7 @@ func (h *Handler) setEntryAction(k *setKind) http.HandlerFunc {
 
 // setBulk runs an action on the checked entries (key=… repeated) or on the
 // whole set (the "… all" buttons).
-func (h *Handler) setBulk(k *setKind) http.HandlerFunc {
+func (h *handler) setBulk(k *setKind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		if err := r.ParseForm(); err != nil {
@@ -265,7 +263,7 @@ func (h *Handler) setBulk(k *setKind) http.HandlerFunc {
 			return
 		}
 		if f, ok := k.bulk[action]; ok {
-			res, err := f(ctx, h.api)
+			res, err := f(ctx, k.set(h.api))
 			if err != nil {
 				h.fail(w, r, err)
 				return

@@ -2,11 +2,13 @@ package web
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidejob"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
@@ -29,7 +31,7 @@ type sjTreeData struct {
 	Limited bool
 }
 
-func (h *Handler) sidejobTree(w http.ResponseWriter, r *http.Request) {
+func (h *handler) sidejobTree(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	ids, err := h.sj.JobIDs(ctx)
 	if err != nil {
@@ -69,11 +71,10 @@ func (h *Handler) sidejobTree(w http.ResponseWriter, r *http.Request) {
 
 // isGone reports an error about a job deleted while the page was built.
 func isGone(err error) bool {
-	var nf *sidejob.JobNotFoundError
-	return asError(err, &nf)
+	return errors.Is(err, sidejob.ErrJobNotFound)
 }
 
-func (h *Handler) sjNode(ctx context.Context, j *sidejob.Job, name string, depth int, seen *int) (*sjNode, error) {
+func (h *handler) sjNode(ctx context.Context, j *sidejob.Job, name string, depth int, seen *int) (*sjNode, error) {
 	*seen++
 	info, err := j.Info(ctx)
 	if err != nil {
@@ -134,7 +135,7 @@ type sjJobData struct {
 // portPeek is how many waiting values a port shows.
 const portPeek = 10
 
-func (h *Handler) sidejobJob(w http.ResponseWriter, r *http.Request) {
+func (h *handler) sidejobJob(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil {
@@ -178,41 +179,39 @@ func (h *Handler) sidejobJob(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, "sidejob_job", "SideJob job "+strconv.FormatInt(id, 10), "sidejob", d)
 }
 
-func (h *Handler) sjPorts(ctx context.Context, j *sidejob.Job) ([]sjPortView, error) {
+func (h *handler) sjPorts(ctx context.Context, j *sidejob.Job) ([]sjPortView, error) {
+	ports, err := j.Ports(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out []sjPortView
-	for _, list := range []func(context.Context) ([]*sidejob.Port, error){j.Inports, j.Outports} {
-		ports, err := list(ctx)
+	for _, p := range ports {
+		v := sjPortView{Type: p.Type(), Name: p.Name()}
+		if v.Size, err = p.Size(ctx); err != nil {
+			return nil, err
+		}
+		def, err := p.Default(ctx)
 		if err != nil {
 			return nil, err
 		}
-		for _, p := range ports {
-			v := sjPortView{Type: p.Type().String(), Name: p.Name()}
-			if v.Size, err = p.Size(ctx); err != nil {
-				return nil, err
-			}
-			def, err := p.Default(ctx)
-			if err != nil {
-				return nil, err
-			}
-			if def != nil {
-				v.HasDefault, v.Default = true, string(def.Value.Encode())
-			}
-			if v.Channels, err = p.Channels(ctx); err != nil {
-				return nil, err
-			}
-			if v.Data, err = h.peekPort(ctx, p); err != nil {
-				return nil, err
-			}
-			v.More = v.Size > int64(len(v.Data))
-			out = append(out, v)
+		if def != nil {
+			v.HasDefault, v.Default = true, string(def.Value.Encode())
 		}
+		if v.Channels, err = p.Channels(ctx); err != nil {
+			return nil, err
+		}
+		if v.Data, err = h.peekPort(ctx, p); err != nil {
+			return nil, err
+		}
+		v.More = v.Size > int64(len(v.Data))
+		out = append(out, v)
 	}
 	return out, nil
 }
 
 // peekPort reads the first waiting values of a port (LRANGE of its list;
 // Port.Read pops from the same end) without consuming them.
-func (h *Handler) peekPort(ctx context.Context, p *sidejob.Port) ([]string, error) {
+func (h *handler) peekPort(ctx context.Context, p *sidejob.Port) ([]string, error) {
 	conn, err := h.cfg.Pool.GetContext(ctx)
 	if err != nil {
 		return nil, err
@@ -224,8 +223,8 @@ func (h *Handler) peekPort(ctx context.Context, p *sidejob.Port) ([]string, erro
 	}
 	out := make([]string, len(raws))
 	for i, raw := range raws {
-		if d, err := sidejob.DecodeData(raw); err == nil {
-			out[i] = string(d.Value.Encode())
+		if v, _, _, err := sidejobwire.DecodeEnvelope(raw); err == nil {
+			out[i] = string(v.Encode())
 		} else {
 			out[i] = string(raw)
 		}

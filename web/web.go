@@ -19,6 +19,8 @@ import (
 	"strings"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/clock"
@@ -69,8 +71,8 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Handler serves the dashboard. It is safe for concurrent use.
-type Handler struct {
+// handler serves the dashboard. It is safe for concurrent use.
+type handler struct {
 	cfg   Config
 	api   *api.API
 	sj    *sidejob.Client
@@ -81,15 +83,15 @@ type Handler struct {
 	secret []byte
 }
 
-// New returns the dashboard handler.
-func New(cfg *Config) (*Handler, error) {
+// New returns the dashboard's HTTP handler. It is safe for concurrent use.
+func New(cfg *Config) (http.Handler, error) {
 	if cfg == nil {
 		return nil, errors.New("web: nil Config")
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: *cfg, api: cfg.API, sj: cfg.SideJob, clock: clock.Or(cfg.Clock)}
+	h := &handler{cfg: *cfg, api: cfg.API, sj: cfg.SideJob, clock: clock.Or(cfg.Clock)}
 	if h.api == nil {
 		a, err := api.New(&api.Config{Pool: cfg.Pool, Clock: cfg.Clock})
 		if err != nil {
@@ -117,10 +119,12 @@ func New(cfg *Config) (*Handler, error) {
 	return h, nil
 }
 
-func (h *Handler) routes() {
+func (h *handler) routes() {
 	m := http.NewServeMux()
 	m.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(staticFS())))
-	m.Handle("GET /metrics", metrics.ClusterHandler(h.api))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.NewCluster(h.api))
+	m.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	m.HandleFunc("GET /{$}", h.dashboard)
 	m.HandleFunc("GET /stats.json", h.statsJSON)
 	m.HandleFunc("GET /busy", h.busy)
@@ -149,7 +153,7 @@ func (h *Handler) routes() {
 
 // ServeHTTP authenticates, checks POSTs (read-only mode, CSRF token), sets
 // the security headers and serves the page.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.authenticate(w, r) {
 		return
 	}
@@ -176,7 +180,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // fail logs err and shows it.
-func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	h.cfg.Logger.Error().Err(err).Str("component", "web").Str("path", r.URL.Path).Msg("request failed")
 	http.Error(w, err.Error(), http.StatusInternalServerError)
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/gojob/gojob/cron"
 	"github.com/gojob/gojob/durable"
+	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/orderedstore"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/rubytest"
 	"github.com/gojob/gojob/internal/wait"
@@ -142,7 +144,7 @@ func newWorld(t *testing.T, cfg *web.Config) *world {
 	dead.SetJID(wire.NewJID())
 	dead.Set("error_class", rubyjson.StringValue("RuntimeError"))
 	dead.Set("error_message", rubyjson.StringValue("out of retries"))
-	dead.SetErrorBacktrace([]string{"app/jobs/dead_job.rb:12:in `perform'", "sidekiq/processor.rb:196:in `execute_job'"}, w.api.Version())
+	contract.SetErrorBacktrace(dead, []string{"app/jobs/dead_job.rb:12:in `perform'", "sidekiq/processor.rb:196:in `execute_job'"}, wire.Version{Major: 7, Minor: 3, Patch: 10})
 	require.NoError(t, w.api.DeadSet().Kill(ctx, dead.Bytes(), &api.KillOpts{SkipDeathHandlers: true}))
 	// Retries nobody processes (queue "parked"), for Retry now and Kill.
 	for i, class := range []string{"ParkedRetryJob", "ParkedKillJob"} {
@@ -150,7 +152,7 @@ func newWorld(t *testing.T, cfg *web.Config) *world {
 		require.NoError(t, err)
 		j.SetQueue("parked")
 		j.SetJID(wire.NewJID())
-		j.SetRetryCount(2)
+		contract.SetRetryCount(j, 2)
 		j.Set("error_class", rubyjson.StringValue("Net::ReadTimeout"))
 		j.Set("error_message", rubyjson.StringValue("read timeout"))
 		require.NoError(t, w.api.RetrySet().Schedule(ctx, time.Now().Add(time.Duration(10+i)*time.Minute), j))
@@ -159,10 +161,11 @@ func newWorld(t *testing.T, cfg *web.Config) *world {
 	// A SideJob tree.
 	sj, err := sidejob.NewClient(&sidejob.Config{Pool: w.pool})
 	require.NoError(t, err)
-	reg := sidejob.NewRegistry()
-	noop := sidejob.WorkerFunc(func(context.Context, *sidejob.Job, []rubyjson.Value) error { return nil })
-	require.NoError(t, reg.Register("Pipeline", noop, sidejob.MustConfig(`{"inports":{"in":{}},"outports":{"out":{"channels":["/results"]}}}`)))
-	require.NoError(t, sj.RegisterAll(ctx, "sj", reg))
+	// The worker class as its serving process registers it (ServerSetup).
+	conn := w.pool.Get()
+	_, err = conn.Do("HSET", "workers:sj", "Pipeline", `{"inports":{"in":{}},"outports":{"out":{"channels":["/results"]}}}`)
+	conn.Close()
+	require.NoError(t, err)
 	w.sjParent, err = sj.Queue(ctx, "sj", "Pipeline", &sidejob.QueueOpts{Args: []any{"root"}})
 	require.NoError(t, err)
 	child, err := sj.Queue(ctx, "sj", "Pipeline", &sidejob.QueueOpts{Parent: w.sjParent, Name: "step1"})
@@ -172,13 +175,14 @@ func newWorld(t *testing.T, cfg *web.Config) *world {
 	require.NoError(t, in.Write(ctx, map[string]any{"rows": 3}))
 
 	// A periodic job.
-	store := &cron.Store{Client: cl, Layout: cron.Layout{Namespace: cron.DefaultNamespace}}
+	store := &cron.Store{Client: cl, Layout: cron.Layout{}}
 	cj, err := cron.NewJob("nightly-report", "0 3 * * *", "ReportJob", "default")
 	require.NoError(t, err)
 	require.NoError(t, store.Save(ctx, cj))
 
 	// A durable database with one row.
-	d, err := durable.New(&durable.Config{URLs: []string{"sqlite:" + filepath.Join(t.TempDir(), "durable.db")}})
+	d, err := durable.New(&durable.Config{URLs: []string{"sqlite:" + filepath.Join(t.TempDir(), "durable.db")},
+		Classes: map[string]time.Duration{"DurableJob": 0}})
 	require.NoError(t, err)
 	t.Cleanup(func() { d.Close() })
 	_, err = d.Migrate(ctx)
@@ -187,8 +191,7 @@ func newWorld(t *testing.T, cfg *web.Config) *world {
 	require.NoError(t, err)
 	dj.SetJID(wire.NewJID())
 	dj.SetQueue("default")
-	_, err = d.Insert(ctx, &durable.InsertParams{Job: dj})
-	require.NoError(t, err)
+	require.NoError(t, d.BeforePush(ctx, []*wire.Job{dj}))
 
 	// An ordered queue with a live worker owning its shards, a key in the
 	// morgue and a key waiting.
@@ -256,7 +259,7 @@ func startOrdered(t *testing.T, w *world) {
 	_, err = oc.Push(ctx, later, &ordered.PushOpts{Key: "order-99", At: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
 	wait.Within(t, 10*time.Second, "order-13 in the morgue", func() bool {
-		st, err := ordered.Status(ctx, w.pool, "orders", time.Now())
+		st, err := orderedstore.Status(ctx, w.pool, "orders", time.Now())
 		return err == nil && st.MorgueKeys == 1
 	})
 }

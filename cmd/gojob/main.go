@@ -1,4 +1,8 @@
 // Command gojob runs and inspects Sidekiq jobs from Go. See `gojob help`.
+//
+// It is the cli package's commands plus `gojob bench` (internal/bench),
+// which only this binary carries: a program built on cli gets the runtime
+// commands without the benchmark.
 package main
 
 import (
@@ -6,8 +10,9 @@ import (
 	"os"
 
 	"github.com/gojob/gojob/cli"
+	"github.com/gojob/gojob/internal/bench"
 )
 
 func main() {
-	os.Exit(cli.Run(context.Background(), os.Args, os.Stdout, os.Stderr))
+	os.Exit(cli.Run(context.Background(), os.Args, os.Stdout, os.Stderr, cli.WithCommand(bench.Command())))
 }

@@ -151,7 +151,7 @@ func (pipeline) Perform(ctx context.Context, j *sidejob.Job, _ []rubyjson.Value)
 
 // Registry returns the pipeline's workers.
 func Registry() (*sidejob.Registry, error) {
-	reg := sidejob.NewRegistry()
+	reg := &sidejob.Registry{}
 	for _, w := range []struct {
 		class  string
 		worker sidejob.Worker
@@ -161,11 +161,7 @@ func Registry() (*sidejob.Registry, error) {
 		{"Square", square{}, `{"description":"squares numbers","inports":{"in":{}},"outports":{"out":{}}}`},
 		{"Total", total{}, `{"description":"running sum","inports":{"in":{}},"outports":{"total":{}}}`},
 	} {
-		cfg, err := sidejob.ParseConfig(w.config)
-		if err != nil {
-			return nil, err
-		}
-		if err := reg.Register(w.class, w.worker, cfg); err != nil {
+		if err := reg.Register(w.class, w.worker, w.config); err != nil {
 			return nil, err
 		}
 	}
@@ -212,14 +208,14 @@ func run(ctx context.Context, url string, n int, serve bool, out io.Writer) erro
 		return err
 	}
 	if _, err := parent.Queue(ctx, Queue, "Square", &sidejob.QueueOpts{Name: "square",
-		Inports:  []sidejob.PortDef{sidejob.PortNamed("in").WithChannels("/pipeline/numbers")},
-		Outports: []sidejob.PortDef{sidejob.PortNamed("out").WithChannels("/pipeline/squares")},
+		Inports:  []sidejob.PortDef{{Name: "in", Channels: []string{"/pipeline/numbers"}}},
+		Outports: []sidejob.PortDef{{Name: "out", Channels: []string{"/pipeline/squares"}}},
 	}); err != nil {
 		return err
 	}
 	if _, err := parent.Queue(ctx, Queue, "Total", &sidejob.QueueOpts{Name: "total",
-		Inports:  []sidejob.PortDef{sidejob.PortNamed("in").WithChannels("/pipeline/squares")},
-		Outports: []sidejob.PortDef{sidejob.PortNamed("total").WithChannels("/pipeline/total")},
+		Inports:  []sidejob.PortDef{{Name: "in", Channels: []string{"/pipeline/squares"}}},
+		Outports: []sidejob.PortDef{{Name: "total", Channels: []string{"/pipeline/total"}}},
 	}); err != nil {
 		return err
 	}

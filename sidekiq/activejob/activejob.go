@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -20,14 +21,14 @@ import (
 // an ActiveJob wrapper.
 var ErrNotActiveJob = errors.New("activejob: not an ActiveJob payload")
 
-// WrapperFor returns the wrapper class name Sidekiq v writes
-// (docs/sidekiq-wire.md#activejob-payloads): wire.ActiveJobWrapper up to
-// 7.x, wire.ActiveJobWrapper8 from 8.0 (which 6.x and ≤7.3.2 cannot run).
-func WrapperFor(v wire.Version) string {
+// wrapperFor returns the wrapper class name Sidekiq v writes
+// (docs/sidekiq-wire.md#activejob-payloads): contract.ActiveJobWrapper up to
+// 7.x, contract.ActiveJobWrapper8 from 8.0 (which 6.x and ≤7.3.2 cannot run).
+func wrapperFor(v wire.Version) string {
 	if v.AtLeast(8, 0, 0) {
-		return wire.ActiveJobWrapper8
+		return contract.ActiveJobWrapper8
 	}
-	return wire.ActiveJobWrapper
+	return contract.ActiveJobWrapper
 }
 
 // Job is the ActiveJob inside a wrapper job: the fields of args[0]
@@ -63,7 +64,7 @@ type Job struct {
 	EnqueuedAt time.Time
 	// ScheduledAt is "scheduled_at" (Rails 7.1+); zero when null or missing.
 	ScheduledAt time.Time
-	// Arguments are "arguments" decoded by DeserializeArguments.
+	// Arguments are "arguments" decoded as ActiveJob::Arguments.deserialize reads them.
 	Arguments []any
 	// Data is a copy of the whole serialized hash, unknown keys included.
 	Data *rubyjson.Map
@@ -73,7 +74,7 @@ type Job struct {
 // ErrNotActiveJob for other jobs, and an error when args is not exactly one
 // object or an argument is malformed.
 func Decode(j *wire.Job) (*Job, error) {
-	if !j.IsActiveJob() {
+	if !contract.IsActiveJob(j) {
 		return nil, fmt.Errorf("%w: class %q", ErrNotActiveJob, j.Class())
 	}
 	args := j.Args()
@@ -91,7 +92,7 @@ func Decode(j *wire.Job) (*Job, error) {
 	}
 	aj := &Job{
 		Wrapper:       j.Class(),
-		Wrapped:       j.Wrapped(),
+		Wrapped:       contract.Wrapped(j),
 		JobClass:      str("job_class"),
 		JobID:         str("job_id"),
 		ProviderJobID: j.JID(),
@@ -130,7 +131,7 @@ func Decode(j *wire.Job) (*Job, error) {
 		return nil, fmt.Errorf("activejob: %s: arguments is a %s, not an array", j.JID(), av.Kind())
 	}
 	var err error
-	if aj.Arguments, err = DeserializeArguments(vals); err != nil {
+	if aj.Arguments, err = deserializeArguments(vals); err != nil {
 		return nil, fmt.Errorf("activejob: %s (%s): %w", j.JID(), aj.JobClass, err)
 	}
 	return aj, nil
@@ -147,7 +148,7 @@ func ajMetaTime(m *rubyjson.Map, key string) time.Time {
 		return t
 	}
 	if f, ok := v.Float(); ok {
-		return wire.FromEpochSeconds(f)
+		return contract.FromEpochSeconds(f)
 	}
 	return time.Time{}
 }
@@ -187,11 +188,11 @@ type Params struct {
 	// writes {}.
 	ExceptionExecutions map[string]int
 	// EnqueuedAt is the args[0] "enqueued_at", written in whole seconds as
-	// Rails 6.1 does. Required by NewActiveJob; PushActiveJob defaults it to
+	// Rails 6.1 does. Required by New; Push defaults it to
 	// the client's clock.
 	EnqueuedAt time.Time
-	// Version picks the wrapper class and key order (ActiveJobWrapperFor).
-	// Default DefaultVersion; PushActiveJob defaults it to the client's.
+	// Version picks the wrapper class and key order (Rails' JobWrapper up to 7.x, Sidekiq::ActiveJob::Wrapper from 8.0).
+	// Default DefaultVersion; Push defaults it to the client's.
 	Version wire.Version
 }
 
@@ -233,7 +234,7 @@ func New(p *Params) (*wire.Job, error) {
 	if v.IsZero() {
 		v = wire.DefaultVersion
 	}
-	jobID := cmp.Or(p.JobID, NewJobID())
+	jobID := cmp.Or(p.JobID, newJobID())
 	priority := rubyjson.NullValue()
 	if p.Priority != nil {
 		priority = rubyjson.IntValue(int64(*p.Priority))
@@ -260,7 +261,7 @@ func New(p *Params) (*wire.Job, error) {
 	data.Set("enqueued_at", rubyjson.StringValue(p.EnqueuedAt.UTC().Format("2006-01-02T15:04:05Z")))
 
 	m := rubyjson.NewMap()
-	class := rubyjson.StringValue(WrapperFor(v))
+	class := rubyjson.StringValue(wrapperFor(v))
 	if !v.AtLeast(7, 3, 3) {
 		m.Set("class", class)
 	}
@@ -297,9 +298,9 @@ func Push(ctx context.Context, c *sidekiq.Client, p *Params, opts *sidekiq.PushO
 	return c.Push(ctx, job, opts)
 }
 
-// NewJobID returns a random UUID v4 in lowercase 8-4-4-4-12 form, as
+// newJobID returns a random UUID v4 in lowercase 8-4-4-4-12 form, as
 // ActiveJob's SecureRandom.uuid.
-func NewJobID() string {
+func newJobID() string {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		panic("activejob: crypto/rand failed: " + err.Error())

@@ -1,4 +1,4 @@
-package activejob_test
+package activejob
 
 import (
 	"context"
@@ -12,11 +12,11 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/clocktest"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/rubyfixtures"
 	"github.com/gojob/gojob/sidekiq"
-	"github.com/gojob/gojob/sidekiq/activejob"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -33,11 +33,11 @@ func TestActiveJobCapturedPayload(t *testing.T) {
 	t.Parallel()
 	job, err := wire.ParseJob([]byte(ajCaptured))
 	require.NoError(t, err)
-	require.True(t, job.IsActiveJob())
-	aj, err := activejob.Decode(job)
+	require.True(t, contract.IsActiveJob(job))
+	aj, err := Decode(job)
 	require.NoError(t, err)
 
-	require.Equal(t, wire.ActiveJobWrapper, aj.Wrapper)
+	require.Equal(t, contract.ActiveJobWrapper, aj.Wrapper)
 	require.Equal(t, "MyAjJob", aj.Wrapped)
 	require.Equal(t, "MyAjJob", aj.JobClass)
 	require.Equal(t, "2a9e29a2-a6ef-44aa-b262-1774d5db212d", aj.JobID)
@@ -56,27 +56,27 @@ func TestActiveJobCapturedPayload(t *testing.T) {
 	require.Len(t, aj.Arguments, 7)
 	require.Equal(t, int64(1), aj.Arguments[0])
 	require.Equal(t, "two", aj.Arguments[1])
-	require.Equal(t, activejob.Symbol("sym"), aj.Arguments[2])
-	require.Equal(t, &activejob.Hash{Kind: activejob.HashPlain, Entries: []activejob.HashEntry{
+	require.Equal(t, Symbol("sym"), aj.Arguments[2])
+	require.Equal(t, &Hash{Kind: HashPlain, Entries: []HashEntry{
 		{Key: "a", Value: int64(1)}, {Key: "b", Symbol: true, Value: int64(2)},
 	}}, aj.Arguments[3])
-	require.Equal(t, &activejob.Hash{Kind: activejob.HashIndifferent, Entries: []activejob.HashEntry{
+	require.Equal(t, &Hash{Kind: HashIndifferent, Entries: []HashEntry{
 		{Key: "x", Value: int64(1)},
 	}}, aj.Arguments[4])
-	tm, ok := aj.Arguments[5].(activejob.Time)
+	tm, ok := aj.Arguments[5].(Time)
 	require.True(t, ok)
-	require.Equal(t, activejob.TimeKindTime, tm.Kind)
+	require.Equal(t, TimeKindTime, tm.Kind)
 	require.Equal(t, time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC), tm.Time)
 	require.Equal(t, time.UTC, tm.Time.Location())
 	pos, kw := aj.Kwargs()
 	require.Len(t, pos, 6)
-	require.Equal(t, &activejob.Hash{Kind: activejob.HashKeywords, Entries: []activejob.HashEntry{
+	require.Equal(t, &Hash{Kind: HashKeywords, Entries: []HashEntry{
 		{Key: "k", Symbol: true, Value: "v"},
 	}}, kw)
 
 	// Re-encoding the decoded arguments gives Ruby's bytes back.
 	raw, _ := aj.Data.Get("arguments")
-	enc, err := activejob.SerializeArguments(aj.Arguments...)
+	enc, err := SerializeArguments(aj.Arguments...)
 	require.NoError(t, err)
 	require.Equal(t, string(raw.Encode()), string(rubyjson.ArrayValue(enc...).Encode()))
 }
@@ -96,47 +96,47 @@ var ajDecodeCases = []struct {
 	{"float", `1.0`, 1.0},
 	{"string", `"é /<>"`, "é /<>"},
 	{"bigdecimal 6.1 is a string", `"1.5"`, "1.5"},
-	{"symbol", ajSym("sym"), activejob.Symbol("sym")},
-	{"array", `[1,[` + ajSym("nested") + `]]`, []any{int64(1), []any{activejob.Symbol("nested")}}},
-	{"globalid", `{"_aj_globalid":"gid://gojob/Person/42"}`, activejob.GlobalID("gid://gojob/Person/42")},
-	{"hash symbol keys", `{"a":1,"b":2,"_aj_symbol_keys":["a"]}`, &activejob.Hash{Entries: []activejob.HashEntry{
+	{"symbol", ajSym("sym"), Symbol("sym")},
+	{"array", `[1,[` + ajSym("nested") + `]]`, []any{int64(1), []any{Symbol("nested")}}},
+	{"globalid", `{"_aj_globalid":"gid://gojob/Person/42"}`, GlobalID("gid://gojob/Person/42")},
+	{"hash symbol keys", `{"a":1,"b":2,"_aj_symbol_keys":["a"]}`, &Hash{Entries: []HashEntry{
 		{Key: "a", Symbol: true, Value: int64(1)}, {Key: "b", Value: int64(2)}}}},
-	{"hash empty symbol keys", `{"a":1,"_aj_symbol_keys":[]}`, &activejob.Hash{Entries: []activejob.HashEntry{{Key: "a", Value: int64(1)}}}},
-	{"hash unmarked", `{"a":1}`, &activejob.Hash{Kind: activejob.HashUnmarked, Entries: []activejob.HashEntry{{Key: "a", Value: int64(1)}}}},
+	{"hash empty symbol keys", `{"a":1,"_aj_symbol_keys":[]}`, &Hash{Entries: []HashEntry{{Key: "a", Value: int64(1)}}}},
+	{"hash unmarked", `{"a":1}`, &Hash{Kind: HashUnmarked, Entries: []HashEntry{{Key: "a", Value: int64(1)}}}},
 	{"hash with indifferent access, nested", `{"x":1,"y":{"z":` + ajSym("q") + `,"_aj_hash_with_indifferent_access":true},"_aj_hash_with_indifferent_access":true}`,
-		&activejob.Hash{Kind: activejob.HashIndifferent, Entries: []activejob.HashEntry{
+		&Hash{Kind: HashIndifferent, Entries: []HashEntry{
 			{Key: "x", Value: int64(1)},
-			{Key: "y", Value: &activejob.Hash{Kind: activejob.HashIndifferent, Entries: []activejob.HashEntry{{Key: "z", Value: activejob.Symbol("q")}}}},
+			{Key: "y", Value: &Hash{Kind: HashIndifferent, Entries: []HashEntry{{Key: "z", Value: Symbol("q")}}}},
 		}}},
-	{"ruby2 keywords", `{"k":1,"s":2,"_aj_ruby2_keywords":["k"]}`, &activejob.Hash{Kind: activejob.HashKeywords, Entries: []activejob.HashEntry{
+	{"ruby2 keywords", `{"k":1,"s":2,"_aj_ruby2_keywords":["k"]}`, &Hash{Kind: HashKeywords, Entries: []HashEntry{
 		{Key: "k", Symbol: true, Value: int64(1)}, {Key: "s", Value: int64(2)}}}},
 	{"time utc", `{"_aj_serialized":"ActiveJob::Serializers::TimeSerializer","value":"2024-01-02T03:04:05.123456789Z"}`,
-		activejob.Time{Time: time.Date(2024, 1, 2, 3, 4, 5, 123456789, time.UTC)}},
+		Time{Time: time.Date(2024, 1, 2, 3, 4, 5, 123456789, time.UTC)}},
 	{"time offset", `{"_aj_serialized":"ActiveJob::Serializers::TimeSerializer","value":"2024-01-02T03:04:05.500000000+05:30"}`,
-		activejob.Time{Time: time.Date(2024, 1, 2, 3, 4, 5, 500000000, time.FixedZone("", 19800))}},
+		Time{Time: time.Date(2024, 1, 2, 3, 4, 5, 500000000, time.FixedZone("", 19800))}},
 	{"time +00:00 is not utc", `{"_aj_serialized":"ActiveJob::Serializers::TimeSerializer","value":"1970-01-01T00:00:00.000000000+00:00"}`,
-		activejob.Time{Time: time.Unix(0, 0).In(time.FixedZone("", 0))}},
+		Time{Time: time.Unix(0, 0).In(time.FixedZone("", 0))}},
 	{"datetime", `{"_aj_serialized":"ActiveJob::Serializers::DateTimeSerializer","value":"2024-01-02T03:04:05.000000000+02:00"}`,
-		activejob.Time{Kind: activejob.TimeKindDateTime, Time: time.Date(2024, 1, 2, 3, 4, 5, 0, time.FixedZone("", 7200))}},
+		Time{Kind: TimeKindDateTime, Time: time.Date(2024, 1, 2, 3, 4, 5, 0, time.FixedZone("", 7200))}},
 	{"time with zone 6.1", `{"_aj_serialized":"ActiveJob::Serializers::TimeWithZoneSerializer","value":"2024-07-01T12:00:00.000000000-04:00"}`,
-		activejob.Time{Kind: activejob.TimeKindTimeWithZone, Time: time.Date(2024, 7, 1, 12, 0, 0, 0, time.FixedZone("", -14400))}},
+		Time{Kind: TimeKindTimeWithZone, Time: time.Date(2024, 7, 1, 12, 0, 0, 0, time.FixedZone("", -14400))}},
 	{"time with zone 7.1+", `{"_aj_serialized":"ActiveJob::Serializers::TimeWithZoneSerializer","value":"2024-07-01T12:00:00.000000000-04:00","time_zone":"America/New_York"}`,
-		activejob.Time{Kind: activejob.TimeKindTimeWithZone, Zone: "America/New_York", Time: time.Date(2024, 7, 1, 12, 0, 0, 0, time.FixedZone("", -14400))}},
+		Time{Kind: TimeKindTimeWithZone, Zone: "America/New_York", Time: time.Date(2024, 7, 1, 12, 0, 0, 0, time.FixedZone("", -14400))}},
 	{"time whole seconds (Rails 5.2)", `{"_aj_serialized":"ActiveJob::Serializers::TimeWithZoneSerializer","value":"2024-07-01T12:00:00-04:00"}`,
-		activejob.Time{Kind: activejob.TimeKindTimeWithZone, Time: time.Date(2024, 7, 1, 12, 0, 0, 0, time.FixedZone("", -14400))}},
-	{"date", `{"_aj_serialized":"ActiveJob::Serializers::DateSerializer","value":"2024-02-29"}`, activejob.Date{Year: 2024, Month: 2, Day: 29}},
-	{"date negative year", `{"_aj_serialized":"ActiveJob::Serializers::DateSerializer","value":"-0001-01-01"}`, activejob.Date{Year: -1, Month: 1, Day: 1}},
-	{"date 5-digit year", `{"_aj_serialized":"ActiveJob::Serializers::DateSerializer","value":"12345-01-01"}`, activejob.Date{Year: 12345, Month: 1, Day: 1}},
+		Time{Kind: TimeKindTimeWithZone, Time: time.Date(2024, 7, 1, 12, 0, 0, 0, time.FixedZone("", -14400))}},
+	{"date", `{"_aj_serialized":"ActiveJob::Serializers::DateSerializer","value":"2024-02-29"}`, Date{Year: 2024, Month: 2, Day: 29}},
+	{"date negative year", `{"_aj_serialized":"ActiveJob::Serializers::DateSerializer","value":"-0001-01-01"}`, Date{Year: -1, Month: 1, Day: 1}},
+	{"date 5-digit year", `{"_aj_serialized":"ActiveJob::Serializers::DateSerializer","value":"12345-01-01"}`, Date{Year: 12345, Month: 1, Day: 1}},
 	{"duration", `{"_aj_serialized":"ActiveJob::Serializers::DurationSerializer","value":97200,"parts":[[` + ajSym("days") + `,1],[` + ajSym("hours") + `,3]]}`,
-		activejob.Duration{Seconds: rubyjson.IntValue(97200), Parts: []activejob.DurationPart{{Unit: "days", Amount: rubyjson.IntValue(1)}, {Unit: "hours", Amount: rubyjson.IntValue(3)}}}},
+		Duration{Seconds: rubyjson.IntValue(97200), Parts: []DurationPart{{Unit: "days", Amount: rubyjson.IntValue(1)}, {Unit: "hours", Amount: rubyjson.IntValue(3)}}}},
 	{"duration float", `{"_aj_serialized":"ActiveJob::Serializers::DurationSerializer","value":9000.0,"parts":[[` + ajSym("hours") + `,2.5]]}`,
-		activejob.Duration{Seconds: rubyjson.FloatValue(9000), Parts: []activejob.DurationPart{{Unit: "hours", Amount: rubyjson.FloatValue(2.5)}}}},
-	{"module", `{"_aj_serialized":"ActiveJob::Serializers::ModuleSerializer","value":"ActiveJob::Base"}`, activejob.Module("ActiveJob::Base")},
-	{"bigdecimal 7.1+", `{"_aj_serialized":"ActiveJob::Serializers::BigDecimalSerializer","value":"1.50"}`, activejob.BigDecimal("1.50")},
+		Duration{Seconds: rubyjson.FloatValue(9000), Parts: []DurationPart{{Unit: "hours", Amount: rubyjson.FloatValue(2.5)}}}},
+	{"module", `{"_aj_serialized":"ActiveJob::Serializers::ModuleSerializer","value":"ActiveJob::Base"}`, Module("ActiveJob::Base")},
+	{"bigdecimal 7.1+", `{"_aj_serialized":"ActiveJob::Serializers::BigDecimalSerializer","value":"1.50"}`, BigDecimal("1.50")},
 	{"range 7.1+", `{"_aj_serialized":"ActiveJob::Serializers::RangeSerializer","begin":1,"end":` + ajSym("z") + `,"exclude_end":true}`,
-		activejob.Range{Begin: int64(1), End: activejob.Symbol("z"), ExcludeEnd: true}},
+		Range{Begin: int64(1), End: Symbol("z"), ExcludeEnd: true}},
 	{"endless range 7.1+", `{"_aj_serialized":"ActiveJob::Serializers::RangeSerializer","begin":{"_aj_serialized":"ActiveJob::Serializers::DateSerializer","value":"2024-01-01"},"end":null,"exclude_end":false}`,
-		activejob.Range{Begin: activejob.Date{Year: 2024, Month: 1, Day: 1}}},
+		Range{Begin: Date{Year: 2024, Month: 1, Day: 1}}},
 }
 
 func TestDeserializeArgument(t *testing.T) {
@@ -146,10 +146,10 @@ func TestDeserializeArgument(t *testing.T) {
 			t.Parallel()
 			v, err := rubyjson.Parse([]byte(c.json))
 			require.NoError(t, err)
-			got, err := activejob.DeserializeArgument(v)
+			got, err := deserializeArgument(v)
 			require.NoError(t, err)
-			if want, ok := c.want.(activejob.Time); ok {
-				gt, ok := got.(activejob.Time)
+			if want, ok := c.want.(Time); ok {
+				gt, ok := got.(Time)
 				require.True(t, ok, "got %T", got)
 				require.True(t, want.Time.Equal(gt.Time), "%v != %v", want.Time, gt.Time)
 				_, wo := want.Time.Zone()
@@ -161,13 +161,10 @@ func TestDeserializeArgument(t *testing.T) {
 			} else {
 				require.Equal(t, c.want, got)
 			}
-			// Byte-identical round trip, through both entry points.
-			enc, err := activejob.SerializeArgument(got)
+			// Byte-identical round trip.
+			enc, err := SerializeArguments(got)
 			require.NoError(t, err)
-			require.Equal(t, c.json, string(enc.Encode()))
-			enc2, err := rubyjson.FromGo(got)
-			require.NoError(t, err)
-			require.Equal(t, c.json, string(enc2.Encode()))
+			require.Equal(t, c.json, string(enc[0].Encode()))
 		})
 	}
 }
@@ -177,19 +174,19 @@ func TestDeserializeArgumentUnknownSerializer(t *testing.T) {
 	in := `{"amount":"1.00","_aj_serialized":"MoneySerializer","currency":"EUR","nested":` + ajSym("x") + `}`
 	v, err := rubyjson.Parse([]byte(in))
 	require.NoError(t, err)
-	got, err := activejob.DeserializeArgument(v)
+	got, err := deserializeArgument(v)
 	require.NoError(t, err)
-	s, ok := got.(activejob.Serialized)
+	s, ok := got.(Serialized)
 	require.True(t, ok, "got %T", got)
-	require.Equal(t, "MoneySerializer", s.Serializer())
+	require.Equal(t, "MoneySerializer", s.serializer())
 	require.Equal(t, []string{"amount", "_aj_serialized", "currency", "nested"}, s.Object.Keys())
-	enc, err := activejob.SerializeArgument(s)
+	enc, err := serializeArgument(s)
 	require.NoError(t, err)
 	require.Equal(t, in, string(enc.Encode()))
 
 	fields := rubyjson.NewMap()
 	fields.Set("amount", rubyjson.StringValue("2.00"))
-	enc, err = activejob.SerializeArgument(activejob.NewSerialized("MoneySerializer", fields))
+	enc, err = serializeArgument(newSerialized("MoneySerializer", fields))
 	require.NoError(t, err)
 	require.Equal(t, `{"_aj_serialized":"MoneySerializer","amount":"2.00"}`, string(enc.Encode()))
 }
@@ -199,20 +196,20 @@ func TestDeserializeArgumentMarkerPrecedence(t *testing.T) {
 	cases := []struct {
 		name string
 		json string
-		want *activejob.Hash
+		want *Hash
 	}{
 		// deserialize_hash tests the markers in turn and keeps the others as keys.
 		{"indifferent wins, other marker stays a key", `{"a":1,"_aj_symbol_keys":["a"],"_aj_hash_with_indifferent_access":true}`,
-			&activejob.Hash{Kind: activejob.HashIndifferent, Entries: []activejob.HashEntry{{Key: "a", Value: int64(1)}, {Key: "_aj_symbol_keys", Value: []any{"a"}}}}},
+			&Hash{Kind: HashIndifferent, Entries: []HashEntry{{Key: "a", Value: int64(1)}, {Key: "_aj_symbol_keys", Value: []any{"a"}}}}},
 		{"false indifferent marker is dropped", `{"a":1,"_aj_hash_with_indifferent_access":false,"_aj_symbol_keys":["a"]}`,
-			&activejob.Hash{Entries: []activejob.HashEntry{{Key: "a", Symbol: true, Value: int64(1)}}}},
+			&Hash{Entries: []HashEntry{{Key: "a", Symbol: true, Value: int64(1)}}}},
 		{"globalid needs exactly one key", `{"_aj_globalid":"gid://a/B/1","x":1,"_aj_symbol_keys":[]}`,
-			&activejob.Hash{Entries: []activejob.HashEntry{{Key: "_aj_globalid", Value: "gid://a/B/1"}, {Key: "x", Value: int64(1)}}}},
+			&Hash{Entries: []HashEntry{{Key: "_aj_globalid", Value: "gid://a/B/1"}, {Key: "x", Value: int64(1)}}}},
 	}
 	for _, c := range cases {
 		v, err := rubyjson.Parse([]byte(c.json))
 		require.NoError(t, err)
-		got, err := activejob.DeserializeArgument(v)
+		got, err := deserializeArgument(v)
 		require.NoError(t, err, c.name)
 		require.Equal(t, c.want, got, c.name)
 	}
@@ -232,7 +229,7 @@ func TestDeserializeArgumentErrors(t *testing.T) {
 	for name, in := range cases {
 		v, err := rubyjson.Parse([]byte(in))
 		require.NoError(t, err)
-		_, err = activejob.DeserializeArguments([]rubyjson.Value{v})
+		_, err = deserializeArguments([]rubyjson.Value{v})
 		require.Error(t, err, name)
 		require.Contains(t, err.Error(), "sidekiq: activejob argument 0:", name)
 	}
@@ -247,10 +244,10 @@ func TestArgumentsRoundTripRubyBytes(t *testing.T) {
 	v, err := rubyjson.Parse([]byte(ajRubyArgs))
 	require.NoError(t, err)
 	vals, _ := v.Array()
-	args, err := activejob.DeserializeArguments(vals)
+	args, err := deserializeArguments(vals)
 	require.NoError(t, err)
 	require.Len(t, args, 21)
-	enc, err := activejob.SerializeArguments(args...)
+	enc, err := SerializeArguments(args...)
 	require.NoError(t, err)
 	require.Equal(t, ajRubyArgs, string(rubyjson.ArrayValue(enc...).Encode()))
 }
@@ -269,27 +266,27 @@ func TestSerializeArgument(t *testing.T) {
 		{"scalars", []any{true, 1, int8(-2), uint64(3), 1.5, float32(0.5), "s"}, `[true,1,-2,3,1.5,0.5,"s"]`},
 		{"named int and typed slice", []ajNamedInt{1, 2}, `[1,2]`},
 		{"string map sorted", map[string]any{"b": 1, "a": "x"}, `{"a":"x","b":1,"_aj_symbol_keys":[]}`},
-		{"symbol map", map[activejob.Symbol]int{"b": 1, "a": 2}, `{"a":2,"b":1,"_aj_symbol_keys":["a","b"]}`},
-		{"SymbolHash", activejob.SymbolHash(map[string]any{"a": 1}), `{"a":1,"_aj_symbol_keys":["a"]}`},
-		{"Keywords", activejob.Keywords(map[string]any{"k": activejob.Symbol("v")}), `{"k":` + ajSym("v") + `,"_aj_ruby2_keywords":["k"]}`},
-		{"IndifferentHash", activejob.IndifferentHash(map[string]any{"x": []int{1}}), `{"x":[1],"_aj_hash_with_indifferent_access":true}`},
-		{"ordered hash", &activejob.Hash{Entries: []activejob.HashEntry{{Key: "z", Symbol: true, Value: 1}, {Key: "a", Value: nil}}}, `{"z":1,"a":null,"_aj_symbol_keys":["z"]}`},
+		{"symbol map", map[Symbol]int{"b": 1, "a": 2}, `{"a":2,"b":1,"_aj_symbol_keys":["a","b"]}`},
+		{"SymbolHash", symbolHash(map[string]any{"a": 1}), `{"a":1,"_aj_symbol_keys":["a"]}`},
+		{"Keywords", Keywords(map[string]any{"k": Symbol("v")}), `{"k":` + ajSym("v") + `,"_aj_ruby2_keywords":["k"]}`},
+		{"IndifferentHash", indifferentHash(map[string]any{"x": []int{1}}), `{"x":[1],"_aj_hash_with_indifferent_access":true}`},
+		{"ordered hash", &Hash{Entries: []HashEntry{{Key: "z", Symbol: true, Value: 1}, {Key: "a", Value: nil}}}, `{"z":1,"a":null,"_aj_symbol_keys":["z"]}`},
 		{"time.Time utc", time.Date(2024, 1, 2, 3, 4, 5, 6, time.UTC), `{"_aj_serialized":"ActiveJob::Serializers::TimeSerializer","value":"2024-01-02T03:04:05.000000006Z"}`},
 		{"time.Time offset", time.Date(2024, 1, 2, 3, 4, 5, 0, ist), `{"_aj_serialized":"ActiveJob::Serializers::TimeSerializer","value":"2024-01-02T03:04:05.000000000+05:30"}`},
 		{"time.Time zero offset not utc", time.Date(2024, 1, 2, 3, 4, 5, 0, time.FixedZone("GMT", 0)), `{"_aj_serialized":"ActiveJob::Serializers::TimeSerializer","value":"2024-01-02T03:04:05.000000000+00:00"}`},
 		{"time.Time negative offset", time.Date(2024, 1, 2, 3, 4, 5, 0, time.FixedZone("", -(3*3600+30*60))), `{"_aj_serialized":"ActiveJob::Serializers::TimeSerializer","value":"2024-01-02T03:04:05.000000000-03:30"}`},
-		{"Time with zone", activejob.Time{Kind: activejob.TimeKindTimeWithZone, Zone: "Etc/UTC", Time: time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)}, `{"_aj_serialized":"ActiveJob::Serializers::TimeWithZoneSerializer","value":"2024-01-02T03:04:05.000000000Z","time_zone":"Etc/UTC"}`},
+		{"Time with zone", Time{Kind: TimeKindTimeWithZone, Zone: "Etc/UTC", Time: time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)}, `{"_aj_serialized":"ActiveJob::Serializers::TimeWithZoneSerializer","value":"2024-01-02T03:04:05.000000000Z","time_zone":"Etc/UTC"}`},
 		{"time.Duration", 90 * time.Second, `{"_aj_serialized":"ActiveJob::Serializers::DurationSerializer","value":90,"parts":[[` + ajSym("minutes") + `,1],[` + ajSym("seconds") + `,30]]}`},
-		{"date", activejob.NewDate(time.Date(2024, 2, 29, 23, 0, 0, 0, time.UTC)), `{"_aj_serialized":"ActiveJob::Serializers::DateSerializer","value":"2024-02-29"}`},
-		{"globalid", activejob.GlobalID("gid://app/User/7"), `{"_aj_globalid":"gid://app/User/7"}`},
-		{"module", activejob.Module("String"), `{"_aj_serialized":"ActiveJob::Serializers::ModuleSerializer","value":"String"}`},
-		{"bigdecimal", activejob.BigDecimal("-0.000123"), `{"_aj_serialized":"ActiveJob::Serializers::BigDecimalSerializer","value":"-0.000123"}`},
-		{"range", activejob.Range{Begin: 1, End: 10}, `{"_aj_serialized":"ActiveJob::Serializers::RangeSerializer","begin":1,"end":10,"exclude_end":false}`},
-		{"pointer", func() any { s := activejob.Symbol("p"); return &s }(), ajSym("p")},
+		{"date", newDate(time.Date(2024, 2, 29, 23, 0, 0, 0, time.UTC)), `{"_aj_serialized":"ActiveJob::Serializers::DateSerializer","value":"2024-02-29"}`},
+		{"globalid", GlobalID("gid://app/User/7"), `{"_aj_globalid":"gid://app/User/7"}`},
+		{"module", Module("String"), `{"_aj_serialized":"ActiveJob::Serializers::ModuleSerializer","value":"String"}`},
+		{"bigdecimal", BigDecimal("-0.000123"), `{"_aj_serialized":"ActiveJob::Serializers::BigDecimalSerializer","value":"-0.000123"}`},
+		{"range", Range{Begin: 1, End: 10}, `{"_aj_serialized":"ActiveJob::Serializers::RangeSerializer","begin":1,"end":10,"exclude_end":false}`},
+		{"pointer", func() any { s := Symbol("p"); return &s }(), ajSym("p")},
 		{"raw rubyjson value", rubyjson.StringValue("raw"), `"raw"`},
 	}
 	for _, c := range cases {
-		v, err := activejob.SerializeArgument(c.in)
+		v, err := serializeArgument(c.in)
 		require.NoError(t, err, c.name)
 		require.Equal(t, c.want, string(v.Encode()), c.name)
 	}
@@ -299,13 +296,13 @@ func TestSerializeArgumentErrors(t *testing.T) {
 	t.Parallel()
 	cases := map[string]any{
 		"reserved key":     map[string]any{"_aj_symbol_keys": 1},
-		"nested reserved":  []any{activejob.SymbolHash(map[string]any{"_aj_globalid": 1})},
+		"nested reserved":  []any{symbolHash(map[string]any{"_aj_globalid": 1})},
 		"unsupported type": []any{make(chan int)},
 		"int keys":         map[int]string{1: "a"},
 		"struct":           struct{ A int }{1},
 	}
 	for name, in := range cases {
-		_, err := activejob.SerializeArguments(in)
+		_, err := SerializeArguments(in)
 		require.Error(t, err, name)
 		require.Contains(t, err.Error(), "sidekiq: activejob argument 0:", name)
 	}
@@ -329,68 +326,68 @@ func TestNewAJDuration(t *testing.T) {
 		{7 * 24 * time.Hour, `604800,"parts":[` + p("weeks", "1") + `]`},
 	}
 	for _, c := range cases {
-		v, err := activejob.SerializeArgument(activejob.NewDuration(c.d))
+		v, err := serializeArgument(newDuration(c.d))
 		require.NoError(t, err)
 		require.Equal(t, `{"_aj_serialized":"ActiveJob::Serializers::DurationSerializer","value":`+c.want+`}`, string(v.Encode()), c.d.String())
-		require.Equal(t, c.d, activejob.NewDuration(c.d).Std())
+		require.Equal(t, c.d, newDuration(c.d).std())
 	}
 }
 
 func TestAJValueHelpers(t *testing.T) {
 	t.Parallel()
-	g := activejob.GlobalID("gid://gojob/Person/42?tenant=a")
-	require.Equal(t, "gojob", g.App())
-	require.Equal(t, "Person", g.ModelName())
-	require.Equal(t, "42", g.ModelID())
-	require.Empty(t, activejob.GlobalID("nope").ModelID())
+	g := GlobalID("gid://gojob/Person/42?tenant=a")
+	require.Equal(t, "gojob", g.app())
+	require.Equal(t, "Person", g.modelName())
+	require.Equal(t, "42", g.modelID())
+	require.Empty(t, GlobalID("nope").modelID())
 
-	r, ok := activejob.BigDecimal("0.15e1").Rat()
+	r, ok := BigDecimal("0.15e1").rat()
 	require.True(t, ok)
 	require.Equal(t, "3/2", r.String())
-	_, ok = activejob.BigDecimal("NaN").Rat()
+	_, ok = BigDecimal("NaN").rat()
 	require.False(t, ok)
-	f, ok := activejob.BigDecimal("1.50").Float64()
+	f, ok := BigDecimal("1.50").toFloat64()
 	require.True(t, ok)
 	require.Equal(t, 1.5, f)
 
-	h := &activejob.Hash{}
-	h.SetSymbol("a", 1)
-	h.Set("b", 2)
-	h.Set("a", 3)
+	h := &Hash{}
+	h.setSymbol("a", 1)
+	h.setString("b", 2)
+	h.setString("a", 3)
 	v, ok := h.Get("a")
 	require.True(t, ok)
 	require.Equal(t, 3, v)
-	require.Equal(t, 2, h.Len())
-	require.Equal(t, map[string]any{"a": 3, "b": 2}, h.Map())
+	require.Equal(t, 2, h.count())
+	require.Equal(t, map[string]any{"a": 3, "b": 2}, h.toMap())
 	require.True(t, h.Entries[0].Symbol)
 
-	require.Equal(t, "2024-02-29", activejob.Date{Year: 2024, Month: 2, Day: 29}.String())
-	require.Equal(t, time.Date(2024, 2, 29, 0, 0, 0, 0, time.UTC), activejob.Date{Year: 2024, Month: 2, Day: 29}.Time())
+	require.Equal(t, "2024-02-29", Date{Year: 2024, Month: 2, Day: 29}.String())
+	require.Equal(t, time.Date(2024, 2, 29, 0, 0, 0, 0, time.UTC), Date{Year: 2024, Month: 2, Day: 29}.toTime())
 }
 
 func TestAJTimeEditedReformats(t *testing.T) {
 	t.Parallel()
 	in := `{"_aj_serialized":"ActiveJob::Serializers::TimeSerializer","value":"2024-01-02T03:04:05+01:00"}`
 	v, _ := rubyjson.Parse([]byte(in))
-	x, err := activejob.DeserializeArgument(v)
+	x, err := deserializeArgument(v)
 	require.NoError(t, err)
-	tm := x.(activejob.Time)
-	enc, _ := activejob.SerializeArgument(tm)
+	tm := x.(Time)
+	enc, _ := serializeArgument(tm)
 	require.Equal(t, in, string(enc.Encode()), "unchanged: the original text is kept")
 	tm.Time = tm.Time.Add(time.Second)
-	enc, _ = activejob.SerializeArgument(tm)
+	enc, _ = serializeArgument(tm)
 	require.Equal(t, `{"_aj_serialized":"ActiveJob::Serializers::TimeSerializer","value":"2024-01-02T03:04:06.000000000+01:00"}`, string(enc.Encode()))
 	tm.Time = tm.Time.UTC()
-	enc, _ = activejob.SerializeArgument(tm)
+	enc, _ = serializeArgument(tm)
 	require.Equal(t, `{"_aj_serialized":"ActiveJob::Serializers::TimeSerializer","value":"2024-01-02T02:04:06.000000000Z"}`, string(enc.Encode()))
 }
 
 func TestActiveJobErrors(t *testing.T) {
 	t.Parallel()
 	job, _ := wire.NewJob("HardJob", 1)
-	_, err := activejob.Decode(job)
-	require.ErrorIs(t, err, activejob.ErrNotActiveJob)
-	require.False(t, job.IsActiveJob())
+	_, err := Decode(job)
+	require.ErrorIs(t, err, ErrNotActiveJob)
+	require.False(t, contract.IsActiveJob(job))
 
 	cases := map[string]string{
 		"two args":      `{"class":"Sidekiq::ActiveJob::Wrapper","args":[{},{}],"jid":"j"}`,
@@ -401,9 +398,9 @@ func TestActiveJobErrors(t *testing.T) {
 	for name, in := range cases {
 		job, err := wire.ParseJob([]byte(in))
 		require.NoError(t, err)
-		_, err = activejob.Decode(job)
+		_, err = Decode(job)
 		require.Error(t, err, name)
-		require.False(t, errors.Is(err, activejob.ErrNotActiveJob), name)
+		require.False(t, errors.Is(err, ErrNotActiveJob), name)
 	}
 }
 
@@ -415,10 +412,10 @@ func TestActiveJobRails71Fields(t *testing.T) {
 	in := `{"retry":true,"queue":"low","wrapped":"Later","args":[{"job_id":"u","provider_job_id":null,"queue_name":"low","priority":5,"arguments":[],"executions":2,"exception_executions":{"[Net::ReadTimeout]":1},"locale":"de","timezone":"UTC","enqueued_at":"2026-01-02T03:04:05.123456789Z","scheduled_at":"2026-01-02T04:04:05.000000001Z","continuation":{}}],"class":"Sidekiq::ActiveJob::Wrapper","jid":"abc","created_at":1,"enqueued_at":2}`
 	job, err := wire.ParseJob([]byte(in))
 	require.NoError(t, err)
-	aj, err := activejob.Decode(job)
+	aj, err := Decode(job)
 	require.NoError(t, err)
 	require.Equal(t, "Later", aj.JobClass)
-	require.Equal(t, wire.ActiveJobWrapper8, aj.Wrapper)
+	require.Equal(t, contract.ActiveJobWrapper8, aj.Wrapper)
 	require.NotNil(t, aj.Priority)
 	require.Equal(t, 5, *aj.Priority)
 	require.Equal(t, 2, aj.Executions)
@@ -438,7 +435,7 @@ func TestNewActiveJobID(t *testing.T) {
 	t.Parallel()
 	seen := map[string]bool{}
 	for range 100 {
-		id := activejob.NewJobID()
+		id := newJobID()
 		require.Regexp(t, ajUUID, id)
 		require.False(t, seen[id])
 		seen[id] = true
@@ -448,48 +445,48 @@ func TestNewActiveJobID(t *testing.T) {
 func TestNewActiveJobShape(t *testing.T) {
 	t.Parallel()
 	enq := time.Date(2026, 11, 21, 21, 32, 28, 999, time.UTC)
-	base := activejob.Params{
+	base := Params{
 		Class: "MyAjJob", Queue: "mailers", JobID: "2a9e29a2-a6ef-44aa-b262-1774d5db212d", EnqueuedAt: enq,
-		Args: []any{1, "two", activejob.Symbol("sym"), &activejob.Hash{Entries: []activejob.HashEntry{{Key: "a", Value: 1}, {Key: "b", Symbol: true, Value: 2}}},
-			activejob.IndifferentHash(map[string]any{"x": 1}), time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC), activejob.Keywords(map[string]any{"k": "v"})},
+		Args: []any{1, "two", Symbol("sym"), &Hash{Entries: []HashEntry{{Key: "a", Value: 1}, {Key: "b", Symbol: true, Value: 2}}},
+			indifferentHash(map[string]any{"x": 1}), time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC), Keywords(map[string]any{"k": "v"})},
 	}
 	aj := `{"job_class":"MyAjJob","job_id":"2a9e29a2-a6ef-44aa-b262-1774d5db212d","provider_job_id":null,"queue_name":"mailers","priority":null,"arguments":[1,"two",{"_aj_serialized":"ActiveJob::Serializers::SymbolSerializer","value":"sym"},{"a":1,"b":2,"_aj_symbol_keys":["b"]},{"x":1,"_aj_hash_with_indifferent_access":true},{"_aj_serialized":"ActiveJob::Serializers::TimeSerializer","value":"2024-01-02T03:04:05.000000000Z"},{"k":"v","_aj_ruby2_keywords":["k"]}],"executions":0,"exception_executions":{},"locale":"en","timezone":null,"enqueued_at":"2026-11-21T21:32:28Z"}`
 
 	p6 := base
-	job, err := activejob.New(&p6)
+	job, err := New(&p6)
 	require.NoError(t, err)
 	require.Equal(t, `{"class":"ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper","wrapped":"MyAjJob","queue":"mailers","args":[`+aj+`]}`, string(job.Encode()))
 
 	p8 := base
 	p8.Version = wire.Version8
-	job, err = activejob.New(&p8)
+	job, err = New(&p8)
 	require.NoError(t, err)
 	require.Equal(t, `{"wrapped":"MyAjJob","queue":"mailers","args":[`+aj+`],"class":"Sidekiq::ActiveJob::Wrapper"}`, string(job.Encode()))
 
 	p7 := base
 	p7.Version = wire.Version7
-	job, err = activejob.New(&p7)
+	job, err = New(&p7)
 	require.NoError(t, err)
-	require.Equal(t, wire.ActiveJobWrapper, job.Class())
+	require.Equal(t, contract.ActiveJobWrapper, job.Class())
 
 	prio := 3
-	opt := activejob.Params{Class: "X", EnqueuedAt: enq, Priority: &prio, Locale: "fr", Timezone: "UTC", Executions: 1,
+	opt := Params{Class: "X", EnqueuedAt: enq, Priority: &prio, Locale: "fr", Timezone: "UTC", Executions: 1,
 		ExceptionExecutions: map[string]int{"[B]": 2, "[A]": 1}}
-	job, err = activejob.New(&opt)
+	job, err = New(&opt)
 	require.NoError(t, err)
-	a, err := activejob.Decode(job)
+	a, err := Decode(job)
 	require.NoError(t, err)
 	require.Regexp(t, ajUUID, a.JobID)
 	require.Equal(t, "default", a.QueueName)
 	require.Equal(t, `{"job_class":"X","job_id":"`+a.JobID+`","provider_job_id":null,"queue_name":"default","priority":3,"arguments":[],"executions":1,"exception_executions":{"[A]":1,"[B]":2},"locale":"fr","timezone":"UTC","enqueued_at":"2026-11-21T21:32:28Z"}`, string(a.Data.Encode()))
 
-	for name, p := range map[string]*activejob.Params{
+	for name, p := range map[string]*Params{
 		"nil":          nil,
 		"no class":     {EnqueuedAt: enq},
 		"no time":      {Class: "X"},
 		"bad argument": {Class: "X", EnqueuedAt: enq, Args: []any{struct{}{}}},
 	} {
-		_, err := activejob.New(p)
+		_, err := New(p)
 		require.Error(t, err, name)
 	}
 }
@@ -497,12 +494,12 @@ func TestNewActiveJobShape(t *testing.T) {
 func TestPushMatchesCapturedShape(t *testing.T) {
 	t.Parallel()
 	pool := redistest.Start(t).Pool(t)
-	c, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: wire.Version6, Clock: clock.NewFake(time.Unix(1795296573, 165170700))})
+	c, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: wire.Version6, Clock: clocktest.NewFake(time.Unix(1795296573, 165170700))})
 	require.NoError(t, err)
-	res, err := activejob.Push(context.Background(), c, &activejob.Params{
+	res, err := Push(context.Background(), c, &Params{
 		Class: "MyAjJob", Queue: "mailers", JobID: "2a9e29a2-a6ef-44aa-b262-1774d5db212d",
-		Args: []any{1, "two", activejob.Symbol("sym"), &activejob.Hash{Entries: []activejob.HashEntry{{Key: "a", Value: 1}, {Key: "b", Symbol: true, Value: 2}}},
-			activejob.IndifferentHash(map[string]any{"x": 1}), time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC), activejob.Keywords(map[string]any{"k": "v"})},
+		Args: []any{1, "two", Symbol("sym"), &Hash{Entries: []HashEntry{{Key: "a", Value: 1}, {Key: "b", Symbol: true, Value: 2}}},
+			indifferentHash(map[string]any{"x": 1}), time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC), Keywords(map[string]any{"k": "v"})},
 	}, nil)
 	require.NoError(t, err)
 	conn := pool.Get()
@@ -530,17 +527,17 @@ func FuzzAJArguments(f *testing.F) {
 		if err != nil {
 			return
 		}
-		x, err := activejob.DeserializeArgument(v)
+		x, err := deserializeArgument(v)
 		if err != nil {
 			return
 		}
-		enc, err := activejob.SerializeArgument(x)
+		enc, err := serializeArgument(x)
 		if err != nil {
 			return
 		}
-		y, err := activejob.DeserializeArgument(enc)
+		y, err := deserializeArgument(enc)
 		require.NoError(t, err, "decoding our own encoding of %s", in)
-		enc2, err := activejob.SerializeArgument(y)
+		enc2, err := serializeArgument(y)
 		require.NoError(t, err)
 		require.Equal(t, string(enc.Encode()), string(enc2.Encode()))
 	})
@@ -548,27 +545,27 @@ func FuzzAJArguments(f *testing.F) {
 
 func TestSerializeArgumentNilPointers(t *testing.T) {
 	t.Parallel()
-	var tm *activejob.Time
-	var h *activejob.Hash
+	var tm *Time
+	var h *Hash
 	var st *time.Time
-	enc, err := activejob.SerializeArguments(tm, h, st)
+	enc, err := SerializeArguments(tm, h, st)
 	require.NoError(t, err)
 	require.Equal(t, `[null,null,null]`, string(rubyjson.ArrayValue(enc...).Encode()))
 }
 
 func ExampleDecode() {
 	job, _ := wire.ParseJob([]byte(ajCaptured))
-	aj, _ := activejob.Decode(job)
+	aj, _ := Decode(job)
 	fmt.Println(aj.JobClass, aj.QueueName)
 	pos, kw := aj.Kwargs()
 	for _, arg := range pos {
 		switch v := arg.(type) {
-		case activejob.Symbol:
+		case Symbol:
 			fmt.Printf("symbol :%s\n", v)
-		case activejob.Time:
+		case Time:
 			fmt.Println("time", v.Time.Format(time.RFC3339))
-		case *activejob.Hash:
-			fmt.Println("hash", v.Map())
+		case *Hash:
+			fmt.Println("hash", v.toMap())
 		default:
 			fmt.Printf("%T %v\n", v, v)
 		}
@@ -597,9 +594,9 @@ func TestPushMatchesRubyCapture(t *testing.T) {
 	created, _ := want.CreatedAt()
 	enqueued, _ := want.EnqueuedAt()
 	c, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: redistest.Start(t).Pool(t), Version: wire.Version7,
-		Clock: clock.NewSequence(created, enqueued)})
+		Clock: clocktest.NewSequence(created, enqueued)})
 	require.NoError(t, err)
-	job, err := activejob.New(&activejob.Params{Class: "AjJob", Args: []any{1, "x"}, JobID: "89c94c75-7239-4dc5-a691-12325327a1b0",
+	job, err := New(&Params{Class: "AjJob", Args: []any{1, "x"}, JobID: "89c94c75-7239-4dc5-a691-12325327a1b0",
 		EnqueuedAt: time.Date(2026, 11, 23, 14, 22, 59, 0, time.UTC), Version: wire.Version7})
 	require.NoError(t, err)
 	job.SetJID(want.JID())

@@ -15,11 +15,10 @@ import (
 // ActiveJob argument types.
 //
 // ActiveJob (rails activejob/lib/active_job/arguments.rb) writes Ruby values
-// that JSON cannot hold as objects carrying "_aj_*" markers. DeserializeArguments
-// turns them into the AJ* types (activejob_types.go, and Hash below), which
-// a handler can type-switch on, and
-// SerializeArguments (and rubyjson.FromGo, through rubyjson.Valuer) turns them
-// back into exactly the JSON Ruby writes.
+// that JSON cannot hold as objects carrying "_aj_*" markers. Decode turns
+// them into the types of types.go (and Hash below), which a handler can
+// type-switch on, and SerializeArguments turns them back into exactly the
+// JSON Ruby writes.
 //
 // JSON scalars decode to nil, bool, int64 (*big.Int when it does not fit),
 // float64 and string; arrays to []any; objects to *Hash, GlobalID or one of
@@ -82,20 +81,20 @@ type HashEntry struct {
 	// Symbol is true for a Symbol key (:key), false for a String key.
 	Symbol bool
 	// Value is the decoded value (or, when building, any value
-	// SerializeArgument accepts).
+	// SerializeArguments accepts).
 	Value any
 }
 
-// SymbolHash returns a Ruby Hash with Symbol keys from m, keys sorted
+// symbolHash returns a Ruby Hash with Symbol keys from m, keys sorted
 // (Go maps have no order): {a: 1, b: 2}.
-func SymbolHash(m map[string]any) *Hash { return ajHashFrom(HashPlain, m, true) }
+func symbolHash(m map[string]any) *Hash { return ajHashFrom(HashPlain, m, true) }
 
 // Keywords returns keyword arguments from m, keys sorted: perform(x, a: 1)
 // is SerializeArguments(x, Keywords(map[string]any{"a": 1})).
 func Keywords(m map[string]any) *Hash { return ajHashFrom(HashKeywords, m, true) }
 
-// IndifferentHash returns a HashWithIndifferentAccess from m, keys sorted.
-func IndifferentHash(m map[string]any) *Hash { return ajHashFrom(HashIndifferent, m, false) }
+// indifferentHash returns a HashWithIndifferentAccess from m, keys sorted.
+func indifferentHash(m map[string]any) *Hash { return ajHashFrom(HashIndifferent, m, false) }
 
 func ajHashFrom(kind HashKind, m map[string]any, sym bool) *Hash {
 	h := &Hash{Kind: kind}
@@ -105,8 +104,8 @@ func ajHashFrom(kind HashKind, m map[string]any, sym bool) *Hash {
 	return h
 }
 
-// Len returns the number of entries.
-func (h *Hash) Len() int { return len(h.Entries) }
+// count returns the number of entries.
+func (h *Hash) count() int { return len(h.Entries) }
 
 // Get returns the value of key (String or Symbol) and whether it is present.
 func (h *Hash) Get(key string) (any, bool) {
@@ -118,12 +117,12 @@ func (h *Hash) Get(key string) (any, bool) {
 	return nil, false
 }
 
-// Set sets a String key, keeping the position (and Symbol-ness) of an
+// setString sets a String key, keeping the position (and Symbol-ness) of an
 // existing key.
-func (h *Hash) Set(key string, v any) { h.set(key, false, v) }
+func (h *Hash) setString(key string, v any) { h.set(key, false, v) }
 
-// SetSymbol sets a Symbol key, keeping the position of an existing key.
-func (h *Hash) SetSymbol(key string, v any) { h.set(key, true, v) }
+// setSymbol sets a Symbol key, keeping the position of an existing key.
+func (h *Hash) setSymbol(key string, v any) { h.set(key, true, v) }
 
 func (h *Hash) set(key string, sym bool, v any) {
 	for i := range h.Entries {
@@ -135,8 +134,8 @@ func (h *Hash) set(key string, sym bool, v any) {
 	h.Entries = append(h.Entries, HashEntry{Key: key, Symbol: sym, Value: v})
 }
 
-// Map returns the entries as a Go map (key order and Symbol-ness are lost).
-func (h *Hash) Map() map[string]any {
+// toMap returns the entries as a Go map (key order and Symbol-ness are lost).
+func (h *Hash) toMap() map[string]any {
 	out := make(map[string]any, len(h.Entries))
 	for _, e := range h.Entries {
 		out[e.Key] = e.Value
@@ -144,17 +143,17 @@ func (h *Hash) Map() map[string]any {
 	return out
 }
 
-// RubyJSON implements rubyjson.Valuer: the entries, then the kind's marker,
+// rubyJSON implements argValue: the entries, then the kind's marker,
 // as ActiveJob::Arguments#serialize_argument writes them. A reserved _aj_ key
 // is an error, as in Ruby.
-func (h Hash) RubyJSON() (rubyjson.Value, error) {
+func (h Hash) rubyJSON() (rubyjson.Value, error) {
 	m := rubyjson.NewMap()
 	var syms []rubyjson.Value
 	for _, e := range h.Entries {
 		if slices.Contains(ajReservedKeys, e.Key) {
 			return rubyjson.Value{}, fmt.Errorf("can't serialize a Hash with reserved key %q", e.Key)
 		}
-		v, err := SerializeArgument(e.Value)
+		v, err := serializeArgument(e.Value)
 		if err != nil {
 			return rubyjson.Value{}, fmt.Errorf("key %q: %w", e.Key, err)
 		}
@@ -182,11 +181,24 @@ func ajSerializedValue(serializer, key string, v rubyjson.Value) rubyjson.Value 
 }
 
 // SerializeArguments converts Go values to ActiveJob's serialized form, as
-// ActiveJob::Arguments.serialize does. See SerializeArgument.
+// ActiveJob::Arguments.serialize does:
+//   - nil, bool, integers, floats, *big.Int and strings pass through;
+//   - slices and arrays become arrays, each element serialized;
+//   - the types of this package write their markers (Time, Date, Symbol, ...);
+//   - time.Time is a Ruby Time (TimeSerializer, nine fractional digits);
+//   - time.Duration is an ActiveSupport::Duration (the largest parts first,
+//     as ActiveSupport::Duration.build);
+//   - a map with string keys is a Ruby Hash with String keys (keys sorted,
+//     "_aj_symbol_keys": []); a map keyed by Symbol has Symbol keys;
+//   - rubyjson.Value and *rubyjson.Map are taken as already serialized (an
+//     application's custom serializer is written as Serialized or as a
+//     rubyjson.Value).
+//
+// Anything else is an error.
 func SerializeArguments(args ...any) ([]rubyjson.Value, error) {
 	out := make([]rubyjson.Value, len(args))
 	for i, a := range args {
-		v, err := SerializeArgument(a)
+		v, err := serializeArgument(a)
 		if err != nil {
 			return nil, fmt.Errorf("sidekiq: activejob argument %d: %w", i, err)
 		}
@@ -195,19 +207,14 @@ func SerializeArguments(args ...any) ([]rubyjson.Value, error) {
 	return out, nil
 }
 
-// SerializeArgument converts one Go value:
-//   - nil, bool, integers, floats, *big.Int and strings pass through;
-//   - slices and arrays become arrays, each element serialized;
-//   - the AJ* types write their markers (Time, Date, Symbol, ...);
-//   - time.Time is a Ruby Time (TimeSerializer, nine fractional digits);
-//   - time.Duration is an ActiveSupport::Duration (see NewDuration);
-//   - a map with string keys is a Ruby Hash with String keys (keys sorted,
-//     "_aj_symbol_keys": []); a map keyed by Symbol has Symbol keys;
-//   - rubyjson.Value and *rubyjson.Map are taken as already serialized;
-//   - other rubyjson.Valuer types write their own JSON.
-//
-// Anything else is an error.
-func SerializeArgument(x any) (rubyjson.Value, error) {
+// argValue is implemented by the argument types of this package: each
+// writes its ActiveJob JSON form.
+type argValue interface {
+	rubyJSON() (rubyjson.Value, error)
+}
+
+// serializeArgument converts one Go value (see SerializeArguments).
+func serializeArgument(x any) (rubyjson.Value, error) {
 	switch t := x.(type) {
 	case nil:
 		return rubyjson.NullValue(), nil
@@ -216,29 +223,29 @@ func SerializeArgument(x any) (rubyjson.Value, error) {
 	case *rubyjson.Map:
 		return rubyjson.ObjectValue(t), nil
 	case time.Time:
-		return Time{Time: t}.RubyJSON()
+		return Time{Time: t}.rubyJSON()
 	case *time.Time:
 		if t == nil {
 			return rubyjson.NullValue(), nil
 		}
-		return Time{Time: *t}.RubyJSON()
+		return Time{Time: *t}.rubyJSON()
 	case time.Duration:
-		return NewDuration(t).RubyJSON()
+		return newDuration(t).rubyJSON()
 	case *Hash:
 		if t == nil {
 			return rubyjson.NullValue(), nil
 		}
-		return t.RubyJSON()
-	case rubyjson.Valuer:
+		return t.rubyJSON()
+	case argValue:
 		if rv := reflect.ValueOf(t); rv.Kind() == reflect.Pointer && rv.IsNil() {
 			return rubyjson.NullValue(), nil
 		}
-		return t.RubyJSON()
+		return t.rubyJSON()
 	case bool, string, []byte, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64,
 		float32, float64, *big.Int:
 		return rubyjson.FromGo(t)
 	case map[string]any:
-		return ajHashFrom(HashPlain, t, false).RubyJSON()
+		return ajHashFrom(HashPlain, t, false).rubyJSON()
 	case []any:
 		return serializeSlice(len(t), func(i int) any { return t[i] })
 	}
@@ -248,7 +255,7 @@ func SerializeArgument(x any) (rubyjson.Value, error) {
 func serializeSlice(n int, at func(int) any) (rubyjson.Value, error) {
 	out := make([]rubyjson.Value, n)
 	for i := range n {
-		v, err := SerializeArgument(at(i))
+		v, err := serializeArgument(at(i))
 		if err != nil {
 			return rubyjson.Value{}, fmt.Errorf("index %d: %w", i, err)
 		}
@@ -265,7 +272,7 @@ func serializeReflect(rv reflect.Value) (rubyjson.Value, error) {
 		if rv.IsNil() {
 			return rubyjson.NullValue(), nil
 		}
-		return SerializeArgument(rv.Elem().Interface())
+		return serializeArgument(rv.Elem().Interface())
 	case reflect.Bool:
 		return rubyjson.BoolValue(rv.Bool()), nil
 	case reflect.String:
@@ -292,7 +299,7 @@ func serializeReflect(rv reflect.Value) (rubyjson.Value, error) {
 		for _, k := range keys {
 			h.Entries = append(h.Entries, HashEntry{Key: k.String(), Symbol: sym, Value: rv.MapIndex(k).Interface()})
 		}
-		return h.RubyJSON()
+		return h.rubyJSON()
 	}
 	if !rv.IsValid() {
 		return rubyjson.NullValue(), nil
@@ -300,15 +307,15 @@ func serializeReflect(rv reflect.Value) (rubyjson.Value, error) {
 	return rubyjson.Value{}, fmt.Errorf("unsupported argument type %s", rv.Type())
 }
 
-// DeserializeArguments decodes serialized ActiveJob arguments into Go
+// deserializeArguments decodes serialized ActiveJob arguments into Go
 // values, as ActiveJob::Arguments.deserialize reads them (see the AJ* types).
 // An object naming a serializer gojob does not know becomes an Serialized,
 // never an error; a malformed known marker (a Symbol without a string value,
 // an unparsable time) is an error, as it is in Ruby.
-func DeserializeArguments(vals []rubyjson.Value) ([]any, error) {
+func deserializeArguments(vals []rubyjson.Value) ([]any, error) {
 	out := make([]any, len(vals))
 	for i, v := range vals {
-		x, err := DeserializeArgument(v)
+		x, err := deserializeArgument(v)
 		if err != nil {
 			return nil, fmt.Errorf("sidekiq: activejob argument %d: %w", i, err)
 		}
@@ -317,15 +324,15 @@ func DeserializeArguments(vals []rubyjson.Value) ([]any, error) {
 	return out, nil
 }
 
-// DeserializeArgument decodes one serialized argument (see
-// DeserializeArguments).
-func DeserializeArgument(v rubyjson.Value) (any, error) {
+// deserializeArgument decodes one serialized argument (see
+// deserializeArguments).
+func deserializeArgument(v rubyjson.Value) (any, error) {
 	switch v.Kind() {
 	case rubyjson.Array:
 		arr, _ := v.Array()
 		out := make([]any, len(arr))
 		for i, e := range arr {
-			x, err := DeserializeArgument(e)
+			x, err := deserializeArgument(e)
 			if err != nil {
 				return nil, fmt.Errorf("index %d: %w", i, err)
 			}
@@ -358,7 +365,7 @@ func deserializeHash(m *rubyjson.Map) (*Hash, error) {
 	vals := make(map[string]any, m.Len())
 	for i := range m.Len() {
 		k, v := m.At(i)
-		x, err := DeserializeArgument(v)
+		x, err := deserializeArgument(v)
 		if err != nil {
 			return nil, fmt.Errorf("key %q: %w", k, err)
 		}
@@ -443,11 +450,11 @@ func deserializeSerialized(m *rubyjson.Map, nameV rubyjson.Value) (any, error) {
 		var r Range
 		var err error
 		b, _ := m.Get("begin")
-		if r.Begin, err = DeserializeArgument(b); err != nil {
+		if r.Begin, err = deserializeArgument(b); err != nil {
 			return nil, fmt.Errorf("%s begin: %w", name, err)
 		}
 		e, _ := m.Get("end")
-		if r.End, err = DeserializeArgument(e); err != nil {
+		if r.End, err = deserializeArgument(e); err != nil {
 			return nil, fmt.Errorf("%s end: %w", name, err)
 		}
 		x, _ := m.Get("exclude_end")
@@ -496,7 +503,7 @@ func deserializeDuration(m *rubyjson.Map) (any, error) {
 		if !ok || len(pair) != 2 {
 			return nil, fmt.Errorf("%s: each part must be a [unit, amount] pair", name)
 		}
-		unit, err := DeserializeArgument(pair[0])
+		unit, err := deserializeArgument(pair[0])
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}

@@ -17,8 +17,8 @@ import (
 // Symbol is a Ruby Symbol (SymbolSerializer): Symbol("sym") is :sym.
 type Symbol string
 
-// RubyJSON implements rubyjson.Valuer.
-func (s Symbol) RubyJSON() (rubyjson.Value, error) {
+// rubyJSON implements argValue.
+func (s Symbol) rubyJSON() (rubyjson.Value, error) {
 	return ajSerializedValue(ajSymbolSerializer, "value", rubyjson.StringValue(string(s))), nil
 }
 
@@ -26,8 +26,8 @@ func (s Symbol) RubyJSON() (rubyjson.Value, error) {
 // (ModuleSerializer), for example Module("ActiveJob::Base").
 type Module string
 
-// RubyJSON implements rubyjson.Valuer.
-func (m Module) RubyJSON() (rubyjson.Value, error) {
+// rubyJSON implements argValue.
+func (m Module) rubyJSON() (rubyjson.Value, error) {
 	return ajSerializedValue(ajModuleSerializer, "value", rubyjson.StringValue(string(m))), nil
 }
 
@@ -36,22 +36,22 @@ func (m Module) RubyJSON() (rubyjson.Value, error) {
 // {"_aj_globalid": "gid://..."}.
 type GlobalID string
 
-// RubyJSON implements rubyjson.Valuer.
-func (g GlobalID) RubyJSON() (rubyjson.Value, error) {
+// rubyJSON implements argValue.
+func (g GlobalID) rubyJSON() (rubyjson.Value, error) {
 	m := rubyjson.NewMap()
 	m.Set(ajGlobalIDKey, rubyjson.StringValue(string(g)))
 	return rubyjson.ObjectValue(m), nil
 }
 
-// App returns the application part of the URI ("app" in gid://app/Model/1).
-func (g GlobalID) App() string { app, _, _ := g.parts(); return app }
+// app returns the application part of the URI ("app" in gid://app/Model/1).
+func (g GlobalID) app() string { app, _, _ := g.parts(); return app }
 
-// ModelName returns the model class name ("Person" in gid://app/Person/42).
-func (g GlobalID) ModelName() string { _, model, _ := g.parts(); return model }
+// modelName returns the model class name ("Person" in gid://app/Person/42).
+func (g GlobalID) modelName() string { _, model, _ := g.parts(); return model }
 
-// ModelID returns the model id ("42" in gid://app/Person/42), without any
+// modelID returns the model id ("42" in gid://app/Person/42), without any
 // query parameters.
-func (g GlobalID) ModelID() string { _, _, id := g.parts(); return id }
+func (g GlobalID) modelID() string { _, _, id := g.parts(); return id }
 
 func (g GlobalID) parts() (app, model, id string) {
 	rest, ok := strings.CutPrefix(string(g), "gid://")
@@ -70,17 +70,17 @@ func (g GlobalID) parts() (app, model, id string) {
 // and it cannot run a payload holding this marker.
 type BigDecimal string
 
-// RubyJSON implements rubyjson.Valuer.
-func (d BigDecimal) RubyJSON() (rubyjson.Value, error) {
+// rubyJSON implements argValue.
+func (d BigDecimal) rubyJSON() (rubyjson.Value, error) {
 	return ajSerializedValue(ajBigDecimalSerializer, "value", rubyjson.StringValue(string(d))), nil
 }
 
-// Rat returns the exact value. It returns false for text big.Rat cannot
+// rat returns the exact value. It returns false for text big.Rat cannot
 // read (for example "NaN" or "Infinity").
-func (d BigDecimal) Rat() (*big.Rat, bool) { return new(big.Rat).SetString(string(d)) }
+func (d BigDecimal) rat() (*big.Rat, bool) { return new(big.Rat).SetString(string(d)) }
 
-// Float64 returns the nearest float64.
-func (d BigDecimal) Float64() (float64, bool) {
+// toFloat64 returns the nearest float64.
+func (d BigDecimal) toFloat64() (float64, bool) {
 	f, err := strconv.ParseFloat(string(d), 64)
 	return f, err == nil || errors.Is(err, strconv.ErrRange)
 }
@@ -92,8 +92,8 @@ type Date struct {
 	Day   int
 }
 
-// NewDate returns the civil date of t in t's location.
-func NewDate(t time.Time) Date {
+// newDate returns the civil date of t in t's location.
+func newDate(t time.Time) Date {
 	y, m, d := t.Date()
 	return Date{Year: y, Month: m, Day: d}
 }
@@ -109,11 +109,11 @@ func (d Date) String() string {
 	return fmt.Sprintf("%s%04d-%02d-%02d", sign, y, int(d.Month), d.Day)
 }
 
-// Time returns midnight UTC of the date.
-func (d Date) Time() time.Time { return time.Date(d.Year, d.Month, d.Day, 0, 0, 0, 0, time.UTC) }
+// toTime returns midnight UTC of the date.
+func (d Date) toTime() time.Time { return time.Date(d.Year, d.Month, d.Day, 0, 0, 0, 0, time.UTC) }
 
-// RubyJSON implements rubyjson.Valuer.
-func (d Date) RubyJSON() (rubyjson.Value, error) {
+// rubyJSON implements argValue.
+func (d Date) rubyJSON() (rubyjson.Value, error) {
 	return ajSerializedValue(ajDateSerializer, "value", rubyjson.StringValue(d.String())), nil
 }
 
@@ -135,7 +135,7 @@ func parseAJDate(s string) (Date, error) {
 		n[0] = -n[0]
 	}
 	d := Date{Year: n[0], Month: time.Month(n[1]), Day: n[2]}
-	if n[1] < 1 || n[1] > 12 || n[2] < 1 || n[2] > 31 || NewDate(d.Time()) != d {
+	if n[1] < 1 || n[1] > 12 || n[2] < 1 || n[2] > 31 || newDate(d.toTime()) != d {
 		return Date{}, fmt.Errorf("invalid date %q", s)
 	}
 	return d, nil
@@ -185,8 +185,8 @@ type Time struct {
 	text string
 }
 
-// RubyJSON implements rubyjson.Valuer.
-func (t Time) RubyJSON() (rubyjson.Value, error) {
+// rubyJSON implements argValue.
+func (t Time) rubyJSON() (rubyjson.Value, error) {
 	text := t.text
 	if text == "" || !sameAJTime(text, t.Time) {
 		text = formatAJTime(t.Time)
@@ -269,11 +269,11 @@ var ajDurationUnits = []struct {
 	{"years", 31556952}, {"months", 2629746}, {"weeks", 604800}, {"days", 86400}, {"hours", 3600}, {"minutes", 60},
 }
 
-// NewDuration returns d as ActiveSupport::Duration.build(d.seconds)
+// newDuration returns d as ActiveSupport::Duration.build(d.seconds)
 // builds it: the largest parts first (a year is 365.2425 days, a month a
 // twelfth of that), zero parts left out, and a Float seconds value and
 // seconds part only when d has a fraction of a second.
-func NewDuration(d time.Duration) Duration {
+func newDuration(d time.Duration) Duration {
 	num := func(whole int64, nanos int64) rubyjson.Value {
 		if nanos == 0 {
 			return rubyjson.IntValue(whole)
@@ -302,17 +302,17 @@ func NewDuration(d time.Duration) Duration {
 	return out
 }
 
-// Std returns the length as a time.Duration (from Seconds).
-func (d Duration) Std() time.Duration {
+// std returns the length as a time.Duration (from Seconds).
+func (d Duration) std() time.Duration {
 	f, _ := d.Seconds.Float()
 	return time.Duration(f * float64(time.Second))
 }
 
-// RubyJSON implements rubyjson.Valuer.
-func (d Duration) RubyJSON() (rubyjson.Value, error) {
+// rubyJSON implements argValue.
+func (d Duration) rubyJSON() (rubyjson.Value, error) {
 	parts := make([]rubyjson.Value, len(d.Parts))
 	for i, p := range d.Parts {
-		sym, _ := Symbol(p.Unit).RubyJSON()
+		sym, _ := Symbol(p.Unit).rubyJSON()
 		parts[i] = rubyjson.ArrayValue(sym, p.Amount)
 	}
 	m := rubyjson.NewMap()
@@ -331,13 +331,13 @@ type Range struct {
 	ExcludeEnd bool
 }
 
-// RubyJSON implements rubyjson.Valuer.
-func (r Range) RubyJSON() (rubyjson.Value, error) {
-	b, err := SerializeArgument(r.Begin)
+// rubyJSON implements argValue.
+func (r Range) rubyJSON() (rubyjson.Value, error) {
+	b, err := serializeArgument(r.Begin)
 	if err != nil {
 		return rubyjson.Value{}, fmt.Errorf("range begin: %w", err)
 	}
-	e, err := SerializeArgument(r.End)
+	e, err := serializeArgument(r.End)
 	if err != nil {
 		return rubyjson.Value{}, fmt.Errorf("range end: %w", err)
 	}
@@ -352,14 +352,14 @@ func (r Range) RubyJSON() (rubyjson.Value, error) {
 // Serialized is an object written by a serializer gojob does not know (an
 // application's custom ActiveJob serializer). Object is the whole JSON
 // object, "_aj_serialized" included, and is written back unchanged; values
-// inside it are still in serialized form (see DeserializeArgument).
+// inside it are still in serialized form (as Decode leaves them).
 type Serialized struct {
 	Object *rubyjson.Map
 }
 
-// NewSerialized builds a custom-serializer object: "_aj_serialized" first
+// newSerialized builds a custom-serializer object: "_aj_serialized" first
 // (as ObjectSerializer#serialize writes it), then fields in order.
-func NewSerialized(serializer string, fields *rubyjson.Map) Serialized {
+func newSerialized(serializer string, fields *rubyjson.Map) Serialized {
 	m := rubyjson.NewMap()
 	m.Set(ajSerializerKey, rubyjson.StringValue(serializer))
 	for i := range fields.Len() {
@@ -369,12 +369,12 @@ func NewSerialized(serializer string, fields *rubyjson.Map) Serialized {
 	return Serialized{Object: m}
 }
 
-// Serializer returns the serializer class name.
-func (s Serialized) Serializer() string {
+// serializer returns the serializer class name.
+func (s Serialized) serializer() string {
 	v, _ := s.Object.Get(ajSerializerKey)
 	str, _ := v.Str()
 	return str
 }
 
-// RubyJSON implements rubyjson.Valuer.
-func (s Serialized) RubyJSON() (rubyjson.Value, error) { return rubyjson.ObjectValue(s.Object), nil }
+// rubyJSON implements argValue.
+func (s Serialized) rubyJSON() (rubyjson.Value, error) { return rubyjson.ObjectValue(s.Object), nil }

@@ -9,6 +9,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -42,7 +43,7 @@ type Config struct {
 	// does. Default a Client on Pool with Version and Clock.
 	Client *sidekiq.Client
 	// DeathHandlers are called, in order, for each job killed through the
-	// API (DeadSet.Kill, SortedEntry.Kill, RetrySet.KillAll) with
+	// API (the dead set's Kill, SortedEntry.Kill, JobSet.KillAll) with
 	// ErrKilledByAPI, unless KillOpts.SkipDeathHandlers is set, like Ruby's
 	// Sidekiq.death_handlers. Handlers must treat the job as read-only.
 	DeathHandlers []sidekiq.DeathHandler
@@ -77,7 +78,7 @@ type API struct {
 	clock    clock.Clock
 	client   *sidekiq.Client
 	handlers []sidekiq.DeathHandler
-	morgue   wire.MorgueLimits
+	morgue   contract.MorgueLimits
 }
 
 // New returns an API.
@@ -107,12 +108,9 @@ func New(cfg *Config) (*API, error) {
 		clock:    clk,
 		client:   cl,
 		handlers: append([]sidekiq.DeathHandler(nil), cfg.DeathHandlers...),
-		morgue:   wire.MorgueLimits{MaxJobs: cfg.DeadMaxJobs, Timeout: cfg.DeadTimeout},
+		morgue:   contract.MorgueLimits{MaxJobs: cfg.DeadMaxJobs, Timeout: cfg.DeadTimeout},
 	}, nil
 }
-
-// Version returns the wire format the API writes.
-func (a *API) Version() wire.Version { return a.version }
 
 // Client returns the client used for re-pushes.
 func (a *API) Client() *sidekiq.Client { return a.client }
@@ -125,31 +123,16 @@ func (a *API) conn(ctx context.Context, op string) (redis.Conn, error) {
 	return c, nil
 }
 
-// PageParams select one page of a queue or sorted-set listing.
-type PageParams struct {
-	// Offset is the number of entries skipped, in listing order.
-	Offset int
-	// Limit is the page size. Default 25 (the Web UI's default).
-	Limit int
-	// Ascending pages a sorted set lowest score first (ZRANGE from the
-	// start), as the Web UI's Retries and Scheduled pages do: the next
-	// due entry first. Without it JobSet.Page keeps Ruby's JobSet#each
-	// order, highest score first. Queues ignore it.
-	Ascending bool
-}
-
-func (p *PageParams) bounds() (offset, limit int, err error) {
-	if p == nil {
-		return 0, 25, nil
+// pageBounds checks the offset and limit of a page; limit 0 means 25 (the
+// Web UI's page size).
+func pageBounds(offset, limit int) (int, int, error) {
+	if offset < 0 || limit < 0 {
+		return 0, 0, errors.New("sidekiq: page offset and limit must not be negative")
 	}
-	if p.Offset < 0 || p.Limit < 0 {
-		return 0, 0, errors.New("sidekiq: PageParams.Offset and Limit must not be negative")
-	}
-	limit = p.Limit
 	if limit == 0 {
 		limit = 25
 	}
-	return p.Offset, limit, nil
+	return offset, limit, nil
 }
 
 // BulkActionResult reports a set-wide action (retry all, kill all, add

@@ -2,7 +2,9 @@ package api
 
 import (
 	"context"
+	"fmt"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/gomodule/redigo/redis"
 )
@@ -19,29 +21,34 @@ type KillOpts struct {
 // Config.DeathHandlers with ErrKilledByAPI. The payload is stored
 // unchanged; no error fields are added. A payload that is not a JSON object
 // is stored too, but no handler is called for it (Ruby raises a
-// JSON::ParserError after storing it).
-func (d *DeadSet) Kill(ctx context.Context, payload []byte, opts *KillOpts) error {
-	conn, err := d.api.conn(ctx, "kill")
+// JSON::ParserError after storing it). Only the dead set takes payloads:
+// on the retry or schedule set Kill returns an error (SortedEntry.Kill
+// moves an entry of those to the dead set).
+func (s *JobSet) Kill(ctx context.Context, payload []byte, opts *KillOpts) error {
+	if s.name != contract.KeyDead {
+		return fmt.Errorf("sidekiq: kill: payloads are killed into the dead set, not %s", s.name)
+	}
+	conn, err := s.api.conn(ctx, "kill")
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	return d.kill(ctx, conn, payload, opts)
+	return s.kill(ctx, conn, payload, opts)
 }
 
-func (d *DeadSet) kill(ctx context.Context, conn redis.Conn, payload []byte, opts *KillOpts) error {
-	err := wire.SendToMorgue(ctx, conn, wire.MorgueParams{Payload: payload, Now: d.api.clock.Now(), Limits: d.api.morgue})
+func (s *JobSet) kill(ctx context.Context, conn redis.Conn, payload []byte, opts *KillOpts) error {
+	err := contract.SendToMorgue(ctx, conn, contract.MorgueParams{Payload: payload, Now: s.api.clock.Now(), Limits: s.api.morgue})
 	if err != nil {
 		return err
 	}
-	if (opts != nil && opts.SkipDeathHandlers) || len(d.api.handlers) == 0 {
+	if (opts != nil && opts.SkipDeathHandlers) || len(s.api.handlers) == 0 {
 		return nil
 	}
 	job, perr := wire.ParseJob(payload)
 	if perr != nil {
 		return nil
 	}
-	for _, h := range d.api.handlers {
+	for _, h := range s.api.handlers {
 		h(ctx, job, ErrKilledByAPI)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/api"
@@ -38,10 +39,11 @@ func TestDeadSetKillCallsHandlers(t *testing.T) {
 	require.NoError(t, a.DeadSet().Kill(ctx, []byte(`{"jid":"quiet"}`), &api.KillOpts{SkipDeathHandlers: true}))
 	require.NoError(t, a.DeadSet().Kill(ctx, []byte(`garbage`), nil))
 	require.Len(t, calls, 2)
+	require.ErrorContains(t, a.RetrySet().Kill(ctx, payload, nil), "dead set, not retry")
 
 	conn := pool.Get()
 	defer conn.Close()
-	members, err := redis.Strings(conn.Do("ZRANGE", wire.KeyDead, 0, -1))
+	members, err := redis.Strings(conn.Do("ZRANGE", contract.KeyDead, 0, -1))
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{string(payload), `{"jid":"quiet"}`, "garbage"}, members)
 }

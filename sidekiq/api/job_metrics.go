@@ -10,19 +10,9 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
-
-// JobMetricsParams select the window of JobMetrics.
-type JobMetricsParams struct {
-	// Minutes is the window, 1 to 480 (the keys' 8-hour TTL). Default 60
-	// (the Web UI's default).
-	Minutes int
-	// Until is the end of the window (its minute is included). Default now.
-	Until time.Time
-	// Class, when set, also reads that class's execution-time histogram.
-	Class string
-}
 
 // JobMetrics is what processes recorded per job class in the window (the
 // Sidekiq 7+ Metrics tab; Ruby's lib/sidekiq/metrics/query.rb).
@@ -33,7 +23,7 @@ type JobMetrics struct {
 	// name.
 	Classes []ClassMetrics
 	// Histogram is the class's count per bucket of HistogramLimits (the
-	// last bucket takes the rest); nil unless Params.Class was given.
+	// last bucket takes the rest); nil unless a class was given.
 	Histogram []int64
 }
 
@@ -57,22 +47,19 @@ func (c ClassMetrics) AvgMillis() float64 {
 	return 0
 }
 
-// JobMetrics sums the `j|<minute>` hashes of every minute of the window,
+// JobMetrics reads the metrics of the last minutes minutes, the current
+// one included: 1 to 480 (the keys' 8-hour TTL), 0 means 60 (the Web UI's
+// default). It sums the `j|<minute>` hashes of every minute of the window,
 // in both the 7.x (`j|%Y%m%d|%-H:%-M`) and 8.x (`j|%y%m%d|%-H:%M`) layouts
-// so a mixed cluster shows whole, and with Params.Class the per-minute
-// histograms (BITFIELD GET u16 #0..#25 of both key layouts), all in one
-// pipeline. Processes writing the 6.x format record no metrics.
-func (a *API) JobMetrics(ctx context.Context, p *JobMetricsParams) (*JobMetrics, error) {
-	minutes, until, class := 60, a.clock.Now(), ""
-	if p != nil {
-		if p.Minutes != 0 {
-			minutes = p.Minutes
-		}
-		if !p.Until.IsZero() {
-			until = p.Until
-		}
-		class = p.Class
+// so a mixed cluster shows whole, and when class is not "" that class's
+// per-minute execution-time histograms (BITFIELD GET u16 #0..#25 of both
+// key layouts), all in one pipeline. Processes writing the 6.x format
+// record no metrics.
+func (a *API) JobMetrics(ctx context.Context, minutes int, class string) (*JobMetrics, error) {
+	if minutes == 0 {
+		minutes = 60
 	}
+	until := a.clock.Now()
 	if minutes < 1 || minutes > 480 {
 		return nil, fmt.Errorf("sidekiq: job metrics: minutes must be between 1 and 480, got %d", minutes)
 	}
@@ -84,19 +71,19 @@ func (a *API) JobMetrics(ctx context.Context, p *JobMetricsParams) (*JobMetrics,
 		return nil, err
 	}
 	defer conn.Close()
-	gets := make([]any, 0, 4*wire.HistogramBuckets)
-	for i := range wire.HistogramBuckets {
+	gets := make([]any, 0, 4*contract.HistogramBuckets)
+	for i := range contract.HistogramBuckets {
 		gets = append(gets, "GET", "u16", fmt.Sprintf("#%d", i))
 	}
 	for i := range minutes {
 		t := until.Add(-time.Duration(i) * time.Minute)
-		k7, _ := wire.MetricsKeys(v7, t)
-		k8, _ := wire.MetricsKeys(v8, t)
+		k7, _ := contract.MetricsKeys(v7, t)
+		k8, _ := contract.MetricsKeys(v8, t)
 		conn.Send("HGETALL", k7[0])
 		conn.Send("HGETALL", k8[len(k8)-1])
 		if class != "" {
-			conn.Send("BITFIELD", append([]any{wire.HistogramKey(v7, class, t)}, gets...)...)
-			conn.Send("BITFIELD", append([]any{wire.HistogramKey(v8, class, t)}, gets...)...)
+			conn.Send("BITFIELD", append([]any{contract.HistogramKey(v7, class, t)}, gets...)...)
+			conn.Send("BITFIELD", append([]any{contract.HistogramKey(v8, class, t)}, gets...)...)
 		}
 	}
 	if err := conn.Flush(); err != nil {
@@ -104,7 +91,7 @@ func (a *API) JobMetrics(ctx context.Context, p *JobMetricsParams) (*JobMetrics,
 	}
 	byClass := map[string]*ClassMetrics{}
 	if class != "" {
-		out.Histogram = make([]int64, wire.HistogramBuckets)
+		out.Histogram = make([]int64, contract.HistogramBuckets)
 	}
 	for range minutes {
 		for range 2 {

@@ -23,7 +23,8 @@ func TestJobMetricsSumsBothKeyLayoutsInTheWindow(t *testing.T) {
 	b.do(t, "BITFIELD", "h|HardJob-21-21:34", "INCRBY", "u16", "#0", 1, "INCRBY", "u16", "#25", 2)
 
 	until := time.Date(2026, 11, 21, 21, 40, 30, 0, time.UTC)
-	m, err := b.api.JobMetrics(t.Context(), &api.JobMetricsParams{Minutes: 60, Until: until, Class: "HardJob"})
+	b.clk.Set(until)
+	m, err := b.api.JobMetrics(t.Context(), 60, "HardJob")
 	require.NoError(t, err)
 	require.Equal(t, time.Date(2026, 11, 21, 20, 41, 0, 0, time.UTC), m.Since)
 	require.Equal(t, []api.ClassMetrics{
@@ -35,6 +36,6 @@ func TestJobMetricsSumsBothKeyLayoutsInTheWindow(t *testing.T) {
 	want[0], want[25] = 5, 2
 	require.Equal(t, want, m.Histogram)
 
-	_, err = b.api.JobMetrics(t.Context(), &api.JobMetricsParams{Minutes: 481})
+	_, err = b.api.JobMetrics(t.Context(), 481, "")
 	require.ErrorContains(t, err, "between 1 and 480")
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/gojob/gojob/sidekiq/wire"
+	"github.com/gojob/gojob/internal/contract"
 )
 
 // Pause stops every gojob process fetching from the queue within about a
@@ -24,7 +24,7 @@ func (q *Queue) setPaused(ctx context.Context, cmd string) error {
 		return err
 	}
 	defer conn.Close()
-	if _, err := redis.DoContext(conn, ctx, cmd, wire.KeyPausedQueues, q.name); err != nil {
+	if _, err := redis.DoContext(conn, ctx, cmd, contract.KeyPausedQueues, q.name); err != nil {
 		return fmt.Errorf("sidekiq: pause queue %s: %w", q.name, err)
 	}
 	return nil
@@ -37,7 +37,7 @@ func (a *API) PausedQueues(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	defer conn.Close()
-	names, err := redis.Strings(redis.DoContext(conn, ctx, "SMEMBERS", wire.KeyPausedQueues))
+	names, err := redis.Strings(redis.DoContext(conn, ctx, "SMEMBERS", contract.KeyPausedQueues))
 	if err != nil {
 		return nil, fmt.Errorf("sidekiq: paused queues: %w", err)
 	}

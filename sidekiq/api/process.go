@@ -11,19 +11,17 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// Signal names a process reacts to (docs/sidekiq-wire.md#signals).
+// The signal names a process reacts to (docs/sidekiq-wire.md#signals).
 const (
-	// SignalQuiet stops fetching (Ruby's Process#quiet!).
-	SignalQuiet = "TSTP"
-	// SignalStop shuts the process down (Process#stop!).
-	SignalStop = "TERM"
-	// SignalDump asks for a thread dump in the log (Process#dump_threads).
-	SignalDump = "TTIN"
+	sigQuiet = "TSTP" // stop fetching (Ruby's Process#quiet!)
+	sigStop  = "TERM" // shut down (Process#stop!)
+	sigDump  = "TTIN" // log a thread dump (Process#dump_threads)
 )
 
 // Process is one live Sidekiq process (Ruby's Sidekiq::Process): its info
@@ -66,36 +64,36 @@ func (p *Process) Stopping() bool { return p.quiet == "true" }
 
 // Quiet sends TSTP: the process stops fetching new jobs.
 func (p *Process) Quiet(ctx context.Context) error {
-	return p.signalUnlessEmbedded(ctx, SignalQuiet)
+	return p.signalUnlessEmbedded(ctx, sigQuiet)
 }
 
 // Stop sends TERM: the process shuts down.
 func (p *Process) Stop(ctx context.Context) error {
-	return p.signalUnlessEmbedded(ctx, SignalStop)
+	return p.signalUnlessEmbedded(ctx, sigStop)
 }
 
 // DumpThreads sends TTIN: the process logs its thread backtraces.
 func (p *Process) DumpThreads(ctx context.Context) error {
-	return p.api.SignalProcess(ctx, p.Identity, SignalDump)
+	return p.api.signalProcess(ctx, p.Identity, sigDump)
 }
 
 func (p *Process) signalUnlessEmbedded(ctx context.Context, sig string) error {
 	if p.Embedded {
 		return fmt.Errorf("sidekiq: process %s is embedded and cannot be sent %s", p.Identity, sig)
 	}
-	return p.api.SignalProcess(ctx, p.Identity, sig)
+	return p.api.signalProcess(ctx, p.Identity, sig)
 }
 
-// SignalProcess sends a signal name to a process as the Web UI does: MULTI
+// signalProcess sends a signal name to a process as the Web UI does: MULTI
 // LPUSH <identity>-signals <sig>; EXPIRE <identity>-signals 60; EXEC. The
 // process pops it at its next heartbeat.
-func (a *API) SignalProcess(ctx context.Context, identity, sig string) error {
+func (a *API) signalProcess(ctx context.Context, identity, sig string) error {
 	conn, err := a.conn(ctx, "signal process")
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	key := wire.SignalsKey(identity)
+	key := contract.SignalsKey(identity)
 	_, err = redisx.ExecMulti(ctx, conn, func(c redis.Conn) {
 		c.Send("LPUSH", key, sig)
 		c.Send("EXPIRE", key, 60)
@@ -123,8 +121,9 @@ redis.call('EXPIRE', KEYS[2], 60)
 return 1
 `)
 
-// SignalLiveProcess sends a signal name to a live process, as
-// SignalProcess, but refuses (ErrProcessNotFound) an identity whose
+// SignalLiveProcess sends a signal name to a live process by identity:
+// "TSTP", "TERM" or "TTIN", as Process.Quiet, Stop and DumpThreads send
+// them. Unlike those it refuses (ErrProcessNotFound) an identity whose
 // heartbeat hash does not exist instead of writing its signals list: a
 // mistyped identity is reported, not silently queued for no one.
 func (a *API) SignalLiveProcess(ctx context.Context, identity, sig string) error {
@@ -133,7 +132,7 @@ func (a *API) SignalLiveProcess(ctx context.Context, identity, sig string) error
 		return err
 	}
 	defer conn.Close()
-	ok, err := redis.Bool(signalLive.DoContext(ctx, conn, identity, wire.SignalsKey(identity), sig))
+	ok, err := redis.Bool(signalLive.DoContext(ctx, conn, identity, contract.SignalsKey(identity), sig))
 	if err != nil {
 		return fmt.Errorf("sidekiq: signal %s to %s: %w", sig, identity, err)
 	}
@@ -145,8 +144,8 @@ func (a *API) SignalLiveProcess(ctx context.Context, identity, sig string) error
 
 // ProcessListParams tune Processes.
 type ProcessListParams struct {
-	// SkipCleanup does not run CleanupProcesses first (Ruby's
-	// ProcessSet.new(false)).
+	// SkipCleanup leaves the processes set as it is (Ruby's
+	// ProcessSet.new(false)): no cleanup of dead processes first.
 	SkipCleanup bool
 }
 
@@ -164,9 +163,15 @@ type ProcessList struct {
 // Processes lists the live processes as Ruby's ProcessSet does: cleanup
 // (unless skipped), SSCAN processes (sorted), then one pipeline of HMGET
 // <id> info busy beat quiet rss rtt_us concurrency.
+//
+// The cleanup is Sidekiq 6.5.2+'s: only when SET process_cleanup 1 NX EX
+// 60 succeeds (once a minute across callers), SSCAN processes, pipelined
+// HGET <id> info, and one SREM of the ids whose hash has no info (it
+// expired 60 s after the last beat). The listing skips those ids either
+// way; the cleanup keeps the processes set (Stats.Processes) exact.
 func (a *API) Processes(ctx context.Context, p *ProcessListParams) (*ProcessList, error) {
 	if p == nil || !p.SkipCleanup {
-		if _, err := a.CleanupProcesses(ctx); err != nil {
+		if _, err := a.cleanupProcesses(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -175,7 +180,7 @@ func (a *API) Processes(ctx context.Context, p *ProcessListParams) (*ProcessList
 		return nil, err
 	}
 	defer conn.Close()
-	ids, err := redisx.SScanAll(ctx, conn, wire.KeyProcesses)
+	ids, err := redisx.SScanAll(ctx, conn, contract.KeyProcesses)
 	if err != nil {
 		return nil, fmt.Errorf("sidekiq: list processes: %w", err)
 	}
@@ -214,11 +219,11 @@ func (a *API) newProcess(f []any) (*Process, error) {
 	}
 	m := info.Clone()
 	p := &Process{api: a, Attributes: m}
-	p.Busy = wire.RubyToI(redisx.OptString(f[1]))
-	beat := wire.RubyToF(redisx.OptString(f[2]))
-	p.Beat = wire.FromEpochSeconds(beat)
-	p.RSS = wire.RubyToI(redisx.OptString(f[4]))
-	p.RTTMicros = wire.RubyToI(redisx.OptString(f[5]))
+	p.Busy = contract.RubyToI(redisx.OptString(f[1]))
+	beat := contract.RubyToF(redisx.OptString(f[2]))
+	p.Beat = contract.FromEpochSeconds(beat)
+	p.RSS = contract.RubyToI(redisx.OptString(f[4]))
+	p.RTTMicros = contract.RubyToI(redisx.OptString(f[5]))
 	m.Set("busy", rubyjson.IntValue(p.Busy))
 	m.Set("beat", rubyjson.FloatValue(beat))
 	if f[3] == nil {
@@ -230,7 +235,7 @@ func (a *API) newProcess(f []any) (*Process, error) {
 	m.Set("rss", rubyjson.IntValue(p.RSS))
 	m.Set("rtt_us", rubyjson.IntValue(p.RTTMicros))
 	if f[6] != nil {
-		m.Set("concurrency", rubyjson.IntValue(wire.RubyToI(redisx.OptString(f[6]))))
+		m.Set("concurrency", rubyjson.IntValue(contract.RubyToI(redisx.OptString(f[6]))))
 	}
 	str := func(k string) string {
 		v, _ := m.Get(k)
@@ -265,7 +270,7 @@ func (a *API) newProcess(f []any) (*Process, error) {
 	p.Queues = strs("queues")
 	if v, ok := m.Get("started_at"); ok {
 		if fl, ok := v.Float(); ok {
-			p.StartedAt = wire.FromEpochSeconds(fl)
+			p.StartedAt = contract.FromEpochSeconds(fl)
 		}
 	}
 	if v, ok := m.Get("embedded"); ok {
@@ -274,36 +279,14 @@ func (a *API) newProcess(f []any) (*Process, error) {
 	return p, nil
 }
 
-// ProcessCount returns SCARD processes (Ruby's ProcessSet#size), which may
-// include dead processes until cleanup runs.
-func (a *API) ProcessCount(ctx context.Context) (int64, error) {
-	conn, err := a.conn(ctx, "count processes")
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	n, err := redis.Int64(redis.DoContext(conn, ctx, "SCARD", wire.KeyProcesses))
-	if err != nil {
-		return 0, fmt.Errorf("sidekiq: count processes: %w", err)
-	}
-	return n, nil
-}
-
-// CleanupResult reports a cleanup.
-type CleanupResult = wire.CleanupResult
-
-// CleanupProcesses removes dead processes from the processes set the way
-// Sidekiq 6.5.2+ does: only when SET process_cleanup 1 NX EX 60 succeeds,
-// then SSCAN processes, pipelined HGET <id> info, and one SREM of the ids
-// whose hash has no info (it expired 60 s after the last beat). Ran is
-// false when another caller cleaned up in the last minute.
-func (a *API) CleanupProcesses(ctx context.Context) (*CleanupResult, error) {
+// cleanupProcesses is the cleanup Processes runs first (see there).
+func (a *API) cleanupProcesses(ctx context.Context) (*contract.CleanupResult, error) {
 	conn, err := a.conn(ctx, "cleanup processes")
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	return wire.CleanupProcesses(ctx, conn, wire.CleanupParams{Lock: true})
+	return contract.CleanupProcesses(ctx, conn, contract.CleanupParams{Lock: true})
 }
 
 // Leader returns the Sidekiq Enterprise leader's identity (GET
@@ -351,22 +334,23 @@ type Work struct {
 // (then identity and tid), in one pipeline: EXISTS <id>, HGETALL
 // <id>:workers (≤6.4.1) and HGETALL <id>:work (6.4.2+) for each process;
 // processes whose hash is gone are skipped, as in Ruby. Reading both keys
-// shows the busy jobs of a mixed cluster.
+// shows the busy jobs of a mixed cluster. Ruby's WorkSet#size, the busy
+// counts of the last heartbeats, is Stats.Busy.
 func (a *API) WorkSet(ctx context.Context) ([]*Work, error) {
 	conn, err := a.conn(ctx, "work set")
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	ids, err := redisx.SScanAll(ctx, conn, wire.KeyProcesses)
+	ids, err := redisx.SScanAll(ctx, conn, contract.KeyProcesses)
 	if err != nil {
 		return nil, fmt.Errorf("sidekiq: work set: %w", err)
 	}
 	workers, work := wire.Version{Major: 6, Minor: 4, Patch: 1}, wire.Version{Major: 6, Minor: 4, Patch: 2}
 	for _, id := range ids {
 		conn.Send("EXISTS", id)
-		conn.Send("HGETALL", wire.WorkKey(id, workers))
-		conn.Send("HGETALL", wire.WorkKey(id, work))
+		conn.Send("HGETALL", contract.WorkKey(id, workers))
+		conn.Send("HGETALL", contract.WorkKey(id, work))
 	}
 	if err := conn.Flush(); err != nil {
 		return nil, fmt.Errorf("sidekiq: work set: %w", err)
@@ -424,7 +408,7 @@ func parseWork(id, tid, js string) (*Work, error) {
 	}
 	if v, ok := m.Get("heartbeat_at"); ok {
 		if f, ok := v.Float(); ok {
-			w.HeartbeatAt = wire.FromEpochSeconds(f)
+			w.HeartbeatAt = contract.FromEpochSeconds(f)
 		}
 	}
 	if v, ok := m.Get("run_at"); ok {
@@ -434,46 +418,13 @@ func parseWork(id, tid, js string) (*Work, error) {
 			w.RunAt = time.Unix(n, 0)
 		case rubyjson.Float:
 			f, _ := v.Float()
-			w.RunAt = wire.FromEpochSeconds(f)
+			w.RunAt = contract.FromEpochSeconds(f)
 		case rubyjson.String:
 			s, _ := v.Str()
 			if f, err := strconv.ParseFloat(s, 64); err == nil {
-				w.RunAt = wire.FromEpochSeconds(f)
+				w.RunAt = contract.FromEpochSeconds(f)
 			}
 		}
 	}
 	return w, nil
-}
-
-// WorkSetSize returns the number of running jobs as Ruby's WorkSet#size:
-// the sum of HGET <id> busy over the processes set (as fresh as the last
-// heartbeats).
-func (a *API) WorkSetSize(ctx context.Context) (int64, error) {
-	conn, err := a.conn(ctx, "work set size")
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	ids, err := redisx.SScanAll(ctx, conn, wire.KeyProcesses)
-	if err != nil {
-		return 0, fmt.Errorf("sidekiq: work set size: %w", err)
-	}
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	for _, id := range ids {
-		conn.Send("HGET", id, "busy")
-	}
-	if err := conn.Flush(); err != nil {
-		return 0, fmt.Errorf("sidekiq: work set size: %w", err)
-	}
-	var n int64
-	for range ids {
-		r, err := redis.ReceiveContext(conn, ctx)
-		if err != nil {
-			return 0, fmt.Errorf("sidekiq: work set size: %w", err)
-		}
-		n += wire.RubyToI(redisx.OptString(r))
-	}
-	return n, nil
 }

@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/sidekiq/api"
 )
 
 const (
@@ -30,9 +32,9 @@ func TestAPIProcesses(t *testing.T) {
 	ctx := context.Background()
 	apiAddProcesses(t, b)
 
-	n, err := b.api.ProcessCount(ctx)
+	st, err := b.api.Stats(ctx)
 	require.NoError(t, err)
-	require.EqualValues(t, 3, n)
+	require.EqualValues(t, 3, st.Processes) // SCARD, before the cleanup
 
 	list, err := b.api.Processes(ctx, nil)
 	require.NoError(t, err)
@@ -73,16 +75,16 @@ func TestAPIProcesses(t *testing.T) {
 
 	// While the lock is held, cleanup does not run.
 	b.do(t, "SADD", "processes", "gone:2:cccccccccccc")
-	res, err := b.api.CleanupProcesses(ctx)
+	res, err := api.CleanupProcesses(ctx, b.api)
 	require.NoError(t, err)
-	require.Equal(t, &api.CleanupResult{}, res)
+	require.Equal(t, &contract.CleanupResult{}, res)
 	list, err = b.api.Processes(ctx, &api.ProcessListParams{SkipCleanup: true})
 	require.NoError(t, err)
 	require.Len(t, list.Processes, 2)
 	b.do(t, "DEL", "process_cleanup")
-	res, err = b.api.CleanupProcesses(ctx)
+	res, err = api.CleanupProcesses(ctx, b.api)
 	require.NoError(t, err)
-	require.Equal(t, &api.CleanupResult{Ran: true, Removed: 1}, res)
+	require.Equal(t, &contract.CleanupResult{Ran: true, Removed: 1}, res)
 
 	leader, err := b.api.Leader(ctx)
 	require.NoError(t, err)
@@ -116,7 +118,7 @@ func TestAPIProcessSignals(t *testing.T) {
 	require.NoError(t, embedded.DumpThreads(ctx))
 	require.Equal(t, []string{"TTIN"}, b.strings(t, "LRANGE", "vm2:99:aaaaaaaaaaaa-signals", 0, -1))
 
-	require.NoError(t, b.api.SignalProcess(ctx, "x:1:y", api.SignalQuiet))
+	require.NoError(t, api.SignalProcess(ctx, b.api, "x:1:y", "TSTP"))
 	require.Equal(t, []string{"TSTP"}, b.strings(t, "LRANGE", "x:1:y-signals", 0, -1))
 }
 
@@ -156,9 +158,9 @@ func TestAPIWorkSet(t *testing.T) {
 	require.Equal(t, job1, string(work[2].Payload.Bytes()))
 	require.Equal(t, "vm:14670:c2a2a23ead83", work[2].Identity)
 
-	size, err := b.api.WorkSetSize(ctx)
+	st, err := b.api.Stats(ctx) // the busy fields, Ruby's WorkSet#size
 	require.NoError(t, err)
-	require.EqualValues(t, 3, size)
+	require.EqualValues(t, 3, st.Busy)
 }
 
 // apiJSONString encodes s as a JSON string, as Ruby nests the payload.

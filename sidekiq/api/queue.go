@@ -7,6 +7,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -38,9 +39,6 @@ func newJobRecord(api *API, value []byte, queue string) *JobRecord {
 	return r
 }
 
-// Valid reports whether the payload parsed as a JSON object.
-func (r *JobRecord) Valid() bool { return r.Job != nil }
-
 // JID returns the job's jid ("" for an unparsable payload).
 func (r *JobRecord) JID() string {
 	if r.Job == nil {
@@ -66,15 +64,6 @@ func (r *JobRecord) Args() []rubyjson.Value {
 	return r.Job.Args()
 }
 
-// Latency returns now - (enqueued_at || created_at), 0 when the payload has
-// neither or is unparsable.
-func (r *JobRecord) Latency(now time.Time) time.Duration {
-	if r.Job == nil {
-		return 0
-	}
-	return r.Job.Latency(now)
-}
-
 // Delete removes this job from its queue by its exact bytes (LREM
 // queue:<q> 1 <value>). It reports whether a job was removed.
 func (r *JobRecord) Delete(ctx context.Context) (bool, error) {
@@ -98,7 +87,7 @@ func (a *API) Queues(ctx context.Context) ([]*Queue, error) {
 		return nil, err
 	}
 	defer conn.Close()
-	names, err := redisx.SScanAll(ctx, conn, wire.KeyQueues)
+	names, err := redisx.SScanAll(ctx, conn, contract.KeyQueues)
 	if err != nil {
 		return nil, fmt.Errorf("sidekiq: list queues: %w", err)
 	}
@@ -119,7 +108,7 @@ func (q *Queue) Size(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	defer conn.Close()
-	n, err := redis.Int64(redis.DoContext(conn, ctx, "LLEN", wire.QueueKey(q.name)))
+	n, err := redis.Int64(redis.DoContext(conn, ctx, "LLEN", contract.QueueKey(q.name)))
 	if err != nil {
 		return 0, fmt.Errorf("sidekiq: size of queue %s: %w", q.name, err)
 	}
@@ -136,7 +125,7 @@ func (q *Queue) Latency(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	defer conn.Close()
-	tail, err := redis.Bytes(redis.DoContext(conn, ctx, "LINDEX", wire.QueueKey(q.name), -1))
+	tail, err := redis.Bytes(redis.DoContext(conn, ctx, "LINDEX", contract.QueueKey(q.name), -1))
 	if err == redis.ErrNil {
 		return 0, nil
 	}
@@ -150,47 +139,40 @@ func (q *Queue) Latency(ctx context.Context) (time.Duration, error) {
 	return job.Latency(q.api.clock.Now()), nil
 }
 
-// QueuePage is one page of a queue.
-type QueuePage struct {
-	// Size is the queue's length when the page was read.
-	Size int64
-	// Records are newest first (LRANGE from index Offset).
-	Records []*JobRecord
-}
-
-// Page reads one page newest first, as the Web UI's queue page does
-// (MULTI LLEN + LRANGE).
-func (q *Queue) Page(ctx context.Context, p *PageParams) (*QueuePage, error) {
-	off, limit, err := p.bounds()
+// Page reads limit jobs (0 means 25, the Web UI's page size) after the
+// newest offset, newest first, as the Web UI's queue page does (MULTI LLEN
+// + LRANGE). It returns them with the queue's length when they were read.
+func (q *Queue) Page(ctx context.Context, offset, limit int) ([]*JobRecord, int64, error) {
+	off, limit, err := pageBounds(offset, limit)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	conn, err := q.api.conn(ctx, "queue page")
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer conn.Close()
-	key := wire.QueueKey(q.name)
+	key := contract.QueueKey(q.name)
 	replies, err := redisx.ExecMulti(ctx, conn, func(c redis.Conn) {
 		c.Send("LLEN", key)
 		c.Send("LRANGE", key, off, off+limit-1)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("sidekiq: page of queue %s: %w", q.name, err)
+		return nil, 0, fmt.Errorf("sidekiq: page of queue %s: %w", q.name, err)
 	}
 	size, err := redis.Int64(replies[0], nil)
 	if err != nil {
-		return nil, fmt.Errorf("sidekiq: page of queue %s: %w", q.name, err)
+		return nil, 0, fmt.Errorf("sidekiq: page of queue %s: %w", q.name, err)
 	}
 	vals, err := redis.ByteSlices(replies[1], nil)
 	if err != nil {
-		return nil, fmt.Errorf("sidekiq: page of queue %s: %w", q.name, err)
+		return nil, 0, fmt.Errorf("sidekiq: page of queue %s: %w", q.name, err)
 	}
-	page := &QueuePage{Size: size, Records: make([]*JobRecord, len(vals))}
+	records := make([]*JobRecord, len(vals))
 	for i, v := range vals {
-		page.Records[i] = newJobRecord(q.api, v, q.name)
+		records[i] = newJobRecord(q.api, v, q.name)
 	}
-	return page, nil
+	return records, size, nil
 }
 
 // Each calls fn for every job, newest first, as Ruby's Queue#each: LRANGE
@@ -234,14 +216,14 @@ func (q *Queue) lrange(ctx context.Context, start, stop int64) ([][]byte, error)
 		return nil, err
 	}
 	defer conn.Close()
-	vals, err := redis.ByteSlices(redis.DoContext(conn, ctx, "LRANGE", wire.QueueKey(q.name), start, stop))
+	vals, err := redis.ByteSlices(redis.DoContext(conn, ctx, "LRANGE", contract.QueueKey(q.name), start, stop))
 	if err != nil {
 		return nil, fmt.Errorf("sidekiq: iterate queue %s: %w", q.name, err)
 	}
 	return vals, nil
 }
 
-// FindJob returns the job with jid (wire.FindInQueue: LRANGE pages from
+// FindJob returns the job with jid (contract.FindInQueue: LRANGE pages from
 // the oldest end, stopping at the first match). It returns an error
 // wrapping ErrJobNotFound when there is none.
 func (q *Queue) FindJob(ctx context.Context, jid string) (*JobRecord, error) {
@@ -250,7 +232,7 @@ func (q *Queue) FindJob(ctx context.Context, jid string) (*JobRecord, error) {
 		return nil, err
 	}
 	defer conn.Close()
-	found, err := wire.FindInQueue(ctx, conn, q.name, []string{jid})
+	found, err := contract.FindInQueue(ctx, conn, q.name, []string{jid})
 	if err != nil {
 		return nil, err
 	}
@@ -270,7 +252,7 @@ func (q *Queue) DeleteJob(ctx context.Context, value []byte) (bool, error) {
 		return false, err
 	}
 	defer conn.Close()
-	n, err := redis.Int(redis.DoContext(conn, ctx, "LREM", wire.QueueKey(q.name), 1, value))
+	n, err := redis.Int(redis.DoContext(conn, ctx, "LREM", contract.QueueKey(q.name), 1, value))
 	if err != nil {
 		return false, fmt.Errorf("sidekiq: delete job from queue %s: %w", q.name, err)
 	}
@@ -286,8 +268,8 @@ func (q *Queue) Clear(ctx context.Context) error {
 	}
 	defer conn.Close()
 	_, err = redisx.ExecMulti(ctx, conn, func(c redis.Conn) {
-		c.Send("UNLINK", wire.QueueKey(q.name))
-		c.Send("SREM", wire.KeyQueues, q.name)
+		c.Send("UNLINK", contract.QueueKey(q.name))
+		c.Send("SREM", contract.KeyQueues, q.name)
 	})
 	if err != nil {
 		return fmt.Errorf("sidekiq: clear queue %s: %w", q.name, err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -16,31 +17,22 @@ import (
 )
 
 // JobSet is one of the sorted sets retry, schedule or dead (Ruby's
-// Sidekiq::JobSet). The handle holds no state.
+// Sidekiq::JobSet and its RetrySet, ScheduledSet and DeadSet). The few
+// actions that apply to some sets only (Kill of a payload, KillAll) check
+// the set. The handle holds no state.
 type JobSet struct {
 	api  *API
 	name string
 }
 
-// RetrySet is the retry set.
-type RetrySet struct{ *JobSet }
-
-// ScheduledSet is the schedule set.
-type ScheduledSet struct{ *JobSet }
-
-// DeadSet is the dead set (the morgue).
-type DeadSet struct{ *JobSet }
-
 // RetrySet returns the retry set.
-func (a *API) RetrySet() *RetrySet { return &RetrySet{&JobSet{api: a, name: wire.KeyRetry}} }
+func (a *API) RetrySet() *JobSet { return &JobSet{api: a, name: contract.KeyRetry} }
 
 // ScheduledSet returns the schedule set.
-func (a *API) ScheduledSet() *ScheduledSet {
-	return &ScheduledSet{&JobSet{api: a, name: wire.KeySchedule}}
-}
+func (a *API) ScheduledSet() *JobSet { return &JobSet{api: a, name: contract.KeySchedule} }
 
-// DeadSet returns the dead set.
-func (a *API) DeadSet() *DeadSet { return &DeadSet{&JobSet{api: a, name: wire.KeyDead}} }
+// DeadSet returns the dead set (the morgue).
+func (a *API) DeadSet() *JobSet { return &JobSet{api: a, name: contract.KeyDead} }
 
 // Name returns the set's key.
 func (s *JobSet) Name() string { return s.name }
@@ -66,13 +58,7 @@ func (s *JobSet) entry(value []byte, score float64) *SortedEntry {
 }
 
 // At returns the score as a time.
-func (e *SortedEntry) At() time.Time { return wire.FromEpochSeconds(e.Score) }
-
-// ID returns Ruby's SortedEntry#id, "<score>|<jid>".
-func (e *SortedEntry) ID() string { return wire.FormatScore(e.Score) + "|" + e.JID() }
-
-// Set returns the set the entry was read from.
-func (e *SortedEntry) Set() *JobSet { return e.set }
+func (e *SortedEntry) At() time.Time { return contract.FromEpochSeconds(e.Score) }
 
 // Size returns ZCARD.
 func (s *JobSet) Size(ctx context.Context) (int64, error) {
@@ -92,32 +78,25 @@ func (s *JobSet) size(ctx context.Context, conn redis.Conn) (int64, error) {
 	return n, nil
 }
 
-// SetPage is one page of a sorted set.
-type SetPage struct {
-	// Size is the set's size when the page was read.
-	Size int64
-	// Entries are highest score first (JobSet#each order), lowest first
-	// with PageParams.Ascending.
-	Entries []*SortedEntry
-}
-
-// Page reads one page in Ruby's JobSet#each order, highest score first
-// (ties: the greater member first), with a negative-index range: MULTI
-// ZCARD; ZRANGE <set> -(offset+limit) -(offset+1) WITHSCORES; EXEC, the
-// page reversed. With p.Ascending it reads lowest score first, as the Web
-// UI pages the retry and schedule sets (ZRANGE <set> offset
-// offset+limit-1 WITHSCORES: the page helper of Sidekiq 6.4.1
-// lib/sidekiq/paginator.rb, as web/application.rb calls it for /retries and
-// /scheduled).
-func (s *JobSet) Page(ctx context.Context, p *PageParams) (*SetPage, error) {
-	off, limit, err := p.bounds()
+// Page reads limit entries (0 means 25, the Web UI's page size) after the
+// first offset, in the order the Web UI lists the set. The retry and
+// schedule sets are read lowest score first, the next due first (MULTI
+// ZCARD; ZRANGE <set> offset offset+limit-1 WITHSCORES; EXEC: the page
+// helper of Sidekiq 6.4.1 lib/sidekiq/paginator.rb, as web/application.rb
+// calls it for /retries and /scheduled). The dead set is read newest death
+// first, in Ruby's JobSet#each order (ties: the greater member first), with
+// a negative-index range: ZRANGE <set> -(offset+limit) -(offset+1)
+// WITHSCORES, the page reversed. It returns the entries with the set's size
+// when they were read.
+func (s *JobSet) Page(ctx context.Context, offset, limit int) ([]*SortedEntry, int64, error) {
+	off, limit, err := pageBounds(offset, limit)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	asc := p != nil && p.Ascending
+	asc := s.name != contract.KeyDead
 	conn, err := s.api.conn(ctx, "set page")
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer conn.Close()
 	replies, err := redisx.ExecMulti(ctx, conn, func(c redis.Conn) {
@@ -129,20 +108,20 @@ func (s *JobSet) Page(ctx context.Context, p *PageParams) (*SetPage, error) {
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("sidekiq: page of %s: %w", s.name, err)
+		return nil, 0, fmt.Errorf("sidekiq: page of %s: %w", s.name, err)
 	}
 	size, err := redis.Int64(replies[0], nil)
 	if err != nil {
-		return nil, fmt.Errorf("sidekiq: page of %s: %w", s.name, err)
+		return nil, 0, fmt.Errorf("sidekiq: page of %s: %w", s.name, err)
 	}
 	entries, err := s.withScores(replies[1], nil)
 	if err != nil {
-		return nil, fmt.Errorf("sidekiq: page of %s: %w", s.name, err)
+		return nil, 0, fmt.Errorf("sidekiq: page of %s: %w", s.name, err)
 	}
 	if !asc {
 		slices.Reverse(entries)
 	}
-	return &SetPage{Size: size, Entries: entries}, nil
+	return entries, size, nil
 }
 
 // withScores turns a WITHSCORES reply into entries, in reply order.
@@ -156,7 +135,7 @@ func (s *JobSet) withScores(reply any, err error) ([]*SortedEntry, error) {
 	}
 	out := make([]*SortedEntry, 0, len(vals)/2)
 	for i := 0; i < len(vals); i += 2 {
-		score, err := wire.ParseScore(string(vals[i+1]))
+		score, err := contract.ParseScore(string(vals[i+1]))
 		if err != nil {
 			return nil, fmt.Errorf("bad score %q: %w", vals[i+1], err)
 		}
@@ -206,25 +185,13 @@ func (s *JobSet) rangePage(ctx context.Context, start, stop int64) ([]*SortedEnt
 	return entries, nil
 }
 
-// ScanParams filter a Scan.
-type ScanParams struct {
-	// Match is matched against the raw JSON text; it is wrapped as
-	// "*Match*" unless it contains a "*" (Ruby's SortedSet#scan).
-	Match string
-	// Count is ZSCAN's COUNT hint. Default 100.
-	Count int
-}
-
-// Scan calls fn for each entry whose raw JSON matches (ZSCAN MATCH), in
-// ZSCAN order; an entry may be seen twice if the set changes meanwhile.
-func (s *JobSet) Scan(ctx context.Context, p *ScanParams, fn func(*SortedEntry) error) error {
-	match, count := "*", 100
-	if p != nil {
-		match = p.Match
-		if p.Count > 0 {
-			count = p.Count
-		}
-	}
+// Scan calls fn for each entry whose raw JSON matches the ZSCAN MATCH
+// pattern match, wrapped as "*match*" unless it contains a "*" (Ruby's
+// SortedSet#scan), in ZSCAN order (COUNT 100); an entry may be seen twice
+// if the set changes meanwhile. An error from fn stops the scan and is
+// returned.
+func (s *JobSet) Scan(ctx context.Context, match string, fn func(*SortedEntry) error) error {
+	const count = 100
 	if !strings.Contains(match, "*") {
 		match = "*" + match + "*"
 	}
@@ -261,7 +228,7 @@ func (s *JobSet) Scan(ctx context.Context, p *ScanParams, fn func(*SortedEntry) 
 }
 
 // FindJob returns the entry whose payload has jid (ZSCAN MATCH *jid* plus
-// a parse check, as Ruby's JobSet#find_job; wire.FindInSet), or an error
+// a parse check, as Ruby's JobSet#find_job; contract.FindInSet), or an error
 // wrapping ErrJobNotFound.
 func (s *JobSet) FindJob(ctx context.Context, jid string) (*SortedEntry, error) {
 	conn, err := s.api.conn(ctx, "find job")
@@ -269,7 +236,7 @@ func (s *JobSet) FindJob(ctx context.Context, jid string) (*SortedEntry, error) 
 		return nil, err
 	}
 	defer conn.Close()
-	found, err := wire.FindInSet(ctx, conn, s.name, []string{jid})
+	found, err := contract.FindInSet(ctx, conn, s.name, []string{jid})
 	if err != nil {
 		return nil, err
 	}
@@ -280,40 +247,26 @@ func (s *JobSet) FindJob(ctx context.Context, jid string) (*SortedEntry, error) 
 	return s.entry(m.Value, m.Score), nil
 }
 
-// FetchParams select entries by score (Ruby's JobSet#fetch).
-type FetchParams struct {
-	// Min and Max bound the score (inclusive). Max 0 means Min (one
-	// score).
-	Min, Max float64
-	// JID keeps only the entries with this jid when set.
-	JID string
-}
-
-// Fetch returns the entries with a score in [Min, Max], lowest first
-// (ZRANGEBYSCORE … WITHSCORES), as the Web UI loads a "<score>-<jid>" row.
-func (s *JobSet) Fetch(ctx context.Context, p *FetchParams) ([]*SortedEntry, error) {
-	if p == nil {
-		return nil, errors.New("sidekiq: fetch: nil FetchParams")
-	}
-	lo, hi := p.Min, p.Max
-	if hi == 0 {
-		hi = lo
-	}
+// Fetch returns the entries with this score (ZRANGEBYSCORE <set> score
+// score WITHSCORES), only those with jid unless it is "" (Ruby's
+// JobSet#fetch), as the Web UI loads a "<score>-<jid>" row.
+func (s *JobSet) Fetch(ctx context.Context, score float64, jid string) ([]*SortedEntry, error) {
 	conn, err := s.api.conn(ctx, "fetch")
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	entries, err := s.withScores(redis.DoContext(conn, ctx, "ZRANGEBYSCORE", s.name, wire.FormatScore(lo), wire.FormatScore(hi), "WITHSCORES"))
+	sc := contract.FormatScore(score)
+	entries, err := s.withScores(redis.DoContext(conn, ctx, "ZRANGEBYSCORE", s.name, sc, sc, "WITHSCORES"))
 	if err != nil {
 		return nil, fmt.Errorf("sidekiq: fetch from %s: %w", s.name, err)
 	}
-	if p.JID == "" {
+	if jid == "" {
 		return entries, nil
 	}
 	out := entries[:0]
 	for _, e := range entries {
-		if e.JID() == p.JID {
+		if e.JID() == jid {
 			out = append(out, e)
 		}
 	}
@@ -328,15 +281,15 @@ func (s *JobSet) Schedule(ctx context.Context, at time.Time, job *wire.Job) erro
 		return err
 	}
 	defer conn.Close()
-	if _, err := redis.DoContext(conn, ctx, "ZADD", s.name, wire.Score(at), job.Bytes()); err != nil {
+	if _, err := redis.DoContext(conn, ctx, "ZADD", s.name, contract.Score(at), job.Bytes()); err != nil {
 		return fmt.Errorf("sidekiq: add %s to %s: %w", job.JID(), s.name, err)
 	}
 	return nil
 }
 
-// DeleteByValue removes one member by its exact bytes (ZREM). It reports
+// deleteValue removes one member by its exact bytes (ZREM). It reports
 // whether it was there.
-func (s *JobSet) DeleteByValue(ctx context.Context, value []byte) (bool, error) {
+func (s *JobSet) deleteValue(ctx context.Context, value []byte) (bool, error) {
 	conn, err := s.api.conn(ctx, "delete")
 	if err != nil {
 		return false, err
@@ -347,19 +300,6 @@ func (s *JobSet) DeleteByValue(ctx context.Context, value []byte) (bool, error) 
 		return false, fmt.Errorf("sidekiq: delete from %s: %w", s.name, err)
 	}
 	return n > 0, nil
-}
-
-// DeleteByJID removes the first member with that score whose payload has
-// jid (Ruby's JobSet#delete_by_jid). It reports whether one was removed.
-func (s *JobSet) DeleteByJID(ctx context.Context, score float64, jid string) (bool, error) {
-	entries, err := s.Fetch(ctx, &FetchParams{Min: score, Max: score, JID: jid})
-	if err != nil {
-		return false, err
-	}
-	if len(entries) == 0 {
-		return false, nil
-	}
-	return s.DeleteByValue(ctx, entries[0].Value)
 }
 
 // Clear deletes the whole set (UNLINK), the Web UI's "Delete All".
@@ -378,29 +318,22 @@ func (s *JobSet) Clear(ctx context.Context) error {
 // Delete removes this entry by its exact bytes (ZREM). It reports whether
 // it was still there.
 func (e *SortedEntry) Delete(ctx context.Context) (bool, error) {
-	ok, err := e.set.DeleteByValue(ctx, e.Value)
+	ok, err := e.set.deleteValue(ctx, e.Value)
 	if ok && e.iter != nil {
 		e.iter.deleted++
 	}
 	return ok, err
 }
 
-// Retry moves the entry to its queue now (Ruby's SortedEntry#retry, the
-// "Retry Now" button): remove_job, then retry_count -= 1 when present, then
-// a push through the API's Client (defaults, client middleware, a new
-// enqueued_at, SADD queues + LPUSH). The result is the client's.
+// Retry moves the entry to its queue now: remove_job, then a push through
+// the API's Client (defaults, client middleware, a new enqueued_at, SADD
+// queues + LPUSH). An entry of the retry or dead set has its retry_count,
+// when present, lowered by 1 first (Ruby's SortedEntry#retry, the "Retry
+// Now" button); an entry of the schedule set is pushed as stored (Ruby's
+// SortedEntry#add_to_queue, the scheduled page's "Add to queue"). The
+// result is the client's.
 func (e *SortedEntry) Retry(ctx context.Context) (*sidekiq.PushResult, error) {
-	return e.requeue(ctx, true)
-}
-
-// AddToQueue moves the entry to its queue now without touching
-// retry_count (Ruby's SortedEntry#add_to_queue, the scheduled page's "Add
-// to queue").
-func (e *SortedEntry) AddToQueue(ctx context.Context) (*sidekiq.PushResult, error) {
-	return e.requeue(ctx, false)
-}
-
-func (e *SortedEntry) requeue(ctx context.Context, decrement bool) (*sidekiq.PushResult, error) {
+	decrement := e.set.name != contract.KeySchedule
 	if e.Job == nil {
 		return nil, fmt.Errorf("sidekiq: requeue entry of %s: %w", e.set.name, ErrUnparsableJob)
 	}
@@ -417,7 +350,7 @@ func (e *SortedEntry) requeue(ctx context.Context, decrement bool) (*sidekiq.Pus
 		}
 		if decrement {
 			if n, ok := job.RetryCount(); ok {
-				job.SetRetryCount(n - 1)
+				contract.SetRetryCount(job, n-1)
 			}
 		}
 		res, err = e.set.api.client.Repush(ctx, job)
@@ -430,7 +363,7 @@ func (e *SortedEntry) requeue(ctx context.Context, decrement bool) (*sidekiq.Pus
 }
 
 // Kill moves the entry to the dead set (Ruby's SortedEntry#kill):
-// remove_job, then DeadSet.Kill with the exact stored bytes.
+// remove_job, then the dead set's Kill with the exact stored bytes.
 func (e *SortedEntry) Kill(ctx context.Context, opts *KillOpts) error {
 	conn, err := e.set.api.conn(ctx, "kill")
 	if err != nil {
@@ -459,8 +392,8 @@ func (e *SortedEntry) Reschedule(ctx context.Context, at time.Time) error {
 		return err
 	}
 	defer conn.Close()
-	delta := wire.EpochSeconds(at) - e.Score
-	if _, err := redis.DoContext(conn, ctx, "ZINCRBY", e.set.name, wire.FormatScore(delta), e.Job.Encode()); err != nil {
+	delta := contract.EpochSeconds(at) - e.Score
+	if _, err := redis.DoContext(conn, ctx, "ZINCRBY", e.set.name, contract.FormatScore(delta), e.Job.Encode()); err != nil {
 		return fmt.Errorf("sidekiq: reschedule %s in %s: %w", e.JID(), e.set.name, err)
 	}
 	return nil
@@ -476,7 +409,7 @@ func (e *SortedEntry) Reschedule(ctx context.Context, at time.Time) error {
 // matched.
 func (e *SortedEntry) removeJob(ctx context.Context, conn redis.Conn, use func(msg []byte) error) error {
 	s := e.set
-	score := wire.FormatScore(e.Score)
+	score := contract.FormatScore(e.Score)
 	replies, err := redisx.ExecMulti(ctx, conn, func(c redis.Conn) {
 		c.Send("ZRANGEBYSCORE", s.name, score, score)
 		c.Send("ZREMRANGEBYSCORE", s.name, score, score)
@@ -535,26 +468,22 @@ func (e *SortedEntry) matches(member []byte) bool {
 	return err == nil && j.JID() == jid
 }
 
-// RetryAll retries every entry (the Web UI's "Retry All").
-// See JobSet.drain for the exact form.
-func (s *RetrySet) RetryAll(ctx context.Context) (*BulkActionResult, error) {
+// RetryAll pushes every entry to its queue now, each through
+// SortedEntry.Retry: the Web UI's "Retry All" of the retry and dead sets,
+// "Add all to queue" of the schedule set. See JobSet.drain for the exact
+// form.
+func (s *JobSet) RetryAll(ctx context.Context) (*BulkActionResult, error) {
 	return s.drain(ctx, true, func(e *SortedEntry) error { _, err := e.Retry(ctx); return err })
 }
 
-// KillAll moves every entry to the dead set (the Web UI's "Kill All"),
-// calling the death handlers for each unless opts says not to.
-func (s *RetrySet) KillAll(ctx context.Context, opts *KillOpts) (*BulkActionResult, error) {
+// KillAll moves every entry to the dead set (the Web UI's "Kill All" of
+// the retry set), calling the death handlers for each unless opts says not
+// to. The dead set itself cannot be killed into: it returns an error.
+func (s *JobSet) KillAll(ctx context.Context, opts *KillOpts) (*BulkActionResult, error) {
+	if s.name == contract.KeyDead {
+		return nil, errors.New("sidekiq: kill all: the entries of the dead set are dead already")
+	}
 	return s.drain(ctx, false, func(e *SortedEntry) error { return e.Kill(ctx, opts) })
-}
-
-// RetryAll retries every dead job (the morgue's "Retry All").
-func (s *DeadSet) RetryAll(ctx context.Context) (*BulkActionResult, error) {
-	return s.drain(ctx, true, func(e *SortedEntry) error { _, err := e.Retry(ctx); return err })
-}
-
-// AddAllToQueue pushes every scheduled job now, each through AddToQueue.
-func (s *ScheduledSet) AddAllToQueue(ctx context.Context) (*BulkActionResult, error) {
-	return s.drain(ctx, true, func(e *SortedEntry) error { _, err := e.AddToQueue(ctx); return err })
 }
 
 // drain is Sidekiq 6.4's set-wide form, `each(&:action) while size > 0`:

@@ -54,7 +54,9 @@ func TestAPISetPageAndEachOrder(t *testing.T) {
 	apiFillSet(t, b, "retry", 120)
 	// Ties: Redis orders equal scores by member, JobSet#each reverses that.
 	b.do(t, "ZADD", "retry", 1795300050, apiPayload("tieA", ""), 1795300050, apiPayload("tieB", ""))
-	rs := b.api.RetrySet()
+	// The dead set holds the same members: it pages in JobSet#each order.
+	b.do(t, "ZUNIONSTORE", "dead", 1, "retry")
+	rs, ds := b.api.RetrySet(), b.api.DeadSet()
 	require.Equal(t, "retry", rs.Name())
 
 	// The oracle: ZREVRANGE gives Ruby's order (highest score, then
@@ -74,24 +76,22 @@ func TestAPISetPageAndEachOrder(t *testing.T) {
 	}))
 	require.Equal(t, want, apiJIDs(got))
 	require.Equal(t, 1795300119.0, got[0].Score)
-	require.Equal(t, "1795300119.0|r119", got[0].ID())
 	require.Equal(t, time.Unix(1795300119, 0), got[0].At())
 	require.Equal(t, "default", got[0].Queue)
-	require.Same(t, rs.JobSet, got[0].Set())
 
-	page, err := rs.Page(ctx, &api.PageParams{Offset: 60, Limit: 30})
+	page, size, err := ds.Page(ctx, 60, 30)
 	require.NoError(t, err)
-	require.EqualValues(t, 122, page.Size)
-	require.Equal(t, want[60:90], apiJIDs(page.Entries))
-	page, err = rs.Page(ctx, &api.PageParams{Offset: 110, Limit: 30})
+	require.EqualValues(t, 122, size)
+	require.Equal(t, want[60:90], apiJIDs(page))
+	page, size, err = ds.Page(ctx, 110, 30)
 	require.NoError(t, err)
-	require.Equal(t, want[110:], apiJIDs(page.Entries))
-	page, err = rs.Page(ctx, nil)
+	require.Equal(t, want[110:], apiJIDs(page))
+	page, size, err = ds.Page(ctx, 0, 0)
 	require.NoError(t, err)
-	require.Equal(t, want[:25], apiJIDs(page.Entries))
+	require.Equal(t, want[:25], apiJIDs(page))
 
-	// Ascending is the Web UI's Retries and Scheduled order: ZRANGE from
-	// the lowest score, the next due first.
+	// The retry and schedule sets page as the Web UI's Retries and
+	// Scheduled pages: ZRANGE from the lowest score, the next due first.
 	asc := slices.Clone(b.strings(t, "ZRANGE", "retry", 0, -1))
 	for i, s := range asc {
 		j, err := wire.ParseJob([]byte(s))
@@ -99,22 +99,22 @@ func TestAPISetPageAndEachOrder(t *testing.T) {
 		asc[i] = j.JID()
 	}
 	require.Equal(t, "r000", asc[0])
-	page, err = rs.Page(ctx, &api.PageParams{Limit: 5, Ascending: true})
+	page, size, err = rs.Page(ctx, 0, 5)
 	require.NoError(t, err)
-	require.EqualValues(t, 122, page.Size)
-	require.Equal(t, asc[:5], apiJIDs(page.Entries))
-	page, err = rs.Page(ctx, &api.PageParams{Offset: 110, Limit: 30, Ascending: true})
+	require.EqualValues(t, 122, size)
+	require.Equal(t, asc[:5], apiJIDs(page))
+	page, size, err = rs.Page(ctx, 110, 30)
 	require.NoError(t, err)
-	require.Equal(t, asc[110:], apiJIDs(page.Entries))
+	require.Equal(t, asc[110:], apiJIDs(page))
 	n, err := rs.Size(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 122, n)
 
-	page, err = rs.Page(ctx, &api.PageParams{Offset: 25, Limit: 30, Ascending: true})
+	page, size, err = rs.Page(ctx, 25, 30)
 	require.NoError(t, err)
-	require.EqualValues(t, 122, page.Size)
-	require.Equal(t, asc[25:55], apiJIDs(page.Entries))
-	require.Equal(t, "r025", page.Entries[0].JID())
+	require.EqualValues(t, 122, size)
+	require.Equal(t, asc[25:55], apiJIDs(page))
+	require.Equal(t, "r025", page[0].JID())
 }
 
 func TestAPISetEachWithDeletes(t *testing.T) {
@@ -150,14 +150,14 @@ func TestAPISetScanFindFetch(t *testing.T) {
 	ds := b.api.DeadSet()
 
 	var scanned []string
-	require.NoError(t, ds.Scan(ctx, &api.ScanParams{Match: "r01"}, func(e *api.SortedEntry) error {
+	require.NoError(t, ds.Scan(ctx, "r01", func(e *api.SortedEntry) error {
 		scanned = append(scanned, e.JID())
 		return nil
 	}))
 	slices.Sort(scanned)
 	require.Equal(t, []string{"r010", "r011", "r012", "r013", "r014", "r015", "r016", "r017", "r018", "r019"}, scanned)
 	scanned = nil
-	require.NoError(t, ds.Scan(ctx, &api.ScanParams{Match: `*"jid":"r29*`, Count: 10}, func(e *api.SortedEntry) error {
+	require.NoError(t, ds.Scan(ctx, `*"jid":"r29*`, func(e *api.SortedEntry) error {
 		scanned = append(scanned, e.JID())
 		return nil
 	}))
@@ -167,31 +167,29 @@ func TestAPISetScanFindFetch(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "r001", e.JID())
 	require.Equal(t, 1795300001.0, e.Score)
-	require.True(t, e.Valid())
+	require.NotNil(t, e.Job)
 	_, err = ds.FindJob(ctx, "nope")
 	require.ErrorIs(t, err, api.ErrJobNotFound)
 
-	got, err := ds.Fetch(ctx, &api.FetchParams{Min: 1795300001})
+	got, err := ds.Fetch(ctx, 1795300001, "")
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	require.Equal(t, "not json r001 {", string(got[0].Value))
-	require.False(t, got[0].Valid())
+	require.Nil(t, got[0].Job)
 	require.Equal(t, []rubyjson.Value{rubyjson.StringValue("not json r001 {")}, got[0].Args())
-	require.Equal(t, "1795300001.0|", got[0].ID())
-	got, err = ds.Fetch(ctx, &api.FetchParams{Min: 1795300001, JID: "r001"})
+	require.Equal(t, "", got[0].JID())
+	got, err = ds.Fetch(ctx, 1795300001, "r001")
 	require.NoError(t, err)
 	require.Equal(t, []string{"r001"}, apiJIDs(got))
-	got, err = ds.Fetch(ctx, &api.FetchParams{Min: 1795300010, Max: 1795300012})
+	got, err = ds.Fetch(ctx, 1795300010.5, "")
 	require.NoError(t, err)
-	require.Equal(t, []string{"r010", "r011", "r012"}, apiJIDs(got))
-	_, err = ds.Fetch(ctx, nil)
-	require.Error(t, err)
+	require.Empty(t, got)
 
 	// Unparsable members are listed, with args = [raw].
-	page, err := ds.Page(ctx, &api.PageParams{Offset: 297, Limit: 5})
+	page, _, err := ds.Page(ctx, 297, 5)
 	require.NoError(t, err)
-	require.Len(t, page.Entries, 4)
-	require.ElementsMatch(t, []string{"r001", ""}, apiJIDs(page.Entries[1:3]))
+	require.Len(t, page, 4)
+	require.ElementsMatch(t, []string{"r001", ""}, apiJIDs(page[1:3]))
 }
 
 func TestAPISetScheduleDeleteClear(t *testing.T) {
@@ -205,13 +203,16 @@ func TestAPISetScheduleDeleteClear(t *testing.T) {
 	require.NoError(t, ss.Schedule(ctx, time.Unix(1795300000, 250000000), job))
 	require.Equal(t, []string{`{"class":"Later","args":[1],"jid":"s1"}`, "1795300000.25"}, b.strings(t, "ZRANGE", "schedule", 0, -1, "WITHSCORES"))
 
-	ok, err := ss.DeleteByJID(ctx, 1795300000.25, "other")
+	got, err := ss.Fetch(ctx, 1795300000.25, "other")
 	require.NoError(t, err)
-	require.False(t, ok)
-	ok, err = ss.DeleteByJID(ctx, 1795300000.25, "s1")
+	require.Empty(t, got)
+	got, err = ss.Fetch(ctx, 1795300000.25, "s1")
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	ok, err := got[0].Delete(ctx)
 	require.NoError(t, err)
 	require.True(t, ok)
-	ok, err = ss.DeleteByValue(ctx, []byte("x"))
+	ok, err = got[0].Delete(ctx)
 	require.NoError(t, err)
 	require.False(t, ok)
 
@@ -293,11 +294,11 @@ func TestAPIEntryUnparsable(t *testing.T) {
 	b := apiSetup(t)
 	ctx := context.Background()
 	b.do(t, "ZADD", "dead", 5, "garbage {", 5, apiPayload("g1", ""))
-	page, err := b.api.DeadSet().Page(ctx, nil)
+	page, _, err := b.api.DeadSet().Page(ctx, 0, 0)
 	require.NoError(t, err)
 	// Equal scores: the greater member ('{' > 'g') is listed first.
-	bad := page.Entries[1]
-	require.False(t, bad.Valid())
+	bad := page[1]
+	require.Nil(t, bad.Job)
 	_, err = bad.Retry(ctx)
 	require.ErrorIs(t, err, api.ErrUnparsableJob)
 	require.ErrorIs(t, bad.Reschedule(ctx, apiNow), api.ErrUnparsableJob)
@@ -305,9 +306,10 @@ func TestAPIEntryUnparsable(t *testing.T) {
 
 	// Kill and delete work on the exact bytes, siblings are kept.
 	b.do(t, "ZADD", "retry", 5, "garbage {", 5, apiPayload("g1", ""))
-	page, err = b.api.RetrySet().Page(ctx, nil)
+	page, _, err = b.api.RetrySet().Page(ctx, 0, 0)
 	require.NoError(t, err)
-	require.NoError(t, page.Entries[1].Kill(ctx, nil))
+	// Lowest first: the lesser member ('g' < '{') is listed first.
+	require.NoError(t, page[0].Kill(ctx, nil))
 	require.Equal(t, []string{apiPayload("g1", "")}, b.strings(t, "ZRANGE", "retry", 0, -1))
 	require.Equal(t, []string{"garbage {", "1795296573.1651707"}, b.strings(t, "ZRANGEBYSCORE", "dead", 6, "+inf", "WITHSCORES"))
 	require.Empty(t, b.deaths)
@@ -316,7 +318,7 @@ func TestAPIEntryUnparsable(t *testing.T) {
 	require.True(t, ok)
 }
 
-func TestAPIEntryAddToQueue(t *testing.T) {
+func TestAPIEntryRetryScheduled(t *testing.T) {
 	t.Parallel()
 	b := apiSetup(t)
 	ctx := context.Background()
@@ -328,7 +330,7 @@ func TestAPIEntryAddToQueue(t *testing.T) {
 	for _, jid := range []string{"a1", "a2"} {
 		e, err := ss.FindJob(ctx, jid)
 		require.NoError(t, err)
-		_, err = e.AddToQueue(ctx)
+		_, err = e.Retry(ctx) // a scheduled entry keeps its retry_count
 		require.NoError(t, err)
 	}
 	require.Equal(t, []string{`{"retry":true,"queue":"low","class":"Later","args":[],"jid":"a1","created_at":1795296000.5,"retry_count":3,"enqueued_at":1795296573.1651707}`},
@@ -419,6 +421,8 @@ func TestAPIKillAllAndDeadRetryAll(t *testing.T) {
 	require.EqualValues(t, 60, b.int(t, "ZCARD", "dead"))
 	require.Len(t, b.deaths, 60)
 	require.Equal(t, "r059: sidekiq: job killed by API", b.deaths[0])
+	_, err = b.api.DeadSet().KillAll(ctx, nil)
+	require.ErrorContains(t, err, "dead already")
 
 	b.do(t, "ZADD", "dead", 1, "unparsable {")
 	res, err = b.api.DeadSet().RetryAll(ctx)
@@ -428,12 +432,12 @@ func TestAPIKillAllAndDeadRetryAll(t *testing.T) {
 	require.EqualValues(t, 60, b.int(t, "LLEN", "queue:default"))
 }
 
-func TestAPIScheduledAddAllToQueue(t *testing.T) {
+func TestAPIScheduledRetryAll(t *testing.T) {
 	t.Parallel()
 	b := apiSetup(t)
 	ctx := context.Background()
 	apiFillSet(t, b, "schedule", 75)
-	res, err := b.api.ScheduledSet().AddAllToQueue(ctx)
+	res, err := b.api.ScheduledSet().RetryAll(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 75, res.Moved)
 	require.Zero(t, b.int(t, "EXISTS", "schedule"))

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/gomodule/redigo/redis"
@@ -22,10 +23,11 @@ type Stats struct {
 	// Scheduled, Retries and Dead are the sizes of the schedule, retry and
 	// dead sets.
 	Scheduled, Retries, Dead int64
-	// Processes is SCARD processes (it may count dead processes until
-	// cleanup runs).
+	// Processes is SCARD processes (Ruby's ProcessSet#size; it may count
+	// dead processes until a cleanup, see API.Processes).
 	Processes int64
-	// Busy is the sum of the processes' busy fields (Ruby's workers_size).
+	// Busy is the sum of the processes' busy fields (Ruby's workers_size
+	// and WorkSet#size).
 	Busy int64
 	// Enqueued is the sum of the lengths of the queues in the queues set.
 	Enqueued int64
@@ -55,15 +57,15 @@ func (a *API) Stats(ctx context.Context) (*Stats, error) {
 		return nil, err
 	}
 	defer conn.Close()
-	conn.Send("GET", wire.KeyStatProcessed)
-	conn.Send("GET", wire.KeyStatFailed)
-	conn.Send("ZCARD", wire.KeySchedule)
-	conn.Send("ZCARD", wire.KeyRetry)
-	conn.Send("ZCARD", wire.KeyDead)
-	conn.Send("SCARD", wire.KeyProcesses)
-	conn.Send("LINDEX", wire.QueueKey("default"), -1)
-	conn.Send("SSCAN", wire.KeyProcesses, "0", "COUNT", 1000)
-	conn.Send("SSCAN", wire.KeyQueues, "0", "COUNT", 1000)
+	conn.Send("GET", contract.KeyStatProcessed)
+	conn.Send("GET", contract.KeyStatFailed)
+	conn.Send("ZCARD", contract.KeySchedule)
+	conn.Send("ZCARD", contract.KeyRetry)
+	conn.Send("ZCARD", contract.KeyDead)
+	conn.Send("SCARD", contract.KeyProcesses)
+	conn.Send("LINDEX", contract.QueueKey("default"), -1)
+	conn.Send("SSCAN", contract.KeyProcesses, "0", "COUNT", 1000)
+	conn.Send("SSCAN", contract.KeyQueues, "0", "COUNT", 1000)
 	if err := conn.Flush(); err != nil {
 		return nil, fmt.Errorf("sidekiq: stats: %w", err)
 	}
@@ -76,8 +78,8 @@ func (a *API) Stats(ctx context.Context) (*Stats, error) {
 		replies[i] = r
 	}
 	st := &Stats{}
-	st.Processed = wire.RubyToI(redisx.OptString(replies[0]))
-	st.Failed = wire.RubyToI(redisx.OptString(replies[1]))
+	st.Processed = contract.RubyToI(redisx.OptString(replies[0]))
+	st.Failed = contract.RubyToI(redisx.OptString(replies[1]))
 	ints := []*int64{&st.Scheduled, &st.Retries, &st.Dead, &st.Processes}
 	for i, p := range ints {
 		if *p, err = redis.Int64(replies[2+i], nil); err != nil {
@@ -89,11 +91,11 @@ func (a *API) Stats(ctx context.Context) (*Stats, error) {
 			st.DefaultQueueLatency = job.Latency(a.clock.Now())
 		}
 	}
-	procs, err := redisx.SScanContinue(ctx, conn, wire.KeyProcesses, replies[7])
+	procs, err := redisx.SScanContinue(ctx, conn, contract.KeyProcesses, replies[7])
 	if err != nil {
 		return nil, fmt.Errorf("sidekiq: stats: %w", err)
 	}
-	queues, err := redisx.SScanContinue(ctx, conn, wire.KeyQueues, replies[8])
+	queues, err := redisx.SScanContinue(ctx, conn, contract.KeyQueues, replies[8])
 	if err != nil {
 		return nil, fmt.Errorf("sidekiq: stats: %w", err)
 	}
@@ -104,7 +106,7 @@ func (a *API) Stats(ctx context.Context) (*Stats, error) {
 		conn.Send("HGET", p, "busy")
 	}
 	for _, q := range queues {
-		conn.Send("LLEN", wire.QueueKey(q))
+		conn.Send("LLEN", contract.QueueKey(q))
 	}
 	if err := conn.Flush(); err != nil {
 		return nil, fmt.Errorf("sidekiq: stats: %w", err)
@@ -114,7 +116,7 @@ func (a *API) Stats(ctx context.Context) (*Stats, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sidekiq: stats: %w", err)
 		}
-		st.Busy += wire.RubyToI(redisx.OptString(r))
+		st.Busy += contract.RubyToI(redisx.OptString(r))
 	}
 	for _, q := range queues {
 		n, err := redis.Int64(redis.ReceiveContext(conn, ctx))
@@ -130,20 +132,6 @@ func (a *API) Stats(ctx context.Context) (*Stats, error) {
 	return st, nil
 }
 
-// HistoryParams select the daily counters to read.
-type HistoryParams struct {
-	// Days is the number of days, 1 to 1825 (5×365). Default 30 (the
-	// dashboard's default).
-	Days int
-	// Start is the newest day (its UTC date). Default today (UTC).
-	Start time.Time
-}
-
-// History is the daily processed/failed counters, newest day first.
-type History struct {
-	Days []DayStats
-}
-
 // DayStats is one day's counters (0 when the key is missing).
 type DayStats struct {
 	// Date is "YYYY-MM-DD" (UTC).
@@ -151,33 +139,27 @@ type DayStats struct {
 	Processed, Failed int64
 }
 
-// History reads the daily counters as Ruby's Stats::History does (MGET of
-// stat:processed:<date> and stat:failed:<date>), both MGETs in one
-// pipelined round trip.
-func (a *API) History(ctx context.Context, p *HistoryParams) (*History, error) {
-	days := 30
-	start := a.clock.Now()
-	if p != nil {
-		if p.Days != 0 {
-			days = p.Days
-		}
-		if !p.Start.IsZero() {
-			start = p.Start
-		}
+// History reads the daily processed/failed counters of the last days days
+// (1 to 1825, 5×365; 0 means 30, the dashboard's default), today (UTC)
+// first, as Ruby's Stats::History does (MGET of stat:processed:<date> and
+// stat:failed:<date>), both MGETs in one pipelined round trip.
+func (a *API) History(ctx context.Context, days int) ([]DayStats, error) {
+	if days == 0 {
+		days = 30
 	}
 	if days < 1 || days > 5*365 {
 		return nil, fmt.Errorf("sidekiq: history: days must be between 1 and %d, got %d", 5*365, days)
 	}
-	start = start.UTC()
+	start := a.clock.Now().UTC()
 	day := time.Date(start.Year(), start.Month(), start.Day(), 0, 0, 0, 0, time.UTC)
-	h := &History{Days: make([]DayStats, days)}
+	h := make([]DayStats, days)
 	procKeys := make([]any, days)
 	failKeys := make([]any, days)
 	for i := range days {
 		d := day.AddDate(0, 0, -i).Format("2006-01-02")
-		h.Days[i].Date = d
-		procKeys[i] = wire.DailyStatKey("processed", d)
-		failKeys[i] = wire.DailyStatKey("failed", d)
+		h[i].Date = d
+		procKeys[i] = contract.DailyStatKey("processed", d)
+		failKeys[i] = contract.DailyStatKey("failed", d)
 	}
 	conn, err := a.conn(ctx, "history")
 	if err != nil {
@@ -195,38 +177,29 @@ func (a *API) History(ctx context.Context, p *HistoryParams) (*History, error) {
 			return nil, fmt.Errorf("sidekiq: history: %w", err)
 		}
 		for i, v := range vals {
-			n := wire.RubyToI(redisx.OptString(v))
+			n := contract.RubyToI(redisx.OptString(v))
 			if k == 0 {
-				h.Days[i].Processed = n
+				h[i].Processed = n
 			} else {
-				h.Days[i].Failed = n
+				h[i].Failed = n
 			}
 		}
 	}
 	return h, nil
 }
 
-// ResetStatsParams select the counters to reset.
-type ResetStatsParams struct {
-	// Stats names the counters: "processed", "failed". Empty means both.
-	Stats []string
-}
-
-// ResetStatsResult reports a reset.
-type ResetStatsResult struct {
-	// Reset lists the counters set to 0, in Ruby's order.
-	Reset []string
-}
-
-// ResetStats sets the all-time counters to 0 with one MSET, as Ruby's
-// Stats#reset (daily counters are kept).
-func (a *API) ResetStats(ctx context.Context, p *ResetStatsParams) (*ResetStatsResult, error) {
+// ResetStats sets the all-time counters named by stats ("processed",
+// "failed"; none means both) to 0 with one MSET, as Ruby's Stats#reset
+// (daily counters are kept). It returns the counters reset, in Ruby's
+// order. Unknown names are ignored; when no name is known it returns an
+// error.
+func (a *API) ResetStats(ctx context.Context, stats ...string) ([]string, error) {
 	all := []string{"failed", "processed"}
 	chosen := all
-	if p != nil && len(p.Stats) > 0 {
+	if len(stats) > 0 {
 		chosen = nil
 		for _, s := range all {
-			if slices.Contains(p.Stats, s) {
+			if slices.Contains(stats, s) {
 				chosen = append(chosen, s)
 			}
 		}
@@ -246,5 +219,5 @@ func (a *API) ResetStats(ctx context.Context, p *ResetStatsParams) (*ResetStatsR
 	if _, err := redis.DoContext(conn, ctx, "MSET", args...); err != nil {
 		return nil, fmt.Errorf("sidekiq: reset stats: %w", err)
 	}
-	return &ResetStatsResult{Reset: chosen}, nil
+	return chosen, nil
 }

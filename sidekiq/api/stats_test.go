@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/api"
-	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -29,7 +29,7 @@ func TestAPIStats(t *testing.T) {
 	b.do(t, "HSET", "host:2:bbb", "busy", "3", "info", "{}")
 	b.do(t, "SADD", "queues", "default", "low", "empty", "big")
 	// Oldest job (index -1) was enqueued 10.5 s before apiNow.
-	oldest := fmt.Sprintf(`{"class":"A","args":[],"jid":"x","created_at":1.0,"enqueued_at":%s}`, wire.Score(apiNow.Add(-10500*time.Millisecond)))
+	oldest := fmt.Sprintf(`{"class":"A","args":[],"jid":"x","created_at":1.0,"enqueued_at":%s}`, contract.Score(apiNow.Add(-10500*time.Millisecond)))
 	b.do(t, "RPUSH", "queue:default", `{"class":"A","args":[],"jid":"y","enqueued_at":1795296573.0}`, oldest)
 	b.do(t, "RPUSH", "queue:low", "a", "b", "c")
 	b.do(t, "RPUSH", "queue:big", "a", "b", "c")
@@ -101,27 +101,29 @@ func TestAPIHistory(t *testing.T) {
 	b.do(t, "SET", "stat:processed:2026-11-19", 30)
 	b.do(t, "SET", "stat:processed:2026-11-18", 99) // outside 3 days
 
-	h, err := b.api.History(ctx, &api.HistoryParams{Days: 3})
+	h, err := b.api.History(ctx, 3)
 	require.NoError(t, err)
 	require.Equal(t, []api.DayStats{
 		{Date: "2026-11-21", Processed: 10, Failed: 1},
 		{Date: "2026-11-20"},
 		{Date: "2026-11-19", Processed: 30},
-	}, h.Days)
+	}, h)
 
-	h, err = b.api.History(ctx, &api.HistoryParams{Days: 1, Start: time.Date(2026, 11, 18, 23, 0, 0, 0, time.FixedZone("x", -3600))})
+	h, err = b.api.History(ctx, 0)
 	require.NoError(t, err)
-	require.Equal(t, []api.DayStats{{Date: "2026-11-19", Processed: 30}}, h.Days)
+	require.Len(t, h, 30)
+	require.Equal(t, "2026-10-23", h[29].Date)
 
-	h, err = b.api.History(ctx, nil)
-	require.NoError(t, err)
-	require.Len(t, h.Days, 30)
-	require.Equal(t, "2026-10-23", h.Days[29].Date)
-
-	_, err = b.api.History(ctx, &api.HistoryParams{Days: 1826})
+	_, err = b.api.History(ctx, 1826)
 	require.ErrorContains(t, err, "days must be between 1 and 1825")
-	_, err = b.api.History(ctx, &api.HistoryParams{Days: -1})
+	_, err = b.api.History(ctx, -1)
 	require.Error(t, err)
+
+	// Today is the clock's UTC date.
+	b.clk.Set(time.Date(2026, 11, 18, 23, 0, 0, 0, time.FixedZone("x", -3600)))
+	h, err = b.api.History(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, []api.DayStats{{Date: "2026-11-19", Processed: 30}}, h)
 }
 
 func TestAPIResetStats(t *testing.T) {
@@ -132,17 +134,17 @@ func TestAPIResetStats(t *testing.T) {
 		b.do(t, "MSET", "stat:processed", 5, "stat:failed", 6, "stat:processed:2026-11-21", 5)
 	}
 	set()
-	res, err := b.api.ResetStats(ctx, nil)
+	res, err := b.api.ResetStats(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []string{"failed", "processed"}, res.Reset)
+	require.Equal(t, []string{"failed", "processed"}, res)
 	require.Equal(t, []string{"0", "0", "5"}, b.strings(t, "MGET", "stat:processed", "stat:failed", "stat:processed:2026-11-21"))
 
 	set()
-	res, err = b.api.ResetStats(ctx, &api.ResetStatsParams{Stats: []string{"processed", "bogus"}})
+	res, err = b.api.ResetStats(ctx, "processed", "bogus")
 	require.NoError(t, err)
-	require.Equal(t, []string{"processed"}, res.Reset)
+	require.Equal(t, []string{"processed"}, res)
 	require.Equal(t, []string{"0", "6"}, b.strings(t, "MGET", "stat:processed", "stat:failed"))
 
-	_, err = b.api.ResetStats(ctx, &api.ResetStatsParams{Stats: []string{"bogus"}})
+	_, err = b.api.ResetStats(ctx, "bogus")
 	require.ErrorContains(t, err, "no known stat")
 }

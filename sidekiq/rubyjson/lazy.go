@@ -2,70 +2,56 @@ package rubyjson
 
 import (
 	"unsafe"
+
+	"github.com/gojob/gojob/sidekiq/internal/lazyjson"
 )
 
-// Lazy is a JSON object that has been checked but not decoded: the text
-// of each of its top-level values is decoded when it is asked for. A
-// fetched job is read by key a few times (class, jid, args) and rarely
-// re-encoded, so decoding every member of it up front, and allocating the
-// values, is mostly wasted. Get decodes again on every call and keeps
-// nothing, so a Lazy is safe to read from several goroutines.
-type Lazy struct {
-	data []byte
-	src  string // data as a string, shared
-	// members in order of first appearance (a repeated key keeps its
-	// first position and its last value, as ParseObject does); inline
-	// holds the first few without an allocation of their own.
-	members []lazyMember
-	inline  [12]lazyMember
+// The lazy reading of package wire's fetched jobs is this parser's; it
+// reaches it through lazyjson, not through this package's API.
+func init() {
+	lazyjson.Install(&lazyjson.Decoder[Value, *Map]{Scan: scanLazy, Get: lazyGet, String: lazyString, Map: lazyMap})
 }
 
-// lazyMember is a top-level key and the span of its value in data.
-type lazyMember struct {
-	key        string
-	start, end int32
-}
-
-// ScanObjectShared checks that data is one JSON object exactly as
-// ParseObjectShared does (the same errors for the same input) and returns
+// scanObjectShared checks that data is one JSON object exactly as
+// parseObjectShared does (the same errors for the same input) and returns
 // it undecoded. data must never be modified afterwards: the strings of
 // the values decoded from it share its memory.
-func ScanObjectShared(data []byte) (*Lazy, error) {
-	l := new(Lazy)
-	if err := l.Scan(data); err != nil {
+func scanObjectShared(data []byte) (*lazyjson.Object, error) {
+	l := new(lazyjson.Object)
+	if err := scanLazy(l, data); err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
-// Scan is ScanObjectShared into l, which it resets (a Lazy inside a larger
-// struct costs no allocation of its own). On error l is left empty.
-func (l *Lazy) Scan(data []byte) error {
-	*l = Lazy{}
-	err := l.scan(data)
+// scanLazy is scanObjectShared into l, which it resets (an Object inside a
+// larger struct costs no allocation of its own). On error l is left empty.
+func scanLazy(l *lazyjson.Object, data []byte) error {
+	*l = lazyjson.Object{}
+	err := scanLazyInto(l, data)
 	if err != nil {
-		*l = Lazy{}
+		*l = lazyjson.Object{}
 	}
 	return err
 }
 
-func (l *Lazy) scan(data []byte) error {
-	l.data, l.src = data, unsafe.String(unsafe.SliceData(data), len(data))
-	l.members = l.inline[:0]
+func scanLazyInto(l *lazyjson.Object, data []byte) error {
+	l.Data, l.Src = data, unsafe.String(unsafe.SliceData(data), len(data))
+	l.Members = l.Inline[:0]
 	if len(data) > maxLazy {
 		return errLazyTooLarge
 	}
-	p := parser{data: data, src: l.src}
+	p := parser{data: data, src: l.Src}
 	p.skipSpace()
 	if p.pos >= len(data) {
 		return p.errorf("unexpected end of input")
 	}
 	if data[p.pos] != '{' {
 		// Not an object: the error ParseObject gives.
-		_, err := ParseObjectShared(data)
+		_, err := parseObjectShared(data)
 		return err
 	}
-	if err := l.scanObject(&p); err != nil {
+	if err := scanLazyObject(l, &p); err != nil {
 		return err
 	}
 	p.skipSpace()
@@ -80,7 +66,7 @@ const maxLazy = 1 << 30
 
 var errLazyTooLarge = &SyntaxError{Msg: "document too large"}
 
-func (l *Lazy) scanObject(p *parser) error {
+func scanLazyObject(l *lazyjson.Object, p *parser) error {
 	p.pos++ // {
 	p.skipSpace()
 	if p.pos < len(p.data) && p.data[p.pos] == '}' {
@@ -106,11 +92,11 @@ func (l *Lazy) scanObject(p *parser) error {
 		if err := p.skip(1); err != nil {
 			return err
 		}
-		m := lazyMember{key: k, start: int32(start), end: int32(p.pos)}
-		if i := l.index(k); i >= 0 {
-			l.members[i] = m
+		m := lazyjson.Member{Key: k, Start: int32(start), End: int32(p.pos)}
+		if i := l.Index(k); i >= 0 {
+			l.Members[i] = m
 		} else {
-			l.members = append(l.members, m)
+			l.Members = append(l.Members, m)
 		}
 		p.skipSpace()
 		if p.pos >= len(p.data) {
@@ -217,58 +203,44 @@ func (p *parser) skipContainer(depth int, end byte, keyed bool) error {
 	}
 }
 
-func (l *Lazy) index(k string) int {
-	for i := range l.members {
-		if l.members[i].key == k {
-			return i
-		}
-	}
-	return -1
-}
-
-// Len returns the number of keys.
-func (l *Lazy) Len() int { return len(l.members) }
-
-// Has reports whether the object has key k.
-func (l *Lazy) Has(k string) bool { return l.index(k) >= 0 }
-
-// Get decodes the value of key k.
-func (l *Lazy) Get(k string) (Value, bool) {
-	i := l.index(k)
+// lazyGet decodes the value of key k.
+func lazyGet(l *lazyjson.Object, k string) (Value, bool) {
+	i := l.Index(k)
 	if i < 0 {
 		return Value{}, false
 	}
-	m := l.members[i]
-	v, err := parse(l.data[m.start:m.end], l.src[m.start:m.end])
+	m := l.Members[i]
+	v, err := parse(l.Data[m.Start:m.End], l.Src[m.Start:m.End])
 	if err != nil {
-		// Checked by ScanObjectShared: cannot happen.
+		// Checked by scanObjectShared: cannot happen.
 		return Value{}, false
 	}
 	return v, true
 }
 
-// String returns the value of key k when it is a string, without decoding
-// anything else: a string with no escapes is a slice of the document.
-func (l *Lazy) String(k string) (string, bool) {
-	i := l.index(k)
+// lazyString returns the value of key k when it is a string, without
+// decoding anything else: a string with no escapes is a slice of the
+// document.
+func lazyString(l *lazyjson.Object, k string) (string, bool) {
+	i := l.Index(k)
 	if i < 0 {
 		return "", false
 	}
-	m := l.members[i]
-	if m.end-m.start < 2 || l.data[m.start] != '"' {
+	m := l.Members[i]
+	if m.End-m.Start < 2 || l.Data[m.Start] != '"' {
 		return "", false
 	}
-	p := parser{data: l.data[:m.end], src: l.src[:m.end], pos: int(m.start)}
+	p := parser{data: l.Data[:m.End], src: l.Src[:m.End], pos: int(m.Start)}
 	s, err := p.str()
 	return s, err == nil
 }
 
-// Map decodes the whole object into a Map (the object ParseObjectShared
-// returns).
-func (l *Lazy) Map() *Map {
-	m, err := ParseObjectShared(l.data)
+// lazyMap decodes the whole object into a Map (the object
+// parseObjectShared returns).
+func lazyMap(l *lazyjson.Object) *Map {
+	m, err := parseObjectShared(l.Data)
 	if err != nil {
-		// Checked by ScanObjectShared: cannot happen.
+		// Checked by scanObjectShared: cannot happen.
 		return NewMap()
 	}
 	return m

@@ -19,8 +19,8 @@ func TestLazyAgreesWithParseObject(t *testing.T) {
 		`{a:1}`, `{"a":1 "b":2}`, `{"a":-}`,
 	}
 	for _, d := range docs {
-		want, werr := ParseObjectShared([]byte(d))
-		l, err := ScanObjectShared([]byte(d))
+		want, werr := parseObjectShared([]byte(d))
+		l, err := scanObjectShared([]byte(d))
 		if (werr == nil) != (err == nil) || (werr != nil && werr.Error() != err.Error()) {
 			t.Fatalf("%.60q: ParseObject error %v, ScanObject error %v", d, werr, err)
 		}
@@ -32,22 +32,22 @@ func TestLazyAgreesWithParseObject(t *testing.T) {
 		}
 		for i := range want.Len() {
 			k, wv := want.At(i)
-			v, ok := l.Get(k)
-			if !ok || string(v.AppendTo(nil)) != string(wv.AppendTo(nil)) {
-				t.Fatalf("%.60q: %s = %s, want %s", d, k, v.AppendTo(nil), wv.AppendTo(nil))
+			v, ok := lazyGet(l, k)
+			if !ok || string(v.appendTo(nil)) != string(wv.appendTo(nil)) {
+				t.Fatalf("%.60q: %s = %s, want %s", d, k, v.appendTo(nil), wv.appendTo(nil))
 			}
 			if s, ok := wv.Str(); ok {
-				if got, ok := l.String(k); !ok || got != s {
+				if got, ok := lazyString(l, k); !ok || got != s {
 					t.Fatalf("%.60q: String(%s) = %q, %v", d, k, got, ok)
 				}
-			} else if _, ok := l.String(k); ok {
+			} else if _, ok := lazyString(l, k); ok {
 				t.Fatalf("%.60q: String(%s) of a %s", d, k, wv.Kind())
 			}
-			if l.index(k) != i {
-				t.Fatalf("%.60q: %s at %d, want %d", d, k, l.index(k), i)
+			if l.Index(k) != i {
+				t.Fatalf("%.60q: %s at %d, want %d", d, k, l.Index(k), i)
 			}
 		}
-		if string(l.Map().Encode()) != string(want.Encode()) {
+		if string(lazyMap(l).Encode()) != string(want.Encode()) {
 			t.Fatalf("%.60q: Map differs", d)
 		}
 	}
@@ -58,21 +58,21 @@ func FuzzLazyAgreesWithParseObject(f *testing.F) {
 	f.Add(`{"class":"Job","args":[1,"two"],"jid":"x"}`)
 	f.Add(`{"a":{"b":[1.0e10,-0,"\ud83d\ude00"]}}`)
 	f.Fuzz(func(t *testing.T, d string) {
-		want, werr := ParseObjectShared([]byte(d))
-		l, err := ScanObjectShared([]byte(d))
+		want, werr := parseObjectShared([]byte(d))
+		l, err := scanObjectShared([]byte(d))
 		if (werr == nil) != (err == nil) || (werr != nil && werr.Error() != err.Error()) {
 			t.Fatalf("ParseObject error %v, ScanObject error %v", werr, err)
 		}
 		if werr != nil {
 			return
 		}
-		if string(l.Map().Encode()) != string(want.Encode()) {
+		if string(lazyMap(l).Encode()) != string(want.Encode()) {
 			t.Fatal("Map differs")
 		}
 		for i := range want.Len() {
 			k, wv := want.At(i)
-			v, _ := l.Get(k)
-			if string(v.AppendTo(nil)) != string(wv.AppendTo(nil)) {
+			v, _ := lazyGet(l, k)
+			if string(v.appendTo(nil)) != string(wv.appendTo(nil)) {
 				t.Fatalf("%s differs", k)
 			}
 		}

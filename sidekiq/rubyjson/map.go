@@ -86,13 +86,6 @@ func (m *Map) Set(k string, v Value) {
 	}
 }
 
-// SetDefault sets k to v only when k is absent (Ruby's ||= on a missing key).
-func (m *Map) SetDefault(k string, v Value) {
-	if m.find(k) < 0 {
-		m.Set(k, v)
-	}
-}
-
 // Delete removes k and reports whether it was present.
 func (m *Map) Delete(k string) bool {
 	i := m.find(k)
@@ -120,18 +113,5 @@ func (m *Map) Clone() *Map {
 	return out
 }
 
-// MergeFront returns a new Map holding defaults' keys first (with m's values
-// where m has them), then m's other keys: Ruby's defaults.merge(item).
-func (m *Map) MergeFront(defaults *Map) *Map {
-	out := &Map{keys: make([]string, 0, m.Len()+defaults.Len()), vals: make([]Value, 0, m.Len()+defaults.Len())}
-	for i, k := range defaults.Keys() {
-		out.Set(k, defaults.vals[i])
-	}
-	for i, k := range m.Keys() {
-		out.Set(k, m.vals[i])
-	}
-	return out
-}
-
 // Encode returns the object as Ruby's JSON.generate writes it.
-func (m *Map) Encode() []byte { return ObjectValue(m).AppendTo(nil) }
+func (m *Map) Encode() []byte { return ObjectValue(m).appendTo(nil) }

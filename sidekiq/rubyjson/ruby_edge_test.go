@@ -30,7 +30,7 @@ func TestFormatFloatSixteenDigitBoundary(t *testing.T) {
 		{12345678901234567, "1.2345678901234568e+16"},
 	}
 	for _, c := range cases {
-		require.Equal(t, c.want, FormatFloat(c.f), "%v", c.f)
+		require.Equal(t, c.want, formatFloat(c.f), "%v", c.f)
 	}
 	v, err := Parse([]byte(`[3023308511535338.5,3.0233085115353385e+15]`))
 	require.NoError(t, err)

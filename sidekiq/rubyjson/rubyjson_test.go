@@ -25,7 +25,7 @@ func TestFormatFloat(t *testing.T) {
 		{9007199254740993, "9.007199254740992e+15"},
 	}
 	for _, c := range cases {
-		require.Equal(t, c.want, FormatFloat(c.f), "%v", c.f)
+		require.Equal(t, c.want, formatFloat(c.f), "%v", c.f)
 	}
 }
 
@@ -67,7 +67,7 @@ func TestFloatTextsInRubyFormSkipTheConversion(t *testing.T) {
 		t.Helper()
 		want := text
 		if f, err := strconv.ParseFloat(text, 64); err == nil {
-			want = FormatFloat(f)
+			want = formatFloat(f)
 		}
 		if inRubyForm(text) {
 			require.Equal(t, want, text, "inRubyForm(%q) but Ruby writes %q", text, want)
@@ -107,13 +107,6 @@ func TestMapOrder(t *testing.T) {
 	m.Delete("b")
 	m.Set("b", IntValue(4))
 	require.Equal(t, `{"a":2,"b":4}`, string(m.Encode()))
-	d := NewMap()
-	d.Set("retry", BoolValue(true))
-	d.Set("queue", StringValue("default"))
-	m2 := NewMap()
-	m2.Set("class", StringValue("X"))
-	m2.Set("queue", StringValue("q"))
-	require.Equal(t, `{"retry":true,"queue":"q","class":"X"}`, string(m2.MergeFront(d).Encode()))
 	for i := 0; i < 40; i++ {
 		m.Set(string(rune('a'+i%26))+string(rune('0'+i/26)), IntValue(int64(i)))
 	}

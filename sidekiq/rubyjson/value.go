@@ -106,7 +106,7 @@ func FloatValue(f float64) Value {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return Value{}
 	}
-	return Value{kind: Float, s: FormatFloat(f)}
+	return Value{kind: Float, s: formatFloat(f)}
 }
 
 // ArrayValue returns a JSON array of the given values.
@@ -123,19 +123,6 @@ func ObjectValue(m *Map) Value {
 		m = NewMap()
 	}
 	return Value{kind: Object, obj: m}
-}
-
-// NumberValue returns a number from its JSON text, normalized as Ruby's
-// parse-then-generate would (for example "1E3" becomes 1000.0).
-func NumberValue(text string) (Value, error) {
-	v, n, err := parseNumber([]byte(text), 0)
-	if err != nil {
-		return Value{}, err
-	}
-	if n != len(text) {
-		return Value{}, fmt.Errorf("rubyjson: invalid number %q", text)
-	}
-	return v, nil
 }
 
 // Kind returns the JSON kind of v.
@@ -310,7 +297,7 @@ func (v Value) Interface() any {
 // FromGo converts a Go value to a Value. It accepts nil, bool, all integer and
 // float types, string, []byte (as a string), *big.Int, json-like slices and
 // maps with string keys (map keys are sorted, since Go maps have no order),
-// Value, *Map, and any type implementing Valuer. Other types are an error.
+// Value and *Map. Other types are an error.
 func FromGo(x any) (Value, error) {
 	switch t := x.(type) {
 	case nil:
@@ -319,8 +306,6 @@ func FromGo(x any) (Value, error) {
 		return t, nil
 	case *Map:
 		return ObjectValue(t), nil
-	case Valuer:
-		return t.RubyJSON()
 	case bool:
 		return BoolValue(t), nil
 	case string:
@@ -397,11 +382,6 @@ func FromGo(x any) (Value, error) {
 		return ObjectValue(m), nil
 	}
 	return Value{}, fmt.Errorf("rubyjson: cannot convert %T to JSON", x)
-}
-
-// Valuer is implemented by Go types that know their Ruby JSON form.
-type Valuer interface {
-	RubyJSON() (Value, error)
 }
 
 func isRangeErr(err error) bool {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -46,7 +47,7 @@ func TestBacktraceZlibFramingIsZlibs(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, frames, got)
 
-	for _, z := range [][]byte{rz, zlibStream(t, wire.EncodeBacktrace(frames, wire.Version7))} {
+	for _, z := range [][]byte{rz, zlibStream(t, contract.EncodeBacktrace(frames, wire.Version7))} {
 		require.Equal(t, []byte{0x78, 0x9c}, z[:2])
 		require.Equal(t, byte(1), z[2]&1, "the first block is the final one")
 		require.False(t, bytes.HasSuffix(z[:len(z)-4], []byte{0, 0, 0xff, 0xff}), "no empty stored block")
@@ -56,7 +57,7 @@ func TestBacktraceZlibFramingIsZlibs(t *testing.T) {
 	for i := range 3000 {
 		long = append(long, fmt.Sprintf("app/models/thing_%d.rb:%d:in 'Thing%d#call'", i, i, i*7919%1000))
 	}
-	got, err = wire.DecodeBacktrace(wire.EncodeBacktrace(long, wire.Version7))
+	got, err = wire.DecodeBacktrace(contract.EncodeBacktrace(long, wire.Version7))
 	require.NoError(t, err)
 	require.Equal(t, long, got)
 }

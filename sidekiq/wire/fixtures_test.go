@@ -19,6 +19,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/rubyfloat"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -282,7 +284,7 @@ func checkProcessHash(t *testing.T, m *fixtureManifest, data []byte) {
 	require.NoError(t, err)
 	beat, err := strconv.ParseFloat(fields["beat"], 64)
 	require.NoError(t, err)
-	require.Equal(t, fields["beat"], rubyjson.FormatFloat(beat), "beat is Float#to_s")
+	require.Equal(t, fields["beat"], rubyfloat.Format(beat), "beat is Float#to_s")
 	require.Contains(t, []string{"true", "false"}, fields["quiet"])
 }
 
@@ -357,7 +359,7 @@ func checkJobFixture(t *testing.T, m *fixtureManifest, f fixtureEntry, data []by
 	eqPtr("class", e.Class, j.Class())
 	eqPtr("queue", e.Queue, j.Queue())
 	eqPtr("jid", e.JID, j.JID())
-	eqPtr("wrapped", e.Wrapped, j.Wrapped())
+	eqPtr("wrapped", e.Wrapped, contract.Wrapped(j))
 	eqPtr("error_class", e.ErrorClass, j.ErrorClass())
 	eqPtr("error_message", e.ErrorMessage, j.ErrorMessage())
 	require.Regexp(t, jidRE, j.JID())
@@ -368,7 +370,7 @@ func checkJobFixture(t *testing.T, m *fixtureManifest, f fixtureEntry, data []by
 	require.NoError(t, err)
 	require.Equal(t, string(wantArgs.Encode()), string(rubyjson.ArrayValue(j.Args()...).Encode()), "args")
 
-	r := j.Retry()
+	r := contract.Retry(j)
 	require.Equal(t, e.RetryPresent, r.Present, "retry present")
 	require.Equal(t, e.RetryEnabled, r.Enabled, "retry truthy")
 	if e.RetryPresent {
@@ -377,7 +379,7 @@ func checkJobFixture(t *testing.T, m *fixtureManifest, f fixtureEntry, data []by
 		require.Equal(t, rv.Kind() == rubyjson.Integer, r.HasCount, "retry is an integer count")
 	}
 	if e.RetryMax != nil {
-		require.Equal(t, *e.RetryMax, r.Max(25), "max retries")
+		require.Equal(t, *e.RetryMax, contract.RetryMax(r, 25), "max retries")
 	}
 	rc, ok := j.RetryCount()
 	require.Equal(t, e.RetryCount != nil, ok, "retry_count present")
@@ -385,7 +387,7 @@ func checkJobFixture(t *testing.T, m *fixtureManifest, f fixtureEntry, data []by
 		require.Equal(t, *e.RetryCount, rc)
 	}
 
-	all, limit := j.Backtrace()
+	all, limit := contract.Backtrace(j)
 	require.Equal(t, e.BacktraceAll, all, "backtrace: true")
 	require.Equal(t, e.BacktraceLimit, limit, "backtrace: N")
 
@@ -414,7 +416,7 @@ func checkTimestamps(t *testing.T, m *fixtureManifest, j *wire.Job, e jobExpect)
 		}
 		// ≤7.x writes only float seconds; 8.x payloads may mix (old float
 		// fields kept from 7.x, new int ms fields).
-		if !m.version.MillisecondTimestamps() {
+		if !contract.MillisecondTimestamps(m.version) {
 			require.Equal(t, "float", te.Lexical, "%s in a %s payload", key, m.SidekiqVersion)
 		}
 		got, ok := j.Time(key)
@@ -433,7 +435,7 @@ func checkTimestamps(t *testing.T, m *fixtureManifest, j *wire.Job, e jobExpect)
 		require.False(t, fa.Before(ca), "failed_at after created_at")
 	}
 	if _, ok := e.Timestamps["retried_at"]; ok {
-		_, ok := j.RetriedAt()
+		_, ok := j.Time("retried_at")
 		require.True(t, ok)
 		require.NotNil(t, e.RetryCount)
 		require.GreaterOrEqual(t, *e.RetryCount, 1, "retried_at comes with the second failure")
@@ -454,7 +456,7 @@ func checkErrorBacktrace(t *testing.T, m *fixtureManifest, j *wire.Job, e jobExp
 		require.Len(t, lines, limit)
 	}
 	wantForm := "mime"
-	if m.version.StrictBase64Backtrace() {
+	if contract.StrictBase64Backtrace(m.version) {
 		wantForm = "strict"
 	}
 	require.Equal(t, wantForm, e.ErrorBacktraceForm, "%s writes %s base64", m.SidekiqVersion, wantForm)
@@ -471,21 +473,21 @@ func checkErrorBacktrace(t *testing.T, m *fixtureManifest, j *wire.Job, e jobExp
 // delay formula (docs/sidekiq-wire.md#retries), perform_in's hour, and the time of death.
 func checkScore(t *testing.T, m *fixtureManifest, f fixtureEntry, j *wire.Job) {
 	require.NotEmpty(t, f.Redis.Score, "zset fixtures record their score")
-	score, err := wire.ParseScore(f.Redis.Score)
+	score, err := contract.ParseScore(f.Redis.Score)
 	require.NoError(t, err)
-	at := wire.FromEpochSeconds(score)
+	at := contract.FromEpochSeconds(score)
 	switch f.Redis.Key {
 	case "retry":
 		count, ok := j.RetryCount()
 		require.True(t, ok)
-		last, ok := j.RetriedAt()
+		last, ok := j.Time("retried_at")
 		if !ok {
 			last, ok = j.FailedAt()
 			require.True(t, ok)
 		}
 		base := float64(count*count*count*count + 15)
 		jitter := float64(9 * (count + 1)) // ≤7.x: rand(10) * (count + 1)
-		if m.version.MillisecondTimestamps() {
+		if contract.MillisecondTimestamps(m.version) {
 			jitter = float64(10*(count+1) - 1) // 8.x: rand(10 * (count + 1))
 		}
 		delay := at.Sub(last).Seconds()
@@ -502,7 +504,7 @@ func checkScore(t *testing.T, m *fixtureManifest, f fixtureEntry, j *wire.Job) {
 		}
 		require.InDelta(t, delay, at.Sub(ca).Seconds(), 1)
 	case "dead":
-		last, ok := j.RetriedAt()
+		last, ok := j.Time("retried_at")
 		if !ok {
 			last, ok = j.FailedAt()
 		}
@@ -615,7 +617,7 @@ func checkScalar(t *testing.T, f fixtureEntry, data []byte) {
 	case "float":
 		x, err := strconv.ParseFloat(s, 64)
 		require.NoError(t, err)
-		require.Equal(t, s, rubyjson.FormatFloat(x), "Ruby Float#to_s form")
+		require.Equal(t, s, rubyfloat.Format(x), "Ruby Float#to_s form")
 		require.Contains(t, s, ".")
 	case "bool":
 		require.Contains(t, []string{"true", "false"}, s)
@@ -684,9 +686,9 @@ func TestEncodeBacktraceMIMELayout(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []byte{0x78, 0x9c}, zraw[:2], "zlib stream, default level")
 
-		enc := wire.EncodeBacktrace(decoded[i], wire.Version6)
+		enc := contract.EncodeBacktrace(decoded[i], wire.Version6)
 		requireMIMELayout(t, enc)
-		require.NotEqual(t, enc, wire.EncodeBacktrace(decoded[i], wire.Version7), "6.x and 7.3 differ in layout")
+		require.NotEqual(t, enc, contract.EncodeBacktrace(decoded[i], wire.Version7), "6.x and 7.3 differ in layout")
 		got, err := wire.DecodeBacktrace(enc)
 		require.NoError(t, err)
 		require.Equal(t, decoded[i], got)
@@ -704,8 +706,8 @@ func TestBacktraceRoundTrip(t *testing.T) {
 	)
 	for _, v := range []wire.Version{wire.Version6, wire.Version7, wire.Version8} {
 		for _, lines := range cases {
-			enc := wire.EncodeBacktrace(lines, v)
-			if v.StrictBase64Backtrace() {
+			enc := contract.EncodeBacktrace(lines, v)
+			if contract.StrictBase64Backtrace(v) {
 				require.NotContains(t, enc, "\n")
 				_, err := base64.StdEncoding.DecodeString(enc)
 				require.NoError(t, err)

@@ -13,8 +13,8 @@ import (
 // seconds without a heartbeat, is cancelled and fails. Ruby Sidekiq (6.x to
 // 8.x) reads neither key and keeps both, as it keeps every unknown key.
 const (
-	KeyTimeout          = "timeout"
-	KeyHeartbeatTimeout = "heartbeat_timeout"
+	keyTimeout          = "timeout"
+	keyHeartbeatTimeout = "heartbeat_timeout"
 )
 
 // maxLimitSeconds bounds the limits (about 31 years), so that a duration
@@ -23,29 +23,29 @@ const maxLimitSeconds = 1e9
 
 // Timeout returns the job's "timeout" (0 when absent or null) or an error
 // for a value that is not a positive number of seconds.
-func (j *Job) Timeout() (time.Duration, error) { return j.limit(KeyTimeout) }
+func (j *Job) Timeout() (time.Duration, error) { return j.limit(keyTimeout) }
 
 // HeartbeatTimeout returns the job's "heartbeat_timeout" (0 when absent or
 // null) or an error for a value that is not a positive number of seconds.
-func (j *Job) HeartbeatTimeout() (time.Duration, error) { return j.limit(KeyHeartbeatTimeout) }
+func (j *Job) HeartbeatTimeout() (time.Duration, error) { return j.limit(keyHeartbeatTimeout) }
 
 // SetTimeout sets "timeout" in seconds (a float for sub-second values).
-func (j *Job) SetTimeout(d time.Duration) error { return j.setLimit(KeyTimeout, d) }
+func (j *Job) SetTimeout(d time.Duration) error { return j.setLimit(keyTimeout, d) }
 
 // SetHeartbeatTimeout sets "heartbeat_timeout" in seconds.
-func (j *Job) SetHeartbeatTimeout(d time.Duration) error { return j.setLimit(KeyHeartbeatTimeout, d) }
+func (j *Job) SetHeartbeatTimeout(d time.Duration) error { return j.setLimit(keyHeartbeatTimeout, d) }
 
 func (j *Job) limit(key string) (time.Duration, error) {
 	v, ok := j.Get(key)
 	if !ok || v.IsNull() {
 		return 0, nil
 	}
-	return LimitSeconds(key, v)
+	return limitSeconds(key, v)
 }
 
-// LimitSeconds reads a limit value: a JSON number of seconds, greater than
+// limitSeconds reads a limit value: a JSON number of seconds, greater than
 // zero and at most 1e9.
-func LimitSeconds(key string, v rubyjson.Value) (time.Duration, error) {
+func limitSeconds(key string, v rubyjson.Value) (time.Duration, error) {
 	f, ok := v.Float()
 	if !ok || math.IsNaN(f) || f <= 0 || f > maxLimitSeconds {
 		return 0, fmt.Errorf("%s must be a number of seconds, greater than 0 and at most 1e9, got %s", key, v.Encode())

@@ -68,39 +68,9 @@ func (v Version) AtLeast(major, minor, patch int) bool {
 	return v.Patch >= patch
 }
 
-// Breaks reports whether what v writes breaks a reader of version r: 8.x
-// millisecond timestamps are seconds to 6.x and 7.x (far-future dates,
-// negative latencies, a Busy page that fails; docs/sidekiq-wire.md#timestamps).
-// Other differences only hide data from older readers.
-func (v Version) Breaks(r Version) bool {
-	return v.MillisecondTimestamps() && !r.MillisecondTimestamps()
-}
-
 // IsZero reports whether v is unset.
 func (v Version) IsZero() bool { return v == Version{} }
 
-// MillisecondTimestamps reports whether job timestamps are integer
+// millisecondTimestamps reports whether job timestamps are integer
 // milliseconds (8.0+) rather than float seconds.
-func (v Version) MillisecondTimestamps() bool { return v.AtLeast(8, 0, 0) }
-
-// StrictBase64Backtrace reports whether error_backtrace is written as strict
-// base64 (7.2.1+) rather than MIME base64 with line breaks.
-func (v Version) StrictBase64Backtrace() bool { return v.AtLeast(7, 2, 1) }
-
-// WorkKeySuffix returns the suffix of the busy-jobs hash: "workers" up to
-// 6.4.1, "work" from 6.4.2.
-func (v Version) WorkKeySuffix() string {
-	if v.AtLeast(6, 4, 2) {
-		return "work"
-	}
-	return "workers"
-}
-
-// ScheduledHasNoEnqueuedAt reports whether the client removes enqueued_at
-// from scheduled jobs explicitly (7.1.2+). 6.4 never sets it before the ZADD,
-// so the stored JSON is the same; kept for documentation.
-func (v Version) ScheduledHasNoEnqueuedAt() bool { return v.AtLeast(7, 1, 2) }
-
-// BulkBatchSize is how many jobs push_bulk sends per round trip (1000; 6.4
-// sends all in one pipeline, gojob still batches by 1000).
-func (v Version) BulkBatchSize() int { return 1000 }
+func (v Version) millisecondTimestamps() bool { return v.AtLeast(8, 0, 0) }

@@ -22,8 +22,4 @@ func TestParseVersion(t *testing.T) {
 		_, err := wire.ParseVersion(bad)
 		require.Error(t, err, bad)
 	}
-	require.True(t, wire.Version{7, 2, 1}.StrictBase64Backtrace())
-	require.False(t, wire.Version{7, 2, 0}.StrictBase64Backtrace())
-	require.Equal(t, "workers", wire.Version6.WorkKeySuffix())
-	require.Equal(t, "work", wire.Version{6, 4, 2}.WorkKeySuffix())
 }

@@ -110,9 +110,8 @@ func (a *acker) add(k ack) error {
 }
 
 // addMany queues acknowledgements together, waking the acker once: the
-// successes a middleware released at once (sidekiq's ReleaseAcks) go out
-// in one write rather than in the first few the acker happened to take
-// while the rest were being added.
+// successes released at once go out in one write rather than in the
+// first few the acker happened to take while the rest were being added.
 func (a *acker) addMany(acks []ack) error {
 	a.mu.Lock()
 	if a.closed {

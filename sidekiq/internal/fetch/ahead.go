@@ -12,7 +12,7 @@ import (
 // than its own work leaves its slot idle: the durable middleware waits for
 // its row's lock, which is committed in one group with the other slots'
 // locks, and only then runs the job. When such a job calls FetchAhead
-// (sidekiq.FetchAhead), its slot moves its next jobs to the in-progress
+// (sidekiq.Run.FetchAhead), its slot moves its next jobs to the in-progress
 // list meanwhile, up to aheadDepth of them, so that the jobs after it
 // start without a Redis round trip: with durable jobs their locks reach
 // the group writer while the groups before them are written.

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
-	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -121,7 +121,7 @@ func (b *batchFetch) fetch() {
 		}
 		key, _ := redis.String(reply[0], nil)
 		elems, _ := redis.ByteSlices(reply[1], nil)
-		queue := wire.QueueName(key)
+		queue := contract.QueueName(key)
 		giveBack(k - len(elems))
 		for i, e := range elems {
 			if cfg.quiet() {

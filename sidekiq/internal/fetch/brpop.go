@@ -6,7 +6,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/gojob/gojob/sidekiq/wire"
+	"github.com/gojob/gojob/internal/contract"
 )
 
 // brpopFetch is Sidekiq's BasicFetch: every idle concurrency slot has
@@ -90,7 +90,7 @@ func brpopReply(v any) (fetchReply, error) {
 			key, ok1 := v[0].([]byte)
 			raw, ok2 := v[1].([]byte)
 			if ok1 && ok2 {
-				return fetchReply{ok: true, queue: wire.QueueName(string(key)), raw: raw}, nil
+				return fetchReply{ok: true, queue: contract.QueueName(string(key)), raw: raw}, nil
 			}
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redisreply"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -58,9 +59,9 @@ type Unit struct {
 }
 
 // Outcome is the write that ends a failed job: its retry entry or its
-// dead-set entry (with the trims of wire.SendToMorgue).
+// dead-set entry (with the trims of contract.SendToMorgue).
 type Outcome struct {
-	// Set is wire.KeyRetry or wire.KeyDead; "" writes nothing (the job is
+	// Set is contract.KeyRetry or contract.KeyDead; "" writes nothing (the job is
 	// dropped: retry false, a discard).
 	Set string
 	// At is the retry time or the time of death (the score).
@@ -128,7 +129,7 @@ type Config struct {
 	Identity string
 	// Format is the format of the dead-set entries it writes for poison
 	// pills, read when one is written. Required for reliable fetch.
-	Format *wire.LiveFormat
+	Format *contract.LiveFormat
 	// Clock is the time of those entries.
 	Clock clock.Clock
 	// RecoveryLimit is how many times a job may be recovered from a dead
@@ -271,7 +272,7 @@ func (c *Config) dial() (redis.Conn, error) {
 // server's shutdown gives up.
 func (c *Config) requeue(queue string, raws ...[]byte) {
 	args := make([]any, 0, len(raws)+1)
-	args = append(args, wire.QueueKey(queue))
+	args = append(args, contract.QueueKey(queue))
 	for _, r := range raws {
 		args = append(args, r)
 	}
@@ -293,10 +294,10 @@ func (c *Config) writeOutcome(o *Outcome) error {
 		return nil
 	}
 	err := c.Writes.Do(func(conn redis.Conn) error {
-		if o.Set == wire.KeyDead {
-			return wire.SendToMorgue(c.Writes.Ctx, conn, wire.MorgueParams{Payload: o.Payload, Now: o.At})
+		if o.Set == contract.KeyDead {
+			return contract.SendToMorgue(c.Writes.Ctx, conn, contract.MorgueParams{Payload: o.Payload, Now: o.At})
 		}
-		_, err := conn.Do("ZADD", o.Set, wire.Score(o.At), o.Payload)
+		_, err := conn.Do("ZADD", o.Set, contract.Score(o.At), o.Payload)
 		return err
 	})
 	if err != nil {
@@ -323,7 +324,7 @@ func (c *Config) bulkRequeue(units []Unit) error {
 	}
 	err := c.Writes.Do(func(conn redis.Conn) error {
 		for _, q := range order {
-			conn.Send("RPUSH", append([]any{wire.QueueKey(q)}, byQueue[q]...)...)
+			conn.Send("RPUSH", append([]any{contract.QueueKey(q)}, byQueue[q]...)...)
 		}
 		_, err := redisreply.Pipeline(c.Writes.Ctx, conn)
 		return err

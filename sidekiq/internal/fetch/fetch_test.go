@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -107,7 +108,7 @@ func (b *fetchBundle) processed() int {
 
 func (b *fetchBundle) queue(t *testing.T, name string) []string {
 	t.Helper()
-	vals, err := redis.Strings(b.conn.Do("LRANGE", wire.QueueKey(name), 0, -1))
+	vals, err := redis.Strings(b.conn.Do("LRANGE", contract.QueueKey(name), 0, -1))
 	require.NoError(t, err)
 	return vals
 }

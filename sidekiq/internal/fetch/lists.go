@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gojob/gojob/sidekiq/wire"
+	"github.com/gojob/gojob/internal/contract"
 )
 
 // The reliable fetch's in-progress lists. Each slot moves its jobs into
@@ -51,7 +51,7 @@ type listIdent struct {
 	id    string // "<host>:<pid>:<hex>"
 	hbKey string
 	epoch uint64
-	// lists are its lists registered in wire.KeyWorkingLists, by queue
+	// lists are its lists registered in contract.KeyWorkingLists, by queue
 	// key (the taker that first moves into one registers it in the same
 	// round trip, before the move).
 	lists map[string]string
@@ -61,7 +61,7 @@ type listIdent struct {
 
 // listKey returns the identity's list for queue key q.
 func (id *listIdent) listKey(q string) string {
-	return wire.WorkingListKey(wire.QueueName(q), id.id)
+	return contract.WorkingListKey(contract.QueueName(q), id.id)
 }
 
 // idents are a fetch's list identities and its epoch.
@@ -107,7 +107,7 @@ func (ids *idents) create() *listIdent {
 	defer ids.mu.Unlock()
 	ids.next++
 	id := fmt.Sprintf("%s%06x", ids.base, ids.next)
-	li := &listIdent{id: id, hbKey: wire.ReliableHeartbeatKey(id), epoch: ids.epoch.Load(), lists: map[string]string{}}
+	li := &listIdent{id: id, hbKey: contract.ReliableHeartbeatKey(id), epoch: ids.epoch.Load(), lists: map[string]string{}}
 	ids.live = append(ids.live, li)
 	return li
 }

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -38,7 +39,7 @@ func NewOrder(qs []wire.QueueWeight, v wire.Version) *Order {
 		}
 		n := max(q.Weight, 1)
 		for i := 0; i < n; i++ {
-			f.weighted = append(f.weighted, wire.QueueKey(q.Name))
+			f.weighted = append(f.weighted, contract.QueueKey(q.Name))
 		}
 		if !seen[q.Name] {
 			seen[q.Name] = true
@@ -49,7 +50,7 @@ func NewOrder(qs []wire.QueueWeight, v wire.Version) *Order {
 		f.strict = len(f.weighted) == len(f.unique)
 	}
 	for _, q := range f.unique {
-		f.fixed = append(f.fixed, wire.QueueKey(q))
+		f.fixed = append(f.fixed, contract.QueueKey(q))
 	}
 	f.fixed = append(f.fixed, Timeout)
 	return f
@@ -62,7 +63,7 @@ func (f *Order) SetPaused(names []string) bool {
 	for _, n := range names {
 		for _, q := range f.unique {
 			if q == n {
-				next[wire.QueueKey(n)] = true
+				next[contract.QueueKey(n)] = true
 			}
 		}
 	}
@@ -88,7 +89,7 @@ func (f *Order) SetPaused(names []string) bool {
 func (f *Order) Paused(queue string) bool {
 	p := f.paused.Load()
 	// Runs for every job: no key built while nothing is paused.
-	return p != nil && len(*p) > 0 && (*p)[wire.QueueKey(queue)]
+	return p != nil && len(*p) > 0 && (*p)[contract.QueueKey(queue)]
 }
 
 // AllPaused reports whether every queue of the order is paused.
@@ -140,7 +141,7 @@ func (f *Order) unpausedArgs(r *rand.Rand, paused map[string]bool) []any {
 	var keys []string
 	if f.strict {
 		for _, q := range f.unique {
-			keys = append(keys, wire.QueueKey(q))
+			keys = append(keys, contract.QueueKey(q))
 		}
 	} else {
 		keys = make([]string, len(f.weighted))

@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"strconv"
 	"sync"
@@ -14,9 +13,9 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/procstat"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // The reliable fetch keeps every job it takes in Redis until the job's
@@ -25,18 +24,8 @@ import (
 // its bytes unchanged, and leaves it with its acknowledgement (LTRIM by
 // position, or LREM by value: lists.go) or, in one script, with its retry
 // or dead entry. When the process dies, the lists outlive it, and a live
-// process pushes their jobs back (recovery.go).
-//
-// Takers. Two taker goroutines share the idle slots (one token per idle
-// slot). A taker gathers the tokens free now (and, while the queues have
-// work, those freed within gatherFor, up to half the slots) and sends, in
-// one write, the acknowledgements queued meanwhile and one move per slot,
-// each from the queue the fetch order gives (wake.go). Every command is
-// one of Redis's own, so no job's bytes pass through a script. A taker
-// never moves more jobs than it holds tokens for, so a crash exposes
-// nothing that was not about to run; while the slots run one batch, the
-// other taker's is on its way. When every queue is believed empty, the
-// takers park until a waker sees a job.
+// process pushes their jobs back (recovery.go); the takers that move
+// them are in reliable_take.go.
 
 var (
 	//go:embed lua/reliable_finish.lua
@@ -52,7 +41,7 @@ var (
 )
 
 // heartbeatInterval is how often the reliable-fetch heartbeats are
-// renewed; they expire after wire.HeartbeatTTL (60 s), so a live process
+// renewed; they expire after contract.HeartbeatTTL (60 s), so a live process
 // misses five renewals before it could be taken for dead.
 const heartbeatInterval = 10 * time.Second
 
@@ -96,7 +85,7 @@ func NewReliable(ctx context.Context, cfg *Config) (Fetcher, error) {
 	if cfg.Identity == "" {
 		return nil, errors.New("sidekiq: reliable fetch needs the process identity")
 	}
-	if _, _, ok := wire.ParseWorkingListKey(wire.WorkingListKey("q", cfg.Identity)); !ok {
+	if _, _, ok := contract.ParseWorkingListKey(contract.WorkingListKey("q", cfg.Identity)); !ok {
 		return nil, fmt.Errorf("sidekiq: reliable fetch: identity %q is not host:pid:hex", cfg.Identity)
 	}
 	n := cfg.Concurrency
@@ -227,451 +216,6 @@ func (f *reliableFetch) oldestWait() int64 {
 	return oldest
 }
 
-// move is one slot's move in a round.
-type move struct {
-	slot *slotState
-	q    *queueState
-	seen uint64 // q.seen when picked
-	sl   *slotList
-	// setup: the round writes the identity's heartbeat and registers the
-	// list before the move.
-	hb, reg bool
-	// The outcome, once read: raw is the job moved (nil: the queue was
-	// empty), err an error reply.
-	done bool
-	raw  []byte
-	err  error
-}
-
-// round is a batch of moves, with the acknowledgements riding ahead of
-// them.
-type round struct {
-	acks  []ack
-	moves []move
-}
-
-// planMove fills m with a move for slot s from the queue the fetch order
-// gives; false when every queue is believed empty (or paused).
-func (f *reliableFetch) planMove(m *move, s *slotState, r *rand.Rand) bool {
-	q, seen := f.queues.pick(r)
-	if q == nil {
-		return false
-	}
-	sl := s.list(f.ids, q.key)
-	*m = move{slot: s, q: q, seen: seen, sl: sl}
-	f.ids.mu.Lock()
-	m.reg = sl.ident.lists[q.key] == ""
-	m.hb = !sl.ident.created
-	f.ids.mu.Unlock()
-	return true
-}
-
-// send writes a round (the acknowledgements, then each move with the
-// setup of a new list before it) in one write and reads the replies,
-// recording each moved job in its slot's mirror. It returns the first
-// error: a connection error leaves the moves not marked done unknown (the
-// round failed: failedRound); an error reply (a queue key that is not a
-// list, say) is only the move's, and an acknowledgement Redis refused goes
-// again by value. Every reply is read either way.
-func (f *reliableFetch) send(c redis.Conn, rd *round) error {
-	corked := redisx.Cork(c)
-	for i := range rd.acks {
-		rd.acks[i].send(c)
-	}
-	for _, m := range rd.moves {
-		if m.hb {
-			c.Send("SET", m.sl.ident.hbKey, f.life.hbValue, "EX", wire.HeartbeatTTL)
-		}
-		if m.reg {
-			c.Send("SADD", wire.KeyWorkingLists, m.sl.key)
-		}
-		if f.moveOK {
-			c.Send("LMOVE", m.sl.move...)
-		} else {
-			c.Send("RPOPLPUSH", m.sl.rpl...)
-		}
-	}
-	t := time.AfterFunc(stallAfter, func() { f.cfg.Outage.Stalled(stallAfter) })
-	defer t.Stop()
-	err := c.Flush()
-	if corked != nil {
-		if uerr := corked.Uncork(); err == nil {
-			err = uerr
-		}
-	}
-	if err != nil {
-		return err
-	}
-	var replyErr error
-	var refused []ack
-	for i := range rd.acks {
-		v, err := receiveReply(c)
-		if err != nil {
-			return err // failedRound resends them all: one that ran finds nothing
-		}
-		if e, ok := v.(redis.Error); ok {
-			// Not run (READONLY after a failover, LOADING): again by
-			// value, through the retrier, once the round is read.
-			refused = append(refused, rd.acks[i])
-			if replyErr == nil {
-				replyErr = e
-			}
-		}
-		rd.acks[i].checked(f, v)
-	}
-	rd.acks = rd.acks[:0]
-	if len(refused) > 0 {
-		defer f.acker.resend(refused)
-	}
-	for i := range rd.moves {
-		m := &rd.moves[i]
-		setup := true
-		for range btoi(m.hb) + btoi(m.reg) {
-			v, err := receiveReply(c)
-			if err != nil {
-				return err
-			}
-			if e, ok := v.(redis.Error); ok {
-				setup = false
-				if replyErr == nil {
-					replyErr = e
-				}
-			}
-		}
-		if (m.hb || m.reg) && setup {
-			f.ids.mu.Lock()
-			m.sl.ident.created = true
-			m.sl.ident.lists[m.q.key] = m.sl.key
-			f.ids.mu.Unlock()
-		}
-		v, err := receiveReply(c)
-		if err != nil {
-			return err
-		}
-		m.done = true
-		switch v := v.(type) {
-		case []byte:
-			m.raw = v
-		case nil:
-			m.q.markEmpty(m.seen)
-		case redis.Error:
-			m.err = v
-			if replyErr == nil {
-				replyErr = v
-			}
-		}
-	}
-	return replyErr
-}
-
-// receiveReply reads one reply of a pipeline, an error reply as a value
-// (redis.Error) rather than as the error: every reply of a round is read,
-// whatever some of them say, so that the next round's replies are its
-// own. The error is the connection's.
-func receiveReply(c redis.Conn) (any, error) {
-	v, err := c.Receive()
-	var re redis.Error
-	if errors.As(err, &re) {
-		return re, nil
-	}
-	return v, err
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// unit records a moved job in its slot's mirror and returns its unit.
-func (f *reliableFetch) unit(m *move) Unit {
-	h := m.slot.moved(m.sl, m.raw)
-	return Unit{Queue: m.q.name, Raw: m.raw, list: m.sl.key, held: h, slot: m.slot}
-}
-
-// taker is one taker goroutine. The takers share the idle-slot tokens:
-// each moves at most one job per token it holds, into that slot's list,
-// and hands the job to the slot.
-func (f *reliableFetch) taker(taking *atomic.Int64, g *gathering, seed uint64) {
-	cfg := f.cfg
-	r := NewRand(seed)
-	fc := &conn{cfg: cfg}
-	defer fc.close()
-	var slots []int
-	rd := &round{}
-	full := false // the last round moved a job for every slot it had
-	defer taking.Store(0)
-	for {
-		taking.Store(0)
-		if !f.waitTakeable() {
-			return
-		}
-		slots = slots[:0]
-		select {
-		case i := <-f.idle:
-			slots = append(slots, i)
-		case <-cfg.Quiet:
-			return
-		}
-		slots = f.gather(g, full, slots)
-		taking.Store(time.Now().UnixNano())
-		if cfg.quiet() || !fc.ready() {
-			f.giveBack(slots)
-			return
-		}
-		rd.moves = rd.moves[:0]
-		for _, i := range slots {
-			var m move
-			if f.planMove(&m, f.slots[i], r) {
-				rd.moves = append(rd.moves, m)
-			} else {
-				f.idle <- i
-			}
-		}
-		if len(rd.moves) == 0 {
-			taking.Store(0)
-			if !f.park() {
-				return
-			}
-			continue
-		}
-		rd.acks = f.acker.steal(rd.acks[:0], rideMax, taking)
-		err := f.send(fc.c, rd)
-		got := 0
-		for i := range rd.moves {
-			m := &rd.moves[i]
-			switch {
-			case m.raw != nil:
-				got++
-				f.deliver(m)
-			case m.done || err == nil:
-				f.idle <- m.slot.i
-			}
-		}
-		if err != nil && !isReply(err) {
-			taking.Store(0)
-			f.failedRound(rd) // resends the acknowledgements by value
-			clear(rd.moves)
-			if !fc.failed(err) {
-				return
-			}
-			continue
-		}
-		clear(rd.acks)
-		clear(rd.moves)
-		if err != nil {
-			// An error reply (a queue key that is not a list, say) backs
-			// off as an outage does, instead of spinning. A refusal of a
-			// Redis that is loading or no longer the master (READONLY
-			// after a failover) drops the connection: the next one is
-			// dialled to the master of the moment.
-			cfg.Health.failed(err)
-			if redisx.IsTransient(err) {
-				fc.close()
-			}
-			if !cfg.sleepOrQuiet(time.Second) {
-				return
-			}
-			continue
-		}
-		fc.ok()
-		full = got == len(slots)
-	}
-}
-
-// isReply reports whether err is an error reply of Redis (the connection
-// is fine).
-func isReply(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re)
-}
-
-// deliver hands a moved job to its slot (or back to its queue when the
-// server went quiet meanwhile).
-func (f *reliableFetch) deliver(m *move) {
-	u := f.unit(m)
-	if f.cfg.quiet() {
-		f.Requeue([]Unit{u})
-		f.idle <- m.slot.i
-		return
-	}
-	m.slot.jobs <- u
-}
-
-// failedRound handles a round whose connection failed: the epoch ends (a
-// move or an acknowledgement may have run unseen), the acknowledgements go
-// again by value, and the slots whose moves were not read get their tokens
-// back.
-func (f *reliableFetch) failedRound(rd *round) {
-	f.drops.Add(1)
-	f.ids.bump()
-	f.acker.resend(rd.acks)
-	clear(rd.acks)
-	for _, m := range rd.moves {
-		if !m.done {
-			f.idle <- m.slot.i
-		}
-	}
-}
-
-// waitTakeable waits out a pause of every queue, and heartbeats not
-// confirmed for positionFresh (an outage, or a renewal that found them
-// gone: this process may have been taken for dead). It reports false
-// when the server went quiet.
-func (f *reliableFetch) waitTakeable() bool {
-	for {
-		if !f.cfg.Order.WaitUnpaused(f.cfg.Quiet) {
-			return false
-		}
-		if f.ids.fresh() {
-			return true
-		}
-		if !f.cfg.sleepOrQuiet(pausePoll) {
-			return false
-		}
-	}
-}
-
-// park waits until a waker sees a job (or a while, for a queue unpaused
-// meanwhile), or the server goes quiet (false).
-func (f *reliableFetch) park() bool {
-	woken := f.queues.wokeChan()
-	t := time.NewTimer(pausePoll)
-	defer t.Stop()
-	select {
-	case <-woken:
-	case <-t.C:
-	case <-f.cfg.Quiet:
-		return false
-	}
-	return true
-}
-
-// giveBack returns slot tokens.
-func (f *reliableFetch) giveBack(slots []int) {
-	for _, i := range slots {
-		f.idle <- i
-	}
-}
-
-// gatherFor is how long a taker waits for more idle slots when the last
-// round found work waiting: a round costs about the same for one job as
-// for twenty, so fuller rounds cost far less per job.
-const gatherFor = 100 * time.Microsecond
-
-// gathering is a taker's state across its gathers.
-type gathering struct {
-	// want is how many more tokens the taker waits for (0: it does not
-	// wait); the worker whose token makes that many signals enough.
-	want   atomic.Int32
-	enough chan struct{} // capacity 1
-	window time.Duration // gatherFor
-	timer  *time.Timer   // the window, reused
-}
-
-func (g *gathering) init(window time.Duration) {
-	g.enough = make(chan struct{}, 1)
-	g.window = window
-	g.timer = time.NewTimer(time.Hour)
-	g.timer.Stop()
-}
-
-// gather takes further idle-slot tokens: those free now and, when the
-// queues had work at the last round (busy), those freed within gatherFor,
-// up to half the slots. It returns slots with them appended.
-//
-// It does not wake for each token: it tells the workers how many it waits
-// for (want), and the worker whose token makes that many wakes it
-// (enough), so that a taker is parked and readied once per round, not
-// once per job.
-func (f *reliableFetch) gather(g *gathering, busy bool, slots []int) []int {
-	target := f.cfg.Concurrency / 2
-	max := f.cfg.Concurrency
-	armed := false
-	defer func() {
-		if armed {
-			g.want.Store(0)
-			g.timer.Stop()
-		}
-	}()
-	for {
-		slots = f.takeIdle(slots, max)
-		if !busy || len(slots) >= target || len(slots) >= max {
-			return slots
-		}
-		if !armed {
-			armed = true
-			g.timer.Reset(g.window)
-		}
-		// Set want before looking again: a worker that adds a token after
-		// the look sees want and signals.
-		g.want.Store(int32(target - len(slots)))
-		if len(f.idle) >= target-len(slots) {
-			continue
-		}
-		select {
-		case <-g.enough:
-		case <-g.timer.C:
-			return f.takeIdle(slots, max)
-		}
-	}
-}
-
-// takeIdle takes the tokens free now, up to max in slots.
-func (f *reliableFetch) takeIdle(slots []int, max int) []int {
-	for len(slots) < max {
-		select {
-		case i := <-f.idle:
-			slots = append(slots, i)
-		default:
-			return slots
-		}
-	}
-	return slots
-}
-
-// freed returns a worker's slot token and wakes a gathering taker once the
-// tokens it waits for are there.
-func (f *reliableFetch) freed(i int) {
-	f.idle <- i
-	for k := range f.gatherers {
-		g := &f.gatherers[k]
-		if w := g.want.Load(); w > 0 && len(f.idle) >= int(w) {
-			select {
-			case g.enough <- struct{}{}:
-			default:
-			}
-		}
-	}
-}
-
-// worker is one concurrency slot: it runs the jobs it fetched ahead, else
-// the jobs a taker moved for it, until the takers are done.
-func (f *reliableFetch) worker(st *slotState) {
-	defer f.wg.Done()
-	cfg := f.cfg
-	tid := tidFor(st.i)
-	ah := newAhead(f, st, NewRand(uint64(cfg.Concurrency+st.i)))
-	defer ah.close()
-	for {
-		u, ok := ah.next() // fetched while an earlier job waited (FetchAhead)
-		if !ok {
-			f.freed(st.i)
-			if u, ok = <-st.jobs; !ok {
-				return
-			}
-		}
-		if cfg.quiet() {
-			// Taken before the server went quiet, not started: back to
-			// the pop end of its queue.
-			f.Requeue([]Unit{u})
-			continue
-		}
-		ah.process(st.i, tid, u)
-	}
-}
-
 // Finish queues a success's acknowledgement, or writes a failure's outcome
 // and takes the job out of its list in one script.
 func (f *reliableFetch) Finish(u Unit, o *Outcome) error {
@@ -708,11 +252,11 @@ func (f *reliableFetch) finish(u Unit, o *Outcome) error {
 	cfg := f.cfg
 	set, score, cutoff, maxJobs := u.list, "", "", ""
 	if o.Set != "" {
-		set, score = o.Set, wire.Score(o.At)
+		set, score = o.Set, contract.Score(o.At)
 	}
-	if o.Set == wire.KeyDead {
-		lim := wire.MorgueLimits{}.OrDefault()
-		cutoff = wire.FormatScore(wire.EpochSeconds(o.At) - lim.Timeout.Seconds())
+	if o.Set == contract.KeyDead {
+		lim := contract.MorgueLimits{}.OrDefault()
+		cutoff = contract.FormatScore(contract.EpochSeconds(o.At) - lim.Timeout.Seconds())
 		maxJobs = strconv.Itoa(lim.MaxJobs)
 	}
 	var n int
@@ -770,7 +314,7 @@ func requeueUnits(cfg *Config, units []Unit) (int, error) {
 	for _, u := range units {
 		g := byList[u.list]
 		if g == nil {
-			g = &group{list: u.list, queue: wire.QueueKey(u.Queue)}
+			g = &group{list: u.list, queue: contract.QueueKey(u.Queue)}
 			byList[u.list] = g
 			order = append(order, g)
 		}
@@ -785,7 +329,7 @@ func requeueUnits(cfg *Config, units []Unit) (int, error) {
 		})
 		if err != nil {
 			for _, raw := range g.raws {
-				cfg.Logger.Error().Err(err).Str("queue", wire.QueueName(g.queue)).Bytes("payload", raw.([]byte)).
+				cfg.Logger.Error().Err(err).Str("queue", contract.QueueName(g.queue)).Bytes("payload", raw.([]byte)).
 					Msg("could not requeue job; it stays in the in-progress list and is recovered when this process is gone")
 			}
 			return moved, fmt.Errorf("sidekiq: requeue %d jobs: %w", len(g.raws), err)

@@ -13,6 +13,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/procstat"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/testlog"
@@ -32,7 +33,7 @@ func reliableBundle(t *testing.T, rs *redistest.Server, mod func(*Config)) *fetc
 	t.Helper()
 	return newFetchBundle(t, rs, func(c *Config) {
 		c.Identity = testIdentity
-		c.Format = wire.FixedFormat(wire.Version7)
+		c.Format = contract.FixedFormat(wire.Version7)
 		if mod != nil {
 			mod(c)
 		}
@@ -69,7 +70,7 @@ func (b *fetchBundle) inProgress(t *testing.T) []string {
 func (b *fetchBundle) push(t *testing.T, name string, jobs ...string) {
 	t.Helper()
 	for _, j := range jobs {
-		b.conn.Send("LPUSH", wire.QueueKey(name), j)
+		b.conn.Send("LPUSH", contract.QueueKey(name), j)
 	}
 	_, err := b.conn.Do("")
 	require.NoError(t, err)
@@ -104,7 +105,7 @@ func TestReliableProcessesEachJobOnceAndLeavesNothing(t *testing.T) {
 			})
 			const n = 3000
 			for i := 0; i < n; i++ {
-				b.conn.Send("LPUSH", wire.QueueKey(qs[i%len(qs)].Name), jobIn(qs[i%len(qs)].Name, i))
+				b.conn.Send("LPUSH", contract.QueueKey(qs[i%len(qs)].Name), jobIn(qs[i%len(qs)].Name, i))
 			}
 			_, err := b.conn.Do("")
 			require.NoError(t, err)
@@ -126,7 +127,7 @@ func TestReliableProcessesEachJobOnceAndLeavesNothing(t *testing.T) {
 			b.mu.Unlock()
 			require.Empty(t, b.keys(t, "working:*"), "the in-progress lists are empty")
 			require.Empty(t, b.keys(t, "reliable-fetcher-heartbeat-*"), "the heartbeats are gone at stop")
-			require.Empty(t, b.keys(t, wire.KeyWorkingLists))
+			require.Empty(t, b.keys(t, contract.KeyWorkingLists))
 			for _, other := range []string{"brpop", "blmpop", "evalsha", "eval"} {
 				require.Zero(t, redistest.CommandCalls(t, b.conn, other), other)
 			}
@@ -319,25 +320,25 @@ func TestReliableFinishWritesOnlyWhatItStillOwns(t *testing.T) {
 	b := reliableBundle(t, nil, nil)
 	f := newReliable(t, b)
 	t.Cleanup(f.Close)
-	list := wire.WorkingListKey("default", testIdentity+"000001")
+	list := contract.WorkingListKey("default", testIdentity+"000001")
 	at := time.Unix(1795296600, 0)
 	_, err := b.conn.Do("LPUSH", list, "owned")
 	require.NoError(t, err)
 	require.NoError(t, f.Finish(Unit{Queue: "default", Raw: []byte("owned"), list: list},
-		&Outcome{Set: wire.KeyRetry, At: at, Payload: []byte("owned-retry")}))
+		&Outcome{Set: contract.KeyRetry, At: at, Payload: []byte("owned-retry")}))
 	require.NoError(t, f.Finish(Unit{Queue: "default", Raw: []byte("recovered"), list: list},
-		&Outcome{Set: wire.KeyRetry, At: at, Payload: []byte("recovered-retry")}))
-	retries, err := redis.Strings(b.conn.Do("ZRANGE", wire.KeyRetry, 0, -1, "WITHSCORES"))
+		&Outcome{Set: contract.KeyRetry, At: at, Payload: []byte("recovered-retry")}))
+	retries, err := redis.Strings(b.conn.Do("ZRANGE", contract.KeyRetry, 0, -1, "WITHSCORES"))
 	require.NoError(t, err)
 	require.Equal(t, []string{"owned-retry", "1795296600"}, retries)
 	// A dead entry carries the dead set's trims.
 	_, err = b.conn.Do("LPUSH", list, "poison")
 	require.NoError(t, err)
-	_, err = b.conn.Do("ZADD", wire.KeyDead, wire.Score(at.Add(-200*24*time.Hour)), "ancient")
+	_, err = b.conn.Do("ZADD", contract.KeyDead, contract.Score(at.Add(-200*24*time.Hour)), "ancient")
 	require.NoError(t, err)
 	require.NoError(t, f.Finish(Unit{Queue: "default", Raw: []byte("poison"), list: list},
-		&Outcome{Set: wire.KeyDead, At: at, Payload: []byte("poison-dead")}))
-	dead, err := redis.Strings(b.conn.Do("ZRANGE", wire.KeyDead, 0, -1))
+		&Outcome{Set: contract.KeyDead, At: at, Payload: []byte("poison-dead")}))
+	dead, err := redis.Strings(b.conn.Do("ZRANGE", contract.KeyDead, 0, -1))
 	require.NoError(t, err)
 	require.Equal(t, []string{"poison-dead"}, dead, "the dead-set write trims entries older than 180 days")
 	require.Empty(t, b.keys(t, list))
@@ -351,7 +352,7 @@ func TestReliableRequeueCannotDuplicate(t *testing.T) {
 	b := reliableBundle(t, nil, nil)
 	f := newReliable(t, b)
 	t.Cleanup(f.Close)
-	list := wire.WorkingListKey("default", testIdentity+"000001")
+	list := contract.WorkingListKey("default", testIdentity+"000001")
 	_, err := b.conn.Do("LPUSH", list, "a", "b")
 	require.NoError(t, err)
 	b.push(t, "default", "newer")
@@ -365,14 +366,14 @@ func TestReliableRequeueCannotDuplicate(t *testing.T) {
 // as gojob's are, or not, as the gem's are not.
 func deadList(t *testing.T, b *fetchBundle, identity string, register bool, jobs ...string) string {
 	t.Helper()
-	list := wire.WorkingListKey("default", identity)
+	list := contract.WorkingListKey("default", identity)
 	for _, j := range jobs {
 		// As the owner fetched them: the oldest at the tail.
 		_, err := b.conn.Do("LPUSH", list, j)
 		require.NoError(t, err)
 	}
 	if register {
-		_, err := b.conn.Do("SADD", wire.KeyWorkingLists, list)
+		_, err := b.conn.Do("SADD", contract.KeyWorkingLists, list)
 		require.NoError(t, err)
 	}
 	return list
@@ -396,7 +397,7 @@ func TestRecoveryPushesOrphansBackBeforeNewerJobs(t *testing.T) {
 	halt(life)
 	dead := deadList(t, b, "gone:1:aaaaaaaaaaaa000001", true, job("old"), job("young"))
 	liveGLF := deadList(t, b, "ruby:2:bbbbbbbbbbbb", true, job("ruby-running"))
-	_, err := b.conn.Do("SET", wire.ReliableHeartbeatKey("ruby:2:bbbbbbbbbbbb"), "1", "EX", 60)
+	_, err := b.conn.Do("SET", contract.ReliableHeartbeatKey("ruby:2:bbbbbbbbbbbb"), "1", "EX", 60)
 	require.NoError(t, err)
 	liveSidekiq := deadList(t, b, "go:3:cccccccccccc", true, job("go-running"))
 	_, err = b.conn.Do("HSET", "go:3:cccccccccccc", "info", "{}")
@@ -407,7 +408,7 @@ func TestRecoveryPushesOrphansBackBeforeNewerJobs(t *testing.T) {
 	// The SCAN for the gem's lists is due (the pass at start took the
 	// cluster-wide lease).
 	life.lastScan = time.Time{}
-	_, err = b.conn.Do("DEL", wire.KeyRecoveryScanLock)
+	_, err = b.conn.Do("DEL", contract.KeyRecoveryScanLock)
 	require.NoError(t, err)
 	require.NoError(t, life.pass(nil))
 	q := b.queue(t, "default")
@@ -417,7 +418,7 @@ func TestRecoveryPushesOrphansBackBeforeNewerJobs(t *testing.T) {
 	require.Less(t, indexOf(q, job("ruby-young")), indexOf(q, job("ruby-old")), "ruby-old is popped first")
 	require.Empty(t, b.keys(t, dead))
 	require.Empty(t, b.keys(t, rubyGone))
-	registered, err := redis.Strings(b.conn.Do("SMEMBERS", wire.KeyWorkingLists))
+	registered, err := redis.Strings(b.conn.Do("SMEMBERS", contract.KeyWorkingLists))
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{liveGLF, liveSidekiq}, registered)
 	n, err := redis.Int(b.conn.Do("LLEN", liveGLF))
@@ -426,7 +427,7 @@ func TestRecoveryPushesOrphansBackBeforeNewerJobs(t *testing.T) {
 	n, err = redis.Int(b.conn.Do("LLEN", liveSidekiq))
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "a list whose Sidekiq process hash lives is left alone")
-	count, err := redis.Int(b.conn.Do("GET", wire.RecoveryCountKey("old")))
+	count, err := redis.Int(b.conn.Do("GET", contract.RecoveryCountKey("old")))
 	require.NoError(t, err)
 	require.Equal(t, 1, count)
 }
@@ -488,13 +489,13 @@ func TestRecoveryBuriesPoisonPills(t *testing.T) {
 	t.Cleanup(f.Close)
 	life := f.life
 	halt(life)
-	_, err := b.conn.Do("SET", wire.RecoveryCountKey("pill"), 2)
+	_, err := b.conn.Do("SET", contract.RecoveryCountKey("pill"), 2)
 	require.NoError(t, err)
 	ruby := `{"retry":true,"queue":"default","class":"Job","args":[],"jid":"ruby-pill","interrupted_count":2}`
 	deadList(t, b, "gone:1:aaaaaaaaaaaa", true, job("pill"), ruby, job("fine"))
 	require.NoError(t, life.pass(nil))
 	require.Equal(t, []string{job("fine")}, b.queue(t, "default"))
-	dead, err := redis.Strings(b.conn.Do("ZRANGE", wire.KeyDead, 0, -1))
+	dead, err := redis.Strings(b.conn.Do("ZRANGE", contract.KeyDead, 0, -1))
 	require.NoError(t, err)
 	require.Len(t, dead, 2)
 	for _, d := range dead {
@@ -508,7 +509,7 @@ func TestRecoveryBuriesPoisonPills(t *testing.T) {
 	require.Len(t, died, 2)
 	require.Equal(t, int64(1), stats.Recovered.Load())
 	require.Equal(t, int64(2), stats.PoisonPills.Load())
-	require.Empty(t, b.keys(t, wire.RecoveryCountKey("pill")), "a buried job's count is dropped")
+	require.Empty(t, b.keys(t, contract.RecoveryCountKey("pill")), "a buried job's count is dropped")
 }
 
 // On the same machine, a predecessor whose heartbeat has not expired yet
@@ -541,7 +542,7 @@ func TestRecoveryTakesSameHostPredecessorsAtOnce(t *testing.T) {
 	}
 	for _, c := range cases {
 		list := deadList(t, b, c.identity, true, job(c.identity))
-		_, err := b.conn.Do("SET", wire.ReliableHeartbeatKey(c.identity), c.hb, "EX", 60)
+		_, err := b.conn.Do("SET", contract.ReliableHeartbeatKey(c.identity), c.hb, "EX", 60)
 		require.NoError(t, err)
 		require.NoError(t, life.pass(nil))
 		n, err := redis.Int(b.conn.Do("LLEN", list))
@@ -608,7 +609,7 @@ func TestSweepRetiresIdentitiesOfPastEpochs(t *testing.T) {
 	_, err := b.conn.Do("LPUSH", list, "running")
 	require.NoError(t, err)
 	b.conn.Send("SET", li.hbKey, "x")
-	b.conn.Send("SADD", wire.KeyWorkingLists, list)
+	b.conn.Send("SADD", contract.KeyWorkingLists, list)
 	_, err = b.conn.Do("")
 	require.NoError(t, err)
 	f.ids.bump()
@@ -620,7 +621,7 @@ func TestSweepRetiresIdentitiesOfPastEpochs(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, life.sweepOwn(false))
 	require.Empty(t, b.keys(t, li.hbKey))
-	registered, err := redis.Strings(b.conn.Do("SMEMBERS", wire.KeyWorkingLists))
+	registered, err := redis.Strings(b.conn.Do("SMEMBERS", contract.KeyWorkingLists))
 	require.NoError(t, err)
 	require.NotContains(t, registered, list)
 	require.NotContains(t, f.ids.snapshot(), li)
@@ -633,17 +634,17 @@ func TestWorkingListKeysParseAsTheGemDoes(t *testing.T) {
 	ids := newIdents(testIdentity)
 	li := ids.create()
 	for _, q := range []string{"default", "namespace:deeper:assigned"} {
-		key := li.listKey(wire.QueueKey(q))
+		key := li.listKey(contract.QueueKey(q))
 		require.Equal(t, "working:queue:"+q+":"+testIdentity+"000001", key)
-		gotQ, id, ok := wire.ParseWorkingListKey(key)
+		gotQ, id, ok := contract.ParseWorkingListKey(key)
 		require.True(t, ok)
 		require.Equal(t, q, gotQ)
 		require.Equal(t, li.id, id)
 	}
-	_, id, ok := wire.ParseWorkingListKey("working:queue:default:oldhost:77")
+	_, id, ok := contract.ParseWorkingListKey("working:queue:default:oldhost:77")
 	require.True(t, ok, "the gem's legacy host:pid identities")
 	require.Equal(t, "oldhost:77", id)
-	_, _, ok = wire.ParseWorkingListKey("working:queue:default:host:1:abc:extra")
+	_, _, ok = contract.ParseWorkingListKey("working:queue:default:host:1:abc:extra")
 	require.False(t, ok)
 	require.Equal(t, "reliable-fetcher-heartbeat-testhost-4242-0123456789ab000001", li.hbKey)
 }
@@ -728,7 +729,7 @@ func TestReliableRidesOutRefusedWrites(t *testing.T) {
 	})
 	const n = 3000
 	for i := 0; i < n; i++ {
-		b.conn.Send("LPUSH", wire.QueueKey(qs[i%len(qs)].Name), jobIn(qs[i%len(qs)].Name, i))
+		b.conn.Send("LPUSH", contract.QueueKey(qs[i%len(qs)].Name), jobIn(qs[i%len(qs)].Name, i))
 	}
 	_, err := b.conn.Do("")
 	require.NoError(t, err)

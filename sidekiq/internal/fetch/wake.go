@@ -7,7 +7,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/gojob/gojob/sidekiq/wire"
+	"github.com/gojob/gojob/internal/contract"
 )
 
 // Which queue a move takes from. BasicFetch asks Redis once per job, with
@@ -89,7 +89,7 @@ func newQueues(cfg *Config, moveOK bool) *queues {
 		count[k]++
 	}
 	for _, name := range cfg.Order.Names() {
-		k := wire.QueueKey(name)
+		k := contract.QueueKey(name)
 		qs.list = append(qs.list, &queueState{key: k, name: name, weight: count[k], watch: make(chan struct{}, 1)})
 	}
 	return qs

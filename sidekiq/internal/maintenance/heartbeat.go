@@ -11,8 +11,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/procstat"
 	"github.com/gojob/gojob/internal/redisreply"
+	"github.com/gojob/gojob/internal/rubyfloat"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -40,7 +42,7 @@ func (w *Work) json() string {
 	m.Set("payload", rubyjson.StringValue(string(w.Raw)))
 	m.Set("run_at", rubyjson.IntValue(w.RunAt.Unix()))
 	if !w.HeartbeatAt.IsZero() {
-		m.Set("heartbeat_at", rubyjson.FloatValue(wire.EpochSeconds(w.HeartbeatAt)))
+		m.Set("heartbeat_at", rubyjson.FloatValue(contract.EpochSeconds(w.HeartbeatAt)))
 	}
 	return string(m.Encode())
 }
@@ -50,7 +52,7 @@ type HeartbeatConfig struct {
 	// Pool is the Redis pool. Required.
 	Pool *redis.Pool
 	// Format is the layout of every write, read at each beat. Required.
-	Format *wire.LiveFormat
+	Format *contract.LiveFormat
 	// Clock is the time source. Default the system clock.
 	Clock clock.Clock
 	// Logger receives the failures (the first of a run of them).
@@ -193,7 +195,7 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 	defer conn.Close()
 
 	identity := h.cfg.Info.Identity
-	workKeys := f.WorkKeys(identity)
+	workKeys := contract.WorkKeys(f, identity)
 	stale := minusKeys(h.workKeys, workKeys)
 	work := h.cfg.Work()
 	now := h.cfg.Clock.Now()
@@ -246,33 +248,33 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 		h.info, h.infoVersion = h.cfg.Info.JSON(v), v
 	}
 	conn.Send("MULTI")
-	conn.Send("SADD", wire.KeyProcesses, identity)
+	conn.Send("SADD", contract.KeyProcesses, identity)
 	conn.Send("EXISTS", identity)
 	hset := "HSET"
 	if !v.AtLeast(7, 0, 0) || (v.Major == 7 && v.Minor == 0) {
 		hset = "HMSET"
 	}
 	args := []any{identity, "info", h.info}
-	if f.ConcurrencyField() {
+	if contract.ConcurrencyField(f) {
 		args = append(args, "concurrency", h.cfg.Info.Concurrency)
 	}
 	args = append(args,
 		"busy", len(work),
-		"beat", rubyjson.FormatFloat(wire.EpochSeconds(h.cfg.Clock.Now())),
+		"beat", rubyfloat.Format(contract.EpochSeconds(h.cfg.Clock.Now())),
 		"rtt_us", rtt,
 		"quiet", quiet,
 		"rss", procstat.KB("VmRSS"))
 	conn.Send(hset, args...)
-	if h.concurrency && !f.ConcurrencyField() {
+	if h.concurrency && !contract.ConcurrencyField(f) {
 		conn.Send("HDEL", identity, "concurrency") // the format changed
 	}
 	conn.Send("EXPIRE", identity, 60)
-	conn.Send("RPOP", wire.SignalsKey(identity))
+	conn.Send("RPOP", contract.SignalsKey(identity))
 	reply, err := redisreply.Check(redis.Values(conn.Do("EXEC")))
 	if err != nil {
 		return fmt.Errorf("sidekiq: heartbeat: %w", err)
 	}
-	h.concurrency = f.ConcurrencyField()
+	h.concurrency = contract.ConcurrencyField(f)
 	if sig := reply[len(reply)-1]; sig != nil {
 		if sig, err := redis.String(sig, nil); err == nil {
 			h.cfg.OnSignal(sig)
@@ -349,8 +351,8 @@ func (h *Heartbeat) Unregister(ctx context.Context) error {
 	if f.Version.AtLeast(7, 0, 0) {
 		sendMetrics(conn, f.Version, now, metrics)
 	}
-	conn.Send("SREM", wire.KeyProcesses, h.cfg.Info.Identity)
-	keys := f.WorkKeys(h.cfg.Info.Identity)
+	conn.Send("SREM", contract.KeyProcesses, h.cfg.Info.Identity)
+	keys := contract.WorkKeys(f, h.cfg.Info.Identity)
 	for _, key := range append(keys, minusKeys(h.workKeys, keys)...) {
 		conn.Send("UNLINK", key)
 	}

@@ -13,7 +13,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/clocktest"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/rubyfixtures"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
@@ -40,8 +41,8 @@ func newBeatBundle(t *testing.T, v wire.Version, mod func(*HeartbeatConfig)) *be
 	log := zerolog.New(zerolog.NewTestWriter(t))
 	cfg := &HeartbeatConfig{
 		Pool:   pool,
-		Format: wire.FixedFormat(v),
-		Clock:  clock.NewFake(time.Unix(1795296573, 0)),
+		Format: contract.FixedFormat(v),
+		Clock:  clocktest.NewFake(time.Unix(1795296573, 0)),
 		Logger: log,
 		Outage: &redisx.OutageLog{Log: &log},
 		Info: &ProcessInfo{Identity: "host:1:abc", Hostname: "host", Concurrency: 4,
@@ -125,7 +126,7 @@ func TestHeartbeatWritesTheWorkHash(t *testing.T) {
 			}
 			mon := b.rs.StartMonitor(t)
 			require.NoError(t, b.hb.Beat(context.Background()))
-			workKey := wire.WorkKey("host:1:abc", v)
+			workKey := contract.WorkKey("host:1:abc", v)
 			var hsets []string
 			for _, l := range mon.Lines(t) {
 				if strings.HasPrefix(strings.ToLower(l), `"hset" "`+strings.ToLower(workKey)) {
@@ -187,7 +188,7 @@ func TestHeartbeatUnregister(t *testing.T) {
 	st, err := redis.Strings(b.conn.Do("MGET", "stat:processed", "stat:failed"))
 	require.NoError(t, err)
 	require.Equal(t, []string{"2", "1"}, st)
-	n, _ := redis.Int(b.conn.Do("SISMEMBER", wire.KeyProcesses, "host:1:abc"))
+	n, _ := redis.Int(b.conn.Do("SISMEMBER", contract.KeyProcesses, "host:1:abc"))
 	require.Zero(t, n)
 }
 
@@ -209,7 +210,7 @@ func TestHeartbeatStartStop(t *testing.T) {
 func TestHeartbeatForAllReadersAndSwitches(t *testing.T) {
 	t.Parallel()
 	b := newBeatBundle(t, wire.Version7, nil)
-	b.hb.cfg.Format.Set(wire.FormatForAll)
+	b.hb.cfg.Format.Set(contract.FormatForAll)
 	b.work = []Work{{TID: "t1", Queue: "default", Raw: []byte(`{"a":1}`), RunAt: time.Unix(1795296573, 0)}}
 	require.NoError(t, b.hb.Beat(context.Background()))
 	want := map[string]string{"t1": `{"queue":"default","payload":"{\"a\":1}","run_at":1795296573}`}
@@ -225,7 +226,7 @@ func TestHeartbeatForAllReadersAndSwitches(t *testing.T) {
 	require.Contains(t, h["info"], `"version":"7.3.10"`)
 
 	// An older Ruby process joined: 6.4.1 writes only :workers, every 5 s.
-	b.hb.cfg.Format.Set(wire.Format{Version: wire.Version6})
+	b.hb.cfg.Format.Set(contract.Format{Version: wire.Version6})
 	require.Equal(t, 5*time.Second, b.hb.Interval())
 	require.NoError(t, b.hb.Beat(context.Background()))
 	n, err := redis.Int(b.conn.Do("EXISTS", "host:1:abc:work"))
@@ -240,7 +241,7 @@ func TestHeartbeatForAllReadersAndSwitches(t *testing.T) {
 	require.NotContains(t, h["info"], `"version"`, "6.4.1's info")
 
 	// At stop both layouts go.
-	b.hb.cfg.Format.Set(wire.FormatForAll)
+	b.hb.cfg.Format.Set(contract.FormatForAll)
 	require.NoError(t, b.hb.Beat(context.Background()))
 	require.NoError(t, b.hb.Unregister(context.Background()))
 	n, err = redis.Int(b.conn.Do("EXISTS", "host:1:abc:work", "host:1:abc:workers"))
@@ -261,7 +262,7 @@ const capturedIdentity = "vm:19741:68474479f68e"
 
 func capturedInfo() *ProcessInfo {
 	return &ProcessInfo{PID: 19741, Identity: capturedIdentity, Hostname: "vm", Tag: "captag", Concurrency: 3,
-		StartedAt: wire.FromEpochSeconds(1795443861.8323052),
+		StartedAt: contract.FromEpochSeconds(1795443861.8323052),
 		Queues:    []wire.QueueWeight{{Name: "default", Weight: 2}, {Name: "slow", Weight: 1}}}
 }
 
@@ -289,11 +290,11 @@ func TestHeartbeatMatchesRubyCapture(t *testing.T) {
 	pool := rs.Pool(t)
 	conn := pool.Get()
 	defer conn.Close()
-	clk := clock.NewFake(wire.FromEpochSeconds(1795443861.8338773))
+	clk := clocktest.NewFake(contract.FromEpochSeconds(1795443861.8338773))
 	counters, metrics := &Counters{}, NewJobMetrics()
 	var work []Work
 	log := zerolog.New(zerolog.NewTestWriter(t))
-	hb, err := NewHeartbeat(&HeartbeatConfig{Pool: pool, Format: wire.FixedFormat(wire.Version7), Clock: clk, Logger: log,
+	hb, err := NewHeartbeat(&HeartbeatConfig{Pool: pool, Format: contract.FixedFormat(wire.Version7), Clock: clk, Logger: log,
 		Outage: &redisx.OutageLog{Log: &log}, Info: capturedInfo(), Counters: counters, Metrics: metrics,
 		Work: func() []Work { return work }, Quiet: func() bool { return false }})
 	require.NoError(t, err)
@@ -311,7 +312,7 @@ func TestHeartbeatMatchesRubyCapture(t *testing.T) {
 	metrics.Record("BtFailJob", 0, true)
 	metrics.Record("DieJob", 0, true)
 	metrics.Record("NoRetryJob", 0, true)
-	clk.Set(wire.FromEpochSeconds(1795443871.835928))
+	clk.Set(contract.FromEpochSeconds(1795443871.835928))
 	mon := rs.StartMonitor(t)
 	require.NoError(t, hb.Beat(ctx))
 	got := mon.Lines(t)

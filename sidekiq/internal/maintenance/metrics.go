@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/gomodule/redigo/redis"
 )
@@ -35,8 +36,8 @@ import (
 // fails in constantize, before the middleware chain).
 
 // histogramLimits are the exclusive upper limits in ms of the first 25
-// histogram buckets (wire.HistogramLimits); the 26th takes the rest.
-var histogramLimits = wire.HistogramLimits
+// histogram buckets (contract.HistogramLimits); the 26th takes the rest.
+var histogramLimits = contract.HistogramLimits
 
 // histogramBuckets is the number of u16 counters in a histogram key.
 const histogramBuckets = len(histogramLimits) + 1
@@ -178,7 +179,7 @@ func sendMetrics(conn redis.Conn, v wire.Version, now time.Time, snap *metricsSn
 		return
 	}
 	for _, class := range snap.gramOrder {
-		key := wire.HistogramKey(v, class, now)
+		key := contract.HistogramKey(v, class, now)
 		args := []any{key, "OVERFLOW", "SAT"}
 		for i, n := range snap.grams[class] {
 			if n > 0 {
@@ -186,9 +187,9 @@ func sendMetrics(conn redis.Conn, v wire.Version, now time.Time, snap *metricsSn
 			}
 		}
 		conn.Send("BITFIELD", args...)
-		conn.Send("EXPIRE", key, wire.MetricsShortTTL)
+		conn.Send("EXPIRE", key, contract.MetricsShortTTL)
 	}
-	keys, ttls := wire.MetricsKeys(v, now)
+	keys, ttls := contract.MetricsKeys(v, now)
 	for i, key := range keys {
 		for _, k := range snap.order {
 			conn.Send("HINCRBY", key, k, snap.counters[k])

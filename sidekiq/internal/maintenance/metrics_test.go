@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/rubyfixtures"
 	"github.com/gojob/gojob/internal/rubytest"
@@ -53,14 +54,14 @@ func TestMetricsKeyFormats(t *testing.T) {
 		{wire.Version8, time.Date(2030, 12, 31, 23, 40, 0, 0, time.UTC), []string{"j|301231|23:4", "j|301231|23:40"}, "h|HardJob-31-23:40"},
 	}
 	for _, c := range cases {
-		keys, ttls := wire.MetricsKeys(c.v, c.at)
+		keys, ttls := contract.MetricsKeys(c.v, c.at)
 		require.Equal(t, c.jKeys, keys, "%s at %s", c.v, c.at)
 		if len(keys) == 2 {
 			require.Equal(t, []int{259200, 28800}, ttls)
 		} else {
 			require.Equal(t, []int{28800}, ttls)
 		}
-		require.Equal(t, c.hKey, wire.HistogramKey(c.v, "HardJob", c.at), "%s at %s", c.v, c.at)
+		require.Equal(t, c.hKey, contract.HistogramKey(c.v, "HardJob", c.at), "%s at %s", c.v, c.at)
 	}
 }
 
@@ -182,7 +183,7 @@ func TestMetricsMatchRubyCapture(t *testing.T) {
 	flush := func(at float64, record func(m *JobMetrics)) {
 		m := NewJobMetrics()
 		record(m)
-		sendMetrics(conn, wire.Version7, wire.FromEpochSeconds(at), m.take())
+		sendMetrics(conn, wire.Version7, contract.FromEpochSeconds(at), m.take())
 		_, err := conn.Do("")
 		require.NoError(t, err)
 	}

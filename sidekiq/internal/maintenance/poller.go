@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -25,7 +26,7 @@ type PollerConfig struct {
 	Pool *redis.Pool
 	// Format picks the script and the interval rules, read at each poll.
 	// Required.
-	Format *wire.LiveFormat
+	Format *contract.LiveFormat
 	// Clock is the time source (the "now" the script compares scores
 	// with). Default the system clock.
 	Clock clock.Clock
@@ -191,7 +192,7 @@ type PollResult struct {
 // through the client path, one member at a time as Sidekiq does.
 func (p *Poller) runOnce(ctx context.Context) (*PollResult, error) {
 	res := &PollResult{}
-	for _, set := range []string{wire.KeyRetry, wire.KeySchedule} {
+	for _, set := range []string{contract.KeyRetry, contract.KeySchedule} {
 		for !p.stopping() {
 			member, err := p.firstDue(ctx, set)
 			if err != nil {
@@ -222,7 +223,7 @@ func (p *Poller) firstDue(ctx context.Context, set string) ([]byte, error) {
 		return nil, err
 	}
 	defer conn.Close()
-	now := wire.Score(p.cfg.Clock.Now())
+	now := contract.Score(p.cfg.Clock.Now())
 	vals, err := redis.ByteSlices(redis.DoContext(conn, ctx, "ZRANGEBYSCORE", set, "-inf", now, "LIMIT", 0, 1))
 	if err != nil || len(vals) == 0 {
 		return nil, err
@@ -236,7 +237,7 @@ func (p *Poller) firstDue(ctx context.Context, set string) ([]byte, error) {
 // may have been first) and whether it was buried.
 func (p *Poller) moveDue(ctx context.Context, set string, member []byte) (moved, buried bool, err error) {
 	job, perr := wire.ParseJob(member)
-	mode, queueKey := "dead", wire.KeyDead
+	mode, queueKey := "dead", contract.KeyDead
 	var args []any
 	if perr == nil {
 		queue, payload, ok, err := p.cfg.Prepare(ctx, job)
@@ -248,21 +249,21 @@ func (p *Poller) moveDue(ctx context.Context, set string, member []byte) (moved,
 		case !ok:
 			mode = "drop"
 		default:
-			mode, queueKey = "queue", wire.QueueKey(queue)
+			mode, queueKey = "queue", contract.QueueKey(queue)
 			args = []any{payload, queue}
 		}
 	}
 	if mode == "dead" {
-		lim := wire.MorgueLimits{}.OrDefault()
-		now := wire.EpochSeconds(p.cfg.Clock.Now())
-		args = []any{wire.FormatScore(now), wire.FormatScore(now - lim.Timeout.Seconds()), lim.MaxJobs}
+		lim := contract.MorgueLimits{}.OrDefault()
+		now := contract.EpochSeconds(p.cfg.Clock.Now())
+		args = []any{contract.FormatScore(now), contract.FormatScore(now - lim.Timeout.Seconds()), lim.MaxJobs}
 	}
 	conn, err := p.cfg.Pool.GetContext(ctx)
 	if err != nil {
 		return false, false, err
 	}
 	defer conn.Close()
-	n, err := redis.Int(moveScript.DoContext(ctx, conn, append([]any{set, queueKey, wire.KeyQueues, member, mode}, args...)...))
+	n, err := redis.Int(moveScript.DoContext(ctx, conn, append([]any{set, queueKey, contract.KeyQueues, member, mode}, args...)...))
 	if err != nil {
 		return false, false, err
 	}

@@ -8,7 +8,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/clocktest"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/sidekiq"
@@ -20,7 +21,7 @@ import (
 type pollBundle struct {
 	rs     *redistest.Server
 	conn   redis.Conn
-	clk    *clock.Fake
+	clk    *clocktest.Fake
 	poller *maintenance.Poller
 	logs   *testlog.Buffer
 }
@@ -35,18 +36,18 @@ func newPollBundle(t *testing.T, rs *redistest.Server, v wire.Version) *pollBund
 	pool := rs.Pool(t)
 	conn := pool.Get()
 	t.Cleanup(func() { conn.Close() })
-	b := &pollBundle{rs: rs, conn: conn, clk: clock.NewFake(time.Unix(1795296573, 0)), logs: testlog.New(t)}
+	b := &pollBundle{rs: rs, conn: conn, clk: clocktest.NewFake(time.Unix(1795296573, 0)), logs: testlog.New(t)}
 	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: v, Clock: b.clk})
 	require.NoError(t, err)
 	log := b.logs.Logger()
 	outage := &redisx.OutageLog{Log: &log}
 	b.poller, err = maintenance.NewPoller(&maintenance.PollerConfig{
 		Pool:    pool,
-		Format:  wire.FixedFormat(v),
+		Format:  contract.FixedFormat(v),
 		Clock:   b.clk,
 		Logger:  log,
 		Outage:  outage,
-		Prepare: client.RepushPayload,
+		Prepare: client.PushPayload,
 	})
 	require.NoError(t, err)
 	return b
@@ -67,11 +68,11 @@ func TestPollerMovesDueJobsThroughTheClient(t *testing.T) {
 		t.Run(v.String(), func(t *testing.T) {
 			b := newPollBundle(t, nil, v)
 			now := b.clk.Now()
-			_, err := b.conn.Do("ZADD", wire.KeySchedule, wire.Score(now.Add(-time.Second)), `{"class":"A","args":[],"jid":"due1","created_at":1.5}`,
-				wire.Score(now.Add(time.Hour)), `{"retry":true,"queue":"q","class":"A","args":[],"jid":"later"}`)
+			_, err := b.conn.Do("ZADD", contract.KeySchedule, contract.Score(now.Add(-time.Second)), `{"class":"A","args":[],"jid":"due1","created_at":1.5}`,
+				contract.Score(now.Add(time.Hour)), `{"retry":true,"queue":"q","class":"A","args":[],"jid":"later"}`)
 			require.NoError(t, err)
-			_, err = b.conn.Do("ZADD", wire.KeyRetry, wire.Score(now.Add(-time.Minute)), `{"retry":true,"queue":"low","class":"B","args":[],"jid":"r1","retry_count":0}`,
-				wire.Score(now.Add(-time.Minute)), `not json`)
+			_, err = b.conn.Do("ZADD", contract.KeyRetry, contract.Score(now.Add(-time.Minute)), `{"retry":true,"queue":"low","class":"B","args":[],"jid":"r1","retry_count":0}`,
+				contract.Score(now.Add(-time.Minute)), `not json`)
 			require.NoError(t, err)
 			res, err := b.poller.RunOnce(context.Background())
 			require.NoError(t, err)
@@ -81,10 +82,10 @@ func TestPollerMovesDueJobsThroughTheClient(t *testing.T) {
 			require.Equal(t, []string{`{"retry":true,"queue":"default","class":"A","args":[],"jid":"due1","created_at":1.5,"enqueued_at":1795296573.0}`}, d)
 			l, _ := redis.Strings(b.conn.Do("LRANGE", "queue:low", 0, -1))
 			require.Len(t, l, 1)
-			qs, _ := redis.Strings(b.conn.Do("SMEMBERS", wire.KeyQueues))
+			qs, _ := redis.Strings(b.conn.Do("SMEMBERS", contract.KeyQueues))
 			require.ElementsMatch(t, []string{"default", "low"}, qs)
-			require.Equal(t, 1, zcard(t, b.conn, wire.KeySchedule))
-			dead, _ := redis.Strings(b.conn.Do("ZRANGE", wire.KeyDead, 0, -1))
+			require.Equal(t, 1, zcard(t, b.conn, contract.KeySchedule))
+			dead, _ := redis.Strings(b.conn.Do("ZRANGE", contract.KeyDead, 0, -1))
 			require.Equal(t, []string{"not json"}, dead)
 		})
 	}
@@ -100,20 +101,20 @@ func TestPollerMovesEachMemberOnceAndSurvivesAnEmptyScriptCache(t *testing.T) {
 	b := newPollBundle(t, rs, wire.Version7)
 	now := b.clk.Now()
 	member := `{"retry":true,"queue":"default","class":"A","args":[],"jid":"raced"}`
-	_, err := b.conn.Do("ZADD", wire.KeySchedule, wire.Score(now.Add(-time.Second)), member)
+	_, err := b.conn.Do("ZADD", contract.KeySchedule, contract.Score(now.Add(-time.Second)), member)
 	require.NoError(t, err)
 	pool := rs.Pool(t)
 	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: wire.Version7, Clock: b.clk})
 	require.NoError(t, err)
 	log := b.logs.Logger()
 	raced, err := maintenance.NewPoller(&maintenance.PollerConfig{
-		Pool: pool, Format: wire.FixedFormat(wire.Version7), Clock: b.clk, Logger: log,
+		Pool: pool, Format: contract.FixedFormat(wire.Version7), Clock: b.clk, Logger: log,
 		Outage: &redisx.OutageLog{Log: &log},
 		Prepare: func(ctx context.Context, job *wire.Job) (string, []byte, bool, error) {
 			// Another poller moves the member meanwhile.
 			_, err := b.poller.RunOnce(ctx)
 			require.NoError(t, err)
-			return client.RepushPayload(ctx, job)
+			return client.PushPayload(ctx, job)
 		},
 	})
 	require.NoError(t, err)
@@ -126,7 +127,7 @@ func TestPollerMovesEachMemberOnceAndSurvivesAnEmptyScriptCache(t *testing.T) {
 
 	_, err = b.conn.Do("SCRIPT", "FLUSH")
 	require.NoError(t, err)
-	_, err = b.conn.Do("ZADD", wire.KeyRetry, wire.Score(now.Add(-time.Second)), `{"retry":true,"queue":"default","class":"A","args":[],"jid":"after-flush"}`)
+	_, err = b.conn.Do("ZADD", contract.KeyRetry, contract.Score(now.Add(-time.Second)), `{"retry":true,"queue":"default","class":"A","args":[],"jid":"after-flush"}`)
 	require.NoError(t, err)
 	res, err = b.poller.RunOnce(context.Background())
 	require.NoError(t, err)
@@ -143,13 +144,13 @@ func TestPollIntervalScaledByProcessesAndCachedIn64(t *testing.T) {
 		t.Run(v.String(), func(t *testing.T) {
 			b := newPollBundle(t, nil, v)
 			ctx := context.Background()
-			_, err := b.conn.Do("SADD", wire.KeyProcesses, "p1")
+			_, err := b.conn.Do("SADD", contract.KeyProcesses, "p1")
 			require.NoError(t, err)
 			_, err = b.conn.Do("HSET", "p1", "info", "{}")
 			require.NoError(t, err)
 			first := b.poller.NextSleep(ctx)
 			require.True(t, first >= 2500*time.Millisecond && first < 7500*time.Millisecond, "%v", first)
-			_, err = b.conn.Do("SADD", wire.KeyProcesses, "p2", "p3")
+			_, err = b.conn.Do("SADD", contract.KeyProcesses, "p2", "p3")
 			require.NoError(t, err)
 			_, err = b.conn.Do("HSET", "p2", "info", "{}")
 			require.NoError(t, err)
@@ -193,23 +194,23 @@ func TestPollerBuriesJobsThatCannotBePushed(t *testing.T) {
 		`{"class":"X","args":[],"jid":"badretryfor","queue":"default","retry_for":"soon"}`,
 	}
 	for i, m := range bad {
-		_, err := b.conn.Do("ZADD", wire.KeySchedule, wire.Score(now.Add(time.Duration(-10+i)*time.Second)), m)
+		_, err := b.conn.Do("ZADD", contract.KeySchedule, contract.Score(now.Add(time.Duration(-10+i)*time.Second)), m)
 		require.NoError(t, err)
 	}
-	_, err := b.conn.Do("ZADD", wire.KeySchedule, wire.Score(now.Add(-time.Second)), `{"class":"Good","args":[1],"jid":"valid","queue":"default"}`)
+	_, err := b.conn.Do("ZADD", contract.KeySchedule, contract.Score(now.Add(-time.Second)), `{"class":"Good","args":[1],"jid":"valid","queue":"default"}`)
 	require.NoError(t, err)
 	res, err := b.poller.RunOnce(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Enqueued)
 	require.Equal(t, len(bad), res.Buried)
-	dead, err := redis.Strings(b.conn.Do("ZRANGE", wire.KeyDead, 0, -1))
+	dead, err := redis.Strings(b.conn.Do("ZRANGE", contract.KeyDead, 0, -1))
 	require.NoError(t, err)
 	require.ElementsMatch(t, bad, dead, "unchanged")
 	q, err := redis.Strings(b.conn.Do("LRANGE", "queue:default", 0, -1))
 	require.NoError(t, err)
 	require.Len(t, q, 1)
 	require.Contains(t, q[0], `"jid":"valid"`)
-	require.Zero(t, zcard(t, b.conn, wire.KeySchedule))
+	require.Zero(t, zcard(t, b.conn, contract.KeySchedule))
 	require.Zero(t, b.logs.Count("", "redis unavailable"), "a validation error is not an outage")
 	require.Equal(t, len(bad), b.logs.Count("error", "cannot be pushed"))
 }

@@ -7,8 +7,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/rs/zerolog"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // ProcessCleanerConfig configures a ProcessCleaner.
@@ -16,7 +16,7 @@ type ProcessCleanerConfig struct {
 	// Pool is the Redis pool. Required.
 	Pool *redis.Pool
 	// Format decides when and how dead processes are pruned. Required.
-	Format *wire.LiveFormat
+	Format *contract.LiveFormat
 	// Logger receives cleanup failures.
 	Logger zerolog.Logger
 }
@@ -47,16 +47,16 @@ func NewProcessCleaner(cfg *ProcessCleanerConfig) (*ProcessCleaner, error) {
 
 // runOnce is the 6.5.7+ startup cleanup; before 6.5.7 it does nothing (the
 // pruning happens in count).
-func (p *ProcessCleaner) runOnce(ctx context.Context) (*wire.CleanupResult, error) {
+func (p *ProcessCleaner) runOnce(ctx context.Context) (*contract.CleanupResult, error) {
 	if !p.cfg.Format.Version().AtLeast(6, 5, 7) {
-		return &wire.CleanupResult{}, nil
+		return &contract.CleanupResult{}, nil
 	}
 	conn, err := p.cfg.Pool.GetContext(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	return wire.CleanupProcesses(ctx, conn, wire.CleanupParams{Lock: true})
+	return contract.CleanupProcesses(ctx, conn, contract.CleanupParams{Lock: true})
 }
 
 // startup runs runOnce and logs a failure that is not an outage.
@@ -78,11 +78,11 @@ func (p *ProcessCleaner) count(ctx context.Context) (int, error) {
 	defer conn.Close()
 	legacy := !p.cfg.Format.Version().AtLeast(6, 5, 0)
 	if legacy && p.calls%10 == 0 {
-		if _, err := wire.CleanupProcesses(ctx, conn, wire.CleanupParams{}); err != nil {
+		if _, err := contract.CleanupProcesses(ctx, conn, contract.CleanupParams{}); err != nil {
 			return 0, err
 		}
 	}
-	n, err := redis.Int(conn.Do("SCARD", wire.KeyProcesses))
+	n, err := redis.Int(conn.Do("SCARD", contract.KeyProcesses))
 	if err == nil && legacy {
 		p.calls++
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -24,10 +25,10 @@ func TestProcessCleanupPerVersion(t *testing.T) {
 			pool := rs.Pool(t)
 			conn := pool.Get()
 			defer conn.Close()
-			c, err := NewProcessCleaner(&ProcessCleanerConfig{Pool: pool, Format: wire.FixedFormat(v), Logger: zerolog.New(zerolog.NewTestWriter(t))})
+			c, err := NewProcessCleaner(&ProcessCleanerConfig{Pool: pool, Format: contract.FixedFormat(v), Logger: zerolog.New(zerolog.NewTestWriter(t))})
 			require.NoError(t, err)
 			ctx := context.Background()
-			_, err = conn.Do("SADD", wire.KeyProcesses, "dead1", "live1")
+			_, err = conn.Do("SADD", contract.KeyProcesses, "dead1", "live1")
 			require.NoError(t, err)
 			_, err = conn.Do("HSET", "live1", "info", "{}")
 			require.NoError(t, err)
@@ -37,25 +38,25 @@ func TestProcessCleanupPerVersion(t *testing.T) {
 			n, err := c.count(ctx)
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
-			members, _ := redis.Strings(conn.Do("SMEMBERS", wire.KeyProcesses))
-			lock, _ := redis.Int(conn.Do("EXISTS", wire.KeyProcessCleanup))
+			members, _ := redis.Strings(conn.Do("SMEMBERS", contract.KeyProcesses))
+			lock, _ := redis.Int(conn.Do("EXISTS", contract.KeyProcessCleanup))
 			require.Equal(t, []string{"live1"}, members, "dead1 pruned")
 			if v.AtLeast(6, 5, 2) {
 				require.Equal(t, 1, lock)
 				return
 			}
 			require.Zero(t, lock, "6.4 has no process_cleanup lock")
-			_, err = conn.Do("SADD", wire.KeyProcesses, "dead2")
+			_, err = conn.Do("SADD", contract.KeyProcesses, "dead2")
 			require.NoError(t, err)
 			for i := 1; i < 10; i++ {
 				_, err := c.count(ctx)
 				require.NoError(t, err)
 			}
-			n, _ = redis.Int(conn.Do("SISMEMBER", wire.KeyProcesses, "dead2"))
+			n, _ = redis.Int(conn.Do("SISMEMBER", contract.KeyProcesses, "dead2"))
 			require.Equal(t, 1, n, "calls 1-9 only count")
 			_, err = c.count(ctx)
 			require.NoError(t, err)
-			n, _ = redis.Int(conn.Do("SISMEMBER", wire.KeyProcesses, "dead2"))
+			n, _ = redis.Int(conn.Do("SISMEMBER", contract.KeyProcesses, "dead2"))
 			require.Zero(t, n, "the tenth call prunes")
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -30,7 +31,7 @@ type ProcessInfo struct {
 func (p *ProcessInfo) JSON(v wire.Version) []byte {
 	m := rubyjson.NewMap()
 	m.Set("hostname", rubyjson.StringValue(p.Hostname))
-	m.Set("started_at", rubyjson.FloatValue(wire.EpochSeconds(p.StartedAt)))
+	m.Set("started_at", rubyjson.FloatValue(contract.EpochSeconds(p.StartedAt)))
 	pid := p.PID
 	if pid == 0 {
 		pid = os.Getpid()

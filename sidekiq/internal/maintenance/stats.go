@@ -5,7 +5,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/gojob/gojob/sidekiq/wire"
+	"github.com/gojob/gojob/internal/contract"
 )
 
 // Counters are the processed and failed counts not yet written to the
@@ -41,8 +41,8 @@ func sendStats(conn redis.Conn, processed, failed int64, date string) {
 		n    int64
 	}{{"processed", processed}, {"failed", failed}} {
 		conn.Send("INCRBY", "stat:"+kv.kind, kv.n)
-		conn.Send("INCRBY", wire.DailyStatKey(kv.kind, date), kv.n)
-		conn.Send("EXPIRE", wire.DailyStatKey(kv.kind, date), wire.StatTTL)
+		conn.Send("INCRBY", contract.DailyStatKey(kv.kind, date), kv.n)
+		conn.Send("EXPIRE", contract.DailyStatKey(kv.kind, date), contract.StatTTL)
 	}
 }
 

@@ -12,8 +12,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redisreply"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // VersionFollowerConfig configures a VersionFollower.
@@ -24,7 +24,7 @@ type VersionFollowerConfig struct {
 	// so that no follower takes its writes for Ruby's. Required.
 	Identity string
 	// Format is the format the process writes. Required.
-	Format *wire.LiveFormat
+	Format *contract.LiveFormat
 	// Follow switches Format to each decision. Without it Format is fixed
 	// and the follower only warns when live Ruby processes are older.
 	Follow bool
@@ -35,7 +35,7 @@ type VersionFollowerConfig struct {
 }
 
 // VersionFollower decides, before every heartbeat, which format the
-// process writes (wire.DecideFormat; docs/version-follow.md), switches to
+// process writes (contract.DecideFormat; docs/version-follow.md), switches to
 // it when following, and warns when the process writes a version that live
 // Ruby processes are too old to read.
 type VersionFollower struct {
@@ -67,16 +67,16 @@ var ErrVersionUnreadable = errors.New("live Sidekiq processes cannot read the ve
 // than the fixed format. With a fixed 8.x format over older live readers
 // it returns an error wrapping ErrVersionUnreadable (the first time and
 // each time they change), so that a caller can refuse to start.
-func (f *VersionFollower) Check(ctx context.Context) (wire.Decision, error) {
+func (f *VersionFollower) Check(ctx context.Context) (contract.Decision, error) {
 	if err := f.register(ctx); err != nil {
-		return wire.Decision{}, err
+		return contract.Decision{}, err
 	}
 	now := f.cfg.Clock.Now()
-	decide := wire.DecideFormat
+	decide := contract.DecideFormat
 	if !f.cfg.Follow {
 		// A fixed format only compares itself with the live processes.
-		decide = func(ctx context.Context, pool *redis.Pool, _ time.Time) (wire.Decision, error) {
-			return wire.LiveRuby(ctx, pool)
+		decide = func(ctx context.Context, pool *redis.Pool, _ time.Time) (contract.Decision, error) {
+			return contract.LiveRuby(ctx, pool)
 		}
 	}
 	d, err := decide(ctx, f.cfg.Pool, now)
@@ -88,8 +88,8 @@ func (f *VersionFollower) Check(ctx context.Context) (wire.Decision, error) {
 	changed := !slices.Equal(f.ruby, d.Ruby)
 	f.ruby = d.Ruby
 	log := f.cfg.Logger
-	if f.cfg.Follow || d.Source == wire.SourceLive {
-		if err := wire.RecordFormat(ctx, f.cfg.Pool, d, now); err != nil {
+	if f.cfg.Follow || d.Source == contract.SourceLive {
+		if err := contract.RecordFormat(ctx, f.cfg.Pool, d, now); err != nil {
 			log.Warn().Err(err).Str("component", "version").Msg("could not record the decided format")
 		}
 	}
@@ -109,7 +109,7 @@ func (f *VersionFollower) Check(ctx context.Context) (wire.Decision, error) {
 	if d.Oldest.IsZero() || d.Oldest.AtLeast(fixed.Major, fixed.Minor, fixed.Patch) || !(first || changed) {
 		return d, nil
 	}
-	if fixed.Breaks(d.Oldest) {
+	if contract.Breaks(fixed, d.Oldest) {
 		err := fmt.Errorf("%w: it writes %s (millisecond timestamps), they run %s and read them as seconds (far-future dates, negative latencies, a failing Busy page); processes: %s",
 			ErrVersionUnreadable, fixed, d.Oldest, strings.Join(d.Ruby, ", "))
 		if !first {
@@ -126,7 +126,7 @@ func (f *VersionFollower) Check(ctx context.Context) (wire.Decision, error) {
 }
 
 // decisionLog adds a decision's facts to a log event.
-func decisionLog(e *zerolog.Event, d wire.Decision) *zerolog.Event {
+func decisionLog(e *zerolog.Event, d contract.Decision) *zerolog.Event {
 	e = e.Str("component", "version").Str("sidekiq_version", d.Format.String()).Str("source", d.Source)
 	if len(d.Ruby) > 0 {
 		e = e.Strs("processes", d.Ruby)
@@ -147,8 +147,8 @@ func (f *VersionFollower) register(ctx context.Context) error {
 	}
 	defer conn.Close()
 	now := f.cfg.Clock.Now()
-	conn.Send("ZADD", wire.KeyGojobProcesses, wire.Score(now), f.cfg.Identity)
-	conn.Send("ZREMRANGEBYSCORE", wire.KeyGojobProcesses, "-inf", "("+wire.Score(now.Add(-goneAfter)))
+	conn.Send("ZADD", contract.KeyGojobProcesses, contract.Score(now), f.cfg.Identity)
+	conn.Send("ZREMRANGEBYSCORE", contract.KeyGojobProcesses, "-inf", "("+contract.Score(now.Add(-goneAfter)))
 	_, err = redisreply.Pipeline(ctx, conn)
 	return err
 }
@@ -164,6 +164,6 @@ func (f *VersionFollower) Unregister(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
-	_, err = redis.DoContext(conn, ctx, "ZREM", wire.KeyGojobProcesses, f.cfg.Identity)
+	_, err = redis.DoContext(conn, ctx, "ZREM", contract.KeyGojobProcesses, f.cfg.Identity)
 	return err
 }

@@ -9,7 +9,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/clocktest"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -18,9 +19,9 @@ import (
 type followBundle struct {
 	conn   redis.Conn
 	pool   *redis.Pool
-	clk    *clock.Fake
+	clk    *clocktest.Fake
 	logs   *testlog.Buffer
-	format *wire.LiveFormat
+	format *contract.LiveFormat
 	f      *VersionFollower
 }
 
@@ -29,8 +30,8 @@ func newFollowBundle(t *testing.T, follow bool, fixed wire.Version) *followBundl
 	pool := redistest.Start(t).Pool(t)
 	conn := pool.Get()
 	t.Cleanup(func() { conn.Close() })
-	b := &followBundle{conn: conn, pool: pool, clk: clock.NewFake(time.Unix(1795443862, 0)), logs: testlog.New(t)}
-	b.format = wire.FixedFormat(fixed)
+	b := &followBundle{conn: conn, pool: pool, clk: clocktest.NewFake(time.Unix(1795443862, 0)), logs: testlog.New(t)}
+	b.format = contract.FixedFormat(fixed)
 	f, err := NewVersionFollower(&VersionFollowerConfig{Pool: pool, Identity: "go:1:aaaaaaaaaaaa", Format: b.format,
 		Follow: follow, Clock: b.clk, Logger: b.logs.Logger()})
 	require.NoError(t, err)
@@ -44,7 +45,7 @@ func (b *followBundle) ruby(t *testing.T, id, version string) {
 	if version != "" {
 		info += `,"version":"` + version + `"`
 	}
-	_, err := b.conn.Do("SADD", wire.KeyProcesses, id)
+	_, err := b.conn.Do("SADD", contract.KeyProcesses, id)
 	require.NoError(t, err)
 	_, err = b.conn.Do("HSET", id, "info", info+"}")
 	require.NoError(t, err)
@@ -56,7 +57,7 @@ func (b *followBundle) gone(t *testing.T, id string) {
 	require.NoError(t, err)
 }
 
-func (b *followBundle) check(t *testing.T) wire.Decision {
+func (b *followBundle) check(t *testing.T) contract.Decision {
 	t.Helper()
 	d, err := b.f.Check(context.Background())
 	require.NoError(t, err)
@@ -70,28 +71,28 @@ func (b *followBundle) check(t *testing.T) wire.Decision {
 func TestVersionFollowerSwitchesWithTheCluster(t *testing.T) {
 	t.Parallel()
 	b := newFollowBundle(t, true, wire.Version6)
-	require.Equal(t, wire.SourceNone, b.check(t).Source)
-	require.Equal(t, wire.FormatForAll, b.format.Format())
+	require.Equal(t, contract.SourceNone, b.check(t).Source)
+	require.Equal(t, contract.FormatForAll, b.format.Format())
 	require.Equal(t, 1, b.logs.Count("info", "every Web UI"))
 
 	b.ruby(t, "r:7:bbbbbbbbbbbb", "7.3.10")
 	b.check(t)
-	require.Equal(t, wire.Format{Version: wire.Version7}, b.format.Format())
+	require.Equal(t, contract.Format{Version: wire.Version7}, b.format.Format())
 	b.check(t)
 	require.Equal(t, 1, b.logs.Count("warn", "switching the wire format"), "logged once")
 
 	b.ruby(t, "r:6:cccccccccccc", "")
 	b.check(t)
-	require.Equal(t, wire.Format{Version: wire.Version6}, b.format.Format(), "the oldest wins")
+	require.Equal(t, contract.Format{Version: wire.Version6}, b.format.Format(), "the oldest wins")
 	b.gone(t, "r:6:cccccccccccc")
 	b.check(t)
-	require.Equal(t, wire.Format{Version: wire.Version7}, b.format.Format())
+	require.Equal(t, contract.Format{Version: wire.Version7}, b.format.Format())
 	require.Equal(t, 3, b.logs.Count("warn", "switching the wire format"))
 
 	b.gone(t, "r:7:bbbbbbbbbbbb")
 	d := b.check(t)
-	require.Equal(t, wire.SourceRecorded, d.Source)
-	require.Equal(t, wire.Format{Version: wire.Version7}, b.format.Format(), "the migration's end state keeps 7.x")
+	require.Equal(t, contract.SourceRecorded, d.Source)
+	require.Equal(t, contract.Format{Version: wire.Version7}, b.format.Format(), "the migration's end state keeps 7.x")
 	require.Equal(t, 3, b.logs.Count("warn", "switching the wire format"))
 }
 
@@ -102,18 +103,18 @@ func TestVersionFollowerIgnoresGojobProcesses(t *testing.T) {
 	b := newFollowBundle(t, true, wire.Version6)
 	b.ruby(t, "go:1:aaaaaaaaaaaa", "7.3.10") // this process, in 7.x format
 	b.ruby(t, "go:2:dddddddddddd", "8.1.7")  // another gojob
-	_, err := b.conn.Do("ZADD", wire.KeyGojobProcesses, wire.Score(b.clk.Now().Add(-10*time.Second)), "go:2:dddddddddddd")
+	_, err := b.conn.Do("ZADD", contract.KeyGojobProcesses, contract.Score(b.clk.Now().Add(-10*time.Second)), "go:2:dddddddddddd")
 	require.NoError(t, err)
-	_, err = b.conn.Do("ZADD", wire.KeyGojobProcesses, wire.Score(b.clk.Now().Add(-2*time.Minute)), "go:3:eeeeeeeeeeee")
+	_, err = b.conn.Do("ZADD", contract.KeyGojobProcesses, contract.Score(b.clk.Now().Add(-2*time.Minute)), "go:3:eeeeeeeeeeee")
 	require.NoError(t, err)
 	d := b.check(t)
 	require.Empty(t, d.Ruby)
-	require.Equal(t, wire.FormatForAll, b.format.Format())
-	marks, err := redis.Strings(b.conn.Do("ZRANGE", wire.KeyGojobProcesses, 0, -1))
+	require.Equal(t, contract.FormatForAll, b.format.Format())
+	marks, err := redis.Strings(b.conn.Do("ZRANGE", contract.KeyGojobProcesses, 0, -1))
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{"go:1:aaaaaaaaaaaa", "go:2:dddddddddddd"}, marks)
 	require.NoError(t, b.f.Unregister(context.Background()))
-	marks, _ = redis.Strings(b.conn.Do("ZRANGE", wire.KeyGojobProcesses, 0, -1))
+	marks, _ = redis.Strings(b.conn.Do("ZRANGE", contract.KeyGojobProcesses, 0, -1))
 	require.Equal(t, []string{"go:2:dddddddddddd"}, marks)
 }
 
@@ -128,8 +129,8 @@ func TestVersionFollowerWarnsAboutAFixedFormatOlderReadersCannotRead(t *testing.
 	b.check(t)
 	b.check(t)
 	require.Equal(t, 1, b.logs.Count("warn", "older than the 7.3.10 gojob writes"))
-	require.Equal(t, wire.Format{Version: wire.Version7}, b.format.Format())
-	rec, err := redis.String(b.conn.Do("GET", wire.KeyRecordedFormat))
+	require.Equal(t, contract.Format{Version: wire.Version7}, b.format.Format())
+	rec, err := redis.String(b.conn.Do("GET", contract.KeyRecordedFormat))
 	require.NoError(t, err)
 	require.Contains(t, rec, `"version":"6.4.1"`, "live sightings are recorded")
 
@@ -140,5 +141,5 @@ func TestVersionFollowerWarnsAboutAFixedFormatOlderReadersCannotRead(t *testing.
 	require.ErrorContains(t, err, "r:7:bbbbbbbbbbbb=7.3.10")
 	_, err = b8.f.Check(context.Background())
 	require.NoError(t, err, "told once while nothing changes")
-	require.Equal(t, wire.Format{Version: wire.Version8}, b8.format.Format())
+	require.Equal(t, contract.Format{Version: wire.Version8}, b8.format.Format())
 }

@@ -2,7 +2,7 @@
 // shares: MULTI/EXEC with per-command errors, SSCAN of a whole set, telling a
 // connection failure from an error reply, and riding out an outage with
 // backoff while logging it once. It knows nothing of Sidekiq's keys or
-// payloads; those are in package wire.
+// payloads; those are in packages wire and internal/contract.
 package redisx
 
 import (

@@ -1,0 +1,159 @@
+package bench
+
+import (
+	"encoding/json"
+	"errors"
+	"go/build"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/redistest"
+)
+
+func TestBenchSmall(t *testing.T) {
+	// Not parallel: see the note on runGojob.
+	srv := redistest.StartWith(t, redistest.Options{TCP: true})
+	for _, c := range []struct {
+		fetch         string
+		low, high     float64 // Redis commands per job
+		fetchPipeline int
+	}{
+		// A take script (and its LMPOP, HSET, HDEL) per batch of up to 4.
+		{"reliable", 0.5, 2.2, 0},
+		// One BRPOP per job, min(default 8, -c 4) per connection.
+		{"basic", 0.9, 1.1, 4},
+	} {
+		out, errOut, code := runGojob(t, "bench", "-r", srv.URL(), "-n", "2000", "-c", "4", "--latency-jobs", "20", "--json", "--fetch", c.fetch)
+		require.Equal(t, 0, code, errOut)
+		var r Result
+		require.NoError(t, json.Unmarshal([]byte(out), &r))
+		require.Equal(t, 2000, r.Jobs)
+		require.Equal(t, c.fetch, r.Fetch)
+		require.Greater(t, r.JobsPerSec, 0.0)
+		require.GreaterOrEqual(t, r.RedisCalls, c.low, c.fetch)
+		require.LessOrEqual(t, r.RedisCalls, c.high, c.fetch)
+		require.Equal(t, 20, r.LatencySample)
+		require.Equal(t, c.fetchPipeline, r.FetchPipeline)
+		require.Greater(t, r.CPUPerJobUS, 0.0)
+		require.Greater(t, r.RedisCPUPerJobUS, 0.0)
+	}
+	// It cleaned up after itself.
+	conn, err := srv.Dial()
+	require.NoError(t, err)
+	defer conn.Close()
+	for _, pattern := range []string{"queue:*", "working:*", "reliable-fetcher-heartbeat-*"} {
+		keys, err := redis.Strings(conn.Do("KEYS", pattern))
+		require.NoError(t, err)
+		require.Empty(t, keys, pattern)
+	}
+}
+
+// Bad flag values are usage errors (exit 2) before Redis is reached, an
+// unreachable Redis is 3, as for gojob's other commands.
+func TestBenchUsageErrors(t *testing.T) {
+	// Not parallel: see the note on runGojob.
+	const nowhere = "redis://127.0.0.1:1/0"
+	for _, c := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"--fetch-pipeline", "0"}, "--fetch-pipeline must be at least 1"},
+		{[]string{"-n", "0"}, "--jobs and --concurrency must be positive"},
+		{[]string{"--fetch", "nosuch"}, "nosuch"},
+		{[]string{"--queues", "0"}, "--queues must be at least 1"},
+		{[]string{"--rounds", "0"}, "--rounds must be positive"},
+		{[]string{"--bogus"}, "flag provided but not defined: -bogus"},
+	} {
+		out, errOut, code := runGojob(t, append([]string{"bench", "-r", nowhere}, c.args...)...)
+		require.Equal(t, exitUsage, code, "%v: %s", c.args, errOut)
+		require.Empty(t, out, c.args)
+		require.Contains(t, errOut, c.err, c.args)
+	}
+	_, errOut, code := runGojob(t, "bench", "-r", nowhere)
+	require.Equal(t, exitUnreachable, code, errOut)
+	require.Contains(t, errOut, "cannot reach Redis")
+}
+
+// bench's --redis flag is gojob's: the same names, environment variable,
+// default and help; its help never shows a password from REDIS_URL.
+func TestBenchRedisFlagIsGojobs(t *testing.T) {
+	// Not parallel: see the note on runGojob; it sets REDIS_URL.
+	redisLine := func(cmd string) string {
+		out, errOut, code := runGojob(t, cmd, "--help")
+		require.Equal(t, 0, code, errOut)
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, "--redis value") {
+				return strings.Join(strings.Fields(l), " ")
+			}
+		}
+		t.Fatalf("gojob %s --help has no --redis:\n%s", cmd, out)
+		return ""
+	}
+	require.Equal(t, redisLine("stats"), redisLine("bench"))
+
+	const secret = "Sup3rSecretPW"
+	t.Setenv("REDIS_URL", "redis://:"+secret+"@127.0.0.1:1/0")
+	out, errOut, _ := runGojob(t, "bench", "--help")
+	require.NotContains(t, out+errOut, secret)
+	_, errOut, code := runGojob(t, "bench", "-n", "10")
+	require.Equal(t, exitUnreachable, code, errOut)
+	require.NotContains(t, errOut, secret)
+}
+
+// gojob --help lists bench with gojob's commands, before version.
+func TestBenchIsListedInHelp(t *testing.T) {
+	// Not parallel: see the note on runGojob.
+	out, _, code := runGojob(t, "--help")
+	require.Equal(t, 0, code)
+	bench := strings.Index(out, "\n   bench ")
+	version := strings.Index(out, "\n   version ")
+	require.Positive(t, bench, out)
+	require.Less(t, bench, version, out)
+}
+
+// The bench is a tool of the gojob binary, not of the runtime: no package
+// of the module but cmd/gojob imports it, in its code or its tests.
+func TestOnlyTheBinaryImportsBench(t *testing.T) {
+	const module = "github.com/gojob/gojob/"
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	checked := 0
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		name := d.Name()
+		if path != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor") {
+			return filepath.SkipDir
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if rel == "cmd/gojob" || rel == "internal/bench" {
+			return nil
+		}
+		bp, err := build.ImportDir(path, 0)
+		var noGo *build.NoGoError
+		if errors.As(err, &noGo) {
+			return nil
+		}
+		if err != nil {
+			t.Errorf("%s: %v", rel, err)
+			return nil
+		}
+		checked++
+		for _, imps := range [][]string{bp.Imports, bp.TestImports, bp.XTestImports} {
+			if slices.Contains(imps, module+"internal/bench") {
+				t.Errorf("%s imports internal/bench; only cmd/gojob may", rel)
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Greater(t, checked, 10, "packages checked")
+}

@@ -1,0 +1,81 @@
+package buildinfo
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+func TestVersionPrefersTheStamp(t *testing.T) {
+	old := version
+	t.Cleanup(func() { version = old })
+	version = "v1.2.3"
+	if got := Version(); got != "v1.2.3" {
+		t.Fatalf("Version() = %q, want the stamp v1.2.3", got)
+	}
+	version = ""
+	if got := Version(); got == "" {
+		t.Fatal("Version() is empty without a stamp; want the module version or devel")
+	}
+}
+
+// buildGojob builds ./cmd/gojob as make release does (static, no VCS
+// information) with extra ldflags, and returns the binary's path.
+func buildGojob(t *testing.T, ldflags string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the gojob binary")
+	}
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goBin); err != nil {
+		if goBin, err = exec.LookPath("go"); err != nil {
+			t.Skip("no go command")
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "gojob")
+	cmd := exec.Command(goBin, "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags, "-o", bin, "./cmd/gojob")
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func run(t *testing.T, bin string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// A binary stamped with -ldflags -X and built with -buildvcs=false prints
+// the stamp from `gojob --version` and `gojob version`, never "devel".
+func TestStampedBinaryPrintsItsVersion(t *testing.T) {
+	t.Parallel()
+	const stamp = "v0.1.0-test.1"
+	bin := buildGojob(t, "-s -w -X github.com/gojob/gojob/internal/buildinfo.version="+stamp)
+	for _, args := range [][]string{{"--version"}, {"version"}} {
+		out := run(t, bin, args...)
+		if !strings.HasPrefix(out, "gojob version "+stamp+",") {
+			t.Errorf("gojob %s printed %q, want it to start with %q", args[0], out, "gojob version "+stamp+",")
+		}
+		if strings.Contains(out, "devel") {
+			t.Errorf("gojob %s printed %q: a stamped build must not say devel", args[0], out)
+		}
+	}
+}
+
+// Without a stamp and without VCS information the binary says "devel".
+func TestUnstampedBinaryIsDevel(t *testing.T) {
+	t.Parallel()
+	bin := buildGojob(t, "-s -w")
+	if out := run(t, bin, "--version"); !strings.HasPrefix(out, "gojob version devel,") {
+		t.Errorf("gojob --version printed %q, want devel", out)
+	}
+}

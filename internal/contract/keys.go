@@ -1,0 +1,51 @@
+package contract
+
+import "github.com/gojob/gojob/sidekiq/wire"
+
+// Sidekiq's Redis key names (docs/sidekiq-wire.md#keys). No prefix is used; Sidekiq keys carry
+// no hash tags, so multi-key scripts need a single Redis node. The names
+// that package durable reads from package wire are defined there.
+const (
+	KeyQueues         = "queues"
+	KeySchedule       = "schedule"
+	KeyRetry          = "retry"
+	KeyDead           = "dead"
+	KeyProcesses      = "processes"
+	KeyStatProcessed  = "stat:processed"
+	KeyStatFailed     = "stat:failed"
+	KeyProcessCleanup = "process_cleanup"
+)
+
+// QueueKey returns the list key of a queue: "queue:<name>".
+func QueueKey(name string) string { return "queue:" + name }
+
+// QueueName strips the "queue:" prefix from a list key.
+func QueueName(key string) string {
+	if len(key) > 6 && key[:6] == "queue:" {
+		return key[6:]
+	}
+	return key
+}
+
+// DailyStatKey returns "stat:<kind>:<YYYY-MM-DD>" for kind "processed" or
+// "failed".
+func DailyStatKey(kind, date string) string { return "stat:" + kind + ":" + date }
+
+// WorkKey returns the busy-jobs hash of a process for version v.
+func WorkKey(identity string, v wire.Version) string { return identity + ":" + WorkKeySuffix(v) }
+
+// SignalsKey returns the signal list of a process.
+func SignalsKey(identity string) string { return identity + "-signals" }
+
+// Dead-set limits (Sidekiq defaults, docs/sidekiq-wire.md#dead-set).
+const (
+	DeadMaxJobs          = 10000
+	DeadTimeoutInSeconds = 180 * 24 * 3600
+	// StatTTL is the TTL of the daily stat keys, 5×365 days.
+	StatTTL = 157680000
+)
+
+// KeyPausedQueues is gojob's set of paused queue names (docs/queue-pause.md):
+// gojob processes stop fetching from them within a second; Ruby processes
+// do not know it.
+const KeyPausedQueues = "gojob-paused-queues"

@@ -1,0 +1,80 @@
+package contract
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+// Job metrics keys of Sidekiq 7.0+ (docs/sidekiq-wire.md#metrics; Ruby's
+// lib/sidekiq/metrics/tracking.rb and shared.rb). Buckets are UTC.
+
+// Metrics TTLs in seconds (tracking.rb SHORT_TERM, MID_TERM; shared.rb
+// HISTOGRAM_TTL).
+const (
+	MetricsShortTTL = 8 * 60 * 60      // j|<minute> and the histograms
+	MetricsMidTTL   = 3 * 24 * 60 * 60 // 8.0+ j|<10 minutes>
+)
+
+// HistogramLimits are the exclusive upper limits in ms of the first 25
+// execution-time histogram buckets (Ruby's lib/sidekiq/metrics/shared.rb
+// BUCKET_INTERVALS, 7.0+); the 26th bucket takes the rest.
+var HistogramLimits = [...]int64{
+	20, 30, 45, 65, 100,
+	150, 225, 335, 500, 750,
+	1100, 1700, 2500, 3800, 5750,
+	8500, 13000, 20000, 30000, 45000,
+	65000, 100000, 150000, 225000, 335000,
+}
+
+// HistogramBuckets is the number of u16 counters in a histogram key.
+const HistogramBuckets = len(HistogramLimits) + 1
+
+// MetricsKeys returns the j|… hash keys a flush at now writes, in Ruby's
+// order, with their TTLs.
+func MetricsKeys(v wire.Version, now time.Time) (keys []string, ttls []int) {
+	now = now.UTC()
+	if !v.AtLeast(8, 0, 0) {
+		// %Y%m%d|%-H:%-M
+		b := make([]byte, 0, 24)
+		b = append(b, "j|"...)
+		b = now.AppendFormat(b, "20060102")
+		b = append(b, '|')
+		b = strconv.AppendInt(b, int64(now.Hour()), 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, int64(now.Minute()), 10)
+		return []string{string(b)}, []int{MetricsShortTTL}
+	}
+	// %y%m%d|%-H:%M; the 10-minute bucket drops the last character.
+	b := make([]byte, 0, 24)
+	b = append(b, "j|"...)
+	b = now.AppendFormat(b, "060102")
+	b = append(b, '|')
+	b = strconv.AppendInt(b, int64(now.Hour()), 10)
+	b = append(b, ':')
+	b = now.AppendFormat(b, "04")
+	minute := string(b)
+	return []string{minute[:len(minute)-1], minute}, []int{MetricsMidTTL, MetricsShortTTL}
+}
+
+// HistogramKey is the BITFIELD key of class for a flush at now: 7.x
+// `<Class>-%d-%H:%-M`, 8.0+ `h|<Class>-%-d-%-H:%-M`.
+func HistogramKey(v wire.Version, class string, now time.Time) string {
+	now = now.UTC()
+	b := make([]byte, 0, len(class)+16)
+	if v.AtLeast(8, 0, 0) {
+		b = append(b, "h|"...)
+		b = append(b, class...)
+		b = append(b, '-')
+		b = strconv.AppendInt(b, int64(now.Day()), 10)
+		b = append(b, '-')
+		b = strconv.AppendInt(b, int64(now.Hour()), 10)
+	} else {
+		b = append(b, class...)
+		b = now.AppendFormat(b, "-02-15")
+	}
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(now.Minute()), 10)
+	return string(b)
+}

@@ -1,0 +1,67 @@
+package contract
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// MorgueLimits are Sidekiq's dead_max_jobs and dead_timeout_in_seconds;
+// zero values mean DeadMaxJobs and DeadTimeoutInSeconds.
+type MorgueLimits struct {
+	MaxJobs int
+	Timeout time.Duration
+}
+
+// OrDefault fills the zero values with Sidekiq's defaults.
+func (l MorgueLimits) OrDefault() MorgueLimits {
+	if l.MaxJobs == 0 {
+		l.MaxJobs = DeadMaxJobs
+	}
+	if l.Timeout == 0 {
+		l.Timeout = DeadTimeoutInSeconds * time.Second
+	}
+	return l
+}
+
+// MorgueParams is one addition to the dead set.
+type MorgueParams struct {
+	// Payload is stored unchanged: a job's JSON, or the raw string of a
+	// payload that could not be parsed.
+	Payload []byte
+	// Now is the time of death (the score).
+	Now time.Time
+	// Limits trim the set; zero values mean Sidekiq's defaults.
+	Limits MorgueLimits
+}
+
+// SendToMorgue is the one place that adds to the dead set
+// (docs/sidekiq-wire.md#dead-set):
+//
+//	MULTI
+//	ZADD dead <now> <payload>
+//	ZREMRANGEBYSCORE dead -inf <now - dead_timeout>
+//	ZREMRANGEBYRANK dead 0 -<dead_max_jobs>
+//	EXEC
+//
+// as Ruby 6.4's DeadSet#kill (used by JobRetry#send_to_morgue and the
+// processor's bad-JSON path) sends it. 7.0+ sends the ZADD on its own
+// before the trim transaction; the resulting state is the same. The server
+// calls it for exhausted and unparsable jobs; the admin API's DeadSet.Kill
+// adds the death handlers on top.
+func SendToMorgue(ctx context.Context, conn redis.Conn, p MorgueParams) error {
+	lim := p.Limits.OrDefault()
+	now := EpochSeconds(p.Now)
+	cutoff := now - lim.Timeout.Seconds()
+	_, err := execMulti(ctx, conn, func(c redis.Conn) {
+		c.Send("ZADD", KeyDead, FormatScore(now), p.Payload)
+		c.Send("ZREMRANGEBYSCORE", KeyDead, "-inf", FormatScore(cutoff))
+		c.Send("ZREMRANGEBYRANK", KeyDead, 0, -lim.MaxJobs)
+	})
+	if err != nil {
+		return fmt.Errorf("sidekiq: add to dead set: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,32 @@
+package contract
+
+import "github.com/gojob/gojob/sidekiq/wire"
+
+// Breaks reports whether what v writes breaks a reader of version r: 8.x
+// millisecond timestamps are seconds to 6.x and 7.x (far-future dates,
+// negative latencies, a Busy page that fails; docs/sidekiq-wire.md#timestamps).
+// Other differences only hide data from older readers.
+func Breaks(v, r wire.Version) bool {
+	return MillisecondTimestamps(v) && !MillisecondTimestamps(r)
+}
+
+// MillisecondTimestamps reports whether v writes job timestamps as integer
+// milliseconds (8.0+) rather than float seconds.
+func MillisecondTimestamps(v wire.Version) bool { return v.AtLeast(8, 0, 0) }
+
+// StrictBase64Backtrace reports whether v writes error_backtrace as strict
+// base64 (7.2.1+) rather than MIME base64 with line breaks.
+func StrictBase64Backtrace(v wire.Version) bool { return v.AtLeast(7, 2, 1) }
+
+// WorkKeySuffix returns the suffix of v's busy-jobs hash: "workers" up to
+// 6.4.1, "work" from 6.4.2.
+func WorkKeySuffix(v wire.Version) string {
+	if v.AtLeast(6, 4, 2) {
+		return "work"
+	}
+	return "workers"
+}
+
+// BulkBatchSize is how many jobs push_bulk sends per round trip (1000; 6.4
+// sends all in one pipeline, gojob still batches by 1000).
+func BulkBatchSize(wire.Version) int { return 1000 }

@@ -1,0 +1,159 @@
+package contract_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+type decideBundle struct {
+	pool *redis.Pool
+	conn redis.Conn
+	now  time.Time
+}
+
+func newDecideBundle(t *testing.T) *decideBundle {
+	t.Helper()
+	pool := redistest.Start(t).Pool(t)
+	conn := pool.Get()
+	t.Cleanup(func() { conn.Close() })
+	return &decideBundle{pool: pool, conn: conn, now: time.Date(2026, 11, 23, 14, 24, 30, 0, time.UTC)}
+}
+
+func (b *decideBundle) do(t *testing.T, args ...any) {
+	t.Helper()
+	_, err := b.conn.Do(args[0].(string), args[1:]...)
+	require.NoError(t, err)
+}
+
+// process registers a live process whose info is info.
+func (b *decideBundle) process(t *testing.T, id, info string) {
+	t.Helper()
+	b.do(t, "SADD", "processes", id)
+	b.do(t, "HSET", id, "info", info)
+}
+
+func (b *decideBundle) decide(t *testing.T) contract.Decision {
+	t.Helper()
+	d, err := contract.DecideFormat(context.Background(), b.pool, b.now)
+	require.NoError(t, err)
+	return d
+}
+
+// The oldest live Ruby process decides; a process that reports no version
+// is 6.x; one in processes without a hash is not live; gojob processes do
+// not count, so gojob never follows its own writes.
+func TestDecideFormatFollowsTheOldestLiveRubyProcess(t *testing.T) {
+	t.Parallel()
+	b := newDecideBundle(t)
+	b.process(t, "a:1:aaaaaaaaaaaa", `{"hostname":"a","version":"8.1.7"}`)
+	b.process(t, "b:2:bbbbbbbbbbbb", `{"hostname":"b","version":"7.3.10"}`)
+	b.do(t, "SADD", "processes", "gone:3:cccccccccccc")
+	b.process(t, "go:4:dddddddddddd", `{"hostname":"go","version":"7.0.2"}`)
+	b.do(t, "ZADD", contract.KeyGojobProcesses, 1795443870, "go:4:dddddddddddd")
+	d := b.decide(t)
+	require.Equal(t, contract.Format{Version: wire.Version7}, d.Format)
+	require.Equal(t, contract.SourceLive, d.Source)
+	require.Equal(t, []string{"a:1:aaaaaaaaaaaa=8.1.7", "b:2:bbbbbbbbbbbb=7.3.10"}, d.Ruby)
+
+	b.process(t, "c:5:eeeeeeeeeeee", `{"hostname":"c","tag":""}`)
+	d = b.decide(t)
+	require.Equal(t, contract.Format{Version: wire.Version6}, d.Format, "6.x reports no version")
+}
+
+// With no live Ruby process the record decides; a decision is recorded
+// once, and a recorded one is not recorded again.
+func TestDecideFormatUsesTheRecordWhenNoRubyProcessIsLive(t *testing.T) {
+	t.Parallel()
+	b := newDecideBundle(t)
+	b.process(t, "r:1:aaaaaaaaaaaa", `{"hostname":"r","version":"7.2.0"}`)
+	d := b.decide(t)
+	require.Equal(t, wire.Version{Major: 7, Minor: 2}, d.Format.Version)
+	require.NoError(t, contract.RecordFormat(context.Background(), b.pool, d, b.now))
+	rec, err := redis.String(b.conn.Do("GET", contract.KeyRecordedFormat))
+	require.NoError(t, err)
+	require.JSONEq(t, `{"version":"7.2.0","source":"live","at":1795443870.0}`, rec)
+
+	b.do(t, "DEL", "r:1:aaaaaaaaaaaa") // the last Ruby process is gone
+	d = b.decide(t)
+	require.Equal(t, contract.Format{Version: wire.Version{Major: 7, Minor: 2}}, d.Format)
+	require.Equal(t, contract.SourceRecorded, d.Source)
+	b.do(t, "SET", contract.KeyRecordedFormat, "garbage")
+	require.NoError(t, contract.RecordFormat(context.Background(), b.pool, d, b.now.Add(time.Hour)))
+	rec, _ = redis.String(b.conn.Do("GET", contract.KeyRecordedFormat))
+	require.Equal(t, "garbage", rec, "a recorded decision is not written back")
+}
+
+// With neither live processes nor a record, what Ruby left decides: one
+// family's evidence picks its version, mixed or no evidence the format
+// every reader shows.
+func TestDecideFormatReadsWhatRubyLeft(t *testing.T) {
+	t.Parallel()
+	frames := []string{"app/jobs/fail_job.rb:12:in 'FailJob#level2'", "app/jobs/fail_job.rb:8:in 'FailJob#level1'",
+		"sidekiq-7.3.10/lib/sidekiq/processor.rb:220:in 'Sidekiq::Processor#execute_job'"}
+	strictBT := contract.EncodeBacktrace(frames, wire.Version7)
+	mimeBT := contract.EncodeBacktrace(frames, wire.Version6)
+	entry := func(ts, bt string) string {
+		j := `{"retry":true,"queue":"default","args":[],"class":"X","jid":"0123456789abcdef01234567","created_at":` + ts + `,"failed_at":` + ts
+		if bt != "" {
+			j += `,"error_backtrace":` + string(rubyjson.StringValue(bt).Encode())
+		}
+		return j + "}"
+	}
+	cases := []struct {
+		name   string
+		setup  func(t *testing.T, b *decideBundle)
+		want   contract.Format
+		source string
+	}{
+		{"nothing", func(*testing.T, *decideBundle) {}, contract.FormatForAll, contract.SourceNone},
+		{"7.x metrics of two hours ago", func(t *testing.T, b *decideBundle) {
+			b.do(t, "HSET", "j|20261123|12:24", "X|p", 1)
+		}, contract.Format{Version: wire.Version7}, contract.SourceEvidence},
+		{"7.x metrics of nine hours ago are gone", func(t *testing.T, b *decideBundle) {
+			b.do(t, "HSET", "j|20261123|5:24", "X|p", 1)
+		}, contract.FormatForAll, contract.SourceNone},
+		{"8.x metrics", func(t *testing.T, b *decideBundle) {
+			b.do(t, "HSET", "j|261123|14:20", "X|p", 1)
+		}, contract.Format{Version: wire.Version8}, contract.SourceEvidence},
+		{"8.x millisecond dead entry", func(t *testing.T, b *decideBundle) {
+			b.do(t, "ZADD", "dead", 1795443862.5, entry("1795443862324", ""))
+		}, contract.Format{Version: wire.Version8}, contract.SourceEvidence},
+		{"strict backtrace in retry", func(t *testing.T, b *decideBundle) {
+			b.do(t, "ZADD", "retry", 1795443882.5, entry("1795443862.324", strictBT))
+		}, contract.Format{Version: wire.Version7}, contract.SourceEvidence},
+		{"MIME backtrace in dead", func(t *testing.T, b *decideBundle) {
+			b.do(t, "ZADD", "dead", 1795443862.5, entry("1795443862.324", mimeBT))
+		}, contract.Format{Version: wire.Version6}, contract.SourceEvidence},
+		{"a dying 6.4.1 process's work hash", func(t *testing.T, b *decideBundle) {
+			b.do(t, "SADD", "processes", "old:1:aaaaaaaaaaaa")
+			b.do(t, "HSET", "old:1:aaaaaaaaaaaa:workers", "abc", "{}")
+		}, contract.Format{Version: wire.Version6}, contract.SourceEvidence},
+		{"a dying 6.4.1 process and 7.x metrics", func(t *testing.T, b *decideBundle) {
+			b.do(t, "SADD", "processes", "old:1:aaaaaaaaaaaa")
+			b.do(t, "HSET", "old:1:aaaaaaaaaaaa:workers", "abc", "{}")
+			b.do(t, "HSET", "j|20261123|14:24", "X|p", 1)
+		}, contract.FormatForAll, contract.SourceEvidence},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := newDecideBundle(t)
+			c.setup(t, b)
+			d := b.decide(t)
+			require.Equal(t, c.want, d.Format, "%v", d.Evidence)
+			require.Equal(t, c.source, d.Source)
+			if c.source == contract.SourceEvidence {
+				require.NotEmpty(t, d.Evidence)
+			}
+		})
+	}
+}

@@ -1,0 +1,362 @@
+package sidekiq
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gojob/gojob/internal/callers"
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+// Per-job heartbeats and timeouts (docs/heartbeats.md), Ocypod's model: a
+// job may carry "timeout" (seconds it may run in all) and
+// "heartbeat_timeout" (seconds it may go without a heartbeat). A job that
+// exceeds either is cancelled (its context ends with a *TimeoutError or
+// *HeartbeatTimeoutError as the cause) and fails through the ordinary
+// retry path with error_class Gojob::Timeout or Gojob::HeartbeatTimeout. A
+// handler that ignores the cancellation for ServerConfig.CancelGrace is
+// left running: its slot is freed, the incident logged, and whatever it
+// returns later is discarded.
+
+// DefaultCancelGrace is how long a handler cancelled for a missed deadline
+// has to return before it is left behind and its slot freed.
+const DefaultCancelGrace = 5 * time.Second
+
+// Heartbeat tells gojob that the job running with ctx is alive: its
+// heartbeat_timeout starts again, the Busy page (the work hash) and
+// `gojob processes` show the time, and the extensions that follow the job
+// hear of it (a durable job's row gets a later deadline: Run.OnHeartbeat).
+// It is cheap and safe from any goroutine. It returns the cause of the
+// job's cancellation (*TimeoutError, *HeartbeatTimeoutError, or
+// context.Canceled at shutdown), else an extension's error (a durable job
+// whose row is gone), or nil while the job may go on. Outside a job it
+// does nothing.
+func Heartbeat(ctx context.Context) error {
+	w, _ := ctx.Value(watchKey{}).(*jobWatch)
+	if w == nil {
+		return context.Cause(ctx)
+	}
+	w.beat()
+	var hookErr error
+	for _, f := range w.hooks {
+		if err := f(ctx); err != nil && hookErr == nil {
+			hookErr = err
+		}
+	}
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	return hookErr
+}
+
+// TimeoutError is the failure of a job that ran longer than its timeout
+// (the payload's "timeout", else ServerConfig.JobTimeout).
+type TimeoutError struct {
+	// Limit is the job's timeout.
+	Limit time.Duration
+	// LeftRunning is set when the handler ignored the cancellation for this
+	// long; it was left running and its outcome is discarded.
+	LeftRunning time.Duration
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("the job ran longer than its timeout of %s and was cancelled%s", secs(e.Limit), leftRunningText(e.LeftRunning))
+}
+
+// ErrorClass is the retry entry's error_class.
+func (e *TimeoutError) ErrorClass() string { return "Gojob::Timeout" }
+
+// HeartbeatTimeoutError is the failure of a job that went longer than its
+// heartbeat_timeout without a heartbeat.
+type HeartbeatTimeoutError struct {
+	// Limit is the job's heartbeat_timeout.
+	Limit time.Duration
+	// Silent is the time since the last heartbeat (or the start, when the
+	// job never sent one) at the cancellation.
+	Silent time.Duration
+	// Beats reports whether the job had sent any heartbeat.
+	Beats bool
+	// LeftRunning is as in TimeoutError.
+	LeftRunning time.Duration
+}
+
+func (e *HeartbeatTimeoutError) Error() string {
+	since := "its last heartbeat"
+	if !e.Beats {
+		since = "its start (it never sent one)"
+	}
+	return fmt.Sprintf("no heartbeat for %s since %s, over its heartbeat_timeout of %s; the job was cancelled%s",
+		secs(e.Silent), since, secs(e.Limit), leftRunningText(e.LeftRunning))
+}
+
+// ErrorClass is the retry entry's error_class.
+func (e *HeartbeatTimeoutError) ErrorClass() string { return "Gojob::HeartbeatTimeout" }
+
+func leftRunningText(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("; its handler ignored the cancellation for %s and was left running (its outcome is discarded)", secs(d))
+}
+
+// secs prints a duration in seconds as the payload keys give it.
+func secs(d time.Duration) string {
+	return fmt.Sprintf("%gs", d.Round(time.Millisecond).Seconds())
+}
+
+// leftRunning returns a copy of a limit error marked as left running (the
+// original may be read by the handler through context.Cause meanwhile).
+func leftRunning(cause error, grace time.Duration) error {
+	switch e := cause.(type) {
+	case *TimeoutError:
+		c := *e
+		c.LeftRunning = grace
+		return &c
+	case *HeartbeatTimeoutError:
+		c := *e
+		c.LeftRunning = grace
+		return &c
+	}
+	return cause
+}
+
+type watchKey struct{}
+
+// jobLimits are the deadlines of one job; zero is none.
+type jobLimits struct {
+	timeout   time.Duration
+	heartbeat time.Duration
+}
+
+// limitsOf reads the job's limits: "timeout" (else the server's
+// JobTimeout) and "heartbeat_timeout". A value that is not a positive
+// number fails the job with an ArgumentError, before it runs.
+func (p *processor) limitsOf(job *wire.Job) (jobLimits, error) {
+	t, err := job.Timeout()
+	if err != nil {
+		return jobLimits{}, WithErrorClass("ArgumentError", err)
+	}
+	if t == 0 {
+		t = p.cfg.JobTimeout
+	}
+	hb, err := job.HeartbeatTimeout()
+	if err != nil {
+		return jobLimits{}, WithErrorClass("ArgumentError", err)
+	}
+	return jobLimits{timeout: t, heartbeat: hb}, nil
+}
+
+// jobWatch follows one running job: its heartbeats, and with limits a
+// timer that fires at the next deadline (no polling: a missed deadline is
+// acted on when it passes). It cancels the job's context with the limit's
+// error as the cause and closes expired.
+type jobWatch struct {
+	lim jobLimits
+	// begin is when a job with limits started (zero for a job without:
+	// reading the clock costs a job on the fetch path).
+	begin time.Time
+	// last is the time of the last heartbeat: for a job with limits an
+	// offset from begin (on the monotonic clock) plus one, otherwise Unix
+	// nanoseconds; 0 means none yet.
+	last    atomic.Int64
+	cancel  context.CancelCauseFunc
+	expired chan struct{}
+
+	// hooks are the extensions' heartbeat functions (Run.OnHeartbeat).
+	hooks []func(context.Context) error
+
+	mu      sync.Mutex
+	timer   *time.Timer
+	stopped bool
+	cause   error // set before expired is closed
+}
+
+// start starts watching a job whose context cancel ends.
+func (w *jobWatch) start(lim jobLimits, cancel context.CancelCauseFunc) {
+	w.lim, w.cancel = lim, cancel
+	if !w.limited() {
+		return
+	}
+	w.begin = time.Now()
+	w.expired = make(chan struct{})
+	w.mu.Lock()
+	w.timer = time.AfterFunc(w.next(0), w.check)
+	w.mu.Unlock()
+}
+
+// jobCtx is a job's context: its cancellation, and its watch for
+// Heartbeat. It lives in the job's workItem, so that a job costs no
+// allocation for it (context.WithValue would make one).
+type jobCtx struct {
+	context.Context
+	w *jobWatch
+}
+
+func (c *jobCtx) Value(key any) any {
+	if key == (watchKey{}) {
+		return c.w
+	}
+	return c.Context.Value(key)
+}
+
+func (w *jobWatch) limited() bool { return w.lim.timeout > 0 || w.lim.heartbeat > 0 }
+
+func (w *jobWatch) beat() {
+	if w.begin.IsZero() {
+		w.last.Store(time.Now().UnixNano())
+		return
+	}
+	w.last.Store(int64(time.Since(w.begin)) + 1)
+}
+
+// lastBeat returns the wall time of the last heartbeat, zero when none.
+func (w *jobWatch) lastBeat() time.Time {
+	n := w.last.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	if w.begin.IsZero() {
+		return time.Unix(0, n)
+	}
+	return w.begin.Add(time.Duration(n - 1))
+}
+
+// silence returns the time since the last heartbeat (or the start) at
+// offset now.
+func (w *jobWatch) silence(now time.Duration) (time.Duration, bool) {
+	n := w.last.Load()
+	if n == 0 {
+		return now, false
+	}
+	return now - time.Duration(n-1), true
+}
+
+// next returns how long until the next deadline, from offset now.
+func (w *jobWatch) next(now time.Duration) time.Duration {
+	d := time.Duration(1<<63 - 1)
+	if w.lim.timeout > 0 {
+		d = w.lim.timeout - now
+	}
+	if w.lim.heartbeat > 0 {
+		silent, _ := w.silence(now)
+		d = min(d, w.lim.heartbeat-silent)
+	}
+	return max(d, 0)
+}
+
+// check runs at a deadline: it expires the job or re-arms the timer for
+// the deadline a heartbeat moved.
+func (w *jobWatch) check() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return
+	}
+	now := time.Since(w.begin)
+	if w.lim.timeout > 0 && now >= w.lim.timeout {
+		w.expireLocked(&TimeoutError{Limit: w.lim.timeout})
+		return
+	}
+	if w.lim.heartbeat > 0 {
+		if silent, beats := w.silence(now); silent >= w.lim.heartbeat {
+			w.expireLocked(&HeartbeatTimeoutError{Limit: w.lim.heartbeat, Silent: silent, Beats: beats})
+			return
+		}
+	}
+	w.timer.Reset(w.next(now))
+}
+
+func (w *jobWatch) expireLocked(cause error) {
+	w.stopped = true
+	w.cause = cause
+	w.cancel(cause)
+	close(w.expired)
+}
+
+// stop ends the watch when the job is done.
+func (w *jobWatch) stop() {
+	if !w.limited() {
+		return // no timer
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+}
+
+// expiredCause returns the limit error when the job missed a deadline.
+func (w *jobWatch) expiredCause() error {
+	if w.expired == nil {
+		return nil
+	}
+	select {
+	case <-w.expired:
+		return w.cause
+	default:
+		return nil
+	}
+}
+
+// perform runs a handler. A job with limits runs in a goroutine of its own
+// so that the slot can give it up: after a missed deadline the handler has
+// CancelGrace to return; then it is left running, the incident is logged,
+// and perform returns the limit's error, which the caller's middleware and
+// the retry path see as the job's failure. What the handler returns later
+// is logged and discarded: the slot has written the job's outcome (and, with
+// reliable fetch, taken it out of the in-progress list) exactly once.
+func (p *processor) perform(ctx context.Context, job *wire.Job, reg *registration) error {
+	w, _ := ctx.Value(watchKey{}).(*jobWatch)
+	if w == nil || !w.limited() {
+		return reg.h.Perform(ctx, job)
+	}
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		defer func() {
+			if p := recover(); p != nil {
+				err = &PanicError{Value: p, Stack: callers.Stack(3)}
+			}
+			done <- err
+		}()
+		err = reg.h.Perform(ctx, job)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-w.expired:
+	}
+	grace := time.NewTimer(p.cfg.CancelGrace)
+	defer grace.Stop()
+	select {
+	case err := <-done:
+		return err // the caller replaces it with the limit's error
+	case <-grace.C:
+	}
+	cause := leftRunning(w.cause, p.cfg.CancelGrace)
+	n := p.leftBehind.Add(1)
+	p.log.Error().Str("component", "processor").Str("jid", job.JID()).Str("class", job.Class()).
+		Str("grace", redisx.LogDuration(p.cfg.CancelGrace)).Int64("left_running", n).Str("cause", w.cause.Error()).
+		Msg("a cancelled handler did not return: its slot is freed and the job goes to the retry path; the handler goroutine is left running")
+	jid, class := job.JID(), job.Class()
+	go func() {
+		err := <-done
+		left := p.leftBehind.Add(-1)
+		ev := p.log.Warn().Str("component", "processor").Str("jid", jid).Str("class", class).
+			Str("after", redisx.LogDuration(time.Since(w.begin))).Int64("left_running", left)
+		if err != nil {
+			ev = ev.Str("error", err.Error())
+		}
+		ev.Msg("a handler left running after its cancellation returned; its outcome is discarded (the job had already failed)")
+	}()
+	return cause
+}
+
+// leftRunning returns how many handlers are still running after their job
+// was cancelled for a missed deadline and given up.
+func (s *Server) leftRunning() int64 { return s.proc.leftBehind.Load() }

@@ -1,0 +1,210 @@
+package sidekiq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/internal/wait"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+// testExtension records what the runtime tells an extension, and acts as
+// its fields say.
+type testExtension struct {
+	mu       sync.Mutex
+	pushes   [][]string // jids per BeforePush call
+	ats      []bool     // whether each pushed job carried "at"
+	pushErr  error
+	prepared map[string]any // by jid: what the job ran with as Prepared
+	ahead    int            // runs whose slot fetched ahead
+	hold     bool
+	held     []func()
+	beats    int
+	beatErr  error
+	runs     int
+}
+
+func (e *testExtension) BeforePush(ctx context.Context, jobs []*wire.Job) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var jids []string
+	for _, j := range jobs {
+		jids = append(jids, j.JID())
+		e.ats = append(e.ats, j.Has("at"))
+	}
+	e.pushes = append(e.pushes, jids)
+	return e.pushErr
+}
+
+func (e *testExtension) Prepare(run *Run) any {
+	if run.FetchAhead() {
+		panic("Prepare fetched ahead")
+	}
+	if _, ok := run.HoldAck(); ok {
+		panic("Prepare held an acknowledgement")
+	}
+	return "prepared " + run.Job.JID()
+}
+
+func (e *testExtension) Run(ctx context.Context, run *Run, next func(context.Context) error) error {
+	ahead := run.FetchAhead()
+	var release func()
+	var holding bool
+	if e.hold {
+		release, holding = run.HoldAck()
+	}
+	run.OnHeartbeat(func(context.Context) error {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.beats++
+		return e.beatErr
+	})
+	err := next(ctx)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.runs++
+	if ahead {
+		e.ahead++
+	}
+	if run.Prepared != nil {
+		if e.prepared == nil {
+			e.prepared = map[string]any{}
+		}
+		e.prepared[run.Job.JID()] = run.Prepared
+	}
+	if holding {
+		e.held = append(e.held, release)
+	}
+	return err
+}
+
+// The extensions see every push once, after the middleware and before
+// Redis: one job for Push, the whole batch for PushBulk, "at" on
+// scheduled jobs; an error aborts the push.
+func TestExtensionSeesEveryPushBeforeRedis(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	ext := &testExtension{}
+	pool := rs.Pool(t)
+	c, err := NewClient(&ClientConfig{Pool: pool, Extensions: []Extension{ext}})
+	require.NoError(t, err)
+	c.Use(func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
+		if job.JID() == "stopped" {
+			return nil // the middleware stops this push: no extension call
+		}
+		return next(ctx)
+	})
+	ctx := context.Background()
+	one := newJob(t, "X")
+	one.SetJID("one")
+	_, err = c.Push(ctx, one, nil)
+	require.NoError(t, err)
+	later := newJob(t, "X")
+	later.SetJID("later")
+	_, err = c.Push(ctx, later, &PushOpts{In: time.Hour})
+	require.NoError(t, err)
+	var bulk []*wire.Job
+	for _, jid := range []string{"b1", "stopped", "b2"} {
+		j := newJob(t, "X")
+		j.SetJID(jid)
+		bulk = append(bulk, j)
+	}
+	_, err = c.PushBulk(ctx, bulk, nil)
+	require.NoError(t, err)
+	require.Equal(t, [][]string{{"one"}, {"later"}, {"b1", "b2"}}, ext.pushes)
+	require.Equal(t, []bool{false, true, false, false}, ext.ats)
+	require.False(t, later.Has("at"), "at is never stored")
+
+	ext.pushErr = errors.New("refused")
+	refused := newJob(t, "X")
+	_, err = c.Push(ctx, refused, nil)
+	require.ErrorIs(t, err, ext.pushErr)
+	_, err = c.PushBulk(ctx, []*wire.Job{newJob(t, "X")}, nil)
+	require.ErrorIs(t, err, ext.pushErr)
+	conn := pool.Get()
+	defer conn.Close()
+	n, err := conn.Do("LLEN", "queue:default")
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n, "the refused pushes wrote nothing")
+}
+
+// With the reliable fetch a job's slot fetches ahead when its extension
+// asks: the next jobs run with what Prepare returned. Held
+// acknowledgements keep their jobs in the in-progress list until
+// released, and a heartbeat reaches the extension.
+func TestExtensionFetchesAheadHoldsAcksAndHearsHeartbeats(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []FetchMode{FetchReliable, FetchBRPOP} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			ext := &testExtension{hold: true}
+			b := newTestServer(t, ServerConfig{Concurrency: 1, Fetch: mode, Queues: []wire.QueueWeight{{Name: "default"}},
+				Extensions: []Extension{ext}})
+			const n = 6
+			for i := range n {
+				b.push(t, "default", fmt.Sprintf(`{"class":"Job","args":[],"jid":"j%d","queue":"default","retry":true}`, i))
+			}
+			b.srv.HandleFunc("Job", func(ctx context.Context, _ *wire.Job) error { return Heartbeat(ctx) })
+			b.start(t)
+			b.waitProcessed(t, n)
+			ext.mu.Lock()
+			runs, beats, ahead, prepared, held := ext.runs, ext.beats, ext.ahead, ext.prepared, ext.held
+			ext.mu.Unlock()
+			require.Equal(t, n, runs)
+			require.Equal(t, n, beats, "every heartbeat reached the extension")
+			if mode != FetchReliable {
+				require.Zero(t, ahead)
+				require.Empty(t, prepared)
+				require.Empty(t, held, "no acknowledgement to hold without a reliable fetch")
+				return
+			}
+			// A slot whose last job took 5 ms or more (a loaded machine)
+			// does not fetch ahead, so not every job need have been.
+			require.NotZero(t, ahead)
+			require.NotEmpty(t, prepared)
+			for jid, v := range prepared {
+				require.Equal(t, "prepared "+jid, v)
+				require.NotEqual(t, "j0", jid, "the first job was fetched by its slot")
+			}
+			require.Len(t, held, n)
+			inProgress := func() int { return len(redistest.InProgress(t, b.conn, "")) }
+			require.Equal(t, n, inProgress(), "held successes stay in the in-progress list")
+			for _, release := range held {
+				release()
+				release() // a second call does nothing
+			}
+			wait.For(t, "the in-progress list empty", func() bool { return inProgress() == 0 })
+		})
+	}
+}
+
+// An extension's heartbeat error reaches the handler while its job is not
+// cancelled.
+func TestHeartbeatReturnsTheExtensionsError(t *testing.T) {
+	t.Parallel()
+	gone := errors.New("row gone")
+	ext := &testExtension{beatErr: gone}
+	b := newTestServer(t, ServerConfig{Concurrency: 1, Extensions: []Extension{ext}})
+	got := make(chan error, 1)
+	b.srv.HandleFunc("Job", func(ctx context.Context, _ *wire.Job) error {
+		got <- Heartbeat(ctx)
+		return nil
+	})
+	b.push(t, "default", `{"class":"Job","args":[],"jid":"h","queue":"default"}`)
+	b.start(t)
+	require.ErrorIs(t, <-got, gone)
+}
+
+func newJob(t *testing.T, class string) *wire.Job {
+	t.Helper()
+	j, err := wire.NewJob(class)
+	require.NoError(t, err)
+	return j
+}

@@ -1,0 +1,75 @@
+// Package lazyjson is a JSON object that has been checked but not decoded:
+// it keeps the document and the span of each top-level member, and the
+// value of a member is decoded when it is asked for. Package wire keeps a
+// fetched job this way: a job that runs and succeeds is read by key a few
+// times (class, jid, args) and never re-encoded, so decoding every member
+// up front, and allocating the values, is mostly wasted.
+//
+// The checking and decoding are package rubyjson's parser, which installs
+// them here when it initializes (Install): the parser stays unexported in
+// rubyjson, and an Object can be a field of a larger struct (wire.Job)
+// without an allocation of its own.
+package lazyjson
+
+// Object is a checked JSON object: Data and the spans of its members.
+// Reading an Object keeps nothing, so it is safe to read from several
+// goroutines.
+type Object struct {
+	// Data is the document; Src is Data as a string sharing its memory.
+	Data []byte
+	Src  string
+	// Members are in order of first appearance (a repeated key keeps its
+	// first position and its last value, as rubyjson.ParseObject does);
+	// Inline holds the first few without an allocation of their own.
+	Members []Member
+	Inline  [12]Member
+}
+
+// Member is a top-level key and the span of its value in Data.
+type Member struct {
+	Key        string
+	Start, End int32
+}
+
+// Index returns the position of key k, or -1.
+func (o *Object) Index(k string) int {
+	for i := range o.Members {
+		if o.Members[i].Key == k {
+			return i
+		}
+	}
+	return -1
+}
+
+// Len returns the number of keys.
+func (o *Object) Len() int { return len(o.Members) }
+
+// Has reports whether the object has key k.
+func (o *Object) Has(k string) bool { return o.Index(k) >= 0 }
+
+// Decoder is the parser's side, for decoded values of type V and decoded
+// objects of type M (rubyjson.Value and *rubyjson.Map).
+type Decoder[V, M any] struct {
+	// Scan checks that data is one JSON object exactly as
+	// rubyjson.ParseObject does (the same errors for the same input) and
+	// resets o to it; on error o is left empty. data must never be
+	// modified afterwards: the strings decoded from it share its memory.
+	Scan func(o *Object, data []byte) error
+	// Get decodes the value of key k.
+	Get func(o *Object, k string) (V, bool)
+	// String returns the value of key k when it is a string, without
+	// decoding anything else.
+	String func(o *Object, k string) (string, bool)
+	// Map decodes the whole object.
+	Map func(o *Object) M
+}
+
+var installed any
+
+// Install makes d the decoder Installed returns. Package rubyjson calls it
+// when it initializes, before any package that imports rubyjson does.
+func Install[V, M any](d *Decoder[V, M]) { installed = d }
+
+// Installed returns the decoder installed for V and M; it panics when
+// there is none.
+func Installed[V, M any]() *Decoder[V, M] { return installed.(*Decoder[V, M]) }

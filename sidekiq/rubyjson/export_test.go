@@ -1,0 +1,4 @@
+package rubyjson
+
+// ParseObjectShared is parseObjectShared, for the external tests.
+var ParseObjectShared = parseObjectShared
