@@ -3,7 +3,16 @@ GO      ?= go
 PKGS    := ./...
 BIN     := bin/gojob
 
-.PHONY: help build install test test/unit test/race deps lint vet fmt bench fuzz chaos tidy verify fixtures
+# make release: the version stamped into the binaries (VERSION=v0.1.0 on the
+# command line overrides git describe), the platforms and the output dir.
+ifeq ($(origin VERSION),undefined)
+VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+endif
+PLATFORMS := linux/amd64 linux/arm64
+DIST      := dist
+LDFLAGS   := -s -w -X github.com/gojob/gojob/internal/buildinfo.version=$(VERSION)
+
+.PHONY: help build install test test/unit test/race deps lint vet fmt bench fuzz chaos tidy verify fixtures release docker
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z/_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -55,6 +64,19 @@ fixtures: deps ## Regenerate testdata/ruby-fixtures: capture Ruby Sidekiq 6.4.1,
 	bash testdata/ruby-fixtures/capture.sh
 	ruby testdata/ruby-fixtures/captured_7_3_10.rb
 	ruby testdata/ruby-fixtures/handwritten.rb
+
+release: ## Static binaries for linux/amd64 and linux/arm64 in dist/ with SHA256SUMS (VERSION=v0.1.0 overrides git describe)
+	@rm -rf $(DIST) && mkdir -p $(DIST)
+	@for p in $(PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; out=$(DIST)/gojob-$(VERSION)-$$os-$$arch; \
+		echo "building $$out"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o $$out ./cmd/gojob || exit 1; \
+	done
+	@cd $(DIST) && if command -v sha256sum >/dev/null; then sha256sum gojob-*; else shasum -a 256 gojob-*; fi > SHA256SUMS
+	@cat $(DIST)/SHA256SUMS
+
+docker: ## Build the container image gojob:VERSION (Dockerfile: static binary, distroless, non-root)
+	docker build --build-arg VERSION=$(VERSION) -t gojob:$(VERSION) .
 
 tidy: ## go mod tidy
 	$(GO) mod tidy
