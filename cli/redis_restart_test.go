@@ -91,9 +91,10 @@ func (h *httpRuns) count(jid string) int {
 // fetch mode, with one queue and several: /readyz is 503 with a reason
 // while Redis is down and 200 again after, a job pushed to the last queue
 // once Redis is back runs within 2 s, and with reliable fetch no job of a
-// drain the restart cut through is lost.
+// drain the restart cut through is lost. Not parallel with the package's
+// other tests: the 2 s bound is a wall-clock time, and the chaos and kill
+// tests beside it would measure the machine's load instead.
 func TestRedisRestartAndScriptFlushAreSurvived(t *testing.T) {
-	t.Parallel()
 	three := []string{"q1", "q2", "q3"}
 	for _, c := range []struct {
 		name   string
@@ -160,6 +161,7 @@ func TestRedisRestartAndScriptFlushAreSurvived(t *testing.T) {
 			late := pushJobs(t, pool, "Late", "late", 1, c.queues[len(c.queues)-1])
 			wait.Within(t, 10*time.Second, "the job pushed after the restart", func() bool { return runs.count(late[0]) == 1 })
 			took := time.Since(back)
+			t.Logf("%s: the job pushed to the last queue ran %s after Redis came back", t.Name(), took)
 			require.Less(t, took, 2*time.Second, "the job pushed to the last queue ran %s after Redis came back", took)
 			wait.Within(t, 10*time.Second, "/readyz 200 again", func() bool { code, _ := readyz(addr); return code == 200 })
 			if cron {

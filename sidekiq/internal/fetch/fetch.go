@@ -404,6 +404,19 @@ func (f *conn) failed(err error) bool {
 	return f.cfg.backoff(f.b.Next())
 }
 
+// refused handles a refusal of a Redis that cannot take a round now (one
+// still loading its data after a restart, a replica after a failover): as
+// through an outage, the connection is dropped (the next one is dialled to
+// the master of the moment) and the fetch backs off until the server's
+// probe finds Redis taking writes again. false when the server went quiet.
+func (f *conn) refused(err error) bool {
+	f.close()
+	f.cfg.Outage.Failed(err)
+	f.health().failed(err)
+	f.b.Max = maxBackoff
+	return f.cfg.backoff(f.b.Next())
+}
+
 // ok records a successful command.
 func (f *conn) ok() {
 	f.cfg.Outage.OK()

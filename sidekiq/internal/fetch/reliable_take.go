@@ -262,10 +262,13 @@ func (f *reliableFetch) taker(taking *atomic.Int64, g *gathering, seed uint64) {
 			// Redis that is loading or no longer the master (READONLY
 			// after a failover) drops the connection: the next one is
 			// dialled to the master of the moment.
-			cfg.Health.failed(err)
 			if redisx.IsTransient(err) {
-				fc.close()
+				if !fc.refused(err) {
+					return
+				}
+				continue
 			}
+			cfg.Health.failed(err)
 			if !cfg.sleepOrQuiet(time.Second) {
 				return
 			}
