@@ -54,6 +54,15 @@ func StartSentinels(t testing.TB, o SentinelOptions) *Sentinels {
 		args := append([]string{"--replicaof", "127.0.0.1", fmt.Sprint(s.Master.Port)}, o.Args...)
 		s.Replicas = append(s.Replicas, StartWith(t, Options{TCP: true, Args: args}))
 	}
+	// A replica still in its first sync is not counted by WAIT, and a
+	// sentinel would not promote it: the deployment is ready when every
+	// replica's link to the master is up.
+	for _, r := range s.Replicas {
+		s.waitSentinel(t, fmt.Sprintf("127.0.0.1:%d", r.Port), func(c redis.Conn) bool {
+			info, err := redis.String(c.Do("INFO", "replication"))
+			return err == nil && strings.Contains(info, "master_link_status:up")
+		}, "the replica to sync with its master")
+	}
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatalf("redistest: redis-server is not installed (make test installs it): %v", err)
