@@ -296,9 +296,14 @@ func TestFailureLogSaysWhereTheJobWent(t *testing.T) {
 		require.NoError(t, err)
 	}
 	wait.For(t, "three failures logged", func() bool { return logs.Count("", "job failed;") == 3 })
-	vals, err := redis.Strings(conn.Do("ZRANGE", "retry", 0, -1, "WITHSCORES"))
-	require.NoError(t, err)
-	require.Len(t, vals, 2)
+	var vals []string
+	// The line is logged as the outcome is written: the entry may land a
+	// moment later.
+	wait.For(t, "the retry entry written", func() bool {
+		vals, err = redis.Strings(conn.Do("ZRANGE", "retry", 0, -1, "WITHSCORES"))
+		require.NoError(t, err)
+		return len(vals) == 2
+	})
 	score, err := strconv.ParseFloat(vals[1], 64)
 	require.NoError(t, err)
 	at := contract.FromEpochSeconds(score)
