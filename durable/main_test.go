@@ -3,8 +3,6 @@ package durable
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -13,7 +11,6 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
-	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -21,6 +18,7 @@ import (
 	"github.com/gojob/gojob/durable/internal/store"
 	"github.com/gojob/gojob/internal/clocktest"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/pgtest"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/sidekiq"
@@ -28,12 +26,8 @@ import (
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// The PostgreSQL tests create two databases of their own on the server of
-// TEST_DATABASE_URL (default: local trust auth as user postgres), one
-// table per test inside them, and drop the databases at the end. When the
-// server cannot be reached they fail, they do not skip.
-
-const defaultTestDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+// The PostgreSQL tests create two databases of their own (pgtest), one
+// table per test inside them.
 
 var pg struct {
 	urls [2]string // the two test databases
@@ -44,7 +38,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(lossChildEnv) != "" {
 		os.Exit(lossChild())
 	}
-	drop := setupPostgres()
+	urls, drop, err := pgtest.Create("gojob_durable", 2)
+	pg.err = err
+	copy(pg.urls[:], urls)
 	code := m.Run()
 	drop()
 	if code == 0 {
@@ -54,54 +50,6 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
-}
-
-func serverURL() string {
-	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
-		return u
-	}
-	return defaultTestDatabaseURL
-}
-
-// setupPostgres creates gojob_durable_<random>_1 and _2 and returns the
-// function that drops them.
-func setupPostgres() func() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin, err := pgx.Connect(ctx, serverURL())
-	if err != nil {
-		pg.err = fmt.Errorf("cannot reach PostgreSQL at %s (set TEST_DATABASE_URL; `make test` installs and starts a local server): %w", store.RedactURL(serverURL()), err)
-		return func() {}
-	}
-	base := fmt.Sprintf("gojob_durable_%d_%06d", os.Getpid(), rand.IntN(1_000_000))
-	var made []string
-	for i := range pg.urls {
-		name := fmt.Sprintf("%s_%d", base, i+1)
-		if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-			pg.err = fmt.Errorf("cannot create test database %s on %s: %w", name, store.RedactURL(serverURL()), err)
-			break
-		}
-		made = append(made, name)
-		u, _ := url.Parse(serverURL())
-		u.Path = "/" + name
-		pg.urls[i] = u.String()
-	}
-	admin.Close(ctx)
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		admin, err := pgx.Connect(ctx, serverURL())
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "durable tests: cannot drop test databases:", err)
-			return
-		}
-		defer admin.Close(ctx)
-		for _, name := range made {
-			if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-				fmt.Fprintln(os.Stderr, "durable tests: drop", name+":", err)
-			}
-		}
-	}
 }
 
 // pgDatabases returns the two test databases' URLs, failing the test when

@@ -23,12 +23,6 @@ func (b *testBundle) zadd(t testing.TB, key string, at time.Time, job *wire.Job)
 	require.NoError(t, err)
 }
 
-func (b *testBundle) lpush(t testing.TB, queue string, job *wire.Job) {
-	t.Helper()
-	_, err := b.conn.Do("LPUSH", contract.QueueKey(queue), job.Encode())
-	require.NoError(t, err)
-}
-
 // filler returns n unrelated jobs' payloads.
 func filler(n int, class string) []any {
 	out := make([]any, 0, n)

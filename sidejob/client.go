@@ -24,9 +24,6 @@ const (
 	defaultLockExpiration = 60 * time.Second
 	// defaultMaxRunsPerMinute is the rate limit per job and calendar minute.
 	defaultMaxRunsPerMinute = 600
-	// gemVersion is the Ruby gem release whose data layout this package
-	// reads and writes.
-	gemVersion = "4.1.0"
 )
 
 // Config configures a Client.

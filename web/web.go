@@ -230,5 +230,3 @@ func plural(n int, word string) string {
 	}
 	return fmt.Sprintf("%d %ss", n, word)
 }
-
-func asError[T error](err error, target *T) bool { return errors.As(err, target) }

@@ -83,6 +83,7 @@ func TestAPIQueuePage(t *testing.T) {
 
 	page, size, err = b.api.Queue("default").Page(ctx, 25, 10)
 	require.NoError(t, err)
+	require.EqualValues(t, 31, size)
 	require.Len(t, page, 6)
 	require.Equal(t, "j005", page[0].JID())
 	require.Equal(t, "j000", page[5].JID())

@@ -85,9 +85,11 @@ func TestAPISetPageAndEachOrder(t *testing.T) {
 	require.Equal(t, want[60:90], apiJIDs(page))
 	page, size, err = ds.Page(ctx, 110, 30)
 	require.NoError(t, err)
+	require.EqualValues(t, 122, size)
 	require.Equal(t, want[110:], apiJIDs(page))
 	page, size, err = ds.Page(ctx, 0, 0)
 	require.NoError(t, err)
+	require.EqualValues(t, 122, size)
 	require.Equal(t, want[:25], apiJIDs(page))
 
 	// The retry and schedule sets page as the Web UI's Retries and
@@ -105,6 +107,7 @@ func TestAPISetPageAndEachOrder(t *testing.T) {
 	require.Equal(t, asc[:5], apiJIDs(page))
 	page, size, err = rs.Page(ctx, 110, 30)
 	require.NoError(t, err)
+	require.EqualValues(t, 122, size)
 	require.Equal(t, asc[110:], apiJIDs(page))
 	n, err := rs.Size(ctx)
 	require.NoError(t, err)

@@ -270,16 +270,3 @@ func NewJID() string {
 	}
 	return hex.EncodeToString(b[:])
 }
-
-// The ActiveJob wrapper class names (docs/sidekiq-wire.md#activejob-payloads):
-// Rails' adapter class up to Sidekiq 7.x, Sidekiq's own from 8.0.
-const (
-	activeJobWrapper  = "ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper"
-	activeJobWrapper8 = "Sidekiq::ActiveJob::Wrapper"
-)
-
-// isActiveJobWrapper reports whether class is one of the ActiveJob wrapper
-// class names.
-func isActiveJobWrapper(class string) bool {
-	return class == activeJobWrapper || class == activeJobWrapper8
-}

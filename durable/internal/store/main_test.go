@@ -4,25 +4,20 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"math/rand/v2"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gojob/gojob/internal/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
-// The PostgreSQL tests create a database of their own on the server of
-// TEST_DATABASE_URL (default: local trust auth as user postgres), one
-// table per test inside it, and drop the database at the end. When the
-// server cannot be reached they fail, they do not skip.
-
-const defaultTestDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+// The PostgreSQL tests create a database of their own (pgtest), one table
+// per test inside it.
 
 var pg struct {
 	url string // the test database
@@ -30,7 +25,11 @@ var pg struct {
 }
 
 func TestMain(m *testing.M) {
-	drop := setupPostgres()
+	urls, drop, err := pgtest.Create("gojob_store", 1)
+	pg.err = err
+	if len(urls) == 1 {
+		pg.url = urls[0]
+	}
 	code := m.Run()
 	drop()
 	if code == 0 {
@@ -40,47 +39,6 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
-}
-
-func serverURL() string {
-	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
-		return u
-	}
-	return defaultTestDatabaseURL
-}
-
-// setupPostgres creates gojob_store_<random> and returns the function
-// that drops it.
-func setupPostgres() func() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin, err := pgx.Connect(ctx, serverURL())
-	if err != nil {
-		pg.err = fmt.Errorf("cannot reach PostgreSQL at %s (set TEST_DATABASE_URL; `make test` installs and starts a local server): %w", RedactURL(serverURL()), err)
-		return func() {}
-	}
-	defer admin.Close(ctx)
-	name := fmt.Sprintf("gojob_store_%d_%06d", os.Getpid(), rand.IntN(1_000_000))
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+quoteIdent(name)); err != nil {
-		pg.err = fmt.Errorf("cannot create test database %s on %s: %w", name, RedactURL(serverURL()), err)
-		return func() {}
-	}
-	u, _ := url.Parse(serverURL())
-	u.Path = "/" + name
-	pg.url = u.String()
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		admin, err := pgx.Connect(ctx, serverURL())
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "store tests: cannot drop the test database:", err)
-			return
-		}
-		defer admin.Close(ctx)
-		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+quoteIdent(name)+" WITH (FORCE)"); err != nil {
-			fmt.Fprintln(os.Stderr, "store tests: drop", name+":", err)
-		}
-	}
 }
 
 // pgDatabase returns the test database's URL, failing the test when
