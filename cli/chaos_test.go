@@ -13,6 +13,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
 )
@@ -117,12 +118,15 @@ func killDuringDrain(t *testing.T, queues []string) {
 	require.NoError(t, final.wait(), final.logs.String())
 
 	counts := runs.counts(t)
+	dead := deadJIDs(t, conn)
 	again := 0
 	pills := map[string]bool{}
 	for _, jid := range jids {
 		c := counts[jid]
 		if inflight[jid] < maxRecoveries {
-			require.GreaterOrEqual(t, c, 1, "%s never ran", jid)
+			recoveries, _ := redis.Int(conn.Do("GET", contract.RecoveryCountKey(jid)))
+			require.GreaterOrEqual(t, c, 1, "%s never ran (in flight at %d kills, recovered %d times, in the dead set: %v)",
+				jid, inflight[jid], recoveries, dead[jid])
 		}
 		require.LessOrEqual(t, c, 1+inflight[jid], "%s ran %d times but was in flight at %d kills", jid, c, inflight[jid])
 		again += max(c-1, 0)
