@@ -166,6 +166,9 @@ func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 // own. The error is the connection's.
 func receiveReply(c redis.Conn) (any, error) {
 	v, err := c.Receive()
+	if err == nil {
+		return v, nil
+	}
 	var re redis.Error
 	if errors.As(err, &re) {
 		return re, nil
