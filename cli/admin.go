@@ -102,6 +102,11 @@ func pushAction(ctx context.Context, e *adminEnv) error {
 	if e.c.IsSet("key") {
 		return pushOrdered(ctx, e, job)
 	}
+	stopTracing, err := setupTracing(ctx, newLogger(e.c.App.ErrWriter, false, "warn"), e.api.Client())
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	if e.c.Bool("durable") {
 		d, err := openPushDurable(ctx, e.c, job.Class(), newLogger(e.c.App.ErrWriter, false, "warn"))
 		if err != nil {

@@ -221,6 +221,11 @@ uses the databases. Relays share the rows: each is pushed once.`,
 					if err != nil {
 						return err
 					}
+					stopTracing, err := setupTracing(c.Context, log, client)
+					if err != nil {
+						return err
+					}
+					defer stopTracing()
 					relay, err := durable.NewRelay(&durable.RelayConfig{Durable: d, Client: client, Lease: c.Duration("lease"), Logger: log})
 					if err != nil {
 						return ucli.Exit(err.Error(), exitUsage)
