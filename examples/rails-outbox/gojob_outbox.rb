@@ -34,6 +34,9 @@ module GojobOutbox
   def row(klass, args, queue: "default", at: nil, extension: DEFAULT_EXTENSION, jid: SecureRandom.hex(12))
     item = {"retry" => true, "queue" => queue, "class" => klass.to_s, "args" => args, "jid" => jid}
     item["at"] = at.to_f if at
+    # The request's trace, as opentelemetry-instrumentation-sidekiq would
+    # inject it at a push: gojob's spans continue it (docs/tracing.md).
+    OpenTelemetry.propagation.inject(item) if defined?(OpenTelemetry) && OpenTelemetry.respond_to?(:propagation)
     now = Time.now
     run_at = at ? Time.at(at.to_f) : now
     {
