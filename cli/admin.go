@@ -149,6 +149,9 @@ func pushJobFromFlags(c *ucli.Context) (*wire.Job, *sidekiq.PushOpts, error) {
 	if len(args) == 0 {
 		return nil, nil, ucli.Exit("push: CLASS is required", exitUsage)
 	}
+	if c.Bool("durable") && c.IsSet("key") {
+		return nil, nil, ucli.Exit("push: --durable does not apply to ordered queues (--key)", exitUsage)
+	}
 	job, err := wire.NewJob(args[0])
 	if err != nil {
 		return nil, nil, ucli.Exit("push: "+err.Error(), exitUsage)

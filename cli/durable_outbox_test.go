@@ -80,8 +80,11 @@ func TestPushDurableWritesRow(t *testing.T) {
 	conn := rs.Pool(t).Get()
 	defer conn.Close()
 
+	_, errOut, code := gojobCmd(t, "push", "-r", rs.URL(), "-q", "dq", "--durable", "--key", "k", "Dur", "0")
+	require.Equal(t, exitUsage, code, errOut)
+
 	// A database that cannot take the row: nothing is pushed.
-	_, errOut, code := gojobCmd(t, "push", "-r", rs.URL(), "-q", "dq", "--durable", "--durable-db", "sqlite:/nonexistent-gojob-dir/d.db", "Dur", "0")
+	_, errOut, code = gojobCmd(t, "push", "-r", rs.URL(), "-q", "dq", "--durable", "--durable-db", "sqlite:/nonexistent-gojob-dir/d.db", "Dur", "0")
 	require.Equal(t, exitFailed, code, errOut)
 	require.Contains(t, errOut, "nothing pushed")
 	n, err := redis.Int(conn.Do("LLEN", "queue:dq"))
@@ -131,7 +134,7 @@ func TestPushDurableWritesRow(t *testing.T) {
 
 // 1,000 outbox rows, written by Go (pgx) and by Ruby (Sequel, the Rails
 // example) in transactions of which half roll back, while the relay
-// pushing them is killed with SIGKILL midway and another takes over: each
+// pushing them is killed with SIGKILL midway and two others take over: each
 // committed job is pushed once and runs once, no rolled-back job exists,
 // and every row ends deleted by its job's success.
 func TestOutboxKillRelayPushesCommittedOnce(t *testing.T) {
@@ -232,13 +235,16 @@ func TestOutboxKillRelayPushesCommittedOnce(t *testing.T) {
 	require.NoError(t, first.cmd.Process.Signal(syscall.SIGKILL))
 	first.wait()
 	killedAt := queued()
-	second := startRelay()
+	// Two relays at once take over: they share the rows.
+	second, third := startRelay(), startRelay()
 	wg.Wait()
 	require.False(t, t.Failed())
 	require.Len(t, committed, 500)
 	wait.Within(t, 60*time.Second, "every committed row to be pushed", func() bool { return durableStatusOf(t, db).ToPush == 0 })
-	require.NoError(t, second.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, second.wait(), second.logs.String())
+	for _, r := range []*workerProc{second, third} {
+		require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
+		require.NoError(t, r.wait(), r.logs.String())
+	}
 	t.Logf("first relay killed with %d jobs pushed", killedAt)
 
 	raws, err := redis.ByteSlices(conn.Do("LRANGE", "queue:outbox", 0, -1))

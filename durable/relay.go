@@ -168,10 +168,21 @@ func (r *Relay) listen(ctx context.Context, s store.Store) {
 func (r *Relay) loop(ctx context.Context) {
 	t := time.NewTicker(r.cfg.PollInterval)
 	defer t.Stop()
+	backoff := time.Duration(0)
 	for {
 		if _, err := r.runOnce(ctx); err != nil && ctx.Err() == nil {
-			r.log.Error().Err(err).Str("component", "durable-relay").Msg("outbox pass failed; retrying")
+			// A database or Redis that fails is tried again after 1 s, then
+			// up to 30 s: once per failed pass in the log, not per poll.
+			backoff = min(max(2*backoff, time.Second), 30*time.Second)
+			r.log.Error().Err(err).Str("component", "durable-relay").Dur("retry_in", backoff).Msg("outbox pass failed")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			continue
 		}
+		backoff = 0
 		select {
 		case <-ctx.Done():
 			return

@@ -64,10 +64,21 @@ func (s *sqlStore) OutboxInsert(p UpsertParams) (insert string, args []any, noti
 // whose lease is free or over, oldest first, and returns them. On
 // PostgreSQL the rows are chosen FOR UPDATE SKIP LOCKED, so relays running
 // at once take disjoint rows; SQLite has one writer.
+//
+// It first looks for such a row with a read (the partial index), so that
+// an idle relay's scans take no write lock: SQLite's single writer is the
+// group commit's.
 func (s *sqlStore) OutboxLease(ctx context.Context, p OutboxLeaseParams) ([]*OutboxRow, error) {
 	var out []*OutboxRow
-	s.counted(1)
+	found := false
 	err := s.op(ctx, func(ctx context.Context) error {
+		return s.d.each(ctx, s.qOutboxAny, []any{s.t(p.Now)}, func(func(...any) error) error { found = true; return nil })
+	})
+	if err != nil || !found {
+		return nil, err
+	}
+	s.counted(1)
+	err = s.op(ctx, func(ctx context.Context) error {
 		out = out[:0]
 		return s.d.each(ctx, s.qOutboxLease, []any{s.t(p.Until), s.t(p.Now), p.Limit}, func(scan func(...any) error) error {
 			r := &OutboxRow{}
@@ -134,6 +145,7 @@ func pgListen(ctx context.Context, pool *pgxpool.Pool, ready, wake func()) error
 func (s *sqlStore) outboxSQL(r func(string) string, t string) {
 	s.qOutboxInsert = r(`INSERT INTO ` + t + ` (job_id, job_class, job_item_json, queue, inserted_at, assume_dead_at, locked_by)
 VALUES (?, ?, ?, ?, ?, ?, ?)`)
+	s.qOutboxAny = r(`SELECT 1 FROM ` + t + ` WHERE locked_by = '` + OutboxMark + `' AND (locked_at IS NULL OR locked_at <= ?) LIMIT 1`)
 	skipLocked := ""
 	if s.d.kind() == "postgres" {
 		skipLocked = " FOR UPDATE SKIP LOCKED"

@@ -55,7 +55,7 @@ type sqlStore struct {
 
 	qUpsert, qLock, qUnlock, qHeartbeat, qDeleteLocked, qDelete string
 	qListFirst, qListAfter, qClaim, qRestore, qGet, qStatus     string
-	qOutboxInsert, qOutboxLease                                 string
+	qOutboxInsert, qOutboxAny, qOutboxLease                     string
 }
 
 const rowColumns = `job_id, job_class, job_item_json, queue, inserted_at, assume_dead_at, locked_by, locked_at, missing_at`
