@@ -84,7 +84,7 @@ func (d *Durable) Enqueue(ctx context.Context, tx any, job *wire.Job) error {
 	return nil
 }
 
-// runAt returns a job's "at" (epoch seconds) and whether it has one.
+// runAtOf returns a job's "at" (epoch seconds) and whether it has one.
 func runAtOf(job *wire.Job) (float64, bool) {
 	v, ok := job.Get("at")
 	if !ok {
