@@ -73,7 +73,8 @@ func (d *Durable) Status(ctx context.Context) (*Status, error) {
 
 // Rows lists each database's rows, earliest assume_dead_at first (the
 // reconciler's order: overdue and missing rows come first), at most limit
-// per database (50 when limit is not positive). A database that cannot be read is reported in the joined
+// per database (50 when limit is not positive). Rows still to push (the
+// outbox) are not listed: Status counts them. A database that cannot be read is reported in the joined
 // error; the rows of the others are still returned.
 func (d *Durable) Rows(ctx context.Context, limit int) ([]*Row, error) {
 	if limit <= 0 {
