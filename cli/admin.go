@@ -32,7 +32,7 @@ func adminCommands() []*ucli.Command {
 			Name:      "push",
 			Usage:     "push a job (each ARG is JSON; text that is not JSON is a string)",
 			ArgsUsage: "CLASS [ARG...]",
-			Flags: []ucli.Flag{newRedisFlag(), newVersionFlag(), newJSONFlag(),
+			Flags: append([]ucli.Flag{newRedisFlag(), newVersionFlag(), newJSONFlag(),
 				&ucli.StringFlag{Name: "queue", Aliases: []string{"q"}, Value: "default", Usage: "queue"},
 				&ucli.StringFlag{Name: "retry", Usage: "true, false or a number of retries (default true)"},
 				&ucli.DurationFlag{Name: "in", Usage: "schedule after this delay"},
@@ -44,7 +44,7 @@ func adminCommands() []*ucli.Command {
 				&ucli.StringFlag{Name: "key", Usage: "push to the ordered queue --queue under ordering key `K`: K's jobs run one at a time in push order (gojob ordered work)"},
 				&ucli.Float64Flag{Name: "score", Usage: "with --key: order by this score (a version) instead of push order"},
 				&ucli.IntFlag{Name: "shards", Usage: "with --key: shard count of the queue if this push creates it (default 16)"},
-			},
+			}, durablePushFlags()...),
 			Before: func(c *ucli.Context) error { _, _, err := pushJobFromFlags(c); return err },
 			Action: withAPI(pushAction),
 		},
@@ -102,6 +102,19 @@ func pushAction(ctx context.Context, e *adminEnv) error {
 	if e.c.IsSet("key") {
 		return pushOrdered(ctx, e, job)
 	}
+	stopTracing, err := setupTracing(ctx, newLogger(e.c.App.ErrWriter, false, "warn"), e.api.Client())
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	if e.c.Bool("durable") {
+		d, err := openPushDurable(ctx, e.c, job.Class(), newLogger(e.c.App.ErrWriter, false, "warn"))
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		e.api.Client().Extend(d)
+	}
 	res, err := e.api.Client().Push(ctx, job, opts)
 	if err != nil {
 		if strings.Contains(err.Error(), "unique_") || errors.Is(err, wire.ErrInvalidJob) {
@@ -135,6 +148,9 @@ func pushJobFromFlags(c *ucli.Context) (*wire.Job, *sidekiq.PushOpts, error) {
 	args := c.Args().Slice()
 	if len(args) == 0 {
 		return nil, nil, ucli.Exit("push: CLASS is required", exitUsage)
+	}
+	if c.Bool("durable") && c.IsSet("key") {
+		return nil, nil, ucli.Exit("push: --durable does not apply to ordered queues (--key)", exitUsage)
 	}
 	job, err := wire.NewJob(args[0])
 	if err != nil {

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -103,6 +105,7 @@ func openDurable(c *ucli.Context, prefix string, classes map[string]time.Duratio
 		MaxConns:    max(10, c.Int("concurrency")),
 		BatchWindow: c.Duration("durable-batch-window"),
 		Logger:      log,
+		Adopt:       c.Bool(prefix + "adopt"),
 	})
 	if err != nil {
 		return nil, ucli.Exit(err.Error(), exitUsage)
@@ -184,6 +187,59 @@ gojob durable poll.`,
 						return err
 					}
 					return nil
+				},
+			},
+			{
+				Name:  "relay",
+				Usage: "push the jobs written with durable.Enqueue in committed transactions (the outbox), until stopped",
+				Description: `gojob work --durable relays the outbox too; run this where no worker
+uses the databases. Relays share the rows: each is pushed once.`,
+				Flags: append(append([]ucli.Flag{newRedisFlag(), newVersionFlag(),
+					&ucli.DurationFlag{Name: "lease", Value: 30 * time.Second, Usage: "how long this relay holds the rows it takes before another may take them"},
+					&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn, error"},
+				}, durableDBFlags("")...), &ucli.DurationFlag{Name: "extension", Value: durable.DefaultExtension, Usage: "default heartbeat extension"}),
+				Action: func(c *ucli.Context) error {
+					log := newLogger(c.App.ErrWriter, false, c.String("log-level"))
+					d, err := openDurable(c, "", nil, log)
+					if err != nil {
+						return err
+					}
+					defer d.Close()
+					if _, err := d.Migrate(c.Context); err != nil {
+						log.Warn().Err(err).Str("component", "durable").Msg("could not create the durable table")
+					}
+					pool, err := openPool(c.Context, c.String("redis"), 4)
+					if err != nil {
+						return err
+					}
+					defer pool.Close()
+					v, err := resolveVersion(c.Context, pool, c.String("sidekiq-version"), log)
+					if err != nil {
+						return err
+					}
+					client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: v})
+					if err != nil {
+						return err
+					}
+					stopTracing, err := setupTracing(c.Context, log, client)
+					if err != nil {
+						return err
+					}
+					defer stopTracing()
+					relay, err := durable.NewRelay(&durable.RelayConfig{Durable: d, Client: client, Lease: c.Duration("lease"), Logger: log})
+					if err != nil {
+						return ucli.Exit(err.Error(), exitUsage)
+					}
+					if err := relay.Start(c.Context); err != nil {
+						return err
+					}
+					log.Info().Strs("databases", d.Databases()).Msg("relaying the outbox")
+					ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
+					defer stop()
+					<-ctx.Done()
+					sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					return relay.Stop(sctx)
 				},
 			},
 			{
@@ -317,7 +373,7 @@ func printStatus(w io.Writer, st *durable.Status, asJSON bool) bool {
 		return failed
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "DATABASE\tKIND\tTOTAL\tLOCKED\tWAITING\tMISSING\tOVERDUE\tNEXT DUE")
+	fmt.Fprintln(tw, "DATABASE\tKIND\tTOTAL\tLOCKED\tWAITING\tMISSING\tOVERDUE\tTO PUSH\tNEXT DUE")
 	for _, d := range st.Databases {
 		if d.Err != nil {
 			fmt.Fprintf(tw, "%s\t%s\terror: %v\n", d.Database, d.Kind, d.Err)
@@ -327,7 +383,7 @@ func printStatus(w io.Writer, st *durable.Status, asJSON bool) bool {
 		if d.NextDue != nil {
 			next = d.NextDue.Local().Format("2006-01-02 15:04:05")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", d.Database, d.Kind, d.Total, d.Locked, d.Waiting, d.Missing, d.Overdue, next)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", d.Database, d.Kind, d.Total, d.Locked, d.Waiting, d.Missing, d.Overdue, d.ToPush, next)
 	}
 	tw.Flush()
 	return failed
@@ -347,6 +403,8 @@ func durableWorkFlags() []ucli.Flag {
 	return append(flags,
 		&ucli.DurationFlag{Name: "durable-poll-interval", Value: durable.DefaultPollInterval, Usage: "time between reconcile passes (one process at a time, elected through Redis)"},
 		&ucli.BoolFlag{Name: "durable-no-poll", Usage: "do not reconcile in this process (also when $DISABLE_DURABLE_JOBS_POLL is set, to any value)"},
+		&ucli.BoolFlag{Name: "durable-adopt", Usage: "write the row of a durable job that starts without one (pushed by a producer without gojob's or Amigo's client middleware) instead of running it unprotected"},
+		&ucli.DurationFlag{Name: "durable-relay-lease", Value: 30 * time.Second, Usage: "how long this process holds the outbox rows it pushes before another may take them (see durable.Enqueue)"},
 		&ucli.DurationFlag{Name: "durable-batch-window", Usage: "how long a row write may wait for others to share its statement while the database is idle (0: none; writes arriving during a write are grouped anyway)"},
 	)
 }
@@ -398,31 +456,49 @@ func setupDurable(c *ucli.Context, srv *sidekiq.Server, client *sidekiq.Client, 
 	client.Extend(d)
 	srv.Extend(d) // and the server's own client: in-job pushes, the poller's re-pushes
 	log.Info().Strs("databases", d.Databases()).Int("classes", len(classes)).Msg("durable jobs enabled")
+	relay, err := durable.NewRelay(&durable.RelayConfig{Durable: d, Client: client, Lease: c.Duration("durable-relay-lease"), Logger: log})
+	if err == nil {
+		err = relay.Start(c.Context)
+	}
+	if err != nil {
+		d.Close()
+		return noop, ucli.Exit(err.Error(), exitUsage)
+	}
+	stopRelay := func(ctx context.Context) {
+		if err := relay.Stop(ctx); err != nil {
+			log.Warn().Err(err).Str("component", "durable-relay").Msg("stopping the outbox relay")
+		}
+	}
 	if durableNoPoll(c) {
 		return func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
+			stopRelay(ctx)
 			stopDurableWrites(ctx, d, log)
 			d.Close()
 		}, nil
 	}
 	admin, err := api.New(&api.Config{Pool: client.Pool(), Version: client.Version(), Client: client})
 	if err != nil {
+		stopRelay(context.Background())
 		d.Close()
 		return noop, err
 	}
 	rec, err := durable.NewReconciler(&durable.ReconcilerConfig{Durable: d, API: admin})
 	if err != nil {
+		stopRelay(context.Background())
 		d.Close()
 		return noop, err
 	}
 	poller, err := durable.NewPoller(&durable.PollerConfig{Reconciler: rec, Pool: client.Pool(), Identity: srv.Identity(),
 		Interval: c.Duration("durable-poll-interval")})
 	if err != nil {
+		stopRelay(context.Background())
 		d.Close()
 		return noop, ucli.Exit(err.Error(), exitUsage)
 	}
 	if err := poller.Start(c.Context); err != nil {
+		stopRelay(context.Background())
 		d.Close()
 		return noop, err
 	}
@@ -432,6 +508,7 @@ func setupDurable(c *ucli.Context, srv *sidekiq.Server, client *sidekiq.Client, 
 		if err := poller.Stop(ctx); err != nil {
 			log.Warn().Err(err).Str("component", "durable").Msg("stopping the reconciler")
 		}
+		stopRelay(ctx)
 		stopDurableWrites(ctx, d, log)
 		d.Close()
 	}, nil
@@ -443,4 +520,35 @@ func stopDurableWrites(ctx context.Context, d *durable.Durable, log zerolog.Logg
 	if err := d.Stop(ctx); err != nil {
 		log.Error().Err(err).Str("component", "durable").Msg("durable rows left to settle by hand (see the lines above)")
 	}
+}
+
+// durablePushFlags are `gojob push`'s durable-row flags: the database
+// flags and environment of `gojob work --durable`.
+func durablePushFlags() []ucli.Flag {
+	return append([]ucli.Flag{
+		&ucli.BoolFlag{Name: "durable", Usage: "write the job's durable row before the push, in the database of gojob work --durable (same --durable-db flags and environment)"},
+		&ucli.DurationFlag{Name: "durable-extension", Value: durable.DefaultExtension, Usage: "with --durable: the row's heartbeat extension"},
+	}, durableDBFlags("durable-")...)
+}
+
+// openPushDurable opens the databases of `gojob push --durable` with the
+// pushed class durable, and makes sure one of them has the table: a
+// durable push whose row no database can take fails before the push.
+func openPushDurable(ctx context.Context, c *ucli.Context, class string, log zerolog.Logger) (*durable.Durable, error) {
+	d, err := openDurable(c, "durable-", map[string]time.Duration{class: 0}, log)
+	if err != nil {
+		return nil, err
+	}
+	res, err := d.Migrate(ctx)
+	if err != nil {
+		ok := false
+		for _, m := range res.Databases {
+			ok = ok || m.Err == nil
+		}
+		if !ok {
+			d.Close()
+			return nil, ucli.Exit("push --durable: no database can take the row, nothing pushed: "+err.Error(), exitFailed)
+		}
+	}
+	return d, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/gojob/gojob/internal/procstat"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
+	"github.com/gojob/gojob/tracing"
 )
 
 // execHandler runs a shell command per job: the payload JSON on stdin,
@@ -112,6 +113,9 @@ func (h *execHandler) Perform(ctx context.Context, job *wire.Job) error {
 		"GOJOB_JID="+job.JID(), "GOJOB_CLASS="+job.Class(), "GOJOB_QUEUE="+job.Queue(),
 		fmt.Sprintf("GOJOB_HEARTBEAT_FD=%d", execHeartbeatFD))
 	cmd.Env = append(cmd.Env, limitEnv(job)...)
+	if tp := tracing.Traceparent(ctx); tp != "" { // docs/tracing.md
+		cmd.Env = append(cmd.Env, "TRACEPARENT="+tp)
+	}
 	stderr := &tailBuffer{max: 64 << 10}
 	cmd.Stderr = stderr
 	cmd.Stdout = &logWriter{log: h.Log, jid: job.JID()}
@@ -257,6 +261,9 @@ func (h *httpHandler) Perform(ctx context.Context, job *wire.Job) error {
 	req.Header.Set("X-Gojob-Jid", job.JID())
 	req.Header.Set("X-Gojob-Class", job.Class())
 	req.Header.Set("X-Gojob-Queue", job.Queue())
+	if tp := tracing.Traceparent(ctx); tp != "" { // docs/tracing.md
+		req.Header.Set("traceparent", tp)
+	}
 	for _, kv := range [][2]string{{contract.KeyHeartbeatTimeout, "X-Gojob-Heartbeat-Timeout"}, {contract.KeyTimeout, "X-Gojob-Timeout"}} {
 		if v, ok := job.Get(kv[0]); ok && v.IsNumber() {
 			req.Header.Set(kv[1], v.NumberText())

@@ -96,6 +96,11 @@ ordered work (docs/ordered.md).`,
 				return err
 			}
 			defer stopMetrics()
+			stopTracing, err := setupTracing(c.Context, log, srv)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
 			stopDurable, err := setupDurable(c, srv, nil, log)
 			if err != nil {
 				return err

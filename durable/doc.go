@@ -112,7 +112,19 @@
 // success deletes (the completed job is then reported lost). No job is
 // ever only in this queue.
 //
+// # Outbox
+//
+// Enqueue writes a job's row in the caller's transaction, marked to push
+// (locked_by = 'gojob:outbox'); a Relay leases committed marked rows,
+// pushes each job with a Lua step that also sets a marker of its jid, and
+// clears the mark, after which the row is an ordinary WAITING row. A relay
+// that dies after the push and before the clear leaves the marker, so the
+// next relay's push of that row is a no-op: a committed job reaches Redis
+// once, a rolled-back one never (docs/durable.md, "Outbox").
+//
 // # States of a row
+//
+//	 Enqueue in a transaction ──commit──► TO PUSH ── Relay: push once, clear the mark ──► WAITING
 //
 //	         push (client middleware: upsert, deadline = run time + ext)
 //	               │
@@ -134,7 +146,9 @@
 //	 failure notifier or death handlers, row deleted
 //
 // A row found in the dead set is deleted (a retry from there pushes a new
-// row). `gojob durable status` counts rows in these four states.
+// row). The reconciler does not look at rows to push. With Config.Adopt,
+// a job of a durable class that starts without a row gets one, locked.
+// `gojob durable status` counts rows in these states.
 //
 // # Invariants
 //

@@ -84,6 +84,13 @@ type Config struct {
 	MaxPendingWrites int
 	// Logger receives the middleware's logs. Default: none.
 	Logger zerolog.Logger
+	// Adopt makes a job of a durable class that starts without a row in
+	// any database (pushed by a producer without the client extension:
+	// another language, a bare LPUSH) get one, written then and locked as
+	// any other, so that who pushed a job does not decide whether it is
+	// protected. Without it such a job runs without a row, with Amigo's
+	// "no row found in database" error.
+	Adopt bool
 
 	// retryMin and retryMax bound the backoff of pending writes (tests).
 	retryMin, retryMax time.Duration

@@ -22,6 +22,9 @@ import (
 // database available to insert" the same way). Items carrying Amigo's
 // legacy durable_reenqueued_at marker are not recorded.
 func (d *Durable) BeforePush(ctx context.Context, jobs []*wire.Job) error {
+	if ctx.Value(outboxKey{}) != nil {
+		return nil // a Relay's push: the rows exist
+	}
 	ctx = context.WithoutCancel(ctx)
 	var bulk *bulkInsert
 	for _, job := range jobs {

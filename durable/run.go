@@ -57,8 +57,9 @@ var _ sidekiq.Extension = (*Durable)(nil)
 //
 // A delete or unlock that fails because the database does not answer is
 // retried in the background until it does (see Outages in the package
-// doc). With no row anywhere it logs an error and runs the job normally,
-// as Ruby does; if a database could not be asked and the job succeeds,
+// doc). With no row anywhere it writes one when Config.Adopt is set and
+// every database answered; otherwise it logs an error and runs the job
+// normally, as Ruby does; if a database could not be asked and the job succeeds,
 // the row is deleted there (retried likewise).
 func (d *Durable) Run(ctx context.Context, r *sidekiq.Run, next func(context.Context) error) error {
 	job, identity := r.Job, r.Identity
@@ -82,6 +83,16 @@ func (d *Durable) Run(ctx context.Context, r *sidekiq.Run, next func(context.Con
 	for _, f := range lr.failed {
 		d.log.Warn().Err(f).Str("component", "durable").Str("class", job.Class()).Str("jid", jid).
 			Msg("durable lock: database skipped")
+	}
+	if lr.st == nil && d.cfg.Adopt && len(lr.failed) == 0 {
+		// Every database answered and none has the row: write it now.
+		if _, err := d.insert(bg, &insertParams{Job: job, Extension: ext}); err == nil {
+			*lr = lockResult{}
+			d.lockJob(bg, jid, identity, d.cfg.Clock.Now(), ext, lr, &store.Op{})
+		} else {
+			d.log.Warn().Err(err).Str("component", "durable").Str("class", job.Class()).Str("jid", jid).
+				Msg("could not write the durable row of a job that started without one")
+		}
 	}
 	if lr.st == nil {
 		d.log.Error().Str("component", "durable").Str("class", job.Class()).Str("jid", jid).

@@ -23,8 +23,10 @@ type Status struct {
 }
 
 // DatabaseStatus counts one database's rows by state. Each row is in
-// exactly one state, so the four counts add up to Total:
+// exactly one state, so the five counts add up to Total:
 //
+//   - ToPush: written by Enqueue in a committed transaction, its job not
+//     yet pushed by a Relay.
 //   - Missing: the reconciler did not find the job once (missing_at set);
 //     it is killed into the dead set at its next check unless found.
 //   - Overdue: assume_dead_at has passed; the next pass checks it.
@@ -40,6 +42,7 @@ type DatabaseStatus struct {
 	Waiting int64  `json:"waiting"`
 	Missing int64  `json:"missing"`
 	Overdue int64  `json:"overdue"`
+	ToPush  int64  `json:"to_push"`
 	// NextDue is the earliest assume_dead_at, nil for an empty table.
 	NextDue *time.Time `json:"next_due,omitempty"`
 	// Err is set when the database could not be read; the counts are then
@@ -61,7 +64,7 @@ func (d *Durable) Status(ctx context.Context) (*Status, error) {
 		if err != nil {
 			st.Err = fmt.Errorf("durable: status of %s: %w", s.Name(), err)
 		} else {
-			st.Total, st.Locked, st.Waiting, st.Missing, st.Overdue, st.NextDue = c.Total, c.Locked, c.Waiting, c.Missing, c.Overdue, c.NextDue
+			st.Total, st.Locked, st.Waiting, st.Missing, st.Overdue, st.ToPush, st.NextDue = c.Total, c.Locked, c.Waiting, c.Missing, c.Overdue, c.ToPush, c.NextDue
 		}
 		out.Databases = append(out.Databases, st)
 	}
@@ -70,7 +73,8 @@ func (d *Durable) Status(ctx context.Context) (*Status, error) {
 
 // Rows lists each database's rows, earliest assume_dead_at first (the
 // reconciler's order: overdue and missing rows come first), at most limit
-// per database (50 when limit is not positive). A database that cannot be read is reported in the joined
+// per database (50 when limit is not positive). Rows still to push (the
+// outbox) are not listed: Status counts them. A database that cannot be read is reported in the joined
 // error; the rows of the others are still returned.
 func (d *Durable) Rows(ctx context.Context, limit int) ([]*Row, error) {
 	if limit <= 0 {

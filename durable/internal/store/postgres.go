@@ -217,6 +217,15 @@ func (d *pgDialect) migrate(ctx context.Context) (*MigrateOutcome, error) {
 		}
 		out.AddedIndex = true
 	}
+	if err := pgScalar(ctx, tx, &hasIndex, `SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = $1 AND tablename = $2 AND indexname = $3)`,
+		d.schema, d.table, OutboxIndexName(d.table)); err != nil {
+		return nil, err
+	}
+	if !hasIndex {
+		if _, err := tx.Exec(ctx, outboxIndexSQL(d.table, d.qtable)); err != nil {
+			return nil, err
+		}
+	}
 	return out, tx.Commit(ctx)
 }
 

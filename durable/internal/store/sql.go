@@ -55,6 +55,7 @@ type sqlStore struct {
 
 	qUpsert, qLock, qUnlock, qHeartbeat, qDeleteLocked, qDelete string
 	qListFirst, qListAfter, qClaim, qRestore, qGet, qStatus     string
+	qOutboxInsert, qOutboxAny, qOutboxLease                     string
 }
 
 const rowColumns = `job_id, job_class, job_item_json, queue, inserted_at, assume_dead_at, locked_by, locked_at, missing_at`
@@ -77,9 +78,12 @@ WHERE job_id = ? AND locked_by = ? AND locked_at = ?`)
 	s.qHeartbeat = r(`UPDATE ` + t + ` SET assume_dead_at = ? WHERE job_id = ?`)
 	s.qDeleteLocked = r(`DELETE FROM ` + t + ` WHERE job_id = ? AND locked_by = ? AND locked_at = ?`)
 	s.qDelete = r(`DELETE FROM ` + t + ` WHERE job_id = ?`)
-	s.qListFirst = r(`SELECT ` + rowColumns + ` FROM ` + t + ` WHERE assume_dead_at <= ?
+	// Rows still to push (OutboxMark) are not the reconciler's: their job
+	// is not in Redis yet, and a relay pushes it.
+	notOutbox := ` AND COALESCE(locked_by, '') <> '` + OutboxMark + `'`
+	s.qListFirst = r(`SELECT ` + rowColumns + ` FROM ` + t + ` WHERE assume_dead_at <= ?` + notOutbox + `
 ORDER BY assume_dead_at, job_id LIMIT ?`)
-	s.qListAfter = r(`SELECT ` + rowColumns + ` FROM ` + t + ` WHERE assume_dead_at <= ?
+	s.qListAfter = r(`SELECT ` + rowColumns + ` FROM ` + t + ` WHERE assume_dead_at <= ?` + notOutbox + `
 AND (assume_dead_at > ? OR (assume_dead_at = ? AND job_id > ?))
 ORDER BY assume_dead_at, job_id LIMIT ?`)
 	s.qClaim = r(`DELETE FROM ` + t + ` WHERE job_id = ? AND assume_dead_at = ?`)
@@ -87,12 +91,14 @@ ORDER BY assume_dead_at, job_id LIMIT ?`)
 ON CONFLICT (job_id) DO NOTHING`)
 	s.qGet = r(`SELECT ` + rowColumns + ` FROM ` + t + ` WHERE job_id = ?`)
 	s.qStatus = r(`SELECT COUNT(*),
-COALESCE(SUM(CASE WHEN locked_by IS NOT NULL AND missing_at IS NULL AND assume_dead_at > ? THEN 1 ELSE 0 END), 0),
+COALESCE(SUM(CASE WHEN locked_by IS NOT NULL AND missing_at IS NULL AND assume_dead_at > ?` + notOutbox + ` THEN 1 ELSE 0 END), 0),
 COALESCE(SUM(CASE WHEN locked_by IS NULL AND missing_at IS NULL AND assume_dead_at > ? THEN 1 ELSE 0 END), 0),
-COALESCE(SUM(CASE WHEN missing_at IS NOT NULL THEN 1 ELSE 0 END), 0),
-COALESCE(SUM(CASE WHEN missing_at IS NULL AND assume_dead_at <= ? THEN 1 ELSE 0 END), 0),
+COALESCE(SUM(CASE WHEN missing_at IS NOT NULL` + notOutbox + ` THEN 1 ELSE 0 END), 0),
+COALESCE(SUM(CASE WHEN missing_at IS NULL AND assume_dead_at <= ?` + notOutbox + ` THEN 1 ELSE 0 END), 0),
+COALESCE(SUM(CASE WHEN locked_by = '` + OutboxMark + `' THEN 1 ELSE 0 END), 0),
 MIN(assume_dead_at)
 FROM ` + t)
+	s.outboxSQL(r, t)
 	return s
 }
 
@@ -321,7 +327,7 @@ func (s *sqlStore) Status(ctx context.Context, now time.Time) (*Counts, error) {
 		n := s.t(now)
 		var oldest dbTime
 		err := s.d.each(ctx, s.qStatus, []any{n, n, n}, func(scan func(...any) error) error {
-			return scan(&c.Total, &c.Locked, &c.Waiting, &c.Missing, &c.Overdue, &oldest)
+			return scan(&c.Total, &c.Locked, &c.Waiting, &c.Missing, &c.Overdue, &c.ToPush, &oldest)
 		})
 		if oldest.Valid {
 			t := oldest.Time

@@ -95,6 +95,11 @@ func (d *sqliteDialect) migrate(ctx context.Context) (*MigrateOutcome, error) {
 			out.AddedMissingAt = true
 		}
 	}
+	// The outbox's partial index (CREATE INDEX IF NOT EXISTS is a no-op
+	// when it exists).
+	if _, err := d.db.ExecContext(ctx, outboxIndexSQL(d.table, d.qtable)); err != nil {
+		return nil, err
+	}
 	if err := d.db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = ?`, DueIndexName(d.table)).Scan(&n); err != nil || n > 0 {
 		return out, err
 	}

@@ -91,6 +91,13 @@ type Store interface {
 	DropTable(ctx context.Context) error
 	// Close writes the queued group, then releases the connections.
 	Close() error
+	// OutboxInsert, OutboxLease, OutboxPushed and OutboxListen are the
+	// outbox (outbox.go).
+	OutboxInsert(p UpsertParams) (insert string, args []any, notify string)
+	OutboxLease(ctx context.Context, p OutboxLeaseParams) ([]*OutboxRow, error)
+	OutboxPushed(ctx context.Context, jobIDs []string) error
+	// OutboxListen calls ready once it listens, then wake per notification.
+	OutboxListen(ctx context.Context, ready, wake func()) error
 	// IsConnError reports whether err means the database could not be
 	// reached (the failover condition), as opposed to an SQL error.
 	IsConnError(err error) bool
@@ -222,6 +229,8 @@ type MigrateOutcome struct {
 // Counts are a database's rows by state (see durable.DatabaseStatus).
 type Counts struct {
 	Total, Locked, Waiting, Missing, Overdue int64
+	// ToPush counts the outbox rows whose job is still to be pushed.
+	ToPush int64
 	// NextDue is the earliest assume_dead_at, nil for an empty table.
 	NextDue *time.Time
 }
