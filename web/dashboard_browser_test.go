@@ -54,7 +54,7 @@ func TestEveryPageLoadsWithoutJavaScriptErrors(t *testing.T) {
 		{"queue", "/queues/waiting", []string{"WaitingJob", "4 jobs"}},
 		{"retries", "/retries", []string{"GoFailJob", "ParkedRetryJob", "payment gateway said no"}},
 		{"retry", "/retries/" + url.PathEscape(setKey(retry)), []string{"GoFailJob", "RuntimeError: GoFailJob failed: the payment gateway said no", "Retry count"}},
-		{"retries-search", "/retries?q=" + retry.JID(), []string{"1 matching", retry.JID()}},
+		{"retries-search", "/retries?q=" + retry.JID(), []string{"1 job matching", retry.JID()}},
 		{"scheduled", "/scheduled", []string{"LaterJob", "tomorrow"}},
 		{"dead", "/dead", []string{"DeadJob", "out of retries"}},
 		{"dead-job", "/dead/" + url.PathEscape(setKey(dead)), []string{"app/jobs/dead_job.rb:12:in `perform'"}},
