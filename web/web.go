@@ -144,7 +144,7 @@ func (h *handler) routes() {
 	m := http.NewServeMux()
 	m.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(staticFS())))
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics.NewCluster(h.api))
+	reg.MustRegister(metrics.NewCluster(h.api), metrics.BuildInfo())
 	m.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	m.HandleFunc("GET /{$}", h.dashboard)
 	m.HandleFunc("GET /stats.json", h.statsJSON)
