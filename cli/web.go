@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -119,13 +120,26 @@ func checkWebAddr(addr string, guarded bool) error {
 	return ucli.Exit(fmt.Sprintf("--addr %s is reachable from other machines: add --auth USER:PASSWORD or --token TOKEN (the dashboard can delete jobs)", addr), 2)
 }
 
-// webAllowHosts is --allow-host plus the host of --addr, unless that is
-// the unspecified address (0.0.0.0, ::), which names no host.
+// webAllowHosts is --allow-host plus the host of --addr. The unspecified
+// address (0.0.0.0, ::) names no host: it stands for this machine's
+// addresses and its hostname, which are added instead.
 func webAllowHosts(addr string, extra []string) []string {
 	out := slices.Clone(extra)
-	if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
-		if ip := net.ParseIP(host); ip == nil || !ip.IsUnspecified() {
-			out = append(out, host)
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return out
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return append(out, host)
+	}
+	if name, err := os.Hostname(); err == nil && name != "" {
+		out = append(out, name)
+	}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok {
+				out = append(out, ipn.IP.String())
+			}
 		}
 	}
 	return out

@@ -126,3 +126,10 @@ func TestDevStoppedWhileStartingExitsZero(t *testing.T) {
 		require.Equal(t, 0, <-done, out.String())
 	}
 }
+
+func TestWebAllowHostsNamesTheListenAddress(t *testing.T) {
+	require.Equal(t, []string{"a.example", "10.1.2.3"}, webAllowHosts("10.1.2.3:9292", []string{"a.example"}))
+	all := webAllowHosts("0.0.0.0:9292", nil)
+	require.Contains(t, all, "127.0.0.1", "the machine's addresses stand for 0.0.0.0")
+	require.NotContains(t, all, "0.0.0.0")
+}

@@ -2,12 +2,12 @@ package web
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -185,7 +185,7 @@ func (e *errBulkRunning) Error() string {
 // start takes the set's lease and runs action in the background. q is the
 // search ("" for the whole set).
 func (b *bulkRunner) start(ctx context.Context, k *setKind, action, q string) error {
-	run := strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.FormatUint(uint64(fnv32(q)), 36)
+	run := rand.Text()
 	conn, err := b.h.cfg.Pool.GetContext(ctx)
 	if err != nil {
 		return err
@@ -210,12 +210,6 @@ func (b *bulkRunner) start(ctx context.Context, k *setKind, action, q string) er
 		b.run(k, st, run)
 	}()
 	return nil
-}
-
-func fnv32(s string) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(s))
-	return h.Sum32()
 }
 
 func (b *bulkRunner) unlock(k *setKind, run string) {
