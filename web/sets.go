@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/api"
 )
@@ -137,27 +139,37 @@ func (h *handler) setList(k *setKind) http.HandlerFunc {
 	}
 }
 
+// searchBatch is the COUNT of each ZSCAN of a search: fewer round trips
+// than the admin API's Scan (100) on a large set.
+const searchBatch = 1000
+
+// rawMember is a sorted-set member as ZSCAN returns it.
+type rawMember struct {
+	score float64
+	value []byte
+}
+
 // search finds the entries whose raw JSON contains q (Ruby's filter: a
 // ZSCAN MATCH substring, so a jid, a class or an argument all find their
 // jobs), and returns the limit of them after the first offset in the
 // page's order (next due first; Dead: newest first), with the number of
 // all matches. Redis filters (ZSCAN MATCH, in batches); this process keeps
-// only the offset+limit first matches seen so far and a 64-bit hash per
-// match to count each once (ZSCAN may return an entry twice while the set
-// grows), never the whole set.
+// only the offset+limit first matches seen so far, unparsed, and a 64-bit
+// hash per match to count each once (ZSCAN may return a member twice while
+// the set grows), never the whole set. Only the page's entries are parsed.
 func (h *handler) search(ctx context.Context, k *setKind, q string, offset, limit int) ([]*api.SortedEntry, int64, error) {
 	keep := offset + limit
-	less := func(a, b *api.SortedEntry) int {
-		c := compareFloat(a.Score, b.Score)
+	less := func(a, b rawMember) int {
+		c := compareFloat(a.score, b.score)
 		if c == 0 {
-			c = bytes.Compare(a.Value, b.Value)
+			c = bytes.Compare(a.value, b.value)
 		}
 		if !k.ascending {
 			c = -c
 		}
 		return c
 	}
-	var best []*api.SortedEntry
+	var best []rawMember
 	seen := map[uint64]struct{}{}
 	prune := func() {
 		slices.SortFunc(best, less)
@@ -166,30 +178,72 @@ func (h *handler) search(ctx context.Context, k *setKind, q string, offset, limi
 			best = best[:keep]
 		}
 	}
+	set := k.set(h.api)
+	match := "*" + escapeGlob(q) + "*"
 	hs := fnv.New64a()
-	err := k.set(h.api).Scan(ctx, escapeGlob(q), func(e *api.SortedEntry) error {
-		hs.Reset()
-		hs.Write([]byte(contract.FormatScore(e.Score)))
-		hs.Write(e.Value)
-		id := hs.Sum64()
-		if _, dup := seen[id]; dup {
-			return nil
+	for cursor := "0"; ; {
+		conn, err := h.cfg.Pool.GetContext(ctx)
+		if err != nil {
+			return nil, 0, err
 		}
-		seen[id] = struct{}{}
-		best = append(best, e)
-		if len(best) >= 2*keep+1024 {
+		vals, err := redis.Values(redis.DoContext(conn, ctx, "ZSCAN", set.Name(), cursor, "MATCH", match, "COUNT", searchBatch))
+		conn.Close()
+		if err == nil && len(vals) != 2 {
+			err = fmt.Errorf("unexpected ZSCAN reply of %d elements", len(vals))
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("web: search %s: %w", set.Name(), err)
+		}
+		if cursor, err = redis.String(vals[0], nil); err != nil {
+			return nil, 0, fmt.Errorf("web: search %s: %w", set.Name(), err)
+		}
+		pairs, err := redis.ByteSlices(vals[1], nil)
+		if err != nil || len(pairs)%2 != 0 {
+			return nil, 0, fmt.Errorf("web: search %s: bad ZSCAN reply: %v", set.Name(), err)
+		}
+		for i := 0; i < len(pairs); i += 2 {
+			score, err := contract.ParseScore(string(pairs[i+1]))
+			if err != nil {
+				return nil, 0, fmt.Errorf("web: search %s: bad score %q: %w", set.Name(), pairs[i+1], err)
+			}
+			hs.Reset()
+			hs.Write(pairs[i+1])
+			hs.Write(pairs[i])
+			id := hs.Sum64()
+			if _, dup := seen[id]; dup {
+				continue
+			}
+			seen[id] = struct{}{}
+			best = append(best, rawMember{score: score, value: pairs[i]})
+		}
+		if len(best) >= 2*keep+searchBatch {
 			prune()
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, 0, err
+		if cursor == "0" {
+			break
+		}
 	}
 	prune()
+	total := int64(len(seen))
 	if offset >= len(best) {
-		return nil, int64(len(seen)), nil
+		return nil, total, nil
 	}
-	return best[offset:], int64(len(seen)), nil
+	// Load the page's entries (ZRANGEBYSCORE of each score): a member
+	// processed meanwhile is left out.
+	var out []*api.SortedEntry
+	for _, m := range best[offset:] {
+		entries, err := set.Fetch(ctx, m.score, "")
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, e := range entries {
+			if bytes.Equal(e.Value, m.value) {
+				out = append(out, e)
+				break
+			}
+		}
+	}
+	return out, total, nil
 }
 
 func compareFloat(a, b float64) int {
