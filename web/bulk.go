@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -99,11 +98,8 @@ func (s *bulkStatus) Summary() string {
 	return msg
 }
 
-type bulkRunner struct {
-	h *handler
-	// wg tracks the running actions (tests wait for them).
-	wg sync.WaitGroup
-}
+// bulkRunner starts and reports the bulk actions of a dashboard.
+type bulkRunner struct{ h *handler }
 
 func newBulkRunner(h *handler) *bulkRunner { return &bulkRunner{h: h} }
 
@@ -204,11 +200,7 @@ func (b *bulkRunner) start(ctx context.Context, k *setKind, action, q string) er
 		b.unlock(k, run)
 		return err
 	}
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		b.run(k, st, run)
-	}()
+	go b.run(k, st, run)
 	return nil
 }
 

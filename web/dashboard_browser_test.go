@@ -74,6 +74,9 @@ func TestEveryPageLoadsWithoutJavaScriptErrors(t *testing.T) {
 		for _, s := range p.want {
 			require.Contains(t, text, s, "page %s", p.path)
 		}
+		// Times show as relative + absolute with a zone, never raw.
+		require.NotRegexp(t, `\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d`, text, "page %s", p.path)
+		require.NotContains(t, text, " jobs\n1 ", "page %s", p.path)
 		tb.screenshot(t, p.name)
 	}
 	require.Empty(t, tb.errors(), "JavaScript errors")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -38,5 +39,16 @@ func TestCompactNum(t *testing.T) {
 	}
 	if got := plural(2, "match"); got != "2 matches" {
 		t.Errorf("plural match: %q", got)
+	}
+}
+
+func TestStampShowsSideJobTimesLikeEveryOther(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	got := string(stamp(now, "2026-11-26T11:56:59.123456789Z"))
+	if !strings.Contains(got, ">3 min ago</time>") || !strings.Contains(got, "2026-11-26 11:56:59 UTC") || strings.Contains(got, ".123") {
+		t.Errorf("stamp = %q", got)
+	}
+	if got := string(stamp(now, "not a time")); got != "not a time" {
+		t.Errorf("stamp of text = %q", got)
 	}
 }
