@@ -160,7 +160,7 @@ func (h *handler) checkOrigin(r *http.Request) string {
 	}
 	u, err := url.Parse(src)
 	if err != nil || u.Host == "" || !h.allowedHost(u.Host) {
-		return fmt.Sprintf("origin %q is not this dashboard's: changes are accepted only from its own pages", src)
+		return fmt.Sprintf("origin %q is not this dashboard's: changes are accepted only from its own pages (when a proxy serves it under that name, start gojob web with --allow-host NAME)", src)
 	}
 	return ""
 }
