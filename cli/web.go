@@ -38,7 +38,10 @@ SideJob job trees, sidekiq-cron jobs and, with --durable, the durable rows.
 It also serves the cluster-wide Prometheus gauges at /metrics.
 
 It listens on 127.0.0.1 unless --addr says otherwise; a non-loopback address
-needs --auth or --token. See docs/web.md.`,
+needs --auth or --token. Requests must name a loopback host, the --addr host
+or an --allow-host name (a DNS-rebinding page names its own); --base-path
+mounts it under a proxy's path prefix. Set-wide actions run in the
+background with their progress on the page. See docs/web.md.`,
 		Flags: append([]ucli.Flag{
 			newRedisFlag(),
 			newVersionFlag(),
