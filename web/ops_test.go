@@ -17,6 +17,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/cron"
 	"github.com/gojob/gojob/durable"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
@@ -259,7 +260,13 @@ func TestBasePathPrefixesEveryLinkFormAndRedirect(t *testing.T) {
 
 func TestCardsFitAnyCountAndWordsAgree(t *testing.T) {
 	t.Parallel()
-	b := opsSetup(t, &web.Config{})
+	cfg := &web.Config{}
+	b := opsSetup(t, cfg)
+	store := &cron.Store{Client: b.api.Client(), Layout: cron.Layout{}}
+	cj, err := cron.NewJob("nightly-report", "0 3 * * *", "ReportJob", "default")
+	require.NoError(t, err)
+	require.NoError(t, store.Save(context.Background(), cj))
+	withCron := opsSetupOn(t, b, &web.Config{Cron: store})
 	b.do(t, "SET", "stat:processed", 1234567890)
 	b.seedSet(t, "retry", 1, func(int) string { return "SomeJob" }, func(int) float64 { return 60 })
 	c := client(t)
@@ -271,6 +278,19 @@ func TestCardsFitAnyCountAndWordsAgree(t *testing.T) {
 	require.Regexp(t, `<time datetime="[0-9T:-]+Z" title="[0-9: -]+ UTC">in [0-9]+ s</time>`, page)
 	_, page = get(t, c, b.srv.URL+"/busy")
 	require.Contains(t, page, "0 processes")
+	_, page = get(t, c, withCron.URL+"/cron")
+	require.Contains(t, page, "1 periodic job ·")
+}
+
+// opsSetupOn serves another dashboard over b's Redis.
+func opsSetupOn(t *testing.T, b *opsBundle, cfg *web.Config) *httptest.Server {
+	t.Helper()
+	cfg.Pool, cfg.API = b.pool, b.api
+	h, err := web.New(cfg)
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
 }
 
 func TestRedisErrorsBecomeSentences(t *testing.T) {
