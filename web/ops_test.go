@@ -411,6 +411,7 @@ func TestSecondBulkIsRefusedAndProgressShowsEverywhere(t *testing.T) {
 	_, page := get(t, c, b.srv.URL+"/scheduled")
 	require.Contains(t, page, "Add all to queue: 50,000 of 200,000 jobs done")
 	require.Contains(t, page, `<progress max="200000" value="50000"`)
+	require.Regexp(t, `value="add_all"[^>]* disabled title="Add all to queue is running`, page)
 
 	resp := csrfPost(t, c, b.srv.URL+"/scheduled", b.srv.URL+"/scheduled", url.Values{"action": {"add_all"}})
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
