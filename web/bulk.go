@@ -142,7 +142,9 @@ func (b *bulkRunner) status(ctx context.Context, k *setKind) (*bulkStatus, error
 	return st, nil
 }
 
-// save writes st (and, once finished, lets it expire after bulkKeep).
+// save writes st: a finished action's result stays bulkKeep, a running
+// one's a day past its last report (so a process that died leaves its
+// "stopped after" for a while, not forever).
 func (b *bulkRunner) save(ctx context.Context, k *setKind, st *bulkStatus) error {
 	raw, err := json.Marshal(st)
 	if err != nil {
@@ -153,16 +155,12 @@ func (b *bulkRunner) save(ctx context.Context, k *setKind, st *bulkStatus) error
 		return err
 	}
 	defer conn.Close()
+	keep := bulkKeep
 	if st.State == "running" {
-		_, err = redis.DoContext(conn, ctx, "HSET", bulkKey(k), "status", raw)
-		if err == nil {
-			_, err = redis.DoContext(conn, ctx, "PERSIST", bulkKey(k))
-		}
-	} else {
-		_, err = redis.DoContext(conn, ctx, "HSET", bulkKey(k), "status", raw)
-		if err == nil {
-			_, err = redis.DoContext(conn, ctx, "EXPIRE", bulkKey(k), int(bulkKeep.Seconds()))
-		}
+		keep = 24 * time.Hour
+	}
+	if _, err = redis.DoContext(conn, ctx, "HSET", bulkKey(k), "status", raw); err == nil {
+		_, err = redis.DoContext(conn, ctx, "EXPIRE", bulkKey(k), int(keep.Seconds()))
 	}
 	return err
 }
