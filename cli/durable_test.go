@@ -152,3 +152,30 @@ func TestDisableDurablePollEnvTakesAnyValue(t *testing.T) {
 		require.False(t, polling, "DISABLE_DURABLE_JOBS_POLL=%q", v)
 	}
 }
+
+// A password given as a query parameter is masked like one in the
+// userinfo, in the text and JSON of status and poll and in their errors.
+func TestDurableStatusAndPollMaskQueryPasswords(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("DURABLE_JOB_SERVER_URLS", "")
+	const secret = "Sup3rSecretPW"
+	db := "postgres://app@127.0.0.1:1/app?sslmode=disable&password=" + secret
+	rs := redistest.Start(t)
+	var out, errb bytes.Buffer
+	for _, args := range [][]string{
+		{"durable", "status", "--db", db},
+		{"durable", "status", "--db", db, "--json"},
+		{"durable", "poll", "--db", db, "-r", rs.URL()},
+		{"durable", "poll", "--db", db, "-r", rs.URL(), "--json"},
+	} {
+		out.Reset()
+		errb.Reset()
+		err := durableApp(&out, &errb, nil).RunContext(context.Background(), append([]string{"gojob"}, args...))
+		printed := out.String() + errb.String()
+		if err != nil {
+			printed += err.Error()
+		}
+		require.NotContains(t, printed, secret, args)
+		require.Contains(t, printed, "password=xxxxx", args)
+	}
+}

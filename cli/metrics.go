@@ -20,6 +20,7 @@ import (
 func metricsWorkFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus /metrics, /healthz and /readyz on `HOST:PORT` (e.g. 127.0.0.1:9090)"},
+		&ucli.BoolFlag{Name: "cluster-metrics", Usage: "also export the cluster-wide queue and set gauges on --metrics-addr (on one worker only; gojob web serves them too)"},
 	}
 }
 
@@ -28,6 +29,9 @@ func metricsWorkFlags() []ucli.Flag {
 func startMetrics(c *ucli.Context, srv *sidekiq.Server, pool *redis.Pool, log zerolog.Logger) (func(), error) {
 	addr := c.String("metrics-addr")
 	if addr == "" {
+		if c.Bool("cluster-metrics") {
+			return nil, ucli.Exit("--cluster-metrics needs --metrics-addr HOST:PORT to serve them on", exitUsage)
+		}
 		return func() {}, nil
 	}
 	admin, err := api.New(&api.Config{Pool: pool, Client: srv.Client()})
@@ -38,7 +42,11 @@ func startMetrics(c *ucli.Context, srv *sidekiq.Server, pool *redis.Pool, log ze
 	if err != nil {
 		return nil, ucli.Exit(fmt.Sprintf("--metrics-addr %s: %v", addr, err), exitUsage)
 	}
-	hs := &http.Server{Handler: metrics.New(srv, admin, pool).Handler(), ReadHeaderTimeout: 10 * time.Second}
+	exp := metrics.New(srv, admin, pool)
+	if c.Bool("cluster-metrics") {
+		exp.ExportCluster()
+	}
+	hs := &http.Server{Handler: exp.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Str("component", "metrics").Msg("metrics server stopped")

@@ -37,11 +37,28 @@ func TestWorkServesMetricsAndHealth(t *testing.T) {
 	code, body := get("/metrics")
 	require.Equal(t, http.StatusOK, code)
 	require.True(t, strings.Contains(body, "\ngojob_slots 10\n"), body)
+	require.Contains(t, body, "\ngojob_build_info{")
+	// The cluster's gauges come from gojob web, or from the one worker
+	// asked with --cluster-metrics: not from every worker.
+	require.NotContains(t, body, "gojob_set_size")
+	require.NotContains(t, body, "gojob_cluster_processed_total")
+
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr = ln.Addr().String()
+	ln.Close()
+	startWorker(t, rs.URL(), "--metrics-addr", addr, "--cluster-metrics")
+	wait.For(t, "readyz", func() bool { code, _ := get("/readyz"); return code == http.StatusOK })
+	_, body = get("/metrics")
+	require.Contains(t, body, "\ngojob_set_size{set=\"retry\"} 0\n")
+	_, errOut, rc := runCLI(t, "work", "-r", rs.URL(), "--cluster-metrics")
+	require.Equal(t, 2, rc)
+	require.Contains(t, errOut, "--cluster-metrics needs --metrics-addr")
 
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer taken.Close()
-	_, errOut, rc := runCLI(t, "work", "-r", rs.URL(), "--metrics-addr", taken.Addr().String())
+	_, errOut, rc = runCLI(t, "work", "-r", rs.URL(), "--metrics-addr", taken.Addr().String())
 	require.Equal(t, 2, rc)
 	require.Contains(t, errOut, "--metrics-addr")
 }

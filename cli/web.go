@@ -7,6 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -35,7 +38,10 @@ SideJob job trees, sidekiq-cron jobs and, with --durable, the durable rows.
 It also serves the cluster-wide Prometheus gauges at /metrics.
 
 It listens on 127.0.0.1 unless --addr says otherwise; a non-loopback address
-needs --auth or --token. See docs/web.md.`,
+needs --auth or --token. Requests must name a loopback host, the --addr host
+or an --allow-host name (a DNS-rebinding page names its own); --base-path
+mounts it under a proxy's path prefix. Set-wide actions run in the
+background with their progress on the page. See docs/web.md.`,
 		Flags: append([]ucli.Flag{
 			newRedisFlag(),
 			newVersionFlag(),
@@ -43,6 +49,8 @@ needs --auth or --token. See docs/web.md.`,
 			&ucli.StringFlag{Name: "auth", Usage: "require HTTP basic authentication as `USER:PASSWORD`", EnvVars: []string{"GOJOB_WEB_AUTH"}},
 			&ucli.StringFlag{Name: "token", Usage: "require this `TOKEN` (Authorization: Bearer, or open the printed URL once)", EnvVars: []string{"GOJOB_WEB_TOKEN"}},
 			&ucli.BoolFlag{Name: "read-only", Usage: "show everything, change nothing (no buttons; POSTs refused)"},
+			&ucli.StringSliceFlag{Name: "allow-host", Usage: "also accept requests for host `NAME` (Host and Origin headers; loopback names and the --addr host are always accepted; * accepts any); repeat"},
+			&ucli.StringFlag{Name: "base-path", Usage: "serve under the path `PREFIX` (e.g. /sidekiq) when a proxy mounts the dashboard there"},
 			&ucli.StringSliceFlag{Name: "durable", Usage: "durable database `URL` (postgres://… or sqlite:PATH) whose rows to show; repeat"},
 			&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn, error"},
 		}, cronLayoutFlags()...),
@@ -51,6 +59,9 @@ needs --auth or --token. See docs/web.md.`,
 			addr := c.String("addr")
 			if err := checkWebAddr(addr, c.String("auth") != "" || c.String("token") != ""); err != nil {
 				return err
+			}
+			if bp := c.String("base-path"); bp != "" && (!strings.HasPrefix(bp, "/") || strings.ContainsAny(bp, "?# ")) {
+				return ucli.Exit(fmt.Sprintf("--base-path %q: the path must start with /, e.g. /sidekiq", bp), 2)
 			}
 			pool, err := openPool(c.Context, c.String("redis"), 8)
 			if err != nil {
@@ -62,7 +73,8 @@ needs --auth or --token. See docs/web.md.`,
 				return err
 			}
 			cfg := &web.Config{Pool: pool, ReadOnly: c.Bool("read-only"), BasicAuth: c.String("auth"),
-				Token: c.String("token"), Logger: log}
+				Token: c.String("token"), Logger: log, AllowHosts: webAllowHosts(addr, c.StringSlice("allow-host")),
+				BasePath: strings.TrimSuffix(c.String("base-path"), "/")}
 			if cfg.API, err = api.New(&api.Config{Pool: pool, Version: v}); err != nil {
 				return err
 			}
@@ -111,6 +123,31 @@ func checkWebAddr(addr string, guarded bool) error {
 	return ucli.Exit(fmt.Sprintf("--addr %s is reachable from other machines: add --auth USER:PASSWORD or --token TOKEN (the dashboard can delete jobs)", addr), 2)
 }
 
+// webAllowHosts is --allow-host plus the host of --addr. The unspecified
+// address (0.0.0.0, ::) names no host: it stands for this machine's
+// addresses and its hostname, which are added instead.
+func webAllowHosts(addr string, extra []string) []string {
+	out := slices.Clone(extra)
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return out
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return append(out, host)
+	}
+	if name, err := os.Hostname(); err == nil && name != "" {
+		out = append(out, name)
+	}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok {
+				out = append(out, ipn.IP.String())
+			}
+		}
+	}
+	return out
+}
+
 // serveWeb serves the dashboard on ln until the returned stop is called.
 func serveWeb(ln net.Listener, cfg *web.Config, log zerolog.Logger) (func(), error) {
 	h, err := web.New(cfg)
@@ -134,7 +171,7 @@ func serveWeb(ln net.Listener, cfg *web.Config, log zerolog.Logger) (func(), err
 // printWebURL prints where to open the dashboard (with the token once,
 // when there is one: opening it sets the cookie).
 func printWebURL(w io.Writer, addr string, cfg *web.Config) {
-	u := "http://" + addr + "/"
+	u := "http://" + addr + cfg.BasePath + "/"
 	if cfg.Token != "" {
 		u += "?token=" + cfg.Token
 	}

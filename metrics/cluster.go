@@ -2,10 +2,13 @@ package metrics
 
 import (
 	"context"
+	"runtime"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gojob/gojob/internal/buildinfo"
 	"github.com/gojob/gojob/sidekiq/api"
 )
 
@@ -26,8 +29,8 @@ type cluster struct {
 
 // NewCluster returns the collector of the cluster-wide figures every
 // process shares (queues, sets, Sidekiq's counters), read through admin at
-// scrape time. The Exporter of a worker registers one; `gojob web` serves
-// one alone in a registry of its own.
+// scrape time. `gojob web` serves one in a registry of its own; a worker's
+// Exporter adds one only with ExportCluster.
 func NewCluster(admin *api.API) prometheus.Collector { return &cluster{admin: admin} }
 
 // Describe implements prometheus.Collector.
@@ -65,4 +68,23 @@ func (c *cluster) collect(ctx context.Context, ch chan<- prometheus.Metric) erro
 		ch <- prometheus.MustNewConstMetric(descQueueLat, prometheus.GaugeValue, lat.Seconds(), q.Name)
 	}
 	return nil
+}
+
+// BuildInfo returns the collector of gojob_build_info{version, goversion,
+// revision} 1, the usual build-info gauge: join on it to label the other
+// series with the version that produced them.
+func BuildInfo() prometheus.Collector {
+	revision := "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				revision = s.Value
+			}
+		}
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "gojob_build_info",
+		Help:        "Always 1; its labels say which gojob build runs.",
+		ConstLabels: prometheus.Labels{"version": buildinfo.Version(), "goversion": runtime.Version(), "revision": revision}})
+	g.Set(1)
+	return g
 }

@@ -1,9 +1,12 @@
 // Package metrics serves a gojob process's Prometheus metrics and its
 // health endpoints: /metrics (this process's jobs by queue and class, its
-// slots and Redis state, and the cluster's queues and sets read through the
-// admin API at scrape time), /healthz (the process runs) and /readyz
-// (Redis answers and the process takes jobs). docs/metrics.md lists the
-// metrics.
+// slots and Redis state, its build, and, when asked with ExportCluster, the
+// cluster's queues and sets read through the admin API at scrape time),
+// /healthz (the process runs) and /readyz (Redis answers and the process
+// takes jobs). The cluster's figures are the same from every process, so
+// one exporter serves them: `gojob web` does, or the one worker started with
+// --cluster-metrics; otherwise each series would repeat per worker.
+// docs/metrics.md lists the metrics.
 package metrics
 
 import (
@@ -48,9 +51,17 @@ func New(srv *sidekiq.Server, admin *api.API, pool *redis.Pool) *Exporter {
 	e.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gojob_job_duration_seconds",
 		Help:    "Execution time of the jobs this process finished.",
 		Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}}, labels)
-	e.reg.MustRegister(e.processed, e.failed, e.overLimit, e.duration, processCollector{e}, NewCluster(admin),
+	e.reg.MustRegister(e.processed, e.failed, e.overLimit, e.duration, processCollector{e}, BuildInfo(),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv.Observe(observer{e})
+	return e
+}
+
+// ExportCluster adds the cluster-wide figures (NewCluster) to the
+// exporter's /metrics. Call it on one exporter of a cluster only (or on
+// none when `gojob web` is scraped), before serving. It returns e.
+func (e *Exporter) ExportCluster() *Exporter {
+	e.reg.MustRegister(NewCluster(e.admin))
 	return e
 }
 

@@ -6,10 +6,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -95,6 +97,10 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 	admin, err := api.New(&api.Config{Pool: pool})
 	require.NoError(t, err)
 	e := New(srv, admin, pool)
+	// A second exporter, as on another worker without --cluster-metrics.
+	plain := httptest.NewServer(New(srv2(t, pool), admin, pool).Handler())
+	defer plain.Close()
+	e.ExportCluster()
 	web := httptest.NewServer(e.Handler())
 	defer web.Close()
 	code, _ := status(t, web.URL+"/healthz")
@@ -161,6 +167,24 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 	require.Equal(t, 1.0, value(t, fams, "gojob_set_size", map[string]string{"set": "schedule"}), "the over-limit job")
 	require.Equal(t, 0.0, value(t, fams, "gojob_cluster_scrape_error", nil))
 	require.Contains(t, fams, "go_goroutines")
+	bi := fams["gojob_build_info"]
+	require.NotNil(t, bi)
+	require.Equal(t, 1.0, bi.Metric[0].GetGauge().GetValue())
+	labels := map[string]string{}
+	for _, l := range bi.Metric[0].Label {
+		labels[l.GetName()] = l.GetValue()
+	}
+	require.Equal(t, runtime.Version(), labels["goversion"])
+	require.NotEmpty(t, labels["version"])
+
+	// The other worker exports its own series and its build, not the
+	// cluster's (they would repeat per worker).
+	other := scrape(t, plain.URL)
+	require.Contains(t, other, "gojob_build_info")
+	require.Contains(t, other, "gojob_slots")
+	for _, name := range []string{"gojob_queue_size", "gojob_queue_latency_seconds", "gojob_set_size", "gojob_cluster_processed_total", "gojob_cluster_scrape_error"} {
+		require.NotContains(t, other, name)
+	}
 
 	code, _ = status(t, web.URL+"/healthz")
 	require.Equal(t, http.StatusOK, code)
@@ -177,4 +201,12 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 	code, body = status(t, web.URL+"/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "quiet")
+}
+
+// srv2 is a server that is never started (its exporter still serves).
+func srv2(t *testing.T, pool *redis.Pool) *sidekiq.Server {
+	t.Helper()
+	s, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: pool, Concurrency: 1, DisablePoller: true, Logger: zerolog.Nop()})
+	require.NoError(t, err)
+	return s
 }

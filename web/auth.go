@@ -7,7 +7,10 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 )
 
@@ -38,13 +41,13 @@ func (h *handler) authenticate(w http.ResponseWriter, r *http.Request) bool {
 			return true
 		}
 		if q := r.URL.Query().Get("token"); q != "" && equal(q, h.cfg.Token) && r.Method == http.MethodGet {
-			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: h.tokenCookieValue(), Path: "/",
+			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: h.tokenCookieValue(), Path: h.cookiePath(),
 				HttpOnly: true, SameSite: http.SameSiteStrictMode})
 			u := *r.URL
 			qs := u.Query()
 			qs.Del("token")
 			u.RawQuery = qs.Encode()
-			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+			http.Redirect(w, r, h.base+u.RequestURI(), http.StatusSeeOther)
 			return false
 		}
 	}
@@ -65,30 +68,101 @@ func (h *handler) tokenCookieValue() string {
 
 func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
 
-// csrfToken returns the request's CSRF token, the value of the gojob_csrf
-// cookie; a request without one gets a new random cookie.
+// csrfToken returns the request's CSRF token: the HMAC, under the
+// process's secret, of the random value in the gojob_csrf cookie (a
+// request without one gets a new cookie). The form carries the HMAC, so a
+// cookie the client made up does not come with a token it can compute.
 func (h *handler) csrfToken(w http.ResponseWriter, r *http.Request) string {
 	if c, err := r.Cookie(csrfCookie); err == nil && len(c.Value) >= 16 {
-		return c.Value
+		return h.csrfMAC(c.Value)
 	}
-	tok := rand.Text()
-	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: tok, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
-	return tok
+	v := rand.Text()
+	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: v, Path: h.cookiePath(), HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	return h.csrfMAC(v)
 }
 
-// validCSRF reports whether a POST carries the token of its cookie in its
-// "csrf" form field or X-CSRF-Token header (double-submit: a page of
-// another site can make the browser send the cookie, but cannot read it to
-// put it in the form).
-func validCSRF(r *http.Request, cookieTok string) bool {
-	if _, err := r.Cookie(csrfCookie); err != nil {
+func (h *handler) csrfMAC(v string) string {
+	m := hmac.New(sha256.New, h.secret)
+	m.Write([]byte("csrf:"))
+	m.Write([]byte(v))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// validCSRF reports whether a POST carries, in its "csrf" form field or
+// X-CSRF-Token header, the HMAC of its cookie's value. A page of another
+// site can make the browser send the cookie but cannot read it, and even a
+// client that sets the cookie itself cannot compute the HMAC without the
+// server's secret.
+func (h *handler) validCSRF(r *http.Request) bool {
+	c, err := r.Cookie(csrfCookie)
+	if err != nil || len(c.Value) < 16 {
 		return false
 	}
 	got := r.Header.Get("X-CSRF-Token")
 	if got == "" {
 		got = r.PostFormValue(csrfField)
 	}
-	return got != "" && equal(got, cookieTok)
+	return got != "" && equal(got, h.csrfMAC(c.Value))
+}
+
+// cookiePath scopes the dashboard's cookies to its base path.
+func (h *handler) cookiePath() string {
+	if h.base == "" {
+		return "/"
+	}
+	return h.base + "/"
+}
+
+// allowedHost reports whether a Host (or an Origin's host) names this
+// dashboard: a loopback name, the listen address, or Config.AllowHosts.
+// Checking it stops DNS rebinding: a page of evil.example whose name
+// resolves to 127.0.0.1 reaches the port, but its requests carry
+// Host: evil.example.
+func (h *handler) allowedHost(hostport string) bool {
+	host := hostport
+	if hst, _, err := net.SplitHostPort(hostport); err == nil {
+		host = hst
+	}
+	host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+	if host == "" {
+		return false
+	}
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return true
+	}
+	for _, a := range h.cfg.AllowHosts {
+		a = strings.ToLower(strings.TrimSuffix(strings.Trim(a, "[]"), "."))
+		if a == "*" || a == host {
+			return true
+		}
+	}
+	return false
+}
+
+// checkOrigin refuses a request whose Host is not the dashboard's, and a
+// POST whose Origin (or, without one, Referer) is another site's.
+func (h *handler) checkOrigin(r *http.Request) string {
+	if !h.allowedHost(r.Host) {
+		return fmt.Sprintf("host %q is not this dashboard's: open it by a loopback address or its listen address, or start gojob web with --allow-host NAME", r.Host)
+	}
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return ""
+	}
+	src := r.Header.Get("Origin")
+	if src == "" {
+		src = r.Header.Get("Referer")
+	}
+	if src == "" {
+		return ""
+	}
+	u, err := url.Parse(src)
+	if err != nil || u.Host == "" || !h.allowedHost(u.Host) {
+		return fmt.Sprintf("origin %q is not this dashboard's: changes are accepted only from its own pages (when a proxy serves it under that name, start gojob web with --allow-host NAME)", src)
+	}
+	return ""
 }
 
 type csrfKey struct{}

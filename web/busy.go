@@ -77,5 +77,5 @@ func (h *handler) busyAction(w http.ResponseWriter, r *http.Request) {
 		notFound(w, fmt.Sprintf("live process %q", identity))
 		return
 	}
-	redirectBack(w, r, backPath(r, "/busy"), fmt.Sprintf("asked %s to %s (processes react at their next heartbeat, within about 5 s)", plural(n, "process"), action))
+	h.redirectBack(w, r, backPath(r, "/busy"), fmt.Sprintf("asked %s to %s (processes react at their next heartbeat, within about 5 s)", plural(n, "process"), action))
 }

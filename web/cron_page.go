@@ -50,5 +50,5 @@ func (h *handler) cronAction(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	redirectBack(w, r, "/cron", msg)
+	h.redirectBack(w, r, "/cron", msg)
 }

@@ -54,7 +54,7 @@ func TestEveryPageLoadsWithoutJavaScriptErrors(t *testing.T) {
 		{"queue", "/queues/waiting", []string{"WaitingJob", "4 jobs"}},
 		{"retries", "/retries", []string{"GoFailJob", "ParkedRetryJob", "payment gateway said no"}},
 		{"retry", "/retries/" + url.PathEscape(setKey(retry)), []string{"GoFailJob", "RuntimeError: GoFailJob failed: the payment gateway said no", "Retry count"}},
-		{"retries-search", "/retries?q=" + retry.JID(), []string{"1 matching", retry.JID()}},
+		{"retries-search", "/retries?q=" + retry.JID(), []string{"1 job matching", retry.JID()}},
 		{"scheduled", "/scheduled", []string{"LaterJob", "tomorrow"}},
 		{"dead", "/dead", []string{"DeadJob", "out of retries"}},
 		{"dead-job", "/dead/" + url.PathEscape(setKey(dead)), []string{"app/jobs/dead_job.rb:12:in `perform'"}},
@@ -74,6 +74,9 @@ func TestEveryPageLoadsWithoutJavaScriptErrors(t *testing.T) {
 		for _, s := range p.want {
 			require.Contains(t, text, s, "page %s", p.path)
 		}
+		// Times show as relative + absolute with a zone, never raw.
+		require.NotRegexp(t, `\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d`, text, "page %s", p.path)
+		require.NotContains(t, text, " jobs\n1 ", "page %s", p.path)
 		tb.screenshot(t, p.name)
 	}
 	require.Empty(t, tb.errors(), "JavaScript errors")

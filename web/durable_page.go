@@ -43,7 +43,7 @@ func (h *handler) durablePage(w http.ResponseWriter, r *http.Request) {
 	d := &durableData{Status: st}
 	rows, err := h.cfg.Durable.Rows(ctx, 100)
 	if err != nil {
-		d.RowsErr = err.Error()
+		d.RowsErr = problem(err)
 	}
 	for _, row := range rows {
 		d.Rows = append(d.Rows, durableRow{Row: row, State: rowState(row, st.Now)})

@@ -49,7 +49,7 @@ func (h *handler) jobMetricsClass(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		// A Redis without BITFIELD (an embedded test server): the counters
 		// still show.
-		histErr = err.Error()
+		histErr = problem(err)
 		if m, err = h.api.JobMetrics(r.Context(), mins, ""); err != nil {
 			h.fail(w, r, err)
 			return

@@ -34,7 +34,7 @@ func (h *handler) orderedList(w http.ResponseWriter, r *http.Request) {
 		if row.QueueStatus, err = orderedstore.Status(ctx, h.cfg.Pool, q, now); err != nil {
 			// One queue that cannot be read (half created, a bad name)
 			// does not hide the others.
-			row.Err = err.Error()
+			row.Err = problem(err)
 		}
 		rows = append(rows, row)
 	}
@@ -104,5 +104,5 @@ func (h *handler) orderedAction(w http.ResponseWriter, r *http.Request) {
 		verb = "deleted"
 	}
 	msg := fmt.Sprintf("%s %s of %s from the morgue", verb, plural(n, "payload"), what)
-	redirectBack(w, r, backPath(r, "/ordered/"+url.PathEscape(q)), msg)
+	h.redirectBack(w, r, backPath(r, "/ordered/"+url.PathEscape(q)), msg)
 }

@@ -46,7 +46,7 @@ func (h *handler) queues(w http.ResponseWriter, r *http.Request) {
 		}
 		if row.Latency, err = q.Latency(ctx); err != nil {
 			// An unparsable oldest job: show the queue anyway.
-			row.Err = err.Error()
+			row.Err = problem(err)
 		}
 		rows = append(rows, row)
 	}
@@ -158,5 +158,5 @@ func (h *handler) queueAction(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `action must be "delete", "clear", "pause" or "unpause"`, http.StatusBadRequest)
 		return
 	}
-	redirectBack(w, r, back, msg)
+	h.redirectBack(w, r, back, msg)
 }

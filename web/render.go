@@ -39,8 +39,14 @@ func staticFS() fs.FS {
 // "content".
 type pageSet struct{ pages map[string]*template.Template }
 
-func parsePages() (*pageSet, error) {
-	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
+// parsePages parses the pages with the funcs, base returning the base path
+// (Config.BasePath) every link and form starts with.
+func parsePages(basePath string) (*pageSet, error) {
+	fm := template.FuncMap{"base": func() string { return basePath }}
+	for k, v := range funcs {
+		fm[k] = v
+	}
+	base, err := template.New("layout.html").Funcs(fm).ParseFS(templateFS, "templates/layout.html")
 	if err != nil {
 		return nil, err
 	}
@@ -105,8 +111,10 @@ func (h *handler) render(w http.ResponseWriter, r *http.Request, page, title, na
 
 var funcs = template.FuncMap{
 	"num":      num,
-	"ago":      ago,
-	"utc":      func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+	"cnum":     compactNum,
+	"ago":      when,
+	"utc":      utc,
+	"stamp":    stamp,
 	"dur":      humanDuration,
 	"kb":       humanKB,
 	"trunc":    truncate,
@@ -121,7 +129,7 @@ var funcs = template.FuncMap{
 	"ivalue":   func(v rubyjson.Value) string { return string(v.Encode()) },
 	"attr":     attrString,
 	"pathesc":  url.PathEscape,
-	"plural":   func(n int64, word string) string { return plural(int(n), word) },
+	"plural":   pluralAny,
 	"secs":     func(ms int64) string { return strconv.FormatFloat(float64(ms)/1000, 'f', 1, 64) + " s" },
 	// jobTime is a job's timestamp field, nil when absent (so "with" skips
 	// it).
@@ -155,6 +163,68 @@ func num(n int64) string {
 		return "-" + b.String()
 	}
 	return b.String()
+}
+
+// utc is the absolute form of a time on every page.
+func utc(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }
+
+// when shows a time the same way on every page: relative ("3 min ago",
+// "in 2 h") with the absolute UTC time, zone included, as its tooltip and
+// machine-readable datetime.
+func when(now, t time.Time) template.HTML {
+	if t.IsZero() {
+		return "—"
+	}
+	return template.HTML(`<time datetime="` + t.UTC().Format(time.RFC3339) + `" title="` + utc(t) + `">` +
+		template.HTMLEscapeString(ago(now, t)) + `</time>`)
+}
+
+// stamp shows a timestamp stored as text (SideJob's RFC 3339 with
+// nanoseconds) like when; text that is no timestamp is shown as it is.
+func stamp(now time.Time, s string) template.HTML {
+	if s == "" {
+		return "—"
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02 15:04:05.999999999 -0700", "2006-01-02 15:04:05 MST"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return when(now, t) + template.HTML(` <span class="muted small">`+utc(t)+`</span>`)
+		}
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil && f > 1e9 {
+		t := time.Unix(0, int64(f*1e9))
+		return when(now, t) + template.HTML(` <span class="muted small">`+utc(t)+`</span>`)
+	}
+	return template.HTML(template.HTMLEscapeString(s))
+}
+
+// compactNum fits any count on a card: up to 6 digits in full
+// ("999,999"), then "1.2M", "1.23B" (the exact number goes in the title
+// attribute beside it).
+func compactNum(n int64) string {
+	a := n
+	if a < 0 {
+		a = -a
+	}
+	if a < 1_000_000 {
+		return num(n)
+	}
+	units := []struct {
+		div  float64
+		unit string
+	}{{1e15, "P"}, {1e12, "T"}, {1e9, "B"}, {1e6, "M"}}
+	for _, u := range units {
+		if float64(a) >= u.div {
+			v := float64(n) / u.div
+			prec := 2
+			if math.Abs(v) >= 100 {
+				prec = 0
+			} else if math.Abs(v) >= 10 {
+				prec = 1
+			}
+			return strconv.FormatFloat(math.Trunc(v*math.Pow10(prec))/math.Pow10(prec), 'f', prec, 64) + u.unit
+		}
+	}
+	return num(n)
 }
 
 // ago is a short relative time: "12 s ago", "in 3 min".
@@ -262,4 +332,24 @@ func attrString(p *api.Process, key string) string {
 		return s
 	}
 	return string(v.Encode())
+}
+
+// pluralAny is the template's plural: any integer, with thousands
+// separators ("1 job", "1,234 periodic jobs").
+func pluralAny(n any, word string) string {
+	var v int64
+	switch x := n.(type) {
+	case int:
+		v = int64(x)
+	case int64:
+		v = x
+	case int32:
+		v = int64(x)
+	case uint64:
+		v = int64(x)
+	}
+	if v == 1 {
+		return "1 " + word
+	}
+	return num(v) + " " + pluralWord(word)
 }

@@ -1,13 +1,19 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/api"
 )
 
@@ -20,34 +26,17 @@ type setKind struct {
 	ascending bool
 	// actions are the per-entry buttons, in order.
 	actions []string
-	// bulk runs a set-wide action ("retry_all", "kill_all", "add_all").
-	bulk map[string]func(context.Context, *api.JobSet) (*api.BulkActionResult, error)
-}
-
-// retryAll pushes every entry now: "Retry all", and "Add all to queue" of
-// the schedule set.
-func retryAll(ctx context.Context, s *api.JobSet) (*api.BulkActionResult, error) {
-	return s.RetryAll(ctx)
-}
-
-// killAll moves every entry to the dead set ("Kill all").
-func killAll(ctx context.Context, s *api.JobSet) (*api.BulkActionResult, error) {
-	return s.KillAll(ctx, nil)
+	// bulk are the set-wide actions besides "delete_all", in button order.
+	bulk []string
 }
 
 var setKinds = []*setKind{
 	{Path: "retries", Title: "Retries", ascending: true, actions: []string{"retry", "kill", "delete"},
-		set: (*api.API).RetrySet,
-		bulk: map[string]func(context.Context, *api.JobSet) (*api.BulkActionResult, error){
-			"retry_all": retryAll,
-			"kill_all":  killAll,
-		}},
+		set: (*api.API).RetrySet, bulk: []string{"retry_all", "kill_all"}},
 	{Path: "scheduled", Title: "Scheduled", ascending: true, actions: []string{"add_to_queue", "delete"},
-		set:  (*api.API).ScheduledSet,
-		bulk: map[string]func(context.Context, *api.JobSet) (*api.BulkActionResult, error){"add_all": retryAll}},
+		set: (*api.API).ScheduledSet, bulk: []string{"add_all"}},
 	{Path: "dead", Title: "Dead", actions: []string{"retry", "delete"},
-		set:  (*api.API).DeadSet,
-		bulk: map[string]func(context.Context, *api.JobSet) (*api.BulkActionResult, error){"retry_all": retryAll}},
+		set: (*api.API).DeadSet, bulk: []string{"retry_all"}},
 }
 
 // actionLabels are the buttons' texts.
@@ -59,16 +48,17 @@ var actionLabels = map[string]string{
 type setListData struct {
 	Kind    *setKind
 	Entries []*api.SortedEntry
-	Size    int64
-	Pager   pager
-	Search  string
-	// Limited is set when a search found more than it shows.
-	Limited bool
+	// Size is the set's size, or with a search the number of matches.
+	Size   int64
+	Pager  pager
+	Search string
+	// Bulk are the set-wide buttons; with a search they act on the
+	// matches only and say so.
 	Actions [][2]string
 	Bulk    [][2]string
+	// Progress is the set's bulk action, running or finished (nil: none).
+	Progress *bulkStatus
 }
-
-const searchLimit = 200
 
 func (k *setKind) labels(names []string) [][2]string {
 	out := make([][2]string, len(names))
@@ -78,45 +68,59 @@ func (k *setKind) labels(names []string) [][2]string {
 	return out
 }
 
-func (k *setKind) bulkNames() []string {
-	names := make([]string, 0, len(k.bulk)+1)
-	for n := range k.bulk {
-		names = append(names, n)
+func (k *setKind) bulkNames() []string { return append(slices.Clone(k.bulk), "delete_all") }
+
+// bulkLabels are the set-wide buttons' texts; on a search they name the
+// matches ("Retry 1,234 matches").
+func (k *setKind) bulkLabels(search string, matches int64) [][2]string {
+	out := k.labels(k.bulkNames())
+	if search == "" {
+		return out
 	}
-	slices.Sort(names)
-	slices.Reverse(names) // retry_all before kill_all
-	return append(names, "delete_all")
+	for i, l := range out {
+		verb, _, _ := strings.Cut(l[1], " all")
+		rest := ""
+		if _, after, ok := strings.Cut(l[1], " all"); ok {
+			rest = after
+		}
+		what := plural(int(matches), "match")
+		if matches == 1 {
+			what = "the 1 match"
+		} else {
+			what = "all " + what
+		}
+		out[i][1] = verb + " " + what + rest
+	}
+	return out
 }
 
 func (h *handler) setList(k *setKind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		set := k.set(h.api)
-		d := &setListData{Kind: k, Search: strings.TrimSpace(r.URL.Query().Get("q")),
-			Actions: k.labels(k.actions), Bulk: k.labels(k.bulkNames())}
+		d := &setListData{Kind: k, Search: strings.TrimSpace(r.URL.Query().Get("q")), Actions: k.labels(k.actions)}
+		var err error
+		if d.Progress, err = h.bulk.status(ctx, k); err != nil {
+			h.cfg.Logger.Warn().Err(err).Str("component", "web").Msg("could not read the bulk action's progress")
+		}
 		if d.Search != "" {
-			// Ruby's filter: a raw-JSON substring match (ZSCAN MATCH), so a
-			// jid, a class or an argument all find their jobs.
-			errStop := errors.New("stop")
-			err := set.Scan(ctx, escapeGlob(d.Search), func(e *api.SortedEntry) error {
-				if len(d.Entries) == searchLimit {
-					d.Limited = true
-					return errStop
-				}
-				d.Entries = append(d.Entries, e)
-				return nil
-			})
-			if err != nil && !errors.Is(err, errStop) {
+			page, _ := strconv.Atoi(r.URL.Query().Get("page"))
+			page = max(page, 1)
+			entries, total, err := h.search(ctx, k, d.Search, (page-1)*pageSize, pageSize)
+			if err != nil {
 				h.fail(w, r, err)
 				return
 			}
-			slices.SortStableFunc(d.Entries, func(a, b *api.SortedEntry) int {
-				if k.ascending {
-					return compareFloat(a.Score, b.Score)
+			var off int
+			d.Pager, off = newPager(r, total)
+			if off != (page-1)*pageSize {
+				// Past the last page: show the last.
+				if entries, total, err = h.search(ctx, k, d.Search, off, pageSize); err != nil {
+					h.fail(w, r, err)
+					return
 				}
-				return compareFloat(b.Score, a.Score)
-			})
-			d.Size = int64(len(d.Entries))
+			}
+			d.Entries, d.Size = entries, total
 		} else {
 			size, err := set.Size(ctx)
 			if err != nil {
@@ -130,8 +134,116 @@ func (h *handler) setList(k *setKind) http.HandlerFunc {
 				return
 			}
 		}
+		d.Bulk = k.bulkLabels(d.Search, d.Size)
 		h.render(w, r, "set", k.Title, k.Path, d)
 	}
+}
+
+// searchBatch is the COUNT of each ZSCAN of a search: fewer round trips
+// than the admin API's Scan (100) on a large set.
+const searchBatch = 1000
+
+// rawMember is a sorted-set member as ZSCAN returns it.
+type rawMember struct {
+	score float64
+	value []byte
+}
+
+// search finds the entries whose raw JSON contains q (Ruby's filter: a
+// ZSCAN MATCH substring, so a jid, a class or an argument all find their
+// jobs), and returns the limit of them after the first offset in the
+// page's order (next due first; Dead: newest first), with the number of
+// all matches. Redis filters (ZSCAN MATCH, in batches); this process keeps
+// only the offset+limit first matches seen so far, unparsed, and a 64-bit
+// hash per match to count each once (ZSCAN may return a member twice while
+// the set grows), never the whole set. Only the page's entries are parsed.
+func (h *handler) search(ctx context.Context, k *setKind, q string, offset, limit int) ([]*api.SortedEntry, int64, error) {
+	keep := offset + limit
+	less := func(a, b rawMember) int {
+		c := compareFloat(a.score, b.score)
+		if c == 0 {
+			c = bytes.Compare(a.value, b.value)
+		}
+		if !k.ascending {
+			c = -c
+		}
+		return c
+	}
+	var best []rawMember
+	seen := map[uint64]struct{}{}
+	prune := func() {
+		slices.SortFunc(best, less)
+		if len(best) > keep {
+			clear(best[keep:])
+			best = best[:keep]
+		}
+	}
+	set := k.set(h.api)
+	match := "*" + escapeGlob(q) + "*"
+	hs := fnv.New64a()
+	for cursor := "0"; ; {
+		conn, err := h.cfg.Pool.GetContext(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		vals, err := redis.Values(redis.DoContext(conn, ctx, "ZSCAN", set.Name(), cursor, "MATCH", match, "COUNT", searchBatch))
+		conn.Close()
+		if err == nil && len(vals) != 2 {
+			err = fmt.Errorf("unexpected ZSCAN reply of %d elements", len(vals))
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("web: search %s: %w", set.Name(), err)
+		}
+		if cursor, err = redis.String(vals[0], nil); err != nil {
+			return nil, 0, fmt.Errorf("web: search %s: %w", set.Name(), err)
+		}
+		pairs, err := redis.ByteSlices(vals[1], nil)
+		if err != nil || len(pairs)%2 != 0 {
+			return nil, 0, fmt.Errorf("web: search %s: bad ZSCAN reply: %v", set.Name(), err)
+		}
+		for i := 0; i < len(pairs); i += 2 {
+			score, err := contract.ParseScore(string(pairs[i+1]))
+			if err != nil {
+				return nil, 0, fmt.Errorf("web: search %s: bad score %q: %w", set.Name(), pairs[i+1], err)
+			}
+			hs.Reset()
+			hs.Write(pairs[i+1])
+			hs.Write(pairs[i])
+			id := hs.Sum64()
+			if _, dup := seen[id]; dup {
+				continue
+			}
+			seen[id] = struct{}{}
+			best = append(best, rawMember{score: score, value: pairs[i]})
+		}
+		if len(best) >= 2*keep+searchBatch {
+			prune()
+		}
+		if cursor == "0" {
+			break
+		}
+	}
+	prune()
+	total := int64(len(seen))
+	if offset >= len(best) {
+		return nil, total, nil
+	}
+	// Load the page's entries (ZRANGEBYSCORE of each score): a member
+	// processed meanwhile is left out.
+	var out []*api.SortedEntry
+	for _, m := range best[offset:] {
+		entries, err := set.Fetch(ctx, m.score, "")
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, e := range entries {
+			if bytes.Equal(e.Value, m.value) {
+				out = append(out, e)
+				break
+			}
+		}
+	}
+	return out, total, nil
 }
 
 func compareFloat(a, b float64) int {
@@ -232,47 +344,58 @@ func (h *handler) setEntryAction(k *setKind) http.HandlerFunc {
 			return
 		}
 		if e == nil {
-			redirectBack(w, r, "/"+k.Path, "the job was no longer there (processed, moved or deleted meanwhile)")
+			h.redirectBack(w, r, "/"+k.Path, "the job was no longer there (processed, moved or deleted meanwhile)")
 			return
 		}
 		if err := h.apply(ctx, k, e, action); err != nil && !errors.Is(err, api.ErrJobNotFound) {
 			h.fail(w, r, err)
 			return
 		}
-		redirectBack(w, r, "/"+k.Path, fmt.Sprintf("%s: %s %s", actionLabels[action], e.Class(), e.JID()))
+		h.redirectBack(w, r, "/"+k.Path, fmt.Sprintf("%s: %s %s", actionLabels[action], e.Class(), e.JID()))
 	}
 }
 
-// setBulk runs an action on the checked entries (key=… repeated) or on the
-// whole set (the "… all" buttons).
+// setBulk runs an action on the checked entries (key=… repeated), or
+// starts a bulk action (the "… all" buttons) in the background, on the
+// whole set or, with q, on the search's matches only.
 func (h *handler) setBulk(k *setKind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		if err := r.ParseForm(); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
+			http.Error(w, "the form could not be read: "+err.Error(), http.StatusBadRequest)
 			return
 		}
 		action := r.PostFormValue("action")
 		back := backPath(r, "/"+k.Path)
-		if action == "delete_all" {
-			if err := k.set(h.api).Clear(ctx); err != nil {
+		q := strings.TrimSpace(r.PostFormValue("q"))
+		if slices.Contains(k.bulkNames(), action) {
+			if action == "delete_all" && q == "" {
+				// The whole set goes at once (UNLINK): nothing to wait for.
+				if st, _ := h.bulk.status(ctx, k); st != nil && st.Running() {
+					h.redirectBack(w, r, back, (&errBulkRunning{st: st}).Error())
+					return
+				}
+				if err := k.set(h.api).Clear(ctx); err != nil {
+					h.fail(w, r, err)
+					return
+				}
+				h.redirectBack(w, r, "/"+k.Path, "deleted every job in "+k.Title)
+				return
+			}
+			if err := h.bulk.start(ctx, k, action, q); err != nil {
+				var busy *errBulkRunning
+				if errors.As(err, &busy) {
+					h.redirectBack(w, r, back, busy.Error())
+					return
+				}
 				h.fail(w, r, err)
 				return
 			}
-			redirectBack(w, r, "/"+k.Path, "deleted every job in "+k.Title)
-			return
-		}
-		if f, ok := k.bulk[action]; ok {
-			res, err := f(ctx, k.set(h.api))
-			if err != nil {
-				h.fail(w, r, err)
-				return
+			msg := actionLabels[action] + " started in the background; its progress shows below"
+			if q != "" {
+				msg = fmt.Sprintf("%s (jobs matching “%s”) started in the background; its progress shows below", actionLabels[action], q)
 			}
-			msg := fmt.Sprintf("%s: %s", actionLabels[action], plural(res.Moved, "job"))
-			if res.Remaining > 0 {
-				msg += fmt.Sprintf(" (%d left: unparsable or new)", res.Remaining)
-			}
-			redirectBack(w, r, "/"+k.Path, msg)
+			h.redirectBack(w, r, back, msg)
 			return
 		}
 		if !slices.Contains(k.actions, action) {
@@ -281,7 +404,7 @@ func (h *handler) setBulk(k *setKind) http.HandlerFunc {
 		}
 		keys := r.PostForm["key"]
 		if len(keys) == 0 {
-			redirectBack(w, r, back, "no job selected: tick the boxes of the jobs first")
+			h.redirectBack(w, r, back, "no job selected: tick the boxes of the jobs first")
 			return
 		}
 		done, gone := 0, 0
@@ -307,8 +430,8 @@ func (h *handler) setBulk(k *setKind) http.HandlerFunc {
 		}
 		msg := fmt.Sprintf("%s: %s", actionLabels[action], plural(done, "job"))
 		if gone > 0 {
-			msg += fmt.Sprintf(" (%d no longer there)", gone)
+			msg += fmt.Sprintf(" (%s no longer there)", num(int64(gone)))
 		}
-		redirectBack(w, r, back, msg)
+		h.redirectBack(w, r, back, msg)
 	}
 }

@@ -5,7 +5,10 @@
 // SideJob job trees, ordered queues (package ordered), sidekiq-cron jobs
 // and, when given a durable database, its rows. It also serves the cluster-wide Prometheus gauges at /metrics.
 //
-// Every mutation is a POST carrying a CSRF token (a double-submit cookie);
+// Every request must name the dashboard in its Host header (a loopback
+// name, or one of Config.AllowHosts), which stops DNS-rebinding pages.
+// Every mutation is a POST from the dashboard's own origin carrying a CSRF
+// token: the HMAC, under a secret of the process, of a random cookie.
 // Config.ReadOnly hides and refuses them. Config.BasicAuth and Config.Token
 // guard every page. docs/web.md describes the pages.
 package web
@@ -53,6 +56,15 @@ type Config struct {
 	// gojob_token cookie, or once as ?token=<token> (which sets the
 	// cookie). With BasicAuth too, either one is enough.
 	Token string
+	// AllowHosts are the host names (or IP addresses) besides the loopback
+	// ones that requests may name in their Host and Origin headers: the
+	// listen address and the names a proxy forwards. "*" allows any host
+	// (only behind a proxy that checks it). Other hosts get 403.
+	AllowHosts []string
+	// BasePath is the path prefix the dashboard is mounted under behind a
+	// proxy ("/sidekiq"): every link, form, asset and redirect starts with
+	// it. Requests may come with or without it. Empty: the root.
+	BasePath string
 	// Clock is the time source. Default the system clock.
 	Clock clock.Clock
 	// Logger logs failed requests. Default zerolog.Nop().
@@ -62,6 +74,10 @@ type Config struct {
 func (c *Config) validate() error {
 	if c.Pool == nil {
 		return errors.New("web: Config.Pool is required")
+	}
+	if c.BasePath != "" && (!strings.HasPrefix(c.BasePath, "/") || strings.HasSuffix(c.BasePath, "/") ||
+		strings.ContainsAny(c.BasePath, "?#\"\\ ")) {
+		return fmt.Errorf("web: Config.BasePath %q must start with / and not end with one, e.g. /sidekiq", c.BasePath)
 	}
 	if c.BasicAuth != "" {
 		if u, p, ok := strings.Cut(c.BasicAuth, ":"); !ok || u == "" || p == "" {
@@ -79,8 +95,12 @@ type handler struct {
 	clock clock.Clock
 	mux   *http.ServeMux
 	pages *pageSet
-	// secret keys the token cookie (so the cookie is not the token).
+	// secret keys the token cookie (so the cookie is not the token) and
+	// the CSRF tokens.
 	secret []byte
+	// base is Config.BasePath.
+	base string
+	bulk *bulkRunner
 }
 
 // New returns the dashboard's HTTP handler. It is safe for concurrent use.
@@ -91,7 +111,7 @@ func New(cfg *Config) (http.Handler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	h := &handler{cfg: *cfg, api: cfg.API, sj: cfg.SideJob, clock: clock.Or(cfg.Clock)}
+	h := &handler{cfg: *cfg, api: cfg.API, sj: cfg.SideJob, clock: clock.Or(cfg.Clock), base: cfg.BasePath}
 	if h.api == nil {
 		a, err := api.New(&api.Config{Pool: cfg.Pool, Clock: cfg.Clock})
 		if err != nil {
@@ -110,11 +130,12 @@ func New(cfg *Config) (http.Handler, error) {
 	if _, err := rand.Read(h.secret); err != nil {
 		return nil, err
 	}
-	pages, err := parsePages()
+	pages, err := parsePages(cfg.BasePath)
 	if err != nil {
 		return nil, err
 	}
 	h.pages = pages
+	h.bulk = newBulkRunner(h)
 	h.routes()
 	return h, nil
 }
@@ -123,7 +144,7 @@ func (h *handler) routes() {
 	m := http.NewServeMux()
 	m.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(staticFS())))
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics.NewCluster(h.api))
+	reg.MustRegister(metrics.NewCluster(h.api), metrics.BuildInfo())
 	m.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	m.HandleFunc("GET /{$}", h.dashboard)
 	m.HandleFunc("GET /stats.json", h.statsJSON)
@@ -135,6 +156,7 @@ func (h *handler) routes() {
 	for _, s := range setKinds {
 		m.HandleFunc("GET /"+s.Path, h.setList(s))
 		m.HandleFunc("POST /"+s.Path, h.setBulk(s))
+		m.HandleFunc("GET /"+s.Path+"/bulk.json", h.bulkJSON(s))
 		m.HandleFunc("GET /"+s.Path+"/{key}", h.setEntry(s))
 		m.HandleFunc("POST /"+s.Path+"/{key}", h.setEntryAction(s))
 	}
@@ -151,9 +173,28 @@ func (h *handler) routes() {
 	h.mux = m
 }
 
-// ServeHTTP authenticates, checks POSTs (read-only mode, CSRF token), sets
-// the security headers and serves the page.
+// ServeHTTP checks the Host (and a POST's Origin), strips the base path,
+// authenticates, checks POSTs (read-only mode, CSRF token), sets the
+// security headers and serves the page.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if msg := h.checkOrigin(r); msg != "" {
+		http.Error(w, msg, http.StatusForbidden)
+		return
+	}
+	if h.base != "" {
+		if r.URL.Path == h.base {
+			http.Redirect(w, r, h.base+"/", http.StatusMovedPermanently)
+			return
+		}
+		if rest, ok := strings.CutPrefix(r.URL.Path, h.base+"/"); ok {
+			r2 := new(http.Request)
+			*r2 = *r
+			u := *r.URL
+			u.Path, u.RawPath = "/"+rest, ""
+			r2.URL = &u
+			r = r2
+		}
+	}
 	if !h.authenticate(w, r) {
 		return
 	}
@@ -168,7 +209,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "read-only dashboard: changes are disabled (started with --read-only)", http.StatusForbidden)
 			return
 		}
-		if !validCSRF(r, tok) {
+		if !h.validCSRF(r) {
 			http.Error(w, "missing or wrong CSRF token: reload the page and try again", http.StatusForbidden)
 			return
 		}
@@ -179,10 +220,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r.WithContext(withCSRF(r.Context(), tok)))
 }
 
-// fail logs err and shows it.
+// fail logs err and shows a sentence about it: never the raw Redis or
+// database error, which is in the log (redisProblem).
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	h.cfg.Logger.Error().Err(err).Str("component", "web").Str("path", r.URL.Path).Msg("request failed")
-	http.Error(w, err.Error(), http.StatusInternalServerError)
+	http.Error(w, problem(err), http.StatusInternalServerError)
 }
 
 // notFound shows a 404 page with what was not found.
@@ -190,10 +232,10 @@ func notFound(w http.ResponseWriter, what string) {
 	http.Error(w, what+" not found (it may have been processed, moved or deleted meanwhile)", http.StatusNotFound)
 }
 
-// redirectBack sends the browser to path with a flash message (POST,
-// redirect, GET).
-func redirectBack(w http.ResponseWriter, r *http.Request, path, msg string) {
-	u := path
+// redirectBack sends the browser to path (a dashboard path without the
+// base path) with a flash message (POST, redirect, GET).
+func (h *handler) redirectBack(w http.ResponseWriter, r *http.Request, path, msg string) {
+	u := h.base + path
 	if msg != "" {
 		sep := "?"
 		if strings.Contains(path, "?") {
@@ -204,8 +246,8 @@ func redirectBack(w http.ResponseWriter, r *http.Request, path, msg string) {
 	http.Redirect(w, r, u, http.StatusSeeOther)
 }
 
-// backPath is where a form came from: its "back" field when it is a local
-// path, else def.
+// backPath is where a form came from: its "back" field (a dashboard path
+// without the base path) when it is a local path, else def.
 func backPath(r *http.Request, def string) string {
 	b := r.PostFormValue("back")
 	if strings.HasPrefix(b, "/") && !strings.HasPrefix(b, "//") && !strings.Contains(b, "\\") {
@@ -220,13 +262,18 @@ func backPath(r *http.Request, def string) string {
 	return def
 }
 
-// plural returns "1 job" / "3 jobs".
+// plural returns "1 job" / "3 jobs" / "1,234 processes".
 func plural(n int, word string) string {
 	if n == 1 {
 		return "1 " + word
 	}
-	if strings.HasSuffix(word, "s") {
-		return fmt.Sprintf("%d %ses", n, word)
+	return num(int64(n)) + " " + pluralWord(word)
+}
+
+// pluralWord is the plural of an English noun phrase's last word.
+func pluralWord(word string) string {
+	if strings.HasSuffix(word, "s") || strings.HasSuffix(word, "x") || strings.HasSuffix(word, "ch") {
+		return word + "es"
 	}
-	return fmt.Sprintf("%d %ss", n, word)
+	return word + "s"
 }

@@ -1,0 +1,374 @@
+package web
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/http"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/sidekiq/api"
+)
+
+// A bulk action ("Retry all", "Kill all", "Add all to queue", "Delete
+// all", each on a whole set or on a search's matches) runs in the
+// background, in chunks, so no request waits for a million jobs. Its
+// progress lives in Redis, in the hash gojob-web-bulk:<set>, so a reload,
+// or another dashboard process on the same Redis, shows it; the key
+// gojob-web-bulk-lock:<set> (a lease renewed while it runs) refuses a
+// second bulk action on the same set meanwhile. A finished action's result
+// stays for an hour.
+const (
+	bulkKeyPrefix  = "gojob-web-bulk:"
+	bulkLockPrefix = "gojob-web-bulk-lock:"
+	bulkLease      = 30 * time.Second
+	bulkKeep       = time.Hour
+	// bulkChunk is how many entries one read takes.
+	bulkChunk = 500
+	// bulkReport is how often the progress is written.
+	bulkReport = 250 * time.Millisecond
+)
+
+// bulkStatus is the stored progress of a set's bulk action.
+type bulkStatus struct {
+	Action string `json:"action"`
+	Label  string `json:"label"`
+	Query  string `json:"query,omitempty"`
+	// State is running, done, failed or interrupted (running, but the lease
+	// ran out: the process running it stopped).
+	State string `json:"state"`
+	Total int64  `json:"total"`
+	Done  int64  `json:"done"`
+	Moved int64  `json:"moved"`
+	// Gone counts entries that disappeared meanwhile (processed, moved or
+	// deleted elsewhere); Left the ones left in place (unparsable).
+	Gone     int64     `json:"gone"`
+	Left     int64     `json:"left"`
+	Error    string    `json:"error,omitempty"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished,omitzero"`
+}
+
+// Running reports whether the action still runs.
+func (s *bulkStatus) Running() bool { return s.State == "running" }
+
+// Percent is the share done, 0-100.
+func (s *bulkStatus) Percent() int64 {
+	if s.Total <= 0 {
+		if s.State == "running" {
+			return 0
+		}
+		return 100
+	}
+	return min(100, 100*s.Done/s.Total)
+}
+
+// Max is the progress bar's maximum: the total, or what was done when more
+// arrived meanwhile.
+func (s *bulkStatus) Max() int64 { return max(s.Total, s.Done, 1) }
+
+// Summary is the result in a sentence.
+func (s *bulkStatus) Summary() string {
+	scope := ""
+	if s.Query != "" {
+		scope = fmt.Sprintf(" (jobs matching “%s”)", s.Query)
+	}
+	switch s.State {
+	case "running":
+		return fmt.Sprintf("%s%s: %s of %s done", s.Label, scope, num(s.Done), plural(int(s.Total), "job"))
+	case "interrupted":
+		return fmt.Sprintf("%s%s stopped after %s of %s: the dashboard process running it ended; press the button again for the rest",
+			s.Label, scope, num(s.Done), plural(int(s.Total), "job"))
+	}
+	msg := fmt.Sprintf("%s%s finished: %s", s.Label, scope, plural(int(s.Moved), "job"))
+	if s.Gone > 0 {
+		msg += fmt.Sprintf(", %s no longer there", num(s.Gone))
+	}
+	if s.Left > 0 {
+		msg += fmt.Sprintf(", %s left in place (unparsable)", num(s.Left))
+	}
+	if s.Error != "" {
+		msg = fmt.Sprintf("%s%s failed after %s: %s", s.Label, scope, plural(int(s.Moved), "job"), s.Error)
+	}
+	return msg
+}
+
+// bulkRunner starts and reports the bulk actions of a dashboard.
+type bulkRunner struct{ h *handler }
+
+func newBulkRunner(h *handler) *bulkRunner { return &bulkRunner{h: h} }
+
+func bulkKey(k *setKind) string  { return bulkKeyPrefix + k.set(nil).Name() }
+func bulkLock(k *setKind) string { return bulkLockPrefix + k.set(nil).Name() }
+
+// releaseLock deletes the lease only when it is still this run's.
+var releaseLock = redis.NewScript(1, `if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
+
+// renewLock extends the lease only when it is still this run's.
+var renewLock = redis.NewScript(1, `if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("PEXPIRE", KEYS[1], ARGV[2]) end return 0`)
+
+// status reads a set's bulk action, nil when there is none.
+func (b *bulkRunner) status(ctx context.Context, k *setKind) (*bulkStatus, error) {
+	conn, err := b.h.cfg.Pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	raw, err := redis.Bytes(redis.DoContext(conn, ctx, "HGET", bulkKey(k), "status"))
+	if errors.Is(err, redis.ErrNil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	st := &bulkStatus{}
+	if err := json.Unmarshal(raw, st); err != nil {
+		return nil, nil // not ours to show
+	}
+	if st.State == "running" {
+		n, err := redis.Int(redis.DoContext(conn, ctx, "EXISTS", bulkLock(k)))
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			st.State = "interrupted"
+		}
+	}
+	return st, nil
+}
+
+// save writes st: a finished action's result stays bulkKeep, a running
+// one's a day past its last report (so a process that died leaves its
+// "stopped after" for a while, not forever).
+func (b *bulkRunner) save(ctx context.Context, k *setKind, st *bulkStatus) error {
+	raw, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	conn, err := b.h.cfg.Pool.GetContext(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	keep := bulkKeep
+	if st.State == "running" {
+		keep = 24 * time.Hour
+	}
+	if _, err = redis.DoContext(conn, ctx, "HSET", bulkKey(k), "status", raw); err == nil {
+		_, err = redis.DoContext(conn, ctx, "EXPIRE", bulkKey(k), int(keep.Seconds()))
+	}
+	return err
+}
+
+// errBulkRunning refuses a second bulk action on a set.
+type errBulkRunning struct{ st *bulkStatus }
+
+func (e *errBulkRunning) Error() string {
+	if e.st == nil {
+		return "another bulk action is running on this set: wait for it to finish (its progress shows on the page)"
+	}
+	return fmt.Sprintf("refused: %s is still running (%s of %s done, started %s ago); wait for it to finish",
+		e.st.Label, num(e.st.Done), plural(int(e.st.Total), "job"), humanDuration(time.Since(e.st.Started)))
+}
+
+// start takes the set's lease and runs action in the background. q is the
+// search ("" for the whole set).
+func (b *bulkRunner) start(ctx context.Context, k *setKind, action, q string) error {
+	run := rand.Text()
+	conn, err := b.h.cfg.Pool.GetContext(ctx)
+	if err != nil {
+		return err
+	}
+	ok, err := redis.String(redis.DoContext(conn, ctx, "SET", bulkLock(k), run, "NX", "PX", bulkLease.Milliseconds()))
+	conn.Close()
+	if errors.Is(err, redis.ErrNil) || (err == nil && ok != "OK") {
+		st, _ := b.status(ctx, k)
+		return &errBulkRunning{st: st}
+	}
+	if err != nil {
+		return err
+	}
+	st := &bulkStatus{Action: action, Label: actionLabels[action], Query: q, State: "running", Started: b.h.clock.Now().UTC()}
+	if err := b.save(ctx, k, st); err != nil {
+		b.unlock(k, run)
+		return err
+	}
+	go b.run(k, st, run)
+	return nil
+}
+
+func (b *bulkRunner) unlock(k *setKind, run string) {
+	conn := b.h.cfg.Pool.Get()
+	defer conn.Close()
+	releaseLock.Do(conn, bulkLock(k), run)
+}
+
+// run does the work, writing the progress as it goes; the lease is
+// renewed with each report, so a process that dies leaves an interrupted
+// action, not a lock.
+func (b *bulkRunner) run(k *setKind, st *bulkStatus, run string) {
+	ctx := context.Background()
+	log := b.h.cfg.Logger
+	defer b.unlock(k, run)
+	last := time.Now()
+	report := func(force bool) error {
+		if !force && time.Since(last) < bulkReport {
+			return nil
+		}
+		last = time.Now()
+		conn := b.h.cfg.Pool.Get()
+		n, err := redis.Int(renewLock.Do(conn, bulkLock(k), run, bulkLease.Milliseconds()))
+		conn.Close()
+		if err == nil && n == 0 {
+			return errors.New("the lease on the set was lost (another process took it over)")
+		}
+		return b.save(ctx, k, st)
+	}
+	err := b.work(ctx, k, st, report)
+	st.Finished = b.h.clock.Now().UTC()
+	st.State = "done"
+	if err != nil {
+		st.State = "failed"
+		st.Error = problem(err)
+		log.Error().Err(err).Str("component", "web").Str("action", st.Action).Str("set", k.Path).Msg("bulk action failed")
+	}
+	if err := b.save(ctx, k, st); err != nil {
+		log.Error().Err(err).Str("component", "web").Str("set", k.Path).Msg("could not store a bulk action's result")
+	}
+}
+
+// work applies the action to the set's entries present when it started:
+// the whole set, in the page's order, a chunk at a time, or the search's
+// matches, each once.
+func (b *bulkRunner) work(ctx context.Context, k *setKind, st *bulkStatus, report func(bool) error) error {
+	set := k.set(b.h.api)
+	apply := func(e *api.SortedEntry) error {
+		err := b.h.applyBulk(ctx, k, e, st.Action)
+		switch {
+		case err == nil:
+			st.Moved++
+		case errors.Is(err, api.ErrJobNotFound):
+			st.Gone++
+		case errors.Is(err, api.ErrUnparsableJob):
+			st.Left++
+		default:
+			return err
+		}
+		st.Done++
+		return report(false)
+	}
+	if st.Query == "" {
+		n, err := set.Size(ctx)
+		if err != nil {
+			return err
+		}
+		st.Total = n
+		if err := report(true); err != nil {
+			return err
+		}
+		// Entries left in place (unparsable) stay at the front: skip them.
+		for st.Done < st.Total {
+			entries, _, err := set.Page(ctx, int(st.Left), bulkChunk)
+			if err != nil {
+				return err
+			}
+			if len(entries) == 0 {
+				return nil
+			}
+			for _, e := range entries {
+				if st.Done >= st.Total {
+					break
+				}
+				if err := apply(e); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	// A search: count the matches first (for the progress bar), then act
+	// on each, once (a retried job that fails again comes back matching).
+	pattern := escapeGlob(st.Query)
+	if err := set.Scan(ctx, pattern, func(*api.SortedEntry) error { st.Total++; return nil }); err != nil {
+		return err
+	}
+	if err := report(true); err != nil {
+		return err
+	}
+	seen := make(map[uint64]struct{}, st.Total)
+	errStop := errors.New("stop")
+	err := set.Scan(ctx, pattern, func(e *api.SortedEntry) error {
+		h := fnv.New64a()
+		h.Write(e.Value)
+		id := h.Sum64()
+		if e.JID() != "" {
+			h.Reset()
+			h.Write([]byte(e.JID()))
+			id = h.Sum64()
+		}
+		if _, dup := seen[id]; dup {
+			return nil
+		}
+		seen[id] = struct{}{}
+		if err := apply(e); err != nil {
+			return err
+		}
+		if st.Done >= st.Total {
+			return errStop
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return err
+	}
+	return nil
+}
+
+// applyBulk runs a bulk action on one entry.
+func (h *handler) applyBulk(ctx context.Context, k *setKind, e *api.SortedEntry, action string) error {
+	switch action {
+	case "retry_all", "add_all":
+		if e.Job == nil {
+			return api.ErrUnparsableJob
+		}
+		_, err := e.Retry(ctx)
+		return err
+	case "kill_all":
+		return e.Kill(ctx, nil)
+	case "delete_all":
+		ok, err := e.Delete(ctx)
+		if err == nil && !ok {
+			return api.ErrJobNotFound
+		}
+		return err
+	}
+	return fmt.Errorf("unknown bulk action %q for %s", action, k.Title)
+}
+
+// bulkJSON is what the page's script polls for the progress bar.
+func (h *handler) bulkJSON(k *setKind) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		st, err := h.bulk.status(r.Context(), k)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if st == nil {
+			w.Write([]byte("null\n"))
+			return
+		}
+		json.NewEncoder(w).Encode(struct {
+			*bulkStatus
+			Percent int64  `json:"percent"`
+			Max     int64  `json:"max"`
+			Summary string `json:"summary"`
+		}{st, st.Percent(), st.Max(), st.Summary()})
+	}
+}
