@@ -53,7 +53,7 @@ func adminCommands() []*ucli.Command {
 		{Name: "queues", Usage: "queues with size, latency and pause state", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(queuesAction)},
 		{
 			Name:  "queue",
-			Usage: "pause or unpause a queue for every gojob process (Ruby processes do not know the pause)",
+			Usage: "pause or unpause a queue for every gojob process (Ruby processes only with contrib/ruby/gojob.rb, docs/queue-pause.md)",
 			Subcommands: []*ucli.Command{
 				{Name: "pause", Usage: "stop gojob processes fetching from NAME within a second", ArgsUsage: "NAME",
 					Flags: []ucli.Flag{newRedisFlag()}, Action: withAPI(queuePauseAction(true))},
