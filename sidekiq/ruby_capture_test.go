@@ -245,3 +245,36 @@ func failuresWriteRubysEntries(t *testing.T, dir string, v wire.Version, jitter 
 	require.True(t, plan.toDead)
 	require.Equal(t, string(deadRaw), string(plan.payload))
 }
+
+// The second failure of the captured BtFailJob (Sidekiq 8.1.7), from the
+// payload the poller moved back to its queue: retry_count 1, failed_at
+// kept, error_message and error_class rewritten in place, retried_at
+// appended, byte for byte but for the zlib bytes; the score is the
+// failure time + 1 + 15 + rand(20) (7 in the capture).
+func TestSecondFailureWritesRubysEntry(t *testing.T) {
+	t.Parallel()
+	s := planServer(wire.Version8)
+	in := rubyfixtures.Read(t, "8.1.7", "poller_retry_enqueued.json")
+	wantRaw := rubyfixtures.Read(t, "8.1.7", "retry_retried_once.json")
+	want, err := wire.ParseJob(wantRaw)
+	require.NoError(t, err)
+	frames, err := want.ErrorBacktrace()
+	require.NoError(t, err)
+	retriedAt, ok := want.Time("retried_at")
+	require.True(t, ok)
+	failure := &rubyError{class: "ArgumentError", msg: want.ErrorMessage(), frames: frames}
+	plan := s.proc.planRetry("default", in, &registration{opts: HandlerOptions{Retry: 2}}, failure, retriedAt,
+		func(int) int { return 7 })
+	require.False(t, plan.toDead)
+	got, err := wire.ParseJob(plan.payload)
+	require.NoError(t, err)
+	gotFrames, err := got.ErrorBacktrace()
+	require.NoError(t, err)
+	require.Equal(t, frames, gotFrames)
+	rubyBT, _ := want.Get("error_backtrace")
+	got.Set("error_backtrace", rubyBT)
+	require.Equal(t, string(wantRaw), string(got.Encode()))
+	score, err := contract.ParseScore(rubyfixtures.Find(t, "8.1.7", "retry_retried_once.json").Redis.Score)
+	require.NoError(t, err)
+	require.InDelta(t, score, contract.EpochSeconds(plan.retryAt), 0.002)
+}

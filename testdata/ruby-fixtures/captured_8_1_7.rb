@@ -71,13 +71,24 @@ m.job("poller_enqueued.json", poller[2][2],
   produced_by: 'RecJob.perform_in(3, "sched3"), moved to its queue by the poller (which adds enqueued_at)',
   source: src.call("monitor-server.txt", "the poller's LPUSH"), redis: {"key" => "queue:default", "type" => "list"})
 
-retry_zadd = server.find { |_, _, a| a[0] == "zadd" && a[1] == "retry" } or raise "no retry zadd"
+retry_zadds = server.select { |_, _, a| a[0] == "zadd" && a[1] == "retry" }
+raise "two retry zadds expected" unless retry_zadds.size == 2
+retry_zadd = retry_zadds[0]
 dead_score = state_value("state.txt", "dead")[1]
 m.job("retry_backtrace_true.json", File.binread(File.join(CAP, "retry-entry.json")),
   produced_by: 'BtFailJob.perform_async("bt", 1) [retry: 2, backtrace: true], failed once',
   source: "captured: capture/retry-entry.json (ZRANGE retry 0 0)",
   redis: {"key" => "retry", "type" => "zset", "score" => retry_zadd[2][2]},
   notes: "the score is the first retry ZADD's (capture/monitor-server.txt); gojob writes the same JSON but its zlib bytes differ (another deflate implementation): the tests compare the decoded frames and the framing, which is what Ruby reads")
+retried = server.find { |_, _, a| a[0] == "lpush" && a[2].include?('"retry_count":0') } or raise "no retry moved back"
+m.job("poller_retry_enqueued.json", retried[2][2],
+  produced_by: "the first failure of BtFailJob moved from retry back to its queue by the poller (enqueued_at rewritten in place)",
+  source: src.call("monitor-server.txt", "the poller's LPUSH of the retry entry"), redis: {"key" => "queue:default", "type" => "list"})
+m.job("retry_retried_once.json", retry_zadds[1][2][3],
+  produced_by: "BtFailJob failed a second time (retry_count 1, retried_at appended)",
+  source: src.call("monitor-server.txt", "2nd retry ZADD"),
+  redis: {"key" => "retry", "type" => "zset", "score" => retry_zadds[1][2][2]},
+  notes: "the score is failed 2nd time + 1**4 + 15 + rand(20) (7 here)")
 m.job("dead_retry_0.json", File.binread(File.join(CAP, "dead-entry.json")),
   produced_by: 'DieJob.perform_async("die") [retry: 0], failed once',
   source: "captured: capture/dead-entry.json (ZRANGE dead 0 0)",
