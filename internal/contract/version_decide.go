@@ -32,7 +32,16 @@ const (
 	// DecideFormat leaves them out, so that gojob never takes its own
 	// metrics for Ruby's.
 	KeyGojobMetricsKeys = "gojob-metrics-keys"
+	// KeyGojobEntries is the sorted set of the jids of the retry and dead
+	// entries gojob processes wrote, scored by the time of the write, the
+	// newest GojobEntriesKept kept: the evidence of DecideFormat leaves
+	// those entries out.
+	KeyGojobEntries = "gojob-entries"
 )
+
+// GojobEntriesKept is how many jids KeyGojobEntries keeps: many more than
+// the entries the evidence reads.
+const GojobEntriesKept = 1000
 
 // RecordedFormatTTL is how long a record made from live Ruby processes or
 // from evidence holds a lone gojob after the last Ruby process of its
@@ -208,7 +217,8 @@ func liveRuby(ctx context.Context, pool *redis.Pool) (d Decision, stale []string
 //     (KeyGojobMetricsKeys), the work hashes of processes
 //     that just died (`:workers` up to 6.4.1, `:work` after), and the
 //     newest retry and dead entries (millisecond timestamps: 8.x; strict
-//     base64 backtraces: 7.2.1+; MIME base64: up to 7.2.0). Evidence of a
+//     base64 backtraces: 7.2.1+; MIME base64: up to 7.2.0) but those
+//     gojob wrote (KeyGojobEntries). Evidence of a
 //     single family picks its reference version.
 //  4. otherwise FormatForAll, which every Web UI from 6.4.1 to 8.x reads.
 func DecideFormat(ctx context.Context, pool *redis.Pool, now time.Time) (Decision, error) {
@@ -318,6 +328,7 @@ func readEvidence(ctx context.Context, conn redis.Conn, now time.Time, stale []s
 	}
 	conn.Send("ZRANGE", KeyRetry, -entriesLooked, -1)
 	conn.Send("ZRANGE", KeyDead, -entriesLooked, -1)
+	conn.Send("ZRANGE", KeyGojobEntries, 0, -1)
 	reply, err := redisreply.Pipeline(ctx, conn)
 	if err != nil {
 		return nil, err
@@ -350,19 +361,21 @@ func readEvidence(ctx context.Context, conn redis.Conn, now time.Time, stale []s
 		}
 	}
 	base += 2 * len(stale)
+	ownJIDs, _ := redis.Strings(reply[base+2], nil)
 	for i, set := range []string{KeyRetry, KeyDead} {
 		members, _ := redis.ByteSlices(reply[base+i], nil)
 		for _, raw := range members {
-			e.entry(set, raw)
+			e.entry(set, raw, ownJIDs)
 		}
 	}
 	return e, nil
 }
 
-// entry reads the version family off one retry or dead entry.
-func (e *evidence) entry(set string, raw []byte) {
+// entry reads the version family off one retry or dead entry, unless a
+// gojob wrote it (its jid is in own).
+func (e *evidence) entry(set string, raw []byte, own []string) {
 	j, err := wire.ParseJob(raw)
-	if err != nil {
+	if err != nil || slices.Contains(own, j.JID()) {
 		return
 	}
 	for _, f := range []string{"failed_at", "enqueued_at", "created_at"} {

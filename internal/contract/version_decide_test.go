@@ -228,3 +228,20 @@ func TestDecideFormatIgnoresGojobsOwnMetrics(t *testing.T) {
 	require.Equal(t, contract.Format{Version: wire.Version7}, d.Format)
 	require.Equal(t, []string{"7.x metrics key " + k7[0]}, d.Evidence)
 }
+
+// Retry and dead entries whose jid gojob marked (contract.KeyGojobEntries)
+// are not evidence; an unmarked one is.
+func TestDecideFormatIgnoresGojobsOwnEntries(t *testing.T) {
+	t.Parallel()
+	b := newDecideBundle(t)
+	own := `{"retry":0,"queue":"default","args":[],"class":"X","jid":"0000000000000000000000aa","created_at":1795443862324,"failed_at":1795443862324}`
+	b.do(t, "ZADD", "dead", 1795443862.5, own)
+	b.do(t, "ZADD", contract.KeyGojobEntries, 1795443862.5, "0000000000000000000000aa")
+	d := b.decide(t)
+	require.Equal(t, contract.SourceNone, d.Source, "%v", d.Evidence)
+
+	b.do(t, "ZADD", "dead", 1795443863.5, `{"retry":0,"queue":"default","args":[],"class":"X","jid":"0000000000000000000000bb","created_at":1795443862324,"failed_at":1795443862324}`)
+	d = b.decide(t)
+	require.Equal(t, contract.SourceEvidence, d.Source)
+	require.Equal(t, []string{"8.x millisecond failed_at in dead entry 0000000000000000000000bb"}, d.Evidence)
+}
