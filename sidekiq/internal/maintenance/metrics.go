@@ -15,7 +15,9 @@ import (
 // flushes them on the :beat event; the Web UI's Metrics tab reads them. gojob
 // records each job in memory (one mutex, no Redis command) and writes the
 // counts after each beat's process hash, as Ruby does, and at shutdown. A
-// beat in a 6.x format drops them: 6.x writes no metrics.
+// beat in a 6.x format drops them: 6.x writes no metrics. The format for
+// all readers writes both the 7.x and the 8.x keys below, since 8.x Web
+// UIs read no 7.x key (docs/version-follow.md).
 //
 // Per flush, with now = the flush time in UTC (Ruby buckets by flush time,
 // not by job time):
