@@ -60,10 +60,10 @@ chaos: deps ## SIGKILL gojob work 20 times during a 100,000-job drain; every job
 fuzz: ## Fuzz the payload round trip for 60s
 	$(GO) test -run '^$$' -fuzz FuzzJobRoundTrip -fuzztime 60s ./sidekiq/wire/
 
-fixtures: deps ## Regenerate testdata/ruby-fixtures: capture Ruby Sidekiq 6.4.1, cut 7.3.10 from its capture, write 8.1.7
+fixtures: deps ## Regenerate testdata/ruby-fixtures: capture Ruby Sidekiq 6.4.1, cut 7.3.10 and 8.1.7 from their captures
 	bash testdata/ruby-fixtures/capture.sh
 	ruby testdata/ruby-fixtures/captured_7_3_10.rb
-	ruby testdata/ruby-fixtures/handwritten.rb
+	ruby testdata/ruby-fixtures/captured_8_1_7.rb
 
 release: ## Static binaries for linux/amd64 and linux/arm64 in dist/ with SHA256SUMS (VERSION=v0.1.0 overrides git describe)
 	@rm -rf $(DIST) && mkdir -p $(DIST)

@@ -53,7 +53,7 @@ func adminCommands() []*ucli.Command {
 		{Name: "queues", Usage: "queues with size, latency and pause state", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(queuesAction)},
 		{
 			Name:  "queue",
-			Usage: "pause or unpause a queue for every gojob process (Ruby processes do not know the pause)",
+			Usage: "pause or unpause a queue for every gojob process (Ruby processes only with contrib/ruby/gojob.rb, docs/queue-pause.md)",
 			Subcommands: []*ucli.Command{
 				{Name: "pause", Usage: "stop gojob processes fetching from NAME within a second", ArgsUsage: "NAME",
 					Flags: []ucli.Flag{newRedisFlag()}, Action: withAPI(queuePauseAction(true))},
@@ -141,6 +141,32 @@ func pushAction(ctx context.Context, e *adminEnv) error {
 	return nil
 }
 
+// rubyCallOrder puts the keys of a `gojob push` in the order of Ruby's
+// `CLASS.set(options).perform_async(*args)`: the options, then "args",
+// then "class"; scheduled, `perform_in`/`perform_at` put "class" before
+// "args" (Sidekiq's lib/sidekiq/job.rb Setter, 6.4.1 to 8.1.7; captured in
+// testdata/ruby-fixtures/*/client_perform_async.json, client_perform_in.json
+// and 6.4.1/perform_async_set_options.json).
+func rubyCallOrder(job *wire.Job, scheduled bool) {
+	m := job.Map()
+	out := rubyjson.NewMap()
+	for i := range m.Len() {
+		if k, v := m.At(i); k != "class" && k != "args" {
+			out.Set(k, v)
+		}
+	}
+	class, _ := m.Get("class")
+	args, _ := m.Get("args")
+	if scheduled {
+		out.Set("class", class)
+		out.Set("args", args)
+	} else {
+		out.Set("args", args)
+		out.Set("class", class)
+	}
+	*m = *out
+}
+
 // pushJobFromFlags builds the job `gojob push` pushes and checks it as
 // Sidekiq's client would, without Redis: bad input is a usage error (exit
 // 2) even when Redis is down.
@@ -210,6 +236,7 @@ func pushJobFromFlags(c *ucli.Context) (*wire.Job, *sidekiq.PushOpts, error) {
 		}
 		opts.At = t
 	}
+	rubyCallOrder(job, !opts.At.IsZero() || opts.In != 0)
 	if err := contract.Validate(job); err != nil {
 		return nil, nil, ucli.Exit("push: "+err.Error(), exitUsage)
 	}

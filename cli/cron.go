@@ -12,6 +12,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/cron"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
@@ -19,50 +20,88 @@ import (
 // cronLayoutFlags select the sidekiq-cron key layout.
 func cronLayoutFlags() []ucli.Flag {
 	return []ucli.Flag{
-		&ucli.StringFlag{Name: "cron-layout", Value: "auto", Usage: "sidekiq-cron key layout: v2 (cron_jobs:NAMESPACE), v1 (cron_jobs, the gem before 2.0) or auto (v1 when only a v1 schedule exists)"},
+		&ucli.StringFlag{Name: "cron-layout", Value: "auto", Usage: "sidekiq-cron key layout: v2 (cron_jobs:NAMESPACE), v1 (cron_jobs, the gem before 2.0) or auto (the layout of the schedule in Redis; on an empty one, v1 beside Sidekiq 6, v2 beside 7 and 8)"},
 		&ucli.StringFlag{Name: "cron-namespace", Value: "default", Usage: "sidekiq-cron 2.x namespace"},
 	}
 }
 
-// cronLayout resolves --cron-layout: auto picks v1 when the 1.x set has
-// jobs and the 2.x namespace's set has none.
+// cronLayout resolves --cron-layout (docs/cron.md#layouts): auto picks v1
+// when the 1.x set has jobs and the 2.x namespace's set has none, v2 when
+// the 2.x set has jobs; on a Redis with neither, the layout of the gem
+// version recommended beside the Sidekiq version in use, or v2 when no
+// version is known.
 func cronLayout(ctx context.Context, c *ucli.Context, pool *redis.Pool) (cron.Layout, error) {
-	l := cron.Layout{Namespace: c.String("cron-namespace")}
+	l, _, err := cronLayoutChoice(ctx, c, pool)
+	return l, err
+}
+
+// cronLayoutChoice is cronLayout; unknown says that auto found no schedule
+// and no Sidekiq version to choose by, and fell back to v2.
+func cronLayoutChoice(ctx context.Context, c *ucli.Context, pool *redis.Pool) (l cron.Layout, unknown bool, err error) {
+	l = cron.Layout{Namespace: c.String("cron-namespace")}
 	switch c.String("cron-layout") {
 	case "v2":
-		return l, nil
+		return l, false, nil
 	case "v1":
 		l.V1 = true
-		return l, nil
+		return l, false, nil
 	case "auto", "":
 	default:
-		return l, ucli.Exit(fmt.Sprintf("--cron-layout %q: want auto, v1 or v2", c.String("cron-layout")), exitUsage)
+		return l, false, ucli.Exit(fmt.Sprintf("--cron-layout %q: want auto, v1 or v2", c.String("cron-layout")), exitUsage)
 	}
 	conn, err := pool.GetContext(ctx)
 	if err != nil {
-		return l, err
+		return l, false, err
 	}
 	defer conn.Close()
 	conn.Send("SCARD", cron.Layout{V1: true}.SetKey())
 	conn.Send("SCARD", l.SetKey())
 	n, err := redis.Ints(redis.DoContext(conn, ctx, ""))
 	if err != nil {
-		return l, err
+		return l, false, err
 	}
-	l.V1 = n[0] > 0 && n[1] == 0
-	return l, nil
+	if n[0] > 0 || n[1] > 0 {
+		l.V1 = n[0] > 0 && n[1] == 0
+		return l, false, nil
+	}
+	d, err := contract.DecideFormat(ctx, pool, time.Now())
+	if err != nil {
+		return l, false, err
+	}
+	switch {
+	case d.Format.ForAll || d.Source == contract.SourceNone || d.Source == contract.SourceAged:
+		return l, true, nil
+	case d.Format.Version.Major <= 6:
+		// sidekiq-cron 1.x beside Sidekiq 6 (Debian's 1.8.0 beside
+		// 6.4.1); a 2.x gem moves 1.x jobs into its namespace at start.
+		l.V1 = true
+	}
+	return l, false, nil
 }
 
-func withCron(f func(ctx context.Context, e *cmdEnv, st *cron.Store) error) ucli.ActionFunc {
+// errCronLayoutUnknown refuses to write a first schedule whose layout
+// nothing shows.
+func errCronLayoutUnknown(cmd string) error {
+	return ucli.Exit(cmd+": Redis holds no periodic job and no Sidekiq version is known (no live Sidekiq process, no record): "+
+		"pass --cron-layout v1 for sidekiq-cron before 2.0 (Sidekiq 6, such as Debian's sidekiq-cron 1.8.0) or "+
+		"--cron-layout v2 for sidekiq-cron 2.x (Sidekiq 7 and 8); docs/cron.md#layouts", exitUsage)
+}
+
+// withCron runs f with a store of the chosen layout; strict refuses when
+// auto has nothing to choose by (a command that writes a first job).
+func withCron(strict bool, f func(ctx context.Context, e *cmdEnv, st *cron.Store) error) ucli.ActionFunc {
 	return func(c *ucli.Context) error {
 		return withRedis(c, func(e *cmdEnv) error {
 			client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: e.version})
 			if err != nil {
 				return err
 			}
-			l, err := cronLayout(c.Context, c, e.pool)
+			l, unknown, err := cronLayoutChoice(c.Context, c, e.pool)
 			if err != nil {
 				return err
+			}
+			if unknown && strict {
+				return errCronLayoutUnknown("gojob cron " + c.Command.Name)
 			}
 			err = f(c.Context, e, &cron.Store{Client: client, Layout: l})
 			if errors.Is(err, cron.ErrNotFound) {
@@ -79,7 +118,7 @@ func cronCommand() *ucli.Command {
 	}
 	one := func(name, usage string, f func(ctx context.Context, e *cmdEnv, st *cron.Store, job string) error) *ucli.Command {
 		return &ucli.Command{Name: name, Usage: usage, ArgsUsage: "NAME", Flags: flags(),
-			Action: withCron(func(ctx context.Context, e *cmdEnv, st *cron.Store) error {
+			Action: withCron(false, func(ctx context.Context, e *cmdEnv, st *cron.Store) error {
 				if e.c.NArg() != 1 {
 					return ucli.Exit(name+": one job NAME is required", exitUsage)
 				}
@@ -93,7 +132,7 @@ func cronCommand() *ucli.Command {
 Processes started with gojob work --cron FILE (or --cron-serve) push the due
 ticks, each once across gojob and Ruby sidekiq-cron processes.`,
 		Subcommands: []*ucli.Command{
-			{Name: "list", Usage: "list periodic jobs", Flags: flags(), Action: withCron(cronList)},
+			{Name: "list", Usage: "list periodic jobs", Flags: flags(), Action: withCron(false, cronList)},
 			{Name: "add", Usage: "add or replace a periodic job", ArgsUsage: "NAME",
 				Flags: flags(
 					&ucli.StringFlag{Name: "cron", Usage: "schedule: 5 or 6 fields, @hourly…, optional trailing zone (required)"},
@@ -113,7 +152,7 @@ ticks, each once across gojob and Ruby sidekiq-cron processes.`,
 					}
 					return nil
 				},
-				Action: withCron(cronAdd)},
+				Action: withCron(true, cronAdd)},
 			one("enable", "enable a periodic job", func(ctx context.Context, e *cmdEnv, st *cron.Store, n string) error {
 				return st.SetEnabled(ctx, n, true)
 			}),
@@ -204,9 +243,13 @@ func startCron(c *ucli.Context, client *sidekiq.Client, log zerolog.Logger) (fun
 	if file == "" && !c.Bool("cron-serve") {
 		return func() {}, nil
 	}
-	l, err := cronLayout(c.Context, c, client.Pool())
+	l, unknown, err := cronLayoutChoice(c.Context, c, client.Pool())
 	if err != nil {
 		return nil, err
+	}
+	if unknown && file != "" {
+		log.Warn().Str("component", "cron").Str("layout", l.String()).
+			Msg("Redis holds no periodic job and no Sidekiq version is known: writing the sidekiq-cron 2.x layout, which sidekiq-cron 1.x (beside Sidekiq 6) does not read; pass --cron-layout v1 or v2 to choose")
 	}
 	st := &cron.Store{Client: client, Layout: l}
 	if file != "" {

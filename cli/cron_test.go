@@ -15,7 +15,7 @@ import (
 func TestCronCommandsManageTheSchedule(t *testing.T) {
 	rs := redistest.Start(t)
 	url := rs.URL()
-	_, errOut, rc := runCLI(t, "cron", "add", "-r", url, "--cron", "0 3 * * *", "--class", "ReportJob", "-q", "reports", "--args", `["daily",1]`, "report")
+	_, errOut, rc := runCLI(t, "cron", "add", "-r", url, "--cron-layout", "v2", "--cron", "0 3 * * *", "--class", "ReportJob", "-q", "reports", "--args", `["daily",1]`, "report")
 	require.Equal(t, 0, rc, errOut)
 	_, errOut, rc = runCLI(t, "cron", "disable", "-r", url, "report")
 	require.Equal(t, 0, rc, errOut)
@@ -48,7 +48,57 @@ func TestCronCommandsManageTheSchedule(t *testing.T) {
 	_, errOut, rc = runCLI(t, "cron", "enable", "-r", url, "report")
 	require.Equal(t, 4, rc, errOut)
 	require.Contains(t, errOut, "no such job")
-	_, errOut, rc = runCLI(t, "cron", "add", "-r", url, "--cron", "every day at five", "--class", "X", "bad")
+	_, errOut, rc = runCLI(t, "cron", "add", "-r", url, "--cron-layout", "v2", "--cron", "every day at five", "--class", "X", "bad")
 	require.Equal(t, 2, rc)
 	require.Contains(t, errOut, "natural language")
+}
+
+// On a Redis without a schedule, gojob cron add writes the layout of the
+// gem recommended beside the Sidekiq version in use (1.x beside Sidekiq 6,
+// 2.x beside 7 and 8), and with no version known it refuses (exit 2) with
+// a hint to pass --cron-layout, writing nothing.
+func TestCronAddOnAnEmptyRedisPicksTheLayoutOfTheSidekiqInUse(t *testing.T) {
+	add := func(url string) (string, int) {
+		_, errOut, rc := runCLI(t, "cron", "add", "-r", url, "--cron", "0 3 * * *", "--class", "ReportJob", "report")
+		return errOut, rc
+	}
+	sets := func(t *testing.T, conn redis.Conn) []int {
+		t.Helper()
+		n1, err := redis.Int(conn.Do("SCARD", "cron_jobs"))
+		require.NoError(t, err)
+		n2, err := redis.Int(conn.Do("SCARD", "cron_jobs:default"))
+		require.NoError(t, err)
+		return []int{n1, n2}
+	}
+	for _, c := range []struct {
+		name, info string
+		want       []int
+	}{
+		{"nothing known", "", nil},
+		{"Sidekiq 6.4.1", `{"hostname":"r","pid":1,"identity":"r:1:aaaaaaaaaaaa"}`, []int{1, 0}},
+		{"Sidekiq 7.3.10", `{"hostname":"r","pid":1,"identity":"r:1:aaaaaaaaaaaa","version":"7.3.10"}`, []int{0, 1}},
+		{"Sidekiq 8.1.7", `{"hostname":"r","pid":1,"identity":"r:1:aaaaaaaaaaaa","version":"8.1.7"}`, []int{0, 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rs := redistest.Start(t)
+			conn, err := rs.Dial()
+			require.NoError(t, err)
+			defer conn.Close()
+			if c.info != "" {
+				_, err = conn.Do("SADD", "processes", "r:1:aaaaaaaaaaaa")
+				require.NoError(t, err)
+				_, err = conn.Do("HSET", "r:1:aaaaaaaaaaaa", "info", c.info)
+				require.NoError(t, err)
+			}
+			errOut, rc := add(rs.URL())
+			if c.want == nil {
+				require.Equal(t, 2, rc, errOut)
+				require.Contains(t, errOut, "--cron-layout v1")
+				require.Equal(t, []int{0, 0}, sets(t, conn), "nothing written")
+				return
+			}
+			require.Equal(t, 0, rc, errOut)
+			require.Equal(t, c.want, sets(t, conn))
+		})
+	}
 }

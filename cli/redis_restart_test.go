@@ -141,7 +141,7 @@ func TestRedisRestartAndScriptFlushAreSurvived(t *testing.T) {
 			cron := slices.Contains(c.extra, "--cron-serve")
 			if cron {
 				args = append(args, "--http", runs.arg("Tick"))
-				_, errOut, rc := runCLI(t, "cron", "add", "-r", rs.URL(), "--cron", "* * * * * *", "--class", "Tick", "-q", "q1", "tick")
+				_, errOut, rc := runCLI(t, "cron", "add", "-r", rs.URL(), "--cron-layout", "v2", "--cron", "* * * * * *", "--class", "Tick", "-q", "q1", "tick")
 				require.Equal(t, 0, rc, errOut)
 			}
 			var jids []string

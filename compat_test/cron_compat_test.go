@@ -190,7 +190,7 @@ func TestSidekiqCronWebTabControlsGojobJobs(t *testing.T) {
 	ui := rubytest.StartWebUI(t, rs.URL(), "sidekiq/cron/web")
 	page := ui.Get(t, "/cron")
 	require.Contains(t, page, `<b style="">nightly-report</b>`)
-	require.Contains(t, page, `{"queue":"reports","class":"ReportJob","args":["daily"]}`)
+	require.Contains(t, page, `{"retry":true,"queue":"reports","class":"ReportJob","args":["daily"]}`)
 	require.Contains(t, page, "every&nbsp;day&nbsp;at&nbsp;3am")
 
 	ui.Post(t, page, "/cron/nightly-report/disable", nil)

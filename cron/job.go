@@ -100,7 +100,10 @@ const lastEnqueueFormat = "2006-01-02 15:04:05 -0700"
 // NewJob returns an enabled dynamic job pushing class with args (converted
 // with rubyjson.FromGo; rubyjson values are taken as they are) to queue ("" =
 // default) on schedule cron, its message built as the gem builds it for a
-// class it cannot load: {"queue":…,"class":…,"args":…}.
+// Sidekiq job class it loads, whose sidekiq_options are Sidekiq's defaults:
+// {"retry":true,"queue":…,"class":…,"args":…} (sidekiq-cron
+// lib/sidekiq/cron/job.rb initialize, 1.8.0 and 2.x: the class's options
+// merged with class and args).
 func NewJob(name, cronLine, class, queue string, args ...any) (*Job, error) {
 	v, err := rubyjson.FromGo(args)
 	if err != nil {
@@ -122,6 +125,7 @@ func newJobJSON(name, cronLine, class, queue, args string) (*Job, error) {
 		return nil, fmt.Errorf("cron job %s: args must be a JSON array, got %q", name, args)
 	}
 	m := rubyjson.NewMap()
+	m.Set("retry", rubyjson.BoolValue(true))
 	m.Set("queue", rubyjson.StringValue(queue))
 	m.Set("class", rubyjson.StringValue(class))
 	m.Set("args", v)
@@ -233,7 +237,13 @@ func (j *Job) fields(l Layout) []any {
 	if source == "" {
 		source = "dynamic"
 	}
-	out = append(out, "source", source, "args", args, "date_as_argument", b(j.DateAsArgument))
+	if !l.V1 || source == "schedule" {
+		// 1.x has no source field: a dynamic job's hash is the gem's. A job
+		// of a schedule file keeps "schedule", which the gem ignores and
+		// gojob needs to delete the jobs the file no longer has.
+		out = append(out, "source", source)
+	}
+	out = append(out, "args", args, "date_as_argument", b(j.DateAsArgument))
 	out = append(out, "message", msg, "status", j.status(), "active_job", b(j.ActiveJob),
 		"queue_name_prefix", j.QueuePrefix, "queue_name_delimiter", j.QueueDelimiter)
 	if !l.V1 {

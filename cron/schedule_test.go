@@ -42,12 +42,12 @@ heartbeat:
 	require.Equal(t, "ReportJob", r.Class)
 	require.Equal(t, "reports", r.Queue())
 	require.Equal(t, `["daily",{"format":"pdf"}]`, r.Args)
-	require.Equal(t, `{"queue":"reports","class":"ReportJob","args":["daily",{"format":"pdf"}]}`, r.Message)
+	require.Equal(t, `{"retry":true,"queue":"reports","class":"ReportJob","args":["daily",{"format":"pdf"}]}`, r.Message)
 	require.True(t, r.Enabled)
 	h := byName["heartbeat"]
 	require.False(t, h.Enabled)
 	require.Equal(t, "3", h.Retry)
-	require.Equal(t, `{"queue":"default","class":"HeartbeatJob","args":[],"retry":3}`, h.Message)
+	require.Equal(t, `{"retry":3,"queue":"default","class":"HeartbeatJob","args":[]}`, h.Message)
 
 	list, err := parseFile([]byte(`
 - name: one

@@ -46,11 +46,11 @@ func TestTwoSchedulersEnqueueEachTickOnce(t *testing.T) {
 			// Ruby created: every minute, to queue "cron".
 			key := l.jobKey("minutely")
 			fields := []any{key, "name", "minutely", "klass", "MinuteJob", "cron", "* * * * *", "description", "",
-				"source", "dynamic", "args", `[1,"a"]`, "message", `{"queue":"cron","class":"MinuteJob","args":[1,"a"]}`,
+				"args", `[1,"a"]`, "message", `{"retry":true,"queue":"cron","class":"MinuteJob","args":[1,"a"]}`,
 				"status", "enabled", "active_job", "false", "queue_name_prefix", "", "queue_name_delimiter", "",
 				"last_enqueue_time", "", "symbolize_args", "false", "date_as_argument", "false"}
 			if !l.V1 {
-				fields = append(fields, "namespace", "default", "retry", "")
+				fields = append(fields, "namespace", "default", "source", "dynamic", "retry", "")
 			}
 			_, err := conn.Do("SADD", l.SetKey(), key)
 			require.NoError(t, err)

@@ -252,8 +252,11 @@ func (s *Store) enqueue(ctx context.Context, j *Job, tick time.Time) (string, bo
 	return job.JID(), true, nil
 }
 
-// payload builds the job the gem pushes for a class it cannot load: the
-// stored message with its args, or ActiveJob's JobWrapper.
+// payload builds the job the gem pushes: for a Sidekiq job class, what
+// `Class.set(queue: …).perform_async(*args)` writes (the gem's
+// enqueue_sidekiq_worker, sidekiq-cron 1.8.0 and 2.x): the message's
+// options, then args, then class (Sidekiq's Setter merges the options
+// before args and class); or ActiveJob's JobWrapper.
 func (s *Store) payload(j *Job) (*wire.Job, error) {
 	args := rubyjson.ArrayValue()
 	if j.Args != "" {
@@ -297,11 +300,19 @@ func (s *Store) payload(j *Job) (*wire.Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cron job %s: message is not a JSON object: %w", j.Name, err)
 	}
-	if !m.Has("class") {
-		m.Set("class", rubyjson.StringValue(j.Class))
+	class, ok := m.Get("class")
+	if !ok {
+		class = rubyjson.StringValue(j.Class)
 	}
-	m.Set("args", args)
-	return wire.JobFromMap(m), nil
+	out := rubyjson.NewMap()
+	for i := range m.Len() {
+		if k, v := m.At(i); k != "class" && k != "args" {
+			out.Set(k, v)
+		}
+	}
+	out.Set("args", args)
+	out.Set("class", class)
+	return wire.JobFromMap(out), nil
 }
 
 // Sync makes Redis hold the schedule file's jobs, as the gem's schedule

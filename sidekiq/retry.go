@@ -219,6 +219,9 @@ func (p *processor) handleFailure(u fetch.Unit, job *wire.Job, reg *registration
 		ev.Msg("job failed; discarded (" + plan.why + ")")
 	}
 	p.fetcher.Finish(u, o)
+	if o.Set != "" {
+		p.markOwnEntry(job.JID(), now)
+	}
 	if plan.retryAt.IsZero() && !uniqueUntilStart(job) {
 		// Dead or discarded: no run will release the lock.
 		p.releaseUnique(job)

@@ -18,9 +18,17 @@ import (
 )
 
 // What gojob writes, compared byte for byte with what Ruby Sidekiq 7.3.10
-// wrote in testdata/ruby-fixtures/7.3.10 (captured): the client's pushes,
-// the poller's push, the retry and dead entries. Each case gives gojob the
-// captured jid and the captured clock readings.
+// and 8.1.7 wrote in testdata/ruby-fixtures/<version> (captured): the
+// client's pushes, the poller's push, the retry and dead entries. Each case
+// gives gojob the captured jid and the captured clock readings.
+
+// capturedVersions are the releases captured in testdata/ruby-fixtures
+// whose writers gojob is compared with, and the version gojob writes for
+// each.
+var capturedVersions = []struct {
+	dir string
+	v   wire.Version
+}{{"7.3.10", wire.Version7}, {"8.1.7", wire.Version8}}
 
 // capturedTimes reads the epoch-second fields of a captured payload as the
 // clock readings that made them.
@@ -46,10 +54,19 @@ func capturedJID(t *testing.T, raw []byte) string {
 
 func TestClientPushesAsRubyDid(t *testing.T) {
 	t.Parallel()
+	for _, cv := range capturedVersions {
+		t.Run(cv.dir, func(t *testing.T) {
+			t.Parallel()
+			clientPushesAsRubyDid(t, cv.dir, cv.v)
+		})
+	}
+}
+
+func clientPushesAsRubyDid(t *testing.T, dir string, v wire.Version) {
 	pool := redistest.Start(t).Pool(t)
 	ctx := context.Background()
 	client := func(clk clock.Clock) *Client {
-		c, err := NewClient(&ClientConfig{Pool: pool, Version: wire.Version7, Clock: clk})
+		c, err := NewClient(&ClientConfig{Pool: pool, Version: v, Clock: clk})
 		require.NoError(t, err)
 		return c
 	}
@@ -90,12 +107,12 @@ func TestClientPushesAsRubyDid(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
-			raw := rubyfixtures.Read(t, "7.3.10", c.file)
+			raw := rubyfixtures.Read(t, dir, c.file)
 			j := c.job()
 			j.SetJID(capturedJID(t, raw))
 			var opts *PushOpts
 			if c.opts != nil {
-				opts = c.opts(t, rubyfixtures.Find(t, "7.3.10", c.file))
+				opts = c.opts(t, rubyfixtures.Find(t, dir, c.file))
 			}
 			res, err := client(capturedTimes(t, raw, c.clock...)).Push(ctx, j, opts)
 			require.NoError(t, err)
@@ -108,7 +125,7 @@ func TestClientPushesAsRubyDid(t *testing.T) {
 	var want []string
 	var jobs []*wire.Job
 	for i := range 3 {
-		raw := rubyfixtures.Read(t, "7.3.10", fmt.Sprintf("client_push_bulk_%d.json", i))
+		raw := rubyfixtures.Read(t, dir, fmt.Sprintf("client_push_bulk_%d.json", i))
 		want = append(want, string(raw))
 		j := mustJob(wire.NewJob("RecJob", i+1))
 		j.SetJID(capturedJID(t, raw))
@@ -125,14 +142,23 @@ func TestClientPushesAsRubyDid(t *testing.T) {
 // as Ruby's poller did.
 func TestPollerPushAsRubyDid(t *testing.T) {
 	t.Parallel()
-	raw := rubyfixtures.Read(t, "7.3.10", "poller_enqueued.json")
+	for _, cv := range capturedVersions {
+		t.Run(cv.dir, func(t *testing.T) {
+			t.Parallel()
+			pollerPushAsRubyDid(t, cv.dir, cv.v)
+		})
+	}
+}
+
+func pollerPushAsRubyDid(t *testing.T, dir string, v wire.Version) {
+	raw := rubyfixtures.Read(t, dir, "poller_enqueued.json")
 	j, err := wire.ParseJob(raw)
 	require.NoError(t, err)
 	enq, _ := j.EnqueuedAt()
 	j.Delete("enqueued_at") // the schedule member Ruby's poller popped
 	member, err := wire.ParseJob(j.Encode())
 	require.NoError(t, err)
-	c, err := NewClient(&ClientConfig{Pool: redistest.Start(t).Pool(t), Version: wire.Version7, Clock: clocktest.NewSequence(enq)})
+	c, err := NewClient(&ClientConfig{Pool: redistest.Start(t).Pool(t), Version: v, Clock: clocktest.NewSequence(enq)})
 	require.NoError(t, err)
 	res, err := c.Repush(context.Background(), member)
 	require.NoError(t, err)
@@ -171,11 +197,20 @@ func capturedOriginal(t *testing.T, entry []byte) []byte {
 // (retry: 0) gives the captured retry and dead entries: the same JSON byte
 // for byte but for the zlib bytes of error_backtrace (another deflate
 // implementation), which decode to the same frames; the retry score is
-// failed_at + 15 + jitter (5 in the capture).
+// failed_at + 15 + jitter (5 in the 7.3.10 capture, 1 in the 8.1.7 one).
 func TestFailuresWriteRubysEntries(t *testing.T) {
 	t.Parallel()
-	s := planServer(wire.Version7)
-	retryRaw := rubyfixtures.Read(t, "7.3.10", "retry_backtrace_true.json")
+	for _, cv := range capturedVersions {
+		t.Run(cv.dir, func(t *testing.T) {
+			t.Parallel()
+			failuresWriteRubysEntries(t, cv.dir, cv.v, map[string]int{"7.3.10": 5, "8.1.7": 1}[cv.dir])
+		})
+	}
+}
+
+func failuresWriteRubysEntries(t *testing.T, dir string, v wire.Version, jitter int) {
+	s := planServer(v)
+	retryRaw := rubyfixtures.Read(t, dir, "retry_backtrace_true.json")
 	want, err := wire.ParseJob(retryRaw)
 	require.NoError(t, err)
 	frames, err := want.ErrorBacktrace()
@@ -183,7 +218,7 @@ func TestFailuresWriteRubysEntries(t *testing.T) {
 	failedAt, _ := want.FailedAt()
 	reg := &registration{opts: HandlerOptions{Retry: 2}}
 	failure := &rubyError{class: "ArgumentError", msg: want.ErrorMessage(), frames: frames}
-	plan := s.proc.planRetry("default", capturedOriginal(t, retryRaw), reg, failure, failedAt, func(int) int { return 5 })
+	plan := s.proc.planRetry("default", capturedOriginal(t, retryRaw), reg, failure, failedAt, func(int) int { return jitter })
 	require.False(t, plan.toDead)
 	got, err := wire.ParseJob(plan.payload)
 	require.NoError(t, err)
@@ -195,11 +230,13 @@ func TestFailuresWriteRubysEntries(t *testing.T) {
 	got.Set("error_backtrace", rubyBT)
 	require.Equal(t, string(retryRaw), string(got.Encode()))
 	require.NotEqual(t, string(rubyBT.Encode()), string(bt.Encode()), "zlib bytes differ (expected, see the manifest)")
-	score, err := contract.ParseScore(rubyfixtures.Find(t, "7.3.10", "retry_backtrace_true.json").Redis.Score)
+	score, err := contract.ParseScore(rubyfixtures.Find(t, dir, "retry_backtrace_true.json").Redis.Score)
 	require.NoError(t, err)
-	require.InDelta(t, score, contract.EpochSeconds(plan.retryAt), 0.001)
+	// 8.x's failed_at is whole milliseconds and Ruby reads the clock again
+	// for the score: they differ by a little more than a millisecond.
+	require.InDelta(t, score, contract.EpochSeconds(plan.retryAt), 0.002)
 
-	deadRaw := rubyfixtures.Read(t, "7.3.10", "dead_retry_0.json")
+	deadRaw := rubyfixtures.Read(t, dir, "dead_retry_0.json")
 	dead, err := wire.ParseJob(deadRaw)
 	require.NoError(t, err)
 	failedAt, _ = dead.FailedAt()
@@ -207,4 +244,37 @@ func TestFailuresWriteRubysEntries(t *testing.T) {
 		&rubyError{class: "RuntimeError", msg: "ruby dies"}, failedAt, func(int) int { return 0 })
 	require.True(t, plan.toDead)
 	require.Equal(t, string(deadRaw), string(plan.payload))
+}
+
+// The second failure of the captured BtFailJob (Sidekiq 8.1.7), from the
+// payload the poller moved back to its queue: retry_count 1, failed_at
+// kept, error_message and error_class rewritten in place, retried_at
+// appended, byte for byte but for the zlib bytes; the score is the
+// failure time + 1 + 15 + rand(20) (7 in the capture).
+func TestSecondFailureWritesRubysEntry(t *testing.T) {
+	t.Parallel()
+	s := planServer(wire.Version8)
+	in := rubyfixtures.Read(t, "8.1.7", "poller_retry_enqueued.json")
+	wantRaw := rubyfixtures.Read(t, "8.1.7", "retry_retried_once.json")
+	want, err := wire.ParseJob(wantRaw)
+	require.NoError(t, err)
+	frames, err := want.ErrorBacktrace()
+	require.NoError(t, err)
+	retriedAt, ok := want.Time("retried_at")
+	require.True(t, ok)
+	failure := &rubyError{class: "ArgumentError", msg: want.ErrorMessage(), frames: frames}
+	plan := s.proc.planRetry("default", in, &registration{opts: HandlerOptions{Retry: 2}}, failure, retriedAt,
+		func(int) int { return 7 })
+	require.False(t, plan.toDead)
+	got, err := wire.ParseJob(plan.payload)
+	require.NoError(t, err)
+	gotFrames, err := got.ErrorBacktrace()
+	require.NoError(t, err)
+	require.Equal(t, frames, gotFrames)
+	rubyBT, _ := want.Get("error_backtrace")
+	got.Set("error_backtrace", rubyBT)
+	require.Equal(t, string(wantRaw), string(got.Encode()))
+	score, err := contract.ParseScore(rubyfixtures.Find(t, "8.1.7", "retry_retried_once.json").Redis.Score)
+	require.NoError(t, err)
+	require.InDelta(t, score, contract.EpochSeconds(plan.retryAt), 0.002)
 }

@@ -47,5 +47,5 @@ const (
 
 // KeyPausedQueues is gojob's set of paused queue names (docs/queue-pause.md):
 // gojob processes stop fetching from them within a second; Ruby processes
-// do not know it.
+// only when they load contrib/ruby/gojob.rb.
 const KeyPausedQueues = "gojob-paused-queues"

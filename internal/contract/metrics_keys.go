@@ -78,3 +78,17 @@ func HistogramKey(v wire.Version, class string, now time.Time) string {
 	b = strconv.AppendInt(b, int64(now.Minute()), 10)
 	return string(b)
 }
+
+// MetricsVersions returns the versions whose metrics keys format f writes,
+// in the order a flush writes them: none before 7.0, the version's own, or
+// for all readers both 7.x's (read by 7.x Web UIs) and 8.x's (read by 8.x
+// Web UIs, which no longer read 7.x's keys).
+func MetricsVersions(f Format) []wire.Version {
+	switch {
+	case f.ForAll:
+		return []wire.Version{wire.Version7, wire.Version8}
+	case f.Version.AtLeast(7, 0, 0):
+		return []wire.Version{f.Version}
+	}
+	return nil
+}

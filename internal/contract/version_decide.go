@@ -27,7 +27,32 @@ const (
 	// processes or from what Redis showed (JSON, see RecordedFormat), for
 	// when no Ruby process is live.
 	KeyRecordedFormat = "gojob-sidekiq-version"
+	// KeyGojobMetricsKeys is the sorted set of the `j|` metrics keys gojob
+	// processes wrote, scored by the time of the write: the evidence of
+	// DecideFormat leaves them out, so that gojob never takes its own
+	// metrics for Ruby's.
+	KeyGojobMetricsKeys = "gojob-metrics-keys"
+	// KeyGojobEntries is the sorted set of the jids of the retry and dead
+	// entries gojob processes wrote, scored by the time of the write, the
+	// newest GojobEntriesKept kept: the evidence of DecideFormat leaves
+	// those entries out.
+	KeyGojobEntries = "gojob-entries"
 )
+
+// GojobEntriesKept is how many jids KeyGojobEntries keeps: many more than
+// the entries the evidence reads.
+const GojobEntriesKept = 1000
+
+// RecordedFormatTTL is how long a record made from live Ruby processes or
+// from evidence holds a lone gojob after the last Ruby process of its
+// version was seen (docs/version-follow.md#how-long-a-record-holds): longer
+// than a deploy that restarts every Ruby process, short enough that the
+// Web UI of a newer release soon shows what gojob writes.
+const RecordedFormatTTL = time.Hour
+
+// recordRefresh is how often a decision from live processes rewrites the
+// record's time while the same processes stay.
+const recordRefresh = time.Minute
 
 // Where a Decision comes from.
 const (
@@ -41,6 +66,11 @@ const (
 	SourceEvidence = "evidence"
 	// SourceNone: nothing shows the readers' version: FormatForAll.
 	SourceNone = "none"
+	// SourceAged: no live Ruby process and a record older than
+	// RecordedFormatTTL: FormatForAll.
+	SourceAged = "aged"
+	// SourceManual marks a record set by hand: it never ages.
+	SourceManual = "manual"
 )
 
 // Decision is the format to write and why.
@@ -65,6 +95,9 @@ func (d Decision) Reason() string {
 		return "writing the format of the oldest live Sidekiq process (" + d.Oldest.String() + ")"
 	case SourceRecorded:
 		return "no live Sidekiq process; writing the format recorded when one was last seen (" + d.Format.String() + ")"
+	case SourceAged:
+		return "no live Sidekiq process for " + RecordedFormatTTL.String() + " (the record of " + d.Recorded.Version +
+			" has aged out): writing a format every Web UI from 6.4.1 to 8.x reads"
 	case SourceEvidence:
 		if d.Format.ForAll {
 			return "no live Sidekiq process and no record; Redis shows Sidekiq versions of several families: writing a format every Web UI reads"
@@ -80,6 +113,12 @@ type RecordedFormat struct {
 	ForAll  bool    `json:"for_all,omitempty"`
 	Source  string  `json:"source"`
 	At      float64 `json:"at"`
+}
+
+// Aged reports whether the record no longer holds at now: older than
+// RecordedFormatTTL and not set by hand.
+func (r *RecordedFormat) Aged(now time.Time) bool {
+	return r.Source != SourceManual && now.Sub(FromEpochSeconds(r.At)) > RecordedFormatTTL
 }
 
 // Format returns the recorded format, or false when it does not parse.
@@ -169,14 +208,17 @@ func liveRuby(ctx context.Context, pool *redis.Pool) (d Decision, stale []string
 //     is 6.x (the key appeared in 7.0.2). gojob processes (KeyGojobProcesses)
 //     do not count.
 //  2. with none live, the format gojob recorded when it last decided
-//     (KeyRecordedFormat): the Ruby processes of a migration's end state,
-//     or of a deploy that restarts every one of them, are gone but their
-//     Web UI is not.
+//     (KeyRecordedFormat): the Ruby processes of a deploy that restarts
+//     every one of them are gone but their Web UI is not. A record older
+//     than RecordedFormatTTL (not set by hand) gives FormatForAll instead,
+//     and what Ruby left is not read: it is older still.
 //  3. with no record either, what Ruby left in Redis: `j|` metrics keys of
-//     the last 8 hours (7.x or 8.x formats), the work hashes of processes
+//     the last 8 hours (7.x or 8.x formats) but those gojob wrote
+//     (KeyGojobMetricsKeys), the work hashes of processes
 //     that just died (`:workers` up to 6.4.1, `:work` after), and the
 //     newest retry and dead entries (millisecond timestamps: 8.x; strict
-//     base64 backtraces: 7.2.1+; MIME base64: up to 7.2.0). Evidence of a
+//     base64 backtraces: 7.2.1+; MIME base64: up to 7.2.0) but those
+//     gojob wrote (KeyGojobEntries). Evidence of a
 //     single family picks its reference version.
 //  4. otherwise FormatForAll, which every Web UI from 6.4.1 to 8.x reads.
 func DecideFormat(ctx context.Context, pool *redis.Pool, now time.Time) (Decision, error) {
@@ -191,6 +233,9 @@ func DecideFormat(ctx context.Context, pool *redis.Pool, now time.Time) (Decisio
 	case d.Recorded != nil:
 		if f, ok := d.Recorded.Format(); ok {
 			d.Format, d.Source = f, SourceRecorded
+			if !f.ForAll && d.Recorded.Aged(now) {
+				d.Format, d.Source = FormatForAll, SourceAged
+			}
 			return d, nil
 		}
 	}
@@ -209,13 +254,17 @@ func DecideFormat(ctx context.Context, pool *redis.Pool, now time.Time) (Decisio
 }
 
 // RecordFormat writes d's format as KeyRecordedFormat when it is not what
-// is recorded already (a recorded format is never recorded again).
+// is recorded already (a recorded or aged-out format is never recorded
+// again). A decision from live processes rewrites the record's time once a
+// minute, so that its age is the time since a Ruby process of that version
+// was last seen.
 func RecordFormat(ctx context.Context, pool *redis.Pool, d Decision, now time.Time) error {
-	if d.Source == SourceRecorded {
+	if d.Source == SourceRecorded || d.Source == SourceAged {
 		return nil
 	}
 	r := RecordedFormat{Version: d.Format.Version.String(), ForAll: d.Format.ForAll, Source: d.Source, At: EpochSeconds(now)}
-	if old := d.Recorded; old != nil && old.Version == r.Version && old.ForAll == r.ForAll && old.Source == r.Source {
+	if old := d.Recorded; old != nil && old.Version == r.Version && old.ForAll == r.ForAll && old.Source == r.Source &&
+		(r.Source != SourceLive || now.Sub(FromEpochSeconds(old.At)) < recordRefresh) {
 		return nil
 	}
 	raw, err := json.Marshal(r)
@@ -272,28 +321,35 @@ func readEvidence(ctx context.Context, conn redis.Conn, now time.Time, stale []s
 	for _, k := range keys {
 		conn.Send("EXISTS", k)
 	}
+	conn.Send("ZRANGE", KeyGojobMetricsKeys, 0, -1)
 	for _, id := range stale {
 		conn.Send("EXISTS", id+":workers")
 		conn.Send("EXISTS", id+":work")
 	}
 	conn.Send("ZRANGE", KeyRetry, -entriesLooked, -1)
 	conn.Send("ZRANGE", KeyDead, -entriesLooked, -1)
+	conn.Send("ZRANGE", KeyGojobEntries, 0, -1)
 	reply, err := redisreply.Pipeline(ctx, conn)
 	if err != nil {
 		return nil, err
 	}
 	found := func(i int) bool { n, _ := redis.Int(reply[i], nil); return n > 0 }
+	ownKeys, _ := redis.Strings(reply[len(keys)], nil)
+	own := make(map[string]bool, len(ownKeys))
+	for _, k := range ownKeys {
+		own[k] = true
+	}
 	for i := 0; i < len(keys); i += 2 {
-		if found(i) && !e.v7 {
+		if found(i) && !own[keys[i]] && !e.v7 {
 			e.v7 = true
 			e.seen = append(e.seen, "7.x metrics key "+keys[i])
 		}
-		if found(i+1) && !e.v8 {
+		if found(i+1) && !own[keys[i+1]] && !e.v8 {
 			e.v8 = true
 			e.seen = append(e.seen, "8.x metrics key "+keys[i+1])
 		}
 	}
-	base := len(keys)
+	base := len(keys) + 1
 	for i, id := range stale {
 		if found(base + 2*i) {
 			e.v6 = true
@@ -305,19 +361,21 @@ func readEvidence(ctx context.Context, conn redis.Conn, now time.Time, stale []s
 		}
 	}
 	base += 2 * len(stale)
+	ownJIDs, _ := redis.Strings(reply[base+2], nil)
 	for i, set := range []string{KeyRetry, KeyDead} {
 		members, _ := redis.ByteSlices(reply[base+i], nil)
 		for _, raw := range members {
-			e.entry(set, raw)
+			e.entry(set, raw, ownJIDs)
 		}
 	}
 	return e, nil
 }
 
-// entry reads the version family off one retry or dead entry.
-func (e *evidence) entry(set string, raw []byte) {
+// entry reads the version family off one retry or dead entry, unless a
+// gojob wrote it (its jid is in own).
+func (e *evidence) entry(set string, raw []byte, own []string) {
 	j, err := wire.ParseJob(raw)
-	if err != nil {
+	if err != nil || slices.Contains(own, j.JID()) {
 		return
 	}
 	for _, f := range []string{"failed_at", "enqueued_at", "created_at"} {

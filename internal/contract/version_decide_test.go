@@ -157,3 +157,91 @@ func TestDecideFormatReadsWhatRubyLeft(t *testing.T) {
 		})
 	}
 }
+
+// A record holds for RecordedFormatTTL; then, with no live Ruby process,
+// the format for all readers is written without reading what Ruby left
+// (older still). A record set by hand never ages; a for-all record needs
+// no aging.
+func TestDecideFormatRecordAgesOut(t *testing.T) {
+	t.Parallel()
+	b := newDecideBundle(t)
+	at := contract.Score(b.now.Add(-contract.RecordedFormatTTL - time.Second))
+	b.do(t, "ZADD", "dead", 1795443862.5, `{"retry":0,"queue":"default","args":[],"class":"X","jid":"0123456789abcdef01234567","created_at":1795443862324,"failed_at":1795443862324}`)
+	b.do(t, "SET", contract.KeyRecordedFormat, `{"version":"6.4.1","source":"live","at":`+at+`}`)
+	d := b.decide(t)
+	require.Equal(t, contract.FormatForAll, d.Format)
+	require.Equal(t, contract.SourceAged, d.Source)
+	require.Contains(t, d.Reason(), "6.4.1")
+	require.NoError(t, contract.RecordFormat(context.Background(), b.pool, d, b.now))
+	rec, _ := redis.String(b.conn.Do("GET", contract.KeyRecordedFormat))
+	require.Contains(t, rec, `"6.4.1"`, "an aged record stays as it is")
+
+	b.do(t, "SET", contract.KeyRecordedFormat, `{"version":"7.2.0","source":"evidence","at":`+contract.Score(b.now.Add(-time.Minute))+`}`)
+	require.Equal(t, contract.SourceRecorded, b.decide(t).Source, "a recent record holds")
+
+	b.do(t, "SET", contract.KeyRecordedFormat, `{"version":"7.2.0","source":"manual","at":0}`)
+	d = b.decide(t)
+	require.Equal(t, contract.SourceRecorded, d.Source, "set by hand")
+	require.Equal(t, wire.Version{Major: 7, Minor: 2}, d.Format.Version)
+}
+
+// A decision from live processes rewrites the record's time once a minute
+// at most, so that the record's age is the time since they were last seen.
+func TestRecordFormatRefreshesLiveRecords(t *testing.T) {
+	t.Parallel()
+	b := newDecideBundle(t)
+	b.process(t, "r:1:aaaaaaaaaaaa", `{"hostname":"r","version":"7.3.10"}`)
+	record := func(at time.Time) string {
+		t.Helper()
+		d, err := contract.DecideFormat(context.Background(), b.pool, at)
+		require.NoError(t, err)
+		require.NoError(t, contract.RecordFormat(context.Background(), b.pool, d, at))
+		rec, err := redis.String(b.conn.Do("GET", contract.KeyRecordedFormat))
+		require.NoError(t, err)
+		return rec
+	}
+	first := record(b.now)
+	require.Equal(t, first, record(b.now.Add(30*time.Second)))
+	require.JSONEq(t, `{"version":"7.3.10","source":"live","at":`+contract.Score(b.now.Add(90*time.Second))+`}`,
+		record(b.now.Add(90*time.Second)))
+}
+
+// Metrics keys gojob wrote (contract.KeyGojobMetricsKeys) are not evidence:
+// a Redis holding only gojob's own 8.x keys shows nothing; a 7.x key of
+// the same minute that Ruby wrote still counts.
+func TestDecideFormatIgnoresGojobsOwnMetrics(t *testing.T) {
+	t.Parallel()
+	b := newDecideBundle(t)
+	keys, _ := contract.MetricsKeys(wire.Version8, b.now)
+	for _, k := range keys {
+		b.do(t, "HSET", k, "X|p", 1)
+		b.do(t, "ZADD", contract.KeyGojobMetricsKeys, contract.Score(b.now), k)
+	}
+	d := b.decide(t)
+	require.Equal(t, contract.SourceNone, d.Source, "%v", d.Evidence)
+	require.Equal(t, contract.FormatForAll, d.Format)
+
+	k7, _ := contract.MetricsKeys(wire.Version7, b.now.Add(-time.Hour))
+	b.do(t, "HSET", k7[0], "X|p", 1)
+	d = b.decide(t)
+	require.Equal(t, contract.SourceEvidence, d.Source)
+	require.Equal(t, contract.Format{Version: wire.Version7}, d.Format)
+	require.Equal(t, []string{"7.x metrics key " + k7[0]}, d.Evidence)
+}
+
+// Retry and dead entries whose jid gojob marked (contract.KeyGojobEntries)
+// are not evidence; an unmarked one is.
+func TestDecideFormatIgnoresGojobsOwnEntries(t *testing.T) {
+	t.Parallel()
+	b := newDecideBundle(t)
+	own := `{"retry":0,"queue":"default","args":[],"class":"X","jid":"0000000000000000000000aa","created_at":1795443862324,"failed_at":1795443862324}`
+	b.do(t, "ZADD", "dead", 1795443862.5, own)
+	b.do(t, "ZADD", contract.KeyGojobEntries, 1795443862.5, "0000000000000000000000aa")
+	d := b.decide(t)
+	require.Equal(t, contract.SourceNone, d.Source, "%v", d.Evidence)
+
+	b.do(t, "ZADD", "dead", 1795443863.5, `{"retry":0,"queue":"default","args":[],"class":"X","jid":"0000000000000000000000bb","created_at":1795443862324,"failed_at":1795443862324}`)
+	d = b.decide(t)
+	require.Equal(t, contract.SourceEvidence, d.Source)
+	require.Equal(t, []string{"8.x millisecond failed_at in dead entry 0000000000000000000000bb"}, d.Evidence)
+}

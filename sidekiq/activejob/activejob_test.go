@@ -604,3 +604,30 @@ func TestPushMatchesRubyCapture(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(raw), string(res.Payload))
 }
+
+// AjJob.perform_later(1, "x") with Sidekiq 8.1.7's adapter and ActiveJob
+// 7.2 (captured): gojob's 8.x envelope is the captured one byte for byte
+// (Sidekiq::ActiveJob::Wrapper, wrapped before args, class after, integer
+// millisecond timestamps). The serialized ActiveJob hash in args[0] is
+// Rails 7.2's in the capture (scheduled_at, enqueued_at with 9 fractional
+// digits), which gojob's Rails 6.1 shape is not: the test puts the
+// captured one in its place.
+func TestPushMatchesRuby8Capture(t *testing.T) {
+	t.Parallel()
+	raw := rubyfixtures.Read(t, "8.1.7", "client_activejob.json")
+	want, err := wire.ParseJob(raw)
+	require.NoError(t, err)
+	created, _ := want.CreatedAt()
+	enqueued, _ := want.EnqueuedAt()
+	c, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: redistest.Start(t).Pool(t), Version: wire.Version8,
+		Clock: clocktest.NewSequence(created, enqueued)})
+	require.NoError(t, err)
+	job, err := New(&Params{Class: "AjJob", Args: []any{1, "x"}, EnqueuedAt: enqueued, Version: wire.Version8})
+	require.NoError(t, err)
+	capturedArgs, _ := want.Get("args")
+	job.Set("args", capturedArgs)
+	job.SetJID(want.JID())
+	res, err := c.Push(context.Background(), job, nil)
+	require.NoError(t, err)
+	require.Equal(t, string(raw), string(res.Payload))
+}

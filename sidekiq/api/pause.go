@@ -11,8 +11,8 @@ import (
 )
 
 // Pause stops every gojob process fetching from the queue within about a
-// second (docs/queue-pause.md); jobs stay in the queue. Ruby processes do
-// not know the pause and keep fetching.
+// second (docs/queue-pause.md); jobs stay in the queue. Ruby processes
+// keep fetching unless they load contrib/ruby/gojob.rb.
 func (q *Queue) Pause(ctx context.Context) error { return q.setPaused(ctx, "SADD") }
 
 // Unpause lets gojob processes fetch from the queue again.

@@ -26,9 +26,10 @@ import (
 )
 
 // The wire fixtures in testdata/ruby-fixtures: 6.4.1/ is captured from real
-// Ruby Sidekiq by capture.sh; 7.3.10/ is cut by captured_7_3_10.rb from a
-// capture of real Ruby Sidekiq 7.3.10, copied verbatim in 7.3.10/capture/;
-// 8.1.7/ is hand-written from the spec by handwritten.rb. Each directory's
+// Ruby Sidekiq by capture.sh; 7.3.10/ and 8.1.7/ are cut by
+// captured_7_3_10.rb and captured_8_1_7.rb from captures of real Ruby
+// Sidekiq, copied verbatim in <version>/capture/ (8.1.7/ adds two
+// hand-written payloads of an upgraded cluster). Each directory's
 // manifest.json lists its files; the "expect" blocks hold Ruby's own reading
 // of each value. These tests need neither Ruby nor Redis; the tests that
 // compare what gojob writes with them live beside the writers (sidekiq,
@@ -222,6 +223,10 @@ func TestFixtureManifestsComplete(t *testing.T) {
 			switch {
 			case strings.HasPrefix(m.Source, "hand-written"):
 				require.True(t, strings.HasPrefix(f.Source, "hand-written from spec"), "%s/%s must be marked hand-written", m.SidekiqVersion, f.File)
+			case m.Capture != nil && strings.HasPrefix(f.Source, "hand-written:"):
+				// A case no capture shows; the manifest's source says
+				// that some are hand-written.
+				require.Contains(t, m.Source, "hand-written", "%s/%s: the manifest must say it holds hand-written entries", m.SidekiqVersion, f.File)
 			case m.Capture != nil:
 				require.True(t, strings.HasPrefix(f.Source, "captured: capture/"), "%s/%s must name its capture file", m.SidekiqVersion, f.File)
 			}

@@ -17,48 +17,9 @@ DIR = File.join(__dir__, "7.3.10")
 CAP = File.join(DIR, "capture")
 IDENTITY = "vm:19741:68474479f68e"
 
-# unquote reads one redis-cli quoted argument (sdscatrepr): \" \\ \n \r \t
-# \a \b and \xHH.
-def unquote(s)
-  out = +""
-  i = 0
-  while i < s.length
-    c = s[i]
-    if c != "\\"
-      out << c
-      i += 1
-      next
-    end
-    n = s[i + 1]
-    case n
-    when "x" then out << s[i + 2, 2].to_i(16).chr; i += 4
-    when "n" then out << "\n"; i += 2
-    when "r" then out << "\r"; i += 2
-    when "t" then out << "\t"; i += 2
-    when "a" then out << "\a"; i += 2
-    when "b" then out << "\b"; i += 2
-    else out << n; i += 2
-    end
-  end
-  out.b
-end
-
-# monitor parses a MONITOR capture into [time, client, [args…]] rows.
-def monitor(file)
-  File.readlines(File.join(CAP, file), chomp: true).filter_map do |line|
-    next unless line =~ /\A(\d+\.\d+) \[\d+ ([^\]]+)\] (.*)\z/
-    [$1, $2, $3.scan(/"((?:[^"\\]|\\.)*)"/).map { |(a)| unquote(a) }]
-  end
-end
-
-# redis_cli_value reads the value printed after "### key=K" in a --no-raw
-# state dump: the lines after TYPE, TTL and PTTL.
-def state_value(file, key)
-  lines = File.readlines(File.join(CAP, file), chomp: true)
-  at = lines.index("\"### key=#{key}\"") or raise "#{key} not in #{file}"
-  rest = lines[(at + 4)..].take_while { |l| !l.start_with?("\"### key=") }
-  rest.map { |l| unquote(l.sub(/\A\s*(\d+\) )?"/, "").sub(/"\z/, "")) }
-end
+CAPTURE = FixtureLib::Capture.new(CAP)
+def monitor(file) = CAPTURE.monitor(file)
+def state_value(file, key) = CAPTURE.state_value(file, key)
 
 FileUtils.mkdir_p(DIR)
 Dir.children(DIR).each { |f| File.delete(File.join(DIR, f)) unless f == "capture" }

@@ -1,5 +1,5 @@
-# Shared helpers for capture.rb (6.4.1, captured) and handwritten.rb (7.x and
-# 8.x, written from the spec). They write one raw file per Redis value and a
+# Shared helpers for capture.rb (6.4.1) and captured_*.rb (7.3.10, 8.1.7,
+# cut from captures). They write one raw file per Redis value and a
 # manifest.json whose "expect" blocks are computed by Ruby's own reading of
 # each value, so the Go tests compare gojob against Ruby, not against itself.
 require "json"
@@ -64,6 +64,57 @@ module FixtureLib
     def save
       doc = @header.merge("fixtures" => @fixtures, "observations" => @observations)
       File.write(File.join(@dir, "manifest.json"), JSON.pretty_generate(doc) + "\n")
+    end
+  end
+
+  # Capture reads a capture of real Ruby Sidekiq (the shared reference
+  # data's layout: MONITOR logs and redis-cli --no-raw state dumps).
+  class Capture
+    def initialize(dir)
+      @dir = dir
+    end
+
+    # unquote reads one redis-cli quoted argument (sdscatrepr): \" \\ \n \r \t
+    # \a \b and \xHH.
+    def self.unquote(s)
+      out = +""
+      i = 0
+      while i < s.length
+        c = s[i]
+        if c != "\\"
+          out << c
+          i += 1
+          next
+        end
+        n = s[i + 1]
+        case n
+        when "x" then out << s[i + 2, 2].to_i(16).chr; i += 4
+        when "n" then out << "\n"; i += 2
+        when "r" then out << "\r"; i += 2
+        when "t" then out << "\t"; i += 2
+        when "a" then out << "\a"; i += 2
+        when "b" then out << "\b"; i += 2
+        else out << n; i += 2
+        end
+      end
+      out.b
+    end
+
+    # monitor parses a MONITOR capture into [time, client, [args…]] rows.
+    def monitor(file)
+      File.readlines(File.join(@dir, file), chomp: true).filter_map do |line|
+        next unless line =~ /\A(\d+\.\d+) \[\d+ ([^\]]+)\] (.*)\z/
+        [$1, $2, $3.scan(/"((?:[^"\\]|\\.)*)"/).map { |(a)| Capture.unquote(a) }]
+      end
+    end
+
+    # redis_cli_value reads the value printed after "### key=K" in a --no-raw
+    # state dump: the lines after TYPE, TTL and PTTL.
+    def state_value(file, key)
+      lines = File.readlines(File.join(@dir, file), chomp: true)
+      at = lines.index("\"### key=#{key}\"") or raise "#{key} not in #{file}"
+      rest = lines[(at + 4)..].take_while { |l| !l.start_with?("\"### key=") }
+      rest.map { |l| Capture.unquote(l.sub(/\A\s*(\d+\) )?"/, "").sub(/"\z/, "")) }
     end
   end
 

@@ -282,8 +282,8 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 	}
 	// 7.0+ flushes the job metrics on the :beat event, after the process
 	// hash (lib/sidekiq/metrics/tracking.rb; captured 7.3.10).
-	if metrics := h.cfg.Metrics.take(); metrics != nil && v.AtLeast(7, 0, 0) {
-		sendMetrics(conn, v, h.cfg.Clock.Now(), metrics)
+	if metrics := h.cfg.Metrics.take(); metrics != nil && len(contract.MetricsVersions(f)) > 0 {
+		sendMetrics(conn, f, h.cfg.Clock.Now(), metrics)
 		if _, err := redisreply.Pipeline(ctx, conn); err != nil {
 			h.cfg.Metrics.restore(metrics)
 			return fmt.Errorf("sidekiq: heartbeat metrics: %w", err)
@@ -348,9 +348,7 @@ func (h *Heartbeat) Unregister(ctx context.Context) error {
 	if procd != 0 || fails != 0 {
 		sendStats(conn, procd, fails, date)
 	}
-	if f.Version.AtLeast(7, 0, 0) {
-		sendMetrics(conn, f.Version, now, metrics)
-	}
+	sendMetrics(conn, f, now, metrics)
 	conn.Send("SREM", contract.KeyProcesses, h.cfg.Info.Identity)
 	keys := contract.WorkKeys(f, h.cfg.Info.Identity)
 	for _, key := range append(keys, minusKeys(h.workKeys, keys)...) {

@@ -256,15 +256,35 @@ func ttl(t *testing.T, c redis.Conn, key string) int {
 	return n
 }
 
-// The captured Ruby 7.3.10 process (`sidekiq -c 3 -q default,2 -q slow,1
-// -g captag`, testdata/ruby-fixtures/7.3.10).
+// A captured Ruby process (`sidekiq -c 3 -q default,2 -q slow,1 -g
+// captag`, testdata/ruby-fixtures/<version>) and its busy beat.
+type capturedProcess struct {
+	version         string
+	v               wire.Version
+	pid             int
+	identity        string
+	startedAt, beat float64 // the boot time, the 2nd beat's time
+	tid             string
+	runAt           int64
+}
+
+var (
+	captured7 = capturedProcess{"7.3.10", wire.Version7, 19741, "vm:19741:68474479f68e",
+		1795443861.8323052, 1795443871.835928, "eip", 1795443862}
+	captured8 = capturedProcess{"8.1.7", wire.Version8, 26685, "vm:26685:c02d7003754a",
+		1795692206.0337632, 1795692216.0384848, "lgh", 1795692206}
+)
+
+// capturedIdentity is the captured Ruby 7.3.10 process's.
 const capturedIdentity = "vm:19741:68474479f68e"
 
-func capturedInfo() *ProcessInfo {
-	return &ProcessInfo{PID: 19741, Identity: capturedIdentity, Hostname: "vm", Tag: "captag", Concurrency: 3,
-		StartedAt: contract.FromEpochSeconds(1795443861.8323052),
+func (c capturedProcess) info() *ProcessInfo {
+	return &ProcessInfo{PID: c.pid, Identity: c.identity, Hostname: "vm", Tag: "captag", Concurrency: 3,
+		StartedAt: contract.FromEpochSeconds(c.startedAt),
 		Queues:    []wire.QueueWeight{{Name: "default", Weight: 2}, {Name: "slow", Weight: 1}}}
 }
+
+func capturedInfo() *ProcessInfo { return captured7.info() }
 
 // monitorArgs drops the time and client of a captured MONITOR line and
 // lower-cases the command name (its case is the client library's).
@@ -276,26 +296,36 @@ func monitorArgs(line string) string {
 	return strings.ToLower(name) + " " + rest
 }
 
-// A 7.3.10 heartbeat sends what the captured Ruby 7.3.10 beat sent, command
-// for command and byte for byte, but for the measured rtt_us and rss: the
-// stats pipeline, the work hash in a MULTI, PING, the process hash in a
-// MULTI (its fields in Ruby's order), then the job metrics in the order Ruby
-// touched them. The process hash has the captured field set; the captured
-// HGETALL order itself is Redis's: the info value is longer than
-// hash-max-listpack-value, so the hash is a hashtable, whose order depends
-// on the server's random hash seed.
+// A 7.3.10 or 8.1.7 heartbeat sends what the captured Ruby beat of that
+// release sent, command for command and byte for byte, but for the
+// measured rtt_us and rss and gojob's own bookkeeping key beside Ruby's
+// (contract.KeyGojobMetricsKeys): the stats pipeline, the work hash in a
+// MULTI, PING, the process hash in a MULTI (its fields in Ruby's order),
+// then the job metrics in the order Ruby touched them. The process hash has
+// the captured field set; the captured HGETALL order itself is Redis's: the
+// info value is longer than hash-max-listpack-value, so the hash is a
+// hashtable, whose order depends on the server's random hash seed.
 func TestHeartbeatMatchesRubyCapture(t *testing.T) {
 	t.Parallel()
+	for _, c := range []capturedProcess{captured7, captured8} {
+		t.Run(c.version, func(t *testing.T) {
+			t.Parallel()
+			heartbeatMatchesCapture(t, c)
+		})
+	}
+}
+
+func heartbeatMatchesCapture(t *testing.T, c capturedProcess) {
 	rs := redistest.Start(t)
 	pool := rs.Pool(t)
 	conn := pool.Get()
 	defer conn.Close()
-	clk := clocktest.NewFake(contract.FromEpochSeconds(1795443861.8338773))
+	clk := clocktest.NewFake(contract.FromEpochSeconds(c.startedAt + 0.0015))
 	counters, metrics := &Counters{}, NewJobMetrics()
 	var work []Work
 	log := zerolog.New(zerolog.NewTestWriter(t))
-	hb, err := NewHeartbeat(&HeartbeatConfig{Pool: pool, Format: contract.FixedFormat(wire.Version7), Clock: clk, Logger: log,
-		Outage: &redisx.OutageLog{Log: &log}, Info: capturedInfo(), Counters: counters, Metrics: metrics,
+	hb, err := NewHeartbeat(&HeartbeatConfig{Pool: pool, Format: contract.FixedFormat(c.v), Clock: clk, Logger: log,
+		Outage: &redisx.OutageLog{Log: &log}, Info: c.info(), Counters: counters, Metrics: metrics,
 		Work: func() []Work { return work }, Quiet: func() bool { return false }})
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -305,20 +335,25 @@ func TestHeartbeatMatchesRubyCapture(t *testing.T) {
 	var slow struct {
 		Payload string `json:"payload"`
 	}
-	require.NoError(t, json.Unmarshal(rubyfixtures.Read(t, "7.3.10", "work.json"), &slow))
-	work = []Work{{TID: "eip", Queue: "slow", Raw: []byte(slow.Payload), RunAt: time.Unix(1795443862, 0)}}
+	require.NoError(t, json.Unmarshal(rubyfixtures.Read(t, c.version, "work.json"), &slow))
+	work = []Work{{TID: c.tid, Queue: "slow", Raw: []byte(slow.Payload), RunAt: time.Unix(c.runAt, 0)}}
 	counters.Add(4, 3)
 	metrics.Record("RecJob", time.Millisecond, false)
 	metrics.Record("BtFailJob", 0, true)
 	metrics.Record("DieJob", 0, true)
 	metrics.Record("NoRetryJob", 0, true)
-	clk.Set(contract.FromEpochSeconds(1795443871.835928))
+	clk.Set(contract.FromEpochSeconds(c.beat))
 	mon := rs.StartMonitor(t)
 	require.NoError(t, hb.Beat(ctx))
-	got := mon.Lines(t)
+	var got []string
+	for _, l := range mon.Lines(t) {
+		if !strings.Contains(l, `"`+contract.KeyGojobMetricsKeys+`"`) {
+			got = append(got, l)
+		}
+	}
 
 	var want []string
-	for _, l := range strings.Split(strings.TrimSpace(string(rubyfixtures.Read(t, "7.3.10", "heartbeat_busy.monitor"))), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(string(rubyfixtures.Read(t, c.version, "heartbeat_busy.monitor"))), "\n") {
 		want = append(want, monitorArgs(l))
 	}
 	measured := regexp.MustCompile(`"(rtt_us|rss)" "\d+"`)
@@ -329,14 +364,14 @@ func TestHeartbeatMatchesRubyCapture(t *testing.T) {
 		require.Equal(t, w, g, "command %d", i)
 	}
 
-	fields, err := redis.Strings(conn.Do("HKEYS", capturedIdentity))
+	fields, err := redis.Strings(conn.Do("HKEYS", c.identity))
 	require.NoError(t, err)
 	var wantFields []string
-	for _, p := range rubyfixtures.Pairs(t, "7.3.10", "process_hash.json") {
+	for _, p := range rubyfixtures.Pairs(t, c.version, "process_hash.json") {
 		wantFields = append(wantFields, p[0])
 	}
 	require.ElementsMatch(t, wantFields, fields)
-	enc, err := redis.String(conn.Do("OBJECT", "ENCODING", capturedIdentity))
+	enc, err := redis.String(conn.Do("OBJECT", "ENCODING", c.identity))
 	require.NoError(t, err)
 	require.Equal(t, "hashtable", enc)
 }

@@ -15,7 +15,9 @@ import (
 // flushes them on the :beat event; the Web UI's Metrics tab reads them. gojob
 // records each job in memory (one mutex, no Redis command) and writes the
 // counts after each beat's process hash, as Ruby does, and at shutdown. A
-// beat in a 6.x format drops them: 6.x writes no metrics.
+// beat in a 6.x format drops them: 6.x writes no metrics. The format for
+// all readers writes both the 7.x and the 8.x keys below, since 8.x Web
+// UIs read no 7.x key (docs/version-follow.md).
 //
 // Per flush, with now = the flush time in UTC (Ruby buckets by flush time,
 // not by job time):
@@ -172,28 +174,40 @@ func (m *JobMetrics) restore(snap *metricsSnap) {
 }
 
 // sendMetrics queues the commands of a metrics flush at now (see the
-// comment at the top of this file) on conn; the caller sends them with
-// Do(""). Histograms and counters go in the order they were first touched.
-func sendMetrics(conn redis.Conn, v wire.Version, now time.Time, snap *metricsSnap) {
-	if snap == nil {
+// comment at the top of this file) for each version whose keys format f
+// writes (contract.MetricsVersions: both 7.x's and 8.x's for all readers)
+// on conn; the caller sends them with Do(""). Histograms and counters go in
+// the order they were first touched. Last, the j| keys go into
+// contract.KeyGojobMetricsKeys, so that no gojob takes them for Ruby's
+// (docs/version-follow.md).
+func sendMetrics(conn redis.Conn, f contract.Format, now time.Time, snap *metricsSnap) {
+	versions := contract.MetricsVersions(f)
+	if snap == nil || len(versions) == 0 {
 		return
 	}
-	for _, class := range snap.gramOrder {
-		key := contract.HistogramKey(v, class, now)
-		args := []any{key, "OVERFLOW", "SAT"}
-		for i, n := range snap.grams[class] {
-			if n > 0 {
-				args = append(args, "INCRBY", "u16", "#"+strconv.Itoa(i), n)
+	mark := []any{contract.KeyGojobMetricsKeys}
+	for _, v := range versions {
+		for _, class := range snap.gramOrder {
+			key := contract.HistogramKey(v, class, now)
+			args := []any{key, "OVERFLOW", "SAT"}
+			for i, n := range snap.grams[class] {
+				if n > 0 {
+					args = append(args, "INCRBY", "u16", "#"+strconv.Itoa(i), n)
+				}
 			}
+			conn.Send("BITFIELD", args...)
+			conn.Send("EXPIRE", key, contract.MetricsShortTTL)
 		}
-		conn.Send("BITFIELD", args...)
-		conn.Send("EXPIRE", key, contract.MetricsShortTTL)
-	}
-	keys, ttls := contract.MetricsKeys(v, now)
-	for i, key := range keys {
-		for _, k := range snap.order {
-			conn.Send("HINCRBY", key, k, snap.counters[k])
+		keys, ttls := contract.MetricsKeys(v, now)
+		for i, key := range keys {
+			for _, k := range snap.order {
+				conn.Send("HINCRBY", key, k, snap.counters[k])
+			}
+			conn.Send("EXPIRE", key, ttls[i])
+			mark = append(mark, contract.Score(now), key)
 		}
-		conn.Send("EXPIRE", key, ttls[i])
 	}
+	conn.Send("ZADD", mark...)
+	conn.Send("ZREMRANGEBYSCORE", contract.KeyGojobMetricsKeys, "-inf",
+		"("+contract.Score(now.Add(-contract.MetricsShortTTL*time.Second)))
 }

@@ -122,7 +122,7 @@ func TestMetricsKeysReadWithRubyFormats(t *testing.T) {
 			m.Record("HardJob", time.Duration(i+1)*time.Millisecond, false)
 			m.Record("HardJob", 21*time.Millisecond, false)
 			m.Record("HardJob", 0, true)
-			sendMetrics(conn, v, at, m.take())
+			sendMetrics(conn, contract.Format{Version: v}, at, m.take())
 			_, err := conn.Do("")
 			require.NoError(t, err)
 		}
@@ -171,42 +171,137 @@ func BenchmarkJobMetricsRecord(b *testing.B) {
 	})
 }
 
-// The flushes of the captured beats 2 and 3 (RecJob 1 ms, three failures;
-// then RecJob 0 ms and SlowJob 12,001 ms) leave what Ruby 7.3.10 left: the
-// minute hash with its fields in the captured order and values, and the
-// histograms byte for byte.
-func TestMetricsMatchRubyCapture(t *testing.T) {
-	t.Parallel()
-	rs := redistest.Start(t)
-	conn := rs.Pool(t).Get()
-	defer conn.Close()
+// rubyMetrics is what a captured Ruby run's two metrics flushes (beats 2
+// and 3) leave: the counter hashes and the histograms, by key.
+type rubyMetrics struct {
+	version  string
+	counters map[string]string // key → fixture of its HGETALL pairs
+	grams    map[string]string // key → fixture of its bytes
+	beats    [2]float64        // the flush times
+	second   []string          // the classes of the second flush, in Ruby's order
+}
+
+var (
+	// testdata/ruby-fixtures/7.3.10: beat 2 RecJob 1 ms and three
+	// failures; beat 3 RecJob 0 ms, SlowJob 12,001 ms.
+	rubyMetrics7 = rubyMetrics{"7.3.10",
+		map[string]string{"j|20261123|14:24": "metrics_counters.json"},
+		map[string]string{"RecJob-23-14:24": "histogram_RecJob.bin", "SlowJob-23-14:24": "histogram_SlowJob.bin"},
+		[2]float64{1795443871.836402, 1795443881.838376}, []string{"RecJob", "SlowJob"}}
+	// testdata/ruby-fixtures/8.1.7: beat 2 as above; beat 3 SlowJob
+	// 12,000 ms, RecJob 0 ms, BtFailJob's second failure.
+	rubyMetrics8 = rubyMetrics{"8.1.7",
+		map[string]string{"j|261126|11:2": "metrics_counters_10min.json", "j|261126|11:23": "metrics_counters.json"},
+		map[string]string{"h|RecJob-26-11:23": "histogram_RecJob.bin", "h|SlowJob-26-11:23": "histogram_SlowJob.bin"},
+		[2]float64{1795692216.039336, 1795692226.093094}, []string{"SlowJob", "RecJob", "BtFailJob"}}
+)
+
+// flushCaptured replays the captured run's two flushes in format f.
+func flushCaptured(t *testing.T, conn redis.Conn, f contract.Format, r rubyMetrics) {
+	t.Helper()
 	flush := func(at float64, record func(m *JobMetrics)) {
 		m := NewJobMetrics()
 		record(m)
-		sendMetrics(conn, wire.Version7, contract.FromEpochSeconds(at), m.take())
+		sendMetrics(conn, f, contract.FromEpochSeconds(at), m.take())
 		_, err := conn.Do("")
 		require.NoError(t, err)
 	}
-	flush(1795443871.836402, func(m *JobMetrics) {
+	flush(r.beats[0], func(m *JobMetrics) {
 		m.Record("RecJob", time.Millisecond, false)
 		m.Record("BtFailJob", 0, true)
 		m.Record("DieJob", 0, true)
 		m.Record("NoRetryJob", 0, true)
 	})
-	flush(1795443881.838376, func(m *JobMetrics) {
-		m.Record("RecJob", 0, false)
-		m.Record("SlowJob", 12001*time.Millisecond, false)
+	flush(r.beats[1], func(m *JobMetrics) {
+		for _, class := range r.second {
+			switch class {
+			case "RecJob":
+				m.Record("RecJob", 0, false)
+			case "SlowJob":
+				ms := time.Duration(map[string]int{"7.3.10": 12001, "8.1.7": 12000}[r.version])
+				m.Record("SlowJob", ms*time.Millisecond, false)
+			case "BtFailJob":
+				m.Record("BtFailJob", 0, true)
+			}
+		}
 	})
-	var got [][2]string
-	flat, err := redis.Strings(conn.Do("HGETALL", "j|20261123|14:24"))
-	require.NoError(t, err)
-	for i := 0; i+1 < len(flat); i += 2 {
-		got = append(got, [2]string{flat[i], flat[i+1]})
-	}
-	require.Equal(t, rubyfixtures.Pairs(t, "7.3.10", "metrics_counters.json"), got)
-	for _, class := range []string{"RecJob", "SlowJob"} {
-		h, err := redis.Bytes(conn.Do("GET", class+"-23-14:24"))
+}
+
+// requireRubyMetrics checks that Redis holds the captured run's metrics
+// keys, field order, values and histogram bytes.
+func requireRubyMetrics(t *testing.T, conn redis.Conn, r rubyMetrics) {
+	t.Helper()
+	for key, file := range r.counters {
+		var got [][2]string
+		flat, err := redis.Strings(conn.Do("HGETALL", key))
 		require.NoError(t, err)
-		require.Equal(t, rubyfixtures.Read(t, "7.3.10", "histogram_"+class+".bin"), h, class)
+		for i := 0; i+1 < len(flat); i += 2 {
+			got = append(got, [2]string{flat[i], flat[i+1]})
+		}
+		require.Equal(t, rubyfixtures.Pairs(t, r.version, file), got, key)
+		require.Equal(t, key, rubyfixtures.Find(t, r.version, file).Redis.Key)
+	}
+	for key, file := range r.grams {
+		h, err := redis.Bytes(conn.Do("GET", key))
+		require.NoError(t, err, key)
+		require.Equal(t, rubyfixtures.Read(t, r.version, file), h, key)
+		require.Equal(t, key, rubyfixtures.Find(t, r.version, file).Redis.Key)
+	}
+}
+
+// The flushes of the captured beats 2 and 3 leave what Ruby 7.3.10 and
+// 8.1.7 left: the counter hashes with their fields in the captured order
+// and values, and the histograms byte for byte.
+func TestMetricsMatchRubyCapture(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		v wire.Version
+		r rubyMetrics
+	}{{wire.Version7, rubyMetrics7}, {wire.Version8, rubyMetrics8}} {
+		t.Run(c.r.version, func(t *testing.T) {
+			t.Parallel()
+			conn := redistest.Start(t).Pool(t).Get()
+			defer conn.Close()
+			flushCaptured(t, conn, contract.Format{Version: c.v}, c.r)
+			requireRubyMetrics(t, conn, c.r)
+		})
+	}
+}
+
+// The format for all readers writes both 7.x's keys and 8.x's, so that
+// the Metrics tab of every Web UI from 7.0 to 8.x shows a lone gojob's
+// jobs: replaying either captured run leaves what that Ruby left, and the
+// other family's keys beside them.
+func TestMetricsForAllReadersMatchBothCaptures(t *testing.T) {
+	t.Parallel()
+	for _, r := range []rubyMetrics{rubyMetrics7, rubyMetrics8} {
+		t.Run(r.version, func(t *testing.T) {
+			t.Parallel()
+			conn := redistest.Start(t).Pool(t).Get()
+			defer conn.Close()
+			flushCaptured(t, conn, contract.FormatForAll, r)
+			requireRubyMetrics(t, conn, r)
+			at := contract.FromEpochSeconds(r.beats[1])
+			var want []string
+			for _, v := range []wire.Version{wire.Version7, wire.Version8} {
+				keys, _ := contract.MetricsKeys(v, at)
+				want = append(want, keys...)
+				for _, class := range []string{"RecJob", "SlowJob"} {
+					want = append(want, contract.HistogramKey(v, class, at))
+				}
+			}
+			want = append(want, contract.KeyGojobMetricsKeys)
+			got, err := redis.Strings(conn.Do("KEYS", "*"))
+			require.NoError(t, err)
+			require.ElementsMatch(t, want, got)
+			marked, err := redis.Strings(conn.Do("ZRANGE", contract.KeyGojobMetricsKeys, 0, -1))
+			require.NoError(t, err)
+			var jkeys []string
+			for _, v := range []wire.Version{wire.Version7, wire.Version8} {
+				keys, _ := contract.MetricsKeys(v, at)
+				jkeys = append(jkeys, keys...)
+			}
+			require.ElementsMatch(t, jkeys, marked, "gojob marks the j| keys it wrote")
+		})
 	}
 }

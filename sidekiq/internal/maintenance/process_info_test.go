@@ -77,9 +77,11 @@ func TestProcessInfoDefaultTagPerVersion(t *testing.T) {
 	require.Equal(t, "mine", tag(&ProcessInfo{DirTag: "app", Tag: "mine"}, wire.Version8))
 }
 
-// The 7.3.10 info of the captured process's options is the captured info,
-// byte for byte.
+// The 7.3.10 and 8.1.7 info of the captured processes' options is the
+// captured info, byte for byte.
 func TestProcessInfoMatchesRubyCapture(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, string(rubyfixtures.Read(t, "7.3.10", "heartbeat_info.json")), string(capturedInfo().JSON(wire.Version7)))
+	for _, c := range []capturedProcess{captured7, captured8} {
+		require.Equal(t, string(rubyfixtures.Read(t, c.version, "heartbeat_info.json")), string(c.info().JSON(c.v)), c.version)
+	}
 }

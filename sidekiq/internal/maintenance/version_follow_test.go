@@ -96,6 +96,46 @@ func TestVersionFollowerSwitchesWithTheCluster(t *testing.T) {
 	require.Equal(t, 3, b.logs.Count("warn", "switching the wire format"))
 }
 
+// A 6.4.1 process seen once holds a lone gojob in 6.4.1's format only for
+// contract.RecordedFormatTTL after it was last seen: then the lone gojob
+// writes for all readers (7.x Web UIs show its version and its running
+// jobs, every UI its metrics), logs the switch once, and keeps the record
+// of when 6.4.1 was last seen. While the 6.4.1 process lives, the record's
+// time follows it.
+func TestVersionFollowerRecordAgesOut(t *testing.T) {
+	t.Parallel()
+	b := newFollowBundle(t, true, wire.Version7)
+	b.ruby(t, "r:6:cccccccccccc", "")
+	b.check(t)
+	require.Equal(t, contract.Format{Version: wire.Version6}, b.format.Format())
+	b.clk.Advance(30 * time.Minute) // still live half an hour later
+	b.check(t)
+	lastSeen := b.clk.Now()
+	b.gone(t, "r:6:cccccccccccc")
+
+	b.clk.Advance(contract.RecordedFormatTTL - time.Second)
+	d := b.check(t)
+	require.Equal(t, contract.SourceRecorded, d.Source)
+	require.Equal(t, contract.Format{Version: wire.Version6}, b.format.Format(), "a restart's gap keeps 6.4.1")
+
+	b.clk.Advance(2 * time.Second)
+	d = b.check(t)
+	require.Equal(t, contract.SourceAged, d.Source)
+	require.Equal(t, contract.FormatForAll, b.format.Format())
+	require.Equal(t, 1, b.logs.Count("warn", "has aged out"))
+	b.check(t)
+	require.Equal(t, 1, b.logs.Count("warn", "has aged out"), "logged once")
+	raw, err := redis.Bytes(b.conn.Do("GET", contract.KeyRecordedFormat))
+	require.NoError(t, err)
+	require.JSONEq(t, `{"version":"6.4.1","source":"live","at":`+contract.Score(lastSeen)+`}`, string(raw),
+		"the record keeps when 6.4.1 was last seen")
+
+	// A Ruby process coming back is followed again.
+	b.ruby(t, "r:6:cccccccccccc", "")
+	b.check(t)
+	require.Equal(t, contract.Format{Version: wire.Version6}, b.format.Format())
+}
+
 // gojob processes, this one included, never count as Ruby processes; the
 // mark of one that stopped checking more than a minute ago goes.
 func TestVersionFollowerIgnoresGojobProcesses(t *testing.T) {
