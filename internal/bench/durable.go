@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -69,8 +71,13 @@ type DurableRound struct {
 	StatementsPerJob      float64 `json:"sql_statements_per_job"`
 	CommitsPerJob         float64 `json:"sql_commits_per_job"`
 	DurableCPUPerJobUS    float64 `json:"durable_cpu_us_per_job"`
-	DurableLatencyP50ms   float64 `json:"durable_pickup_latency_p50_ms"`
-	RowsLeft              int64   `json:"rows_left"`
+	// RedisCPUPerJobUS and DatabaseCPUPerJobUS are redis-server's and the
+	// local PostgreSQL server's CPU per job while draining (0 when the
+	// database is not a PostgreSQL server on this machine).
+	RedisCPUPerJobUS    float64 `json:"durable_redis_cpu_us_per_job,omitempty"`
+	DatabaseCPUPerJobUS float64 `json:"durable_database_cpu_us_per_job,omitempty"`
+	DurableLatencyP50ms float64 `json:"durable_pickup_latency_p50_ms"`
+	RowsLeft            int64   `json:"rows_left"`
 }
 
 // DurableResult is what `gojob bench --durable … --json` prints.
@@ -138,9 +145,9 @@ func runDurableBenchCmd(c *ucli.Context, pool *redis.Pool, mode sidekiq.FetchMod
 }
 
 func printDurableRound(w io.Writer, i int, r *DurableRound) {
-	fmt.Fprintf(w, "round %d: plain %.0f jobs/s, durable %.0f jobs/s (%.3fx); SQL statements per job %.3f (push %.4f, drain %.3f), commits per job %.3f; durable cpu %.1f µs/job, pickup p50 %.2f ms; rows left %d\n",
+	fmt.Fprintf(w, "round %d: plain %.0f jobs/s, durable %.0f jobs/s (%.3fx); SQL statements per job %.3f (push %.4f, drain %.3f), commits per job %.3f; durable cpu µs/job gojob %.1f, redis %.1f, postgres %.1f; pickup p50 %.2f ms; rows left %d\n",
 		i, r.PlainJobsPerSec, r.DurableJobsPerSec, r.Ratio, r.StatementsPerJob, r.PushStatementsPerJob, r.DrainStatementsPerJob,
-		r.CommitsPerJob, r.DurableCPUPerJobUS, r.DurableLatencyP50ms, r.RowsLeft)
+		r.CommitsPerJob, r.DurableCPUPerJobUS, r.RedisCPUPerJobUS, r.DatabaseCPUPerJobUS, r.DurableLatencyP50ms, r.RowsLeft)
 }
 
 // runDurableBench runs the bench with every BenchJob durable, in a table
@@ -164,13 +171,18 @@ func runDurableBench(ctx context.Context, pool *redis.Pool, url string, window t
 	}
 	defer d.DropTable(context.WithoutCancel(ctx))
 	var atDrain, drained durable.Stats
+	var pgAtDrain, pgDrained time.Duration
 	hooks := &benchHooks{
 		client: func(c *sidekiq.Client) { c.Extend(d) },
 		server: func(s *sidekiq.Server) {
 			s.Extend(d)
 			atDrain = d.Stats()
+			pgAtDrain = postgresCPU()
 		},
-		drained: func() { drained = d.Stats() },
+		drained: func() {
+			drained = d.Stats()
+			pgDrained = postgresCPU()
+		},
 	}
 	before := d.Stats()
 	br, err := runBench(withBenchHooks(ctx, hooks), pool, benchSpec{jobs: n, conc: conc, latencyJobs: latencyJobs, mode: mode, pipeline: pipeline, profile: profile})
@@ -187,7 +199,11 @@ func runDurableBench(ctx context.Context, pool *redis.Pool, url string, window t
 		StatementsPerJob:      float64(drained.Statements-before.Statements) / jobs,
 		CommitsPerJob:         float64(drained.Commits-before.Commits) / jobs,
 		DurableCPUPerJobUS:    br.CPUPerJobUS,
+		RedisCPUPerJobUS:      br.RedisCPUPerJobUS,
 		DurableLatencyP50ms:   br.LatencyP50ms,
+	}
+	if strings.HasPrefix(url, "postgres") && pgAtDrain > 0 {
+		round.DatabaseCPUPerJobUS = float64((pgDrained - pgAtDrain).Microseconds()) / jobs
 	}
 	if st, err := d.Status(ctx); err == nil {
 		for _, db := range st.Databases {
@@ -196,3 +212,42 @@ func runDurableBench(ctx context.Context, pool *redis.Pool, url string, window t
 	}
 	return round, d.Databases()[0], nil
 }
+
+// postgresCPU is the CPU time of this machine's PostgreSQL server so far:
+// its processes' own and that of the backends they reaped (utime, stime,
+// cutime and cstime of every process named postgres), or 0 when none runs
+// here. Other databases' work on the same server counts too.
+func postgresCPU() time.Duration {
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	var ticks int64
+	for _, e := range dirs {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open || s[open+1:end] != "postgres" {
+			continue
+		}
+		f := strings.Fields(s[end+1:])
+		if len(f) < 15 {
+			continue
+		}
+		for _, k := range f[11:15] { // fields 14-17: utime stime cutime cstime
+			n, _ := strconv.ParseInt(k, 10, 64)
+			ticks += n
+		}
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on
+// every Linux architecture Go supports.
+const clockTicks = 100

@@ -6,6 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
 )
 
 // Fetching ahead (reliable fetch). A job that waits for something other
@@ -44,8 +48,12 @@ import (
 // fetch is used: an empty queue fetches nothing ahead.
 //
 // Each slot that fetches ahead has one goroutine for it (ahead.loop,
-// started at its first FetchAhead): it makes the fetches, prepares the
-// jobs and gives back those the slot did not take in time.
+// started at its first FetchAhead): it asks for the fetches, prepares the
+// jobs and gives back those the slot did not take in time. The fetches of
+// every slot are made by one goroutine (aheadBatcher), in one round trip
+// for all the slots that asked meanwhile: with durable jobs every slot
+// asks for about every job it runs, and a round trip per slot cost more
+// of gojob's and Redis's CPU than the jobs.
 
 const (
 	// aheadMaxRun is the longest a slot's last job may have taken (its
@@ -85,6 +93,9 @@ type ahead struct {
 	started bool // loop runs (or ran)
 	over    bool // loop returned: FetchAhead asks for nothing more
 
+	// req is the slot's request to the batcher (one at a time).
+	req aheadReq
+
 	kick    chan struct{} // want grew
 	arrived chan struct{} // a fetch ended (a job queued, or none)
 	exit    chan struct{} // the slot has returned
@@ -96,6 +107,7 @@ func newAhead(f *reliableFetch, st *slotState, r *rand.Rand) *ahead {
 		f: f, st: st, r: r,
 		kick: make(chan struct{}, 1), arrived: make(chan struct{}, 1),
 		exit: make(chan struct{}), done: make(chan struct{}),
+		req: aheadReq{done: make(chan struct{}, 1)},
 	}
 }
 
@@ -266,48 +278,142 @@ func (a *ahead) fetch() {
 	signal(a.arrived)
 }
 
-// take moves up to want jobs into the slot's lists on a pooled connection,
-// never blocking: a queue believed empty gives none. A failed round trip
-// ends the epoch, as a taker's does, and gives none; the slot then fetches
-// as usual.
+// take moves up to want jobs into the slot's lists, in the batcher's
+// next round, never blocking: a queue believed empty gives none. A failed
+// round trip gives none; the slot then fetches as usual.
 func (a *ahead) take(want int) ([]Unit, error) {
 	f := a.f
+	f.batcher.once.Do(func() {
+		f.wg.Add(1) // the slot's worker is in f.wg until loop returns
+		go f.batcher.run()
+	})
+	r := &a.req
+	r.a, r.want, r.units, r.err = a, want, r.units[:0], nil
+	select {
+	case f.batcher.reqs <- r:
+	case <-f.cfg.Quiet:
+		return nil, nil
+	}
+	<-r.done // a request taken is always answered
+	return r.units, r.err
+}
+
+// aheadReq is one slot's request for jobs fetched ahead, and its answer.
+type aheadReq struct {
+	a     *ahead
+	want  int
+	units []Unit
+	err   error
+	done  chan struct{} // capacity 1: answered
+	// from and to are its moves in the batcher's round.
+	from, to int
+}
+
+// aheadBatcher makes the slots' fetches ahead, those asked for while a
+// round was on its way in the next round, on a connection of its own.
+type aheadBatcher struct {
+	f    *reliableFetch
+	reqs chan *aheadReq // unbuffered: a request sent is one taken
+	once sync.Once
+	c    redis.Conn
+	rd   round
+	// rounds counts the round trips made (tests).
+	rounds atomic.Int64
+}
+
+func (b *aheadBatcher) run() {
+	defer b.f.wg.Done()
+	defer b.drop()
+	var reqs []*aheadReq
+	for {
+		select {
+		case r := <-b.reqs:
+			reqs = append(reqs[:0], r)
+		case <-b.f.cfg.Quiet:
+			return
+		}
+	more:
+		for {
+			select {
+			case r := <-b.reqs:
+				reqs = append(reqs, r)
+			default:
+				break more
+			}
+		}
+		b.take(reqs)
+		for _, r := range reqs {
+			r.done <- struct{}{}
+		}
+		clear(reqs)
+	}
+}
+
+// take makes one round of the moves asked for and gives each request its
+// jobs. A failed round ends the epoch, as a taker's does; it returns no
+// slot token, as these slots are running a job.
+func (b *aheadBatcher) take(reqs []*aheadReq) {
+	f := b.f
 	cfg := f.cfg
 	if !f.ids.fresh() {
-		return nil, nil
+		return
 	}
-	rd := &round{}
-	for range want {
-		var m move
-		if !f.planMove(&m, a.st, a.r) {
-			break
+	rd := &b.rd
+	rd.moves = rd.moves[:0]
+	for _, r := range reqs {
+		r.from = len(rd.moves)
+		for range r.want {
+			var m move
+			if !f.planMove(&m, r.a.st, r.a.r) {
+				break
+			}
+			rd.moves = append(rd.moves, m)
 		}
-		rd.moves = append(rd.moves, m)
+		r.to = len(rd.moves)
 	}
+	defer clear(rd.moves)
 	if len(rd.moves) == 0 {
-		return nil, nil
+		return
 	}
-	ctx, cancel := ctxTimeout(stallAfter)
-	defer cancel()
-	c, err := cfg.Pool.GetContext(ctx)
-	if err != nil {
-		cfg.Outage.Failed(err)
-		return nil, err
+	if b.c == nil {
+		c, err := cfg.dial()
+		if err != nil {
+			cfg.Outage.Failed(err)
+			for _, r := range reqs {
+				r.err = err
+			}
+			return
+		}
+		b.c = c
 	}
-	defer c.Close()
-	err = f.send(c, rd)
-	var units []Unit
-	for i := range rd.moves {
-		if m := &rd.moves[i]; m.raw != nil {
-			units = append(units, f.unit(m))
+	b.rounds.Add(1)
+	err := f.send(b.c, rd)
+	for _, r := range reqs {
+		r.err = err
+		for i := r.from; i < r.to; i++ {
+			if m := &rd.moves[i]; m.raw != nil {
+				r.units = append(r.units, f.unit(m))
+			}
 		}
 	}
 	if err != nil && !isReply(err) {
-		f.failedRound(rd)
+		f.drops.Add(1)
+		f.ids.bump() // a move may have run unseen
 		cfg.Outage.Failed(err)
 		cfg.Health.failed(err)
 	}
-	return units, err
+	if err != nil && (!isReply(err) || redisx.IsTransient(err)) {
+		// Broken, or refused by a Redis that is loading or no longer the
+		// master: the next round dials the master of the moment.
+		b.drop()
+	}
+}
+
+func (b *aheadBatcher) drop() {
+	if b.c != nil {
+		b.c.Close()
+		b.c = nil
+	}
 }
 
 // finish gives back every job the slot has not taken and stops the

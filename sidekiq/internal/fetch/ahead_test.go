@@ -1,7 +1,9 @@
 package fetch
 
 import (
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -223,4 +225,36 @@ func TestSlotHoldsTheJobsItFetchedAheadUntilTheyRunOrGoBack(t *testing.T) {
 	require.False(t, st.release(ahead2), "no longer held: nothing changes")
 	require.True(t, st.release(ahead1))
 	require.Empty(t, held())
+}
+
+// The slots' fetches ahead asked for while a round is on its way go
+// together in the next round: fewer round trips than fetches, and every
+// job still runs once.
+func TestSlotsFetchingAheadShareRoundTrips(t *testing.T) {
+	t.Parallel()
+	b := reliableBundle(t, nil, func(c *Config) { c.Concurrency = 8 })
+	var jobs []string
+	for i := range 400 {
+		j := fmt.Sprintf("j%d", i)
+		jobs = append(jobs, j)
+		b.conn.Send("LPUSH", "queue:default", j)
+	}
+	_, err := b.conn.Do("")
+	require.NoError(t, err)
+	f := newReliable(t, b)
+	f.aheadMaxRun, f.aheadHold = time.Minute, time.Minute
+	var fetched atomic.Int64
+	b.hook = func(u Unit) {
+		// The slots ask at the same moments (every 2 ms), as slots whose
+		// jobs wait for the same group commit do.
+		now := time.Now()
+		time.Sleep(now.Truncate(2 * time.Millisecond).Add(2 * time.Millisecond).Sub(now))
+		u.FetchAhead(func(*Unit) { fetched.Add(1) })
+		f.Finish(u, nil)
+	}
+	b.runAhead(t, f, inProgressKey, jobs...)
+	rounds := f.batcher.rounds.Load()
+	t.Logf("%d jobs fetched ahead in %d round trips", fetched.Load(), rounds)
+	require.Positive(t, fetched.Load())
+	require.Less(t, 2*rounds, fetched.Load(), "the slots' requests share round trips: a slot alone asks for one job per job it runs")
 }

@@ -76,6 +76,8 @@ type reliableFetch struct {
 	// ahead (ahead.go), fields so that tests can change them.
 	aheadMaxRun, aheadHold time.Duration
 	aheadDepth             int
+	// batcher makes the fetches ahead of every slot (ahead.go).
+	batcher aheadBatcher
 }
 
 // NewReliable returns the reliable fetch. It writes the process's
@@ -107,6 +109,7 @@ func NewReliable(ctx context.Context, cfg *Config) (Fetcher, error) {
 		f.slots[i] = newSlotState(i)
 	}
 	f.life = newReliableLife(cfg, f.ids)
+	f.batcher = aheadBatcher{f: f, reqs: make(chan *aheadReq)}
 	f.acker = newAcker(cfg, f)
 	f.acker.hold = rideHold
 	f.life.holders = f.held
