@@ -76,6 +76,8 @@ type outcome struct {
 	kill     bool
 	retryIn  time.Duration
 	hasDelay bool
+	// snooze reschedules the job after retryIn without a failure.
+	snooze bool
 }
 
 func (o *outcome) Error() string {
@@ -98,6 +100,14 @@ func Kill(err error) error { return &outcome{err: err, kill: true} }
 // delays).
 func RetryIn(d time.Duration, err error) error {
 	return &outcome{err: err, retryIn: d, hasDelay: true}
+}
+
+// Snooze ends the job without a failure and runs it again after d: the
+// job goes to the schedule set unchanged (its retry_count untouched), it
+// is counted as processed and not as failed, and no retry or death
+// follows. A handler returns it as its error (docs/job-control.md).
+func Snooze(d time.Duration) error {
+	return &outcome{err: fmt.Errorf("snoozed for %s", d), retryIn: max(d, 0), snooze: true}
 }
 
 // ErrorClassOf returns the error_class gojob writes for err: the class an

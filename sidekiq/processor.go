@@ -240,7 +240,7 @@ func (p *processor) finish(w *workItem, err error) {
 	defer p.observe(u.Queue, job.Class(), took, err)
 	if w.class != "" {
 		var ol *OverLimitError
-		p.metrics.Record(w.class, took, err != nil && !errors.As(err, &ol))
+		p.metrics.Record(w.class, took, err != nil && !errors.As(err, &ol) && !isSnooze(err))
 	}
 	switch {
 	case err == nil:
@@ -249,7 +249,7 @@ func (p *processor) finish(w *workItem, err error) {
 		if !uniqueUntilStart(job) {
 			p.releaseUnique(job)
 		}
-	case p.rescheduleOverLimit(u, job, err):
+	case p.rescheduleOverLimit(u, job, err), p.snooze(u, job, err):
 		p.counters.Add(1, 0)
 	default:
 		p.counters.Add(1, 1)
