@@ -175,7 +175,7 @@ func buildServer(c *ucli.Context, cfg *sidekiq.ServerConfig, o *options, log zer
 		if !ok || class == "" || command == "" {
 			return nil, noop, ucli.Exit(fmt.Sprintf("--exec %q: want CLASS=COMMAND", spec), exitUsage)
 		}
-		srv.Handle(class, &execHandler{Command: command, Log: log}, nil)
+		srv.Handle(class, &execHandler{Command: command, Log: log, Pool: cfg.Pool, Grace: cfg.CancelGrace}, nil)
 	}
 	type httpSpec struct{ class, url string }
 	var https []httpSpec
@@ -186,15 +186,20 @@ func buildServer(c *ucli.Context, cfg *sidekiq.ServerConfig, o *options, log zer
 		}
 		https = append(https, httpSpec{class, url})
 	}
-	stop := noop
+	stop, err := startJobControl(c.Context, srv, cfg, log)
+	if err != nil {
+		return nil, noop, err
+	}
 	if len(https) > 0 {
 		hb, err := newHeartbeatEndpoint(c.String("heartbeat-listen"), c.String("heartbeat-url"), log)
 		if err != nil {
+			stop()
 			return nil, noop, ucli.Exit("--heartbeat-listen: "+err.Error(), exitUsage)
 		}
-		stop = func() { hb.Close() }
+		stopCtl := stop
+		stop = func() { hb.Close(); stopCtl() }
 		for _, h := range https {
-			srv.Handle(h.class, &httpHandler{URL: h.url, Heartbeats: hb}, nil)
+			srv.Handle(h.class, &httpHandler{URL: h.url, Heartbeats: hb, Pool: cfg.Pool}, nil)
 		}
 	}
 	for _, f := range o.setup {
