@@ -22,8 +22,8 @@ const maxReportLine = 1 << 20
 // reportLine is a JSON line on an exec command's fd 4
 // (docs/job-control.md).
 type reportLine struct {
-	Progress *float64       `json:"progress"`
-	Message  *string        `json:"message"`
+	Progress *float64        `json:"progress"`
+	Message  *string         `json:"message"`
 	Result   json.RawMessage `json:"result"`
 	Outcome  string          `json:"outcome"`
 	In       *float64        `json:"in"`

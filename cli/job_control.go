@@ -236,4 +236,3 @@ func printJobView(e *adminEnv, v *jobView) {
 		}
 	}
 }
-
