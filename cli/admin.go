@@ -44,6 +44,7 @@ func adminCommands() []*ucli.Command {
 				&ucli.StringFlag{Name: "key", Usage: "push to the ordered queue --queue under ordering key `K`: K's jobs run one at a time in push order (gojob ordered work)"},
 				&ucli.Float64Flag{Name: "score", Usage: "with --key: order by this score (a version) instead of push order"},
 				&ucli.IntFlag{Name: "shards", Usage: "with --key: shard count of the queue if this push creates it (default 16)"},
+				&ucli.StringFlag{Name: "batch", Usage: "add the job to the batch `BID` (gojob batch create) in the same step as its push"},
 			},
 			Before: func(c *ucli.Context) error { _, _, err := pushJobFromFlags(c); return err },
 			Action: withAPI(pushAction),
@@ -101,6 +102,9 @@ func pushAction(ctx context.Context, e *adminEnv) error {
 	}
 	if e.c.IsSet("key") {
 		return pushOrdered(ctx, e, job)
+	}
+	if e.c.IsSet("batch") {
+		return pushToBatch(ctx, e, job, opts)
 	}
 	res, err := e.api.Client().Push(ctx, job, opts)
 	if err != nil {

@@ -119,6 +119,7 @@ func newApp(stdout, stderr io.Writer, o *options) *ucli.App {
 	}
 	cmds = append(cmds, adminCommands()...)
 	cmds = append(cmds, jobControlCommands()...)
+	cmds = append(cmds, batchCommand())
 	cmds = append(cmds, o.commands...)
 	cmds = append(cmds, versionCommand())
 	app := &ucli.App{

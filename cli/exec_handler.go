@@ -115,11 +115,18 @@ func (h *execHandler) Perform(ctx context.Context, job *wire.Job) error {
 	// clears its environment): a cancellation kills the group and those
 	// that left it.
 	token := "GOJOB_EXEC_TOKEN=" + uuid.NewString()
-	var termAt time.Time // set when a cancel request sent TERM
+	var reaped chan struct{} // set when a cancel request sent TERM
 	cmd.Cancel = func() error {
 		var ce *jobctl.CancelledError
 		if errors.As(context.Cause(ctx), &ce) && h.Grace > 0 {
-			termAt = time.Now()
+			// What survives TERM is killed at the grace, while Wait may
+			// still wait for the pipes the survivors hold.
+			reaped = make(chan struct{})
+			deadline := time.Now().Add(h.Grace)
+			go func() {
+				defer close(reaped)
+				reapGroup(cmd.Process.Pid, token, deadline)
+			}()
 			return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 		}
 		err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
@@ -148,9 +155,8 @@ func (h *execHandler) Perform(ctx context.Context, job *wire.Job) error {
 	if err == nil {
 		err = cmd.Wait()
 	}
-	if !termAt.IsZero() {
-		// Cancelled on request: what survives TERM is killed at the grace.
-		reapGroup(cmd.Process.Pid, token, termAt.Add(h.Grace))
+	if reaped != nil {
+		<-reaped
 	}
 	// Children the command left behind may hold the write end: closing
 	// the read end ends the reader.
