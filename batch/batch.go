@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -235,7 +236,13 @@ func (b *Batches) Run(ctx context.Context, run *sidekiq.Run, next func(context.C
 		return next(ctx)
 	}
 	if err := next(ctx); err != nil {
-		return err
+		var d interface{ Discarded() bool }
+		if errors.As(err, &d) && d.Discarded() {
+			// Neither retried nor in the dead set: its last run, a death
+			// for the batch.
+			b.record(ctx, "dead", bid, run.Job.JID())
+		}
+		return err // a retry, or a death (DeathHandler)
 	}
 	pushed, err := b.update(context.WithoutCancel(ctx), "ok", bid, run.Job.JID())
 	if err != nil && !errors.Is(err, ErrNotFound) {
@@ -254,12 +261,56 @@ func (b *Batches) DeathHandler(ctx context.Context, job *wire.Job, _ error) {
 	if !ok {
 		return
 	}
-	pushed, err := b.update(context.WithoutCancel(ctx), "dead", bid, job.JID())
+	b.record(ctx, "dead", bid, job.JID())
+}
+
+// record records a member's state, logging a failure: Reconcile finds a
+// death not recorded.
+func (b *Batches) record(ctx context.Context, state, bid, jid string) {
+	pushed, err := b.update(context.WithoutCancel(ctx), state, bid, jid)
 	if err != nil && !errors.Is(err, ErrNotFound) {
-		b.cfg.Logger.Error().Str("component", "batch").Str("bid", bid).Str("jid", job.JID()).Err(err).Msg("death of a batch job not recorded")
+		b.cfg.Logger.Error().Str("component", "batch").Str("bid", bid).Str("jid", jid).Err(err).Msg("end of a batch job not recorded")
 		return
 	}
 	b.logPushed(pushed)
+}
+
+// Reconcile records as dead the batch's pending jobs found in the dead
+// set, and returns the batch's status. Deaths are recorded as they happen
+// (DeathHandler), but some reach the dead set unseen: a kill -9 between a
+// job's move to the dead set and its death handler, a Kill from Ruby's Web
+// UI. gojob batch status and the dashboard reconcile a sealed batch that
+// still has pending jobs.
+func (b *Batches) Reconcile(ctx context.Context, bid string) (*Status, error) {
+	conn, err := b.cfg.Client.Pool().GetContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("batch: reconcile %s: %w", bid, err)
+	}
+	defer conn.Close()
+	members, err := redis.StringMap(redis.DoContext(conn, ctx, "HGETALL", contract.BatchJobsKey(bid)))
+	if err != nil {
+		return nil, fmt.Errorf("batch: reconcile %s: %w", bid, err)
+	}
+	var pending []string
+	for m, state := range members {
+		if state == "pending" && !strings.HasPrefix(m, "batch:") {
+			pending = append(pending, m)
+		}
+	}
+	if len(pending) > 0 {
+		dead, err := contract.FindInSet(ctx, conn, contract.KeyDead, pending)
+		if err != nil {
+			return nil, fmt.Errorf("batch: reconcile %s: %w", bid, err)
+		}
+		for jid := range dead {
+			pushed, err := b.update(ctx, "dead", bid, jid)
+			if err != nil {
+				return nil, fmt.Errorf("batch: reconcile %s: %w", bid, err)
+			}
+			b.logPushed(pushed)
+		}
+	}
+	return b.Status(ctx, bid)
 }
 
 func (b *Batches) logPushed(pushed []string) {

@@ -246,3 +246,44 @@ func TestProBatchJobRefused(t *testing.T) {
 	require.Contains(t, msg, "pro-batch-1")
 	require.Zero(t, ran.Load())
 }
+
+// A discarded job is its batch's death; a job that reached the dead set
+// unseen (a kill -9 before its death handler, a Kill from Ruby's Web UI)
+// is found by Reconcile, which fires the complete callback then.
+func TestBatchDiscardAndReconcile(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	ctx := context.Background()
+	st, err := tb.batches.Create(ctx, &CreateParams{OnComplete: "Finished"})
+	require.NoError(t, err)
+	tb.startServer(t, map[string]sidekiq.HandlerFunc{"Work": func(ctx context.Context, job *wire.Job) error {
+		return sidekiq.Discard(errors.New("not wanted"))
+	}})
+	_, _, err = tb.batches.Push(ctx, st.BID, newJob(t, "Work"))
+	require.NoError(t, err)
+	unseen := newJob(t, "Unseen")
+	unseen.SetQueue("elsewhere")
+	_, _, err = tb.batches.Push(ctx, st.BID, unseen)
+	require.NoError(t, err)
+	require.NoError(t, tb.batches.Seal(ctx, st.BID))
+	wait.For(t, "the discard recorded", func() bool {
+		got, err := tb.batches.Status(ctx, st.BID)
+		require.NoError(t, err)
+		return got.Dead == 1
+	})
+	require.Empty(t, tb.callbacks(t, "Finished"))
+
+	raw, err := redis.Bytes(tb.conn.Do("RPOP", "queue:elsewhere"))
+	require.NoError(t, err)
+	_, err = tb.conn.Do("ZADD", contract.KeyDead, 1, raw)
+	require.NoError(t, err)
+	got, err := tb.batches.Reconcile(ctx, st.BID)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), got.Dead)
+	require.NotNil(t, got.CompleteAt)
+	require.Nil(t, got.SuccessAt)
+	require.Len(t, tb.callbacks(t, "Finished"), 1)
+	_, err = tb.batches.Reconcile(ctx, st.BID)
+	require.NoError(t, err)
+	require.Len(t, tb.callbacks(t, "Finished"), 1, "once")
+}

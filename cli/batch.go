@@ -132,6 +132,9 @@ func batchStatusAction(ctx context.Context, e *adminEnv) error {
 		return err
 	}
 	st, err := b.Status(ctx, bid)
+	if err == nil && st.Sealed && st.Pending > 0 {
+		st, err = b.Reconcile(ctx, bid) // deaths its death handler missed
+	}
 	if err != nil {
 		return batchError(err)
 	}

@@ -89,8 +89,13 @@ func (o *outcome) Error() string {
 func (o *outcome) Unwrap() error { return o.err }
 
 // Discard fails the job without a retry and without the dead set (death
-// handlers are not called either). The failure is counted.
+// handlers are not called either). The failure is counted. The error has
+// a Discarded() bool method reporting true, for extensions that account
+// for a job's last run (package batch).
 func Discard(err error) error { return &outcome{err: err, discard: true} }
+
+// Discarded reports whether the outcome is a Discard.
+func (o *outcome) Discarded() bool { return o.discard }
 
 // Kill sends the failed job straight to the dead set, skipping its retries.
 func Kill(err error) error { return &outcome{err: err, kill: true} }
