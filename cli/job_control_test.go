@@ -148,19 +148,6 @@ func readLines(t *testing.T, path string) []string {
 	return out
 }
 
-// alive reports whether pid is a live process (a zombie is not).
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
-}
-
 // gojob cancel of a running exec job: TERM reaches its process group, what
 // ignores TERM is killed at the grace, and the job goes to the dead set as
 // Gojob::Cancelled without a retry.
@@ -195,7 +182,7 @@ func TestCancelExecJobKillsTreeWithinGrace(t *testing.T) {
 	require.Contains(t, out, "cancel of running job")
 	wait.Within(t, grace+3*time.Second, "the process tree to end", func() bool {
 		for _, pid := range procs {
-			if alive(pid) {
+			if !processGone(pid) {
 				return false
 			}
 		}

@@ -216,9 +216,7 @@ func (c *Control) subscribeOnce(ctx context.Context) error {
 	if err := psc.Subscribe(contract.CancelChannel); err != nil {
 		return err
 	}
-	stop := context.AfterFunc(ctx, func() { psc.Unsubscribe() })
-	defer stop()
-	for {
+	for { // ReceiveContext returns when ctx ends
 		switch m := psc.ReceiveContext(ctx).(type) {
 		case redis.Message:
 			c.cancel(string(m.Data))

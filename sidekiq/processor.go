@@ -237,10 +237,15 @@ func (p *processor) finish(w *workItem, err error) {
 		return
 	}
 	job, u := w.job, w.unit
-	defer p.observe(u.Queue, job.Class(), took, err)
+	snoozed := err != nil && isSnooze(err)
+	if snoozed {
+		defer p.observe(u.Queue, job.Class(), took, nil)
+	} else {
+		defer p.observe(u.Queue, job.Class(), took, err)
+	}
 	if w.class != "" {
 		var ol *OverLimitError
-		p.metrics.Record(w.class, took, err != nil && !errors.As(err, &ol) && !isSnooze(err))
+		p.metrics.Record(w.class, took, err != nil && !errors.As(err, &ol) && !snoozed)
 	}
 	switch {
 	case err == nil:

@@ -41,4 +41,9 @@ func TestSnoozeReschedulesWithoutFailure(t *testing.T) {
 	b.waitProcessed(t, 1)
 	_, failed := b.srv.proc.counters.Pending()
 	require.Zero(t, failed)
+	var d interface{ Discarded() bool }
+	require.ErrorAs(t, Discard(nil), &d)
+	require.True(t, d.Discarded())
+	require.ErrorAs(t, Snooze(time.Second), &d)
+	require.False(t, d.Discarded())
 }
