@@ -13,7 +13,6 @@ import (
 	"github.com/gojob/gojob/jobctl"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/api"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // startJobControl makes the server's jobs cancellable on request
@@ -120,18 +119,23 @@ func jobAction(ctx context.Context, e *adminEnv) error {
 	return nil
 }
 
-// findJob looks for jid in the queues, the sets and the work of the live
-// processes; Where is "" when it is in none.
+// findJob looks for jid (jobctl.Locate); Where is "" when it is nowhere.
 func findJob(ctx context.Context, a *api.API, jid string) (*jobView, error) {
 	v := &jobView{JID: jid}
-	setPayload := func(raw []byte, job *wire.Job) {
-		v.Payload = json.RawMessage(raw)
-		if !json.Valid(raw) {
-			v.Payload, _ = json.Marshal(string(raw))
-		}
-		if job == nil {
-			return
-		}
+	loc, err := jobctl.Locate(ctx, a, jid)
+	if err != nil || loc == nil {
+		return v, err
+	}
+	v.Where, v.Queue, v.Process = loc.Where, loc.Queue, loc.Process
+	if !loc.At.IsZero() {
+		at := loc.At
+		v.At = &at
+	}
+	v.Payload = json.RawMessage(loc.Raw)
+	if !json.Valid(loc.Raw) {
+		v.Payload, _ = json.Marshal(string(loc.Raw))
+	}
+	if job := loc.Job; job != nil {
 		v.Class = job.Class()
 		if m, ok := job.Get("error_message"); ok {
 			v.Error, _ = m.Str()
@@ -142,52 +146,6 @@ func findJob(ctx context.Context, a *api.API, jid string) (*jobView, error) {
 		if bt, err := job.ErrorBacktrace(); err == nil {
 			v.Backtrace = bt
 		}
-	}
-	work, err := a.WorkSet(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, w := range work {
-		if w.Payload != nil && w.Payload.JID() == jid {
-			v.Where, v.Queue, v.Process = "running", w.Queue, w.Identity
-			at := w.RunAt
-			v.At = &at
-			setPayload(w.PayloadRaw, w.Payload)
-			return v, nil
-		}
-	}
-	queues, err := a.Queues(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, q := range queues {
-		rec, err := q.FindJob(ctx, jid)
-		if errors.Is(err, api.ErrJobNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		v.Where, v.Queue = "queue", q.Name()
-		setPayload(rec.Value, rec.Job)
-		return v, nil
-	}
-	for _, s := range []*api.JobSet{a.ScheduledSet(), a.RetrySet(), a.DeadSet()} {
-		en, err := s.FindJob(ctx, jid)
-		if errors.Is(err, api.ErrJobNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		v.Where = s.Name()
-		at := en.At()
-		v.At = &at
-		setPayload(en.Value, en.Job)
-		if en.Job != nil {
-			v.Queue = en.Job.Queue()
-		}
-		return v, nil
 	}
 	return v, nil
 }
