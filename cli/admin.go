@@ -46,7 +46,12 @@ func adminCommands() []*ucli.Command {
 				&ucli.IntFlag{Name: "shards", Usage: "with --key: shard count of the queue if this push creates it (default 16)"},
 				&ucli.StringFlag{Name: "batch", Usage: "add the job to the batch `BID` (gojob batch create) in the same step as its push"},
 			},
-			Before: func(c *ucli.Context) error { _, _, err := pushJobFromFlags(c); return err },
+			Before: func(c *ucli.Context) error {
+				if _, _, err := pushJobFromFlags(c); err != nil {
+					return err
+				}
+				return checkBatchPush(c)
+			},
 			Action: withAPI(pushAction),
 		},
 		{Name: "stats", Usage: "dashboard numbers (processed, failed, enqueued, …)", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag(),

@@ -35,16 +35,18 @@ class with args [BID, "success"] or [BID, "complete"].`,
 					&ucli.StringFlag{Name: "callback-queue", Value: "default", Usage: "queue of the callback jobs"},
 					&ucli.StringFlag{Name: "parent", Usage: "make the batch a member of the batch `BID`"},
 				},
+				Before: noArgs("gojob batch create"),
 				Action: withAPI(batchCreateAction),
 			},
-			{Name: "seal", Usage: "close the batch's list of jobs: its callbacks fire once its jobs have run", ArgsUsage: "BID",
+			{Name: "seal", Before: oneArg("gojob batch seal", "BID"), Usage: "close the batch's list of jobs: its callbacks fire once its jobs have run", ArgsUsage: "BID",
 				Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(batchSealAction)},
-			{Name: "status", Usage: "show a batch's counts and callbacks", ArgsUsage: "BID",
+			{Name: "status", Before: oneArg("gojob batch status", "BID"), Usage: "show a batch's counts and callbacks", ArgsUsage: "BID",
 				Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(batchStatusAction)},
 			{Name: "list", Usage: "list batches, newest first",
 				Flags: []ucli.Flag{newRedisFlag(), newJSONFlag(),
 					&ucli.IntFlag{Name: "limit", Value: 25, Usage: "entries to show"},
 					&ucli.IntFlag{Name: "offset", Usage: "entries to skip"}},
+				Before: noArgs("gojob batch list"),
 				Action: withAPI(batchListAction)},
 		},
 	}
@@ -66,16 +68,6 @@ func batchError(err error) error {
 }
 
 func batchCreateAction(ctx context.Context, e *adminEnv) error {
-	if e.c.NArg() > 0 {
-		return usageError("gojob batch create", "batch create: takes no arguments")
-	}
-	for _, f := range []string{"on-success", "on-complete"} {
-		if v := e.c.String(f); v != "" {
-			if _, err := wire.NewJob(v); err != nil {
-				return usageError("gojob batch create", fmt.Sprintf("batch create: --%s: %v", f, err))
-			}
-		}
-	}
 	b, err := newBatches(e)
 	if err != nil {
 		return err
@@ -92,18 +84,8 @@ func batchCreateAction(ctx context.Context, e *adminEnv) error {
 	return nil
 }
 
-func batchArg(e *adminEnv, cmd string) (string, error) {
-	if e.c.NArg() != 1 || e.c.Args().First() == "" {
-		return "", usageError("gojob batch "+cmd, "batch "+cmd+": one BID is required")
-	}
-	return e.c.Args().First(), nil
-}
-
 func batchSealAction(ctx context.Context, e *adminEnv) error {
-	bid, err := batchArg(e, "seal")
-	if err != nil {
-		return err
-	}
+	bid := e.c.Args().First() // one, checked by Before
 	b, err := newBatches(e)
 	if err != nil {
 		return err
@@ -123,10 +105,7 @@ func batchSealAction(ctx context.Context, e *adminEnv) error {
 }
 
 func batchStatusAction(ctx context.Context, e *adminEnv) error {
-	bid, err := batchArg(e, "status")
-	if err != nil {
-		return err
-	}
+	bid := e.c.Args().First() // one, checked by Before
 	b, err := newBatches(e)
 	if err != nil {
 		return err
@@ -181,9 +160,6 @@ func batchState(st *batch.Status) string {
 }
 
 func batchListAction(ctx context.Context, e *adminEnv) error {
-	if e.c.NArg() > 0 {
-		return usageError("gojob batch list", "batch list: takes no arguments")
-	}
 	b, err := newBatches(e)
 	if err != nil {
 		return err
@@ -207,14 +183,44 @@ func batchListAction(ctx context.Context, e *adminEnv) error {
 	return tw.Flush()
 }
 
+// noArgs refuses arguments (and, for batch create, a bad callback class)
+// before Redis is reached.
+func noArgs(cmd string) ucli.BeforeFunc {
+	return func(c *ucli.Context) error {
+		name := cmd[len("gojob "):]
+		if c.NArg() > 0 {
+			return usageError(cmd, name+": takes no arguments")
+		}
+		for _, f := range []string{"on-success", "on-complete"} {
+			if v := c.String(f); v != "" {
+				if _, err := wire.NewJob(v); err != nil {
+					return usageError(cmd, fmt.Sprintf("%s: --%s: %v", name, f, err))
+				}
+			}
+		}
+		return nil
+	}
+}
+
+// checkBatchPush refuses, before Redis is reached, the push flags a batch
+// push does not take.
+func checkBatchPush(c *ucli.Context) error {
+	if !c.IsSet("batch") {
+		return nil
+	}
+	if c.String("batch") == "" {
+		return ucli.Exit("push: --batch needs a BID", exitUsage)
+	}
+	for _, f := range []string{"in", "at", "key", "unique-for", "unique-until"} {
+		if c.IsSet(f) {
+			return ucli.Exit(fmt.Sprintf("push: --batch takes no --%s (batch jobs are pushed now, as plain jobs)", f), exitUsage)
+		}
+	}
+	return nil
+}
+
 // pushToBatch is push --batch.
-func pushToBatch(ctx context.Context, e *adminEnv, job *wire.Job, opts *sidekiq.PushOpts) error {
-	if opts != nil && (opts.In != 0 || !opts.At.IsZero()) {
-		return usageError("gojob push", "push: --batch takes no --in or --at (batch jobs are pushed now)")
-	}
-	if e.c.IsSet("unique-for") {
-		return usageError("gojob push", "push: --batch takes no --unique-for")
-	}
+func pushToBatch(ctx context.Context, e *adminEnv, job *wire.Job, _ *sidekiq.PushOpts) error {
 	b, err := newBatches(e)
 	if err != nil {
 		return err

@@ -41,6 +41,7 @@ func jobControlCommands() []*ucli.Command {
 			Usage:     "cancel a job: remove it from its queue, schedule or retry set, or stop it where it runs (it goes to the dead set as Gojob::Cancelled)",
 			ArgsUsage: "JID",
 			Flags:     []ucli.Flag{newRedisFlag(), newJSONFlag()},
+			Before:    oneArg("gojob cancel", "JID"),
 			Action:    withAPI(cancelAction),
 		},
 		{
@@ -48,6 +49,7 @@ func jobControlCommands() []*ucli.Command {
 			Usage:     "show a job wherever it is (queue, schedule, retry, dead, running) with its payload, backtrace and status",
 			ArgsUsage: "JID",
 			Flags:     []ucli.Flag{newRedisFlag(), newJSONFlag()},
+			Before:    oneArg("gojob job", "JID"),
 			Action:    withAPI(jobAction),
 		},
 	}
@@ -55,9 +57,6 @@ func jobControlCommands() []*ucli.Command {
 
 func cancelAction(ctx context.Context, e *adminEnv) error {
 	jid := e.c.Args().First()
-	if jid == "" || e.c.NArg() > 1 {
-		return usageError("gojob cancel", "cancel: one JID is required")
-	}
 	res, err := e.api.Cancel(ctx, jid)
 	if errors.Is(err, api.ErrJobNotFound) {
 		if e.json {
@@ -99,9 +98,6 @@ type jobView struct {
 
 func jobAction(ctx context.Context, e *adminEnv) error {
 	jid := e.c.Args().First()
-	if jid == "" || e.c.NArg() > 1 {
-		return usageError("gojob job", "job: one JID is required")
-	}
 	v, err := findJob(ctx, e.api, jid)
 	if err != nil {
 		return err
@@ -192,5 +188,17 @@ func printJobView(e *adminEnv, v *jobView) {
 		for _, l := range v.Backtrace {
 			fmt.Fprintf(w, "  %s\n", l)
 		}
+	}
+}
+
+// oneArg checks, before Redis is reached, that the command got exactly
+// one non-empty argument.
+func oneArg(cmd, what string) ucli.BeforeFunc {
+	return func(c *ucli.Context) error {
+		if c.NArg() != 1 || c.Args().First() == "" {
+			name := cmd[len("gojob "):]
+			return usageError(cmd, fmt.Sprintf("%s: one %s is required", name, what))
+		}
+		return nil
 	}
 }

@@ -306,3 +306,27 @@ func TestJobCommandShowsResultAndBacktrace(t *testing.T) {
 	_, _, code = runBinary(t, "job", "-r", rs.URL(), "ffffffffffffffffffffffff")
 	require.Equal(t, exitNotFound, code)
 }
+
+// Bad input to the batch, cancel and job commands exits 2 before Redis is
+// reached (the Redis here does not exist, which would be exit 3).
+func TestJobControlUsageErrors(t *testing.T) {
+	// Not parallel: see the note on runCLI.
+	const nowhere = "redis://127.0.0.1:1/0"
+	for _, args := range [][]string{
+		{"cancel", "-r", nowhere},
+		{"cancel", "-r", nowhere, "a", "b"},
+		{"job", "-r", nowhere},
+		{"batch", "status", "-r", nowhere},
+		{"batch", "seal", "-r", nowhere},
+		{"batch", "list", "-r", nowhere, "extra"},
+		{"push", "-r", nowhere, "--batch", "b1", "--in", "1m", "Work"},
+		{"push", "-r", nowhere, "--batch", "b1", "--key", "k", "Work"},
+		{"batch", "nosuch"},
+	} {
+		out, errOut, code := runCLI(t, args...)
+		require.Equal(t, exitUsage, code, "%v: %s", args, errOut)
+		require.Empty(t, out, args)
+	}
+	_, errOut, code := runCLI(t, "batch", "status", "-r", nowhere, "b1")
+	require.Equal(t, exitUnreachable, code, errOut)
+}
