@@ -194,6 +194,7 @@ const execHeartbeatFD = 4
 func readBeats(ctx context.Context, r *os.File, rep *execReport) {
 	buf := make([]byte, 512)
 	var line []byte
+	long := false // the current line is too long to be a report
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
@@ -202,18 +203,18 @@ func readBeats(ctx context.Context, r *os.File, rep *execReport) {
 			for {
 				i := bytes.IndexByte(data, '\n')
 				if i < 0 {
-					if len(line)+len(data) <= maxReportLine {
-						line = append(line, data...)
+					if long || len(line)+len(data) > maxReportLine {
+						long, line = true, line[:0]
 					} else {
-						line = line[:0]
+						line = append(line, data...)
 					}
 					break
 				}
-				if len(line)+i <= maxReportLine {
+				if !long && len(line)+i <= maxReportLine {
 					line = append(line, data[:i]...)
 					rep.line(ctx, line)
 				}
-				line = line[:0]
+				long, line = false, line[:0]
 				data = data[i+1:]
 			}
 		}
