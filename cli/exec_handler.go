@@ -166,7 +166,7 @@ func (h *execHandler) Perform(ctx context.Context, job *wire.Job) error {
 		if rep.written {
 			rep.write(context.Background(), &jobctl.Status{Outcome: "cancelled"})
 		}
-		return fmt.Errorf("command cancelled: %w", context.Cause(ctx))
+		return fmt.Errorf("command cancelled: %w", ctx.Err())
 	}
 	if out := rep.outcome(err); out != nil {
 		return out
