@@ -44,8 +44,14 @@ func adminCommands() []*ucli.Command {
 				&ucli.StringFlag{Name: "key", Usage: "push to the ordered queue --queue under ordering key `K`: K's jobs run one at a time in push order (gojob ordered work)"},
 				&ucli.Float64Flag{Name: "score", Usage: "with --key: order by this score (a version) instead of push order"},
 				&ucli.IntFlag{Name: "shards", Usage: "with --key: shard count of the queue if this push creates it (default 16)"},
+				&ucli.StringFlag{Name: "batch", Usage: "add the job to the batch `BID` (gojob batch create) in the same step as its push"},
 			}, durablePushFlags()...),
-			Before: func(c *ucli.Context) error { _, _, err := pushJobFromFlags(c); return err },
+			Before: func(c *ucli.Context) error {
+				if _, _, err := pushJobFromFlags(c); err != nil {
+					return err
+				}
+				return checkBatchPush(c)
+			},
 			Action: withAPI(pushAction),
 		},
 		{Name: "stats", Usage: "dashboard numbers (processed, failed, enqueued, …)", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag(),
@@ -114,6 +120,9 @@ func pushAction(ctx context.Context, e *adminEnv) error {
 		}
 		defer d.Close()
 		e.api.Client().Extend(d)
+	}
+	if e.c.IsSet("batch") {
+		return pushToBatch(ctx, e, job, opts)
 	}
 	res, err := e.api.Client().Push(ctx, job, opts)
 	if err != nil {

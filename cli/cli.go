@@ -118,6 +118,8 @@ func newApp(stdout, stderr io.Writer, o *options) *ucli.App {
 		orderedCommand(o),
 	}
 	cmds = append(cmds, adminCommands()...)
+	cmds = append(cmds, jobControlCommands()...)
+	cmds = append(cmds, batchCommand())
 	cmds = append(cmds, o.commands...)
 	cmds = append(cmds, versionCommand())
 	app := &ucli.App{

@@ -9,15 +9,18 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/procstat"
+	"github.com/gojob/gojob/jobctl"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/gojob/gojob/tracing"
@@ -34,10 +37,22 @@ import (
 // The command heartbeats (docs/heartbeats.md) by writing a line to the file
 // descriptor GOJOB_HEARTBEAT_FD (4): `echo >&4` in a shell. The job's
 // heartbeat_timeout and timeout, when set, are in GOJOB_HEARTBEAT_TIMEOUT
-// and GOJOB_TIMEOUT (seconds).
+// and GOJOB_TIMEOUT (seconds). Every line is a heartbeat; a line that is a
+// JSON object also reports (docs/job-control.md): {"progress":0.4,
+// "message":"…"} and {"result":…} go to the job's status hash, and
+// {"outcome":"discard"|"snooze"|"retry_in","in":SECONDS} decides how the
+// job ends, whatever the exit status.
+//
+// A job cancelled on request (jobctl) gets TERM on its process group, and
+// KILL on what is left of it and of the processes carrying its token
+// after Grace.
 type execHandler struct {
 	Command string
 	Log     zerolog.Logger
+	// Pool receives the status lines; nil ignores them.
+	Pool *redis.Pool
+	// Grace is the time between TERM and KILL of a cancelled command.
+	Grace time.Duration
 }
 
 // execError is the failure of an --exec command.
@@ -101,7 +116,20 @@ func (h *execHandler) Perform(ctx context.Context, job *wire.Job) error {
 	// clears its environment): a cancellation kills the group and those
 	// that left it.
 	token := "GOJOB_EXEC_TOKEN=" + uuid.NewString()
+	var reaped chan struct{} // set when a cancel request sent TERM
 	cmd.Cancel = func() error {
+		var ce *jobctl.CancelledError
+		if errors.As(context.Cause(ctx), &ce) && h.Grace > 0 {
+			// What survives TERM is killed at the grace, while Wait may
+			// still wait for the pipes the survivors hold.
+			reaped = make(chan struct{})
+			deadline := time.Now().Add(h.Grace)
+			go func() {
+				defer close(reaped)
+				reapGroup(cmd.Process.Pid, token, deadline)
+			}()
+			return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		}
 		err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		procstat.KillMarked(token, 0)
 		return err
@@ -123,22 +151,32 @@ func (h *execHandler) Perform(ctx context.Context, job *wire.Job) error {
 	guardR.Close()
 	beatW.Close()
 	beats := make(chan struct{})
+	rep := &execReport{h: h, jid: job.JID()}
 	go func() {
 		defer close(beats)
-		readBeats(ctx, beatR)
+		readBeats(ctx, beatR, rep)
 	}()
 	if err == nil {
 		err = cmd.Wait()
+	}
+	if reaped != nil {
+		<-reaped
 	}
 	// Children the command left behind may hold the write end: closing
 	// the read end ends the reader.
 	beatR.Close()
 	<-beats
+	if ctx.Err() != nil {
+		if rep.written {
+			rep.write(context.Background(), &jobctl.Status{Outcome: "cancelled"})
+		}
+		return fmt.Errorf("command cancelled: %w", ctx.Err())
+	}
+	if out := rep.outcome(err); out != nil {
+		return out
+	}
 	if err == nil {
 		return nil
-	}
-	if ctx.Err() != nil {
-		return fmt.Errorf("command cancelled: %w", ctx.Err())
 	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
@@ -156,13 +194,33 @@ func (h *execHandler) Perform(ctx context.Context, job *wire.Job) error {
 const execHeartbeatFD = 4
 
 // readBeats turns every write on the heartbeat pipe into a heartbeat of the
-// job, until the pipe is closed.
-func readBeats(ctx context.Context, r *os.File) {
+// job, and every complete line into a report, until the pipe is closed.
+func readBeats(ctx context.Context, r *os.File, rep *execReport) {
 	buf := make([]byte, 512)
+	var line []byte
+	long := false // the current line is too long to be a report
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
 			sidekiq.Heartbeat(ctx)
+			data := buf[:n]
+			for {
+				i := bytes.IndexByte(data, '\n')
+				if i < 0 {
+					if long || len(line)+len(data) > maxReportLine {
+						long, line = true, line[:0]
+					} else {
+						line = append(line, data...)
+					}
+					break
+				}
+				if !long && len(line)+i <= maxReportLine {
+					line = append(line, data[:i]...)
+					rep.line(ctx, line)
+				}
+				long, line = false, line[:0]
+				data = data[i+1:]
+			}
 		}
 		if err != nil {
 			return
@@ -223,7 +281,12 @@ func (w *logWriter) Write(p []byte) (int, error) {
 
 // httpHandler POSTs each job's payload JSON to URL, with X-Gojob-Jid,
 // X-Gojob-Class and X-Gojob-Queue headers. A 2xx answer is success;
-// anything else fails the job with the status and the start of the body.
+// anything else fails the job with the status and the start of the body,
+// except the outcomes of docs/job-control.md: 429 or 503 with Retry-After
+// snoozes the job, 410 discards it, and the header X-Gojob-Outcome
+// (discard, snooze, retry_in; with Retry-After) says so explicitly. A 2xx
+// JSON body with "result", "progress" or "message" goes to the job's
+// status hash.
 //
 // With Heartbeats, the request also carries X-Gojob-Heartbeat-Url: a POST
 // there is a heartbeat of the job (docs/heartbeats.md). The job's
@@ -233,6 +296,8 @@ type httpHandler struct {
 	URL        string
 	Client     *http.Client
 	Heartbeats *heartbeatEndpoint
+	// Pool receives the results; nil ignores them.
+	Pool *redis.Pool
 }
 
 // httpError is the failure of an --http call.
@@ -283,9 +348,65 @@ func (h *httpHandler) Perform(ctx context.Context, job *wire.Job) error {
 		return err
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		return nil
+	limit := int64(1024)
+	ok := resp.StatusCode >= 200 && resp.StatusCode < 300
+	if ok && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		limit = maxReportLine
 	}
-	return &httpError{Status: resp.StatusCode, Body: lastLine(body)}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, limit))
+	rep := &execReport{h: &execHandler{Pool: h.Pool}, jid: job.JID()}
+	if ok && limit > 1024 {
+		rep.line(ctx, bytes.TrimSpace(body))
+	}
+	herr := &httpError{Status: resp.StatusCode, Body: lastLine(body)}
+	var runErr error
+	if !ok {
+		runErr = herr
+	}
+	rep.out, rep.in = httpOutcome(resp)
+	switch rep.out {
+	case "discard":
+		rep.outcome(runErr)
+		return sidekiq.Discard(herr)
+	case "retry_in":
+		rep.outcome(runErr)
+		return sidekiq.RetryIn(rep.in, herr)
+	case "snooze":
+		return rep.outcome(runErr)
+	}
+	rep.outcome(runErr)
+	return runErr
+}
+
+// httpOutcome reads an answer's outcome (docs/job-control.md): the
+// X-Gojob-Outcome header, else 429 or 503 with Retry-After (snooze), else
+// 410 (discard); "" leaves it to the status code.
+func httpOutcome(resp *http.Response) (string, time.Duration) {
+	in := retryAfter(resp.Header.Get("Retry-After"))
+	switch o := strings.ToLower(resp.Header.Get("X-Gojob-Outcome")); o {
+	case "discard", "snooze", "retry_in":
+		return o, in
+	}
+	switch {
+	case (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) &&
+		resp.Header.Get("Retry-After") != "":
+		return "snooze", in
+	case resp.StatusCode == http.StatusGone:
+		return "discard", 0
+	}
+	return "", 0
+}
+
+// retryAfter reads a Retry-After value: seconds or an HTTP date.
+func retryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseFloat(v, 64); err == nil && n > 0 && n < 1e9 {
+		return time.Duration(n * float64(time.Second))
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return 0
 }

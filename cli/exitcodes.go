@@ -22,11 +22,12 @@ const (
 	// exitUnreachable: cannot reach Redis.
 	exitUnreachable = 3
 	// exitNotFound: no such job, process identity, cron job, SideJob job,
-	// or no durable_jobs table yet (run gojob durable migrate).
+	// batch, or no durable_jobs table yet (run gojob durable migrate).
 	exitNotFound = 4
 	// exitRefused: the state does not allow it: a unique lock holds the job
 	// (push --unique-for), the address gojob dev wants is taken, a SideJob
-	// job that is not terminated (sidejob delete).
+	// job that is not terminated (sidejob delete), a batch that has
+	// completed (push --batch).
 	exitRefused = 5
 )
 
@@ -36,8 +37,8 @@ const exitCodeHelp = `EXIT CODES:
    1  failed (an error not listed here: a Redis or database error mid-command, …)
    2  usage: unknown command or flag, missing or bad argument or value
    3  cannot reach Redis
-   4  not found: job, process identity, cron job, SideJob job, durable table (run gojob durable migrate)
-   5  refused: a unique lock holds the job, gojob dev's address is taken, a SideJob job is not terminated
+   4  not found: job, process identity, cron job, SideJob job, batch, durable table (run gojob durable migrate)
+   5  refused: a unique lock holds the job, gojob dev's address is taken, a SideJob job is not terminated, a completed batch
 
 ENVIRONMENT:
    REDIS_URL  the Redis every command uses unless given -r/--redis (default redis://127.0.0.1:6379/0)

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/gojob/gojob/batch"
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -168,10 +169,18 @@ func serverConfigFromFlags(c *ucli.Context, log zerolog.Logger) (*sidekiq.Server
 // the returned func stops.
 func buildServer(c *ucli.Context, cfg *sidekiq.ServerConfig, o *options, log zerolog.Logger) (*sidekiq.Server, func(), error) {
 	noop := func() {}
+	var batches *batch.Batches
+	cfg.DeathHandlers = append(cfg.DeathHandlers, func(ctx context.Context, job *wire.Job, err error) {
+		batches.DeathHandler(ctx, job, err) // set before Start
+	})
 	srv, err := sidekiq.NewServer(cfg)
 	if err != nil {
 		return nil, noop, ucli.Exit(err.Error(), exitUsage)
 	}
+	if batches, err = batch.New(&batch.Config{Client: srv.Client(), Logger: log}); err != nil {
+		return nil, noop, err
+	}
+	srv.Extend(batches)
 	for _, h := range o.handlers {
 		srv.Handle(h.class, h.h, h.opts)
 	}
@@ -180,7 +189,7 @@ func buildServer(c *ucli.Context, cfg *sidekiq.ServerConfig, o *options, log zer
 		if !ok || class == "" || command == "" {
 			return nil, noop, ucli.Exit(fmt.Sprintf("--exec %q: want CLASS=COMMAND", spec), exitUsage)
 		}
-		srv.Handle(class, &execHandler{Command: command, Log: log}, nil)
+		srv.Handle(class, &execHandler{Command: command, Log: log, Pool: cfg.Pool, Grace: cfg.CancelGrace}, nil)
 	}
 	type httpSpec struct{ class, url string }
 	var https []httpSpec
@@ -191,15 +200,20 @@ func buildServer(c *ucli.Context, cfg *sidekiq.ServerConfig, o *options, log zer
 		}
 		https = append(https, httpSpec{class, url})
 	}
-	stop := noop
+	stop, err := startJobControl(c.Context, srv, cfg, log)
+	if err != nil {
+		return nil, noop, err
+	}
 	if len(https) > 0 {
 		hb, err := newHeartbeatEndpoint(c.String("heartbeat-listen"), c.String("heartbeat-url"), log)
 		if err != nil {
+			stop()
 			return nil, noop, ucli.Exit("--heartbeat-listen: "+err.Error(), exitUsage)
 		}
-		stop = func() { hb.Close() }
+		stopCtl := stop
+		stop = func() { hb.Close(); stopCtl() }
 		for _, h := range https {
-			srv.Handle(h.class, &httpHandler{URL: h.url, Heartbeats: hb}, nil)
+			srv.Handle(h.class, &httpHandler{URL: h.url, Heartbeats: hb, Pool: cfg.Pool}, nil)
 		}
 	}
 	for _, f := range o.setup {

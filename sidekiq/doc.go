@@ -6,7 +6,8 @@
 //   - Client: Push, PushBulk, scheduled pushes, client middleware.
 //   - Server: Handle a class with a Handler, Use server middleware, Start
 //     and Stop; failures follow the target version's retry algorithm, with
-//     Discard, Kill and RetryIn for a handler's own decisions.
+//     Discard, Kill and RetryIn for a handler's own decisions, and Snooze
+//     to run again later without a failure (docs/job-control.md).
 //
 // The layers below and beside it:
 //

@@ -76,6 +76,8 @@ type outcome struct {
 	kill     bool
 	retryIn  time.Duration
 	hasDelay bool
+	// snooze reschedules the job after retryIn without a failure.
+	snooze bool
 }
 
 func (o *outcome) Error() string {
@@ -87,8 +89,13 @@ func (o *outcome) Error() string {
 func (o *outcome) Unwrap() error { return o.err }
 
 // Discard fails the job without a retry and without the dead set (death
-// handlers are not called either). The failure is counted.
+// handlers are not called either). The failure is counted. The error has
+// a Discarded() bool method reporting true, for extensions that account
+// for a job's last run (package batch).
 func Discard(err error) error { return &outcome{err: err, discard: true} }
+
+// Discarded reports whether the outcome is a Discard.
+func (o *outcome) Discarded() bool { return o.discard }
 
 // Kill sends the failed job straight to the dead set, skipping its retries.
 func Kill(err error) error { return &outcome{err: err, kill: true} }
@@ -98,6 +105,14 @@ func Kill(err error) error { return &outcome{err: err, kill: true} }
 // delays).
 func RetryIn(d time.Duration, err error) error {
 	return &outcome{err: err, retryIn: d, hasDelay: true}
+}
+
+// Snooze ends the job without a failure and runs it again after d: the
+// job goes to the schedule set unchanged (its retry_count untouched), it
+// is counted as processed and not as failed, and no retry or death
+// follows. A handler returns it as its error (docs/job-control.md).
+func Snooze(d time.Duration) error {
+	return &outcome{err: fmt.Errorf("snoozed for %s", d), retryIn: max(d, 0), snooze: true}
 }
 
 // ErrorClassOf returns the error_class gojob writes for err: the class an

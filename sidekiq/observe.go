@@ -17,9 +17,10 @@ import (
 // exporters; package metrics). JobDone runs on the job's slot after its
 // outcome is written: it must be quick and must not block.
 type JobObserver interface {
-	// JobDone reports a finished job: err is nil for a success, an
-	// *OverLimitError for a job rescheduled by a limiter, otherwise its
-	// failure. class is "" for a payload that could not be parsed.
+	// JobDone reports a finished job: err is nil for a success or a
+	// Snooze, an *OverLimitError for a job rescheduled by a limiter,
+	// otherwise its failure. class is "" for a payload that could not be
+	// parsed.
 	JobDone(queue, class string, took time.Duration, err error)
 }
 

@@ -64,3 +64,24 @@ func (p *processor) rescheduleOverLimit(u fetch.Unit, job *wire.Job, err error) 
 		Str("limiter", ol.Limiter).Int64("overrated", n).Time("run_at", at).Msg("job over its limit; rescheduled (not a failure)")
 	return true
 }
+
+// isSnooze reports whether err is a Snooze.
+func isSnooze(err error) bool {
+	var o *outcome
+	return errors.As(err, &o) && o.snooze
+}
+
+// snooze puts a job whose handler returned Snooze back in the schedule
+// set as it was fetched (retry_count untouched). It reports false when err
+// is not a Snooze.
+func (p *processor) snooze(u fetch.Unit, job *wire.Job, err error) bool {
+	var o *outcome
+	if !errors.As(err, &o) || !o.snooze {
+		return false
+	}
+	at := p.cfg.Clock.Now().Add(o.retryIn)
+	p.fetcher.Finish(u, &fetch.Outcome{Set: contract.KeySchedule, At: at, Payload: u.Raw})
+	p.log.Info().Str("component", "processor").Str("queue", u.Queue).Str("jid", job.JID()).Str("class", job.Class()).
+		Time("run_at", at).Msg("job snoozed; rescheduled (not a failure)")
+	return true
+}

@@ -237,10 +237,15 @@ func (p *processor) finish(w *workItem, err error) {
 		return
 	}
 	job, u := w.job, w.unit
-	defer p.observe(u.Queue, job.Class(), took, err)
+	snoozed := err != nil && isSnooze(err)
+	if snoozed {
+		defer p.observe(u.Queue, job.Class(), took, nil)
+	} else {
+		defer p.observe(u.Queue, job.Class(), took, err)
+	}
 	if w.class != "" {
 		var ol *OverLimitError
-		p.metrics.Record(w.class, took, err != nil && !errors.As(err, &ol))
+		p.metrics.Record(w.class, took, err != nil && !errors.As(err, &ol) && !snoozed)
 	}
 	switch {
 	case err == nil:
@@ -249,7 +254,7 @@ func (p *processor) finish(w *workItem, err error) {
 		if !uniqueUntilStart(job) {
 			p.releaseUnique(job)
 		}
-	case p.rescheduleOverLimit(u, job, err):
+	case p.rescheduleOverLimit(u, job, err), p.snooze(u, job, err):
 		p.counters.Add(1, 0)
 	default:
 		p.counters.Add(1, 1)

@@ -170,6 +170,10 @@ func (h *handler) routes() {
 	m.HandleFunc("GET /ordered", h.orderedList)
 	m.HandleFunc("GET /ordered/{queue}", h.orderedQueue)
 	m.HandleFunc("POST /ordered/{queue}", h.orderedAction)
+	m.HandleFunc("GET /batches", h.batchList)
+	m.HandleFunc("GET /batches/{bid}", h.batchPage)
+	m.HandleFunc("GET /jobs/{jid}", h.jobPage)
+	m.HandleFunc("POST /jobs/{jid}/cancel", h.jobCancel)
 	h.mux = m
 }
 

@@ -1,0 +1,244 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/gojob/gojob/batch"
+	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+// batchCommand is `gojob batch` (docs/batches.md).
+func batchCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "batch",
+		Usage: "create, seal and inspect batches of jobs with success and complete callbacks",
+		Description: `A batch is created open; push its jobs with gojob push --batch BID, then seal
+it: its callbacks fire once it is sealed and every job has succeeded (--on-success)
+or every job has succeeded or died (--on-complete). A callback is a job of that
+class with args [BID, "success"] or [BID, "complete"].`,
+		Subcommands: []*ucli.Command{
+			{
+				Name:  "create",
+				Usage: "create an open batch and print its id",
+				Flags: []ucli.Flag{newRedisFlag(), newVersionFlag(), newJSONFlag(),
+					&ucli.StringFlag{Name: "on-success", Usage: "`CLASS` of the job pushed once every job succeeded"},
+					&ucli.StringFlag{Name: "on-complete", Usage: "`CLASS` of the job pushed once every job succeeded or died"},
+					&ucli.StringFlag{Name: "description", Usage: "shown by status, list and the dashboard"},
+					&ucli.StringFlag{Name: "callback-queue", Value: "default", Usage: "queue of the callback jobs"},
+					&ucli.StringFlag{Name: "parent", Usage: "make the batch a member of the batch `BID`"},
+				},
+				Before: noArgs("gojob batch create"),
+				Action: withAPI(batchCreateAction),
+			},
+			{Name: "seal", Before: oneArg("gojob batch seal", "BID"), Usage: "close the batch's list of jobs: its callbacks fire once its jobs have run", ArgsUsage: "BID",
+				Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(batchSealAction)},
+			{Name: "status", Before: oneArg("gojob batch status", "BID"), Usage: "show a batch's counts and callbacks", ArgsUsage: "BID",
+				Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(batchStatusAction)},
+			{Name: "list", Usage: "list batches, newest first",
+				Flags: []ucli.Flag{newRedisFlag(), newJSONFlag(),
+					&ucli.IntFlag{Name: "limit", Value: 25, Usage: "entries to show"},
+					&ucli.IntFlag{Name: "offset", Usage: "entries to skip"}},
+				Before: noArgs("gojob batch list"),
+				Action: withAPI(batchListAction)},
+		},
+	}
+}
+
+func newBatches(e *adminEnv) (*batch.Batches, error) {
+	return batch.New(&batch.Config{Client: e.api.Client()})
+}
+
+// batchError maps the batch package's errors to exit codes.
+func batchError(err error) error {
+	switch {
+	case errors.Is(err, batch.ErrNotFound):
+		return ucli.Exit(err.Error(), exitNotFound)
+	case errors.Is(err, batch.ErrComplete):
+		return ucli.Exit(err.Error(), exitRefused)
+	}
+	return err
+}
+
+func batchCreateAction(ctx context.Context, e *adminEnv) error {
+	b, err := newBatches(e)
+	if err != nil {
+		return err
+	}
+	st, err := b.Create(ctx, &batch.CreateParams{Description: e.c.String("description"), OnSuccess: e.c.String("on-success"),
+		OnComplete: e.c.String("on-complete"), CallbackQueue: e.c.String("callback-queue"), Parent: e.c.String("parent")})
+	if err != nil {
+		return batchError(err)
+	}
+	if e.json {
+		return e.printJSON(st)
+	}
+	fmt.Fprintln(e.out, st.BID)
+	return nil
+}
+
+func batchSealAction(ctx context.Context, e *adminEnv) error {
+	bid := e.c.Args().First() // one, checked by Before
+	b, err := newBatches(e)
+	if err != nil {
+		return err
+	}
+	if err := b.Seal(ctx, bid); err != nil {
+		return batchError(err)
+	}
+	st, err := b.Status(ctx, bid)
+	if err != nil {
+		return batchError(err)
+	}
+	if e.json {
+		return e.printJSON(st)
+	}
+	fmt.Fprintf(e.out, "sealed %s: %d jobs, %d pending\n", bid, st.Total, st.Pending)
+	return nil
+}
+
+func batchStatusAction(ctx context.Context, e *adminEnv) error {
+	bid := e.c.Args().First() // one, checked by Before
+	b, err := newBatches(e)
+	if err != nil {
+		return err
+	}
+	st, err := b.Status(ctx, bid)
+	if err == nil && st.Sealed && st.Pending > 0 {
+		st, err = b.Reconcile(ctx, bid) // deaths its death handler missed
+	}
+	if err != nil {
+		return batchError(err)
+	}
+	if e.json {
+		return e.printJSON(st)
+	}
+	w := e.out
+	fmt.Fprintf(w, "bid:         %s\n", st.BID)
+	if st.Description != "" {
+		fmt.Fprintf(w, "description: %s\n", st.Description)
+	}
+	if st.Parent != "" {
+		fmt.Fprintf(w, "parent:      %s\n", st.Parent)
+	}
+	fmt.Fprintf(w, "state:       %s\n", batchState(st))
+	fmt.Fprintf(w, "jobs:        %d total, %d pending, %d succeeded, %d dead\n", st.Total, st.Pending, st.Succeeded, st.Dead)
+	for _, cb := range []struct {
+		name, class string
+		at          *time.Time
+	}{{"on success", st.OnSuccess, st.SuccessAt}, {"on complete", st.OnComplete, st.CompleteAt}} {
+		if cb.class == "" {
+			continue
+		}
+		when := "not yet"
+		if cb.at != nil {
+			when = "pushed " + cb.at.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "%-12s %s (%s)\n", cb.name+":", cb.class, when)
+	}
+	return nil
+}
+
+// batchState names a batch's state for people.
+func batchState(st *batch.Status) string {
+	switch {
+	case st.SuccessAt != nil:
+		return "succeeded"
+	case st.CompleteAt != nil:
+		return "complete (with deaths)"
+	case !st.Sealed:
+		return "open (not sealed)"
+	}
+	return "running"
+}
+
+func batchListAction(ctx context.Context, e *adminEnv) error {
+	b, err := newBatches(e)
+	if err != nil {
+		return err
+	}
+	list, err := b.List(ctx, &batch.ListParams{Offset: e.c.Int("offset"), Limit: e.c.Int("limit")})
+	if err != nil {
+		return err
+	}
+	if e.json {
+		if list == nil {
+			list = []*batch.Status{}
+		}
+		return e.printJSON(list)
+	}
+	tw := tabwriter.NewWriter(e.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BID\tSTATE\tTOTAL\tPENDING\tSUCCEEDED\tDEAD\tCREATED\tDESCRIPTION")
+	for _, st := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", st.BID, batchState(st), st.Total, st.Pending, st.Succeeded, st.Dead,
+			st.CreatedAt.UTC().Format(time.RFC3339), st.Description)
+	}
+	return tw.Flush()
+}
+
+// noArgs refuses arguments (and, for batch create, a bad callback class)
+// before Redis is reached.
+func noArgs(cmd string) ucli.BeforeFunc {
+	return func(c *ucli.Context) error {
+		name := cmd[len("gojob "):]
+		if c.NArg() > 0 {
+			return usageError(cmd, name+": takes no arguments")
+		}
+		for _, f := range []string{"on-success", "on-complete"} {
+			if v := c.String(f); v != "" {
+				if _, err := wire.NewJob(v); err != nil {
+					return usageError(cmd, fmt.Sprintf("%s: --%s: %v", name, f, err))
+				}
+			}
+		}
+		return nil
+	}
+}
+
+// checkBatchPush refuses, before Redis is reached, the push flags a batch
+// push does not take.
+func checkBatchPush(c *ucli.Context) error {
+	if !c.IsSet("batch") {
+		return nil
+	}
+	if c.String("batch") == "" {
+		return ucli.Exit("push: --batch needs a BID", exitUsage)
+	}
+	for _, f := range []string{"in", "at", "key", "unique-for", "unique-until"} {
+		if c.IsSet(f) {
+			return ucli.Exit(fmt.Sprintf("push: --batch takes no --%s (batch jobs are pushed now, as plain jobs)", f), exitUsage)
+		}
+	}
+	return nil
+}
+
+// pushToBatch is push --batch.
+func pushToBatch(ctx context.Context, e *adminEnv, job *wire.Job, _ *sidekiq.PushOpts) error {
+	b, err := newBatches(e)
+	if err != nil {
+		return err
+	}
+	bid := e.c.String("batch")
+	jid, ok, err := b.Push(ctx, bid, job)
+	if err != nil {
+		if errors.Is(err, wire.ErrInvalidJob) {
+			return ucli.Exit("push: "+err.Error(), exitUsage)
+		}
+		return batchError(err)
+	}
+	if !ok {
+		return ucli.Exit("push: a client middleware stopped the push", exitRefused)
+	}
+	if e.json {
+		return e.printJSON(map[string]any{"jid": jid, "batch": bid, "payload": json.RawMessage(job.Encode())})
+	}
+	fmt.Fprintf(e.out, "pushed %s to queue %s in batch %s\n", jid, job.Queue(), bid)
+	return nil
+}

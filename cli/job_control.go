@@ -1,0 +1,204 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/gojob/gojob/jobctl"
+	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/api"
+)
+
+// startJobControl makes the server's jobs cancellable on request
+// (docs/job-control.md); the returned func stops it.
+func startJobControl(ctx context.Context, srv *sidekiq.Server, cfg *sidekiq.ServerConfig, log zerolog.Logger) (func(), error) {
+	ctl, err := jobctl.New(&jobctl.Config{Pool: cfg.Pool, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	srv.Extend(ctl)
+	if err := ctl.Start(ctx); err != nil {
+		return nil, err
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ctl.Stop(ctx)
+	}, nil
+}
+
+// jobControlCommands are cancel and job.
+func jobControlCommands() []*ucli.Command {
+	return []*ucli.Command{
+		{
+			Name:      "cancel",
+			Usage:     "cancel a job: remove it from its queue, schedule or retry set, or stop it where it runs (it goes to the dead set as Gojob::Cancelled)",
+			ArgsUsage: "JID",
+			Flags:     []ucli.Flag{newRedisFlag(), newJSONFlag()},
+			Before:    oneArg("gojob cancel", "JID"),
+			Action:    withAPI(cancelAction),
+		},
+		{
+			Name:      "job",
+			Usage:     "show a job wherever it is (queue, schedule, retry, dead, running) with its payload, backtrace and status",
+			ArgsUsage: "JID",
+			Flags:     []ucli.Flag{newRedisFlag(), newJSONFlag()},
+			Before:    oneArg("gojob job", "JID"),
+			Action:    withAPI(jobAction),
+		},
+	}
+}
+
+func cancelAction(ctx context.Context, e *adminEnv) error {
+	jid := e.c.Args().First()
+	res, err := e.api.Cancel(ctx, jid)
+	if errors.Is(err, api.ErrJobNotFound) {
+		if e.json {
+			e.printJSON(map[string]any{"jid": jid, "from": "", "requested": true})
+		}
+		return ucli.Exit(fmt.Sprintf("cancel: no job %s in a queue, a set or a process's work; the request is kept for a day in case it starts", jid), exitNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return e.printJSON(map[string]any{"jid": jid, "from": res.From, "requested": res.From == "running"})
+	}
+	if res.From == "running" {
+		fmt.Fprintf(e.out, "cancel of running job %s requested\n", jid)
+		return nil
+	}
+	fmt.Fprintf(e.out, "removed %s from %s\n", jid, res.From)
+	return nil
+}
+
+// jobView is `gojob job`'s answer.
+type jobView struct {
+	JID string `json:"jid"`
+	// Where is "queue", "schedule", "retry", "dead", "running", or ""
+	// when only the status hash is left.
+	Where    string          `json:"where"`
+	Queue    string          `json:"queue,omitempty"`
+	At       *time.Time      `json:"at,omitempty"`
+	Process  string          `json:"process,omitempty"`
+	Payload  json.RawMessage `json:"payload,omitempty"`
+	Class    string          `json:"class,omitempty"`
+	Error    string          `json:"error_message,omitempty"`
+	ErrClass string          `json:"error_class,omitempty"`
+	// Backtrace is error_backtrace decoded (zlib + base64 since Sidekiq 7).
+	Backtrace []string       `json:"error_backtrace,omitempty"`
+	Status    *jobctl.Status `json:"status,omitempty"`
+}
+
+func jobAction(ctx context.Context, e *adminEnv) error {
+	jid := e.c.Args().First()
+	v, err := findJob(ctx, e.api, jid)
+	if err != nil {
+		return err
+	}
+	if v.Status, err = jobctl.ReadStatus(ctx, e.pool, jid); err != nil {
+		return err
+	}
+	if v.Where == "" && v.Status == nil {
+		return ucli.Exit(fmt.Sprintf("job: no job %s in a queue, a set, a process's work or a status hash", jid), exitNotFound)
+	}
+	if e.json {
+		return e.printJSON(v)
+	}
+	printJobView(e, v)
+	return nil
+}
+
+// findJob looks for jid (jobctl.Locate); Where is "" when it is nowhere.
+func findJob(ctx context.Context, a *api.API, jid string) (*jobView, error) {
+	v := &jobView{JID: jid}
+	loc, err := jobctl.Locate(ctx, a, jid)
+	if err != nil || loc == nil {
+		return v, err
+	}
+	v.Where, v.Queue, v.Process = loc.Where, loc.Queue, loc.Process
+	if !loc.At.IsZero() {
+		at := loc.At
+		v.At = &at
+	}
+	v.Payload = json.RawMessage(loc.Raw)
+	if !json.Valid(loc.Raw) {
+		v.Payload, _ = json.Marshal(string(loc.Raw))
+	}
+	if job := loc.Job; job != nil {
+		v.Class = job.Class()
+		if m, ok := job.Get("error_message"); ok {
+			v.Error, _ = m.Str()
+		}
+		if c, ok := job.Get("error_class"); ok {
+			v.ErrClass, _ = c.Str()
+		}
+		if bt, err := job.ErrorBacktrace(); err == nil {
+			v.Backtrace = bt
+		}
+	}
+	return v, nil
+}
+
+func printJobView(e *adminEnv, v *jobView) {
+	w := e.out
+	where := v.Where
+	switch v.Where {
+	case "":
+		where = "gone (status kept)"
+	case "queue":
+		where = "queue " + v.Queue
+	case "running":
+		where = "running on " + v.Process
+	}
+	fmt.Fprintf(w, "jid:      %s\nwhere:    %s\n", v.JID, where)
+	if v.Class != "" {
+		fmt.Fprintf(w, "class:    %s\n", v.Class)
+	}
+	if v.At != nil {
+		fmt.Fprintf(w, "at:       %s\n", v.At.UTC().Format(time.RFC3339))
+	}
+	if v.Error != "" {
+		fmt.Fprintf(w, "error:    %s: %s\n", v.ErrClass, v.Error)
+	}
+	if st := v.Status; st != nil {
+		if st.Progress != nil {
+			fmt.Fprintf(w, "progress: %.0f%% %s\n", *st.Progress*100, st.Message)
+		} else if st.Message != "" {
+			fmt.Fprintf(w, "message:  %s\n", st.Message)
+		}
+		if len(st.Result) > 0 {
+			fmt.Fprintf(w, "result:   %s\n", st.Result)
+		}
+		if st.Outcome != "" {
+			fmt.Fprintf(w, "outcome:  %s\n", st.Outcome)
+		}
+	}
+	if len(v.Payload) > 0 {
+		fmt.Fprintf(w, "payload:  %s\n", v.Payload)
+	}
+	if len(v.Backtrace) > 0 {
+		fmt.Fprintln(w, "backtrace:")
+		for _, l := range v.Backtrace {
+			fmt.Fprintf(w, "  %s\n", l)
+		}
+	}
+}
+
+// oneArg checks, before Redis is reached, that the command got exactly
+// one non-empty argument.
+func oneArg(cmd, what string) ucli.BeforeFunc {
+	return func(c *ucli.Context) error {
+		if c.NArg() != 1 || c.Args().First() == "" {
+			name := cmd[len("gojob "):]
+			return usageError(cmd, fmt.Sprintf("%s: one %s is required", name, what))
+		}
+		return nil
+	}
+}

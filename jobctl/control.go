@@ -1,0 +1,286 @@
+package jobctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/zerolog"
+
+	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+// CancelledError is the cause of a cancelled job's context, and the error
+// the job ends with (error_class Gojob::Cancelled).
+type CancelledError struct {
+	// JID is the job cancelled.
+	JID string
+	// Err is what the handler returned after the cancellation, if
+	// anything.
+	Err error
+}
+
+func (e *CancelledError) Error() string {
+	if e.Err == nil {
+		return "job " + e.JID + " cancelled"
+	}
+	return "job " + e.JID + " cancelled: " + e.Err.Error()
+}
+
+// Unwrap returns what the handler returned.
+func (e *CancelledError) Unwrap() error { return e.Err }
+
+// ErrorClass is the job's error_class in the dead set.
+func (e *CancelledError) ErrorClass() string { return "Gojob::Cancelled" }
+
+// Config configures a Control.
+type Config struct {
+	// Pool is the Redis pool. Required.
+	Pool *redis.Pool
+	// PollInterval is how often the cancel keys of the running jobs are
+	// checked, besides the channel's wake-ups. Default one second.
+	PollInterval time.Duration
+	// Logger logs a lost subscription and failed checks. Default none.
+	Logger zerolog.Logger
+}
+
+func (c *Config) validate() error {
+	if c.Pool == nil {
+		return errors.New("jobctl: Config.Pool is required")
+	}
+	if c.PollInterval < 0 {
+		return errors.New("jobctl: Config.PollInterval must not be negative")
+	}
+	return nil
+}
+
+// Control cancels this process's jobs on request. It is a
+// sidekiq.Extension (set it with Server.Extend) and runs a subscription
+// and a check loop between Start and Stop.
+type Control struct {
+	cfg Config
+
+	mu      sync.Mutex
+	running map[string][]*running
+
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// running is one running job.
+type running struct {
+	cancel    context.CancelCauseFunc
+	cancelled bool // under Control.mu
+}
+
+// New returns a Control.
+func New(cfg *Config) (*Control, error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &Control{cfg: *cfg, running: map[string][]*running{}}
+	if c.cfg.PollInterval == 0 {
+		c.cfg.PollInterval = time.Second
+	}
+	return c, nil
+}
+
+// BeforePush does nothing (sidekiq.Extension).
+func (c *Control) BeforePush(context.Context, []*wire.Job) error { return nil }
+
+// Prepare does nothing (sidekiq.Extension).
+func (c *Control) Prepare(*sidekiq.Run) any { return nil }
+
+// Run runs the job with a context that a cancel request ends
+// (sidekiq.Extension). A cancelled job whose handler returns an error ends
+// as a *CancelledError through sidekiq.Kill: the dead set, no retry. A
+// handler that returns nil despite the cancellation succeeded.
+func (c *Control) Run(ctx context.Context, run *sidekiq.Run, next func(context.Context) error) error {
+	jid := run.Job.JID()
+	ctx, cancel := context.WithCancelCause(ctx)
+	r := &running{cancel: cancel}
+	c.mu.Lock()
+	c.running[jid] = append(c.running[jid], r)
+	c.mu.Unlock()
+	err := next(ctx)
+	c.mu.Lock()
+	cancelled := r.cancelled
+	list := c.running[jid]
+	for i, x := range list {
+		if x == r {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(c.running, jid)
+	} else {
+		c.running[jid] = list
+	}
+	c.mu.Unlock()
+	cancel(nil)
+	if !cancelled || err == nil {
+		return err
+	}
+	// Done with: a retry of the job from the dead set must not be
+	// cancelled again by the same request.
+	conn, cerr := c.cfg.Pool.GetContext(context.WithoutCancel(ctx))
+	if cerr == nil {
+		conn.Do("DEL", contract.CancelKey(jid))
+		conn.Close()
+	}
+	return sidekiq.Kill(&CancelledError{JID: jid, Err: err})
+}
+
+// cancel cancels the running jobs jid; it reports whether one ran here.
+func (c *Control) cancel(jid string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	list := c.running[jid]
+	for _, r := range list {
+		if !r.cancelled {
+			r.cancelled = true
+			r.cancel(&CancelledError{JID: jid})
+		}
+	}
+	return len(list) > 0
+}
+
+// Start starts the subscription to the cancel channel and the check of
+// the running jobs' cancel keys.
+func (c *Control) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stop != nil {
+		return errors.New("jobctl: already started")
+	}
+	ctx, c.stop = context.WithCancel(context.WithoutCancel(ctx))
+	c.done = make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); c.subscribe(ctx) }()
+	go func() { defer wg.Done(); c.poll(ctx) }()
+	go func() { wg.Wait(); close(c.done) }()
+	return nil
+}
+
+// Stop stops the loops, waiting for them within ctx.
+func (c *Control) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	stop, done := c.stop, c.done
+	c.mu.Unlock()
+	if stop == nil {
+		return nil
+	}
+	stop()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// subscribe listens on the cancel channel, resubscribing after a lost
+// connection.
+func (c *Control) subscribe(ctx context.Context) {
+	log := c.cfg.Logger.With().Str("component", "jobctl").Logger()
+	for ctx.Err() == nil {
+		err := c.subscribeOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn().Err(err).Msg("cancel subscription lost; cancel keys are still checked every poll")
+		select {
+		case <-ctx.Done():
+		case <-time.After(c.cfg.PollInterval):
+		}
+	}
+}
+
+func (c *Control) subscribeOnce(ctx context.Context) error {
+	conn, err := c.cfg.Pool.GetContext(ctx)
+	if err != nil {
+		return err
+	}
+	psc := redis.PubSubConn{Conn: conn}
+	defer psc.Close()
+	if err := psc.Subscribe(contract.CancelChannel); err != nil {
+		return err
+	}
+	for { // ReceiveContext returns when ctx ends
+		switch m := psc.ReceiveContext(ctx).(type) {
+		case redis.Message:
+			c.cancel(string(m.Data))
+		case redis.Subscription:
+			if m.Count == 0 {
+				return ctx.Err()
+			}
+		case error:
+			return m
+		}
+	}
+}
+
+// poll checks the cancel keys of the running jobs every PollInterval.
+func (c *Control) poll(ctx context.Context) {
+	t := time.NewTicker(c.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := c.runOnce(ctx); err != nil && ctx.Err() == nil {
+			c.cfg.Logger.Warn().Str("component", "jobctl").Err(err).Msg("check of cancel requests failed")
+		}
+	}
+}
+
+// runOnce cancels the running jobs that have a cancel key; it returns
+// their jids.
+func (c *Control) runOnce(ctx context.Context) ([]string, error) {
+	c.mu.Lock()
+	jids := make([]string, 0, len(c.running))
+	for jid, list := range c.running {
+		for _, r := range list {
+			if !r.cancelled {
+				jids = append(jids, jid)
+				break
+			}
+		}
+	}
+	c.mu.Unlock()
+	if len(jids) == 0 {
+		return nil, nil
+	}
+	keys := make([]any, len(jids))
+	for i, jid := range jids {
+		keys[i] = contract.CancelKey(jid)
+	}
+	conn, err := c.cfg.Pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	vals, err := redis.Values(redis.DoContext(conn, ctx, "MGET", keys...))
+	if err != nil {
+		return nil, fmt.Errorf("jobctl: check cancel keys: %w", err)
+	}
+	var out []string
+	for i, v := range vals {
+		if v != nil && c.cancel(jids[i]) {
+			out = append(out, jids[i])
+		}
+	}
+	return out, nil
+}

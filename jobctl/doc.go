@@ -1,0 +1,22 @@
+// Package jobctl controls running jobs from outside: it cancels a job that
+// runs in this process when anyone, in any process, asks (api.Cancel,
+// `gojob cancel`, the dashboard's Busy page), and keeps each job's
+// progress, message, result and outcome in a hash that Ruby and the CLI
+// can read (docs/job-control.md).
+//
+// A cancel request is the key gojob-cancel:<jid> (kept a day) plus a
+// message on the channel gojob-cancel. The channel wakes the process at
+// once; the key makes the request durable: a Control also checks the keys
+// of its running jobs every PollInterval, so a request made while its
+// subscription was down, or before the job started, is not lost. The
+// cancelled job's context ends with a *CancelledError as its cause; when
+// the handler returns an error the job goes to the dead set as
+// Gojob::Cancelled and is not retried.
+//
+// A Control is a sidekiq.Extension:
+//
+//	ctl, err := jobctl.New(&jobctl.Config{Pool: pool})
+//	srv.Extend(ctl)
+//	ctl.Start(ctx)
+//	defer ctl.Stop(ctx)
+package jobctl

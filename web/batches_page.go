@@ -1,0 +1,83 @@
+package web
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/gojob/gojob/batch"
+)
+
+// batchRow is a batch with its progress, for the Batches pages.
+type batchRow struct {
+	*batch.Status
+	// Done is the percentage of members that ran to their end.
+	Done int64
+	// State is the batch's state in words.
+	State string
+}
+
+func newBatchRow(st *batch.Status) batchRow {
+	r := batchRow{Status: st, State: "running"}
+	if st.Total > 0 {
+		r.Done = 100 * (st.Succeeded + st.Dead) / st.Total
+	}
+	switch {
+	case st.SuccessAt != nil:
+		r.State = "succeeded"
+	case st.CompleteAt != nil:
+		r.State = "complete, with deaths"
+	case !st.Sealed:
+		r.State = "open"
+	}
+	return r
+}
+
+func (h *handler) batches() (*batch.Batches, error) {
+	return batch.New(&batch.Config{Client: h.api.Client()})
+}
+
+// batchList shows the batches, newest first (docs/batches.md).
+func (h *handler) batchList(w http.ResponseWriter, r *http.Request) {
+	b, err := h.batches()
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	page, _ := strconv.Atoi(r.URL.Query().Get("page"))
+	page = max(page, 1)
+	list, err := b.List(r.Context(), &batch.ListParams{Offset: (page - 1) * pageSize, Limit: pageSize})
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	rows := make([]batchRow, len(list))
+	for i, st := range list {
+		rows[i] = newBatchRow(st)
+	}
+	h.render(w, r, "batches", "Batches", "batches", rows)
+}
+
+// batchPage shows one batch; a sealed batch with pending jobs is
+// reconciled first (deaths its death handler missed).
+func (h *handler) batchPage(w http.ResponseWriter, r *http.Request) {
+	b, err := h.batches()
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	bid := r.PathValue("bid")
+	st, err := b.Status(r.Context(), bid)
+	if err == nil && st.Sealed && st.Pending > 0 && !h.cfg.ReadOnly {
+		st, err = b.Reconcile(r.Context(), bid)
+	}
+	if errors.Is(err, batch.ErrNotFound) {
+		notFound(w, "batch "+strconv.Quote(bid))
+		return
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.render(w, r, "batch", "Batch "+bid, "batches", newBatchRow(st))
+}
