@@ -172,15 +172,24 @@ func (r *Relay) loop(ctx context.Context) {
 	for {
 		if _, err := r.runOnce(ctx); err != nil && ctx.Err() == nil {
 			// A database or Redis that fails is tried again after 1 s, then
-			// up to 30 s: once per failed pass in the log, not per poll.
+			// up to 30 s; the log says so once per outage, and once when it
+			// ends.
+			lvl := zerolog.ErrorLevel
+			if backoff > 0 {
+				lvl = zerolog.DebugLevel
+			}
 			backoff = min(max(2*backoff, time.Second), 30*time.Second)
-			r.log.Error().Err(err).Str("component", "durable-relay").Dur("retry_in", backoff).Msg("outbox pass failed")
+			r.log.WithLevel(lvl).Err(err).Str("component", "durable-relay").Str("retry_in", backoff.String()).
+				Msg("outbox pass failed; retrying with backoff")
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(backoff):
 			}
 			continue
+		}
+		if backoff > 0 {
+			r.log.Info().Str("component", "durable-relay").Msg("outbox passes work again")
 		}
 		backoff = 0
 		select {
