@@ -112,8 +112,10 @@ func TestSlotHoldsFewerJobsAheadTheLongerItsLastJobTook(t *testing.T) {
 		last time.Duration
 		want int
 	}{
-		{0, 4}, // the slot's first job
-		{100 * time.Microsecond, 4},
+		{0, 8}, // the slot's first job
+		{100 * time.Microsecond, 8},
+		{1500 * time.Microsecond, 8},
+		{2 * time.Millisecond, 6},
 		{3 * time.Millisecond, 4},
 		{4 * time.Millisecond, 3},
 		{5 * time.Millisecond, 2},
