@@ -48,6 +48,9 @@ var appHelpTemplate = ucli.AppHelpTemplate + "\n" + exitCodeHelp
 
 // usageError is a usage error with a one-line hint, for stderr.
 func usageError(cmd, msg string) error {
+	if strings.HasPrefix(msg, "flag provided but not defined") {
+		msg += " (put arguments that start with - after --)"
+	}
 	return ucli.Exit(fmt.Sprintf("%s\nRun '%s --help' for usage.", msg, cmd), exitUsage)
 }
 
