@@ -249,7 +249,7 @@ func orderedMorgueAction(ctx context.Context, e *adminEnv) error {
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "key\tjobs\tburied\terror")
 	for _, m := range entries {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", m.Key, m.Payloads, m.At.Format(time.RFC3339), m.Error)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", m.Key, m.Payloads, textTime(m.At), m.Error)
 	}
 	return tw.Flush()
 }
