@@ -102,3 +102,13 @@ func TestFlagsAnywhereOnTheLine(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	require.Contains(t, out, "nightly")
 }
+
+func TestVersionJSON(t *testing.T) {
+	// Not parallel: see the note on runCLI.
+	out, errOut, code := runCLI(t, "version", "--json")
+	require.Equal(t, exitOK, code, errOut)
+	var v map[string]string
+	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+	require.NotEmpty(t, v["version"])
+	require.NotEmpty(t, v["go"])
+}
