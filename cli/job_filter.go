@@ -111,7 +111,8 @@ func filteredPage[T any](ctx context.Context, f jobFilter, offset, limit int,
 // order, and returns how many it acted on. act removes the entry from the
 // set when it succeeds, so the next page starts that many entries earlier
 // (as Ruby's JobSet#each shifts its pages). An entry gone meanwhile
-// (api.ErrJobNotFound) is skipped; any other error stops the pass.
+// (api.ErrJobNotFound) or whose payload is not a job (api.ErrUnparsableJob)
+// is skipped; any other error stops the pass.
 func eachMatch(ctx context.Context, set *api.JobSet, f jobFilter, act func(*api.SortedEntry) error, progress func(int)) (int, error) {
 	done := 0
 	for off := 0; ; {
@@ -125,8 +126,12 @@ func eachMatch(ctx context.Context, set *api.JobSet, f jobFilter, act func(*api.
 				continue
 			}
 			if err := act(en); err != nil {
-				if isGone(err) {
+				if errors.Is(err, api.ErrJobNotFound) {
+					removed++ // gone meanwhile: it left the set all the same
 					continue
+				}
+				if errors.Is(err, api.ErrUnparsableJob) {
+					continue // stays where it is
 				}
 				return done, fmt.Errorf("%s: %w", en.JID(), err)
 			}
@@ -141,10 +146,4 @@ func eachMatch(ctx context.Context, set *api.JobSet, f jobFilter, act func(*api.
 		}
 		off += len(entries) - removed
 	}
-}
-
-// isGone reports an entry that left its set before the action reached it,
-// or one whose payload no action can move: both are skipped.
-func isGone(err error) bool {
-	return errors.Is(err, api.ErrJobNotFound) || errors.Is(err, api.ErrUnparsableJob)
 }
