@@ -21,12 +21,6 @@ import (
 
 // adminCommands returns the commands built on the admin API.
 func adminCommands() []*ucli.Command {
-	pageFlags := func() []ucli.Flag {
-		return []ucli.Flag{newRedisFlag(), newJSONFlag(),
-			&ucli.IntFlag{Name: "limit", Value: 25, Usage: "entries to show"},
-			&ucli.IntFlag{Name: "offset", Usage: "entries to skip"},
-		}
-	}
 	return []*ucli.Command{
 		{
 			Name:      "push",
@@ -57,22 +51,13 @@ func adminCommands() []*ucli.Command {
 		{Name: "stats", Usage: "dashboard numbers (processed, failed, enqueued, …)", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag(),
 			&ucli.IntFlag{Name: "days", Value: 7, Usage: "days of history"}}, Action: withAPI(statsAction)},
 		{Name: "queues", Usage: "queues with size, latency and pause state", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(queuesAction)},
-		{
-			Name:  "queue",
-			Usage: "pause or unpause a queue for every gojob process (Ruby processes only with contrib/ruby/gojob.rb, docs/queue-pause.md)",
-			Subcommands: []*ucli.Command{
-				{Name: "pause", Usage: "stop gojob processes fetching from NAME within a second", ArgsUsage: "NAME",
-					Flags: []ucli.Flag{newRedisFlag()}, Action: withAPI(queuePauseAction(true))},
-				{Name: "unpause", Usage: "let gojob processes fetch from NAME again", ArgsUsage: "NAME",
-					Flags: []ucli.Flag{newRedisFlag()}, Action: withAPI(queuePauseAction(false))},
-			},
-		},
-		{Name: "retries", Usage: "list the retry set (next retry first)", Flags: pageFlags(), Before: checkPageFlags, Action: withAPI(setAction(contract.KeyRetry))},
-		{Name: "scheduled", Usage: "list the schedule set (next due first)", Flags: pageFlags(), Before: checkPageFlags, Action: withAPI(setAction(contract.KeySchedule))},
-		{Name: "dead", Usage: "list the dead set (newest first)", Flags: pageFlags(), Before: checkPageFlags, Action: withAPI(setAction(contract.KeyDead))},
-		{Name: "retry", Usage: "retry a job of the retry or dead set now", ArgsUsage: "JID", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(entryAction("retry"))},
-		{Name: "kill", Usage: "move a job of the retry or schedule set to the dead set", ArgsUsage: "JID", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(entryAction("kill"))},
-		{Name: "delete", Usage: "delete a job from the retry, schedule or dead set", ArgsUsage: "JID", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(entryAction("delete"))},
+		queueCommand(),
+		{Name: "retries", Usage: "list the retry set (next retry first)", Flags: setListFlags(), Before: checkPageFlags, Action: withAPI(setAction(contract.KeyRetry))},
+		{Name: "scheduled", Usage: "list the schedule set (next due first)", Flags: setListFlags(), Before: checkPageFlags, Action: withAPI(setAction(contract.KeySchedule))},
+		{Name: "dead", Usage: "list the dead set (newest first)", Flags: setListFlags(), Before: checkPageFlags, Action: withAPI(setAction(contract.KeyDead))},
+		{Name: "retry", Usage: "push a job of the retry or dead set to its queue now (--all: every one, or every match)", ArgsUsage: "JID | --all [--from dead] [--class C] [--jid J] [--error TEXT]", Flags: entryActionFlags("retry"), Action: withAPI(entryAction("retry"))},
+		{Name: "kill", Usage: "move a job of the retry or schedule set to the dead set (--all: every one, or every match)", ArgsUsage: "JID | --all [--from schedule] [--class C] [--jid J] [--error TEXT]", Flags: entryActionFlags("kill"), Action: withAPI(entryAction("kill"))},
+		{Name: "delete", Usage: "delete a job from the retry, schedule or dead set (--all --from SET: every one, or every match)", ArgsUsage: "JID | --all --from SET [--class C] [--jid J] [--error TEXT] [--yes]", Flags: entryActionFlags("delete"), Action: withAPI(entryAction("delete"))},
 		{Name: "processes", Usage: "live Sidekiq and gojob processes", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(processesAction)},
 		{Name: "quiet", Usage: "quiet a process (stop fetching), as the Web UI's Quiet button", ArgsUsage: "IDENTITY|all", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(signalAction("TSTP"))},
 		{Name: "stop", Usage: "stop a process gracefully, as the Web UI's Stop button", ArgsUsage: "IDENTITY|all", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(signalAction("TERM"))},
@@ -308,19 +293,6 @@ func statsAction(ctx context.Context, e *adminEnv) error {
 	return nil
 }
 
-func queuePauseAction(pause bool) func(ctx context.Context, e *adminEnv) error {
-	return func(ctx context.Context, e *adminEnv) error {
-		if e.c.NArg() != 1 {
-			return ucli.Exit("queue: one queue NAME is required", exitUsage)
-		}
-		q := e.api.Queue(e.c.Args().First())
-		if pause {
-			return q.Pause(ctx)
-		}
-		return q.Unpause(ctx)
-	}
-}
-
 func queuesAction(ctx context.Context, e *adminEnv) error {
 	qs, err := e.api.Queues(ctx)
 	if err != nil {
@@ -411,101 +383,12 @@ func toEntryJSON(set string, en *api.SortedEntry) entryJSON {
 	return out
 }
 
-// checkPageFlags refuses a --limit or --offset the listing cannot take, as
-// a usage error and before Redis is reached.
-func checkPageFlags(c *ucli.Context) error {
-	if c.Int("limit") < 1 {
-		return usageError("gojob "+c.Command.Name, fmt.Sprintf("--limit %d: want at least 1", c.Int("limit")))
-	}
-	if c.Int("offset") < 0 {
-		return usageError("gojob "+c.Command.Name, fmt.Sprintf("--offset %d: want 0 or more", c.Int("offset")))
-	}
-	return nil
-}
-
-func setAction(name string) func(ctx context.Context, e *adminEnv) error {
-	return func(ctx context.Context, e *adminEnv) error {
-		set := e.set(name)
-		// Retries and Scheduled list the next due first, Dead the newest
-		// first, as the Web UI (and JobSet.Page) does.
-		entries, size, err := set.Page(ctx, e.c.Int("offset"), e.c.Int("limit"))
-		if err != nil {
-			return err
-		}
-		if e.json {
-			rows := make([]entryJSON, 0, len(entries))
-			for _, en := range entries {
-				rows = append(rows, toEntryJSON(name, en))
-			}
-			return e.printJSON(map[string]any{"size": size, "entries": rows})
-		}
-		fmt.Fprintf(e.out, "%s: %d\n", name, size)
-		if len(entries) == 0 {
-			return nil
-		}
-		tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "WHEN\tJID\tCLASS\tQUEUE\tERROR")
-		for _, en := range entries {
-			errText := ""
-			if en.Job != nil && en.Job.ErrorClass() != "" {
-				errText = en.Job.ErrorClass() + ": " + firstLine(en.Job.ErrorMessage(), 60)
-			} else if en.Job == nil {
-				errText = "(unparsable payload)"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", en.At().Local().Format("2006-01-02 15:04:05"), en.JID(), en.Class(), en.Queue, errText)
-		}
-		return tw.Flush()
-	}
-}
-
 func firstLine(s string, max int) string {
 	s, _, _ = strings.Cut(s, "\n")
 	if r := []rune(s); len(r) > max {
 		return string(r[:max]) + "…"
 	}
 	return s
-}
-
-// entryAction finds a job by jid in the sets the action applies to and acts
-// on it.
-func entryAction(action string) func(ctx context.Context, e *adminEnv) error {
-	sets := map[string][]string{
-		"retry":  {contract.KeyRetry, contract.KeyDead},
-		"kill":   {contract.KeyRetry, contract.KeySchedule},
-		"delete": {contract.KeyRetry, contract.KeySchedule, contract.KeyDead},
-	}[action]
-	return func(ctx context.Context, e *adminEnv) error {
-		jid := e.c.Args().First()
-		if jid == "" {
-			return ucli.Exit(action+": JID is required", exitUsage)
-		}
-		for _, name := range sets {
-			en, err := e.set(name).FindJob(ctx, jid)
-			if errors.Is(err, api.ErrJobNotFound) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			switch action {
-			case "retry":
-				_, err = en.Retry(ctx)
-			case "kill":
-				err = en.Kill(ctx, nil)
-			case "delete":
-				_, err = en.Delete(ctx)
-			}
-			if err != nil {
-				return err
-			}
-			if e.json {
-				return e.printJSON(map[string]any{"action": action, "jid": jid, "from": name})
-			}
-			fmt.Fprintf(e.out, "%s %s (%s) from %s\n", pastTense(action), jid, en.Class(), name)
-			return nil
-		}
-		return ucli.Exit(fmt.Sprintf("%s: no job %s in %s", action, jid, strings.Join(sets, ", ")), exitNotFound)
-	}
 }
 
 func pastTense(a string) string {

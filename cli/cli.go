@@ -81,7 +81,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...O
 		f(o)
 	}
 	app := newApp(stdout, stderr, o)
-	if err := app.RunContext(ctx, args); err != nil {
+	if err := app.RunContext(ctx, interspersed(app, args)); err != nil {
 		var ec ucli.ExitCoder
 		if errors.As(err, &ec) {
 			code := ec.ExitCode()
@@ -132,6 +132,8 @@ func newApp(stdout, stderr io.Writer, o *options) *ucli.App {
 		DisableSliceFlagSeparator: true,
 		ExitErrHandler:            func(*ucli.Context, error) {}, // Run reports errors
 		Commands:                  cmds,
+		// -r before the command: interspersed hands it to the command.
+		Flags: []ucli.Flag{newRedisFlag()},
 	}
 	applyUsageConventions(app)
 	return app

@@ -229,7 +229,7 @@ func cronList(ctx context.Context, e *cmdEnv, st *cron.Store) error {
 	for _, j := range jobs {
 		last := "never"
 		if !j.LastEnqueue.IsZero() {
-			last = j.LastEnqueue.UTC().Format(time.RFC3339)
+			last = textTime(j.LastEnqueue)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Cron, j.Class, j.Queue(), cronStatus(j), last)
 	}

@@ -37,7 +37,7 @@ run the worker and demo against a real Redis instead. --durable
 			&ucli.IntFlag{Name: "timeout", Aliases: []string{"t"}, Value: 25, Usage: "shutdown timeout in seconds"},
 			&ucli.StringFlag{Name: "tag", Aliases: []string{"g"}, Value: "gojob-dev", Usage: "process tag"},
 			&ucli.StringSliceFlag{Name: "label", Usage: "process label"},
-			&ucli.StringFlag{Name: "sidekiq-version", Value: "6", Usage: "wire format: 6, 7 or 8"},
+			&ucli.StringFlag{Name: "sidekiq-version", Value: "auto", Usage: "wire format: 6, 7, 8, x.y.z or auto (on the embedded server, 7.3.10's layout that every Web UI from 6.4.1 to 8.x reads, with job metrics; see docs/version-follow.md)"},
 			&ucli.StringSliceFlag{Name: "exec", Usage: "run `CLASS=COMMAND` for each job of CLASS"},
 			&ucli.StringSliceFlag{Name: "http", Usage: "POST each job of CLASS to URL: `CLASS=URL`"},
 			&ucli.IntFlag{Name: "max-retries", Value: 25, Usage: "retries for retry: true"},
@@ -63,7 +63,9 @@ run the worker and demo against a real Redis instead. --durable
 			if err != nil {
 				return err
 			}
-			if cfg.Version, err = wire.ParseVersion(c.String("sidekiq-version")); err != nil {
+			if isAuto(c.String("sidekiq-version")) {
+				cfg.FollowVersion = true
+			} else if cfg.Version, err = wire.ParseVersion(c.String("sidekiq-version")); err != nil {
 				return ucli.Exit(err.Error(), exitUsage)
 			}
 			cfg.PollIntervalAverage = 2 * time.Second

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 
@@ -23,14 +24,44 @@ const defaultRedisURL = "redis://127.0.0.1:6379/0"
 func startEmbedded(addr string) (*miniredis.Miniredis, string, error) {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.StartAddr(addr); err != nil {
+		free := freeDevAddr()
 		return nil, "", ucli.Exit(fmt.Sprintf(`cannot listen on %s: %v
 gojob dev does not move to another port on its own: every gojob command
 defaults to %s and would reach whatever listens there. Either
-  gojob dev --addr 127.0.0.1:6380       and export REDIS_URL=redis://127.0.0.1:6380/0 where you run gojob
-  gojob dev --redis %s   to run the worker and the demo jobs on that Redis (--no-demo: no demo jobs)`,
-			addr, err, defaultRedisURL, defaultRedisURL), exitRefused)
+  gojob dev --addr %s       and export REDIS_URL=redis://%s/0 where you run gojob
+  gojob dev --redis URL   to run the worker and the demo jobs on a Redis you own (--no-demo: no demo jobs)`,
+			addr, err, defaultRedisURL, free, free), exitRefused)
+	}
+	if err := registerBitfield(mr); err != nil {
+		mr.Close()
+		return nil, "", err
 	}
 	return mr, "redis://" + mr.Addr() + "/0", nil
+}
+
+// freeDevAddr returns a loopback address free now for the exit-5 hint:
+// the first free port of 6380-6389 (easy to type and remember), else one
+// the kernel picks. It never returns the default 6379, whoever holds it.
+func freeDevAddr() string {
+	for port := 6380; port <= 6389; port++ {
+		if a, ok := tryListen(fmt.Sprintf("127.0.0.1:%d", port)); ok {
+			return a
+		}
+	}
+	if a, ok := tryListen("127.0.0.1:0"); ok {
+		return a
+	}
+	return "127.0.0.1:6380"
+}
+
+// tryListen reports whether addr can be listened on, and the address.
+func tryListen(addr string) (string, bool) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", false
+	}
+	defer ln.Close()
+	return ln.Addr().String(), true
 }
 
 // printDevHints tells a newcomer how to reach the dev server at url from

@@ -35,8 +35,20 @@ func TestDevRefusesATakenAddress(t *testing.T) {
 	require.Empty(t, out)
 	require.Contains(t, errOut, "cannot listen on "+taken.Addr().String())
 	require.Contains(t, errOut, "does not move to another port")
-	require.Contains(t, errOut, "gojob dev --addr 127.0.0.1:6380")
-	require.Contains(t, errOut, "export REDIS_URL=redis://127.0.0.1:6380/0")
+	m := regexp.MustCompile(`gojob dev --addr (127\.0\.0\.1:\d+) .*export REDIS_URL=redis://(\S+)/0`).FindStringSubmatch(errOut)
+	require.NotNil(t, m, errOut)
+	require.Equal(t, m[1], m[2])
+	require.NotEqual(t, "127.0.0.1:6379", m[1], "never the default address")
+	require.NotContains(t, errOut, "--redis redis://127.0.0.1:6379", "the hint never suggests the Redis on the default port")
+	ln, err := net.Listen("tcp", m[1])
+	require.NoError(t, err, "the suggested address is free")
+	ln.Close()
+
+	// With 6380 taken, the hint suggests the next free one.
+	if l6380, err := net.Listen("tcp", "127.0.0.1:6380"); err == nil {
+		defer l6380.Close()
+	}
+	require.NotEqual(t, "127.0.0.1:6380", freeDevAddr())
 }
 
 var exportRE = regexp.MustCompile(`export REDIS_URL=(redis://\S+)`)

@@ -381,7 +381,7 @@ func printStatus(w io.Writer, st *durable.Status, asJSON bool) bool {
 		}
 		next := "-"
 		if d.NextDue != nil {
-			next = d.NextDue.Local().Format("2006-01-02 15:04:05")
+			next = textTime(*d.NextDue)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", d.Database, d.Kind, d.Total, d.Locked, d.Waiting, d.Missing, d.Overdue, d.ToPush, next)
 	}

@@ -17,17 +17,19 @@ const (
 	// exitFailed: any failure not listed below (a Redis error mid-command,
 	// a database error, a shutdown that finished with errors).
 	exitFailed = 1
-	// exitUsage: unknown command or flag, missing or bad argument or value.
+	// exitUsage: unknown command or flag, missing or bad argument or value,
+	// a destructive command (queue clear, delete --all) without --yes when
+	// stdin is not a terminal.
 	exitUsage = 2
 	// exitUnreachable: cannot reach Redis.
 	exitUnreachable = 3
-	// exitNotFound: no such job, process identity, cron job, SideJob job,
-	// batch, or no durable_jobs table yet (run gojob durable migrate).
+	// exitNotFound: no such job, queue, process identity, cron job, SideJob
+	// job, batch, or no durable_jobs table yet (run gojob durable migrate).
 	exitNotFound = 4
 	// exitRefused: the state does not allow it: a unique lock holds the job
 	// (push --unique-for), the address gojob dev wants is taken, a SideJob
 	// job that is not terminated (sidejob delete), a batch that has
-	// completed (push --batch).
+	// completed (push --batch), a confirmation answered no.
 	exitRefused = 5
 )
 
@@ -35,10 +37,10 @@ const (
 const exitCodeHelp = `EXIT CODES:
    0  done
    1  failed (an error not listed here: a Redis or database error mid-command, …)
-   2  usage: unknown command or flag, missing or bad argument or value
+   2  usage: unknown command or flag, missing or bad argument or value, queue clear or delete --all without --yes off a terminal
    3  cannot reach Redis
-   4  not found: job, process identity, cron job, SideJob job, batch, durable table (run gojob durable migrate)
-   5  refused: a unique lock holds the job, gojob dev's address is taken, a SideJob job is not terminated, a completed batch
+   4  not found: job, queue, process identity, cron job, SideJob job, batch, durable table (run gojob durable migrate)
+   5  refused: a unique lock holds the job, gojob dev's address is taken, a SideJob job is not terminated, a completed batch, a confirmation answered no
 
 ENVIRONMENT:
    REDIS_URL  the Redis every command uses unless given -r/--redis (default redis://127.0.0.1:6379/0)
@@ -49,6 +51,9 @@ var appHelpTemplate = ucli.AppHelpTemplate + "\n" + exitCodeHelp
 
 // usageError is a usage error with a one-line hint, for stderr.
 func usageError(cmd, msg string) error {
+	if strings.HasPrefix(msg, "flag provided but not defined") {
+		msg += " (put arguments that start with - after --)"
+	}
 	return ucli.Exit(fmt.Sprintf("%s\nRun '%s --help' for usage.", msg, cmd), exitUsage)
 }
 

@@ -41,7 +41,13 @@ func versionCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "version",
 		Usage: "print gojob's version (also gojob --version)",
+		Flags: []ucli.Flag{newJSONFlag()},
 		Action: func(c *ucli.Context) error {
+			if c.Bool("json") {
+				e := &cmdEnv{out: c.App.Writer}
+				return e.printJSON(map[string]string{"version": buildinfo.Version(), "description": versionString(),
+					"go": runtime.Version(), "os": runtime.GOOS, "arch": runtime.GOARCH})
+			}
 			_, err := fmt.Fprintln(c.App.Writer, "gojob version", versionString())
 			return err
 		},

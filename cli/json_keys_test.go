@@ -71,9 +71,16 @@ func TestJSONOutputsUseSnakeCaseKeys(t *testing.T) {
 		{"dead", "--json"},
 		{"processes", "--json"},
 		{"quiet", "--json", "host:1:abc"},
+		{"retries", "--json", "--class", "R", "--error", "m"},
+		{"queue", "jobs", "--json", "default"},
+		{"queue", "pause", "--json", "default"},
+		{"queue", "unpause", "--json", "default"},
+		{"version", "--json"},
 		{"retry", "--json", "bbbbbbbbbbbbbbbbbbbbbbbb"},
 		{"kill", "--json", "aaaaaaaaaaaaaaaaaaaaaaaa"},
 		{"delete", "--json", "aaaaaaaaaaaaaaaaaaaaaaaa"},
+		{"retry", "--json", "--all", "--from", "dead"},
+		{"queue", "clear", "--json", "--yes", "default"},
 		{"cron", "add", "--cron", "0 3 * * *", "--class", "ReportJob", "nightly"},
 		{"cron", "list", "--json"},
 		{"cron", "run-now", "--json", "nightly"},
@@ -84,14 +91,12 @@ func TestJSONOutputsUseSnakeCaseKeys(t *testing.T) {
 	}
 	checked := 0
 	for _, args := range steps {
-		// -r goes right after the command's name: after an argument it
-		// would be an argument.
 		words := 1
-		if args[0] == "cron" || args[0] == "sidejob" || args[0] == "durable" {
+		if args[0] == "cron" || args[0] == "sidejob" || args[0] == "durable" || args[0] == "queue" {
 			words = 2
 		}
 		full := append([]string{}, args[:words]...)
-		if args[0] != "durable" || args[1] == "poll" {
+		if (args[0] != "durable" || args[1] == "poll") && args[0] != "version" {
 			full = append(full, "-r", url)
 		}
 		full = append(full, args[words:]...)

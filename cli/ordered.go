@@ -68,7 +68,7 @@ func runOrdered(c *ucli.Context, o *options, log zerolog.Logger) error {
 	case c.NArg() == 0:
 		return usageError("gojob ordered work", "ordered work: QUEUE is required")
 	case c.NArg() > 1:
-		return usageError("gojob ordered work", fmt.Sprintf("ordered work: want one QUEUE, after the flags; got %q", strings.Join(c.Args().Slice(), " ")))
+		return usageError("gojob ordered work", fmt.Sprintf("ordered work: want one QUEUE; got %q", strings.Join(c.Args().Slice(), " ")))
 	}
 	queue := c.Args().First()
 	if c.Int("concurrency") <= 0 || c.Int("shards") < 0 || c.Int("max-retry-count") <= 0 || c.Int("batch-keys") <= 0 {
@@ -249,7 +249,7 @@ func orderedMorgueAction(ctx context.Context, e *adminEnv) error {
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "key\tjobs\tburied\terror")
 	for _, m := range entries {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", m.Key, m.Payloads, m.At.Format(time.RFC3339), m.Error)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", m.Key, m.Payloads, textTime(m.At), m.Error)
 	}
 	return tw.Flush()
 }

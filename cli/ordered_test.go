@@ -322,7 +322,7 @@ func TestOrderedWorkFlagsAndArguments(t *testing.T) {
 	}{
 		{[]string{"work", "-r", nowhere, "--ordered", "orders"}, "flag provided but not defined: -ordered"},
 		{[]string{"ordered", "work", "-r", nowhere, "--exec", "A=true"}, "QUEUE is required"},
-		{[]string{"ordered", "work", "-r", nowhere, "orders", "--exec", "A=true"}, `want one QUEUE, after the flags; got "orders --exec A=true"`},
+		{[]string{"ordered", "work", "-r", nowhere, "orders", "more", "--exec", "A=true"}, `want one QUEUE; got "orders more"`},
 		{[]string{"ordered", "work", "-r", nowhere, "orders"}, "needs handlers"},
 		{[]string{"ordered", "work", "-r", nowhere, "--fetch", "basic", "--exec", "A=true", "orders"}, "flag provided but not defined: -fetch"},
 		{[]string{"ordered", "work", "-r", nowhere, "-c", "0", "--exec", "A=true", "orders"}, "must be at least 1"},
@@ -333,6 +333,9 @@ func TestOrderedWorkFlagsAndArguments(t *testing.T) {
 		require.Empty(t, out, c.args)
 		require.Contains(t, errOut, c.err, c.args)
 	}
+	// Flags after the queue are flags: this line parses and reaches Redis.
+	_, errOut, code := runCLI(t, "ordered", "work", "-r", nowhere, "orders", "--exec", "A=true")
+	require.Equal(t, exitUnreachable, code, errOut)
 	out, _, code := runCLI(t, "ordered", "work", "--help")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "gojob ordered work [command options] QUEUE")

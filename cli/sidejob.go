@@ -12,6 +12,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidejob"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
@@ -244,7 +245,7 @@ func sjShow(ctx context.Context, e *sjEnv) error {
 	}
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "job\t%d\nstatus\t%s\nworker\t%s (queue %s)\nargs\t%s\n", j.ID(), status, info.Class, info.Queue, info.Args.Encode())
-	fmt.Fprintf(tw, "created\t%s by %q\nran at\t%s\n", info.CreatedAt, info.CreatedBy, cmpOr(info.RanAt, "never"))
+	fmt.Fprintf(tw, "created\t%s by %q\nran at\t%s\n", sidejobTextTime(info.CreatedAt), info.CreatedBy, cmpOr(sidejobTextTime(info.RanAt), "never"))
 	if len(aliases) > 0 {
 		fmt.Fprintf(tw, "aliases\t%s\n", strings.Join(aliases, ", "))
 	}
@@ -425,4 +426,15 @@ func sjDelete(ctx context.Context, e *sjEnv) error {
 	}
 	fmt.Fprintf(e.out, "deleted job %d\n", j.ID())
 	return nil
+}
+
+// sidejobTextTime prints a SideJob timestamp (RFC 3339 with nanoseconds,
+// as the gem writes it) as the CLI's text prints times; one it cannot read
+// as is, and "" as "".
+func sidejobTextTime(s string) string {
+	t, err := sidejobwire.ParseTimestamp(s)
+	if s == "" || err != nil {
+		return s
+	}
+	return textTime(t)
 }

@@ -116,7 +116,7 @@ func formatLogEntry(data []byte) string {
 		}
 	}
 	if t, err := sidejobwire.ParseTimestamp(ts); err == nil {
-		ts = t.Local().Format("15:04:05.000")
+		ts = t.UTC().Format("15:04:05.000Z")
 	}
 	return strings.TrimSpace(ts + " " + strings.Join(parts, " "))
 }

@@ -78,6 +78,8 @@ func TestSideJobCommands(t *testing.T) {
 	text := run("show", "1")
 	require.Contains(t, text, "status   queued")
 	require.Contains(t, text, "in:extra  0     5        /c")
+	require.Regexp(t, `created  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC by "me"`, text, "a time with its zone")
+	require.Contains(t, text, "ran at   never")
 
 	require.Contains(t, run("write", "1", "in", "3", `{"a":1}`), "wrote 2 value(s) to job:1:in:in")
 	require.Equal(t, "3\n", run("read", "1", "in"))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -51,6 +52,7 @@ ordered work (docs/ordered.md).`,
 			newRedisFlag(),
 			&ucli.StringSliceFlag{Name: "queue", Aliases: []string{"q"}, Usage: "queue to process, `NAME[,WEIGHT]`; repeat for several (default: default)"},
 			&ucli.IntFlag{Name: "concurrency", Aliases: []string{"c"}, Value: 10, Usage: "jobs run at once"},
+			&ucli.StringSliceFlag{Name: "queue-concurrency", Usage: "run at most N jobs of queue Q at once in this process, the other slots taking the other queues: `Q=N`; repeat (docs/queue-concurrency.md)"},
 			&ucli.IntFlag{Name: "timeout", Aliases: []string{"t"}, Value: 25, Usage: "shutdown timeout in seconds"},
 			&ucli.StringFlag{Name: "tag", Aliases: []string{"g"}, Usage: "process tag shown in the Web UI"},
 			&ucli.StringSliceFlag{Name: "label", Usage: "process label shown in the Web UI (repeat)"},
@@ -160,6 +162,20 @@ func serverConfigFromFlags(c *ucli.Context, log zerolog.Logger) (*sidekiq.Server
 			return nil, ucli.Exit(err.Error(), exitUsage)
 		}
 		cfg.Queues = append(cfg.Queues, qw)
+	}
+	for _, spec := range c.StringSlice("queue-concurrency") {
+		q, n, ok := strings.Cut(spec, "=")
+		max, err := strconv.Atoi(n)
+		if !ok || q == "" || err != nil {
+			return nil, ucli.Exit(fmt.Sprintf("--queue-concurrency %q: want QUEUE=N", spec), exitUsage)
+		}
+		if cfg.QueueConcurrency == nil {
+			cfg.QueueConcurrency = map[string]int{}
+		}
+		if _, dup := cfg.QueueConcurrency[q]; dup {
+			return nil, ucli.Exit(fmt.Sprintf("--queue-concurrency: queue %s given twice", q), exitUsage)
+		}
+		cfg.QueueConcurrency[q] = max
 	}
 	return cfg, nil
 }

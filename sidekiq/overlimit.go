@@ -24,6 +24,10 @@ type OverLimitError struct {
 	// server backs off as Enterprise does, 300·n + rand(300) + 1 seconds for
 	// the n-th time).
 	RetryAfter time.Duration
+	// NotCounted leaves the reschedule out of the job's "overrated" count,
+	// so it never turns into a failure: the limit is only busy and the job
+	// waits its turn, however long (gojob work --limit, docs/limiters.md).
+	NotCounted bool
 }
 
 func (e *OverLimitError) Error() string {
@@ -36,7 +40,7 @@ const maxOverrated = 20
 
 // rescheduleOverLimit puts a job whose handler reported OverLimitError
 // back in the schedule set, counting the reschedule in its "overrated"
-// field. It reports false when err is not an over-limit or the job has
+// field unless the error says not to. It reports false when err is not an over-limit or the job has
 // been rescheduled maxOverrated times (then it fails as usual).
 func (p *processor) rescheduleOverLimit(u fetch.Unit, job *wire.Job, err error) bool {
 	var ol *OverLimitError
@@ -47,20 +51,26 @@ func (p *processor) rescheduleOverLimit(u fetch.Unit, job *wire.Job, err error) 
 	if v, ok := job.Get("overrated"); ok {
 		n, _ = v.Int()
 	}
-	if n >= maxOverrated {
+	if n >= maxOverrated && !ol.NotCounted {
 		return false
 	}
-	n++
+	if !ol.NotCounted {
+		n++
+		job.Set("overrated", rubyjson.IntValue(n))
+	}
 	delay := ol.RetryAfter
 	if delay > 0 {
 		delay += time.Duration(rand.Int64N(int64(delay/10) + int64(time.Second)))
 	} else {
 		delay = time.Duration(300*n+rand.Int64N(300)+1) * time.Second
 	}
-	job.Set("overrated", rubyjson.IntValue(n))
 	at := p.cfg.Clock.Now().Add(delay)
 	p.fetcher.Finish(u, &fetch.Outcome{Set: contract.KeySchedule, At: at, Payload: job.Encode()})
-	p.log.Info().Str("component", "processor").Str("queue", u.Queue).Str("jid", job.JID()).Str("class", job.Class()).
+	ev := p.log.Info()
+	if ol.NotCounted {
+		ev = p.log.Debug() // a busy limit's turn: routine, often
+	}
+	ev.Str("component", "processor").Str("queue", u.Queue).Str("jid", job.JID()).Str("class", job.Class()).
 		Str("limiter", ol.Limiter).Int64("overrated", n).Time("run_at", at).Msg("job over its limit; rescheduled (not a failure)")
 	return true
 }

@@ -64,3 +64,28 @@ func mustGet(t *testing.T, j *wire.Job, key string) rubyjson.Value {
 	require.True(t, ok, key)
 	return v
 }
+
+// A NotCounted over-limit is rescheduled without touching the job's
+// overrated count, even past maxOverrated: it never turns into a failure.
+func TestOverLimitNotCountedNeverFails(t *testing.T) {
+	t.Parallel()
+	b := newTestServer(t, ServerConfig{Concurrency: 1})
+	b.srv.HandleFunc("Busy", func(ctx context.Context, job *wire.Job) error {
+		return &OverLimitError{Limiter: "class:Busy", RetryAfter: time.Second, NotCounted: true}
+	})
+	b.start(t)
+	b.push(t, "default", `{"class":"Busy","args":[],"jid":"bbbbbbbbbbbbbbbbbbbbbbbb","queue":"default","retry":true,"overrated":20}`)
+	wait.For(t, "the reschedule", func() bool {
+		n, _ := redis.Int(b.conn.Do("ZCARD", contract.KeySchedule))
+		return n == 1
+	})
+	vals, err := redis.ByteSlices(b.conn.Do("ZRANGE", contract.KeySchedule, 0, -1))
+	require.NoError(t, err)
+	job, err := wire.ParseJob(vals[0])
+	require.NoError(t, err)
+	n, _ := mustGet(t, job, "overrated").Int()
+	require.Equal(t, int64(maxOverrated), n, "not counted")
+	retries, err := redis.Int(b.conn.Do("ZCARD", contract.KeyRetry))
+	require.NoError(t, err)
+	require.Zero(t, retries, "not a failure")
+}

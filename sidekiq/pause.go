@@ -47,7 +47,7 @@ func (s *Server) checkPauses(ctx context.Context) {
 	if s.fetch.order.SetPaused(names) {
 		var paused []string
 		for _, q := range s.fetch.order.Names() {
-			if s.fetch.order.Paused(q) {
+			if s.fetch.order.PausedByRedis(q) {
 				paused = append(paused, q)
 			}
 		}

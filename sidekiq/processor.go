@@ -59,6 +59,7 @@ type processor struct {
 	held     sync.WaitGroup
 	counters maintenance.Counters    // processed and failed, not yet flushed
 	metrics  *maintenance.JobMetrics // job metrics, written by 7.0+ formats
+	caps     *queueCaps              // ServerConfig.QueueConcurrency; nil: none
 }
 
 // workItem is one running job, shown in the work hash of the heartbeat.
@@ -105,6 +106,13 @@ func (w *workItem) finish() bool { return w.state.CompareAndSwap(workRunning, wo
 
 // process runs one fetched job to completion: take, run, finish.
 func (p *processor) process(slot int, tid string, u fetch.Unit) {
+	if !p.caps.enter(u.Queue) {
+		// Its queue runs its cap (queue_concurrency.go): back to the pop
+		// end of the queue, not started, as a job of a paused queue.
+		p.fetcher.Requeue([]fetch.Unit{u})
+		return
+	}
+	defer p.caps.leave(u.Queue)
 	w := p.take(slot, tid, u)
 	if w == nil {
 		return
@@ -119,7 +127,9 @@ func (p *processor) process(slot int, tid string, u fetch.Unit) {
 // fetched while the hard shutdown began (both go back to their queue), or
 // unparsable (to the dead set unchanged).
 func (p *processor) take(slot int, tid string, u fetch.Unit) *workItem {
-	if p.order.Paused(u.Queue) {
+	if p.order.Paused(u.Queue) && (p.caps == nil || p.order.PausedByRedis(u.Queue)) {
+		// (A queue full of its own running jobs is skipped by the fetch as
+		// a paused one; this job entered it: queue_concurrency.go.)
 		// Popped by a fetch that was on its way when the queue was paused:
 		// back to the pop end of its queue, not started.
 		p.fetcher.Requeue([]fetch.Unit{u})

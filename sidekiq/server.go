@@ -160,6 +160,7 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 		exts:     c.Extensions,
 		work:     make([]atomic.Pointer[workItem], c.Concurrency),
 		metrics:  maintenance.NewJobMetrics(),
+		caps:     newQueueCaps(c.QueueConcurrency, s.fetch.order),
 	}
 	s.redis.outage.Log = &s.log
 	s.redis.outage.Probe = s.probeRedis
@@ -355,7 +356,12 @@ func (s *Server) Start(ctx context.Context) error {
 		s.maint.poller.Start(s.life.hardCtx)
 	}
 	s.log.Info().Str("identity", s.identity).Int("concurrency", s.cfg.Concurrency).Str("fetch", s.cfg.Fetch.String()).
-		Str("queues", s.fetch.order.String()).Str("sidekiq_version", s.format.Format().String()).Msg("gojob started")
+		Str("queues", s.fetch.order.String()).Str("sidekiq_version", s.format.Format().String()).
+		Func(func(e *zerolog.Event) {
+			if s.proc.caps != nil {
+				e.Str("queue_concurrency", s.proc.caps.String())
+			}
+		}).Msg("gojob started")
 	return nil
 }
 

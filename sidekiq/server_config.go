@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"time"
@@ -91,6 +92,13 @@ type ServerConfig struct {
 	// Concurrency is the number of jobs run at once. Default 10 (Sidekiq 6.4
 	// uses 10 too).
 	Concurrency int
+	// QueueConcurrency caps, per queue name, how many of the Concurrency
+	// slots run jobs of that queue at once (1 to Concurrency-1); the other
+	// slots keep taking the other queues. Sidekiq 7's capsules give a queue
+	// slots of its own; here the cap shares the process's slots, so a capped
+	// queue that is empty leaves its slots to the others. Reliable fetch
+	// only (docs/queue-concurrency.md).
+	QueueConcurrency map[string]int
 	// Fetch selects how jobs are taken from the queues: Sidekiq's
 	// BasicFetch (FetchBRPOP, the zero value), FetchBatch, or the reliable
 	// fetch (FetchReliable), which loses no job when the process dies.
@@ -191,6 +199,7 @@ func (c *ServerConfig) withDefaults() *ServerConfig {
 		out.MaxRetries = 25
 	}
 	out.Clock = clock.Or(out.Clock)
+	out.QueueConcurrency = maps.Clone(out.QueueConcurrency)
 	if out.Hostname == "" {
 		out.Hostname = os.Getenv("DYNO")
 	}
@@ -217,6 +226,9 @@ func (c *ServerConfig) validate() error {
 		if q.Name == "" {
 			return errors.New("sidekiq: empty queue name")
 		}
+	}
+	if err := validateQueueConcurrency(c.withDefaults()); err != nil {
+		return err
 	}
 	if c.Fetch < FetchBRPOP || c.Fetch > FetchReliable {
 		return fmt.Errorf("sidekiq: unknown fetch mode %d", c.Fetch)

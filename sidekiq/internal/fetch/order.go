@@ -3,6 +3,7 @@ package fetch
 import (
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,8 +22,14 @@ type Order struct {
 	fixed    []any    // BRPOP args for strict mode, timeout included
 
 	// paused holds the "queue:<name>" keys of this order's paused queues
-	// (docs/queue-pause.md); nil or empty when none is.
+	// (docs/queue-pause.md) and of its full ones (SetFull); nil or empty
+	// when none is. The fetch skips them all alike.
 	paused atomic.Pointer[map[string]bool]
+
+	// mu guards the two sources of paused.
+	mu        sync.Mutex
+	pausedSet map[string]bool // SetPaused's keys
+	full      map[string]bool // SetFull's keys
 }
 
 // NewOrder returns the order of qs for the fetch of Sidekiq v.
@@ -67,22 +74,63 @@ func (f *Order) SetPaused(names []string) bool {
 			}
 		}
 	}
-	old := f.paused.Load()
-	if old != nil && len(*old) == len(next) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.pausedSet) == len(next) {
 		same := true
 		for k := range next {
-			if !(*old)[k] {
+			if !f.pausedSet[k] {
 				same = false
 			}
 		}
 		if same {
 			return false
 		}
-	} else if old == nil && len(next) == 0 {
-		return false
+	}
+	f.pausedSet = next
+	f.store()
+	return true
+}
+
+// SetFull marks queue (a name) full, or not: this process runs as many of
+// its jobs as it may (ServerConfig.QueueConcurrency), so the fetch skips
+// it as it skips a paused queue.
+func (f *Order) SetFull(queue string, full bool) {
+	k := contract.QueueKey(queue)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.full[k] == full {
+		return
+	}
+	if f.full == nil {
+		f.full = map[string]bool{}
+	}
+	if full {
+		f.full[k] = true
+	} else {
+		delete(f.full, k)
+	}
+	f.store()
+}
+
+// store publishes the union of the paused and full queues; f.mu is held.
+func (f *Order) store() {
+	next := make(map[string]bool, len(f.pausedSet)+len(f.full))
+	for k := range f.pausedSet {
+		next[k] = true
+	}
+	for k := range f.full {
+		next[k] = true
 	}
 	f.paused.Store(&next)
-	return true
+}
+
+// PausedByRedis reports whether queue (a name) is paused through
+// contract.KeyPausedQueues, as opposed to full.
+func (f *Order) PausedByRedis(queue string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pausedSet[contract.QueueKey(queue)]
 }
 
 // Paused reports whether queue (a name) is paused.

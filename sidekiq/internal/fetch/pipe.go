@@ -100,7 +100,7 @@ func newPipes(cfg *Config, n int) *pipes {
 	depth := max(min(cfg.Pipeline, n), 1)
 	unblock := canUnblock(cfg)
 	if depth > 1 && !unblock {
-		cfg.Logger.Info().Str("component", "fetch").Msg("CLIENT ID/UNBLOCK not allowed on this Redis: one fetch connection per slot")
+		cfg.Logger.Debug().Str("component", "fetch").Msg("CLIENT ID/UNBLOCK not allowed on this Redis: one fetch connection per slot")
 		depth = 1
 	}
 	p := &pipes{cfg: cfg, reqs: make(chan *fetchReq), depth: depth, canUnblock: unblock}

@@ -1,0 +1,276 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/sidekiq/api"
+)
+
+// setListFlags are the flags of gojob retries, scheduled and dead.
+func setListFlags() []ucli.Flag {
+	return append([]ucli.Flag{newRedisFlag(), newJSONFlag(),
+		&ucli.IntFlag{Name: "limit", Value: 25, Usage: "entries to show"},
+		&ucli.IntFlag{Name: "offset", Usage: "entries to skip (of the matching ones with a filter)"},
+	}, filterFlags()...)
+}
+
+// entryActionFlags are the flags of gojob retry, kill and delete.
+func entryActionFlags(action string) []ucli.Flag {
+	flags := []ucli.Flag{newRedisFlag(), newJSONFlag(),
+		&ucli.BoolFlag{Name: "all", Usage: "act on every job of the --from set (or every one --class, --jid, --error select) instead of one JID"},
+		&ucli.StringFlag{Name: "from", Usage: "the set to act on: " + strings.Join(actionSets[action], ", ") + " (with --all, default " + actionSets[action][0] + ")"},
+	}
+	flags = append(flags, filterFlags()...)
+	if action == "delete" {
+		flags = append(flags, &ucli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "with --all: delete without asking (required when stdin is not a terminal)"})
+	}
+	return flags
+}
+
+// actionSets are the sets each action applies to; the first is --all's
+// default (delete has none: --from is required).
+var actionSets = map[string][]string{
+	"retry":  {contract.KeyRetry, contract.KeyDead},
+	"kill":   {contract.KeyRetry, contract.KeySchedule},
+	"delete": {contract.KeyRetry, contract.KeySchedule, contract.KeyDead},
+}
+
+// parseSetName accepts a set's key or the command that lists it.
+func parseSetName(s string) string {
+	switch s {
+	case "retries":
+		return contract.KeyRetry
+	case "scheduled":
+		return contract.KeySchedule
+	}
+	return s
+}
+
+// checkPageFlags refuses a --limit or --offset the listing cannot take, as
+// a usage error and before Redis is reached.
+func checkPageFlags(c *ucli.Context) error {
+	if c.Int("limit") < 1 {
+		return usageError(commandPath(c), fmt.Sprintf("--limit %d: want at least 1", c.Int("limit")))
+	}
+	if c.Int("offset") < 0 {
+		return usageError(commandPath(c), fmt.Sprintf("--offset %d: want 0 or more", c.Int("offset")))
+	}
+	return nil
+}
+
+// commandPath is "gojob queue jobs" for a context of that command.
+func commandPath(c *ucli.Context) string {
+	var names []string
+	for _, l := range c.Lineage() {
+		if l.Command != nil && l.Command.Name != "" && l.Command.Name != c.App.Name {
+			names = append(names, l.Command.Name)
+		}
+	}
+	slices.Reverse(names)
+	return strings.Join(append([]string{"gojob"}, names...), " ")
+}
+
+// setAction lists a set: Retries and Scheduled the next due first, Dead the
+// newest first, as the Web UI (and JobSet.Page) does. With a filter, it
+// reads the whole set in that order, counts every match and shows the
+// --offset/--limit window of them.
+func setAction(name string) func(ctx context.Context, e *adminEnv) error {
+	return func(ctx context.Context, e *adminEnv) error {
+		set := e.set(name)
+		f := filterFromFlags(e.c)
+		var entries []*api.SortedEntry
+		var matching int
+		var size int64
+		var err error
+		if f.empty() {
+			entries, size, err = set.Page(ctx, e.c.Int("offset"), e.c.Int("limit"))
+		} else {
+			entries, matching, size, err = filteredPage(ctx, f, e.c.Int("offset"), e.c.Int("limit"), set.Page,
+				func(en *api.SortedEntry) *api.JobRecord { return en.JobRecord })
+		}
+		if err != nil {
+			return err
+		}
+		if e.json {
+			rows := make([]entryJSON, 0, len(entries))
+			for _, en := range entries {
+				rows = append(rows, toEntryJSON(name, en))
+			}
+			out := map[string]any{"size": size, "entries": rows}
+			if !f.empty() {
+				out["matching"] = matching
+			}
+			return e.printJSON(out)
+		}
+		if f.empty() {
+			fmt.Fprintf(e.out, "%s: %d\n", name, size)
+		} else {
+			fmt.Fprintf(e.out, "%s: %d of %d match %s\n", name, matching, size, f)
+		}
+		if len(entries) == 0 {
+			return nil
+		}
+		tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "WHEN\tJID\tCLASS\tQUEUE\tERROR")
+		for _, en := range entries {
+			errText := ""
+			if en.Job != nil && en.Job.ErrorClass() != "" {
+				errText = en.Job.ErrorClass() + ": " + firstLine(en.Job.ErrorMessage(), 60)
+			} else if en.Job == nil {
+				errText = "(unparsable payload)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", textTime(en.At()), en.JID(), en.Class(), en.Queue, errText)
+		}
+		return tw.Flush()
+	}
+}
+
+// entryAction acts on one job found by jid in the sets the action applies
+// to (or the --from one), or with --all on every job of one set that the
+// filter selects.
+func entryAction(action string) func(ctx context.Context, e *adminEnv) error {
+	return func(ctx context.Context, e *adminEnv) error {
+		cmd := "gojob " + action
+		sets := actionSets[action]
+		if from := parseSetName(e.c.String("from")); from != "" {
+			if !slices.Contains(sets, from) {
+				return usageError(cmd, fmt.Sprintf("--from %s: want one of %s", e.c.String("from"), strings.Join(sets, ", ")))
+			}
+			sets = []string{from}
+		}
+		f := filterFromFlags(e.c)
+		jid := e.c.Args().First()
+		switch {
+		case e.c.Bool("all") && jid != "":
+			return usageError(cmd, "give a JID or --all, not both")
+		case e.c.Bool("all"):
+			if action == "delete" && !e.c.IsSet("from") {
+				return usageError(cmd, "delete --all needs --from "+strings.Join(sets, "|"))
+			}
+			return bulkAction(ctx, e, action, sets[0], f)
+		case jid == "":
+			return usageError(cmd, "JID (or --all) is required")
+		case !f.empty():
+			return usageError(cmd, "--class, --jid and --error select jobs for --all")
+		}
+		for _, name := range sets {
+			en, err := e.set(name).FindJob(ctx, jid)
+			if errors.Is(err, api.ErrJobNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if err := act(ctx, action, en); err != nil {
+				return err
+			}
+			if e.json {
+				return e.printJSON(map[string]any{"action": action, "jid": jid, "from": name})
+			}
+			fmt.Fprintf(e.out, "%s %s (%s) from %s\n", pastTense(action), jid, en.Class(), name)
+			return nil
+		}
+		return ucli.Exit(fmt.Sprintf("%s: no job %s in %s", action, jid, strings.Join(sets, ", ")), exitNotFound)
+	}
+}
+
+// act applies action to one entry.
+func act(ctx context.Context, action string, en *api.SortedEntry) error {
+	var err error
+	switch action {
+	case "retry":
+		_, err = en.Retry(ctx)
+	case "kill":
+		err = en.Kill(ctx, nil)
+	case "delete":
+		var ok bool
+		if ok, err = en.Delete(ctx); err == nil && !ok {
+			err = api.ErrJobNotFound
+		}
+	}
+	return err
+}
+
+// bulkAction applies action to every entry of set name the filter
+// selects, one entry at a time (the Web UI's Retry All, Kill All, Delete
+// All, scoped to the filter), and says how many it moved. Entries whose
+// payload is not a job stay where they are (retry), as the Web UI's.
+func bulkAction(ctx context.Context, e *adminEnv, action, name string, f jobFilter) error {
+	set := e.set(name)
+	what := "every job of " + name
+	if !f.empty() {
+		what = "the jobs of " + name + " matching " + f.String()
+	}
+	if action == "delete" {
+		if err := confirm(e.c, "Delete "+what+"?"); err != nil {
+			return err
+		}
+	}
+	var progress func(int)
+	if !e.json && isTerminal(e.c.App.ErrWriter) {
+		progress = func(n int) { fmt.Fprintf(e.c.App.ErrWriter, "\r%s %d…", pastTense(action), n) }
+	}
+	n, err := eachMatch(ctx, set, f, func(en *api.SortedEntry) error { return act(ctx, action, en) }, progress)
+	if progress != nil {
+		fmt.Fprintln(e.c.App.ErrWriter)
+	}
+	if err != nil {
+		return fmt.Errorf("%s --all from %s stopped after %d: %w", action, name, n, err)
+	}
+	if e.json {
+		out := map[string]any{"action": action, "from": name, "count": n}
+		if !f.empty() {
+			out["filter"] = map[string]string{"class": f.class, "jid": f.jid, "error": f.errText}
+		}
+		return e.printJSON(out)
+	}
+	fmt.Fprintf(e.out, "%s %d %s from %s\n", pastTense(action), n, plural(n, "job", "jobs"), name)
+	return nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// confirm guards a destructive command: --yes confirms it; on a terminal
+// the question is asked; otherwise it is a usage error naming --yes (a
+// script must say what it means).
+func confirm(c *ucli.Context, question string) error {
+	if c.Bool("yes") {
+		return nil
+	}
+	if !stdinInteractive() {
+		return usageError(commandPath(c), question+" Add --yes to confirm (stdin is not a terminal).")
+	}
+	fmt.Fprintf(c.App.ErrWriter, "%s [y/N] ", question)
+	line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+	if a := strings.ToLower(strings.TrimSpace(line)); a == "y" || a == "yes" {
+		return nil
+	}
+	return ucli.Exit("not confirmed: nothing changed", exitRefused)
+}
+
+// stdinInteractive reports whether stdin is a terminal someone can answer
+// on: a character device other than the null device (which is one too, and
+// is the stdin of cron jobs, systemd units and tests).
+func stdinInteractive() bool {
+	st, err := os.Stdin.Stat()
+	if err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	null, err := os.Stat(os.DevNull)
+	return err != nil || !os.SameFile(st, null)
+}

@@ -1,0 +1,220 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/redistest"
+)
+
+// seedSet adds n jobs of class to set, each failed with errText, due or
+// dead at base+i seconds after a day ago (the dead set drops entries older
+// than six months).
+func seedSet(t *testing.T, conn redis.Conn, set, class, errText string, n, base int) []string {
+	t.Helper()
+	var jids []string
+	for i := range n {
+		jid := fmt.Sprintf("%s%s%03d", set[:1], class[:3], i)
+		payload := fmt.Sprintf(`{"class":%q,"args":[%d],"queue":"default","jid":%q,"retry":true,"created_at":1700000000.0,"enqueued_at":1700000000.0,"error_class":"RuntimeError","error_message":%q,"failed_at":1700000000.0,"retry_count":1}`,
+			class, i, jid, errText)
+		_, err := conn.Do("ZADD", set, time.Now().Add(-24*time.Hour).Unix()+int64(base+i), payload)
+		require.NoError(t, err)
+		jids = append(jids, jid)
+	}
+	return jids
+}
+
+func TestSetListingsFilterByClassJIDAndError(t *testing.T) {
+	// Not parallel: see the note on runCLI.
+	srv := redistest.StartWith(t, redistest.Options{TCP: true})
+	url := srv.URL()
+	conn := srv.Pool(t).Get()
+	defer conn.Close()
+	invoices := seedSet(t, conn, "retry", "InvoiceJob", "Net::ReadTimeout from billing", 30, 1000)
+	seedSet(t, conn, "retry", "MailJob", "SMTP refused", 20, 0)
+	dead := seedSet(t, conn, "dead", "InvoiceJob", "card declined", 3, 0)
+
+	type listing struct {
+		Size     int  `json:"size"`
+		Matching *int `json:"matching"`
+		Entries  []struct {
+			JID   string `json:"jid"`
+			Class string `json:"class"`
+		} `json:"entries"`
+	}
+	list := func(args ...string) listing {
+		t.Helper()
+		out, errOut, code := runCLI(t, append(args, "-r", url, "--json")...)
+		require.Equal(t, exitOK, code, errOut)
+		var l listing
+		require.NoError(t, json.Unmarshal([]byte(out), &l), out)
+		return l
+	}
+	// Every match counted, in the set's order (next due first), paged.
+	l := list("retries", "--class", "InvoiceJob", "--limit", "10", "--offset", "5")
+	require.Equal(t, 50, l.Size)
+	require.Equal(t, 30, *l.Matching)
+	require.Len(t, l.Entries, 10)
+	require.Equal(t, invoices[5], l.Entries[0].JID)
+	require.Equal(t, invoices[14], l.Entries[9].JID)
+	l = list("retries", "--error", "smtp", "--limit", "100")
+	require.Equal(t, 20, *l.Matching)
+	require.Equal(t, "MailJob", l.Entries[0].Class)
+	l = list("retries", "--class", "InvoiceJob", "--jid", invoices[7])
+	require.Equal(t, 1, *l.Matching)
+	require.Equal(t, invoices[7], l.Entries[0].JID)
+	l = list("retries", "--class", "Invoice") // the class, not a part of it
+	require.Equal(t, 0, *l.Matching)
+	l = list("dead", "--error", "DECLINED")
+	require.Equal(t, 3, *l.Matching)
+	require.Equal(t, dead[2], l.Entries[0].JID, "dead: newest first")
+	l = list("scheduled", "--class", "InvoiceJob")
+	require.Equal(t, 0, *l.Matching)
+	l = list("retries")
+	require.Nil(t, l.Matching)
+	require.Len(t, l.Entries, 25)
+
+	out, errOut, code := runCLI(t, "retries", "--class", "MailJob", "-r", url, "--limit", "2")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "retry: 20 of 50 match class=MailJob")
+	require.Regexp(t, `\n\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC  `, out, "text times carry their zone")
+}
+
+func TestBulkRetryKillDelete(t *testing.T) {
+	// Not parallel: see the note on runCLI.
+	srv := redistest.StartWith(t, redistest.Options{TCP: true})
+	url := srv.URL()
+	conn := srv.Pool(t).Get()
+	defer conn.Close()
+	seedSet(t, conn, "retry", "InvoiceJob", "Net::ReadTimeout", 600, 0) // more than one scan page
+	seedSet(t, conn, "retry", "MailJob", "SMTP refused", 5, 0)
+	seedSet(t, conn, "dead", "InvoiceJob", "card declined", 4, 0)
+	card := func(key string) int {
+		n, err := redis.Int(conn.Do("ZCARD", key))
+		require.NoError(t, err)
+		return n
+	}
+	llen := func() int {
+		n, err := redis.Int(conn.Do("LLEN", "queue:default"))
+		require.NoError(t, err)
+		return n
+	}
+
+	for _, c := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"retry"}, exitUsage},
+		{[]string{"retry", "--all", "somejid"}, exitUsage},
+		{[]string{"retry", "somejid", "--class", "X"}, exitUsage},
+		{[]string{"retry", "--all", "--from", "schedule"}, exitUsage},
+		{[]string{"delete", "--all"}, exitUsage},
+		{[]string{"delete", "--all", "--from", "dead"}, exitUsage}, // no --yes, stdin not a terminal
+		{[]string{"retry", "nosuchjid"}, exitNotFound},
+	} {
+		_, errOut, code := runCLI(t, append(c.args, "-r", url)...)
+		require.Equal(t, c.code, code, "%v: %s", c.args, errOut)
+	}
+	require.Equal(t, 4, card("dead"), "a refused delete --all deletes nothing")
+
+	out, errOut, code := runCLI(t, "retry", "--all", "--class", "InvoiceJob", "-r", url, "--json")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, `"count": 600`)
+	require.Equal(t, 5, card("retry"))
+	require.Equal(t, 600, llen())
+
+	out, errOut, code = runCLI(t, "kill", "--all", "--error", "smtp", "-r", url)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "killed 5 jobs from retry")
+	require.Equal(t, 0, card("retry"))
+	require.Equal(t, 9, card("dead"))
+
+	out, errOut, code = runCLI(t, "retry", "--all", "--from", "dead", "--class", "InvoiceJob", "-r", url)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "retried 4 jobs from dead")
+	require.Equal(t, 604, llen())
+
+	out, errOut, code = runCLI(t, "delete", "--all", "--from", "dead", "--yes", "-r", url)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "deleted 5 jobs from dead")
+	require.Equal(t, 0, card("dead"))
+
+	out, errOut, code = runCLI(t, "retry", "--all", "-r", url)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "retried 0 jobs from retry")
+}
+
+func TestQueueJobsAndClear(t *testing.T) {
+	// Not parallel: see the note on runCLI.
+	srv := redistest.StartWith(t, redistest.Options{TCP: true})
+	url := srv.URL()
+	conn := srv.Pool(t).Get()
+	defer conn.Close()
+	for i := range 30 {
+		class := "MailJob"
+		if i%3 == 0 {
+			class = "SmsJob"
+		}
+		_, errOut, code := runCLI(t, "push", class, fmt.Sprint(i), "-q", "mail", "-r", url)
+		require.Equal(t, exitOK, code, errOut)
+	}
+
+	out, errOut, code := runCLI(t, "queue", "jobs", "mail", "-r", url, "--json", "--limit", "3")
+	require.Equal(t, exitOK, code, errOut)
+	var l struct {
+		Size int `json:"size"`
+		Jobs []struct {
+			Class      string `json:"class"`
+			EnqueuedAt string `json:"enqueued_at"`
+			Payload    struct {
+				Args []int `json:"args"`
+			} `json:"payload"`
+		} `json:"jobs"`
+		Matching *int `json:"matching"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &l), out)
+	require.Equal(t, 30, l.Size)
+	require.Len(t, l.Jobs, 3)
+	require.Equal(t, []int{29}, l.Jobs[0].Payload.Args, "newest first")
+	require.NotEmpty(t, l.Jobs[0].EnqueuedAt)
+
+	out, errOut, code = runCLI(t, "queue", "jobs", "mail", "--class", "SmsJob", "-r", url, "--json")
+	require.Equal(t, exitOK, code, errOut)
+	require.NoError(t, json.Unmarshal([]byte(out), &l), out)
+	require.Equal(t, 10, *l.Matching)
+	require.Len(t, l.Jobs, 10)
+
+	out, errOut, code = runCLI(t, "queue", "jobs", "mail", "-r", url, "--limit", "1")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "queue mail: 30 jobs")
+	require.Contains(t, out, " UTC")
+
+	_, errOut, code = runCLI(t, "queue", "jobs", "mial", "-r", url)
+	require.Equal(t, exitNotFound, code, errOut)
+	_, errOut, code = runCLI(t, "queue", "jobs", "-r", url)
+	require.Equal(t, exitUsage, code, errOut)
+
+	_, errOut, code = runCLI(t, "queue", "clear", "mail", "-r", url)
+	require.Equal(t, exitUsage, code, errOut)
+	require.Contains(t, errOut, "--yes")
+	n, err := redis.Int(conn.Do("LLEN", "queue:mail"))
+	require.NoError(t, err)
+	require.Equal(t, 30, n, "a refused clear deletes nothing")
+
+	out, errOut, code = runCLI(t, "queue", "clear", "mail", "--yes", "-r", url, "--json")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, `"size": 30`)
+	n, err = redis.Int(conn.Do("EXISTS", "queue:mail"))
+	require.NoError(t, err)
+	require.Zero(t, n)
+	member, err := redis.Bool(conn.Do("SISMEMBER", "queues", "mail"))
+	require.NoError(t, err)
+	require.False(t, member)
+	_, errOut, code = runCLI(t, "queue", "clear", "mail", "--yes", "-r", url)
+	require.Equal(t, exitNotFound, code, errOut)
+}
