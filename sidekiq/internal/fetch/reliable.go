@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/procstat"
@@ -299,7 +300,13 @@ func requeue(cfg *Config, units []Unit) error {
 	if err != nil {
 		return err
 	}
-	cfg.Logger.Info().Int("jobs", moved).Msg("requeued unfinished jobs")
+	// At shutdown an operator wants to know; a job given back because its
+	// queue was paused or at its cap while it was on its way is routine.
+	lvl := zerolog.DebugLevel
+	if cfg.quiet() {
+		lvl = zerolog.InfoLevel
+	}
+	cfg.Logger.WithLevel(lvl).Int("jobs", moved).Msg("requeued unfinished jobs")
 	return nil
 }
 
