@@ -287,3 +287,45 @@ func TestBatchDiscardAndReconcile(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, tb.callbacks(t, "Finished"), 1, "once")
 }
+
+// A batch job that reached the dead set unseen is found by the dead-set
+// watch, which completes its batch once; a second process's pass while the
+// first holds the lease reads nothing, and passes after it record nothing
+// twice.
+func TestDeadSetWatchCompletesBatchesOnce(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	ctx := context.Background()
+	st, err := tb.batches.Create(ctx, &CreateParams{OnComplete: "Finished"})
+	require.NoError(t, err)
+	_, _, err = tb.batches.Push(ctx, st.BID, newJob(t, "Unseen"))
+	require.NoError(t, err)
+	require.NoError(t, tb.batches.Seal(ctx, st.BID))
+	raw, err := redis.Bytes(tb.conn.Do("RPOP", "queue:work"))
+	require.NoError(t, err)
+	// Killed from Ruby's Web UI: in the dead set, no death handler ran.
+	_, err = tb.conn.Do("ZADD", contract.KeyDead, contract.EpochSeconds(time.Now()), raw)
+	require.NoError(t, err)
+	// An entry that is no batch job is left alone.
+	_, err = tb.conn.Do("ZADD", contract.KeyDead, contract.EpochSeconds(time.Now()), `{"class":"Other","jid":"x","args":[]}`)
+	require.NoError(t, err)
+
+	n, err := tb.batches.watchPass(ctx, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	got, err := tb.batches.Status(ctx, st.BID)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), got.Dead)
+	require.NotNil(t, got.CompleteAt)
+	require.Len(t, tb.callbacks(t, "Finished"), 1)
+
+	n, err = tb.batches.watchPass(ctx, time.Minute)
+	require.NoError(t, err)
+	require.Zero(t, n, "another pass within the lease reads nothing")
+	_, err = tb.conn.Do("DEL", contract.KeyBatchDeadWatch)
+	require.NoError(t, err)
+	n, err = tb.batches.watchPass(ctx, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the entry is read again within the overlap")
+	require.Len(t, tb.callbacks(t, "Finished"), 1, "and recorded once")
+}

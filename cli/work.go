@@ -220,14 +220,27 @@ func buildServer(c *ucli.Context, cfg *sidekiq.ServerConfig, o *options, log zer
 	if err != nil {
 		return nil, noop, err
 	}
+	// Batch jobs that reached the dead set unseen (batch/watch.go).
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(c.Context))
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		batches.Watch(watchCtx)
+	}()
+	stopCtl := stop
+	stop = func() {
+		stopWatch()
+		<-watched
+		stopCtl()
+	}
 	if len(https) > 0 {
 		hb, err := newHeartbeatEndpoint(c.String("heartbeat-listen"), c.String("heartbeat-url"), log)
 		if err != nil {
 			stop()
 			return nil, noop, ucli.Exit("--heartbeat-listen: "+err.Error(), exitUsage)
 		}
-		stopCtl := stop
-		stop = func() { hb.Close(); stopCtl() }
+		stopRest := stop
+		stop = func() { hb.Close(); stopRest() }
 		for _, h := range https {
 			srv.Handle(h.class, &httpHandler{URL: h.url, Heartbeats: hb, Pool: cfg.Pool}, nil)
 		}

@@ -32,3 +32,11 @@ func BatchKey(bid string) string { return "gojob-batch:" + bid }
 // BatchJobsKey is the hash of a batch's members, jid (or child batch id)
 // to its state: gojob-batch-jobs:<bid>.
 func BatchJobsKey(bid string) string { return "gojob-batch-jobs:" + bid }
+
+// Keys of the batches' dead-set watch (docs/batches.md): the score up to
+// which the dead set has been read for batch jobs, and the lease that
+// lets one process of the cluster read it at a time.
+const (
+	KeyBatchDeadSeen  = "gojob-batch-dead-seen"
+	KeyBatchDeadWatch = "gojob-batch-dead-watch"
+)
