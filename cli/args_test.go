@@ -96,7 +96,7 @@ func TestFlagsAnywhereOnTheLine(t *testing.T) {
 	_, errOut, code = runCLI(t, "delete", "nope", "--json", "-r", url)
 	require.Equal(t, exitNotFound, code, errOut)
 
-	_, errOut, code = runCLI(t, "cron", "add", "nightly", "--cron", "0 3 * * *", "--class", "X", "-r", url)
+	_, errOut, code = runCLI(t, "cron", "add", "nightly", "--cron", "0 3 * * *", "--class", "X", "-r", url, "--cron-layout", "v2")
 	require.Equal(t, exitOK, code, errOut)
 	out, errOut, code = runCLI(t, "cron", "list", "-r", url)
 	require.Equal(t, exitOK, code, errOut)

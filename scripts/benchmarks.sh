@@ -5,7 +5,7 @@
 #
 #   scripts/benchmarks.sh            # every benchmark
 #   ROUNDS=7 scripts/benchmarks.sh   # more rounds
-#   DATABASE_URL=postgres://… scripts/benchmarks.sh   # with the durable bench
+#   DATABASE_URL=postgres://… scripts/benchmarks.sh   # with the durable bench and River beside it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +17,10 @@ work=$(mktemp -d)
 trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 
 go build -o "$work/gojob" ./cmd/gojob
+if [ -n "${DATABASE_URL:-}" ]; then
+  (cd scripts/riverbench && go build -o "$work/riverbench" .)
+  RIVER_VERSION=$(cd scripts/riverbench && go list -m -f '{{.Version}}' github.com/riverqueue/river)
+fi
 redis-server --port "$PORT" --save "" --appendonly no --daemonize yes --dir "$work" --logfile "$work/redis.log"
 for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 url="redis://127.0.0.1:$PORT/0"
@@ -74,6 +78,31 @@ EOF
     echo
     "$work/gojob" bench -r "$url" -n 50000 -c 25 --latency-jobs 10 --rounds "$ROUNDS" --durable "$DATABASE_URL" |
       sed -e 's/durable rows in .*/durable rows in DATABASE_URL/'
+    echo
+    echo "### Beside River"
+    echo
+    echo "River $RIVER_VERSION (\`scripts/riverbench\`, its fastest fetch settings) drains the same number of"
+    echo "no-op jobs at the same concurrency on the same PostgreSQL server, alternated round by"
+    echo "round with gojob's durable drain:"
+    echo
+    echo '```'
+    echo "gojob bench -r REDIS -n 50000 -c 25 --rounds 1 --durable DATABASE_URL --json"
+    echo "(cd scripts/riverbench && go run . -database-url DATABASE_URL -n 50000 -c 25)"
+    echo '```'
+    echo
+    echo "| round | gojob durable jobs/s | River jobs/s | ratio |"
+    echo "|---|---|---|---|"
+    ratios=()
+    for i in $(seq "$ROUNDS"); do
+      g=$("$work/gojob" bench -r "$url" -n 50000 -c 25 --latency-jobs 10 --rounds 1 --durable "$DATABASE_URL" --json |
+        python3 -c 'import json,sys; print(round(json.load(sys.stdin)["rounds"][0]["durable_jobs_per_sec"]))')
+      r=$("$work/riverbench" -database-url "$DATABASE_URL" -n 50000 -c 25 | awk '{print $7}')
+      ratio=$(python3 -c "print(f'{$g/$r:.2f}')")
+      ratios+=("$ratio")
+      echo "| $i | $g | $r | ${ratio}x |"
+    done
+    printf '%s\n' "${ratios[@]}" | sort -n |
+      awk '{a[NR]=$1} END {printf "\nMedian %.2fx, lowest %.2fx.\n", a[int((NR+1)/2)], a[1]}'
     echo
   fi
 } >"$OUT.tmp"

@@ -50,11 +50,15 @@ func (c ClassMetrics) AvgMillis() float64 {
 // JobMetrics reads the metrics of the last minutes minutes, the current
 // one included: 1 to 480 (the keys' 8-hour TTL), 0 means 60 (the Web UI's
 // default). It sums the `j|<minute>` hashes of every minute of the window,
-// in both the 7.x (`j|%Y%m%d|%-H:%-M`) and 8.x (`j|%y%m%d|%-H:%M`) layouts
-// so a mixed cluster shows whole, and when class is not "" that class's
-// per-minute execution-time histograms (BITFIELD GET u16 #0..#25 of both
-// key layouts), all in one pipeline. Processes writing the 6.x format
-// record no metrics.
+// read in both the 7.x (`j|%Y%m%d|%-H:%-M`) and 8.x (`j|%y%m%d|%-H:%M`)
+// layouts, and when class is not "" that class's per-minute execution-time
+// histograms (BITFIELD GET u16 #0..#25 of both key layouts), all in one
+// pipeline. Within a minute, a field found in both layouts counts once, at
+// the larger of its two values: gojob's format for all readers
+// (docs/version-follow.md) writes each run in both, and a cluster runs one
+// Ruby major version at a time but during an upgrade (whose minutes then
+// show the larger of the two versions' figures). Processes writing the 6.x
+// format record no metrics.
 func (a *API) JobMetrics(ctx context.Context, minutes int, class string) (*JobMetrics, error) {
 	if minutes == 0 {
 		minutes = 60
@@ -93,45 +97,58 @@ func (a *API) JobMetrics(ctx context.Context, minutes int, class string) (*JobMe
 	if class != "" {
 		out.Histogram = make([]int64, contract.HistogramBuckets)
 	}
+	var layouts [2]map[string]int64
+	var hists [2][]int64
 	for range minutes {
-		for range 2 {
+		for l := range layouts {
 			fields, err := redis.Int64Map(redis.ReceiveContext(conn, ctx))
 			if err != nil {
 				return nil, fmt.Errorf("sidekiq: job metrics: %w", err)
 			}
-			for f, n := range fields {
-				i := strings.LastIndexByte(f, '|')
-				if i <= 0 {
-					continue
-				}
-				cm := byClass[f[:i]]
-				if cm == nil {
-					cm = &ClassMetrics{Class: f[:i]}
-					byClass[f[:i]] = cm
-				}
-				switch f[i+1:] {
-				case "p":
-					cm.Processed += n
-				case "f":
-					cm.Failed += n
-				case "ms":
-					cm.Milliseconds += n
-				}
+			layouts[l] = fields
+		}
+		// A field in both layouts counts once, at its larger value: gojob's
+		// format for all readers writes the same runs in both.
+		for f, n := range layouts[0] {
+			layouts[1][f] = max(layouts[1][f], n)
+		}
+		for f, n := range layouts[1] {
+			i := strings.LastIndexByte(f, '|')
+			if i <= 0 {
+				continue
+			}
+			cm := byClass[f[:i]]
+			if cm == nil {
+				cm = &ClassMetrics{Class: f[:i]}
+				byClass[f[:i]] = cm
+			}
+			switch f[i+1:] {
+			case "p":
+				cm.Processed += n
+			case "f":
+				cm.Failed += n
+			case "ms":
+				cm.Milliseconds += n
 			}
 		}
 		if class == "" {
 			continue
 		}
-		for range 2 {
+		for l := range hists {
 			counts, err := redis.Int64s(redis.ReceiveContext(conn, ctx))
 			if err != nil {
 				return nil, fmt.Errorf("sidekiq: job metrics histogram of %s: %w", class, err)
 			}
-			for i, n := range counts {
-				if i < len(out.Histogram) {
-					out.Histogram[i] += n
+			hists[l] = counts
+		}
+		for i := range out.Histogram {
+			var n int64
+			for _, h := range hists {
+				if i < len(h) {
+					n = max(n, h[i])
 				}
 			}
+			out.Histogram[i] += n
 		}
 	}
 	for _, cm := range byClass {

@@ -39,3 +39,23 @@ func TestJobMetricsSumsBothKeyLayoutsInTheWindow(t *testing.T) {
 	_, err = b.api.JobMetrics(t.Context(), 481, "")
 	require.ErrorContains(t, err, "between 1 and 480")
 }
+
+// gojob's format for all readers writes each run in both layouts: a
+// minute's field found in both counts once.
+func TestJobMetricsCountsAMinuteWrittenInBothLayoutsOnce(t *testing.T) {
+	b := apiSetup(t)
+	b.do(t, "HSET", "j|20261121|21:33", "HardJob|p", 5, "HardJob|ms", 400, "RubyOnly|p", 2)
+	b.do(t, "HSET", "j|261121|21:33", "HardJob|p", 5, "HardJob|ms", 400)
+	b.do(t, "BITFIELD", "HardJob-21-21:33", "INCRBY", "u16", "#3", 5)
+	b.do(t, "BITFIELD", "h|HardJob-21-21:33", "INCRBY", "u16", "#3", 5)
+	b.clk.Set(time.Date(2026, 11, 21, 21, 40, 30, 0, time.UTC))
+	m, err := b.api.JobMetrics(t.Context(), 60, "HardJob")
+	require.NoError(t, err)
+	require.Equal(t, []api.ClassMetrics{
+		{Class: "HardJob", Processed: 5, Milliseconds: 400},
+		{Class: "RubyOnly", Processed: 2},
+	}, m.Classes)
+	want := make([]int64, 26)
+	want[3] = 5
+	require.Equal(t, want, m.Histogram)
+}
