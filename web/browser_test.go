@@ -188,7 +188,11 @@ func (tb *tab) click(t *testing.T, selector string) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		// Errors while the page changes are expected: ask again.
-		arrived, err := chromedp.Run(tb.ctx, chromedp.Evaluate[bool](`!window.gojobLeft && document.readyState === "complete" && !!document.querySelector(".flash")`))
+		// Each look has a deadline of its own: one sent while the page is
+		// replaced may never be answered.
+		lookCtx, cancel := context.WithTimeout(tb.ctx, 5*time.Second)
+		arrived, err := chromedp.Run(lookCtx, chromedp.Evaluate[bool](`!window.gojobLeft && document.readyState === "complete" && !!document.querySelector(".flash")`))
+		cancel()
 		if err == nil && arrived {
 			break
 		}

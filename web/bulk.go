@@ -131,11 +131,24 @@ func (b *bulkRunner) status(ctx context.Context, k *setKind) (*bulkStatus, error
 		return nil, nil // not ours to show
 	}
 	if st.State == "running" {
-		n, err := redis.Int(redis.DoContext(conn, ctx, "EXISTS", bulkLock(k)))
+		// The status and the lease are read in one transaction: a run
+		// writes its result and then releases its lease, and a status read
+		// before the result with a lease looked at after the release would
+		// say "interrupted" of an action that finished.
+		conn.Send("MULTI")
+		conn.Send("HGET", bulkKey(k), "status")
+		conn.Send("EXISTS", bulkLock(k))
+		vals, err := redis.Values(redis.DoContext(conn, ctx, "EXEC"))
 		if err != nil {
 			return nil, err
 		}
-		if n == 0 {
+		raw, _ := redis.Bytes(vals[0], nil)
+		held, _ := redis.Int(vals[1], nil)
+		st = &bulkStatus{}
+		if err := json.Unmarshal(raw, st); err != nil {
+			return nil, nil
+		}
+		if st.State == "running" && held == 0 {
 			st.State = "interrupted"
 		}
 	}
