@@ -145,9 +145,13 @@ func runDurableBenchCmd(c *ucli.Context, pool *redis.Pool, mode sidekiq.FetchMod
 }
 
 func printDurableRound(w io.Writer, i int, r *DurableRound) {
-	fmt.Fprintf(w, "round %d: plain %.0f jobs/s, durable %.0f jobs/s (%.3fx); SQL statements per job %.3f (push %.4f, drain %.3f), commits per job %.3f; durable cpu µs/job gojob %.1f, redis %.1f, postgres %.1f; pickup p50 %.2f ms; rows left %d\n",
+	db := ""
+	if r.DatabaseCPUPerJobUS > 0 {
+		db = fmt.Sprintf(", postgres %.1f", r.DatabaseCPUPerJobUS)
+	}
+	fmt.Fprintf(w, "round %d: plain %.0f jobs/s, durable %.0f jobs/s (%.3fx); SQL statements per job %.3f (push %.4f, drain %.3f), commits per job %.3f; durable cpu µs/job gojob %.1f, redis %.1f%s; pickup p50 %.2f ms; rows left %d\n",
 		i, r.PlainJobsPerSec, r.DurableJobsPerSec, r.Ratio, r.StatementsPerJob, r.PushStatementsPerJob, r.DrainStatementsPerJob,
-		r.CommitsPerJob, r.DurableCPUPerJobUS, r.RedisCPUPerJobUS, r.DatabaseCPUPerJobUS, r.DurableLatencyP50ms, r.RowsLeft)
+		r.CommitsPerJob, r.DurableCPUPerJobUS, r.RedisCPUPerJobUS, db, r.DurableLatencyP50ms, r.RowsLeft)
 }
 
 // runDurableBench runs the bench with every BenchJob durable, in a table
