@@ -11,6 +11,12 @@ import (
 	"github.com/alicebob/miniredis/v2/server"
 )
 
+// errBitfieldType is Redis 7's reply to a bad BITFIELD type, word for word
+// (t_string.c, getBitfieldTypeFromArgument).
+//
+//lint:ignore ST1005 the text is Redis's own reply
+var errBitfieldType = errors.New("ERR Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported but i64 is.")
+
 // registerBitfield teaches gojob dev's embedded server (miniredis, which
 // has no BITFIELD) the command as Redis defines it: GET, SET, INCRBY and
 // OVERFLOW WRAP|SAT|FAIL on signed (i1-i64) and unsigned (u1-u63) fields
@@ -102,18 +108,18 @@ func parseBitfieldOps(args []string) ([]bitfieldOp, error) {
 		w, err := strconv.Atoi(t[min(1, len(t)):])
 		switch {
 		case len(t) < 2 || err != nil:
-			return nil, errors.New("ERR Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported but i64 is.")
+			return nil, errBitfieldType
 		case t[0] == 'i' || t[0] == 'I':
 			o.signed = true
 			if w < 1 || w > 64 {
-				return nil, errors.New("ERR Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported but i64 is.")
+				return nil, errBitfieldType
 			}
 		case t[0] == 'u' || t[0] == 'U':
 			if w < 1 || w > 63 {
-				return nil, errors.New("ERR Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported but i64 is.")
+				return nil, errBitfieldType
 			}
 		default:
-			return nil, errors.New("ERR Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported but i64 is.")
+			return nil, errBitfieldType
 		}
 		o.width = uint(w)
 		off := args[i+2]

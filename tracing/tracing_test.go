@@ -88,7 +88,7 @@ func TestConsumerSpanContinuesPayloadTraceparent(t *testing.T) {
 	require.Equal(t, codes.Error, span.Status.Code)
 	attrs := map[string]string{}
 	for _, a := range span.Attributes {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.AsString()
 	}
 	require.Equal(t, "b4a577edbccf1d805744efa9", attrs["messaging.message.id"])
 	require.Equal(t, "RubyPushed", attrs["messaging.sidekiq.job_class"])

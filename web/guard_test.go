@@ -24,7 +24,6 @@ import (
 type guardBundle struct {
 	api *api.API
 	srv *httptest.Server
-	key string
 }
 
 func guardSetup(t *testing.T, cfg *web.Config) *guardBundle {

@@ -275,16 +275,11 @@ var (
 		1795692206.0337632, 1795692216.0384848, "lgh", 1795692206}
 )
 
-// capturedIdentity is the captured Ruby 7.3.10 process's.
-const capturedIdentity = "vm:19741:68474479f68e"
-
 func (c capturedProcess) info() *ProcessInfo {
 	return &ProcessInfo{PID: c.pid, Identity: c.identity, Hostname: "vm", Tag: "captag", Concurrency: 3,
 		StartedAt: contract.FromEpochSeconds(c.startedAt),
 		Queues:    []wire.QueueWeight{{Name: "default", Weight: 2}, {Name: "slow", Weight: 1}}}
 }
-
-func capturedInfo() *ProcessInfo { return captured7.info() }
 
 // monitorArgs drops the time and client of a captured MONITOR line and
 // lower-cases the command name (its case is the client library's).
