@@ -90,8 +90,12 @@ med = lambda k: statistics.median(x.get(k, 0) for x in r["rounds"])
 total = med("durable_cpu_us_per_job") + med("durable_redis_cpu_us_per_job") + med("durable_database_cpu_us_per_job")
 cores = int(os.environ["NPROC"])
 print()
+pg = med("durable_database_cpu_us_per_job")
 print("Median durable/plain %.3fx, lowest %.3fx. A durable job costs %.0f µs of CPU in all (medians: gojob %.1f, redis-server %.1f, PostgreSQL %.1f; the PostgreSQL figure is the local server'"'"'s processes, so it counts anything else they did meanwhile): on %d cores that bounds the durable drain at about %.0f jobs/s however the work is arranged." % (
-    statistics.median(ratios), ratios[0], total, med("durable_cpu_us_per_job"), med("durable_redis_cpu_us_per_job"), med("durable_database_cpu_us_per_job"), cores, cores * 1e6 / total))
+    statistics.median(ratios), ratios[0], total, med("durable_cpu_us_per_job"), med("durable_redis_cpu_us_per_job"), pg, cores, cores * 1e6 / total))
+if pg > 0:
+    print()
+    print("PostgreSQL'"'"'s share is the rows'"'"' insert (at the push), lock update and delete, written in groups by one connection, so one backend process: that alone bounds the drain at about %.0f jobs/s. The plain drain'"'"'s rate swings more from round to round than the durable one'"'"'s, and so does the ratio." % (1e6 / pg))
 '
     echo
     echo "### Beside River"
