@@ -7,7 +7,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 )
 
-// gojob's exit codes, one table for every command (README "Exit codes",
+// gojob's exit codes, one table for every command (docs/cli.md "Exit codes",
 // printed by `gojob --help`). A script can tell "Redis is down" (retry
 // later) from "you typed it wrong" (fix the command) from "there is no such
 // thing" (nothing to do) from "refused" (the state does not allow it).

@@ -18,52 +18,39 @@ import (
 
 func main() {
 	ctx := context.Background()
-	url := "redis://127.0.0.1:6379/0"
-	if env := os.Getenv("REDIS_URL"); env != "" {
-		url = env // as every gojob command
-	}
+	url := os.Getenv("REDIS_URL") // as every gojob command; "" is redis://127.0.0.1:6379/0
 	if len(os.Args) > 1 {
 		url = os.Args[1]
 	}
 	pool, err := sidekiq.NewPool(url, nil)
-	if err != nil {
-		log.Fatal(err)
-	}
+	check(err)
 	defer pool.Close()
 
 	// Write the format of the oldest Sidekiq that reads this Redis.
 	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: wire.Version6})
-	if err != nil {
-		log.Fatal(err)
-	}
+	check(err)
 	res, err := client.Enqueue(ctx, "default", "HardJob", 1, "two", map[string]any{"three": 3.5})
-	if err != nil {
-		log.Fatal(err)
-	}
+	check(err)
 	fmt.Printf("pushed %s: %s\n", res.JID, res.Payload)
 
 	later, err := wire.NewJob("ReportJob", "daily")
-	if err != nil {
-		log.Fatal(err)
-	}
+	check(err)
 	later.SetRetry(3)
-	if _, err := client.Push(ctx, later, &sidekiq.PushOpts{In: time.Hour}); err != nil {
-		log.Fatal(err)
-	}
+	_, err = client.Push(ctx, later, &sidekiq.PushOpts{In: time.Hour})
+	check(err)
 
 	admin, err := api.New(&api.Config{Pool: pool, Client: client})
-	if err != nil {
-		log.Fatal(err)
-	}
+	check(err)
 	stats, err := admin.Stats(ctx)
-	if err != nil {
-		log.Fatal(err)
-	}
+	check(err)
 	fmt.Printf("enqueued=%d scheduled=%d retries=%d dead=%d\n", stats.Enqueued, stats.Scheduled, stats.Retries, stats.Dead)
-	err = admin.ScheduledSet().Each(ctx, func(e *api.SortedEntry) error {
+	check(admin.ScheduledSet().Each(ctx, func(e *api.SortedEntry) error {
 		fmt.Printf("scheduled %s %s at %s\n", e.JID(), e.Class(), e.At().Format(time.RFC3339))
 		return nil
-	})
+	}))
+}
+
+func check(err error) {
 	if err != nil {
 		log.Fatal(err)
 	}
