@@ -208,38 +208,31 @@ uses the databases. Relays share the rows: each is pushed once.`,
 					if _, err := d.Migrate(c.Context); err != nil {
 						log.Warn().Err(err).Str("component", "durable").Msg("could not create the durable table")
 					}
-					pool, err := openPool(c.Context, c.String("redis"), 4)
-					if err != nil {
-						return err
-					}
-					defer pool.Close()
-					v, err := resolveVersion(c.Context, pool, c.String("sidekiq-version"), log)
-					if err != nil {
-						return err
-					}
-					client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: v})
-					if err != nil {
-						return err
-					}
-					stopTracing, err := setupTracing(c.Context, log, client)
-					if err != nil {
-						return err
-					}
-					defer stopTracing()
-					relay, err := durable.NewRelay(&durable.RelayConfig{Durable: d, Client: client, Lease: c.Duration("lease"), Logger: log})
-					if err != nil {
-						return ucli.Exit(err.Error(), exitUsage)
-					}
-					if err := relay.Start(c.Context); err != nil {
-						return err
-					}
-					log.Info().Strs("databases", d.Databases()).Msg("relaying the outbox")
-					ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
-					defer stop()
-					<-ctx.Done()
-					sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					defer cancel()
-					return relay.Stop(sctx)
+					return withRedis(c, func(e *cmdEnv) error {
+						client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: e.version})
+						if err != nil {
+							return err
+						}
+						stopTracing, err := setupTracing(c.Context, log, client)
+						if err != nil {
+							return err
+						}
+						defer stopTracing()
+						relay, err := durable.NewRelay(&durable.RelayConfig{Durable: d, Client: client, Lease: c.Duration("lease"), Logger: log})
+						if err != nil {
+							return ucli.Exit(err.Error(), exitUsage)
+						}
+						if err := relay.Start(c.Context); err != nil {
+							return err
+						}
+						log.Info().Strs("databases", d.Databases()).Msg("relaying the outbox")
+						ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
+						defer stop()
+						<-ctx.Done()
+						sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+						defer cancel()
+						return relay.Stop(sctx)
+					})
 				},
 			},
 			{
