@@ -30,7 +30,8 @@ import (
 // part (the round trip, the commit) and a part per job, so the bigger the
 // groups, the more jobs per second (docs/durable.md, "Fetching and locking
 // ahead"): eight ahead made groups of about 90 jobs at concurrency 25,
-// against about 55 with four, and drained about 1.2 times as fast (medians of alternated rounds).
+// against about 55 with four, and drained about 1.2 times as fast
+// (medians of alternated rounds).
 //
 // How many: up to aheadDepth, but no more than the slot would run within
 // half of aheadHold at the pace of its last job (aheadDepthAfter), so that
