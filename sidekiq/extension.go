@@ -65,9 +65,9 @@ type Run struct {
 // the jobs wait in the process's in-progress list, where a crash leaves
 // them recoverable, and go back to the pop end of their queue when the
 // server goes quiet or when the slot has not taken the oldest within 25
-// ms. A slot holds at most four jobs ahead, fewer when its last job took
-// more than 3 ms, fetches ahead only when its last job took less than 5
-// ms, and never blocks for one (sidekiq/internal/fetch/ahead.go). It
+// ms. A slot holds at most ServerConfig.FetchAhead jobs ahead (eight by
+// default), fewer when its last job took more than 1.5 ms, fetches ahead
+// only when its last job took less than 5 ms, and never blocks for one (sidekiq/internal/fetch/ahead.go). It
 // reports whether the slot fetches ahead; a second call for the same job,
 // or a call from Prepare, does nothing and reports false.
 func (r *Run) FetchAhead() bool {
@@ -136,21 +136,23 @@ type preparedAhead struct {
 
 // fetchAhead lets the slot of u fetch ahead; each next job is parsed and
 // prepared by the extensions.
-func (p *processor) fetchAhead(u *fetch.Unit) bool {
-	return u.FetchAhead(func(next *fetch.Unit) {
-		job, err := wire.ParseFetchedJob(next.Raw)
-		if err != nil {
-			return // the processor sends it to the dead set
+func (p *processor) fetchAhead(u *fetch.Unit) bool { return u.FetchAhead(p.prepareAhead) }
+
+// prepareAhead parses a job fetched ahead and has the extensions prepare
+// it, on the goroutine that fetched it.
+func (p *processor) prepareAhead(next *fetch.Unit) {
+	job, err := wire.ParseFetchedJob(next.Raw)
+	if err != nil {
+		return // the processor sends it to the dead set
+	}
+	a := &preparedAhead{job: job}
+	if len(p.exts) > 0 {
+		a.exts = make([]any, len(p.exts))
+		for i, e := range p.exts {
+			a.exts[i] = e.Prepare(&Run{Job: job, Identity: p.identity, p: p})
 		}
-		a := &preparedAhead{job: job}
-		if len(p.exts) > 0 {
-			a.exts = make([]any, len(p.exts))
-			for i, e := range p.exts {
-				a.exts[i] = e.Prepare(&Run{Job: job, Identity: p.identity, p: p})
-			}
-		}
-		next.Prepared = a
-	})
+	}
+	next.Prepared = a
 }
 
 // ackGate is where the processor and the extensions that held back a

@@ -386,6 +386,8 @@ func (s *Server) newFetcher(ctx context.Context) (fetch.Fetcher, error) {
 		Clock:            s.cfg.Clock,
 		RecoveryLimit:    s.cfg.RecoveryLimit,
 		RecoveryInterval: s.cfg.RecoveryInterval,
+		AheadDepth:       s.cfg.FetchAhead,
+		Prepare:          s.aheadPrepare(),
 		Died:             s.proc.death,
 		Stats:            &s.fetch.stats,
 		Health:           &s.fetch.health,
@@ -397,6 +399,17 @@ func (s *Server) newFetcher(ctx context.Context) (fetch.Fetcher, error) {
 		return fetch.NewReliable(ctx, fc)
 	}
 	return fetch.NewBRPOP(fc), nil
+}
+
+// aheadPrepare is the prepare of the fetches ahead the reliable fetch
+// makes on its own while every slot is busy; nil (none) with queue caps,
+// which count the jobs running, not those held ahead: a slot holding a
+// capped queue's jobs ahead would only give them back.
+func (s *Server) aheadPrepare() func(*fetch.Unit) {
+	if len(s.cfg.QueueConcurrency) > 0 {
+		return nil
+	}
+	return s.proc.prepareAhead
 }
 
 // Run starts the server and blocks until ctx is done or a TERM signal

@@ -79,6 +79,11 @@ func ParseFetchMode(s string) (FetchMode, error) {
 // once unless ServerConfig.FetchPipeline says otherwise.
 const DefaultFetchPipeline = 8
 
+// DefaultFetchAhead is how many jobs a busy slot of the reliable fetch
+// holds fetched ahead at most unless ServerConfig.FetchAhead says
+// otherwise.
+const DefaultFetchAhead = 8
+
 // ServerConfig configures a Server.
 type ServerConfig struct {
 	// Pool is the Redis pool for everything but the fetchers. Required.
@@ -116,6 +121,16 @@ type ServerConfig struct {
 	// its own connection and round trips, as Ruby does. Default
 	// DefaultFetchPipeline (8).
 	FetchPipeline int
+	// FetchAhead is, with reliable fetch, how many jobs a busy slot holds
+	// fetched ahead at most: its next jobs, moved to its in-progress list
+	// while it runs a short one, so that it starts them without a round
+	// trip. Only a process whose slots are all busy fetches ahead (and a
+	// job that calls Run.FetchAhead); a job fetched ahead goes back to the
+	// pop end of its queue when its slot has not started it within 25 ms,
+	// and a slot whose last job took 5 ms or more fetches none
+	// (docs/reliable-fetch.md). 0 means DefaultFetchAhead; a negative value
+	// turns it off.
+	FetchAhead int
 	// ShutdownTimeout bounds the wait for running jobs at stop (-t). Default
 	// 25 s.
 	ShutdownTimeout time.Duration

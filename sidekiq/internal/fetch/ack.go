@@ -18,8 +18,10 @@ type ack struct {
 	list  string
 	raw   []byte
 	byPos bool
-	// trim is the list's LTRIM arguments (made once per list).
-	trim []any
+	// trim is the list's LTRIM arguments (made once per list), trimCmd
+	// that command encoded.
+	trim    []any
+	trimCmd []byte
 	// resent marks an acknowledgement sent again after its first send's
 	// connection broke: that send may have taken the job out already, so
 	// finding it gone is no sign of another process's recovery.
@@ -75,6 +77,8 @@ type acker struct {
 
 	// timer is run's wait for the hold (nil until first needed).
 	timer *time.Timer
+	// out is send's buffer for the encoded commands.
+	out []byte
 
 	// busySince is when the batch being sent was taken from the queue (unix
 	// nanoseconds; 0 when idle): its jobs are finished, not orphans, until
@@ -281,10 +285,20 @@ func (a *acker) send(acks []ack) {
 		return
 	}
 	c := a.fc.c
-	for i := range acks {
-		acks[i].send(c)
+	var err error
+	if rw, ok := redisx.Raw(c); ok {
+		buf := a.out[:0]
+		for i := range acks {
+			buf = acks[i].appendTo(buf)
+		}
+		err = rw.WriteRaw(buf)
+		a.out = keepBuf(buf)
+	} else {
+		for i := range acks {
+			acks[i].send(c)
+		}
+		err = c.Flush()
 	}
-	err := c.Flush()
 	var refused []ack
 	for i := range acks {
 		if err != nil {

@@ -260,3 +260,98 @@ func TestSlotsFetchingAheadShareRoundTrips(t *testing.T) {
 	require.Positive(t, fetched.Load())
 	require.Less(t, 2*rounds, fetched.Load(), "the slots' requests share round trips: a slot alone asks for one job per job it runs")
 }
+
+// While every slot is busy, a slot whose jobs are short fetches its next
+// jobs ahead on its own (Config.Prepare prepares each): the busy slots'
+// moves share round trips, and every job still runs once.
+func TestBusySlotsFetchAheadOnTheirOwn(t *testing.T) {
+	t.Parallel()
+	var prepared atomic.Int64
+	b := reliableBundle(t, nil, func(c *Config) {
+		c.Concurrency = 4
+		c.Prepare = func(next *Unit) {
+			prepared.Add(1)
+			next.Prepared = "prepared"
+		}
+	})
+	var jobs []string
+	for i := range 300 {
+		j := fmt.Sprintf("j%d", i)
+		jobs = append(jobs, j)
+		b.conn.Send("LPUSH", "queue:default", j)
+	}
+	_, err := b.conn.Do("")
+	require.NoError(t, err)
+	f := newReliable(t, b)
+	var seenPrepared atomic.Int64
+	b.hook = func(u Unit) {
+		if u.Prepared == "prepared" {
+			seenPrepared.Add(1)
+		}
+		time.Sleep(100 * time.Microsecond)
+		f.Finish(u, nil)
+	}
+	b.runAhead(t, f, inProgressKey, jobs...)
+	t.Logf("%d of %d jobs fetched ahead, in %d round trips", prepared.Load(), len(jobs), f.batcher.rounds.Load())
+	require.Greater(t, prepared.Load(), int64(len(jobs)/2), "most jobs were fetched ahead by busy slots")
+	require.Equal(t, prepared.Load(), seenPrepared.Load(), "each job fetched ahead ran with what Prepare made of it")
+	require.Less(t, f.batcher.rounds.Load(), prepared.Load(), "the busy slots' moves share round trips")
+}
+
+// While a slot is idle, no slot fetches ahead on its own: jobs that
+// arrive go to the idle slots and run in parallel, not one after another
+// in a busy slot. Here each job waits until the three run at once.
+func TestNoFetchAheadWhileASlotIsIdle(t *testing.T) {
+	t.Parallel()
+	var prepared atomic.Int64
+	b := reliableBundle(t, nil, func(c *Config) {
+		c.Concurrency = 4
+		c.Prepare = func(*Unit) { prepared.Add(1) }
+	})
+	f := newReliable(t, b)
+	var running atomic.Int64
+	b.hook = func(u Unit) {
+		running.Add(1)
+		wait.For(t, "the three jobs running at once", func() bool { return running.Load() >= 3 })
+		f.Finish(u, nil)
+	}
+	jobs := []string{"j1", "j2", "j3"}
+	b.start(t, f)
+	t.Cleanup(f.Close)
+	for _, j := range jobs {
+		_, err := b.conn.Do("LPUSH", "queue:default", j)
+		require.NoError(t, err)
+	}
+	wait.For(t, "every job processed", func() bool { return b.processed() == len(jobs) })
+	wait.For(t, "the acknowledgements sent", func() bool { return len(b.inProgress(t)) == 0 })
+	require.Zero(t, prepared.Load(), "nothing fetched ahead while a slot was idle")
+	require.Zero(t, f.batcher.rounds.Load())
+}
+
+// A negative Config.AheadDepth turns fetching ahead off, for busy slots
+// and for jobs that ask alike.
+func TestFetchAheadOff(t *testing.T) {
+	t.Parallel()
+	var prepared atomic.Int64
+	b := reliableBundle(t, nil, func(c *Config) {
+		c.Concurrency = 2
+		c.AheadDepth = -1
+		c.Prepare = func(*Unit) { prepared.Add(1) }
+	})
+	var jobs []string
+	for i := range 50 {
+		j := fmt.Sprintf("j%d", i)
+		jobs = append(jobs, j)
+		b.conn.Send("LPUSH", "queue:default", j)
+	}
+	_, err := b.conn.Do("")
+	require.NoError(t, err)
+	f := newReliable(t, b)
+	b.hook = func(u Unit) {
+		require.False(t, u.FetchAhead(nil))
+		f.Finish(u, nil)
+	}
+	b.runAhead(t, f, inProgressKey, jobs...)
+	require.Zero(t, prepared.Load())
+	require.Zero(t, f.batcher.rounds.Load())
+}

@@ -138,6 +138,12 @@ type Config struct {
 	// RecoveryInterval is the time between orphan recovery passes. Default
 	// 15 s.
 	RecoveryInterval time.Duration
+	// AheadDepth is how many jobs a busy slot holds fetched ahead at most
+	// (ahead.go): 0 means aheadDepth, a negative value none.
+	AheadDepth int
+	// Prepare, when set, is the prepare of the fetches ahead that the
+	// fetch makes on its own, while every slot is busy (ahead.go).
+	Prepare func(next *Unit)
 	// Died is called for a poison pill moved to the dead set.
 	Died func(job *wire.Job, err error)
 	// Stats counts the recoveries (optional).

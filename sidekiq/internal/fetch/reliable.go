@@ -79,6 +79,8 @@ type reliableFetch struct {
 	aheadDepth             int
 	// batcher makes the fetches ahead of every slot (ahead.go).
 	batcher aheadBatcher
+	// dry: the last round's moves found a queue empty (see idleSlots).
+	dry atomic.Bool
 }
 
 // NewReliable returns the reliable fetch. It writes the process's
@@ -95,6 +97,9 @@ func NewReliable(ctx context.Context, cfg *Config) (Fetcher, error) {
 	f := &reliableFetch{
 		cfg: cfg, ids: newIdents(cfg.Identity), idle: make(chan int, n),
 		aheadMaxRun: aheadMaxRun, aheadHold: aheadHold, aheadDepth: aheadDepth,
+	}
+	if cfg.AheadDepth != 0 {
+		f.aheadDepth = max(cfg.AheadDepth, 0)
 	}
 	writes := &redisx.Retrier{Pool: cfg.Pool, Ctx: ctx, Outage: cfg.Outage}
 	var err error
@@ -210,6 +215,13 @@ func (f *reliableFetch) inUse() map[*listIdent]bool {
 	return in
 }
 
+// idleSlots reports whether a slot may be idle for want of a job: an idle
+// slot's token waits for a taker, or the last round's moves found a queue
+// empty (so the slots of that round whose moves found nothing are idle
+// again). A taker holds the tokens of the slots it gathers and moves for,
+// which are about to run jobs while the queues have them.
+func (f *reliableFetch) idleSlots() bool { return len(f.idle) > 0 || f.dry.Load() }
+
 // oldestWait returns since when the round or acknowledgement that has
 // waited longest has been on its way (0 when none is).
 func (f *reliableFetch) oldestWait() int64 {
@@ -235,7 +247,7 @@ func (f *reliableFetch) Finish(u Unit, o *Outcome) error {
 // heartbeats are fresh; by value otherwise.
 func (f *reliableFetch) ackOf(u Unit, oldest bool) ack {
 	if oldest && u.held != nil && f.ids.current(u.held.sl.ident) && f.ids.fresh() {
-		return ack{list: u.list, raw: u.Raw, byPos: true, trim: u.held.sl.trim}
+		return ack{list: u.list, raw: u.Raw, byPos: true, trim: u.held.sl.trim, trimCmd: u.held.sl.trimCmd}
 	}
 	return ack{list: u.list, raw: u.Raw}
 }

@@ -3,6 +3,7 @@ package fetch
 import (
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,8 @@ type move struct {
 type round struct {
 	acks  []ack
 	moves []move
+	// out is the round's commands, encoded (send).
+	out []byte
 }
 
 // planMove fills m with a move for slot s from the queue the fetch order
@@ -70,36 +73,43 @@ func (f *reliableFetch) planMove(m *move, s *slotState, r *rand.Rand) bool {
 // list, say) is only the move's, and an acknowledgement Redis refused goes
 // again by value. Every reply is read either way.
 func (f *reliableFetch) send(c redis.Conn, rd *round) error {
-	corked := redisx.Cork(c)
-	for i := range rd.acks {
-		rd.acks[i].send(c)
-	}
-	for _, m := range rd.moves {
-		if m.hb {
-			c.Send("SET", m.sl.ident.hbKey, f.life.hbValue, "EX", contract.HeartbeatTTL)
-		}
-		if m.reg {
-			c.Send("SADD", contract.KeyWorkingLists, m.sl.key)
-		}
-		if f.moveOK {
-			c.Send("LMOVE", m.sl.move...)
-		} else {
-			c.Send("RPOPLPUSH", m.sl.rpl...)
-		}
-	}
 	t := time.AfterFunc(stallAfter, func() { f.cfg.Outage.Stalled(stallAfter) })
 	defer t.Stop()
-	err := c.Flush()
-	if corked != nil {
-		if uerr := corked.Uncork(); err == nil {
-			err = uerr
+	var err error
+	if rw, ok := redisx.Raw(c); ok {
+		buf := rd.out[:0]
+		for i := range rd.acks {
+			buf = rd.acks[i].appendTo(buf)
 		}
+		for _, m := range rd.moves {
+			if m.hb {
+				buf = appendCmd(buf, "SET", m.sl.ident.hbKey, f.life.hbValue, "EX", heartbeatTTL)
+			}
+			if m.reg {
+				buf = appendCmd(buf, "SADD", contract.KeyWorkingLists, m.sl.key)
+			}
+			if f.moveOK {
+				buf = append(buf, m.sl.moveCmd...)
+			} else {
+				buf = append(buf, m.sl.rplCmd...)
+			}
+		}
+		err = rw.WriteRaw(buf)
+		rd.out = keepBuf(buf)
+	} else {
+		err = f.sendRedigo(c, rd)
 	}
 	if err != nil {
 		return err
 	}
 	var replyErr error
 	var refused []ack
+	dry := false // a move found its queue empty
+	defer func() {
+		if len(rd.moves) > 0 {
+			f.dry.Store(dry)
+		}
+	}()
 	for i := range rd.acks {
 		v, err := receiveReply(c)
 		if err != nil {
@@ -150,6 +160,7 @@ func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 			m.raw = v
 		case nil:
 			m.q.markEmpty(m.seen)
+			dry = true
 		case redis.Error:
 			m.err = v
 			if replyErr == nil {
@@ -158,6 +169,47 @@ func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 		}
 	}
 	return replyErr
+}
+
+// heartbeatTTL is contract.HeartbeatTTL as a command argument.
+var heartbeatTTL = strconv.Itoa(contract.HeartbeatTTL)
+
+// keepBuf returns buf emptied for the next round, or nil when it grew
+// past what is worth keeping (a round of large payloads by value).
+func keepBuf(buf []byte) []byte {
+	if cap(buf) > 64<<10 {
+		return nil
+	}
+	return buf[:0]
+}
+
+// sendRedigo writes a round as send does, through redigo, on a connection
+// that takes no encoded commands.
+func (f *reliableFetch) sendRedigo(c redis.Conn, rd *round) error {
+	corked := redisx.Cork(c)
+	for i := range rd.acks {
+		rd.acks[i].send(c)
+	}
+	for _, m := range rd.moves {
+		if m.hb {
+			c.Send("SET", m.sl.ident.hbKey, f.life.hbValue, "EX", contract.HeartbeatTTL)
+		}
+		if m.reg {
+			c.Send("SADD", contract.KeyWorkingLists, m.sl.key)
+		}
+		if f.moveOK {
+			c.Send("LMOVE", m.sl.move...)
+		} else {
+			c.Send("RPOPLPUSH", m.sl.rpl...)
+		}
+	}
+	err := c.Flush()
+	if corked != nil {
+		if uerr := corked.Uncork(); err == nil {
+			err = uerr
+		}
+	}
+	return err
 }
 
 // receiveReply reads one reply of a pipeline, an error reply as a value

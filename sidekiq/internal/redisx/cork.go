@@ -3,6 +3,7 @@ package redisx
 import (
 	"bufio"
 	"context"
+	"errors"
 	"net"
 
 	"github.com/gomodule/redigo/redis"
@@ -27,6 +28,15 @@ type Corker interface {
 	// Uncork sends what was held back in one write and stops holding;
 	// its error is the connection's (the connection is then unusable).
 	Uncork() error
+}
+
+// RawWriter is a connection that takes commands already encoded in RESP
+// (Dialer's connections do): WriteRaw sends p in one write. Nothing may be
+// waiting in redigo's buffer (no Send since the last Flush), and the
+// replies are read with Receive as usual. A failed write closes the
+// connection, so that the next command fails.
+type RawWriter interface {
+	WriteRaw(p []byte) error
 }
 
 // Cork corks c if it can be corked and returns it to uncork, or nil.
@@ -57,6 +67,10 @@ type corkNetConn struct {
 	held bool
 	buf  []byte
 	rd   *bufio.Reader
+	// wrote and tls record the first write: a TLS connection's is its
+	// handshake record (0x16, during the dial: redigo runs the handshake
+	// there), a plain one's a RESP command ('*').
+	wrote, tls bool
 }
 
 // readBuffer is the size of a corkable connection's read buffer.
@@ -70,6 +84,9 @@ func (c *corkNetConn) Read(p []byte) (int, error) {
 }
 
 func (c *corkNetConn) Write(p []byte) (int, error) {
+	if !c.wrote && len(p) > 0 {
+		c.wrote, c.tls = true, p[0] == 0x16
+	}
 	if c.held {
 		c.buf = append(c.buf, p...)
 		return len(p), nil
@@ -116,6 +133,31 @@ func (c *corkConn) Uncork() error {
 		c.fullConn.Close()
 	}
 	return err
+}
+
+func (c *corkConn) WriteRaw(p []byte) error {
+	if c.nc.tls {
+		return errRawTLS
+	}
+	if _, err := c.nc.Write(p); err != nil {
+		c.fullConn.Close()
+		return err
+	}
+	return nil
+}
+
+// errRawTLS is WriteRaw's refusal on a TLS connection, whose commands
+// must go through the TLS layer above the corked one (see Raw).
+var errRawTLS = errors.New("redisx: encoded commands on a TLS connection")
+
+// Raw returns c as a RawWriter when it takes encoded commands: a
+// connection of DialCorkable that is not TLS.
+func Raw(c redis.Conn) (RawWriter, bool) {
+	k, ok := c.(*corkConn)
+	if !ok || k.nc.tls {
+		return nil, false
+	}
+	return k, true
 }
 
 // DialCorkable dials with dial (through redis.DialContextFunc, added to

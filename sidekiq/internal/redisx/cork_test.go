@@ -2,12 +2,19 @@ package redisx
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
+	"math/big"
 	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
@@ -113,4 +120,48 @@ func TestCorkOfAPlainConnectionIsNil(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 	require.Nil(t, Cork(c))
+}
+
+// Encoded commands go to a plain connection in one write; a TLS
+// connection refuses them (they would bypass the TLS layer).
+func TestRawWritesOnPlainConnectionsOnly(t *testing.T) {
+	c, cc := dialSink(t)
+	rw, ok := Raw(c)
+	require.True(t, ok)
+	require.NoError(t, rw.WriteRaw([]byte("*1\r\n$4\r\nPING\r\n*1\r\n$4\r\nPING\r\n")))
+	require.EqualValues(t, 1, cc.writes.Load())
+
+	cert := selfSigned(t)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	tc, err := DialCorkable(context.Background(), (&net.Dialer{}).DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
+		return redis.DialContext(ctx, "tcp", ln.Addr().String(), append(opts, redis.DialUseTLS(true), redis.DialTLSSkipVerify(true))...)
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { tc.Close() })
+	_, ok = Raw(tc)
+	require.False(t, ok, "a TLS connection takes no encoded commands")
+	require.Error(t, tc.(RawWriter).WriteRaw([]byte("*1\r\n$4\r\nPING\r\n")))
+}
+
+// selfSigned makes a throwaway certificate for 127.0.0.1.
+func selfSigned(t *testing.T) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
