@@ -477,11 +477,8 @@ func (a *ahead) giveBack(all bool) {
 	a.q = a.q[:0]
 	a.mu.Unlock()
 	signal(a.arrived)
-	for _, u := range units {
-		a.st.release(u.held)
-	}
-	// requeueUnits logs each job it could not give back: it stays in the
-	// in-progress list, and recovery gives it back once this process is
-	// gone.
-	_, _ = requeueUnits(a.f.cfg, units)
+	// requeueUnits logs each job it could not give back; the jobs leave
+	// the slot's mirror once the script has run (see Requeue).
+	_, err := requeueUnits(a.f.cfg, units)
+	a.f.released(units, err)
 }

@@ -1,7 +1,9 @@
 package fetch
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/internal/wait"
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
 )
 
 // aheadBundle is a one-slot reliable fetch over queue:default holding
@@ -354,4 +357,76 @@ func TestFetchAheadOff(t *testing.T) {
 	b.runAhead(t, f, inProgressKey, jobs...)
 	require.Zero(t, prepared.Load())
 	require.Zero(t, f.batcher.rounds.Load())
+}
+
+// gatedConn holds back the scripts run on it (the requeue's) until gate
+// is closed, and tells entered when one is waiting.
+type gatedConn struct {
+	redis.Conn
+	gate, entered chan struct{}
+}
+
+func (c gatedConn) Do(cmd string, args ...any) (any, error) {
+	return c.DoContext(context.Background(), cmd, args...)
+}
+
+func (c gatedConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	if cmd == "EVALSHA" || cmd == "EVAL" {
+		select {
+		case c.entered <- struct{}{}:
+		default:
+		}
+		<-c.gate
+	}
+	return redis.DoContext(c.Conn, ctx, cmd, args...)
+}
+
+func (c gatedConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+// Jobs given back stay in their slot's mirror until their requeue has
+// run: a job the slot takes meanwhile into the same list is not its
+// list's oldest, and its acknowledgement goes by value. By position
+// (LTRIM list 0 -2) it would take out a job being given back, which
+// would then never run, and leave itself in the list.
+func TestJobsGivenBackKeepTheirPlaceUntilTheirRequeueRan(t *testing.T) {
+	t.Parallel()
+	gate, entered := make(chan struct{}), make(chan struct{}, 1)
+	var open sync.Once
+	b, f, list := aheadBundle(t, "j1", "j2", "j3")
+	base := b.cfg.Writes.Pool
+	b.cfg.Writes = &redisx.Retrier{Ctx: b.cfg.Writes.Ctx, Outage: b.cfg.Writes.Outage, Pool: &redis.Pool{
+		Dial: func() (redis.Conn, error) {
+			c, err := base.Dial()
+			return gatedConn{Conn: c, gate: gate, entered: entered}, err
+		},
+	}}
+	f.aheadMaxRun, f.aheadHold, f.aheadDepth = time.Minute, time.Millisecond, 2
+	b.hook = func(u Unit) {
+		if string(u.Raw) == "j1" {
+			require.True(t, u.FetchAhead(nil))
+			select {
+			case <-entered: // j2 and j3 fetched ahead and being given back
+			case <-time.After(10 * time.Second):
+				t.Error("j2 and j3 were not given back")
+			}
+		}
+		f.Finish(u, nil)
+	}
+	b.start(t, f)
+	t.Cleanup(f.Close)
+	t.Cleanup(func() { open.Do(func() { close(gate) }) }) // before the fetch stops
+	wait.For(t, "j1 processed", func() bool { return b.processed() == 1 })
+	_, err := b.conn.Do("LPUSH", "queue:default", "j4")
+	require.NoError(t, err)
+	wait.For(t, "j4 processed while j2 and j3 wait for their requeue", func() bool { return b.processed() == 2 })
+	wait.For(t, "j4 acknowledged", func() bool { return !slices.Contains(b.list(t, list), "j4") })
+	require.ElementsMatch(t, []string{"j2", "j3"}, b.list(t, list), "j4's acknowledgement took out j4 only")
+	open.Do(func() { close(gate) })
+	wait.For(t, "every job processed", func() bool { return b.processed() == 4 })
+	b.mu.Lock()
+	require.Equal(t, map[string]int{"j1": 1, "j2": 1, "j3": 1, "j4": 1}, b.runs)
+	b.mu.Unlock()
+	wait.For(t, "the in-progress list empty", func() bool { return len(b.list(t, list)) == 0 })
 }

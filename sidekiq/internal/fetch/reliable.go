@@ -295,13 +295,32 @@ func (f *reliableFetch) finish(u Unit, o *Outcome) error {
 // Requeue moves unfinished jobs from their lists back to the pop end of
 // their queues, one script per list: a job already acknowledged or
 // recovered by another process is not pushed again.
+//
+// The units leave their slots' mirrors only once the script has run:
+// until then they are still in their lists, and a slot that acknowledged
+// a job by position meanwhile (LTRIM removes a list's oldest entry, which
+// its mirror must know) would take one of them out instead of its own.
+// When the requeue fails they stay in their lists, known to no mirror: the
+// epoch ends (no position is trusted there any more) and the sweep of the
+// own lists gives them back.
 func (f *reliableFetch) Requeue(units []Unit) error {
+	err := requeue(f.cfg, units)
+	f.released(units, err)
+	return err
+}
+
+// released forgets units given back (or not: err) in their slots'
+// mirrors (see Requeue).
+func (f *reliableFetch) released(units []Unit, err error) {
 	for _, u := range units {
 		if u.slot != nil {
 			u.slot.release(u.held)
 		}
 	}
-	return requeue(f.cfg, units)
+	if err != nil {
+		f.drops.Add(1)
+		f.ids.bump()
+	}
 }
 
 func requeue(cfg *Config, units []Unit) error {
