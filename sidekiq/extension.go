@@ -129,6 +129,7 @@ func (w *workItem) runFor(i int) *Run {
 
 // preparedAhead is a job fetched ahead and prepared: the job parsed (the
 // processor runs it as it is) and what each extension's Prepare returned.
+// Without extensions a unit's Prepared is the parsed *wire.Job alone.
 type preparedAhead struct {
 	job  *wire.Job
 	exts []any
@@ -145,12 +146,13 @@ func (p *processor) prepareAhead(next *fetch.Unit) {
 	if err != nil {
 		return // the processor sends it to the dead set
 	}
-	a := &preparedAhead{job: job}
-	if len(p.exts) > 0 {
-		a.exts = make([]any, len(p.exts))
-		for i, e := range p.exts {
-			a.exts[i] = e.Prepare(&Run{Job: job, Identity: p.identity, p: p})
-		}
+	if len(p.exts) == 0 {
+		next.Prepared = job // nothing else to keep: no allocation for it
+		return
+	}
+	a := &preparedAhead{job: job, exts: make([]any, len(p.exts))}
+	for i, e := range p.exts {
+		a.exts[i] = e.Prepare(&Run{Job: job, Identity: p.identity, p: p})
 	}
 	next.Prepared = a
 }

@@ -140,9 +140,12 @@ func (p *processor) take(slot int, tid string, u fetch.Unit) *workItem {
 	var job *wire.Job
 	var err error
 	ahead, _ := u.Prepared.(*preparedAhead)
-	if ahead != nil {
+	switch parsed, _ := u.Prepared.(*wire.Job); {
+	case ahead != nil:
 		job = ahead.job // parsed when it was fetched ahead
-	} else {
+	case parsed != nil:
+		job = parsed
+	default:
 		job, err = wire.ParseFetchedJob(u.Raw)
 	}
 	if err != nil {
