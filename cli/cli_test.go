@@ -203,4 +203,7 @@ func TestUsageErrors(t *testing.T) {
 	_, errOut, code = runCLI(t, "work", "-r", "redis://127.0.0.1:1/0", "--fetch-pipeline", "0")
 	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, "--fetch-pipeline")
+	_, errOut, code = runCLI(t, "work", "-r", "redis://127.0.0.1:1/0", "--fetch-ahead", "-1")
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "--fetch-ahead")
 }

@@ -50,15 +50,19 @@ import (
 // fetch is used: an empty queue fetches nothing ahead.
 //
 // Busy slots: a slot whose last job was short also fetches ahead on its
-// own, with Config.Prepare, when it starts a job while no slot is idle.
-// A process whose slots are all busy takes a job per freed slot, each
-// after a taker's round trip; a slot that holds its next jobs starts
-// them at once, and the moves and acknowledgements of all the busy slots
-// share the batcher's round trips. On the bench (one queue of no-op
-// jobs, concurrency 25) this drained about 1.5 times as fast as without,
-// with less of gojob's and Redis's CPU per job (docs/benchmarks.md).
-// While a slot is idle it does not: the idle slots take the jobs there
-// are, in parallel, rather than one busy slot taking them in turn.
+// own, with Config.Prepare, when it starts a job while no slot may be
+// idle for want of a job (idleSlots: no idle token waits for a taker, and
+// the last round found no queue empty). A process whose slots are all
+// busy takes a job per freed slot, each after a taker's round trip; a
+// slot that holds its next jobs starts them at once, and the moves of all
+// the busy slots share the batcher's round trips. On the bench (one queue
+// of no-op jobs, concurrency 25) this drained about twice as fast as
+// without, with less of gojob's and Redis's CPU per job
+// (docs/benchmarks.md). While a slot is idle it does not: the idle slots
+// take the jobs there are, in parallel, rather than one busy slot taking
+// them in turn. (The acknowledgements stay with the acker: riding in the
+// batcher's rounds, they halved the write calls but cost more CPU per job
+// and drained slower on the bench.)
 //
 // Each slot that fetches ahead has one goroutine for it (ahead.loop,
 // started at its first FetchAhead): it asks for the fetches, prepares the
