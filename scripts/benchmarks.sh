@@ -99,53 +99,27 @@ if pg > 0:
     bound = min(cores * 1e6 / total, 1e6 / pg)
     plain = med("plain_jobs_per_sec")
     if 0.3 * plain > bound:
+        budget = cores * 1e6 / (0.3 * plain)
+        left = budget - med("durable_redis_cpu_us_per_job") - pg
         print()
-        print("0.3x of the plain drain'"'"'s median (%.0f jobs/s) is %.0f jobs/s, above both bounds: on this machine the durable drain cannot reach 0.3x of the plain one, whatever gojob does with its own share." % (plain, 0.3 * plain))
+        print("0.3x of the plain drain'"'"'s median (%.0f jobs/s) is %.0f jobs/s, above both bounds. At that rate %d cores give %.1f µs of CPU per job; Redis'"'"'s and PostgreSQL'"'"'s shares take %.1f, which would leave gojob %.1f µs per durable job (it spends %.1f) and need PostgreSQL'"'"'s writes spread over more than one backend." % (
+            plain, 0.3 * plain, cores, budget, budget - left, left, med("durable_cpu_us_per_job")))
 '
     echo
     echo "### Where gojob's share goes"
     echo
-    echo "A CPU profile of one durable drain, its samples grouped by what they ran:"
+    echo "A CPU profile of one durable drain; each sample goes to the part of gojob (or the client"
+    echo "library) nearest the top of its stack, so a part's share includes its allocations and"
+    echo "system calls (\`scripts/profile-groups.py\`):"
     echo
     echo '```'
     echo "gojob bench -r REDIS -n 100000 -c 25 --rounds 1 --durable DATABASE_URL --cpuprofile durable.prof"
-    echo "go tool pprof -top durable.prof"
+    echo "go tool pprof -traces durable.prof | python3 scripts/profile-groups.py"
     echo '```'
     echo
     "$work/gojob" bench -r "$url" -n 100000 -c 25 --latency-jobs 10 --rounds 1 --durable "$DATABASE_URL" \
       --cpuprofile "$work/durable.prof" >/dev/null
-    go tool pprof -top -nodecount=100000 "$work/gojob" "$work/durable.prof" 2>/dev/null | python3 -c '
-import re, sys
-groups = [
-    ("system calls (socket reads and writes, epoll)", ("internal/runtime/syscall", "syscall.")),
-    ("PostgreSQL client (pgx)", ("github.com/jackc/",)),
-    ("Redis client (redigo)", ("github.com/gomodule/redigo",)),
-    ("durable extension (groups, locks, rows)", ("github.com/gojob/gojob/durable",)),
-    ("fetch (rounds, mirrors, acknowledgements)", ("github.com/gojob/gojob/sidekiq/internal/fetch",)),
-    ("payload parsing (rubyjson, wire)", ("github.com/gojob/gojob/sidekiq/rubyjson", "github.com/gojob/gojob/sidekiq/wire", "github.com/gojob/gojob/sidekiq/internal/lazyjson")),
-    ("processor and the rest of gojob", ("github.com/gojob/gojob",)),
-    ("Go runtime (scheduler, allocation, GC)", ("runtime.", "internal/", "sync", "time.", "aeshash", "memeqbody", "indexbyte", "gcWriteBarrier")),
-]
-totals, total = {}, 0.0
-for line in sys.stdin:
-    m = re.match(r"\s*([\d.]+)(ms|s)\s+[\d.]+%\s+[\d.]+%\s+[\d.]+(?:ms|s)\s+[\d.]+%\s+(.+)$", line)
-    if not m:
-        continue
-    v = float(m.group(1)) / (1000 if m.group(2) == "ms" else 1)
-    name = m.group(3)
-    total += v
-    for title, prefixes in groups:
-        if name.startswith(prefixes):
-            totals[title] = totals.get(title, 0) + v
-            break
-    else:
-        totals["other"] = totals.get("other", 0) + v
-print("| what | share of gojob'"'"'s CPU |")
-print("|---|---|")
-for title, _ in groups + [("other", ())]:
-    if totals.get(title):
-        print("| %s | %.0f%% |" % (title, 100 * totals[title] / total))
-'
+    go tool pprof -traces "$work/gojob" "$work/durable.prof" 2>/dev/null | python3 scripts/profile-groups.py
     echo
     echo "### Beside River"
     echo
