@@ -18,9 +18,8 @@ type ack struct {
 	list  string
 	raw   []byte
 	byPos bool
-	// trim is the list's LTRIM arguments (made once per list), trimCmd
-	// that command encoded.
-	trim    []any
+	// trimCmd is the positional acknowledgement encoded (the list's, made
+	// once: see resp.go).
 	trimCmd []byte
 	// resent marks an acknowledgement sent again after its first send's
 	// connection broke: that send may have taken the job out already, so
@@ -31,7 +30,7 @@ type ack struct {
 // send queues the acknowledgement's command on c.
 func (a *ack) send(c redis.Conn) {
 	if a.byPos {
-		c.Send("LTRIM", a.trim...)
+		c.Send("LTRIM", a.list, 0, -2)
 	} else {
 		c.Send("LREM", a.list, -1, a.raw)
 	}

@@ -238,14 +238,8 @@ func TestSlotHoldsTheJobsItFetchedAheadUntilTheyRunOrGoBack(t *testing.T) {
 func TestSlotsFetchingAheadShareRoundTrips(t *testing.T) {
 	t.Parallel()
 	b := reliableBundle(t, nil, func(c *Config) { c.Concurrency = 8 })
-	var jobs []string
-	for i := range 400 {
-		j := fmt.Sprintf("j%d", i)
-		jobs = append(jobs, j)
-		b.conn.Send("LPUSH", "queue:default", j)
-	}
-	_, err := b.conn.Do("")
-	require.NoError(t, err)
+	jobs := numbered(400)
+	b.push(t, "default", jobs...)
 	f := newReliable(t, b)
 	f.aheadMaxRun, f.aheadHold = time.Minute, time.Minute
 	var fetched atomic.Int64
@@ -277,14 +271,8 @@ func TestBusySlotsFetchAheadOnTheirOwn(t *testing.T) {
 			next.Prepared = "prepared"
 		}
 	})
-	var jobs []string
-	for i := range 300 {
-		j := fmt.Sprintf("j%d", i)
-		jobs = append(jobs, j)
-		b.conn.Send("LPUSH", "queue:default", j)
-	}
-	_, err := b.conn.Do("")
-	require.NoError(t, err)
+	jobs := numbered(300)
+	b.push(t, "default", jobs...)
 	f := newReliable(t, b)
 	var seenPrepared atomic.Int64
 	b.hook = func(u Unit) {
@@ -341,14 +329,8 @@ func TestFetchAheadOff(t *testing.T) {
 		c.AheadDepth = -1
 		c.Prepare = func(*Unit) { prepared.Add(1) }
 	})
-	var jobs []string
-	for i := range 50 {
-		j := fmt.Sprintf("j%d", i)
-		jobs = append(jobs, j)
-		b.conn.Send("LPUSH", "queue:default", j)
-	}
-	_, err := b.conn.Do("")
-	require.NoError(t, err)
+	jobs := numbered(50)
+	b.push(t, "default", jobs...)
 	f := newReliable(t, b)
 	b.hook = func(u Unit) {
 		require.False(t, u.FetchAhead(nil))
@@ -357,6 +339,15 @@ func TestFetchAheadOff(t *testing.T) {
 	b.runAhead(t, f, inProgressKey, jobs...)
 	require.Zero(t, prepared.Load())
 	require.Zero(t, f.batcher.rounds.Load())
+}
+
+// numbered returns n jobs named j0 … j<n-1>.
+func numbered(n int) []string {
+	jobs := make([]string, n)
+	for i := range jobs {
+		jobs[i] = fmt.Sprintf("j%d", i)
+	}
+	return jobs
 }
 
 // gatedConn holds back the scripts run on it (the requeue's) until gate

@@ -162,9 +162,8 @@ type slotList struct {
 	ident *listIdent
 	move  []any // LMOVE <queue> <key> RIGHT LEFT
 	rpl   []any // RPOPLPUSH <queue> <key>
-	trim  []any // LTRIM <key> 0 -2
-	// moveCmd, rplCmd and trimCmd are move, rpl and trim encoded
-	// (resp.go).
+	// moveCmd, rplCmd and trimCmd are move and rpl encoded, and LTRIM
+	// <key> 0 -2 (resp.go).
 	moveCmd, rplCmd, trimCmd []byte
 	// held is the mirror: the jobs the slot moved into the list and still
 	// holds, oldest first.
@@ -200,7 +199,7 @@ func (s *slotState) list(ids *idents, q string) *slotList {
 	if sl == nil {
 		key := s.ident.listKey(q)
 		sl = &slotList{key: key, ident: s.ident,
-			move: []any{q, key, "RIGHT", "LEFT"}, rpl: []any{q, key}, trim: []any{key, 0, -2},
+			move: []any{q, key, "RIGHT", "LEFT"}, rpl: []any{q, key},
 			moveCmd: appendCmd(nil, "LMOVE", q, key, "RIGHT", "LEFT"), rplCmd: appendCmd(nil, "RPOPLPUSH", q, key),
 			trimCmd: appendCmd(nil, "LTRIM", key, "0", "-2")}
 		s.lists[key] = sl

@@ -247,7 +247,7 @@ func (f *reliableFetch) Finish(u Unit, o *Outcome) error {
 // heartbeats are fresh; by value otherwise.
 func (f *reliableFetch) ackOf(u Unit, oldest bool) ack {
 	if oldest && u.held != nil && f.ids.current(u.held.sl.ident) && f.ids.fresh() {
-		return ack{list: u.list, raw: u.Raw, byPos: true, trim: u.held.sl.trim, trimCmd: u.held.sl.trimCmd}
+		return ack{list: u.list, raw: u.Raw, byPos: true, trimCmd: u.held.sl.trimCmd}
 	}
 	return ack{list: u.list, raw: u.Raw}
 }
