@@ -82,6 +82,9 @@ func (p *parser) errorf(format string, args ...any) error {
 }
 
 func (p *parser) skipSpace() {
+	if p.pos < len(p.data) && p.data[p.pos] > ' ' {
+		return // the common case: no whitespace between tokens
+	}
 	for p.pos < len(p.data) {
 		switch p.data[p.pos] {
 		case ' ', '\t', '\n', '\r':

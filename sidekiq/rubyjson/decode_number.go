@@ -12,15 +12,38 @@ var errNumber = errors.New("invalid number")
 // When src (data's text) is not empty, its slices become the number's
 // text.
 func parseNumberIn(data []byte, src string, pos int) (Value, int, error) {
-	start := pos
-	bad := func() (Value, int, error) {
-		return Value{}, pos, &SyntaxError{Offset: start, Msg: errNumber.Error()}
+	end, isFloat, ok := scanNumber(data, pos)
+	if !ok {
+		return Value{}, end, &SyntaxError{Offset: pos, Msg: errNumber.Error()}
 	}
+	var text string
+	if src != "" {
+		text = src[pos:end]
+	} else {
+		text = string(data[pos:end])
+	}
+	if !isFloat {
+		if text == "-0" {
+			text = "0"
+		}
+		return Value{kind: Integer, s: text}, end, nil
+	}
+	// A text not in Float#to_s form is shaped when it is written or read
+	// (Value.floatText), not here.
+	return Value{kind: Float, s: text, unshaped: !inRubyForm(text)}, end, nil
+}
+
+// scanNumber checks the JSON number at data[pos:] and returns the position
+// after it and whether it is a float (a fraction or an exponent). When it
+// is not a number, ok is false and end is where the scan stopped. A
+// leading zero ends the integer part, so "01" is the number 0 followed by
+// data the caller rejects, as Ruby's parser does.
+func scanNumber(data []byte, pos int) (end int, isFloat, ok bool) {
 	if pos < len(data) && data[pos] == '-' {
 		pos++
 	}
 	if pos >= len(data) {
-		return bad()
+		return pos, false, false
 	}
 	switch {
 	case data[pos] == '0':
@@ -30,9 +53,8 @@ func parseNumberIn(data []byte, src string, pos int) (Value, int, error) {
 			pos++
 		}
 	default:
-		return bad()
+		return pos, false, false
 	}
-	isFloat := false
 	if pos < len(data) && data[pos] == '.' {
 		pos++
 		d := pos
@@ -40,7 +62,7 @@ func parseNumberIn(data []byte, src string, pos int) (Value, int, error) {
 			pos++
 		}
 		if pos == d {
-			return bad()
+			return pos, false, false
 		}
 		isFloat = true
 	}
@@ -54,29 +76,11 @@ func parseNumberIn(data []byte, src string, pos int) (Value, int, error) {
 			pos++
 		}
 		if pos == d {
-			return bad()
+			return pos, false, false
 		}
 		isFloat = true
 	}
-	var text string
-	if src != "" {
-		text = src[start:pos]
-	} else {
-		text = string(data[start:pos])
-	}
-	if !isFloat {
-		if text == "-0" {
-			text = "0"
-		} else if len(text) > 1 && text[0] == '0' {
-			return bad()
-		} else if len(text) > 2 && text[0] == '-' && text[1] == '0' {
-			return bad()
-		}
-		return Value{kind: Integer, s: text}, pos, nil
-	}
-	// A text not in Float#to_s form is shaped when it is written or read
-	// (Value.floatText), not here.
-	return Value{kind: Float, s: text, unshaped: !inRubyForm(text)}, pos, nil
+	return pos, isFloat, true
 }
 
 // shapeFloat returns the Float#to_s form of a valid JSON float's text.

@@ -135,9 +135,9 @@ func (p *parser) skip(depth int) error {
 		_, err := p.str()
 		return err
 	case c == '-' || (c >= '0' && c <= '9'):
-		_, n, err := parseNumberIn(p.data, p.src, p.pos)
-		if err != nil {
-			return err
+		n, _, ok := scanNumber(p.data, p.pos)
+		if !ok {
+			return &SyntaxError{Offset: p.pos, Msg: errNumber.Error()}
 		}
 		p.pos = n
 		return nil
