@@ -54,6 +54,29 @@ func TestBenchSmall(t *testing.T) {
 	}
 }
 
+// A durable bench reports, per round, what the plain run cost gojob and
+// Redis per job beside the durable run's figures: the floor a durable job
+// cannot go under (docs/benchmarks.md, "Durable jobs").
+func TestDurableBenchReportsThePlainRunsCPU(t *testing.T) {
+	// Not parallel: see the note on runGojob.
+	srv := redistest.StartWith(t, redistest.Options{TCP: true})
+	db := "sqlite:" + filepath.Join(t.TempDir(), "bench.db")
+	out, errOut, code := runGojob(t, "bench", "-r", srv.URL(), "-n", "500", "-c", "4", "--latency-jobs", "5",
+		"--rounds", "2", "--durable", db, "--json")
+	require.Equal(t, 0, code, errOut)
+	var r DurableResult
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Len(t, r.Rounds, 2)
+	for _, round := range r.Rounds {
+		require.Greater(t, round.PlainJobsPerSec, 0.0)
+		require.Greater(t, round.DurableJobsPerSec, 0.0)
+		require.Greater(t, round.PlainCPUPerJobUS, 0.0)
+		require.Greater(t, round.PlainRedisCPUPerJobUS, 0.0)
+		require.Greater(t, round.DurableCPUPerJobUS, 0.0)
+		require.Zero(t, round.RowsLeft)
+	}
+}
+
 // Bad flag values are usage errors (exit 2) before Redis is reached, an
 // unreachable Redis is 3, as for gojob's other commands.
 func TestBenchUsageErrors(t *testing.T) {

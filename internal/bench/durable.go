@@ -76,8 +76,13 @@ type DurableRound struct {
 	// database is not a PostgreSQL server on this machine).
 	RedisCPUPerJobUS    float64 `json:"durable_redis_cpu_us_per_job,omitempty"`
 	DatabaseCPUPerJobUS float64 `json:"durable_database_cpu_us_per_job,omitempty"`
-	DurableLatencyP50ms float64 `json:"durable_pickup_latency_p50_ms"`
-	RowsLeft            int64   `json:"rows_left"`
+	// PlainCPUPerJobUS and PlainRedisCPUPerJobUS are the plain run's CPU
+	// per job, gojob's and redis-server's: what a durable job costs them
+	// at the least.
+	PlainCPUPerJobUS      float64 `json:"plain_cpu_us_per_job"`
+	PlainRedisCPUPerJobUS float64 `json:"plain_redis_cpu_us_per_job,omitempty"`
+	DurableLatencyP50ms   float64 `json:"durable_pickup_latency_p50_ms"`
+	RowsLeft              int64   `json:"rows_left"`
 }
 
 // DurableResult is what `gojob bench --durable … --json` prints.
@@ -122,6 +127,7 @@ func runDurableBenchCmd(c *ucli.Context, pool *redis.Pool, mode sidekiq.FetchMod
 		}
 		res.Database = db
 		round.PlainJobsPerSec = plain.JobsPerSec
+		round.PlainCPUPerJobUS, round.PlainRedisCPUPerJobUS = plain.CPUPerJobUS, plain.RedisCPUPerJobUS
 		round.Ratio = round.DurableJobsPerSec / plain.JobsPerSec
 		res.Rounds = append(res.Rounds, *round)
 		if !c.Bool("json") {
@@ -149,9 +155,9 @@ func printDurableRound(w io.Writer, i int, r *DurableRound) {
 	if r.DatabaseCPUPerJobUS > 0 {
 		db = fmt.Sprintf(", postgres %.1f", r.DatabaseCPUPerJobUS)
 	}
-	fmt.Fprintf(w, "round %d: plain %.0f jobs/s, durable %.0f jobs/s (%.3fx); SQL statements per job %.3f (push %.4f, drain %.3f), commits per job %.3f; durable cpu µs/job gojob %.1f, redis %.1f%s; pickup p50 %.2f ms; rows left %d\n",
+	fmt.Fprintf(w, "round %d: plain %.0f jobs/s, durable %.0f jobs/s (%.3fx); SQL statements per job %.3f (push %.4f, drain %.3f), commits per job %.3f; cpu µs/job plain gojob %.1f, redis %.1f; durable gojob %.1f, redis %.1f%s; pickup p50 %.2f ms; rows left %d\n",
 		i, r.PlainJobsPerSec, r.DurableJobsPerSec, r.Ratio, r.StatementsPerJob, r.PushStatementsPerJob, r.DrainStatementsPerJob,
-		r.CommitsPerJob, r.DurableCPUPerJobUS, r.RedisCPUPerJobUS, db, r.DurableLatencyP50ms, r.RowsLeft)
+		r.CommitsPerJob, r.PlainCPUPerJobUS, r.PlainRedisCPUPerJobUS, r.DurableCPUPerJobUS, r.RedisCPUPerJobUS, db, r.DurableLatencyP50ms, r.RowsLeft)
 }
 
 // runDurableBench runs the bench with every BenchJob durable, in a table
