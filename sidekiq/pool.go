@@ -100,7 +100,7 @@ func Dialer(rawURL string, readTimeout time.Duration) (func(ctx context.Context)
 			opts = append(opts, redis.DialPassword(p))
 		}
 		return func(ctx context.Context) (redis.Conn, error) {
-			return redisx.DialCorkable(ctx, dialer.DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
+			return redisx.DialCorkable(ctx, readTimeout, dialer.DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
 				return redis.DialContext(ctx, "unix", path, opts...)
 			}, opts...)
 		}, nil
@@ -110,7 +110,7 @@ func Dialer(rawURL string, readTimeout time.Duration) (func(ctx context.Context)
 		}
 		s := u.String()
 		return func(ctx context.Context) (redis.Conn, error) {
-			c, err := redisx.DialCorkable(ctx, dialer.DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
+			c, err := redisx.DialCorkable(ctx, readTimeout, dialer.DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
 				return redis.DialURLContext(ctx, s, opts...)
 			}, opts...)
 			if err != nil {
@@ -119,7 +119,7 @@ func Dialer(rawURL string, readTimeout time.Duration) (func(ctx context.Context)
 			return c, nil
 		}, nil
 	case "redis+sentinel":
-		d, err := sentinelDialer(u, dialer, opts)
+		d, err := sentinelDialer(u, dialer, readTimeout, opts)
 		if err != nil {
 			return nil, fmt.Errorf("sidekiq: redis url %s: %w", redact.URL(rawURL), err)
 		}
@@ -132,7 +132,7 @@ func Dialer(rawURL string, readTimeout time.Duration) (func(ctx context.Context)
 // the sentinels (port 26379 when none is given), the name they monitor
 // the master under, the database. The credentials are the master's; a
 // sentinel that asks for a password gets them too.
-func sentinelDialer(u *url.URL, netDialer *net.Dialer, opts []redis.DialOption) (*sentinel.Dialer, error) {
+func sentinelDialer(u *url.URL, netDialer *net.Dialer, readTimeout time.Duration, opts []redis.DialOption) (*sentinel.Dialer, error) {
 	var addrs []string
 	for _, h := range strings.Split(u.Host, ",") {
 		if h == "" {
@@ -161,7 +161,7 @@ func sentinelDialer(u *url.URL, netDialer *net.Dialer, opts []redis.DialOption) 
 	cfg := sentinel.Config{Addrs: addrs, Master: parts[0], DB: db, Username: u.User.Username(), NetDial: netDialer.DialContext,
 		Dial: func(ctx context.Context, addr string, netDial func(ctx context.Context, network, addr string) (net.Conn, error),
 			o ...redis.DialOption) (redis.Conn, error) {
-			return redisx.DialCorkable(ctx, netDial, func(ctx context.Context, o ...redis.DialOption) (redis.Conn, error) {
+			return redisx.DialCorkable(ctx, readTimeout, netDial, func(ctx context.Context, o ...redis.DialOption) (redis.Conn, error) {
 				return redis.DialContext(ctx, "tcp", addr, o...)
 			}, append(opts[:len(opts):len(opts)], o...)...)
 		}}

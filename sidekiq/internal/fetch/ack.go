@@ -38,13 +38,19 @@ func (a *ack) send(c redis.Conn) {
 
 // checked reads the reply of the acknowledgement's command.
 func (a *ack) checked(f *reliableFetch, reply any) {
+	r := redisx.ReplyOf(reply)
+	a.checkedReply(f, &r)
+}
+
+// checkedReply is checked for a reply read by a ReplyReader.
+func (a *ack) checkedReply(f *reliableFetch, r *redisx.Reply) {
 	if a.byPos {
-		if _, ok := reply.(redis.Error); ok {
+		if r.Kind == redisx.ReplyError {
 			f.ids.bump() // a list that is not one: no more positions in it
 		}
 		return
 	}
-	if n, err := redis.Int(reply, nil); err == nil && n == 0 && !a.resent {
+	if r.Kind == redisx.ReplyInt && r.Int == 0 && !a.resent {
 		f.life.notOwned(a.list, a.raw)
 	}
 }
@@ -285,7 +291,8 @@ func (a *acker) send(acks []ack) {
 	}
 	c := a.fc.c
 	var err error
-	if rw, ok := redisx.Raw(c); ok {
+	rw, raw := redisx.Raw(c)
+	if raw {
 		buf := a.out[:0]
 		for i := range acks {
 			buf = acks[i].appendTo(buf)
@@ -299,16 +306,20 @@ func (a *acker) send(acks []ack) {
 		err = c.Flush()
 	}
 	var refused []ack
+	var rp replies
+	if err == nil {
+		rp, err = newReplies(c, raw)
+	}
+	var rep redisx.Reply
 	for i := range acks {
 		if err != nil {
 			break
 		}
-		var v any
-		if v, err = receiveReply(c); err == nil {
-			if _, ok := v.(redis.Error); ok {
+		if err = rp.next(&rep); err == nil {
+			if rep.Kind == redisx.ReplyError {
 				refused = append(refused, acks[i]) // READONLY, LOADING: not run
 			}
-			acks[i].checked(a.f, v)
+			acks[i].checkedReply(a.f, &rep)
 		}
 	}
 	if err == nil {

@@ -51,7 +51,7 @@ func newFetchBundle(t *testing.T, rs *redistest.Server, mod func(*Config)) *fetc
 		// Corkable, as sidekiq.Dialer's connections are: the rounds are
 		// then written as in production, one write each.
 		Dial: func(ctx context.Context) (redis.Conn, error) {
-			return redisx.DialCorkable(ctx, (&net.Dialer{}).DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
+			return redisx.DialCorkable(ctx, 0, (&net.Dialer{}).DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
 				return redis.DialContext(ctx, "unix", rs.Socket, opts...)
 			})
 		},

@@ -76,7 +76,8 @@ func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 	t := time.AfterFunc(stallAfter, func() { f.cfg.Outage.Stalled(stallAfter) })
 	defer t.Stop()
 	var err error
-	if rw, ok := redisx.Raw(c); ok {
+	rw, raw := redisx.Raw(c)
+	if raw {
 		buf := rd.out[:0]
 		for i := range rd.acks {
 			buf = rd.acks[i].appendTo(buf)
@@ -102,6 +103,11 @@ func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 	if err != nil {
 		return err
 	}
+	rp, err := newReplies(c, raw)
+	if err != nil {
+		return err
+	}
+	var rep redisx.Reply
 	var replyErr error
 	var refused []ack
 	dry := false // a move found its queue empty
@@ -111,19 +117,18 @@ func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 		}
 	}()
 	for i := range rd.acks {
-		v, err := receiveReply(c)
-		if err != nil {
+		if err := rp.next(&rep); err != nil {
 			return err // failedRound resends them all: one that ran finds nothing
 		}
-		if e, ok := v.(redis.Error); ok {
+		if rep.Kind == redisx.ReplyError {
 			// Not run (READONLY after a failover, LOADING): again by
 			// value, through the retrier, once the round is read.
 			refused = append(refused, rd.acks[i])
 			if replyErr == nil {
-				replyErr = e
+				replyErr = rep.Err()
 			}
 		}
-		rd.acks[i].checked(f, v)
+		rd.acks[i].checkedReply(f, &rep)
 	}
 	rd.acks = rd.acks[:0]
 	if len(refused) > 0 {
@@ -133,14 +138,13 @@ func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 		m := &rd.moves[i]
 		setup := true
 		for range btoi(m.hb) + btoi(m.reg) {
-			v, err := receiveReply(c)
-			if err != nil {
+			if err := rp.next(&rep); err != nil {
 				return err
 			}
-			if e, ok := v.(redis.Error); ok {
+			if rep.Kind == redisx.ReplyError {
 				setup = false
 				if replyErr == nil {
-					replyErr = e
+					replyErr = rep.Err()
 				}
 			}
 		}
@@ -150,25 +154,61 @@ func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 			m.sl.ident.lists[m.q.key] = m.sl.key
 			f.ids.mu.Unlock()
 		}
-		v, err := receiveReply(c)
-		if err != nil {
+		if err := rp.next(&rep); err != nil {
 			return err
 		}
 		m.done = true
-		switch v := v.(type) {
-		case []byte:
-			m.raw = v
-		case nil:
+		switch rep.Kind {
+		case redisx.ReplyBulk:
+			m.raw = rep.Bytes
+		case redisx.ReplyNil:
 			m.q.markEmpty(m.seen)
 			dry = true
-		case redis.Error:
-			m.err = v
+		case redisx.ReplyError:
+			m.err = rep.Err()
 			if replyErr == nil {
-				replyErr = v
+				replyErr = m.err
 			}
 		}
 	}
 	return replyErr
+}
+
+// replies reads a round's replies: straight from the connection's read
+// buffer when the round was written encoded (redisx.ReplyReader), else
+// through redigo.
+type replies struct {
+	c  redis.Conn
+	rr redisx.ReplyReader
+}
+
+// newReplies starts reading the replies of what was just written on c,
+// encoded when raw.
+func newReplies(c redis.Conn, raw bool) (replies, error) {
+	r := replies{c: c}
+	if !raw {
+		return r, nil
+	}
+	rr, ok := redisx.Replies(c)
+	if !ok {
+		return r, nil
+	}
+	r.rr = rr
+	return r, rr.StartReplies()
+}
+
+// next reads the next reply; an error reply is a reply, the error is the
+// connection's.
+func (r *replies) next(rep *redisx.Reply) error {
+	if r.rr != nil {
+		return r.rr.ReadReply(rep)
+	}
+	v, err := receiveReply(r.c)
+	if err != nil {
+		return err
+	}
+	*rep = redisx.ReplyOf(v)
+	return nil
 }
 
 // heartbeatTTL is contract.HeartbeatTTL as a command argument.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -71,6 +72,13 @@ type corkNetConn struct {
 	// handshake record (0x16, during the dial: redigo runs the handshake
 	// there), a plain one's a RESP command ('*').
 	wrote, tls bool
+	// readTimeout is the connection's (redis.DialReadTimeout), for the
+	// replies a ReplyReader reads; deadline records that StartReplies left
+	// a read deadline set.
+	readTimeout time.Duration
+	deadline    bool
+	// slab is where a ReplyReader carves bulk payloads from.
+	slab []byte
 }
 
 // readBuffer is the size of a corkable connection's read buffer.
@@ -163,7 +171,9 @@ func Raw(c redis.Conn) (RawWriter, bool) {
 // DialCorkable dials with dial (through redis.DialContextFunc, added to
 // opts) and returns a connection that implements Corker when redigo's
 // connection has the methods corkConn keeps (it has, in redigo 1.9).
-func DialCorkable(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error),
+// readTimeout is the one opts give redigo (0: none), for the replies read
+// through ReplyReader.
+func DialCorkable(ctx context.Context, readTimeout time.Duration, dial func(ctx context.Context, network, addr string) (net.Conn, error),
 	redigoDial func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error), opts ...redis.DialOption) (redis.Conn, error) {
 	var nc *corkNetConn
 	o := append(opts[:len(opts):len(opts)], redis.DialContextFunc(func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -171,7 +181,7 @@ func DialCorkable(ctx context.Context, dial func(ctx context.Context, network, a
 		if err != nil {
 			return nil, err
 		}
-		nc = &corkNetConn{Conn: c}
+		nc = &corkNetConn{Conn: c, readTimeout: readTimeout}
 		return nc, nil
 	}))
 	c, err := redigoDial(ctx, o...)

@@ -63,7 +63,7 @@ func dialSink(t *testing.T) (redis.Conn, *countingConn) {
 		cc = &countingConn{Conn: c}
 		return cc, nil
 	}
-	c, err := DialCorkable(context.Background(), dial, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
+	c, err := DialCorkable(context.Background(), 0, dial, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
 		return redis.DialContext(ctx, "tcp", ln.Addr().String(), opts...)
 	})
 	require.NoError(t, err)
@@ -144,13 +144,15 @@ func TestRawWritesOnPlainConnectionsOnly(t *testing.T) {
 			go func() { io.Copy(io.Discard, c); c.Close() }()
 		}
 	}()
-	tc, err := DialCorkable(context.Background(), (&net.Dialer{}).DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
+	tc, err := DialCorkable(context.Background(), 0, (&net.Dialer{}).DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
 		return redis.DialContext(ctx, "tcp", ln.Addr().String(), append(opts, redis.DialUseTLS(true), redis.DialTLSSkipVerify(true))...)
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { tc.Close() })
 	_, ok = Raw(tc)
 	require.False(t, ok, "a TLS connection takes no encoded commands")
+	_, ok = Replies(tc)
+	require.False(t, ok, "nor are its replies read past the TLS layer")
 	require.Error(t, tc.(RawWriter).WriteRaw([]byte("*1\r\n$4\r\nPING\r\n")))
 }
 
