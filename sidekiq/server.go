@@ -405,9 +405,16 @@ func (s *Server) newFetcher(ctx context.Context) (fetch.Fetcher, error) {
 // makes on its own while every slot is busy; nil (none) with queue caps,
 // which count the jobs running, not those held ahead: a slot holding a
 // capped queue's jobs ahead would only give them back.
+//
+// Without extensions there is nothing to prepare before the slot takes
+// a job: the slot parses it then, on its own goroutine, rather than the
+// batcher, which queues the jobs of every slot.
 func (s *Server) aheadPrepare() func(*fetch.Unit) {
 	if len(s.cfg.QueueConcurrency) > 0 {
 		return nil
+	}
+	if len(s.proc.exts) == 0 {
+		return func(*fetch.Unit) {}
 	}
 	return s.proc.prepareAhead
 }

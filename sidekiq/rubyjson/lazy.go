@@ -97,6 +97,7 @@ func scanLazyObject(l *lazyjson.Object, p *parser) error {
 			l.Members[i] = m
 		} else {
 			l.Members = append(l.Members, m)
+			l.Keys |= lazyjson.KeyBit(k)
 		}
 		p.skipSpace()
 		if p.pos >= len(p.data) {

@@ -78,3 +78,34 @@ func FuzzLazyAgreesWithParseObject(f *testing.F) {
 		}
 	})
 }
+
+// Index finds every key an object has and none it lacks, including keys
+// that share a filter bit with one it has (lazyjson.Object.Keys).
+func TestLazyIndexMissesAbsentKeys(t *testing.T) {
+	keys := []string{"class", "args", "retry", "queue", "jid", "created_at", "enqueued_at", "wrapped", "unique_for",
+		"unique_until", "timeout", "heartbeat_timeout", "bid", "tags", "retry_count", "failed_at", "error_message", "", "a", "b"}
+	for n := 0; n <= len(keys); n++ {
+		var doc strings.Builder
+		doc.WriteString("{")
+		for i, k := range keys[:n] {
+			if i > 0 {
+				doc.WriteString(",")
+			}
+			doc.WriteString(`"` + k + `":1`)
+		}
+		doc.WriteString("}")
+		l, err := scanObjectShared([]byte(doc.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, k := range keys {
+			want := -1
+			if i < n {
+				want = i
+			}
+			if got := l.Index(k); got != want {
+				t.Fatalf("%d keys: Index(%q) = %d, want %d", n, k, got, want)
+			}
+		}
+	}
+}

@@ -64,13 +64,18 @@ import (
 // batcher's rounds, they halved the write calls but cost more CPU per job
 // and drained slower on the bench.)
 //
-// Each slot that fetches ahead has one goroutine for it (ahead.loop,
-// started at its first FetchAhead): it asks for the fetches, prepares the
-// jobs and gives back those the slot did not take in time. The fetches of
-// every slot are made by one goroutine (aheadBatcher), in one round trip
-// for all the slots that asked meanwhile: with durable jobs every slot
-// asks for about every job it runs, and a round trip per slot cost more
-// of gojob's and Redis's CPU than the jobs.
+// One goroutine makes the fetches of every slot (aheadBatcher), in one
+// round trip for all the slots that asked meanwhile: with durable jobs
+// every slot asks for about every job it runs, and a round trip per slot
+// cost more of gojob's and Redis's CPU than the jobs. A slot asks by
+// joining the batcher's pending list, which never waits, and the batcher
+// prepares the jobs and queues them for the slot itself, so a fetch ahead
+// wakes the batcher and, when it was waiting for a job, the slot; on the
+// bench, handing each request to a goroutine of the slot's that waited for
+// the batcher's answer cost about a fifth more of gojob's CPU per job.
+// Each slot that fetches ahead also has a goroutine (ahead.loop, started
+// at its first request) whose timer gives back what the slot did not take
+// in time.
 
 const (
 	// aheadMaxRun is the longest a slot's last job may have taken (its
@@ -103,17 +108,23 @@ type ahead struct {
 	mu sync.Mutex
 	// q is the jobs fetched and prepared, oldest first.
 	q []aheadJob
-	// want is the fetches asked for that loop has not finished; next
-	// waits for them rather than fetch on its own.
+	// want is the fetches asked for that the batcher has not answered;
+	// next waits for them rather than fetch on its own.
 	want    int
 	prepare func(*Unit)
 	started bool // loop runs (or ran)
 	over    bool // loop returned: FetchAhead asks for nothing more
+	// timed: loop's timer is set, for the oldest job queued or an older
+	// one; a job queued meanwhile needs no kick.
+	timed bool
 
-	// req is the slot's request to the batcher (one at a time).
+	// queued: the slot is in the batcher's pending list (guarded by the
+	// batcher's mu, not this one).
+	queued bool
+	// req is the slot's request in the batcher's round (batcher only).
 	req aheadReq
 
-	kick    chan struct{} // want grew
+	kick    chan struct{} // jobs were queued while the timer was not set
 	arrived chan struct{} // a fetch ended (a job queued, or none)
 	exit    chan struct{} // the slot has returned
 	done    chan struct{} // loop has returned
@@ -124,7 +135,6 @@ func newAhead(f *reliableFetch, st *slotState, r *rand.Rand) *ahead {
 		f: f, st: st, r: r,
 		kick: make(chan struct{}, 1), arrived: make(chan struct{}, 1),
 		exit: make(chan struct{}), done: make(chan struct{}),
-		req: aheadReq{done: make(chan struct{}, 1)},
 	}
 }
 
@@ -164,7 +174,7 @@ func (a *ahead) request(prepare func(next *Unit)) bool {
 		go a.loop()
 	}
 	if n > 0 {
-		signal(a.kick)
+		a.f.batcher.submit(a)
 	}
 	return true
 }
@@ -181,6 +191,12 @@ func (f *reliableFetch) aheadDepthAfter(lastRun time.Duration) int {
 	}
 	return min(max(int(f.aheadHold/2/lastRun), 1), f.aheadDepth)
 }
+
+// monotonic is the time since the package started, read from the
+// monotonic clock alone (time.Now reads the wall clock too).
+func monotonic() time.Duration { return time.Since(clockBase) }
+
+var clockBase = time.Now()
 
 func signal(c chan struct{}) {
 	select {
@@ -201,9 +217,9 @@ func (a *ahead) process(slot int, tid string, u Unit) {
 			a.request(f.cfg.Prepare) // the job may still call FetchAhead
 		}
 	}
-	start := time.Now()
+	start := monotonic()
 	a.f.cfg.Process(slot, tid, u)
-	a.lastRun = time.Since(start)
+	a.lastRun = monotonic() - start
 	a.armed.Store(false)
 }
 
@@ -240,20 +256,19 @@ func (a *ahead) close() {
 	}
 }
 
-// loop makes the slot's fetches ahead, and gives back the jobs the slot
-// has not taken within aheadHold, or all of them at quiet or when the
-// slot returns.
+// loop gives back the jobs the slot has not taken within aheadHold, or
+// all of them at quiet or when the slot returns. Its timer is set for the
+// oldest job queued; the batcher kicks it when it queues jobs while the
+// timer is not set.
 func (a *ahead) loop() {
 	defer close(a.done)
 	f := a.f
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	var timerAt time.Time // when timer fires; zero when stopped
 	for {
 		select {
 		case <-a.kick:
 		case <-timer.C:
-			timerAt = time.Time{}
 		case <-f.cfg.Quiet:
 			a.finish()
 			return
@@ -262,35 +277,21 @@ func (a *ahead) loop() {
 			return
 		}
 		a.giveBack(false)
-		a.fetch()
 		a.mu.Lock()
-		if len(a.q) > 0 {
-			if head := a.q[0].until; timerAt.IsZero() || head.Before(timerAt) {
-				timer.Reset(time.Until(head))
-				timerAt = head
-			}
+		a.timed = len(a.q) > 0
+		if a.timed {
+			timer.Reset(time.Until(a.q[0].until))
 		}
 		a.mu.Unlock()
 	}
 }
 
-// fetch makes the fetches asked for, in one round trip, and queues the
-// jobs for the slot; an empty queue leaves the rest unmade.
-func (a *ahead) fetch() {
-	f := a.f
-	if f.cfg.quiet() {
-		return
-	}
-	a.mu.Lock()
-	want, prepare := a.want, a.prepare
-	a.mu.Unlock()
-	if want == 0 {
-		return
-	}
-	units, err := a.take(want)
-	now := time.Now()
-	for i := range units {
-		if prepare != nil {
+// deliver queues for the slot the jobs the batcher moved for it (of want
+// asked for; err is the round's), prepared with prepare. A slot that has
+// returned, or gone quiet, gives them back at once.
+func (a *ahead) deliver(units []Unit, want int, prepare func(*Unit), err error, now time.Time) {
+	if prepare != nil {
+		for i := range units {
 			prepare(&units[i])
 		}
 	}
@@ -300,131 +301,153 @@ func (a *ahead) fetch() {
 	} else {
 		a.want -= len(units)
 	}
-	for _, u := range units {
-		a.q = append(a.q, aheadJob{u: u, until: now.Add(f.aheadHold)})
+	if a.over {
+		a.want = 0
+		a.mu.Unlock()
+		signal(a.arrived)
+		a.giveBackUnits(units)
+		return
 	}
+	for _, u := range units {
+		a.q = append(a.q, aheadJob{u: u, until: now.Add(a.f.aheadHold)})
+	}
+	kick := len(units) > 0 && !a.timed
 	a.mu.Unlock()
 	signal(a.arrived)
-}
-
-// take moves up to want jobs into the slot's lists, in the batcher's
-// next round, never blocking: a queue believed empty gives none. A failed
-// round trip gives none; the slot then fetches as usual.
-func (a *ahead) take(want int) ([]Unit, error) {
-	f := a.f
-	f.batcher.once.Do(func() {
-		f.wg.Add(1) // the slot's worker is in f.wg until loop returns
-		go f.batcher.run()
-	})
-	r := &a.req
-	r.a, r.want, r.units, r.err = a, want, r.units[:0], nil
-	select {
-	case f.batcher.reqs <- r:
-	case <-f.cfg.Quiet:
-		return nil, nil
+	if kick {
+		signal(a.kick)
 	}
-	<-r.done // a request taken is always answered
-	return r.units, r.err
 }
 
-// aheadReq is one slot's request for jobs fetched ahead, and its answer.
+// aheadReq is one slot's part of a batcher's round: the jobs it asked
+// for, its moves in the round and its answer.
 type aheadReq struct {
-	a     *ahead
-	want  int
-	units []Unit
-	err   error
-	done  chan struct{} // capacity 1: answered
-	// from and to are its moves in the batcher's round.
+	want     int
+	prepare  func(*Unit)
+	units    []Unit
 	from, to int
 }
 
-// aheadBatcher makes the slots' fetches ahead, those asked for while a
-// round was on its way in the next round, on a connection of its own.
+// aheadBatcher makes the slots' fetches ahead: those asked for while a
+// round was on its way go in the next round, on a connection of its own.
+// A slot asks by joining the pending list (submit), which never waits;
+// the batcher queues each slot's jobs itself (deliver), so a fetch ahead
+// wakes no goroutine but the batcher's.
 type aheadBatcher struct {
 	f    *reliableFetch
-	reqs chan *aheadReq // unbuffered: a request sent is one taken
 	once sync.Once
-	c    redis.Conn
-	rd   round
+	mu   sync.Mutex
+	// pending is the slots that asked since the last round was planned.
+	pending []*ahead
+	wake    chan struct{} // capacity 1: pending grew
+	c       redis.Conn
+	rd      round
 	// rounds counts the round trips made (tests).
 	rounds atomic.Int64
+}
+
+// submit asks for a's fetches ahead in the batcher's next round.
+func (b *aheadBatcher) submit(a *ahead) {
+	b.once.Do(func() {
+		b.f.wg.Add(1) // the slot's worker is in f.wg until loop returns
+		go b.run()
+	})
+	b.mu.Lock()
+	if !a.queued {
+		a.queued = true
+		b.pending = append(b.pending, a)
+	}
+	b.mu.Unlock()
+	signal(b.wake)
 }
 
 func (b *aheadBatcher) run() {
 	defer b.f.wg.Done()
 	defer b.drop()
-	var reqs []*aheadReq
+	var batch []*ahead
 	for {
 		select {
-		case r := <-b.reqs:
-			reqs = append(reqs[:0], r)
+		case <-b.wake:
 		case <-b.f.cfg.Quiet:
-			return
+			return // the slots' loops give back what they hold
 		}
-	more:
-		for {
-			select {
-			case r := <-b.reqs:
-				reqs = append(reqs, r)
-			default:
-				break more
-			}
+		b.mu.Lock()
+		batch = append(batch[:0], b.pending...)
+		clear(b.pending)
+		b.pending = b.pending[:0]
+		for _, a := range batch {
+			a.queued = false
 		}
-		b.take(reqs)
-		for _, r := range reqs {
-			r.done <- struct{}{}
+		b.mu.Unlock()
+		if len(batch) > 0 {
+			b.take(batch)
+			clear(batch)
 		}
-		clear(reqs)
 	}
 }
 
-// take makes one round of the moves asked for and gives each request its
-// jobs. A failed round ends the epoch, as a taker's does; it returns no
-// slot token, as these slots are running a job.
-func (b *aheadBatcher) take(reqs []*aheadReq) {
+// take makes one round of the moves the slots asked for and queues each
+// slot's jobs. A failed round ends the epoch, as a taker's does; it
+// returns no slot token, as these slots are running a job. A queue
+// believed empty gives none; a failed round trip gives none, and the slot
+// then fetches as usual.
+func (b *aheadBatcher) take(batch []*ahead) {
 	f := b.f
 	cfg := f.cfg
-	if !f.ids.fresh() {
-		return
-	}
 	rd := &b.rd
 	rd.moves = rd.moves[:0]
-	for _, r := range reqs {
+	defer clear(rd.moves)
+	quiet, fresh := cfg.quiet(), f.ids.fresh()
+	for _, a := range batch {
+		r := &a.req
+		a.mu.Lock()
+		r.want, r.prepare = a.want, a.prepare
+		if a.over {
+			r.want = 0
+		}
+		a.mu.Unlock()
+		r.units = r.units[:0]
 		r.from = len(rd.moves)
-		for range r.want {
+		for i := 0; i < r.want && !quiet && fresh; i++ {
 			var m move
-			if !f.planMove(&m, r.a.st, r.a.r) {
+			if !f.planMove(&m, a.st, a.r) {
 				break
 			}
 			rd.moves = append(rd.moves, m)
 		}
 		r.to = len(rd.moves)
 	}
-	defer clear(rd.moves)
-	if len(rd.moves) == 0 {
-		return
+	var err error
+	if len(rd.moves) > 0 {
+		err = b.round(rd)
 	}
-	if b.c == nil {
-		c, err := cfg.dial()
-		if err != nil {
-			cfg.Outage.Failed(err)
-			for _, r := range reqs {
-				r.err = err
-			}
-			return
-		}
-		b.c = c
-	}
-	b.rounds.Add(1)
-	err := f.send(b.c, rd)
-	for _, r := range reqs {
-		r.err = err
+	now := time.Now()
+	for _, a := range batch {
+		r := &a.req
 		for i := r.from; i < r.to; i++ {
 			if m := &rd.moves[i]; m.raw != nil {
 				r.units = append(r.units, f.unit(m))
 			}
 		}
+		a.deliver(r.units, r.want, r.prepare, err, now)
+		clear(r.units)
 	}
+}
+
+// round sends the moves of rd on the batcher's connection.
+func (b *aheadBatcher) round(rd *round) error {
+	f := b.f
+	cfg := f.cfg
+	if b.c == nil {
+		c, err := cfg.dial()
+		if err != nil {
+			cfg.Outage.Failed(err)
+			return err
+		}
+		b.c = c
+	}
+	b.rounds.Add(1)
+	err := f.send(b.c, rd)
 	if err != nil && !isReply(err) {
 		f.drops.Add(1)
 		f.ids.bump() // a move may have run unseen
@@ -436,6 +459,7 @@ func (b *aheadBatcher) take(reqs []*aheadReq) {
 		// master: the next round dials the master of the moment.
 		b.drop()
 	}
+	return err
 }
 
 func (b *aheadBatcher) drop() {
@@ -473,14 +497,24 @@ func (a *ahead) giveBack(all bool) {
 	}
 	units := make([]Unit, n)
 	for i := range n {
-		// Newest first: the requeue script pushes in order, and the last
-		// one pushed is popped first.
-		units[i] = a.q[n-1-i].u
+		units[i] = a.q[i].u
 	}
 	clear(a.q)
 	a.q = a.q[:0]
 	a.mu.Unlock()
 	signal(a.arrived)
+	a.giveBackUnits(units)
+}
+
+// giveBackUnits sends units, oldest first, back to the pop end of their
+// queue in that order (the oldest to be popped first).
+func (a *ahead) giveBackUnits(units []Unit) {
+	if len(units) == 0 {
+		return
+	}
+	// Newest first: the requeue script pushes in order, and the last one
+	// pushed is popped first.
+	slices.Reverse(units)
 	// requeueUnits logs each job it could not give back; the jobs leave
 	// the slot's mirror once the script has run (see Requeue).
 	_, err := requeueUnits(a.f.cfg, units)

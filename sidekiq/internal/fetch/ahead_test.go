@@ -421,3 +421,66 @@ func TestJobsGivenBackKeepTheirPlaceUntilTheirRequeueRan(t *testing.T) {
 	b.mu.Unlock()
 	wait.For(t, "the in-progress list empty", func() bool { return len(b.list(t, list)) == 0 })
 }
+
+// receiveGate holds back, once armed, the first reply read on it until
+// gate is closed, and tells entered when one is waiting.
+type receiveGate struct {
+	redis.Conn
+	armed         *atomic.Bool
+	gate, entered chan struct{}
+}
+
+func (c receiveGate) Receive() (any, error) {
+	if c.armed.CompareAndSwap(true, false) {
+		c.entered <- struct{}{}
+		<-c.gate
+	}
+	return c.Conn.Receive()
+}
+
+// Jobs whose fetch ahead was on its way when the slot went quiet are
+// given back when they arrive: the slot will not take them, and they must
+// not wait in its in-progress list for a recovery.
+func TestJobsArrivingAfterQuietGoBackToTheirQueue(t *testing.T) {
+	t.Parallel()
+	var armed atomic.Bool
+	gate, entered := make(chan struct{}), make(chan struct{}, 1)
+	var open sync.Once
+	b, f, list := aheadBundle(t, "j1", "j2", "j3")
+	dial := b.cfg.Dial
+	b.cfg.Dial = func(ctx context.Context) (redis.Conn, error) {
+		c, err := dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		// Not a redisx connection: the round goes through redigo.
+		return receiveGate{Conn: c, armed: &armed, gate: gate, entered: entered}, nil
+	}
+	f.aheadMaxRun, f.aheadHold, f.aheadDepth = time.Minute, time.Minute, 2
+	b.hook = func(u Unit) {
+		if string(u.Raw) == "j1" {
+			armed.Store(true)
+			require.True(t, u.FetchAhead(nil))
+			select {
+			case <-entered: // j2 and j3 moved, their replies held back
+			case <-time.After(10 * time.Second):
+				t.Error("no fetch ahead")
+			}
+			require.ElementsMatch(t, []string{"j1", "j2", "j3"}, b.list(t, list))
+			close(b.quiet)
+			time.Sleep(50 * time.Millisecond) // the slot's loop sees quiet first
+			open.Do(func() { close(gate) })
+		}
+		f.Finish(u, nil)
+	}
+	b.start(t, f)
+	t.Cleanup(f.Close)
+	t.Cleanup(func() { open.Do(func() { close(gate) }) }) // before the fetch stops
+	wait.For(t, "j2 and j3 back in their queue", func() bool {
+		return len(b.list(t, "queue:default")) == 2 && len(b.list(t, list)) == 0
+	})
+	require.Equal(t, []string{"j3", "j2"}, b.list(t, "queue:default"), "j2 is popped first")
+	b.mu.Lock()
+	require.Equal(t, map[string]int{"j1": 1}, b.runs)
+	b.mu.Unlock()
+}

@@ -115,7 +115,7 @@ func NewReliable(ctx context.Context, cfg *Config) (Fetcher, error) {
 		f.slots[i] = newSlotState(i)
 	}
 	f.life = newReliableLife(cfg, f.ids)
-	f.batcher = aheadBatcher{f: f, reqs: make(chan *aheadReq)}
+	f.batcher = aheadBatcher{f: f, wake: make(chan struct{}, 1)}
 	f.acker = newAcker(cfg, f)
 	f.acker.hold = rideHold
 	f.life.holders = f.held

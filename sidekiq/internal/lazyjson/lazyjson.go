@@ -23,6 +23,24 @@ type Object struct {
 	// Inline holds the first few without an allocation of their own.
 	Members []Member
 	Inline  [12]Member
+	// Keys has the KeyBit of every member's key set, so that Index finds
+	// most absent keys (a job's unique_for, timeout, wrapped…) without a
+	// comparison. 0 when the object was built without it: Index then
+	// compares every key.
+	Keys uint64
+}
+
+// KeyBit is k's bit in Object.Keys: one of 64, from its length and three
+// of its bytes.
+func KeyBit(k string) uint64 {
+	n := len(k)
+	if n == 0 {
+		return 1
+	}
+	h := uint(n)*31 + uint(k[0])
+	h = h*31 + uint(k[n-1])
+	h = h*31 + uint(k[n/2])
+	return 1 << (h & 63)
 }
 
 // Member is a top-level key and the span of its value in Data.
@@ -33,6 +51,9 @@ type Member struct {
 
 // Index returns the position of key k, or -1.
 func (o *Object) Index(k string) int {
+	if o.Keys != 0 && o.Keys&KeyBit(k) == 0 {
+		return -1
+	}
 	for i := range o.Members {
 		if o.Members[i].Key == k {
 			return i
