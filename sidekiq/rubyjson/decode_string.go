@@ -2,18 +2,20 @@ package rubyjson
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"unicode/utf8"
 )
 
-// special8 reports whether one of the eight bytes of x is '"', '\\' or a
-// control character (below 0x20), with the zero-byte tests of "Bit
-// Twiddling Hacks" (haszero, hasless): exact for "some byte is", which is
-// all the caller needs before it looks byte by byte.
-func special8(x uint64) bool {
+// special8 returns a mask with the high bit of each of the eight bytes of
+// x (little-endian) that may be '"', '\\' or a control character (below
+// 0x20), with the zero-byte tests of "Bit Twiddling Hacks" (haszero,
+// hasless): 0 when none is, and when some is, its lowest set bit marks the
+// first that is (a borrow only marks bytes above a true one).
+func special8(x uint64) uint64 {
 	const lo, hi = 0x0101010101010101, 0x8080808080808080
 	q := x ^ (lo * '"')
 	b := x ^ (lo * '\\')
-	return ((q-lo)&^q|(b-lo)&^b|(x-lo*0x20)&^x)&hi != 0
+	return ((q-lo)&^q | (b-lo)&^b | (x-lo*0x20)&^x) & hi
 }
 
 // str reads a string starting at the opening quote.
@@ -24,7 +26,8 @@ func (p *parser) str() (string, error) {
 	// quote, a backslash or a control character (a job's long string
 	// arguments), then byte by byte.
 	for p.pos+8 <= len(p.data) {
-		if special8(binary.LittleEndian.Uint64(p.data[p.pos:])) {
+		if m := special8(binary.LittleEndian.Uint64(p.data[p.pos:])); m != 0 {
+			p.pos += bits.TrailingZeros64(m) / 8 // the first special byte
 			break
 		}
 		p.pos += 8

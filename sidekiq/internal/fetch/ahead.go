@@ -60,7 +60,12 @@ import (
 // without, with less of gojob's and Redis's CPU per job
 // (docs/benchmarks.md). While a slot is idle it does not: the idle slots
 // take the jobs there are, in parallel, rather than one busy slot taking
-// them in turn. (The acknowledgements stay with the acker: riding in the
+// them in turn. The one exception is the moment a taker holds the idle
+// slots' tokens (gathering them, or moving for them) after a round that
+// found jobs: a busy slot may then take a job that an idle one would have,
+// and the job waits aheadHold at most. Counting those slots as idle too
+// cut fetching ahead so much on a busy drain that it lost most of its
+// gain. (The acknowledgements stay with the acker: riding in the
 // batcher's rounds, they halved the write calls but cost more CPU per job
 // and drained slower on the bench.)
 //
@@ -342,6 +347,10 @@ type aheadBatcher struct {
 	wake    chan struct{} // capacity 1: pending grew
 	c       redis.Conn
 	rd      round
+	// taking is since when its round has been on its way (unix
+	// nanoseconds; 0 when none): the jobs it moves are nobody's orphans
+	// until they reach their slots, as a taker's (reliableFetch.taking).
+	taking atomic.Int64
 	// rounds counts the round trips made (tests).
 	rounds atomic.Int64
 }
@@ -447,6 +456,8 @@ func (b *aheadBatcher) round(rd *round) error {
 		b.c = c
 	}
 	b.rounds.Add(1)
+	b.taking.Store(time.Now().UnixNano())
+	defer b.taking.Store(0)
 	err := f.send(b.c, rd)
 	if err != nil && !isReply(err) {
 		f.drops.Add(1)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/internal/wait"
@@ -289,9 +290,12 @@ func TestBusySlotsFetchAheadOnTheirOwn(t *testing.T) {
 	require.Less(t, f.batcher.rounds.Load(), prepared.Load(), "the busy slots' moves share round trips")
 }
 
-// While a slot is idle, no slot fetches ahead on its own: jobs that
-// arrive go to the idle slots and run in parallel, not one after another
-// in a busy slot. Here each job waits until the three run at once.
+// While a slot is idle, no slot fetches ahead on its own: jobs go to the
+// idle slots and run in parallel, not one after another in a busy slot.
+// Here each job waits until the three run at once, and the fourth slot's
+// move finds the queue empty, so the busy ones fetch nothing ahead. (Jobs
+// pushed one by one can meet a busy slot while a taker holds the idle
+// slots' tokens; one it takes then waits aheadHold at most, see ahead.go.)
 func TestNoFetchAheadWhileASlotIsIdle(t *testing.T) {
 	t.Parallel()
 	var prepared atomic.Int64
@@ -307,16 +311,17 @@ func TestNoFetchAheadWhileASlotIsIdle(t *testing.T) {
 		f.Finish(u, nil)
 	}
 	jobs := []string{"j1", "j2", "j3"}
-	b.start(t, f)
-	t.Cleanup(f.Close)
 	for _, j := range jobs {
 		_, err := b.conn.Do("LPUSH", "queue:default", j)
 		require.NoError(t, err)
 	}
+	b.start(t, f)
+	t.Cleanup(f.Close)
 	wait.For(t, "every job processed", func() bool { return b.processed() == len(jobs) })
 	wait.For(t, "the acknowledgements sent", func() bool { return len(b.inProgress(t)) == 0 })
+	// (A busy slot may still send a move that finds the queue empty, in
+	// the moment a taker holds the idle slots' tokens.)
 	require.Zero(t, prepared.Load(), "nothing fetched ahead while a slot was idle")
-	require.Zero(t, f.batcher.rounds.Load())
 }
 
 // A negative Config.AheadDepth turns fetching ahead off, for busy slots
@@ -444,7 +449,7 @@ func (c receiveGate) Receive() (any, error) {
 func TestJobsArrivingAfterQuietGoBackToTheirQueue(t *testing.T) {
 	t.Parallel()
 	var armed atomic.Bool
-	gate, entered := make(chan struct{}), make(chan struct{}, 1)
+	gate, entered, hookDone := make(chan struct{}), make(chan struct{}, 1), make(chan struct{})
 	var open sync.Once
 	b, f, list := aheadBundle(t, "j1", "j2", "j3")
 	dial := b.cfg.Dial
@@ -470,12 +475,14 @@ func TestJobsArrivingAfterQuietGoBackToTheirQueue(t *testing.T) {
 			close(b.quiet)
 			time.Sleep(50 * time.Millisecond) // the slot's loop sees quiet first
 			open.Do(func() { close(gate) })
+			close(hookDone)
 		}
 		f.Finish(u, nil)
 	}
 	b.start(t, f)
 	t.Cleanup(f.Close)
 	t.Cleanup(func() { open.Do(func() { close(gate) }) }) // before the fetch stops
+	<-hookDone                                            // b.conn is the hook's until then
 	wait.For(t, "j2 and j3 back in their queue", func() bool {
 		return len(b.list(t, "queue:default")) == 2 && len(b.list(t, list)) == 0
 	})
@@ -483,4 +490,51 @@ func TestJobsArrivingAfterQuietGoBackToTheirQueue(t *testing.T) {
 	b.mu.Lock()
 	require.Equal(t, map[string]int{"j1": 1}, b.runs)
 	b.mu.Unlock()
+}
+
+// Jobs the batcher has moved but not yet handed to their slot are no
+// orphans: a sweep of the own lists whose two looks fall while the round
+// is on its way leaves them, and each runs once.
+func TestSweepLeavesJobsOfABatcherRoundOnItsWay(t *testing.T) {
+	t.Parallel()
+	var armed atomic.Bool
+	gate, entered := make(chan struct{}), make(chan struct{}, 1)
+	var open sync.Once
+	b, f, list := aheadBundle(t, "j1", "j2", "j3")
+	dial := b.cfg.Dial
+	b.cfg.Dial = func(ctx context.Context) (redis.Conn, error) {
+		c, err := dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return receiveGate{Conn: c, armed: &armed, gate: gate, entered: entered}, nil
+	}
+	f.aheadMaxRun, f.aheadHold, f.aheadDepth = time.Minute, time.Minute, 2
+	life := f.life
+	halt(life)
+	life.sweepDelay = 0
+	life.dropped = func() int64 { return 1 } // a round trip failed: the sweep looks
+	b.hook = func(u Unit) {
+		if string(u.Raw) == "j1" {
+			armed.Store(true)
+			require.True(t, u.FetchAhead(nil))
+			select {
+			case <-entered: // j2 and j3 moved, their replies held back
+			case <-time.After(10 * time.Second):
+				t.Error("no fetch ahead")
+			}
+			inProgress := b.list(t, list)
+			err1 := life.sweepOwn(false) // first look
+			err2 := life.sweepOwn(false) // second look
+			requeued := b.list(t, "queue:default")
+			open.Do(func() { close(gate) })
+			assert.ElementsMatch(t, []string{"j1", "j2", "j3"}, inProgress)
+			assert.NoError(t, err1)
+			assert.NoError(t, err2)
+			assert.Empty(t, requeued, "nothing requeued")
+		}
+		f.Finish(u, nil)
+	}
+	t.Cleanup(func() { open.Do(func() { close(gate) }) }) // before the fetch stops
+	b.runAhead(t, f, list, "j1", "j2", "j3")
 }

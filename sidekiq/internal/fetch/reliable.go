@@ -225,7 +225,7 @@ func (f *reliableFetch) idleSlots() bool { return len(f.idle) > 0 || f.dry.Load(
 // oldestWait returns since when the round or acknowledgement that has
 // waited longest has been on its way (0 when none is).
 func (f *reliableFetch) oldestWait() int64 {
-	oldest := f.acker.waitingSince()
+	oldest := earliest(f.acker.waitingSince(), f.batcher.taking.Load())
 	for i := range f.taking {
 		oldest = earliest(oldest, f.taking[i].Load())
 	}
