@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/callers"
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/internal/fetch"
@@ -88,6 +89,8 @@ type workItem struct {
 	gate ackGate
 	// run is the job as the first extension sees it.
 	run Run
+	// parsed holds job when the processor parsed it (not fetched ahead).
+	parsed wire.Job
 }
 
 const (
@@ -137,6 +140,7 @@ func (p *processor) take(slot int, tid string, u fetch.Unit) *workItem {
 	}
 	// The fetch's reply is this job's own buffer, kept unchanged for its
 	// acknowledgement: the job's strings can share it.
+	w := &workItem{unit: u, tid: tid}
 	var job *wire.Job
 	var err error
 	ahead, _ := u.Prepared.(*preparedAhead)
@@ -146,7 +150,8 @@ func (p *processor) take(slot int, tid string, u fetch.Unit) *workItem {
 	case parsed != nil:
 		job = parsed
 	default:
-		job, err = wire.ParseFetchedJob(u.Raw)
+		job = &w.parsed // in the work item's allocation
+		err = wire.ParseFetchedJobInto(job, u.Raw)
 	}
 	if err != nil {
 		// Unparsable: to the dead set unchanged, no stats (docs/sidekiq-wire.md#unparsable-payloads).
@@ -156,7 +161,7 @@ func (p *processor) take(slot int, tid string, u fetch.Unit) *workItem {
 		p.observe(u.Queue, "", 0, err)
 		return nil
 	}
-	w := &workItem{unit: u, tid: tid, runAt: p.cfg.Clock.Now(), job: job}
+	w.runAt, w.job = p.cfg.Clock.Now(), job
 	w.reg, _ = p.handlerFor(job)
 	lim, limErr := p.limitsOf(job)
 	w.limErr = limErr
@@ -244,7 +249,7 @@ func (p *processor) missedDeadline(w *workItem, err, cause error) error {
 // finish writes a job's outcome: its acknowledgement, an over-limit
 // reschedule, or the retry path; then its metrics and observers.
 func (p *processor) finish(w *workItem, err error) {
-	took := p.cfg.Clock.Now().Sub(w.runAt)
+	took := clock.Since(p.cfg.Clock, w.runAt)
 	if !w.finish() {
 		// Hard shutdown requeued it while it ran; whatever happened is moot.
 		return

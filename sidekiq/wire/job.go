@@ -31,6 +31,10 @@ type Job struct {
 	lz    lazyjson.Object
 	raw   []byte
 	dirty bool
+	// class is a lazy job's "class", read once when it was scanned: the
+	// processor asks for it several times per job. Valid while lazy is
+	// set (the first change decodes the job and clears lazy).
+	class string
 }
 
 // ParseJob decodes a payload. The error is a *rubyjson.SyntaxError for bad
@@ -50,12 +54,25 @@ func ParseJob(data []byte) (*Job, error) {
 // they are read: a job that runs and succeeds is read a few times and
 // never re-encoded.
 func ParseFetchedJob(data []byte) (*Job, error) {
-	j := &Job{raw: data}
+	j := new(Job)
+	if err := ParseFetchedJobInto(j, data); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// ParseFetchedJobInto is ParseFetchedJob into j, which it resets: a Job
+// inside a larger struct costs no allocation of its own. On error j is
+// left empty.
+func ParseFetchedJobInto(j *Job, data []byte) error {
+	*j = Job{raw: data}
 	if err := lazyDec.Scan(&j.lz, data); err != nil {
-		return nil, fmt.Errorf("sidekiq: parse job: %w", err)
+		*j = Job{}
+		return fmt.Errorf("sidekiq: parse job: %w", err)
 	}
 	j.lazy = &j.lz
-	return j, nil
+	j.class, _ = lazyDec.String(j.lazy, "class")
+	return nil
 }
 
 // decoded returns the job's map, decoding a lazy job first (the zero Job's
@@ -165,7 +182,12 @@ func (j *Job) str(key string) string {
 func (j *Job) setStr(key, s string) { j.Set(key, rubyjson.StringValue(s)) }
 
 // Class returns "class".
-func (j *Job) Class() string { return j.str("class") }
+func (j *Job) Class() string {
+	if j.m == nil && j.lazy != nil {
+		return j.class
+	}
+	return j.str("class")
+}
 
 // Args returns "args" (nil when it is missing or not an array).
 func (j *Job) Args() []rubyjson.Value {
