@@ -291,6 +291,7 @@ func (a *acker) send(acks []ack) {
 	}
 	c := a.fc.c
 	var err error
+	sent := time.Now()
 	rw, raw := redisx.Raw(c)
 	if raw {
 		buf := a.out[:0]
@@ -323,7 +324,7 @@ func (a *acker) send(acks []ack) {
 		}
 	}
 	if err == nil {
-		a.fc.ok()
+		a.fc.ok(sent)
 		if len(refused) > 0 {
 			a.fc.close() // a replica now, say: the next one reaches the master
 		}

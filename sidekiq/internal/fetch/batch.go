@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
@@ -101,10 +102,11 @@ func (b *batchFetch) fetch() {
 		args = append(args, Timeout, len(keys)-1)
 		args = append(args, keys[:len(keys)-1]...)
 		args = append(args, "RIGHT", "COUNT", k)
+		sent := time.Now()
 		reply, err := redis.Values(cfg.do(fc.c, "BLMPOP", args...))
 		if errors.Is(err, redis.ErrNil) {
 			giveBack(k)
-			fc.ok()
+			fc.ok(sent)
 			continue
 		}
 		if err != nil {
@@ -114,7 +116,7 @@ func (b *batchFetch) fetch() {
 			}
 			continue
 		}
-		fc.ok()
+		fc.ok(sent)
 		if len(reply) != 2 {
 			giveBack(k)
 			continue

@@ -423,9 +423,9 @@ func (f *conn) refused(err error) bool {
 	return f.cfg.backoff(f.b.Next())
 }
 
-// ok records a successful command.
-func (f *conn) ok() {
-	f.cfg.Outage.OK()
+// ok records the success of a command sent at sent.
+func (f *conn) ok(sent time.Time) {
+	f.cfg.Outage.OKSince(sent)
 	f.health().ok()
 	f.b.Reset()
 }

@@ -205,6 +205,7 @@ func (p *pipes) run(fp *fetchPipe, wg *sync.WaitGroup) {
 		}
 		answered, ok := 0, !cfg.quiet() && p.ready(fp)
 		var err error
+		sent := time.Now()
 		if ok {
 			answered, err = p.round(fp, batch)
 		}
@@ -223,7 +224,7 @@ func (p *pipes) run(fp *fetchPipe, wg *sync.WaitGroup) {
 			fp.inflight.Store(0)
 			ok = fp.fc.failed(err)
 		} else if ok {
-			fp.fc.ok()
+			fp.fc.ok(sent)
 		}
 		if !ok {
 			return
@@ -341,6 +342,7 @@ func (p *pipes) receive(fp *fetchPipe) (any, error) {
 	if fp.waitingSince.Load() == 0 {
 		fp.waitingSince.Store(time.Now().UnixNano())
 	}
+	sent := fp.waitingSince.Load() // at the latest
 	v, err := fp.fc.c.Receive()
 	if err != nil {
 		fp.waitingSince.Store(0)
@@ -353,7 +355,7 @@ func (p *pipes) receive(fp *fetchPipe) (any, error) {
 		fp.waitingSince.Store(0)
 	}
 	p.lastReply.Store(now)
-	p.cfg.Outage.OK() // ends a stall, if one was logged
+	p.cfg.Outage.OKSince(time.Unix(0, sent)) // ends a stall, if one was logged
 	p.cfg.Health.ok()
 	return v, err
 }

@@ -328,6 +328,7 @@ func (f *reliableFetch) taker(taking *atomic.Int64, g *gathering, seed uint64) {
 			continue
 		}
 		rd.acks = f.acker.steal(rd.acks[:0], rideMax, taking)
+		sent := time.Now()
 		err := f.send(fc.c, rd)
 		got := 0
 		for i := range rd.moves {
@@ -369,7 +370,7 @@ func (f *reliableFetch) taker(taking *atomic.Int64, g *gathering, seed uint64) {
 			}
 			continue
 		}
-		fc.ok()
+		fc.ok(sent)
 		full = got == len(slots)
 	}
 }

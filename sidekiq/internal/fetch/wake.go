@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 
@@ -201,6 +202,7 @@ func (qs *queues) watch(q *queueState) {
 		at := q.seen.Load()
 		var v any
 		var err error
+		sent := time.Now()
 		if qs.moveOK {
 			v, err = fc.c.Do("BLMOVE", q.key, q.key, "RIGHT", "RIGHT", wakeTimeout)
 		} else {
@@ -215,7 +217,7 @@ func (qs *queues) watch(q *queueState) {
 			}
 			continue
 		}
-		fc.ok()
+		fc.ok(sent)
 		if v != nil && q.seen.CompareAndSwap(at, at+1) {
 			q.empty.Store(false)
 			qs.wake()

@@ -159,8 +159,10 @@ func (h *Heartbeat) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		sent := time.Now()
 		err := h.Beat(ctx)
 		for i := 0; i < redisx.StaleRetries && redisx.IsConnError(err) && ctx.Err() == nil; i++ {
+			sent = time.Now()
 			err = h.Beat(ctx)
 		}
 		switch {
@@ -169,7 +171,7 @@ func (h *Heartbeat) run(ctx context.Context) {
 		case err != nil && !failing:
 			h.cfg.Logger.Error().Err(err).Str("component", "heartbeat").Msg("heartbeat failed")
 		case err == nil:
-			h.cfg.Outage.OK()
+			h.cfg.Outage.OKSince(sent)
 		}
 		failing = err != nil
 		if i := h.Interval(); i != interval {

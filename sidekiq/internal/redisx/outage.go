@@ -51,6 +51,9 @@ type OutageLog struct {
 	mu    sync.Mutex
 	down  bool
 	since time.Time
+	// failure: the outage under way began with a failure (Failed), not a
+	// stall (see OKSince).
+	failure bool
 	// back is when the last outage ended (OK).
 	back time.Time
 	// isDown mirrors down for OK's lock-free fast path (OK runs for every
@@ -82,6 +85,7 @@ func (o *OutageLog) Failed(err error) {
 	}
 	o.outages.Add(1)
 	o.down = true
+	o.failure = true
 	o.isDown.Store(true)
 	o.since = time.Now()
 	if o.Log != nil {
@@ -160,11 +164,30 @@ func (o *OutageLog) Stalled(d time.Duration) {
 	}
 	o.outages.Add(1)
 	o.down = true
+	o.failure = false
 	o.isDown.Store(true)
 	o.since = time.Now().Add(-d)
 	if o.Log != nil {
 		o.Log.Error().Str("no_reply_for", LogDuration(d)).Str("component", "redis").
 			Msg("redis is not answering; still waiting on its connections (nothing is dropped)")
+	}
+}
+
+// OKSince records the success of a command sent at sent. A command sent
+// before an outage that a failure began says nothing about Redis now: its
+// reply was on its way, read from a buffer after another connection saw
+// Redis go (a killed server's last replies). It ends no such outage, which
+// would log a second one at the next failure. A stall's own commands do
+// end it: Redis answered them.
+func (o *OutageLog) OKSince(sent time.Time) {
+	if !o.isDown.Load() {
+		return
+	}
+	o.mu.Lock()
+	stale := o.down && o.failure && sent.Before(o.since)
+	o.mu.Unlock()
+	if !stale {
+		o.OK()
 	}
 }
 
@@ -256,9 +279,10 @@ func (r *Retrier) Do(f func(redis.Conn) error) error {
 func (r *Retrier) Retry(f func() error) error {
 	var b Backoff
 	for attempt := 1; ; attempt++ {
+		sent := time.Now()
 		err := f()
 		if err == nil {
-			r.Outage.OK()
+			r.Outage.OKSince(sent)
 			return nil
 		}
 		if !(IsConnError(err) || IsTransient(err)) || r.Ctx.Err() != nil {

@@ -121,3 +121,30 @@ func TestStallReportOfACommandFromBeforeTheRecoveryIsNotANewOutage(t *testing.T)
 	require.True(t, o.Down())
 	require.Equal(t, 2, strings.Count(buf.String(), "redis is not answering"), buf.String())
 }
+
+// The success of a command sent before an outage that a failure began is
+// a reply that was already on its way (a killed server's last one, read
+// from a buffer): it does not end the outage, which would log a second
+// one at the next failure. A command sent since does; so do the
+// commands of a stall, which Redis answered.
+func TestSuccessOfACommandFromBeforeAFailureIsNotARecovery(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	o := &OutageLog{Log: ptr(zerolog.New(&buf))}
+	sent := time.Now()
+	time.Sleep(time.Millisecond)
+	o.Failed(errors.New("EOF"))
+	o.OKSince(sent)
+	require.True(t, o.Down(), "a reply on its way before the failure")
+	o.Failed(errors.New("connection refused"))
+	o.OKSince(time.Now())
+	require.False(t, o.Down())
+	require.Equal(t, 1, strings.Count(buf.String(), "redis unavailable"), buf.String())
+	require.Equal(t, 1, strings.Count(buf.String(), "redis is back"), buf.String())
+
+	sent = time.Now()
+	time.Sleep(time.Millisecond)
+	o.Stalled(time.Millisecond / 2) // began after sent
+	o.OKSince(sent)
+	require.False(t, o.Down(), "a stalled command's answer ends the stall")
+}
