@@ -29,3 +29,18 @@ func Within(t testing.TB, timeout time.Duration, what string, cond func() bool) 
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// Until polls cond as For does and reports whether it held within
+// DefaultTimeout, failing nothing: for goroutines other than the test's,
+// which must not stop the test with t.Fatal (a handler the fetch runs,
+// say), and which then report with assert.
+func Until(cond func() bool) bool {
+	deadline := time.Now().Add(DefaultTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
