@@ -438,6 +438,33 @@ func received(t *testing.T, c <-chan struct{}, what string) bool {
 	}
 }
 
+// replyGate is gateReplies': once armed, the first reply read on a
+// connection the fetch dials waits until open.
+type replyGate struct {
+	armed   atomic.Bool
+	gate    chan struct{}
+	entered chan struct{} // a reply is being held back
+	once    sync.Once
+}
+
+func (g *replyGate) open() { g.once.Do(func() { close(g.gate) }) }
+
+// gateReplies wraps the connections b's fetch dials in receiveGates (not
+// redisx connections: their rounds go through redigo). Whoever arms the
+// gate opens it on every path (defer g.open()), or the fetch cannot stop.
+func gateReplies(b *fetchBundle) *replyGate {
+	g := &replyGate{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	dial := b.cfg.Dial
+	b.cfg.Dial = func(ctx context.Context) (redis.Conn, error) {
+		c, err := dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return receiveGate{Conn: c, armed: &g.armed, gate: g.gate, entered: g.entered}, nil
+	}
+	return g
+}
+
 // receiveGate holds back, once armed, the first reply read on it until
 // gate is closed, and tells entered when one is waiting.
 type receiveGate struct {
@@ -459,19 +486,9 @@ func (c receiveGate) Receive() (any, error) {
 // not wait in its in-progress list for a recovery.
 func TestJobsArrivingAfterQuietGoBackToTheirQueue(t *testing.T) {
 	t.Parallel()
-	var armed atomic.Bool
-	gate, entered, hookDone := make(chan struct{}), make(chan struct{}, 1), make(chan struct{})
-	var open sync.Once
+	hookDone := make(chan struct{})
 	b, f, list := aheadBundle(t, "j1", "j2", "j3")
-	dial := b.cfg.Dial
-	b.cfg.Dial = func(ctx context.Context) (redis.Conn, error) {
-		c, err := dial(ctx)
-		if err != nil {
-			return nil, err
-		}
-		// Not a redisx connection: the round goes through redigo.
-		return receiveGate{Conn: c, armed: &armed, gate: gate, entered: entered}, nil
-	}
+	g := gateReplies(b)
 	f.aheadMaxRun, f.aheadHold, f.aheadDepth = time.Minute, time.Minute, 2
 	b.hook = func(u Unit) {
 		if string(u.Raw) == "j1" {
@@ -479,9 +496,9 @@ func TestJobsArrivingAfterQuietGoBackToTheirQueue(t *testing.T) {
 			// opens whatever happens.
 			func() {
 				defer close(hookDone)
-				defer open.Do(func() { close(gate) })
-				armed.Store(true)
-				if !assert.True(t, u.FetchAhead(nil)) || !received(t, entered, "the fetch ahead's replies held back") {
+				defer g.open()
+				g.armed.Store(true)
+				if !assert.True(t, u.FetchAhead(nil)) || !received(t, g.entered, "the fetch ahead's replies held back") {
 					return
 				}
 				assert.True(t, wait.Until(func() bool { return len(b.list(t, list)) == 3 }), "j2 and j3 moved to the in-progress list")
@@ -493,8 +510,7 @@ func TestJobsArrivingAfterQuietGoBackToTheirQueue(t *testing.T) {
 	}
 	b.start(t, f)
 	t.Cleanup(f.Close)
-	t.Cleanup(func() { open.Do(func() { close(gate) }) }) // before the fetch stops
-	<-hookDone                                            // b.conn is the hook's until then
+	<-hookDone // b.conn is the hook's until then
 	wait.For(t, "j2 and j3 back in their queue", func() bool {
 		return len(b.list(t, "queue:default")) == 2 && len(b.list(t, list)) == 0
 	})
@@ -509,18 +525,8 @@ func TestJobsArrivingAfterQuietGoBackToTheirQueue(t *testing.T) {
 // is on its way leaves them, and each runs once.
 func TestSweepLeavesJobsOfABatcherRoundOnItsWay(t *testing.T) {
 	t.Parallel()
-	var armed atomic.Bool
-	gate, entered := make(chan struct{}), make(chan struct{}, 1)
-	var open sync.Once
 	b, f, list := aheadBundle(t, "j1", "j2", "j3")
-	dial := b.cfg.Dial
-	b.cfg.Dial = func(ctx context.Context) (redis.Conn, error) {
-		c, err := dial(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return receiveGate{Conn: c, armed: &armed, gate: gate, entered: entered}, nil
-	}
+	g := gateReplies(b)
 	f.aheadMaxRun, f.aheadHold, f.aheadDepth = time.Minute, time.Minute, 2
 	life := f.life
 	halt(life)
@@ -531,9 +537,9 @@ func TestSweepLeavesJobsOfABatcherRoundOnItsWay(t *testing.T) {
 			// On the slot's goroutine: assert, not require, and the gate
 			// opens whatever happens.
 			func() {
-				defer open.Do(func() { close(gate) })
-				armed.Store(true)
-				if !assert.True(t, u.FetchAhead(nil)) || !received(t, entered, "the fetch ahead's replies held back") {
+				defer g.open()
+				g.armed.Store(true)
+				if !assert.True(t, u.FetchAhead(nil)) || !received(t, g.entered, "the fetch ahead's replies held back") {
 					return
 				}
 				if !assert.True(t, wait.Until(func() bool { return len(b.list(t, list)) == 3 }), "j2 and j3 moved to the in-progress list") {
@@ -546,6 +552,5 @@ func TestSweepLeavesJobsOfABatcherRoundOnItsWay(t *testing.T) {
 		}
 		f.Finish(u, nil)
 	}
-	t.Cleanup(func() { open.Do(func() { close(gate) }) }) // before the fetch stops
 	b.runAhead(t, f, list, "j1", "j2", "j3")
 }

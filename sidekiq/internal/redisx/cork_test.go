@@ -44,16 +44,7 @@ func dialSink(t *testing.T) (redis.Conn, *countingConn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(io.Discard, c); c.Close() }()
-		}
-	}()
+	serveEach(t, ln, discard)
 	var cc *countingConn
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
@@ -134,16 +125,7 @@ func TestRawWritesOnPlainConnectionsOnly(t *testing.T) {
 	cert := selfSigned(t)
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
 	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(io.Discard, c); c.Close() }()
-		}
-	}()
+	serveEach(t, ln, discard)
 	tc, err := DialCorkable(context.Background(), 0, (&net.Dialer{}).DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
 		return redis.DialContext(ctx, "tcp", ln.Addr().String(), append(opts, redis.DialUseTLS(true), redis.DialTLSSkipVerify(true))...)
 	})
@@ -155,6 +137,28 @@ func TestRawWritesOnPlainConnectionsOnly(t *testing.T) {
 	require.False(t, ok, "nor are its replies read past the TLS layer")
 	require.Error(t, tc.(RawWriter).WriteRaw([]byte("*1\r\n$4\r\nPING\r\n")))
 }
+
+// serveEach serves every connection ln accepts with handle, on a goroutine
+// of its own, and closes the connection after; ln closes at the end of
+// the test.
+func serveEach(t *testing.T, ln net.Listener, handle func(c net.Conn)) {
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				handle(c)
+			}()
+		}
+	}()
+}
+
+// discard reads and drops what a connection sends.
+func discard(c net.Conn) { io.Copy(io.Discard, c) }
 
 // selfSigned makes a throwaway certificate for 127.0.0.1.
 func selfSigned(t *testing.T) tls.Certificate {

@@ -143,44 +143,33 @@ func TestReplyReaderKeepsTheReadTimeout(t *testing.T) {
 	require.Error(t, err)
 }
 
-// fakeRedis listens on a free port and answers every command after the
-// first with answer (the first, the dial's, is not sent: redigo sends
-// none without a password or a database).
+// fakeRedis listens on a free port and, on every connection, answers
+// each command it reads with answer.
 func fakeRedis(t *testing.T, answer func(w *bufio.Writer)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	serveEach(t, ln, func(c net.Conn) {
+		rd, w := bufio.NewReader(c), bufio.NewWriter(c)
 		for {
-			c, err := ln.Accept()
+			// One RESP command: *N then N bulk strings.
+			line, err := rd.ReadString('\n')
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				rd, w := bufio.NewReader(c), bufio.NewWriter(c)
-				for {
-					// One RESP command: *N then N bulk strings.
-					line, err := rd.ReadString('\n')
-					if err != nil {
-						return
-					}
-					var n int
-					if _, err := fmt.Sscan(line[1:], &n); err != nil {
-						return
-					}
-					for range 2 * n {
-						if _, err := rd.ReadString('\n'); err != nil {
-							return
-						}
-					}
-					answer(w)
-					w.Flush()
+			var n int
+			if _, err := fmt.Sscan(line[1:], &n); err != nil {
+				return
+			}
+			for range 2 * n {
+				if _, err := rd.ReadString('\n'); err != nil {
+					return
 				}
-			}()
+			}
+			answer(w)
+			w.Flush()
 		}
-	}()
+	})
 	return ln.Addr().String()
 }
 
