@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -152,9 +153,10 @@ func (h *execHandler) Perform(ctx context.Context, job *wire.Job) error {
 	beatW.Close()
 	beats := make(chan struct{})
 	rep := &execReport{h: h, jid: job.JID()}
+	var exited atomic.Bool
 	go func() {
 		defer close(beats)
-		readBeats(ctx, beatR, rep)
+		readBeats(ctx, beatR, rep, &exited)
 	}()
 	if err == nil {
 		err = cmd.Wait()
@@ -162,10 +164,17 @@ func (h *execHandler) Perform(ctx context.Context, job *wire.Job) error {
 	if reaped != nil {
 		<-reaped
 	}
-	// Children the command left behind may hold the write end: closing
-	// the read end ends the reader.
-	beatR.Close()
+	// The reader reads on to the end of what the command wrote (its last
+	// lines, a result, may still be in the pipe), then stops at EOF; or,
+	// when children the command left behind hold the write end, once
+	// nothing more comes for reportDrain (readBeats). Closing the read end
+	// instead could drop those last lines.
+	exited.Store(true)
+	if beatR.SetReadDeadline(time.Now().Add(reportDrain)) != nil {
+		beatR.Close() // not pollable: end the reader the blunt way
+	}
 	<-beats
+	beatR.Close()
 	if ctx.Err() != nil {
 		if rep.written {
 			rep.write(context.Background(), &jobctl.Status{Outcome: "cancelled"})
@@ -189,17 +198,27 @@ func (h *execHandler) Perform(ctx context.Context, job *wire.Job) error {
 	return fmt.Errorf("run %q: %w", h.Command, err)
 }
 
+// reportDrain is how long the fd 4 reader waits, once the command has
+// exited, for more from children that still hold the pipe.
+const reportDrain = 200 * time.Millisecond
+
 // execHeartbeatFD is the command's heartbeat descriptor (ExtraFiles[1];
 // fd 3 is execGuard's).
 const execHeartbeatFD = 4
 
 // readBeats turns every write on the heartbeat pipe into a heartbeat of the
 // job, and every complete line into a report, until the pipe is closed.
-func readBeats(ctx context.Context, r *os.File, rep *execReport) {
+// Once the command has exited, each read waits reportDrain at most: what
+// is in the pipe is read at once, and children the command left holding
+// it do not keep the reader.
+func readBeats(ctx context.Context, r *os.File, rep *execReport, exited *atomic.Bool) {
 	buf := make([]byte, 512)
 	var line []byte
 	long := false // the current line is too long to be a report
 	for {
+		if exited.Load() {
+			r.SetReadDeadline(time.Now().Add(reportDrain))
+		}
 		n, err := r.Read(buf)
 		if n > 0 {
 			sidekiq.Heartbeat(ctx)

@@ -2,12 +2,17 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/internal/wait"
 )
 
 // fd 4 lines are read whole across writes; a line longer than
@@ -21,7 +26,7 @@ func TestReadBeatsReadsReportLines(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		readBeats(context.Background(), r, rep)
+		readBeats(context.Background(), r, rep, new(atomic.Bool))
 	}()
 	writes := []string{
 		`{"outcome":"discard"}` + "\n",
@@ -40,4 +45,35 @@ func TestReadBeatsReadsReportLines(t *testing.T) {
 	r.Close()
 	require.Equal(t, "snooze", rep.out)
 	require.Equal(t, 2500*time.Millisecond, rep.in)
+}
+
+// Everything a command wrote on fd 4 before it exited is read, however far
+// behind the reader is (each report is a Redis write): its last line, the
+// result, is not lost with the pipe. A child the command leaves holding
+// fd 4 delays the job's end by reportDrain, not until the child exits.
+func TestLastReportLinesSurviveTheCommandsExit(t *testing.T) {
+	t.Parallel()
+	rs := redistest.StartWith(t, redistest.Options{TCP: true})
+	pool := rs.Pool(t)
+	w := startWorker(t, rs.URL(), "-c", "2", "--exec",
+		`Many=i=0; while [ $i -lt 2000 ]; do echo '{"progress":0.5}'; i=$((i+1)); done >&4; echo '{"result":{"last":true}}' >&4`,
+		"--exec", `Orphan=echo '{"result":{"left":1}}' >&4; sleep 30 >/dev/null 2>&1 &`)
+	w.identity(t)
+	for _, c := range []struct{ class, result string }{{"Many", `{"last":true}`}, {"Orphan", `{"left":1}`}} {
+		jid := pushOne(t, pool, c.class)
+		start := time.Now()
+		var v jobView
+		wait.Within(t, 30*time.Second, c.class+"'s outcome", func() bool {
+			out, _, code := runBinary(t, "job", "-r", rs.URL(), "--json", jid)
+			if code != 0 {
+				return false
+			}
+			require.NoError(t, json.Unmarshal([]byte(out), &v))
+			return v.Status != nil && v.Status.Outcome == "success"
+		})
+		require.JSONEq(t, c.result, string(v.Status.Result), c.class)
+		if c.class == "Orphan" {
+			require.Less(t, time.Since(start), 10*time.Second, "the job ended without waiting for the child")
+		}
+	}
 }
