@@ -230,7 +230,9 @@ func TestGroupCommitGathersNoLongerThanTheLastGroupTook(t *testing.T) {
 	if _, err := g.do(context.Background(), lockOp("b0")); err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took < 100*time.Millisecond || took > 2*time.Second {
+	// The gathering is counted from the end of the last group, which the
+	// writer sees a moment before start.
+	if took := time.Since(start); took < 90*time.Millisecond || took > 2*time.Second {
 		t.Fatalf("the lock took %v, want the last group's 100ms of gathering", took)
 	}
 	if groups := f.groupsSeen(); len(groups) != 2 || len(groups[1]) != 1 {
