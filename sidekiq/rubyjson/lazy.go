@@ -1,6 +1,7 @@
 package rubyjson
 
 import (
+	"strings"
 	"unsafe"
 
 	"github.com/gojob/gojob/sidekiq/internal/lazyjson"
@@ -93,11 +94,13 @@ func scanLazyObject(l *lazyjson.Object, p *parser) error {
 			return err
 		}
 		m := lazyjson.Member{Key: k, Start: int32(start), End: int32(p.pos)}
-		if i := l.Index(k); i >= 0 {
+		if bit := lazyjson.KeyBit(k); l.Keys&bit == 0 {
+			l.Members = append(l.Members, m) // a key not seen yet
+			l.Keys |= bit
+		} else if i := l.Index(k); i >= 0 {
 			l.Members[i] = m
 		} else {
 			l.Members = append(l.Members, m)
-			l.Keys |= lazyjson.KeyBit(k)
 		}
 		p.skipSpace()
 		if p.pos >= len(p.data) {
@@ -230,6 +233,9 @@ func lazyString(l *lazyjson.Object, k string) (string, bool) {
 	m := l.Members[i]
 	if m.End-m.Start < 2 || l.Data[m.Start] != '"' {
 		return "", false
+	}
+	if s := l.Src[m.Start+1 : m.End-1]; strings.IndexByte(s, '\\') < 0 {
+		return s, true // checked by the scan, and nothing to unescape
 	}
 	p := parser{data: l.Data[:m.End], src: l.Src[:m.End], pos: int(m.Start)}
 	s, err := p.str()

@@ -65,7 +65,8 @@ func ParseFetchedJob(data []byte) (*Job, error) {
 // inside a larger struct costs no allocation of its own. On error j is
 // left empty.
 func ParseFetchedJobInto(j *Job, data []byte) error {
-	*j = Job{raw: data}
+	// Field by field: the scan resets lz, the bulk of a Job.
+	j.m, j.lazy, j.raw, j.dirty, j.class = nil, nil, data, false, ""
 	if err := lazyDec.Scan(&j.lz, data); err != nil {
 		*j = Job{}
 		return fmt.Errorf("sidekiq: parse job: %w", err)
@@ -143,6 +144,12 @@ func (j *Job) Clone() *Job {
 // Get returns any field.
 func (j *Job) Get(key string) (rubyjson.Value, bool) {
 	if j.m == nil && j.lazy != nil {
+		// An absent key (most lookups on the run path: unique_until,
+		// limit…) is answered here: the decoder's (Value, bool) result
+		// comes back through memory in a way that stalls the CPU.
+		if !j.lazy.Has(key) {
+			return rubyjson.Value{}, false
+		}
 		return lazyDec.Get(j.lazy, key)
 	}
 	return j.m.Get(key)

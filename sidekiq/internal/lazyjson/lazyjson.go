@@ -20,9 +20,11 @@ type Object struct {
 	Src  string
 	// Members are in order of first appearance (a repeated key keeps its
 	// first position and its last value, as rubyjson.ParseObject does);
-	// Inline holds the first few without an allocation of their own.
+	// Inline holds the first eight without an allocation of their own:
+	// the keys of a job as Sidekiq and ActiveJob push it (a retried job's
+	// error fields take one more allocation, on the retry path).
 	Members []Member
-	Inline  [12]Member
+	Inline  [8]Member
 	// Keys has the KeyBit of every member's key set, so that Index finds
 	// most absent keys (a job's unique_for, timeout, wrapped…) without a
 	// comparison. 0 when the object was built without it: Index then
