@@ -91,7 +91,11 @@ func (r *Run) HoldAck() (release func(), ok bool) {
 	if r.w == nil || !r.p.cfg.Fetch.reliable() {
 		return nil, false
 	}
-	g := &r.w.gate
+	g := r.w.gate.Load()
+	if g == nil {
+		r.w.gate.CompareAndSwap(nil, new(ackGate)) // a racing HoldAck's may win
+		g = r.w.gate.Load()
+	}
 	g.add()
 	var once atomic.Bool
 	return func() {

@@ -85,8 +85,10 @@ type workItem struct {
 	ctx    jobCtx
 	cancel context.CancelCauseFunc
 	// gate is where an extension may hold back the acknowledgement of a
-	// success (Run.HoldAck); reliable fetches only.
-	gate ackGate
+	// success (Run.HoldAck); reliable fetches only. It is made by the
+	// first HoldAck: most jobs never need one, and a work item is
+	// allocated per job.
+	gate atomic.Pointer[ackGate]
 	// run is the job as the first extension sees it.
 	run Run
 	// parsed holds job when the processor parsed it (not fetched ahead).
@@ -284,7 +286,8 @@ func (p *processor) finish(w *workItem, err error) {
 // once the extension releases it.
 func (p *processor) ack(w *workItem) {
 	u := w.unit
-	if !w.gate.heldBack() {
+	g := w.gate.Load()
+	if g == nil || !g.heldBack() {
 		p.fetcher.Finish(u, nil)
 		return
 	}
@@ -292,7 +295,7 @@ func (p *processor) ack(w *workItem) {
 		u = d.Defer(u) // still held for the fetch's own-list sweep
 	}
 	p.held.Add(1)
-	if !w.gate.hold(p, u) {
+	if !g.hold(p, u) {
 		p.ackHeld([]fetch.Unit{u})
 	}
 }
