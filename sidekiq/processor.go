@@ -110,21 +110,33 @@ func (w *workItem) abandon() bool { return w.state.CompareAndSwap(workRunning, w
 func (w *workItem) finish() bool { return w.state.CompareAndSwap(workRunning, workFinished) }
 
 // process runs one fetched job to completion: take, run, finish.
-func (p *processor) process(slot int, tid string, u fetch.Unit) {
+// It returns how long the job ran in real time (the fetch paces its
+// fetching ahead by it): the duration finish measured on the system
+// clock, without another reading; on a test's clock, a reading of the
+// system clock's own.
+func (p *processor) process(slot int, tid string, u fetch.Unit) time.Duration {
+	var realStart time.Time
+	if !clock.IsSystem(p.cfg.Clock) {
+		realStart = time.Now()
+	}
 	if !p.caps.enter(u.Queue) {
 		// Its queue runs its cap (queue_concurrency.go): back to the pop
 		// end of the queue, not started, as a job of a paused queue.
 		p.fetcher.Requeue([]fetch.Unit{u})
-		return
+		return 0
 	}
 	defer p.caps.leave(u.Queue)
 	w := p.take(slot, tid, u)
 	if w == nil {
-		return
+		return 0
 	}
 	defer p.leave(slot)
 	err := p.run(w)
-	p.finish(w, err)
+	took := p.finish(w, err)
+	if !realStart.IsZero() {
+		return time.Since(realStart)
+	}
+	return took
 }
 
 // take parses a fetched job and gives it its slot. It returns nil for a
@@ -163,7 +175,7 @@ func (p *processor) take(slot int, tid string, u fetch.Unit) *workItem {
 		p.observe(u.Queue, "", 0, err)
 		return nil
 	}
-	w.runAt, w.job = p.cfg.Clock.Now(), job
+	w.runAt, w.job = clock.Stamp(p.cfg.Clock), job
 	w.reg, _ = p.handlerFor(job)
 	lim, limErr := p.limitsOf(job)
 	w.limErr = limErr
@@ -249,12 +261,13 @@ func (p *processor) missedDeadline(w *workItem, err, cause error) error {
 }
 
 // finish writes a job's outcome: its acknowledgement, an over-limit
-// reschedule, or the retry path; then its metrics and observers.
-func (p *processor) finish(w *workItem, err error) {
-	took := clock.Since(p.cfg.Clock, w.runAt)
+// reschedule, or the retry path; then its metrics and observers. It
+// returns how long the job ran.
+func (p *processor) finish(w *workItem, err error) (took time.Duration) {
+	took = clock.Since(p.cfg.Clock, w.runAt)
 	if !w.finish() {
 		// Hard shutdown requeued it while it ran; whatever happened is moot.
-		return
+		return took
 	}
 	job, u := w.job, w.unit
 	snoozed := err != nil && isSnooze(err)
@@ -280,6 +293,7 @@ func (p *processor) finish(w *workItem, err error) {
 		p.counters.Add(1, 1)
 		p.handleFailure(u, job, w.reg, err)
 	}
+	return took
 }
 
 // ack acknowledges a success, now or, when an extension holds it back,

@@ -10,8 +10,10 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/wait"
+	"github.com/gojob/gojob/sidekiq/internal/fetch"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -81,5 +83,52 @@ func TestActiveJobPayloadsRunTheirJobClass(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("ActiveJob payload with %s did not run", wrapper)
 		}
+	}
+}
+
+// finishedFetcher is a fetch.Fetcher that records what the processor
+// finishes and starts nothing.
+type finishedFetcher struct {
+	mu       sync.Mutex
+	finished []string
+}
+
+func (f *finishedFetcher) Start()                     {}
+func (f *finishedFetcher) Wait()                      {}
+func (f *finishedFetcher) Close()                     {}
+func (f *finishedFetcher) Depth() int                 { return 1 }
+func (f *finishedFetcher) Requeue([]fetch.Unit) error { return nil }
+func (f *finishedFetcher) Finish(u fetch.Unit, o *fetch.Outcome) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.finished = append(f.finished, string(u.Raw))
+	return nil
+}
+
+// The fetch paces its fetching ahead by how long a slot's jobs run, which
+// the processor reports: in real time, also on a test's clock that does
+// not move while the job runs; nothing for a job that did not run.
+func TestProcessReportsHowLongTheJobRan(t *testing.T) {
+	t.Parallel()
+	for _, system := range []bool{false, true} {
+		cfg := ServerConfig{}
+		if system {
+			cfg.Clock = clock.Or(nil)
+		}
+		b := newTestServer(t, cfg)
+		b.srv.HandleFunc("Sleeps", func(ctx context.Context, job *wire.Job) error {
+			time.Sleep(30 * time.Millisecond)
+			return nil
+		})
+		f := &finishedFetcher{}
+		b.srv.proc.fetcher = f
+		raw := []byte(`{"retry":true,"queue":"default","class":"Sleeps","args":[],"jid":"s1"}`)
+		ran := b.srv.proc.process(0, "tid", fetch.Unit{Queue: "default", Raw: raw})
+		require.GreaterOrEqual(t, ran, 30*time.Millisecond, "system clock: %v", system)
+		require.Less(t, ran, time.Minute)
+		require.Equal(t, []string{string(raw)}, f.finished)
+
+		ran = b.srv.proc.process(0, "tid", fetch.Unit{Queue: "default", Raw: []byte(`{"class":`)})
+		require.Zero(t, ran, "an unparsable job does not run")
 	}
 }

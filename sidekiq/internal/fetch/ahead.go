@@ -197,12 +197,6 @@ func (f *reliableFetch) aheadDepthAfter(lastRun time.Duration) int {
 	return min(max(int(f.aheadHold/2/lastRun), 1), f.aheadDepth)
 }
 
-// monotonic is the time since the package started, read from the
-// monotonic clock alone (time.Now reads the wall clock too).
-func monotonic() time.Duration { return time.Since(clockBase) }
-
-var clockBase = time.Now()
-
 func signal(c chan struct{}) {
 	select {
 	case c <- struct{}{}:
@@ -222,9 +216,7 @@ func (a *ahead) process(slot int, tid string, u Unit) {
 			a.request(f.cfg.Prepare) // the job may still call FetchAhead
 		}
 	}
-	start := monotonic()
-	a.f.cfg.Process(slot, tid, u)
-	a.lastRun = monotonic() - start
+	a.lastRun = a.f.cfg.Process(slot, tid, u)
 	a.armed.Store(false)
 }
 

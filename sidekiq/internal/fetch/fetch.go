@@ -113,8 +113,11 @@ type Config struct {
 	// Quiet is closed when the server goes quiet: slots stop fetching.
 	Quiet <-chan struct{}
 	// Process runs one job to completion in slot (0 to Concurrency-1),
-	// whose thread id is tid.
-	Process func(slot int, tid string, u Unit)
+	// whose thread id is tid, and returns how long the job ran (0 when it
+	// did not run): the reliable fetch fetches ahead for slots whose jobs
+	// are short. The processor times its jobs anyway; the fetch reads no
+	// clock of its own per job.
+	Process func(slot int, tid string, u Unit) time.Duration
 	// Writes carries the requeues through an outage.
 	Writes *redisx.Retrier
 	// Outage is told about fetch connection failures.

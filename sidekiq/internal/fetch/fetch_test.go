@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/rs/zerolog"
@@ -59,7 +60,8 @@ func newFetchBundle(t *testing.T, rs *redistest.Server, mod func(*Config)) *fetc
 		Concurrency: 4,
 		Pipeline:    DefaultPipeline,
 		Quiet:       b.quiet,
-		Process: func(_ int, tid string, u Unit) {
+		Process: func(_ int, tid string, u Unit) time.Duration {
+			start := time.Now()
 			b.mu.Lock()
 			b.runs[string(u.Raw)]++
 			hook := b.hook
@@ -67,6 +69,7 @@ func newFetchBundle(t *testing.T, rs *redistest.Server, mod func(*Config)) *fetc
 			if hook != nil {
 				hook(u)
 			}
+			return time.Since(start)
 		},
 		Writes: &redisx.Retrier{Pool: pool, Ctx: writes, Outage: outage},
 		Outage: outage,
