@@ -13,10 +13,15 @@ func TestLazyAgreesWithParseObject(t *testing.T) {
 		`{}`, ` { } `, `{"a":1}`, `{"a":1,"b":[1,2,{"c":"d"}],"e":"f\u00e9\n","g":null,"h":true,"i":false,"j":-1.5e3}`,
 		`{"a":1,"a":2}`, `{"k":{"x":{"y":[[[]]]}}}`, `{"s":"` + strings.Repeat("x", 3000) + `\"q\""}`,
 		`{"class":"Job","args":[1,"two",{"three":3}],"jid":"0123456789abcdef01234567","retry":true}`,
+		// Left by scanFlat part way, accepted.
+		`{"a":1,"b" :2}`, `{"a":1 }`, `{"a\u0062":1,"c":"d"}`, `{"a":"x","b":"\\y"}`, `{"a":1,"a":2,"b":[1],"a":3}`,
+		`{"t":true,"f":false,"n":null,"z":0,"m":-0.5e-3,"o":{},"l":[]}`, `{"long":"` + strings.Repeat("y", 17) + `\u00e9"}`,
 		// Refused.
 		``, `[]`, `"s"`, `1`, `{`, `{"a"}`, `{"a":}`, `{"a":1,}`, `{"a":1]`, `{"a":[1,}`, `{"a":"` + "\x01" + `"}`,
 		`{"a":tru}`, `{"a":01}`, `{"a":1} x`, `{"a":"\u12"}`, `{"a":` + strings.Repeat("[", 101) + strings.Repeat("]", 101) + `}`,
 		`{a:1}`, `{"a":1 "b":2}`, `{"a":-}`,
+		`{"a":1,"b":nul}`, `{"a":fals}`, `{"a":"x` + "\n" + `y"}`, `{"a":"` + strings.Repeat("z", 20), `{"a":`, `{"a":1`,
+		`{"a":1,"b":[1,2}`, `{"a":"x"]`, `{"abcdefghijklmnop`, `{"a":truex}`,
 	}
 	for _, d := range docs {
 		want, werr := parseObjectShared([]byte(d))
