@@ -100,6 +100,50 @@ type aheadJob struct {
 	until time.Time
 }
 
+// aheadQueue is a slot's jobs fetched ahead, oldest first. It pops from
+// the front by moving an index, so that a pop moves no job (a slot holds
+// up to aheadDepth, and a job pops for every one that runs).
+type aheadQueue struct {
+	jobs []aheadJob
+	head int
+}
+
+func (q *aheadQueue) len() int { return len(q.jobs) - q.head }
+
+// oldest is the job the next pop returns; the queue is not empty.
+func (q *aheadQueue) oldest() *aheadJob { return &q.jobs[q.head] }
+
+func (q *aheadQueue) push(j aheadJob) {
+	if q.head > 0 && len(q.jobs) == cap(q.jobs) {
+		n := copy(q.jobs, q.jobs[q.head:]) // reuse the popped room
+		clear(q.jobs[n:])
+		q.jobs, q.head = q.jobs[:n], 0
+	}
+	q.jobs = append(q.jobs, j)
+}
+
+// pop removes and returns the oldest job; the queue is not empty.
+func (q *aheadQueue) pop() Unit {
+	u := q.jobs[q.head].u
+	q.jobs[q.head] = aheadJob{}
+	q.head++
+	if q.head == len(q.jobs) {
+		q.jobs, q.head = q.jobs[:0], 0
+	}
+	return u
+}
+
+// drain removes and returns every job, oldest first.
+func (q *aheadQueue) drain() []Unit {
+	units := make([]Unit, q.len())
+	for i := range units {
+		units[i] = q.jobs[q.head+i].u
+	}
+	clear(q.jobs)
+	q.jobs, q.head = q.jobs[:0], 0
+	return units
+}
+
 // ahead is one reliable slot's fetch ahead.
 type ahead struct {
 	f  *reliableFetch
@@ -112,7 +156,7 @@ type ahead struct {
 
 	mu sync.Mutex
 	// q is the jobs fetched and prepared, oldest first.
-	q []aheadJob
+	q aheadQueue
 	// want is the fetches asked for that the batcher has not answered;
 	// next waits for them rather than fetch on its own.
 	want    int
@@ -168,7 +212,7 @@ func (a *ahead) request(prepare func(next *Unit)) bool {
 		return false
 	}
 	a.prepare = prepare
-	n := a.f.aheadDepthAfter(a.lastRun) - len(a.q) - a.want
+	n := a.f.aheadDepthAfter(a.lastRun) - a.q.len() - a.want
 	if n > 0 {
 		a.want += n
 	}
@@ -225,9 +269,8 @@ func (a *ahead) process(slot int, tid string, u Unit) {
 func (a *ahead) next() (Unit, bool) {
 	for {
 		a.mu.Lock()
-		if len(a.q) > 0 {
-			u := a.q[0].u
-			a.q = slices.Delete(a.q, 0, 1)
+		if a.q.len() > 0 {
+			u := a.q.pop()
 			a.mu.Unlock()
 			return u, true
 		}
@@ -275,9 +318,9 @@ func (a *ahead) loop() {
 		}
 		a.giveBack(false)
 		a.mu.Lock()
-		a.timed = len(a.q) > 0
+		a.timed = a.q.len() > 0
 		if a.timed {
-			timer.Reset(time.Until(a.q[0].until))
+			timer.Reset(time.Until(a.q.oldest().until))
 		}
 		a.mu.Unlock()
 	}
@@ -306,7 +349,7 @@ func (a *ahead) deliver(units []Unit, want int, prepare func(*Unit), err error, 
 		return
 	}
 	for _, u := range units {
-		a.q = append(a.q, aheadJob{u: u, until: now.Add(a.f.aheadHold)})
+		a.q.push(aheadJob{u: u, until: now.Add(a.f.aheadHold)})
 	}
 	kick := len(units) > 0 && !a.timed
 	a.mu.Unlock()
@@ -490,20 +533,14 @@ func (a *ahead) giveBack(all bool) {
 	if all {
 		a.want = 0
 	}
-	n := len(a.q)
-	if n == 0 || !all && a.q[0].until.After(time.Now()) {
+	if a.q.len() == 0 || !all && a.q.oldest().until.After(time.Now()) {
 		a.mu.Unlock()
 		if all {
 			signal(a.arrived) // want is 0: next waits no more
 		}
 		return
 	}
-	units := make([]Unit, n)
-	for i := range n {
-		units[i] = a.q[i].u
-	}
-	clear(a.q)
-	a.q = a.q[:0]
+	units := a.q.drain()
 	a.mu.Unlock()
 	signal(a.arrived)
 	a.giveBackUnits(units)

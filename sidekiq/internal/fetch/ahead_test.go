@@ -554,3 +554,41 @@ func TestSweepLeavesJobsOfABatcherRoundOnItsWay(t *testing.T) {
 	}
 	b.runAhead(t, f, list, "j1", "j2", "j3")
 }
+
+// A slot's queue of jobs fetched ahead pops them in the order they were
+// pushed, however pushes and pops interleave, and reuses its room when it
+// never empties.
+func TestAheadQueueKeepsItsOrder(t *testing.T) {
+	var q aheadQueue
+	var want []string
+	pushed, popped := 0, 0
+	push := func() {
+		q.push(aheadJob{u: Unit{Raw: []byte(fmt.Sprint(pushed))}})
+		want = append(want, fmt.Sprint(pushed))
+		pushed++
+	}
+	for range 3 {
+		push()
+	}
+	for round := range 300 {
+		k := round%2 + 1
+		for range k {
+			push()
+		}
+		for range k {
+			require.Equal(t, want[popped], string(q.oldest().u.Raw))
+			require.Equal(t, want[popped], string(q.pop().Raw))
+			popped++
+		}
+		require.Equal(t, 3, q.len())
+		require.LessOrEqual(t, cap(q.jobs), 16, "the popped room is reused")
+	}
+	rest := q.drain()
+	require.Len(t, rest, 3)
+	for i, u := range rest {
+		require.Equal(t, want[popped+i], string(u.Raw))
+	}
+	require.Zero(t, q.len())
+	push()
+	require.Equal(t, want[pushed-1], string(q.pop().Raw))
+}
