@@ -59,7 +59,8 @@ $JOBS no-op jobs at concurrency 25) and gives each mode's median and lowest
 round; the ratios are to \`basic\` (Sidekiq's BasicFetch) in the same round.
 Commands per job count every Redis command while draining (INFO
 commandstats); CPU per job is gojob's own (getrusage) and redis-server's
-(INFO cpu); pickup p99 is push to start of single jobs pushed to the last
+(INFO cpu), and their ratio is taken round by round (median and highest
+round); pickup p99 is push to start of single jobs pushed to the last
 queue while the slots are idle.
 
 ## Fetch modes

@@ -77,6 +77,35 @@ func TestDurableBenchReportsThePlainRunsCPU(t *testing.T) {
 	}
 }
 
+// A comparison of fetch modes reports, per mode, the medians over its
+// rounds and gojob's CPU per job over Redis's, taken round by round.
+func TestBenchComparisonReportsTheCPURatioPerRound(t *testing.T) {
+	// Not parallel: see the note on runGojob.
+	srv := redistest.StartWith(t, redistest.Options{TCP: true})
+	out, errOut, code := runGojob(t, "bench", "-r", srv.URL(), "-n", "1000", "-c", "4", "--latency-jobs", "5",
+		"--fetch", "reliable,basic", "--rounds", "3", "--json")
+	require.Equal(t, 0, code, errOut)
+	var cmp Comparison
+	require.NoError(t, json.Unmarshal([]byte(out), &cmp))
+	require.Len(t, cmp.Rounds, 3)
+	require.Len(t, cmp.Summary, 2)
+	for i, s := range cmp.Summary {
+		var ratios []float64
+		for _, round := range cmp.Rounds {
+			ratios = append(ratios, round[i].CPUPerJobUS/round[i].RedisCPUPerJobUS)
+		}
+		slices.Sort(ratios)
+		require.InDelta(t, ratios[1], s.CPURatio, 1e-9, s.Fetch)
+		require.InDelta(t, ratios[2], s.HighestCPURatio, 1e-9, s.Fetch)
+	}
+	require.Equal(t, 1.0, cmp.Summary[1].Ratio, "basic is the base")
+
+	out, errOut, code = runGojob(t, "bench", "-r", srv.URL(), "-n", "500", "-c", "4", "--latency-jobs", "5",
+		"--fetch", "reliable,basic", "--rounds", "1")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "| cpu gojob/redis (median, highest) |")
+}
+
 // Bad flag values are usage errors (exit 2) before Redis is reached, an
 // unreachable Redis is 3, as for gojob's other commands.
 func TestBenchUsageErrors(t *testing.T) {

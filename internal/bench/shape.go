@@ -122,7 +122,11 @@ type Summary struct {
 	RedisCalls       float64 `json:"median_redis_commands_per_job"`
 	CPUPerJobUS      float64 `json:"median_cpu_us_per_job"`
 	RedisCPUPerJobUS float64 `json:"median_redis_cpu_us_per_job"`
-	LatencyP99ms     float64 `json:"median_pickup_latency_p99_ms"`
+	// CPURatio is gojob's CPU per job over Redis's, taken round by round
+	// (both move with the machine's pace): the median and the highest.
+	CPURatio        float64 `json:"median_cpu_ratio"`
+	HighestCPURatio float64 `json:"highest_cpu_ratio"`
+	LatencyP99ms    float64 `json:"median_pickup_latency_p99_ms"`
 }
 
 // runBenchComparison runs each mode once per round, the order turned
@@ -158,13 +162,16 @@ func runBenchComparison(c *ucli.Context, pool *redis.Pool, spec benchSpec, modes
 	}
 	base := len(modes) - 1
 	for i, m := range modes {
-		var jps, ratio, calls, cpu, rcpu, p99 []float64
+		var jps, ratio, calls, cpu, rcpu, cpuRatio, p99 []float64
 		for _, round := range out.Rounds {
 			jps = append(jps, round[i].JobsPerSec)
 			ratio = append(ratio, round[i].JobsPerSec/round[base].JobsPerSec)
 			calls = append(calls, round[i].RedisCalls)
 			cpu = append(cpu, round[i].CPUPerJobUS)
 			rcpu = append(rcpu, round[i].RedisCPUPerJobUS)
+			if round[i].RedisCPUPerJobUS > 0 {
+				cpuRatio = append(cpuRatio, round[i].CPUPerJobUS/round[i].RedisCPUPerJobUS)
+			}
 			p99 = append(p99, round[i].LatencyP99ms)
 		}
 		s := Summary{Fetch: m.String()}
@@ -173,6 +180,10 @@ func runBenchComparison(c *ucli.Context, pool *redis.Pool, spec benchSpec, modes
 		s.RedisCalls, _ = median(calls)
 		s.CPUPerJobUS, _ = median(cpu)
 		s.RedisCPUPerJobUS, _ = median(rcpu)
+		s.CPURatio, _ = median(cpuRatio)
+		if len(cpuRatio) > 0 {
+			s.HighestCPURatio = slices.Max(cpuRatio)
+		}
 		s.LatencyP99ms, _ = median(p99)
 		out.Summary = append(out.Summary, s)
 	}
@@ -181,10 +192,10 @@ func runBenchComparison(c *ucli.Context, pool *redis.Pool, spec benchSpec, modes
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}
-	fmt.Fprintf(w, "\n| fetch | jobs/s (median, lowest) | vs %s (median, lowest) | cmds/job | cpu µs/job gojob, redis | pickup p99 ms |\n|---|---|---|---|---|---|\n", modes[base])
+	fmt.Fprintf(w, "\n| fetch | jobs/s (median, lowest) | vs %s (median, lowest) | cmds/job | cpu µs/job gojob, redis | cpu gojob/redis (median, highest) | pickup p99 ms |\n|---|---|---|---|---|---|---|\n", modes[base])
 	for _, s := range out.Summary {
-		fmt.Fprintf(w, "| %s | %.0f, %.0f | %.2fx, %.2fx | %.2f | %.1f, %.1f | %.2f |\n", s.Fetch, s.JobsPerSec, s.LowestJobsPerSec,
-			s.Ratio, s.LowestRatio, s.RedisCalls, s.CPUPerJobUS, s.RedisCPUPerJobUS, s.LatencyP99ms)
+		fmt.Fprintf(w, "| %s | %.0f, %.0f | %.2fx, %.2fx | %.2f | %.1f, %.1f | %.2fx, %.2fx | %.2f |\n", s.Fetch, s.JobsPerSec, s.LowestJobsPerSec,
+			s.Ratio, s.LowestRatio, s.RedisCalls, s.CPUPerJobUS, s.RedisCPUPerJobUS, s.CPURatio, s.HighestCPURatio, s.LatencyP99ms)
 	}
 	return nil
 }
