@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -186,4 +187,46 @@ func TestAcknowledgementQueuedAfterAStealIsHeldForItsOwnHold(t *testing.T) {
 	// A slow machine only makes this later.
 	require.GreaterOrEqual(t, time.Since(queued), hold-hold/8,
 		"the acknowledger sent it before its own hold ended")
+}
+
+// A backlog of acknowledgements is taken in batches in its order, while
+// more are added, without moving the ones left at each take (a backlog
+// made the acknowledger's CPU grow with its square) and reusing the room
+// taken.
+func TestAcknowledgementBacklogIsTakenInOrder(t *testing.T) {
+	t.Parallel()
+	a := newAcker(&Config{}, nil)
+	a.hold = time.Hour // not started: only this test takes
+	added, taken := 0, 0
+	add := func(n int) {
+		batch := make([]ack, n)
+		for i := range batch {
+			batch[i] = ack{list: "l", raw: []byte(strconv.Itoa(added))}
+			added++
+		}
+		require.NoError(t, a.addMany(batch))
+	}
+	add(3 * ackBatch)
+	var buf []ack
+	for round := range 50 {
+		add(ackBatch + round%7)
+		buf = a.take(buf[:0], ackBatch)
+		require.Len(t, buf, ackBatch)
+		for _, k := range buf {
+			require.Equal(t, strconv.Itoa(taken), string(k.raw))
+			taken++
+		}
+		a.mu.Lock()
+		pending, room := a.pendingLocked(), cap(a.queued)
+		a.mu.Unlock()
+		require.Equal(t, added-taken, pending)
+		require.LessOrEqual(t, room, 8*ackBatch, "the taken room is reused")
+	}
+	for a.waitingSince() != 0 {
+		for _, k := range a.take(buf[:0], ackBatch) {
+			require.Equal(t, strconv.Itoa(taken), string(k.raw))
+			taken++
+		}
+	}
+	require.Equal(t, added, taken)
 }
