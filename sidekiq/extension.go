@@ -65,8 +65,8 @@ type Run struct {
 // the jobs wait in the process's in-progress list, where a crash leaves
 // them recoverable, and go back to the pop end of their queue when the
 // server goes quiet or when the slot has not taken the oldest within 25
-// ms. A slot holds at most ServerConfig.FetchAhead jobs ahead (eight by
-// default), fewer when its last job took more than 1.5 ms, fetches ahead
+// ms. A slot holds at most ServerConfig.FetchAhead jobs ahead (sixteen by
+// default), fewer when its last job took more than 0.75 ms, fetches ahead
 // only when its last job took less than 5 ms, and never blocks for one (sidekiq/internal/fetch/ahead.go). It
 // reports whether the slot fetches ahead; a second call for the same job,
 // or a call from Prepare, does nothing and reports false.

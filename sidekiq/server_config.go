@@ -82,7 +82,7 @@ const DefaultFetchPipeline = 8
 // DefaultFetchAhead is how many jobs a busy slot of the reliable fetch
 // holds fetched ahead at most unless ServerConfig.FetchAhead says
 // otherwise.
-const DefaultFetchAhead = 8
+const DefaultFetchAhead = 16
 
 // ServerConfig configures a Server.
 type ServerConfig struct {

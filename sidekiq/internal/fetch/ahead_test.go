@@ -116,8 +116,10 @@ func TestSlotHoldsFewerJobsAheadTheLongerItsLastJobTook(t *testing.T) {
 		last time.Duration
 		want int
 	}{
-		{0, 8}, // the slot's first job
-		{100 * time.Microsecond, 8},
+		{0, 16}, // the slot's first job
+		{100 * time.Microsecond, 16},
+		{750 * time.Microsecond, 16},
+		{time.Millisecond, 12},
 		{1500 * time.Microsecond, 8},
 		{2 * time.Millisecond, 6},
 		{3 * time.Millisecond, 4},
