@@ -33,13 +33,14 @@ to their queue), SIGTTIN dumps goroutines.
 Use the default fetch, reliable: a job moves atomically from its queue to an
 in-progress list of this process (working:queue:NAME:IDENTITY) and leaves it
 only once its outcome is written; if the process dies (kill -9, OOM, a lost
-node), live processes push its jobs back, so none is lost. It drains about as
-fast as BasicFetch with one queue and faster with several. A job whose process
-died --max-recoveries times goes to the dead set as a poison pill. Two other
-modes exist for two reasons: --fetch basic is Sidekiq's BasicFetch byte for
-byte (BRPOP, Ruby's Redis traffic; a crash loses the running jobs), and
---fetch batch pops the jobs of all idle slots with one BLMPOP (Redis 7+),
-the fastest, and as lossy as basic.
+node), live processes push its jobs back, so none is lost. It drains faster
+than BasicFetch with one queue or several, and about as fast with 10 KB jobs
+(docs/benchmarks.md). A job whose process died --max-recoveries times goes to
+the dead set as a poison pill. Two other modes exist for two reasons: --fetch
+basic is Sidekiq's BasicFetch byte for byte (BRPOP, Ruby's Redis traffic; a
+crash loses the running jobs), and --fetch batch pops the jobs of all idle
+slots with one BLMPOP (Redis 7+): the fewest Redis commands per job, for a
+Redis shared by many processes, and as lossy as basic.
 
 A stock binary has no Go handlers: use --exec CLASS=COMMAND (the payload JSON on
 stdin; GOJOB_JID, GOJOB_CLASS, GOJOB_QUEUE in the environment; exit 0 = success,
