@@ -130,15 +130,7 @@ func scanFlat(l *lazyjson.Object, p *parser) bool {
 		default:
 			return false
 		}
-		m := lazyjson.Member{Key: k, Start: int32(start), End: int32(pos)}
-		if bit := lazyjson.KeyBit(k); l.Keys&bit == 0 {
-			l.Members = append(l.Members, m) // a key not seen yet
-			l.Keys |= bit
-		} else if i := l.Index(k); i >= 0 {
-			l.Members[i] = m
-		} else {
-			l.Members = append(l.Members, m)
-		}
+		l.Add(lazyjson.Member{Key: k, Start: int32(start), End: int32(pos)})
 		if pos >= n {
 			return false
 		}
@@ -205,15 +197,7 @@ func scanLazyObject(l *lazyjson.Object, p *parser) error {
 		if err := p.skip(1); err != nil {
 			return err
 		}
-		m := lazyjson.Member{Key: k, Start: int32(start), End: int32(p.pos)}
-		if bit := lazyjson.KeyBit(k); l.Keys&bit == 0 {
-			l.Members = append(l.Members, m) // a key not seen yet
-			l.Keys |= bit
-		} else if i := l.Index(k); i >= 0 {
-			l.Members[i] = m
-		} else {
-			l.Members = append(l.Members, m)
-		}
+		l.Add(lazyjson.Member{Key: k, Start: int32(start), End: int32(p.pos)})
 		p.skipSpace()
 		if p.pos >= len(p.data) {
 			return p.errorf("unexpected end of input in object")

@@ -64,6 +64,19 @@ func (o *Object) Index(k string) int {
 	return -1
 }
 
+// Add adds member m as the scan finds it: a repeated key keeps its first
+// position and takes m's value.
+func (o *Object) Add(m Member) {
+	if bit := KeyBit(m.Key); o.Keys&bit == 0 {
+		o.Members = append(o.Members, m) // a key not seen yet
+		o.Keys |= bit
+	} else if i := o.Index(m.Key); i >= 0 {
+		o.Members[i] = m
+	} else {
+		o.Members = append(o.Members, m)
+	}
+}
+
 // Len returns the number of keys.
 func (o *Object) Len() int { return len(o.Members) }
 
