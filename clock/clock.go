@@ -35,7 +35,7 @@ func IsSystem(c Clock) bool {
 // Since returns the time elapsed on c since t. On the system clock it
 // reads only the monotonic clock (time.Since), which costs half of Now.
 func Since(c Clock, t time.Time) time.Duration {
-	if _, ok := c.(system); ok {
+	if IsSystem(c) {
 		return time.Since(t)
 	}
 	return c.Now().Sub(t)
@@ -48,7 +48,7 @@ func Since(c Clock, t time.Time) time.Duration {
 // shows within stampRefresh. Durations measured from a stamp (Since) are
 // exact.
 func Stamp(c Clock) time.Time {
-	if _, ok := c.(system); !ok {
+	if !IsSystem(c) {
 		return c.Now()
 	}
 	if b := stampBase.Load(); b != nil {

@@ -18,20 +18,30 @@ func special8(x uint64) uint64 {
 	return ((q-lo)&^q | (b-lo)&^b | (x-lo*0x20)&^x) & hi
 }
 
+// specialAt returns the position of the first quote, backslash or
+// control character at or after pos, or len(data): eight bytes at a time
+// (a job's long string arguments), then byte by byte.
+func specialAt(data []byte, pos int) int {
+	for pos+8 <= len(data) {
+		if m := special8(binary.LittleEndian.Uint64(data[pos:])); m != 0 {
+			return pos + bits.TrailingZeros64(m)/8
+		}
+		pos += 8
+	}
+	for ; pos < len(data); pos++ {
+		if c := data[pos]; c == '"' || c == '\\' || c < 0x20 {
+			return pos
+		}
+	}
+	return pos
+}
+
 // str reads a string starting at the opening quote.
 func (p *parser) str() (string, error) {
 	p.pos++ // "
 	start := p.pos
-	// Fast path: no escapes. Eight bytes at a time while none of them is a
-	// quote, a backslash or a control character (a job's long string
-	// arguments), then byte by byte.
-	for p.pos+8 <= len(p.data) {
-		if m := special8(binary.LittleEndian.Uint64(p.data[p.pos:])); m != 0 {
-			p.pos += bits.TrailingZeros64(m) / 8 // the first special byte
-			break
-		}
-		p.pos += 8
-	}
+	// Fast path: no escapes, up to the first special byte.
+	p.pos = specialAt(p.data, p.pos)
 	for p.pos < len(p.data) {
 		c := p.data[p.pos]
 		if c == '"' {

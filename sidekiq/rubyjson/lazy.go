@@ -1,8 +1,6 @@
 package rubyjson
 
 import (
-	"encoding/binary"
-	"math/bits"
 	"strings"
 	"unsafe"
 
@@ -92,9 +90,9 @@ func scanFlat(l *lazyjson.Object, p *parser) bool {
 		if pos >= n || data[pos] != '"' {
 			return false
 		}
-		ke := plainString(data, pos+1)
-		if ke < 0 {
-			return false
+		ke := specialAt(data, pos+1)
+		if ke >= n || data[ke] != '"' {
+			return false // an escape, a control character, the end
 		}
 		k := p.src[pos+1 : ke]
 		pos = ke + 1
@@ -105,8 +103,8 @@ func scanFlat(l *lazyjson.Object, p *parser) bool {
 		start := pos
 		switch c := data[pos]; {
 		case c == '"':
-			e := plainString(data, pos+1)
-			if e < 0 {
+			e := specialAt(data, pos+1)
+			if e >= n || data[e] != '"' {
 				return false
 			}
 			pos = e + 1
@@ -144,31 +142,6 @@ func scanFlat(l *lazyjson.Object, p *parser) bool {
 			return false
 		}
 	}
-}
-
-// plainString returns the position of the quote that ends the string
-// whose contents start at data[pos], or -1 when an escape, a control
-// character or the end of data comes first.
-func plainString(data []byte, pos int) int {
-	for pos+8 <= len(data) {
-		if m := special8(binary.LittleEndian.Uint64(data[pos:])); m != 0 {
-			pos += bits.TrailingZeros64(m) / 8
-			if data[pos] == '"' {
-				return pos
-			}
-			return -1
-		}
-		pos += 8
-	}
-	for ; pos < len(data); pos++ {
-		switch c := data[pos]; {
-		case c == '"':
-			return pos
-		case c == '\\' || c < 0x20:
-			return -1
-		}
-	}
-	return -1
 }
 
 func scanLazyObject(l *lazyjson.Object, p *parser) error {

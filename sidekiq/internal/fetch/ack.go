@@ -74,10 +74,9 @@ type acker struct {
 	fc   conn
 
 	mu sync.Mutex
-	// queued[head:] are the acknowledgements waiting, oldest first; a take
-	// moves head rather than the ones left, which a backlog makes many.
-	queued []ack
-	head   int
+	// queued are the acknowledgements waiting, oldest first (a backlog
+	// is taken a batch at a time without moving the rest).
+	queued fifo[ack]
 	since  int64 // when the oldest queued acknowledgement was added (unix ns)
 	closed bool
 	kick   chan struct{} // capacity 1: something was queued, or close
@@ -130,16 +129,11 @@ func (a *acker) addMany(acks []ack) error {
 		a.mu.Unlock()
 		return a.sendByValue(acks)
 	}
-	first := a.pendingLocked() == 0
+	first := a.queued.len() == 0
 	if first {
 		a.since = time.Now().UnixNano()
 	}
-	if a.head > 0 && len(a.queued)+len(acks) > cap(a.queued) {
-		n := copy(a.queued, a.queued[a.head:]) // reuse the taken room
-		clear(a.queued[n:])
-		a.queued, a.head = a.queued[:n], 0
-	}
-	a.queued = append(a.queued, acks...)
+	a.queued.push(acks...)
 	a.mu.Unlock()
 	if first {
 		a.wake()
@@ -169,7 +163,7 @@ func (a *acker) close() {
 func (a *acker) waitingSince() int64 {
 	a.mu.Lock()
 	since := a.since
-	if a.pendingLocked() == 0 {
+	if a.queued.len() == 0 {
 		since = 0
 	}
 	a.mu.Unlock()
@@ -192,18 +186,8 @@ func (a *acker) take(buf []ack, max int) []ack {
 	return a.takeLocked(buf, max)
 }
 
-// pendingLocked is the number of acknowledgements waiting.
-func (a *acker) pendingLocked() int { return len(a.queued) - a.head }
-
 func (a *acker) takeLocked(buf []ack, max int) []ack {
-	n := min(max, a.pendingLocked())
-	taken := a.queued[a.head : a.head+n]
-	buf = append(buf, taken...)
-	clear(taken)
-	a.head += n
-	if a.head == len(a.queued) {
-		a.queued, a.head = a.queued[:0], 0
-	}
+	buf = a.queued.take(buf, max)
 	// With some left, since stays that of the oldest taken: earlier than
 	// theirs, which only makes the own-list sweep wait longer.
 	return buf
@@ -220,7 +204,7 @@ func (a *acker) steal(buf []ack, max int, taking *atomic.Int64) []ack {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.pendingLocked() > 0 {
+	if a.queued.len() > 0 {
 		if w := taking.Load(); w == 0 || a.since < w {
 			taking.Store(a.since)
 		}
@@ -258,7 +242,7 @@ func (a *acker) run() {
 			clear(batch)
 		}
 		a.mu.Lock()
-		closed, empty := a.closed, a.pendingLocked() == 0
+		closed, empty := a.closed, a.queued.len() == 0
 		a.mu.Unlock()
 		if closed && empty {
 			return
@@ -276,7 +260,7 @@ func (a *acker) waitHold() bool {
 	for {
 		a.mu.Lock()
 		wait := a.since + int64(a.hold) - time.Now().UnixNano()
-		closed, empty := a.closed, a.pendingLocked() == 0
+		closed, empty := a.closed, a.queued.len() == 0
 		a.mu.Unlock()
 		switch {
 		case closed:

@@ -217,7 +217,7 @@ func TestAcknowledgementBacklogIsTakenInOrder(t *testing.T) {
 			taken++
 		}
 		a.mu.Lock()
-		pending, room := a.pendingLocked(), cap(a.queued)
+		pending, room := a.queued.len(), cap(a.queued.items)
 		a.mu.Unlock()
 		require.Equal(t, added-taken, pending)
 		require.LessOrEqual(t, room, 8*ackBatch, "the taken room is reused")

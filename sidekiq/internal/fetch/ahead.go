@@ -100,50 +100,6 @@ type aheadJob struct {
 	until time.Time
 }
 
-// aheadQueue is a slot's jobs fetched ahead, oldest first. It pops from
-// the front by moving an index, so that a pop moves no job (a slot holds
-// up to aheadDepth, and a job pops for every one that runs).
-type aheadQueue struct {
-	jobs []aheadJob
-	head int
-}
-
-func (q *aheadQueue) len() int { return len(q.jobs) - q.head }
-
-// oldest is the job the next pop returns; the queue is not empty.
-func (q *aheadQueue) oldest() *aheadJob { return &q.jobs[q.head] }
-
-func (q *aheadQueue) push(j aheadJob) {
-	if q.head > 0 && len(q.jobs) == cap(q.jobs) {
-		n := copy(q.jobs, q.jobs[q.head:]) // reuse the popped room
-		clear(q.jobs[n:])
-		q.jobs, q.head = q.jobs[:n], 0
-	}
-	q.jobs = append(q.jobs, j)
-}
-
-// pop removes and returns the oldest job; the queue is not empty.
-func (q *aheadQueue) pop() Unit {
-	u := q.jobs[q.head].u
-	q.jobs[q.head] = aheadJob{}
-	q.head++
-	if q.head == len(q.jobs) {
-		q.jobs, q.head = q.jobs[:0], 0
-	}
-	return u
-}
-
-// drain removes and returns every job, oldest first.
-func (q *aheadQueue) drain() []Unit {
-	units := make([]Unit, q.len())
-	for i := range units {
-		units[i] = q.jobs[q.head+i].u
-	}
-	clear(q.jobs)
-	q.jobs, q.head = q.jobs[:0], 0
-	return units
-}
-
 // ahead is one reliable slot's fetch ahead.
 type ahead struct {
 	f  *reliableFetch
@@ -156,7 +112,7 @@ type ahead struct {
 
 	mu sync.Mutex
 	// q is the jobs fetched and prepared, oldest first.
-	q aheadQueue
+	q fifo[aheadJob]
 	// want is the fetches asked for that the batcher has not answered;
 	// next waits for them rather than fetch on its own.
 	want    int
@@ -273,7 +229,7 @@ func (a *ahead) next() (Unit, bool) {
 	for {
 		a.mu.Lock()
 		if a.q.len() > 0 {
-			u := a.q.pop()
+			u := a.q.pop().u
 			a.mu.Unlock()
 			return u, true
 		}
@@ -323,7 +279,7 @@ func (a *ahead) loop() {
 		a.mu.Lock()
 		a.timed = a.q.len() > 0
 		if a.timed {
-			timer.Reset(time.Until(a.q.oldest().until))
+			timer.Reset(time.Until(a.q.front().until))
 		}
 		a.mu.Unlock()
 	}
@@ -536,14 +492,17 @@ func (a *ahead) giveBack(all bool) {
 	if all {
 		a.want = 0
 	}
-	if a.q.len() == 0 || !all && a.q.oldest().until.After(time.Now()) {
+	if a.q.len() == 0 || !all && a.q.front().until.After(time.Now()) {
 		a.mu.Unlock()
 		if all {
 			signal(a.arrived) // want is 0: next waits no more
 		}
 		return
 	}
-	units := a.q.drain()
+	units := make([]Unit, 0, a.q.len())
+	for a.q.len() > 0 {
+		units = append(units, a.q.pop().u)
+	}
 	a.mu.Unlock()
 	signal(a.arrived)
 	a.giveBackUnits(units)
