@@ -146,7 +146,6 @@ func jobFromOptions(o map[string]any) (*Job, error) {
 	j.QueuePrefix = str(o["queue_name_prefix"])
 	j.QueueDelimiter = str(o["queue_name_delimiter"])
 	if r, ok := o["retry"]; ok {
-		j.Retry = str(r)
 		if err := j.setMessageRetry(r); err != nil {
 			return nil, err
 		}

@@ -8,6 +8,7 @@ package cron
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -83,7 +84,6 @@ type Job struct {
 	SymbolizeArgs  bool
 	QueuePrefix    string // queue_name_prefix (ActiveJob)
 	QueueDelimiter string // queue_name_delimiter (ActiveJob)
-	Retry          string // 2.x "retry" field, as stored
 	// LastEnqueue is the last push (zero: never).
 	LastEnqueue time.Time
 
@@ -247,10 +247,40 @@ func (j *Job) fields(l Layout) []any {
 	out = append(out, "message", msg, "status", j.status(), "active_job", b(j.ActiveJob),
 		"queue_name_prefix", j.QueuePrefix, "queue_name_delimiter", j.QueueDelimiter)
 	if !l.V1 {
-		out = append(out, "retry", j.Retry)
+		out = append(out, "retry", retryField(msg))
 	}
 	out = append(out, "last_enqueue_time", last, "symbolize_args", b(j.SymbolizeArgs))
 	return out
+}
+
+// retryField is the 2.x hash's "retry": the message's retry option as the
+// gem's to_hash writes it (sidekiq-cron 2.3.1 lib/sidekiq/cron/job.rb:
+// @retry is the message's "retry", written nil as "", a Numeric as Redis
+// prints it, anything else with to_s), so "true" for a Sidekiq job class
+// with the default options and "" for a message without the option.
+func retryField(msg string) string {
+	m, err := rubyjson.ParseObject([]byte(msg))
+	if err != nil {
+		return ""
+	}
+	v, ok := m.Get("retry")
+	if !ok {
+		return ""
+	}
+	switch v.Kind() {
+	case rubyjson.Null:
+		return ""
+	case rubyjson.Bool:
+		b, _ := v.Bool()
+		return strconv.FormatBool(b)
+	case rubyjson.Integer, rubyjson.Float:
+		return v.NumberText()
+	case rubyjson.String:
+		s, _ := v.Str()
+		return s
+	}
+	// An array or a hash, which Sidekiq does not take as a retry option.
+	return string(v.Encode())
 }
 
 // jobFromHash reads a cron_job hash.
@@ -260,7 +290,7 @@ func jobFromHash(h map[string]string) *Job {
 		Description: h["description"], Source: h["source"], Args: h["args"], Message: h["message"],
 		Enabled: h["status"] == "enabled", ActiveJob: parseBool(h["active_job"]),
 		DateAsArgument: parseBool(h["date_as_argument"]), SymbolizeArgs: parseBool(h["symbolize_args"]),
-		QueuePrefix: h["queue_name_prefix"], QueueDelimiter: h["queue_name_delimiter"], Retry: h["retry"],
+		QueuePrefix: h["queue_name_prefix"], QueueDelimiter: h["queue_name_delimiter"],
 	}
 	if j.Class == "" {
 		j.Class = h["class"]

@@ -46,7 +46,7 @@ heartbeat:
 	require.True(t, r.Enabled)
 	h := byName["heartbeat"]
 	require.False(t, h.Enabled)
-	require.Equal(t, "3", h.Retry)
+	require.Equal(t, "3", retryField(h.Message))
 	require.Equal(t, `{"retry":3,"queue":"default","class":"HeartbeatJob","args":[]}`, h.Message)
 
 	list, err := parseFile([]byte(`

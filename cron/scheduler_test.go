@@ -50,7 +50,7 @@ func TestTwoSchedulersEnqueueEachTickOnce(t *testing.T) {
 				"status", "enabled", "active_job", "false", "queue_name_prefix", "", "queue_name_delimiter", "",
 				"last_enqueue_time", "", "symbolize_args", "false", "date_as_argument", "false"}
 			if !l.V1 {
-				fields = append(fields, "namespace", "default", "source", "dynamic", "retry", "")
+				fields = append(fields, "namespace", "default", "source", "dynamic", "retry", "true")
 			}
 			_, err := conn.Do("SADD", l.SetKey(), key)
 			require.NoError(t, err)
