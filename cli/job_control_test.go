@@ -219,6 +219,67 @@ func TestCancelExecJobKillsTreeWithinGrace(t *testing.T) {
 	require.Equal(t, exitNotFound, code)
 }
 
+// Cancel crosses languages through Sidekiq's iterable-job cancel field:
+// a job running in the real gojob work whose it-<jid> gets "cancelled"
+// (the pipeline Sidekiq 8.1.7's Client#cancel! sends, from Ruby: no gojob
+// key, no message) ends as a gojob cancel does, in the dead set as
+// Gojob::Cancelled; and gojob cancel of a job gojob does not run (one in a
+// Ruby process, say) sets it-<jid> "cancelled" as cancel! does, so a Ruby
+// 7.3+ iterable job stops.
+func TestCancelThroughSidekiqIterationKey(t *testing.T) {
+	t.Parallel()
+	rs := redistest.StartWith(t, redistest.Options{TCP: true})
+	pool := rs.Pool(t)
+	conn := pool.Get()
+	defer conn.Close()
+	started := filepath.Join(t.TempDir(), "started")
+	w := startWorker(t, rs.URL(), "-c", "2", "--cancel-grace", "2s",
+		"--exec", `Slow=echo "$GOJOB_JID" >> `+started+`; exec sleep 300`)
+	w.identity(t)
+	jid := pushOne(t, pool, "Slow")
+	wait.Within(t, 30*time.Second, "the job to start", func() bool { return len(readLines(t, started)) == 1 })
+
+	key := contract.IterationKey(jid)
+	conn.Send("HSETNX", key, "cancelled", time.Now().Unix())
+	conn.Send("HGET", key, "cancelled")
+	conn.Send("EXPIRE", key, 2592000, "NX")
+	_, err := conn.Do("")
+	require.NoError(t, err)
+	var dead [][]byte
+	wait.Within(t, 30*time.Second, "the dead set", func() bool {
+		dead, _ = redis.ByteSlices(conn.Do("ZRANGE", contract.KeyDead, 0, -1))
+		return len(dead) == 1
+	})
+	var entry struct {
+		JID        string `json:"jid"`
+		ErrorClass string `json:"error_class"`
+	}
+	require.NoError(t, json.Unmarshal(dead[0], &entry))
+	require.Equal(t, jid, entry.JID)
+	require.Equal(t, "Gojob::Cancelled", entry.ErrorClass)
+	retries, err := redis.Int(conn.Do("ZCARD", contract.KeyRetry))
+	require.NoError(t, err)
+	require.Zero(t, retries, "not retried")
+	n, err := redis.Int(conn.Do("EXISTS", key))
+	require.NoError(t, err)
+	require.Zero(t, n, "the cancelled job's state is gone, as Sidekiq unlinks it")
+
+	elsewhere := wire.NewJID()
+	before := time.Now().Unix()
+	_, errOut, code := runBinary(t, "cancel", "-r", rs.URL(), elsewhere)
+	require.Equal(t, exitNotFound, code, errOut)
+	h, err := redis.StringMap(conn.Do("HGETALL", contract.IterationKey(elsewhere)))
+	require.NoError(t, err)
+	require.Len(t, h, 1)
+	at, err := strconv.ParseInt(h["cancelled"], 10, 64)
+	require.NoError(t, err, "Integer epoch seconds, as cancel! writes")
+	require.GreaterOrEqual(t, at, before)
+	require.LessOrEqual(t, at, time.Now().Unix())
+	ttl, err := redis.Int(conn.Do("TTL", contract.IterationKey(elsewhere)))
+	require.NoError(t, err)
+	require.InDelta(t, 2592000, ttl, 60, "30 days")
+}
+
 // An exec job that writes {"outcome":"snooze","in":60} on fd 4 waits in
 // the schedule set about 60 s out, unchanged, and is not a failure.
 func TestExecSnoozeSchedulesWithoutFailure(t *testing.T) {

@@ -127,15 +127,20 @@ func (c *Control) Run(ctx context.Context, run *sidekiq.Run, next func(context.C
 	}
 	c.mu.Unlock()
 	cancel(nil)
-	if !cancelled || err == nil {
+	if !cancelled {
 		return err
 	}
 	// Done with: a retry of the job from the dead set must not be
-	// cancelled again by the same request.
+	// cancelled again by the same request. A cancelled iterable job's
+	// state goes too, as Sidekiq unlinks it when the job ends cancelled
+	// (lib/sidekiq/job/iterable.rb).
 	conn, cerr := c.cfg.Pool.GetContext(context.WithoutCancel(ctx))
 	if cerr == nil {
-		conn.Do("DEL", contract.CancelKey(jid))
+		conn.Do("DEL", contract.CancelKey(jid), contract.IterationKey(jid))
 		conn.Close()
+	}
+	if err == nil {
+		return nil
 	}
 	return sidekiq.Kill(&CancelledError{JID: jid, Err: err})
 }
@@ -263,24 +268,41 @@ func (c *Control) runOnce(ctx context.Context) ([]string, error) {
 	if len(jids) == 0 {
 		return nil, nil
 	}
-	keys := make([]any, len(jids))
-	for i, jid := range jids {
-		keys[i] = contract.CancelKey(jid)
+	args := make([]any, 0, 1+2*len(jids))
+	args = append(args, 2*len(jids))
+	for _, jid := range jids {
+		args = append(args, contract.CancelKey(jid), contract.IterationKey(jid))
 	}
 	conn, err := c.cfg.Pool.GetContext(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	vals, err := redis.Values(redis.DoContext(conn, ctx, "MGET", keys...))
+	asked, err := redis.Ints(checkScript.DoContext(ctx, conn, args...))
 	if err != nil {
-		return nil, fmt.Errorf("jobctl: check cancel keys: %w", err)
+		return nil, fmt.Errorf("jobctl: check cancel requests: %w", err)
 	}
 	var out []string
-	for i, v := range vals {
-		if v != nil && c.cancel(jids[i]) {
-			out = append(out, jids[i])
+	for _, i := range asked {
+		if i >= 1 && i <= len(jids) && c.cancel(jids[i-1]) {
+			out = append(out, jids[i-1])
 		}
 	}
 	return out, nil
 }
+
+// checkScript finds the running jobs asked to cancel, by gojob
+// (gojob-cancel:<jid>) or by Sidekiq's cancel! (the field "cancelled" of
+// it-<jid>), for every running job in one command per poll.
+//
+// KEYS: gojob-cancel:<jid>, it-<jid>, for each job. Returns the 1-based
+// positions of the jobs asked.
+var checkScript = redis.NewScript(-1, `
+local out = {}
+for i = 1, #KEYS, 2 do
+  if redis.call('EXISTS', KEYS[i]) == 1 or redis.call('HEXISTS', KEYS[i + 1], 'cancelled') == 1 then
+    out[#out + 1] = (i + 1) / 2
+  end
+end
+return out
+`)

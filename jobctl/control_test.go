@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 )
 
 type testBundle struct {
+	rs      *redistest.Server
 	pool    *redis.Pool
 	ctl     *Control
 	api     *api.API
@@ -37,7 +39,7 @@ func setup(t *testing.T, poll time.Duration) *testBundle {
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: pool, Concurrency: 2, Logger: zerolog.Nop(),
 		Extensions: []sidekiq.Extension{ctl}})
 	require.NoError(t, err)
-	tb := &testBundle{pool: pool, ctl: ctl, started: make(chan string, 4)}
+	tb := &testBundle{rs: rs, pool: pool, ctl: ctl, started: make(chan string, 4)}
 	srv.HandleFunc("Block", func(ctx context.Context, job *wire.Job) error {
 		tb.started <- job.JID()
 		<-ctx.Done()
@@ -125,6 +127,79 @@ func TestCancelKeySurvivesWithoutSubscription(t *testing.T) {
 	n, err := redis.Int(tb.conn.Do("EXISTS", contract.CancelKey(jid)))
 	require.NoError(t, err)
 	require.Zero(t, n, "done with once the job ended")
+}
+
+// rubyCancel does what Sidekiq's Client#cancel! sends (8.1.7, the capture
+// testdata/sidekiq-8.1.7-iterable/monitor-cancel.txt): a pipeline of
+// HSETNX it-<jid> cancelled <epoch s>, HGET, EXPIRE … NX.
+func rubyCancel(t *testing.T, conn redis.Conn, jid string) {
+	t.Helper()
+	key := "it-" + jid
+	conn.Send("HSETNX", key, "cancelled", time.Now().Unix())
+	conn.Send("HGET", key, "cancelled")
+	conn.Send("EXPIRE", key, 2592000, "NX")
+	_, err := conn.Do("")
+	require.NoError(t, err)
+}
+
+// A job running here whose it-<jid> has "cancelled" (Sidekiq's cancel!,
+// from a Ruby process: no gojob key, no message on the channel) is found
+// by the poll and ends as a gojob cancel does: the dead set as
+// Gojob::Cancelled, not retried; the request's keys are gone after it.
+func TestSidekiqCancelOfARunningJob(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 50*time.Millisecond)
+	ctx := context.Background()
+	require.NoError(t, tb.ctl.Start(ctx))
+	t.Cleanup(func() { tb.ctl.Stop(ctx) })
+	jid := tb.push(t, "default")
+	require.Equal(t, jid, <-tb.started)
+	rubyCancel(t, tb.conn, jid)
+	m := tb.deadEntry(t)
+	require.Equal(t, jid, m["jid"])
+	require.Equal(t, "Gojob::Cancelled", m["error_class"])
+	n, err := redis.Int(tb.conn.Do("ZCARD", contract.KeyRetry))
+	require.NoError(t, err)
+	require.Zero(t, n)
+	wait.For(t, "the request's keys to go", func() bool {
+		n, _ := redis.Int(tb.conn.Do("EXISTS", contract.IterationKey(jid), contract.CancelKey(jid)))
+		return n == 0
+	})
+}
+
+// The poll costs one command for all the running jobs, whatever their
+// number, and finds the jobs asked by either key among them.
+func TestCancelPollIsOneCommandForEveryRunningJob(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, time.Hour)
+	ctx := context.Background()
+	a, b := tb.push(t, "default"), tb.push(t, "default")
+	started := map[string]bool{<-tb.started: true, <-tb.started: true}
+	require.True(t, started[a] && started[b])
+	_, err := tb.ctl.runOnce(ctx) // loads the script
+	require.NoError(t, err)
+	mon := tb.rs.StartMonitor(t)
+	got, err := tb.ctl.runOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, got, "nobody asked")
+	var touching []string
+	for _, l := range mon.Lines(t) {
+		if strings.Contains(l, `"gojob-cancel:`) || strings.Contains(l, `"it-`) {
+			touching = append(touching, l)
+		}
+	}
+	// The script, then the commands it runs (MONITOR shows both).
+	require.Equal(t, []string{"evalsha", "exists", "hexists", "exists", "hexists"}, redistest.Names(touching))
+
+	rubyCancel(t, tb.conn, b)
+	got, err = tb.ctl.runOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{b}, got)
+	_, err = tb.conn.Do("SET", contract.CancelKey(a), 1, "EX", 60)
+	require.NoError(t, err)
+	got, err = tb.ctl.runOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{a}, got, "b is cancelled already")
 }
 
 // A cancel of a job waiting in a queue or the schedule set removes it.

@@ -9,7 +9,10 @@
 // once; the key makes the request durable: a Control also checks the keys
 // of its running jobs every PollInterval, so a request made while its
 // subscription was down, or before the job started, is not lost. The
-// cancelled job's context ends with a *CancelledError as its cause; when
+// same check honours Sidekiq's cancel of an iterable job (7.3+:
+// Sidekiq::Client#cancel! sets the field "cancelled" of it-<jid>, which
+// api.Cancel sets too), so a job cancelled from Ruby stops here within a
+// PollInterval, at no cost per job. The cancelled job's context ends with a *CancelledError as its cause; when
 // the handler returns an error the job goes to the dead set as
 // Gojob::Cancelled and is not retried.
 //

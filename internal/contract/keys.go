@@ -27,6 +27,21 @@ func QueueName(key string) string {
 	return key
 }
 
+// IterationKey is the state hash of Sidekiq's iterable job jid, "it-<jid>"
+// (fields ex, c, rt and cancelled; lib/sidekiq/job/iterable.rb, 7.3+).
+// Its field IterationCancelled, epoch seconds, cancels the job
+// (Sidekiq::Client#cancel!, Sidekiq::Job::Iterable#cancel!).
+func IterationKey(jid string) string { return "it-" + jid }
+
+const (
+	// IterationCancelled is the field of IterationKey whose presence
+	// cancels the job.
+	IterationCancelled = "cancelled"
+	// IterationTTL is the expiry of IterationKey, in seconds
+	// (Sidekiq::Job::Iterable::STATE_TTL, 30 days).
+	IterationTTL = 30 * 24 * 60 * 60
+)
+
 // DailyStatKey returns "stat:<kind>:<YYYY-MM-DD>" for kind "processed" or
 // "failed".
 func DailyStatKey(kind, date string) string { return "stat:" + kind + ":" + date }
