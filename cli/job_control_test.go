@@ -189,21 +189,7 @@ func TestCancelExecJobKillsTreeWithinGrace(t *testing.T) {
 		return true
 	})
 	took := time.Since(start)
-	var dead [][]byte
-	wait.Within(t, 10*time.Second, "the dead set", func() bool {
-		dead, _ = redis.ByteSlices(conn.Do("ZRANGE", contract.KeyDead, 0, -1))
-		return len(dead) == 1
-	})
-	var entry struct {
-		JID        string `json:"jid"`
-		ErrorClass string `json:"error_class"`
-	}
-	require.NoError(t, json.Unmarshal(dead[0], &entry))
-	require.Equal(t, jid, entry.JID)
-	require.Equal(t, "Gojob::Cancelled", entry.ErrorClass)
-	retries, err := redis.Int(conn.Do("ZCARD", contract.KeyRetry))
-	require.NoError(t, err)
-	require.Zero(t, retries, "not retried")
+	requireCancelledNotRetried(t, conn, jid, 10*time.Second)
 	n, err := redis.Int(conn.Do("EXISTS", contract.CancelKey(jid)))
 	require.NoError(t, err)
 	require.Zero(t, n, "the request is done with")
@@ -245,21 +231,7 @@ func TestCancelThroughSidekiqIterationKey(t *testing.T) {
 	conn.Send("EXPIRE", key, 2592000, "NX")
 	_, err := conn.Do("")
 	require.NoError(t, err)
-	var dead [][]byte
-	wait.Within(t, 30*time.Second, "the dead set", func() bool {
-		dead, _ = redis.ByteSlices(conn.Do("ZRANGE", contract.KeyDead, 0, -1))
-		return len(dead) == 1
-	})
-	var entry struct {
-		JID        string `json:"jid"`
-		ErrorClass string `json:"error_class"`
-	}
-	require.NoError(t, json.Unmarshal(dead[0], &entry))
-	require.Equal(t, jid, entry.JID)
-	require.Equal(t, "Gojob::Cancelled", entry.ErrorClass)
-	retries, err := redis.Int(conn.Do("ZCARD", contract.KeyRetry))
-	require.NoError(t, err)
-	require.Zero(t, retries, "not retried")
+	requireCancelledNotRetried(t, conn, jid, 30*time.Second)
 	n, err := redis.Int(conn.Do("EXISTS", key))
 	require.NoError(t, err)
 	require.Zero(t, n, "the cancelled job's state is gone, as Sidekiq unlinks it")
@@ -278,6 +250,28 @@ func TestCancelThroughSidekiqIterationKey(t *testing.T) {
 	ttl, err := redis.Int(conn.Do("TTL", contract.IterationKey(elsewhere)))
 	require.NoError(t, err)
 	require.InDelta(t, 2592000, ttl, 60, "30 days")
+}
+
+// requireCancelledNotRetried waits up to timeout for the dead set's one
+// entry, the job jid ended as Gojob::Cancelled, and checks that the retry
+// set is empty.
+func requireCancelledNotRetried(t *testing.T, conn redis.Conn, jid string, timeout time.Duration) {
+	t.Helper()
+	var dead [][]byte
+	wait.Within(t, timeout, "the dead set", func() bool {
+		dead, _ = redis.ByteSlices(conn.Do("ZRANGE", contract.KeyDead, 0, -1))
+		return len(dead) == 1
+	})
+	var entry struct {
+		JID        string `json:"jid"`
+		ErrorClass string `json:"error_class"`
+	}
+	require.NoError(t, json.Unmarshal(dead[0], &entry))
+	require.Equal(t, jid, entry.JID)
+	require.Equal(t, "Gojob::Cancelled", entry.ErrorClass)
+	retries, err := redis.Int(conn.Do("ZCARD", contract.KeyRetry))
+	require.NoError(t, err)
+	require.Zero(t, retries, "not retried")
 }
 
 // An exec job that writes {"outcome":"snooze","in":60} on fd 4 waits in

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/gojob/gojob/internal/gojobtest"
 )
 
 func TestMain(m *testing.M) {
@@ -17,9 +19,7 @@ func TestMain(m *testing.M) {
 	// start, such as a developer's on 6379: point the default nowhere.
 	os.Setenv("REDIS_URL", "redis://127.0.0.1:1/0")
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	gojobtest.Cleanup()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -29,36 +29,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var (
-	binOnce sync.Once
-	binDir  string
-	binPath string
-	binErr  error
-)
-
 // gojobBinary builds the real gojob binary once per test run.
-func gojobBinary(t testing.TB) string {
-	t.Helper()
-	binOnce.Do(func() {
-		binDir, binErr = os.MkdirTemp("", "gojob-bin-")
-		if binErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "gojob")
-		build := exec.Command("go", "build", "-o", binPath, "../cmd/gojob")
-		out, err := build.CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v: %s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
+func gojobBinary(t testing.TB) string { return gojobtest.Binary(t) }
 
 // testBinaries are the extra commands tests build (the gojob command line
-// with test handlers), each once per run, into binDir.
+// with test handlers), each once per run, beside the gojob binary.
 var testBinaries sync.Map // package path → *testBinary
 
 type testBinary struct {
@@ -71,11 +46,11 @@ type testBinary struct {
 // once per run.
 func buildTestBinary(t *testing.T, name, pkg string) string {
 	t.Helper()
-	gojobBinary(t) // makes binDir, removed by TestMain
+	dir := gojobtest.Dir(t) // removed by TestMain
 	v, _ := testBinaries.LoadOrStore(pkg, &testBinary{})
 	b := v.(*testBinary)
 	b.once.Do(func() {
-		b.path = filepath.Join(binDir, name)
+		b.path = filepath.Join(dir, name)
 		if out, err := exec.Command("go", "build", "-o", b.path, pkg).CombinedOutput(); err != nil {
 			b.err = fmt.Errorf("go build %s: %v: %s", pkg, err, out)
 		}

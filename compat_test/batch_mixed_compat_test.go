@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,30 +16,19 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/gojobtest"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/rubytest"
+	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/internal/wait"
 )
 
 // gojobProc is a real `gojob work` process.
 type gojobProc struct {
 	cmd  *exec.Cmd
-	mu   sync.Mutex
-	logs bytes.Buffer
+	logs *testlog.Buffer
 	done chan struct{}
 	err  error
-}
-
-func (p *gojobProc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.logs.Write(b)
-}
-
-func (p *gojobProc) log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.logs.String()
 }
 
 var identityRE = regexp.MustCompile(`identity=(\S+)`)
@@ -50,7 +38,7 @@ func (p *gojobProc) identity(t *testing.T) string {
 	t.Helper()
 	var id string
 	wait.Within(t, 60*time.Second, "gojob work to start", func() bool {
-		if m := identityRE.FindStringSubmatch(p.log()); m != nil {
+		if m := identityRE.FindStringSubmatch(p.logs.String()); m != nil {
 			id = m[1]
 		}
 		return id != ""
@@ -61,16 +49,16 @@ func (p *gojobProc) identity(t *testing.T) string {
 // startGojob runs `gojob work -r url args…`, killed at the end of the test.
 func startGojob(t *testing.T, url string, args ...string) *gojobProc {
 	t.Helper()
-	p := &gojobProc{done: make(chan struct{})}
-	p.cmd = exec.Command(gojobBinary(t), append([]string{"work", "-r", url}, args...)...)
-	p.cmd.Stdout, p.cmd.Stderr = p, p
+	p := &gojobProc{logs: testlog.New(nil), done: make(chan struct{})}
+	p.cmd = exec.Command(gojobtest.Binary(t), append([]string{"work", "-r", url}, args...)...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	require.NoError(t, p.cmd.Start())
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
 		p.cmd.Process.Kill()
 		<-p.done
 		if t.Failed() {
-			t.Logf("gojob work log:\n%s", p.log())
+			t.Logf("gojob work log:\n%s", p.logs.String())
 		}
 	})
 	return p
@@ -79,7 +67,7 @@ func startGojob(t *testing.T, url string, args ...string) *gojobProc {
 // gojobCLI runs a gojob command and returns its standard output.
 func gojobCLI(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(gojobBinary(t), args...)
+	cmd := exec.Command(gojobtest.Binary(t), args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -267,7 +255,7 @@ cli.run
 	})
 	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
 	<-g.done
-	require.NoError(t, g.err, g.log())
+	require.NoError(t, g.err, g.logs.String())
 
 	require.Len(t, lines(t, callbacks), 1, "the success callback ran exactly once")
 	st := status()
