@@ -149,6 +149,7 @@ puts GojobBatch.push(%[2]q, "class" => "RbWork", "args" => ["doomed"], "queue" =
 	require.Len(t, jids, 5)
 	flaky, exhausted, noRetry := jids[2], jids[3], jids[4]
 	require.NoError(t, b.Seal(ctx, st.BID))
+	e.do(t, "SCRIPT", "FLUSH") // Ruby loads update.lua itself (NOSCRIPT, then EVAL)
 
 	file := filepath.Join(t.TempDir(), "rb_work.rb")
 	require.NoError(t, os.WriteFile(file, []byte(fmt.Sprintf(retryWorker, helper)), 0o644))
