@@ -279,11 +279,36 @@ type BulkResult struct {
 // does). All jobs share one created_at (when they have none) and, per
 // round trip, one enqueued_at, as in Ruby. Jobs are grouped by queue: one
 // SADD queues for all of them and one LPUSH per queue. With opts.At or In,
-// all jobs go to the schedule set.
+// all jobs go to the schedule set; without, a job whose payload carries a
+// numeric "at" in the future is scheduled by it, as Push does (Ruby's
+// push_bulk takes one "at" per job too), and the others are pushed now.
 func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts) (*BulkResult, error) {
 	now := c.clock.Now()
 	v := c.Version()
 	created := contract.TimestampValue(now, v)
+	at, scheduled := opts.runAt(now)
+	// jobAt[i] is job i's own time when it has one (normalize drops "at").
+	var jobAt []time.Time
+	for i, j := range jobs {
+		if scheduled || j == nil {
+			break
+		}
+		v, _ := j.Get("at")
+		if f, isNum := v.Float(); isNum {
+			if t := contract.FromEpochSeconds(f); t.After(now) {
+				if jobAt == nil {
+					jobAt = make([]time.Time, len(jobs))
+				}
+				jobAt[i] = t
+			}
+		}
+	}
+	runAt := func(i int) (time.Time, bool) {
+		if jobAt != nil && !jobAt[i].IsZero() {
+			return jobAt[i], true
+		}
+		return at, scheduled
+	}
 	for i, j := range jobs {
 		if err := c.normalize(j, now, false); err != nil {
 			return nil, fmt.Errorf("sidekiq: bulk job %d: %w", i, err)
@@ -292,7 +317,6 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 			j.Set("created_at", created)
 		}
 	}
-	at, scheduled := opts.runAt(now)
 	res := &BulkResult{JIDs: make([]string, len(jobs))}
 	conn, err := c.pool.GetContext(ctx)
 	if err != nil {
@@ -313,7 +337,7 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 		passed := make([]int, 0, end-start)
 		for i := start; i < end; i++ {
 			j := jobs[i]
-			if scheduled {
+			if at, scheduled := runAt(i); scheduled {
 				j.Set("at", rubyjson.FloatValue(contract.EpochSeconds(at)))
 			}
 			ok, err := c.runMiddleware(ctx, j)
@@ -347,7 +371,7 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 				continue
 			}
 			res.JIDs[i] = j.JID()
-			if scheduled {
+			if at, scheduled := runAt(i); scheduled {
 				j.Delete("enqueued_at")
 				zadd = append(zadd, contract.Score(at), j.Encode())
 				continue
@@ -362,14 +386,14 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 		for _, u := range uniques {
 			// Its own lock-and-push step; a duplicate keeps "".
 			j := jobs[u.i]
-			var runAt time.Time
+			at, scheduled := runAt(u.i)
 			if scheduled {
-				runAt = at
 				j.Delete("enqueued_at")
 			} else {
+				at = time.Time{}
 				j.Set("enqueued_at", enq)
 			}
-			pushed, err := pushUnique(ctx, conn, j, u.ttl, j.Encode(), runAt, now)
+			pushed, err := pushUnique(ctx, conn, j, u.ttl, j.Encode(), at, now)
 			if err != nil {
 				return res, err
 			}

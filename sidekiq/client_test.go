@@ -91,6 +91,58 @@ func TestPushBulkAndMiddleware(t *testing.T) {
 	require.Equal(t, 1250, n)
 }
 
+// A bulk push without opts.At or In schedules each job by its own numeric
+// "at" when it is in the future, as Push does, and pushes the others now;
+// the stored payloads carry no "at", and middleware sees each job's own.
+func TestPushBulkPerJobAt(t *testing.T) {
+	t.Parallel()
+	c, pool, _ := newClient(t, wire.Version7)
+	var seen []string
+	c.Use(func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
+		v, _ := job.Get("at")
+		seen = append(seen, v.NumberText())
+		return next(ctx)
+	})
+	now := float64(fixedNow.UnixNano()) / 1e9
+	var jobs []*wire.Job
+	for i, at := range []float64{0, now + 60, now - 60, now + 3600} {
+		j, err := wire.NewJob("Each", i)
+		require.NoError(t, err)
+		if at != 0 {
+			j.Set("at", rubyjson.FloatValue(at))
+		}
+		jobs = append(jobs, j)
+	}
+	res, err := c.PushBulk(context.Background(), jobs, nil)
+	require.NoError(t, err)
+	for _, jid := range res.JIDs {
+		require.NotEmpty(t, jid)
+	}
+	require.Equal(t, []string{"", "1795296633.1651707", "", "1795300173.1651707"}, seen)
+	conn := pool.Get()
+	defer conn.Close()
+	queued, err := redis.Strings(conn.Do("LRANGE", "queue:default", 0, -1))
+	require.NoError(t, err)
+	require.Len(t, queued, 2)
+	sched, err := redis.Values(conn.Do("ZRANGE", "schedule", 0, -1, "WITHSCORES"))
+	require.NoError(t, err)
+	require.Len(t, sched, 4)
+	require.Contains(t, string(sched[0].([]byte)), `"args":[1]`)
+	require.Equal(t, "1795296633.1651707", string(sched[1].([]byte)))
+	require.Contains(t, string(sched[2].([]byte)), `"args":[3]`)
+	for _, v := range append(queued, string(sched[0].([]byte)), string(sched[2].([]byte))) {
+		require.NotContains(t, v, `"at"`)
+	}
+	// opts.In wins over a job's own "at".
+	j, _ := wire.NewJob("Both")
+	j.Set("at", rubyjson.FloatValue(now+60))
+	_, err = c.PushBulk(context.Background(), []*wire.Job{j}, &sidekiq.PushOpts{In: 2 * time.Hour})
+	require.NoError(t, err)
+	n, err := redis.Int(conn.Do("ZCOUNT", "schedule", now+7199, now+7201))
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+}
+
 func TestMiddlewareSeesAt(t *testing.T) {
 	t.Parallel()
 	c, pool, _ := newClient(t, wire.Version6)
