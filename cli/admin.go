@@ -24,8 +24,8 @@ func adminCommands() []*ucli.Command {
 	return []*ucli.Command{
 		{
 			Name:      "push",
-			Usage:     "push a job (each ARG is JSON; text that is not JSON is a string)",
-			ArgsUsage: "CLASS [ARG...]",
+			Usage:     "push a job (each ARG is JSON; text that is not JSON is a string); push - pushes a job per JSON line of stdin",
+			ArgsUsage: "CLASS [ARG...] | -",
 			Flags: append([]ucli.Flag{newRedisFlag(), newVersionFlag(), newJSONFlag(),
 				&ucli.StringFlag{Name: "queue", Aliases: []string{"q"}, Value: "default", Usage: "queue"},
 				&ucli.StringFlag{Name: "retry", Usage: "true, false or a number of retries (default true)"},
@@ -39,8 +39,12 @@ func adminCommands() []*ucli.Command {
 				&ucli.Float64Flag{Name: "score", Usage: "with --key: order by this score (a version) instead of push order"},
 				&ucli.IntFlag{Name: "shards", Usage: "with --key: shard count of the queue if this push creates it (default 16)"},
 				&ucli.StringFlag{Name: "batch", Usage: "add the job to the batch `BID` (gojob batch create) in the same step as its push"},
+				&ucli.IntFlag{Name: "bulk", Value: pushBulkSize, Usage: "with -: lines per round trip to Redis"},
 			}, durablePushFlags()...),
 			Before: func(c *ucli.Context) error {
+				if c.Args().First() == "-" {
+					return pushLinesCheck(c)
+				}
 				if _, _, err := pushJobFromFlags(c); err != nil {
 					return err
 				}
@@ -86,6 +90,9 @@ func withAPI(f func(ctx context.Context, e *adminEnv) error) ucli.ActionFunc {
 }
 
 func pushAction(ctx context.Context, e *adminEnv) error {
+	if e.c.Args().First() == "-" {
+		return pushLinesAction(ctx, e)
+	}
 	job, opts, err := pushJobFromFlags(e.c)
 	if err != nil {
 		return err
@@ -99,7 +106,7 @@ func pushAction(ctx context.Context, e *adminEnv) error {
 	}
 	defer stopTracing()
 	if e.c.Bool("durable") {
-		d, err := openPushDurable(ctx, e.c, job.Class(), newLogger(e.c.App.ErrWriter, false, "warn"))
+		d, err := openPushDurable(ctx, e.c, newLogger(e.c.App.ErrWriter, false, "warn"), job.Class())
 		if err != nil {
 			return err
 		}
@@ -169,72 +176,34 @@ func pushJobFromFlags(c *ucli.Context) (*wire.Job, *sidekiq.PushOpts, error) {
 	if len(args) == 0 {
 		return nil, nil, ucli.Exit("push: CLASS is required", exitUsage)
 	}
-	if c.Bool("durable") && c.IsSet("key") {
-		return nil, nil, ucli.Exit("push: --durable does not apply to ordered queues (--key)", exitUsage)
-	}
-	job, err := wire.NewJob(args[0])
-	if err != nil {
-		return nil, nil, ucli.Exit("push: "+err.Error(), exitUsage)
-	}
-	vals := make([]rubyjson.Value, 0, len(args)-1)
+	s := pushSpecFromFlags(c)
+	s.class = args[0]
 	for _, a := range args[1:] {
 		v, err := rubyjson.Parse([]byte(a))
 		if err != nil {
 			v = rubyjson.StringValue(a)
 		}
-		vals = append(vals, v)
+		s.args = append(s.args, v)
 	}
-	job.SetArgs(vals...)
-	job.SetQueue(c.String("queue"))
-	if r := c.String("retry"); r != "" {
-		switch r {
-		case "true":
-			job.SetRetry(true)
-		case "false":
-			job.SetRetry(false)
-		default:
-			n, err := strconv.Atoi(r)
-			if err != nil || n < 0 {
-				return nil, nil, ucli.Exit("push: --retry must be true, false or a number", exitUsage)
-			}
-			job.SetRetry(n)
-		}
-	}
-	if c.IsSet("unique-for") {
-		job.Set("unique_for", rubyjson.FloatValue(c.Float64("unique-for")))
-	}
-	if u := c.String("unique-until"); u != "" {
-		if !c.IsSet("unique-for") {
-			return nil, nil, ucli.Exit("push: --unique-until needs --unique-for", exitUsage)
-		}
-		job.Set("unique_until", rubyjson.StringValue(u))
-	}
-	for _, f := range []struct{ flag, key string }{{"timeout", contract.KeyTimeout}, {"heartbeat-timeout", contract.KeyHeartbeatTimeout}} {
-		if !c.IsSet(f.flag) {
-			continue
-		}
-		v := rubyjson.FloatValue(c.Float64(f.flag))
-		if n := c.Float64(f.flag); n == float64(int64(n)) {
-			v = rubyjson.IntValue(int64(n))
-		}
-		if _, err := contract.LimitSeconds(f.key, v); err != nil {
-			return nil, nil, ucli.Exit("push: --"+f.flag+": "+err.Error(), exitUsage)
-		}
-		job.Set(f.key, v)
-	}
-	opts := &sidekiq.PushOpts{In: c.Duration("in")}
-	if at := c.String("at"); at != "" {
-		t, err := parseTime(at)
-		if err != nil {
-			return nil, nil, ucli.Exit("push: --at: "+err.Error(), exitUsage)
-		}
-		opts.At = t
-	}
-	rubyCallOrder(job, !opts.At.IsZero() || opts.In != 0)
-	if err := contract.Validate(job); err != nil {
+	job, opts, err := s.build()
+	if err != nil {
 		return nil, nil, ucli.Exit("push: "+err.Error(), exitUsage)
 	}
 	return job, opts, nil
+}
+
+// pushSpecFromFlags reads push's job options from its flags.
+func pushSpecFromFlags(c *ucli.Context) *pushSpec {
+	s := &pushSpec{queue: c.String("queue"), retry: c.String("retry"), in: c.Duration("in"), at: c.String("at"),
+		uniqueUntil: c.String("unique-until"), key: c.String("key"), batch: c.String("batch"), durable: c.Bool("durable")}
+	for flag, p := range map[string]**float64{"unique-for": &s.uniqueFor, "timeout": &s.timeout,
+		"heartbeat-timeout": &s.hbTimeout, "score": &s.score} {
+		if c.IsSet(flag) {
+			v := c.Float64(flag)
+			*p = &v
+		}
+	}
+	return s
 }
 
 func parseTime(s string) (time.Time, error) {

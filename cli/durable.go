@@ -525,10 +525,14 @@ func durablePushFlags() []ucli.Flag {
 }
 
 // openPushDurable opens the databases of `gojob push --durable` with the
-// pushed class durable, and makes sure one of them has the table: a
+// pushed classes durable, and makes sure one of them has the table: a
 // durable push whose row no database can take fails before the push.
-func openPushDurable(ctx context.Context, c *ucli.Context, class string, log zerolog.Logger) (*durable.Durable, error) {
-	d, err := openDurable(c, "durable-", map[string]time.Duration{class: 0}, log)
+func openPushDurable(ctx context.Context, c *ucli.Context, log zerolog.Logger, classes ...string) (*durable.Durable, error) {
+	durableClasses := map[string]time.Duration{}
+	for _, class := range classes {
+		durableClasses[class] = 0
+	}
+	d, err := openDurable(c, "durable-", durableClasses, log)
 	if err != nil {
 		return nil, err
 	}

@@ -23,7 +23,7 @@ func TestPushUniqueForRefusesADuplicate(t *testing.T) {
 	require.Equal(t, 0, rc, "other arguments")
 	_, errOut, rc = runCLI(t, "push", "-r", url, "--unique-for", "60", "--unique-until", "later", "Report", "3")
 	require.Equal(t, 2, rc)
-	require.Contains(t, errOut, "unique_until")
+	require.Contains(t, errOut, "--unique-until must be start or success")
 	conn, err := rs.Dial()
 	require.NoError(t, err)
 	defer conn.Close()

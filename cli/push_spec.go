@@ -1,0 +1,140 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+// pushSpec is one job of `gojob push`: the command's flags, or a line of
+// `gojob push -` laid over them. One builder for both makes a line write
+// the bytes the same flags would.
+type pushSpec struct {
+	class       string
+	args        []rubyjson.Value
+	queue       string
+	retry       string // "", "true", "false" or a number of retries
+	in          time.Duration
+	at          string // RFC 3339 or epoch seconds
+	jid         string
+	uniqueFor   *float64
+	uniqueUntil string
+	timeout     *float64
+	hbTimeout   *float64
+	key         string // an ordered queue's ordering key
+	score       *float64
+	batch       string
+	durable     bool
+
+	// fromLine names options as the line's fields ("retry") rather than as
+	// flags ("--retry") in errors.
+	fromLine bool
+}
+
+// name is how errors call an option: its flag or its field.
+func (s *pushSpec) name(field string) string {
+	if s.fromLine {
+		return field
+	}
+	return "--" + strings.ReplaceAll(field, "_", "-")
+}
+
+// build makes the job and its push options, checked as Sidekiq's client
+// would check them, without Redis.
+func (s *pushSpec) build() (*wire.Job, *sidekiq.PushOpts, error) {
+	if err := s.check(); err != nil {
+		return nil, nil, err
+	}
+	job, err := wire.NewJob(s.class)
+	if err != nil {
+		return nil, nil, err
+	}
+	job.SetArgs(s.args...)
+	job.SetQueue(s.queue)
+	switch s.retry {
+	case "":
+	case "true":
+		job.SetRetry(true)
+	case "false":
+		job.SetRetry(false)
+	default:
+		n, err := strconv.Atoi(s.retry)
+		if err != nil || n < 0 {
+			return nil, nil, fmt.Errorf("%s must be true, false or a number", s.name("retry"))
+		}
+		job.SetRetry(n)
+	}
+	if s.jid != "" {
+		job.SetJID(s.jid)
+	}
+	if s.uniqueFor != nil {
+		job.Set("unique_for", rubyjson.FloatValue(*s.uniqueFor))
+	}
+	if s.uniqueUntil != "" {
+		job.Set("unique_until", rubyjson.StringValue(s.uniqueUntil))
+	}
+	for _, f := range []struct {
+		field, key string
+		v          *float64
+	}{{"timeout", contract.KeyTimeout, s.timeout}, {"heartbeat_timeout", contract.KeyHeartbeatTimeout, s.hbTimeout}} {
+		if f.v == nil {
+			continue
+		}
+		v := rubyjson.FloatValue(*f.v)
+		if *f.v == float64(int64(*f.v)) {
+			v = rubyjson.IntValue(int64(*f.v))
+		}
+		if _, err := contract.LimitSeconds(f.key, v); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", s.name(f.field), err)
+		}
+		job.Set(f.key, v)
+	}
+	opts := &sidekiq.PushOpts{In: s.in}
+	if s.at != "" {
+		t, err := parseTime(s.at)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", s.name("at"), err)
+		}
+		opts.At = t
+	}
+	rubyCallOrder(job, !opts.At.IsZero() || opts.In != 0)
+	if err := contract.Validate(job); err != nil {
+		return nil, nil, err
+	}
+	return job, opts, nil
+}
+
+// check refuses the combinations push refuses.
+func (s *pushSpec) check() error {
+	if s.uniqueUntil != "" && s.uniqueFor == nil {
+		return fmt.Errorf("%s needs %s", s.name("unique_until"), s.name("unique_for"))
+	}
+	if s.uniqueFor != nil && *s.uniqueFor <= 0 {
+		return fmt.Errorf("%s must be a positive number of seconds", s.name("unique_for"))
+	}
+	if u := s.uniqueUntil; u != "" && u != "start" && u != "success" {
+		return fmt.Errorf("%s must be start or success", s.name("unique_until"))
+	}
+	if s.key != "" {
+		if s.durable {
+			return fmt.Errorf("--durable does not apply to ordered queues (%s)", s.name("key"))
+		}
+		if s.in != 0 || s.at != "" || s.uniqueFor != nil || s.retry != "" {
+			return fmt.Errorf("%s takes no %s, %s, %s or %s (ordered queues retry per key)", s.name("key"),
+				s.name("in"), s.name("at"), s.name("unique_for"), s.name("retry"))
+		}
+	} else if s.score != nil {
+		return fmt.Errorf("%s needs %s", s.name("score"), s.name("key"))
+	}
+	if s.batch != "" && (s.in != 0 || s.at != "" || s.key != "" || s.uniqueFor != nil) {
+		return fmt.Errorf("%s takes no %s, %s, %s or %s (batch jobs are pushed now, as plain jobs)", s.name("batch"),
+			s.name("in"), s.name("at"), s.name("key"), s.name("unique_for"))
+	}
+	return nil
+}
