@@ -115,6 +115,7 @@ func newApp(stdout, stderr io.Writer, o *options) *ucli.App {
 		sidejobCommand(o),
 		cronCommand(),
 		webCommand(),
+		topCommand(),
 		orderedCommand(o),
 	}
 	cmds = append(cmds, adminCommands()...)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh Debian machine: redis-server;
-# Chromium for the dashboard's browser tests;
+# Chromium for the dashboard's browser tests; tmux for gojob top's;
 # Debian's Ruby Sidekiq 6.4.1 (with ActiveJob and WEBrick for the Web UI) for
 # the compat tests; the sidekiq-cron gem 1.8.0 for the cron tests; PostgreSQL, and Ruby's Sequel and pg for the durable
 # table's Ruby check. Does nothing when everything is present.
@@ -10,6 +10,8 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 # Headless Chromium for the dashboard's browser tests (web/).
 [ -x /usr/bin/chromium ] || need+=(chromium)
+# tmux: gojob top runs in a tmux pane in cli/top_test.go.
+command -v tmux >/dev/null 2>&1 || need+=(tmux)
 command -v ruby >/dev/null 2>&1 || need+=(ruby)
 if command -v ruby >/dev/null 2>&1; then
   ruby -e 'require "sidekiq"' >/dev/null 2>&1 || need+=(ruby-sidekiq)
