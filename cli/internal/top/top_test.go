@@ -61,7 +61,7 @@ func TestRenderFits80x24(t *testing.T) {
 	text := strings.Join(lines, "\n")
 	t.Log("\n" + text)
 	require.Contains(t, lines[0], "gojob top  redis://127.0.0.1:6379/0")
-	require.Contains(t, lines[0], "18:00:00")
+	require.Contains(t, lines[0], now.Local().Format("15:04:05"))
 	require.Contains(t, text, "processed 123,456,789 (1234.5/s)")
 	require.Contains(t, text, "failed 12,345,678 (0.2/s)")
 	require.Contains(t, text, "busy 30/50")

@@ -76,11 +76,15 @@ func Render(s State, width, height int, plain bool) string {
 	st := newStyles(plain)
 	var top []string
 	left := "gojob top  " + s.Title
-	right := s.Now.Format("15:04:05")
+	right := s.Now.Local().Format("15:04:05")
 	if s.Interval > 0 {
 		right += "  every " + s.Interval.String()
 	}
-	top = append(top, st.header.Render(spread(left, right, width)))
+	if height == 0 {
+		top = append(top, fit(left+"  "+s.Now.Local().Format(time.RFC3339), width))
+	} else {
+		top = append(top, st.header.Render(spread(left, right, width)))
+	}
 	if s.Snap != nil {
 		top = append(top, flow(statItems(s), width, 3)...)
 	}
@@ -116,7 +120,7 @@ func Render(s State, width, height int, plain bool) string {
 		if height > 0 {
 			avail = height - len(top) - 1
 		}
-		body = sections(s, st, width, avail)
+		body = sections(s, st, width, avail, height == 0)
 	}
 	lines := append(top, body...)
 	if height == 0 {
@@ -206,8 +210,8 @@ type list struct {
 }
 
 // sections lays out the queues, processes and busy jobs in avail rows
-// (-1: all).
-func sections(s State, st styles, width, avail int) []string {
+// (-1: all). compact makes the first column no wider than its cells.
+func sections(s State, st styles, width, avail int, compact bool) []string {
 	lists := []*list{queueList(s), processList(s), jobList(s)}
 	// Each list gets its title and one row, in order, while they fit;
 	// then rows go one at a time to the lists that have more, in order.
@@ -244,18 +248,21 @@ func sections(s State, st styles, width, avail int) []string {
 	}
 	var out []string
 	for i, l := range lists {
-		out = append(out, l.render(st, width, shown[i])...)
+		out = append(out, l.render(st, width, shown[i], compact)...)
 	}
 	return out
 }
 
 // render draws the title row and n rows: those around the selected row
 // when not all fit.
-func (l *list) render(st styles, width, n int) []string {
+func (l *list) render(st styles, width, n int, compact bool) []string {
 	for _, r := range l.rows {
 		l.cols[0].want = max(l.cols[0].want, ansi.StringWidth(r[0]))
 	}
 	widths := layoutColumns(l.cols, width)
+	if compact {
+		widths[0] = min(widths[0], max(l.cols[0].min, l.cols[0].want, ansi.StringWidth(l.name)+12))
+	}
 	first := 0
 	if len(l.rows) > n && l.sel >= n {
 		first = min(l.sel-n+1, len(l.rows)-n)
