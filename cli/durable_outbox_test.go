@@ -34,18 +34,7 @@ import (
 // returns its stdout, stderr and exit code.
 func gojobCmd(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(gojobBinary(t), args...)
-	cmd.Env = append(os.Environ(), "DATABASE_URL=", "DURABLE_JOB_SERVER_URLS=")
-	out, errb := testlog.New(nil), testlog.New(nil)
-	cmd.Stdout, cmd.Stderr = out, errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else {
-		require.NoError(t, err)
-	}
-	return out.String(), errb.String(), code
+	return gojobStdin(t, "", args...)
 }
 
 type durableCounts struct {

@@ -19,8 +19,8 @@ import (
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// gojobStdin runs the gojob binary with stdin and returns its stdout,
-// stderr and exit code.
+// gojobStdin runs the gojob binary with stdin, with a clean durable
+// environment, and returns its stdout, stderr and exit code.
 func gojobStdin(t *testing.T, stdin string, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(gojobBinary(t), args...)
