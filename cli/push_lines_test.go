@@ -150,6 +150,7 @@ not json
 {"class":"X","key":"k","in":5}
 {"class":"X","unique_until":"start"}
 {"class":"X","durable":true}
+{"class":"X","key":"k","queue":"a b"}
 {"class":"Good","args":[2]}
 `, "push", "-", "-r", srv.URL())
 	require.Equal(t, 2, code)
@@ -164,6 +165,7 @@ not json
 		`push -: line 9: key takes no in, at, unique_for or retry`,
 		`push -: line 10: unique_until needs unique_for`,
 		`push -: line 11: unknown field "durable": --durable makes every line's job durable`,
+		`push -: line 12: ordered: queue name must be non-empty and contain no '{', '}' or whitespace: "a b"`,
 		`push -: nothing pushed: fix the lines above`,
 	} {
 		require.Contains(t, errOut, want)

@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/orderedstore"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -128,6 +130,9 @@ func (s *pushSpec) check() error {
 		if s.in != 0 || s.at != "" || s.uniqueFor != nil || s.retry != "" {
 			return fmt.Errorf("%s takes no %s, %s, %s or %s (ordered queues retry per key)", s.name("key"),
 				s.name("in"), s.name("at"), s.name("unique_for"), s.name("retry"))
+		}
+		if err := orderedstore.ValidQueue(cmp.Or(s.queue, "default")); err != nil {
+			return err
 		}
 	} else if s.score != nil {
 		return fmt.Errorf("%s needs %s", s.name("score"), s.name("key"))
