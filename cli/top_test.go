@@ -111,8 +111,13 @@ func TestTopInTmux(t *testing.T) {
 	require.Equal(t, "0", s.format("#{pane_dead}"))
 
 	s.run("send-keys", "-t", "top", "q")
-	wait.Within(t, 30*time.Second, "q to quit", func() bool { return s.format("#{pane_dead}") == "1" })
-	require.Equal(t, "0", s.format("#{pane_dead_status}"))
+	// tmux marks the pane dead when its terminal closes and takes the exit
+	// status when it reaps the process: wait for both.
+	wait.Within(t, 30*time.Second, "q to quit", func() bool {
+		v := s.format("#{pane_dead}:#{pane_dead_status}#{pane_dead_signal}")
+		return strings.HasPrefix(v, "1:") && len(v) > 2
+	})
+	require.Equal(t, "status 0 signal", s.format("status #{pane_dead_status} signal #{pane_dead_signal}"), s.pane())
 	require.Equal(t, "0", s.format("#{alternate_on}"), "the terminal is back from the alternate screen")
 }
 
