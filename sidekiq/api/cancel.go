@@ -13,68 +13,69 @@ import (
 // CancelResult reports a Cancel.
 type CancelResult struct {
 	// From is where the job was: "queue:<name>", "schedule" or "retry"
-	// (removed), "running" (its process was asked to cancel it), or ""
-	// when it was found nowhere.
+	// (removed), "running" (its process was asked to cancel it),
+	// "orphaned" (in the in-progress list of a gone process: it is
+	// cancelled when it runs again), or "" when it was found nowhere.
 	From string
+	// Location is where Locate found it, nil when nowhere.
+	Location *Location
 }
 
-// Cancel cancels the job jid (docs/job-control.md). A job waiting in a
-// queue, the schedule set or the retry set is removed. Otherwise Cancel
-// records the request in gojob-cancel:<jid> for a day and publishes the
-// jid on gojob-cancel: the gojob process that runs the job (package
-// jobctl) cancels its context, and the job ends in the dead set as
-// Gojob::Cancelled, not retried. In the same step it cancels the job as
-// Sidekiq's Client#cancel! does (the field "cancelled" of it-<jid>), so
-// that a Ruby Sidekiq 7.3+ process running it as an iterable job stops it
-// at its next state flush. The request is recorded also when the job is
-// found nowhere (it may be between its queue and its process's work
-// entry); Cancel then returns an error wrapping ErrJobNotFound. Other
-// jobs running in Ruby Sidekiq processes are not stopped.
+// Cancel cancels the job jid (docs/job-control.md), found by Locate. A
+// job waiting in a queue, the schedule set or the retry set is removed.
+// Otherwise Cancel records the request in gojob-cancel:<jid> for a day
+// and publishes the jid on gojob-cancel: the gojob process that runs the
+// job (package jobctl) cancels its context, and the job ends in the dead
+// set as Gojob::Cancelled, not retried. In the same step it cancels the
+// job as Sidekiq's Client#cancel! does (the field "cancelled" of
+// it-<jid>), so that a Ruby Sidekiq 7.3+ process running it as an
+// iterable job stops it at its next state flush. The request is recorded
+// also when the job is found nowhere (it may be between two places) or
+// in the dead set (it may be retried); Cancel then returns an error
+// wrapping ErrJobNotFound. Other jobs running in
+// Ruby Sidekiq processes are not stopped.
 func (a *API) Cancel(ctx context.Context, jid string) (*CancelResult, error) {
 	if jid == "" {
 		return nil, errors.New("sidekiq: cancel: jid is required")
 	}
-	queues, err := a.Queues(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, q := range queues {
-		rec, err := q.FindJob(ctx, jid)
-		if errors.Is(err, ErrJobNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if ok, err := q.DeleteJob(ctx, rec.Value); err != nil {
-			return nil, err
-		} else if ok {
-			return &CancelResult{From: "queue:" + q.Name()}, nil
-		}
-	}
-	for _, s := range []*JobSet{a.ScheduledSet(), a.RetrySet()} {
-		en, err := s.FindJob(ctx, jid)
-		if errors.Is(err, ErrJobNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if ok, err := en.Delete(ctx); err != nil {
-			return nil, err
-		} else if ok {
-			return &CancelResult{From: s.Name()}, nil
-		}
-	}
 	res := &CancelResult{}
-	work, err := a.WorkSet(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, w := range work {
-		if w.Payload != nil && w.Payload.JID() == jid {
-			res.From = "running"
+	for range 3 {
+		loc, err := a.Locate(ctx, jid)
+		if err != nil {
+			return nil, err
 		}
+		res.Location = loc
+		if loc == nil {
+			break
+		}
+		switch loc.Where {
+		case "queue":
+			ok, err := a.Queue(loc.Queue).DeleteJob(ctx, loc.Raw)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				res.From = "queue:" + loc.Queue
+				return res, nil
+			}
+			continue // it left the queue meanwhile: look again
+		case "schedule", "retry":
+			ok, err := loc.Entry.Delete(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				res.From = loc.Where
+				return res, nil
+			}
+			continue
+		case "dead":
+			// Nothing to stop; the request below still cancels it should
+			// someone retry it within the day.
+		default:
+			res.From = loc.Where
+		}
+		break
 	}
 	conn, err := a.conn(ctx, "cancel")
 	if err != nil {
@@ -89,8 +90,11 @@ func (a *API) Cancel(ctx context.Context, jid string) (*CancelResult, error) {
 	if _, err := redis.DoContext(conn, ctx, "EXEC"); err != nil {
 		return nil, fmt.Errorf("sidekiq: cancel %s: %w", jid, err)
 	}
+	if res.From == "" && res.Location != nil && res.Location.Where == "dead" {
+		return res, fmt.Errorf("sidekiq: cancel %s: it is in the dead set (the request is kept for a day in case it is retried): %w", jid, ErrJobNotFound)
+	}
 	if res.From == "" {
-		return res, fmt.Errorf("sidekiq: cancel %s: not in a queue, a set or a process's work (the request is kept for a day): %w", jid, ErrJobNotFound)
+		return res, fmt.Errorf("sidekiq: cancel %s: not in a queue, a set, an in-progress list or a process's work (the request is kept for a day): %w", jid, ErrJobNotFound)
 	}
 	return res, nil
 }

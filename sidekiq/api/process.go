@@ -1,7 +1,6 @@
 package api
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -328,14 +327,31 @@ type Work struct {
 	// ParseErr is set when the work entry itself is not valid JSON; then
 	// PayloadRaw holds the entry as stored.
 	ParseErr error
+	// List is the in-progress list holding the job (Running), "" when its
+	// process keeps none.
+	List string
+	// StartedAfter is, for a job that Running found in an in-progress list
+	// but in no work hash yet (RunAt zero), its process's last heartbeat:
+	// the job started after it.
+	StartedAfter time.Time
 }
 
-// WorkSet lists the running jobs of every live process, sorted by RunAt
-// (then identity and tid), in one pipeline: EXISTS <id>, HGETALL
-// <id>:workers (≤6.4.1) and HGETALL <id>:work (6.4.2+) for each process;
-// processes whose hash is gone are skipped, as in Ruby. Reading both keys
-// shows the busy jobs of a mixed cluster. Ruby's WorkSet#size, the busy
-// counts of the last heartbeats, is Stats.Busy.
+// The two work-hash layouts: <id>:workers (≤6.4.1) and <id>:work
+// (6.4.2+).
+var (
+	workersLayout = wire.Version{Major: 6, Minor: 4, Patch: 1}
+	workLayout    = wire.Version{Major: 6, Minor: 4, Patch: 2}
+)
+
+// WorkSet lists the running jobs of every live process as their work
+// hashes show them at the last heartbeat, sorted by RunAt (then identity
+// and tid), in one pipeline: EXISTS <id>, HGETALL <id>:workers (≤6.4.1)
+// and HGETALL <id>:work (6.4.2+) for each process; processes whose hash
+// is gone are skipped, as in Ruby. Reading both keys shows the busy jobs
+// of a mixed cluster; a thread found under both (a process writing for
+// all readers, contract.FormatForAll) is listed once, from <id>:work.
+// Ruby's WorkSet#size, the busy counts of the last heartbeats, is
+// Stats.Busy. Running is what runs now, to the millisecond.
 func (a *API) WorkSet(ctx context.Context) ([]*Work, error) {
 	conn, err := a.conn(ctx, "work set")
 	if err != nil {
@@ -346,11 +362,10 @@ func (a *API) WorkSet(ctx context.Context) ([]*Work, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sidekiq: work set: %w", err)
 	}
-	workers, work := wire.Version{Major: 6, Minor: 4, Patch: 1}, wire.Version{Major: 6, Minor: 4, Patch: 2}
 	for _, id := range ids {
 		conn.Send("EXISTS", id)
-		conn.Send("HGETALL", contract.WorkKey(id, workers))
-		conn.Send("HGETALL", contract.WorkKey(id, work))
+		conn.Send("HGETALL", contract.WorkKey(id, workersLayout))
+		conn.Send("HGETALL", contract.WorkKey(id, workLayout))
 	}
 	if err := conn.Flush(); err != nil {
 		return nil, fmt.Errorf("sidekiq: work set: %w", err)
@@ -361,29 +376,45 @@ func (a *API) WorkSet(ctx context.Context) ([]*Work, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sidekiq: work set: %w", err)
 		}
+		var mine []*Work
 		for range 2 {
 			fields, err := redis.StringMap(redis.ReceiveContext(conn, ctx))
 			if err != nil {
 				return nil, fmt.Errorf("sidekiq: work set: %w", err)
 			}
-			if exists == 0 {
-				continue
-			}
-			for tid, js := range fields {
-				w, err := parseWork(id, tid, js)
-				if err != nil {
-					// A malformed entry is listed as such instead of hiding
-					// every other process's work (Ruby raises here).
-					w = &Work{Identity: id, TID: tid, PayloadRaw: []byte(js), ParseErr: err}
-				}
-				out = append(out, w)
+			if exists != 0 {
+				mine = appendWork(mine, id, fields)
 			}
 		}
+		out = append(out, mine...)
 	}
-	slices.SortStableFunc(out, func(x, y *Work) int {
-		return cmp.Or(x.RunAt.Compare(y.RunAt), cmp.Compare(x.Identity, y.Identity), cmp.Compare(x.TID, y.TID))
-	})
+	sortWork(out)
 	return out, nil
+}
+
+// appendWork adds the entries of one work hash of process id to ws (the
+// process's entries so far): a thread already there is replaced, so that
+// of the two layouts read in order, <id>:work wins. A malformed entry is
+// listed as such instead of hiding every other process's work (Ruby
+// raises here).
+func appendWork(ws []*Work, id string, fields map[string]string) []*Work {
+	tids := make([]string, 0, len(fields))
+	for tid := range fields {
+		tids = append(tids, tid)
+	}
+	slices.Sort(tids)
+	for _, tid := range tids {
+		w, err := parseWork(id, tid, fields[tid])
+		if err != nil {
+			w = &Work{Identity: id, TID: tid, PayloadRaw: []byte(fields[tid]), ParseErr: err}
+		}
+		if i := slices.IndexFunc(ws, func(o *Work) bool { return o.TID == tid }); i >= 0 {
+			ws[i] = w
+			continue
+		}
+		ws = append(ws, w)
+	}
+	return ws
 }
 
 // parseWork reads a work hash value: {"queue":…,"payload":<JSON string or

@@ -223,24 +223,18 @@ func (q *Queue) lrange(ctx context.Context, start, stop int64) ([][]byte, error)
 	return vals, nil
 }
 
-// FindJob returns the job with jid (contract.FindInQueue: LRANGE pages from
-// the oldest end, stopping at the first match). It returns an error
-// wrapping ErrJobNotFound when there is none.
+// FindJob returns the job with jid: Redis scans the queue in chunks and
+// returns only the entries holding the jid (see Locate). It returns an
+// error wrapping ErrJobNotFound when there is none.
 func (q *Queue) FindJob(ctx context.Context, jid string) (*JobRecord, error) {
-	conn, err := q.api.conn(ctx, "find job")
+	rec, err := q.locate(ctx, jid)
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
-	found, err := contract.FindInQueue(ctx, conn, q.name, []string{jid})
-	if err != nil {
-		return nil, err
-	}
-	v, ok := found[jid]
-	if !ok {
+	if rec == nil {
 		return nil, fmt.Errorf("sidekiq: job %s in queue %s: %w", jid, q.name, ErrJobNotFound)
 	}
-	return newJobRecord(q.api, v, q.name), nil
+	return rec, nil
 }
 
 // DeleteJob removes one job by its exact stored bytes (LREM queue:<name> 1
