@@ -324,11 +324,17 @@ func (e *adminEnv) set(name string) *api.JobSet {
 
 // entryJSON is how an entry is printed with --json.
 type entryJSON struct {
-	Set          string          `json:"set"`
-	Score        float64         `json:"score"`
-	At           time.Time       `json:"at"`
-	JID          string          `json:"jid"`
-	Class        string          `json:"class"`
+	Set   string    `json:"set"`
+	Score float64   `json:"score"`
+	At    time.Time `json:"at"`
+	JID   string    `json:"jid"`
+	Class string    `json:"class"`
+	// DisplayClass, DisplayArgs and ActiveJobID are what Sidekiq's Web UI
+	// shows (api.DisplayClass): an ActiveJob's wrapped class and its own
+	// arguments.
+	DisplayClass string          `json:"display_class"`
+	DisplayArgs  json.RawMessage `json:"display_args,omitempty"`
+	ActiveJobID  string          `json:"active_job_id,omitempty"`
 	Queue        string          `json:"queue"`
 	ErrorClass   string          `json:"error_class,omitempty"`
 	ErrorMessage string          `json:"error_message,omitempty"`
@@ -344,6 +350,7 @@ func toEntryJSON(set string, en *api.SortedEntry) entryJSON {
 		return out
 	}
 	out.Payload = json.RawMessage(en.Value)
+	out.DisplayClass, out.DisplayArgs, out.ActiveJobID = en.DisplayClass(), displayArgsJSON(en.Job), en.ActiveJobID()
 	out.ErrorClass = en.Job.ErrorClass()
 	out.ErrorMessage = en.Job.ErrorMessage()
 	if c, ok := en.Job.RetryCount(); ok {
@@ -375,18 +382,20 @@ func processesAction(ctx context.Context, e *adminEnv) error {
 	if err != nil {
 		return err
 	}
-	work, err := e.api.WorkSet(ctx)
+	work, err := e.api.Running(ctx)
 	if err != nil {
 		return err
 	}
 	if e.json {
 		type job struct {
-			TID         string     `json:"tid"`
-			JID         string     `json:"jid"`
-			Class       string     `json:"class"`
-			Queue       string     `json:"queue"`
-			RunAt       time.Time  `json:"run_at"`
-			HeartbeatAt *time.Time `json:"heartbeat_at"`
+			TID   string    `json:"tid"`
+			JID   string    `json:"jid"`
+			Class string    `json:"class"`
+			Queue string    `json:"queue"`
+			RunAt time.Time `json:"run_at"`
+			// StartedAfter: see api.Work.
+			StartedAfter *time.Time `json:"started_after,omitempty"`
+			HeartbeatAt  *time.Time `json:"heartbeat_at"`
 		}
 		type row struct {
 			Identity    string    `json:"identity"`
@@ -414,6 +423,10 @@ func processesAction(ctx context.Context, e *adminEnv) error {
 					continue
 				}
 				j := job{TID: w.TID, Queue: w.Queue, RunAt: w.RunAt.UTC()}
+				if w.RunAt.IsZero() {
+					after := w.StartedAfter.UTC()
+					j.RunAt, j.StartedAfter = time.Time{}, &after
+				}
 				if w.Payload != nil {
 					j.JID, j.Class = w.Payload.JID(), jobClass(w.Payload)
 				}
@@ -466,19 +479,23 @@ func processesAction(ctx context.Context, e *adminEnv) error {
 		if !w.HeartbeatAt.IsZero() {
 			hb = time.Since(w.HeartbeatAt).Round(100*time.Millisecond).String() + " ago"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", w.Identity, w.TID, jid, class, w.Queue,
-			time.Since(w.RunAt).Round(time.Second), hb)
+		running := time.Since(w.RunAt).Round(time.Second).String()
+		if w.RunAt.IsZero() {
+			// Not in a work hash yet: it started after the last beat.
+			running = "<" + time.Since(w.StartedAfter).Round(time.Second).String()
+		}
+		tid := w.TID
+		if tid == "" {
+			tid = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", w.Identity, tid, jid, class, w.Queue, running, hb)
 	}
 	return tw.Flush()
 }
 
-// jobClass is the class the Busy page shows: wrapped || class.
-func jobClass(j *wire.Job) string {
-	if w := contract.Wrapped(j); w != "" {
-		return w
-	}
-	return j.Class()
-}
+// jobClass is the class a person reads (api.DisplayClass): an
+// ActiveJob's wrapped class, a mailer's "Mailer#method".
+func jobClass(j *wire.Job) string { return api.DisplayClass(j) }
 
 func signalAction(sig string) func(ctx context.Context, e *adminEnv) error {
 	return func(ctx context.Context, e *adminEnv) error {

@@ -13,6 +13,8 @@ import (
 	"github.com/gojob/gojob/jobctl"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/api"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // startJobControl makes the server's jobs cancellable on request
@@ -58,6 +60,12 @@ func jobControlCommands() []*ucli.Command {
 func cancelAction(ctx context.Context, e *adminEnv) error {
 	jid := e.c.Args().First()
 	res, err := e.api.Cancel(ctx, jid)
+	if errors.Is(err, api.ErrJobNotFound) && res != nil && res.Location != nil && res.Location.Where == "dead" {
+		if e.json {
+			e.printJSON(map[string]any{"jid": jid, "from": "dead", "requested": true})
+		}
+		return ucli.Exit(fmt.Sprintf("cancel: job %s is in the dead set already; the request is kept for a day in case it is retried", jid), exitNotFound)
+	}
 	if errors.Is(err, api.ErrJobNotFound) {
 		if e.json {
 			e.printJSON(map[string]any{"jid": jid, "from": "", "requested": true})
@@ -68,10 +76,14 @@ func cancelAction(ctx context.Context, e *adminEnv) error {
 		return err
 	}
 	if e.json {
-		return e.printJSON(map[string]any{"jid": jid, "from": res.From, "requested": res.From == "running"})
+		return e.printJSON(map[string]any{"jid": jid, "from": res.From, "requested": res.From == "running" || res.From == "orphaned"})
 	}
-	if res.From == "running" {
-		fmt.Fprintf(e.out, "cancel of running job %s requested\n", jid)
+	switch res.From {
+	case "running":
+		fmt.Fprintf(e.out, "cancel of running job %s requested (%s)\n", jid, res.Location.Process)
+		return nil
+	case "orphaned":
+		fmt.Fprintf(e.out, "cancel of job %s requested: it is cancelled when it runs again (orphaned by %s)\n", jid, res.Location.Process)
 		return nil
 	}
 	fmt.Fprintf(e.out, "removed %s from %s\n", jid, res.From)
@@ -81,14 +93,25 @@ func cancelAction(ctx context.Context, e *adminEnv) error {
 // jobView is `gojob job`'s answer.
 type jobView struct {
 	JID string `json:"jid"`
-	// Where is "queue", "schedule", "retry", "dead", "running", or ""
-	// when only the status hash is left.
-	Where    string          `json:"where"`
-	Queue    string          `json:"queue,omitempty"`
-	At       *time.Time      `json:"at,omitempty"`
-	Process  string          `json:"process,omitempty"`
-	Payload  json.RawMessage `json:"payload,omitempty"`
+	// Where is "queue", "schedule", "retry", "dead", "running",
+	// "orphaned", or "" when only the status hash is left.
+	Where   string     `json:"where"`
+	Queue   string     `json:"queue,omitempty"`
+	At      *time.Time `json:"at,omitempty"`
+	Process string     `json:"process,omitempty"`
+	TID     string     `json:"tid,omitempty"`
+	// StartedAfter is, for a job running too briefly for its process's
+	// work hash to show it, the heartbeat it started after.
+	StartedAfter *time.Time      `json:"started_after,omitempty"`
+	Payload      json.RawMessage `json:"payload,omitempty"`
+	// Class is the class a person reads (an ActiveJob's wrapped class, a
+	// mailer's "Mailer#method"); Wrapper the payload's class when it
+	// differs; Args the arguments shown (api.DisplayArgs); JobID an
+	// ActiveJob's job_id.
 	Class    string          `json:"class,omitempty"`
+	Wrapper  string          `json:"wrapper,omitempty"`
+	Args     json.RawMessage `json:"display_args,omitempty"`
+	JobID    string          `json:"active_job_id,omitempty"`
 	Error    string          `json:"error_message,omitempty"`
 	ErrClass string          `json:"error_class,omitempty"`
 	// Backtrace is error_backtrace decoded (zlib + base64 since Sidekiq 7).
@@ -106,7 +129,7 @@ func jobAction(ctx context.Context, e *adminEnv) error {
 		return err
 	}
 	if v.Where == "" && v.Status == nil {
-		return ucli.Exit(fmt.Sprintf("job: no job %s in a queue, a set, a process's work or a status hash", jid), exitNotFound)
+		return ucli.Exit(fmt.Sprintf("job: no job %s in a queue, a set, an in-progress list, a process's work or a status hash", jid), exitNotFound)
 	}
 	if e.json {
 		return e.printJSON(v)
@@ -115,24 +138,33 @@ func jobAction(ctx context.Context, e *adminEnv) error {
 	return nil
 }
 
-// findJob looks for jid (jobctl.Locate); Where is "" when it is nowhere.
+// findJob looks for jid (api.Locate); Where is "" when it is nowhere.
 func findJob(ctx context.Context, a *api.API, jid string) (*jobView, error) {
 	v := &jobView{JID: jid}
-	loc, err := jobctl.Locate(ctx, a, jid)
+	loc, err := a.Locate(ctx, jid)
 	if err != nil || loc == nil {
 		return v, err
 	}
-	v.Where, v.Queue, v.Process = loc.Where, loc.Queue, loc.Process
+	v.Where, v.Queue, v.Process, v.TID = loc.Where, loc.Queue, loc.Process, loc.TID
 	if !loc.At.IsZero() {
 		at := loc.At
 		v.At = &at
+	}
+	if !loc.StartedAfter.IsZero() {
+		after := loc.StartedAfter
+		v.StartedAfter = &after
 	}
 	v.Payload = json.RawMessage(loc.Raw)
 	if !json.Valid(loc.Raw) {
 		v.Payload, _ = json.Marshal(string(loc.Raw))
 	}
 	if job := loc.Job; job != nil {
-		v.Class = job.Class()
+		v.Class = api.DisplayClass(job)
+		if job.Class() != v.Class {
+			v.Wrapper = job.Class()
+		}
+		v.Args = displayArgsJSON(job)
+		v.JobID = api.ActiveJobID(job)
 		if m, ok := job.Get("error_message"); ok {
 			v.Error, _ = m.Str()
 		}
@@ -146,6 +178,11 @@ func findJob(ctx context.Context, a *api.API, jid string) (*jobView, error) {
 	return v, nil
 }
 
+// displayArgsJSON is api.DisplayArgs as a JSON array.
+func displayArgsJSON(j *wire.Job) json.RawMessage {
+	return json.RawMessage(rubyjson.ArrayValue(api.DisplayArgs(j)...).Encode())
+}
+
 func printJobView(e *adminEnv, v *jobView) {
 	w := e.out
 	where := v.Where
@@ -156,13 +193,40 @@ func printJobView(e *adminEnv, v *jobView) {
 		where = "queue " + v.Queue
 	case "running":
 		where = "running on " + v.Process
+		if v.TID != "" {
+			where += " (thread " + v.TID + ")"
+		}
+		if v.Queue != "" {
+			where += ", from queue " + v.Queue
+		}
+	case "orphaned":
+		where = "orphaned in " + v.Queue + "'s in-progress list of the gone process " + v.Process + " (recovery pushes it back)"
 	}
 	fmt.Fprintf(w, "jid:      %s\nwhere:    %s\n", v.JID, where)
 	if v.Class != "" {
-		fmt.Fprintf(w, "class:    %s\n", v.Class)
+		if v.Wrapper != "" {
+			fmt.Fprintf(w, "class:    %s (%s)\n", v.Class, v.Wrapper)
+		} else {
+			fmt.Fprintf(w, "class:    %s\n", v.Class)
+		}
 	}
-	if v.At != nil {
-		fmt.Fprintf(w, "at:       %s\n", v.At.UTC().Format(time.RFC3339))
+	if len(v.Args) > 0 {
+		fmt.Fprintf(w, "args:     %s\n", v.Args)
+	}
+	if v.JobID != "" {
+		fmt.Fprintf(w, "job_id:   %s\n", v.JobID)
+	}
+	switch {
+	case v.Where == "running" && v.At != nil:
+		fmt.Fprintf(w, "since:    %s (%s)\n", textTime(*v.At), time.Since(*v.At).Round(time.Second))
+	case v.Where == "running" && v.StartedAfter != nil:
+		fmt.Fprintf(w, "since:    after %s (its process's last heartbeat)\n", textTime(*v.StartedAfter))
+	case v.At != nil:
+		label := map[string]string{"schedule": "runs at", "retry": "retry at", "dead": "died at"}[v.Where]
+		if label == "" {
+			label = "at"
+		}
+		fmt.Fprintf(w, "%-9s %s\n", label+":", textTime(*v.At))
 	}
 	if v.Error != "" {
 		fmt.Fprintf(w, "error:    %s: %s\n", v.ErrClass, v.Error)

@@ -51,11 +51,14 @@ func (f jobFilter) match(r *api.JobRecord) bool {
 	if f.empty() {
 		return true
 	}
-	if (f.class != "" && !bytes.Contains(r.Value, []byte(f.class))) ||
+	// A mailer's "Mailer#method" is not in the payload as such: its
+	// parts are.
+	mailer, _, _ := strings.Cut(f.class, "#")
+	if (f.class != "" && !bytes.Contains(r.Value, []byte(mailer))) ||
 		(f.jid != "" && !bytes.Contains(r.Value, []byte(f.jid))) || r.Job == nil {
 		return false
 	}
-	if f.class != "" && jobClass(r.Job) != f.class && r.Job.Class() != f.class {
+	if f.class != "" && !api.MatchesClass(r.Job, f.class) {
 		return false
 	}
 	if f.jid != "" && r.Job.JID() != f.jid {

@@ -88,6 +88,8 @@ func queueJobsAction(ctx context.Context, e *adminEnv) error {
 		type row struct {
 			JID        string          `json:"jid"`
 			Class      string          `json:"class"`
+			Args       json.RawMessage `json:"display_args,omitempty"`
+			JobID      string          `json:"active_job_id,omitempty"`
 			EnqueuedAt *time.Time      `json:"enqueued_at"`
 			Payload    json.RawMessage `json:"payload,omitempty"`
 			Raw        string          `json:"raw,omitempty"`
@@ -98,7 +100,7 @@ func queueJobsAction(ctx context.Context, e *adminEnv) error {
 				rows = append(rows, row{Raw: string(r.Value)})
 				continue
 			}
-			out := row{JID: r.Job.JID(), Class: jobClass(r.Job), Payload: json.RawMessage(r.Value)}
+			out := row{JID: r.Job.JID(), Class: jobClass(r.Job), Args: displayArgsJSON(r.Job), JobID: api.ActiveJobID(r.Job), Payload: json.RawMessage(r.Value)}
 			if t, ok := r.Job.EnqueuedAt(); ok {
 				t = t.UTC()
 				out.EnqueuedAt = &t
@@ -127,8 +129,7 @@ func queueJobsAction(ctx context.Context, e *adminEnv) error {
 			continue
 		}
 		at, _ := r.Job.EnqueuedAt()
-		args, _ := r.Job.Get("args")
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", textTime(at), r.Job.JID(), jobClass(r.Job), firstLine(string(args.Encode()), 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", textTime(at), r.Job.JID(), jobClass(r.Job), firstLine(string(displayArgsJSON(r.Job)), 60))
 	}
 	return tw.Flush()
 }

@@ -129,7 +129,7 @@ func setAction(name string) func(ctx context.Context, e *adminEnv) error {
 			} else if en.Job == nil {
 				errText = "(unparsable payload)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", textTime(en.At()), en.JID(), en.Class(), en.Queue, errText)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", textTime(en.At()), en.JID(), en.DisplayClass(), en.Queue, errText)
 		}
 		return tw.Flush()
 	}

@@ -21,7 +21,7 @@ func (h *handler) busy(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	work, err := h.api.WorkSet(ctx)
+	work, err := h.api.Running(ctx)
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -139,6 +139,9 @@ var funcs = template.FuncMap{
 		}
 		return nil
 	},
+	"displayClass": api.DisplayClass,
+	"displayArgs":  api.DisplayArgs,
+	"mul100":       func(f *float64) float64 { return *f * 100 },
 	"retryCount": func(j *wire.Job) string {
 		if n, ok := j.RetryCount(); ok {
 			return strconv.Itoa(n)

@@ -282,15 +282,6 @@ func (h *handler) find(ctx context.Context, k *setKind, key string) (*api.Sorted
 	return entries[0], nil
 }
 
-type setEntryData struct {
-	Kind      *setKind
-	Entry     *api.SortedEntry
-	Backtrace []string
-	// BacktraceErr says why the backtrace could not be decoded.
-	BacktraceErr string
-	Actions      [][2]string
-}
-
 func (h *handler) setEntry(k *setKind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		e, err := h.find(r.Context(), k, r.PathValue("key"))
@@ -302,13 +293,13 @@ func (h *handler) setEntry(k *setKind) http.HandlerFunc {
 			notFound(w, "job "+r.PathValue("key")+" in "+k.Title)
 			return
 		}
-		d := &setEntryData{Kind: k, Entry: e, Actions: k.labels(k.actions)}
-		if e.Job != nil && e.Job.Has("error_backtrace") {
-			if d.Backtrace, err = e.Job.ErrorBacktrace(); err != nil {
-				d.BacktraceErr = err.Error()
-			}
+		loc := &api.Location{Where: k.set(h.api).Name(), Queue: e.Queue, At: e.At(), Raw: e.Value, Job: e.Job, Entry: e}
+		d := &jobPageData{JID: e.JID(), Location: loc, Record: e.JobRecord, Kind: k, Entry: e, Actions: k.labels(k.actions)}
+		if err := h.fillJobPage(r.Context(), d); err != nil {
+			h.fail(w, r, err)
+			return
 		}
-		h.render(w, r, "entry", k.Title+": "+e.Class(), k.Path, d)
+		h.render(w, r, "job", k.Title+": "+e.DisplayClass(), k.Path, d)
 	}
 }
 

@@ -17,10 +17,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gojob/gojob/internal/contract"
-	"github.com/gojob/gojob/sidekiq/activejob"
 	"github.com/gojob/gojob/sidekiq/api"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // Snapshot is the cluster at one moment.
@@ -98,6 +95,9 @@ type BusyJob struct {
 	Class string    `json:"class"`
 	Queue string    `json:"queue"`
 	RunAt time.Time `json:"run_at"`
+	// StartedAfter is, for a job too new for its process's work hash
+	// (RunAt zero), the heartbeat it started after (api.Running).
+	StartedAfter time.Time `json:"started_after,omitzero"`
 }
 
 // Source reads snapshots and acts on the cluster.
@@ -160,29 +160,22 @@ func (s *APISource) Snapshot(ctx context.Context) (*Snapshot, error) {
 			StartedAt: p.StartedAt.UTC()})
 	}
 	slices.SortFunc(snap.Processes, func(a, b Process) int { return cmp.Compare(a.Identity, b.Identity) })
-	work, err := s.API.WorkSet(ctx)
+	work, err := s.API.Running(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, w := range work {
 		j := BusyJob{Identity: w.Identity, TID: w.TID, Queue: w.Queue, RunAt: w.RunAt.UTC(), Class: "?"}
+		if w.RunAt.IsZero() {
+			j.RunAt = time.Time{}
+			j.StartedAfter = w.StartedAfter.UTC()
+		}
 		if w.Payload != nil {
-			j.JID, j.Class = w.Payload.JID(), className(w.Payload)
+			j.JID, j.Class = w.Payload.JID(), api.DisplayClass(w.Payload)
 		}
 		snap.Jobs = append(snap.Jobs, j)
 	}
 	return snap, nil
-}
-
-// className is the class a job runs: an ActiveJob's job_class (or
-// "wrapped"), else its class.
-func className(j *wire.Job) string {
-	if aj, err := activejob.Decode(j); err == nil && aj.JobClass != "" {
-		return aj.JobClass
-	} else if w := contract.Wrapped(j); w != "" {
-		return w
-	}
-	return j.Class()
 }
 
 // SetPaused is `gojob queue pause|unpause`.

@@ -431,6 +431,8 @@ func jobList(s State) *list {
 		running := "-"
 		if !j.RunAt.IsZero() {
 			running = dur(max(0, s.Now.Sub(j.RunAt)))
+		} else if !j.StartedAfter.IsZero() {
+			running = "<" + dur(max(0, s.Now.Sub(j.StartedAfter)))
 		}
 		l.rows = append(l.rows, []string{j.Class, j.Queue, running, j.Identity, j.JID})
 	}
