@@ -385,3 +385,95 @@ func TestJobControlUsageErrors(t *testing.T) {
 	_, errOut, code := runCLI(t, "batch", "status", "-r", nowhere, "b1")
 	require.Equal(t, exitUnreachable, code, errOut)
 }
+
+// A running job is "running" for gojob job and cancellable by gojob cancel
+// from its first moment, before any heartbeat wrote it to its process's
+// work hash (the in-progress list shows it), and no longer running as soon
+// as it ended, while the work hash still shows it until the next beat.
+// `gojob processes` lists it once.
+func TestJobCommandFollowsARunningJob(t *testing.T) {
+	t.Parallel()
+	rs := redistest.StartWith(t, redistest.Options{TCP: true})
+	pool := rs.Pool(t)
+	conn := pool.Get()
+	defer conn.Close()
+	dir := t.TempDir()
+	// Each job says it started, then runs until it is released.
+	script := fmt.Sprintf(`touch %[1]s/$GOJOB_JID.started; while [ ! -e %[1]s/$GOJOB_JID.release ]; do sleep 0.05; done`, dir)
+	w := startWorker(t, rs.URL(), "-c", "2", "--exec", "Quiet="+script)
+	id := w.identity(t)
+	started := func(jid string) {
+		wait.For(t, "job "+jid+" to start", func() bool {
+			_, err := os.Stat(filepath.Join(dir, jid+".started"))
+			return err == nil
+		})
+	}
+	jobJSON := func(jid string) (jobView, int) {
+		out, errOut, code := runBinary(t, "job", "-r", rs.URL(), "--json", jid)
+		var v jobView
+		if code == 0 {
+			require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+		} else {
+			require.Equal(t, exitNotFound, code, errOut)
+		}
+		return v, code
+	}
+
+	jid := pushOne(t, pool, "Quiet")
+	started(jid)
+	// At once: no waiting for a heartbeat.
+	out, errOut, code := runBinary(t, "job", "-r", rs.URL(), jid)
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, "where:    running on "+id)
+	require.Contains(t, out, "since:")
+	require.Contains(t, out, "class:    Quiet")
+	out, errOut, code = runBinary(t, "processes", "-r", rs.URL())
+	require.Zero(t, code, errOut)
+	require.Equal(t, 1, strings.Count(out, jid), out)
+
+	// Its process's next heartbeat gives the start time and thread.
+	var v jobView
+	wait.Within(t, 30*time.Second, "the work hash to show the job", func() bool {
+		v, code = jobJSON(jid)
+		return code == 0 && v.At != nil
+	})
+	require.Equal(t, "running", v.Where)
+	require.Equal(t, id, v.Process)
+	require.NotEmpty(t, v.TID)
+	require.WithinDuration(t, time.Now(), *v.At, time.Minute)
+
+	// It ends: from the moment its in-progress list no longer holds it,
+	// it is not running, though the work hash still holds it.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, jid+".release"), nil, 0o644))
+	wait.For(t, "the job to leave its in-progress list", func() bool {
+		lists, _ := redis.Strings(conn.Do("SMEMBERS", contract.KeyWorkingLists))
+		for _, l := range lists {
+			vals, _ := redis.Strings(conn.Do("LRANGE", l, 0, -1))
+			for _, s := range vals {
+				if strings.Contains(s, jid) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	work, err := redis.String(conn.Do("HGET", id+":work", v.TID))
+	staleWork := err == nil && strings.Contains(work, jid)
+	v, code = jobJSON(jid)
+	require.NotEqual(t, "running", v.Where, "code %d", code)
+	if !staleWork {
+		t.Log("a heartbeat came between the job's end and gojob job: the stale work entry was not exercised")
+	}
+
+	// A second one is cancelled while it runs: exit 0, then dead as
+	// Gojob::Cancelled.
+	jid2 := pushOne(t, pool, "Quiet")
+	started(jid2)
+	out, errOut, code = runBinary(t, "cancel", "-r", rs.URL(), jid2)
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, "cancel of running job "+jid2+" requested")
+	requireCancelledNotRetried(t, conn, jid2, 30*time.Second)
+	v, code = jobJSON(jid2)
+	require.Zero(t, code)
+	require.Equal(t, "dead", v.Where)
+}

@@ -19,7 +19,7 @@ import (
 // lost one it still shows, both work-hash layouts written, a Ruby process
 // without lists, the list of a gone process, a long queue and the sets.
 type locateWorld struct {
-	b                                           *apiBundle
+	b                                            *apiBundle
 	started, steady, ended, ruby, orphan, queued string
 }
 
