@@ -101,7 +101,7 @@ func TestJobPageShowsStatusAndCancels(t *testing.T) {
 	require.Equal(t, 200, code)
 	require.Contains(t, page, "40 of 100 files")
 	require.Contains(t, page, "&#34;rows&#34;: 12")
-	require.Contains(t, page, "queue · default")
+	require.Contains(t, page, `<b>enqueued</b> in <a href="/queues/default">default</a>`)
 	m := csrfRe.FindStringSubmatch(page)
 	require.NotNil(t, m)
 	resp, err := c.PostForm(srv.URL+"/jobs/"+res.JID+"/cancel", url.Values{"csrf": {m[1]}})

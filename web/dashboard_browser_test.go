@@ -43,6 +43,15 @@ func TestEveryPageLoadsWithoutJavaScriptErrors(t *testing.T) {
 	})
 	retry := firstEntry(t, w.api.RetrySet(), "GoFailJob")
 	dead := firstEntry(t, w.api.DeadSet(), "DeadJob")
+	running, err := w.api.Running(ctx)
+	require.NoError(t, err)
+	slow := ""
+	for _, r := range running {
+		if r.Payload != nil && r.Payload.Class() == "GoSlowJob" {
+			slow = r.Payload.JID()
+		}
+	}
+	require.NotEmpty(t, slow, "GoSlowJob runs")
 	tb := newTab(t)
 	pages := []struct {
 		name, path string
@@ -58,6 +67,8 @@ func TestEveryPageLoadsWithoutJavaScriptErrors(t *testing.T) {
 		{"scheduled", "/scheduled", []string{"LaterJob", "tomorrow"}},
 		{"dead", "/dead", []string{"DeadJob", "out of retries"}},
 		{"dead-job", "/dead/" + url.PathEscape(setKey(dead)), []string{"app/jobs/dead_job.rb:12:in `perform'"}},
+		{"job-running", "/jobs/" + slow, []string{"GoSlowJob", "running on", "started", "Cancel"}},
+		{"job-dead", "/jobs/" + dead.JID(), []string{"DeadJob", "dead", "app/jobs/dead_job.rb:12:in `perform'", "Retry now"}},
 		{"metrics", "/job-metrics", []string{"GoOkJob", "GoFailJob"}},
 		{"metrics-class", "/job-metrics/GoOkJob", []string{"Execution time", "PROCESSED"}},
 		{"sidejob", "/sidejob", []string{"Pipeline", "step1"}},
@@ -82,7 +93,7 @@ func TestEveryPageLoadsWithoutJavaScriptErrors(t *testing.T) {
 	require.Empty(t, tb.errors(), "JavaScript errors")
 
 	// The error listener itself works: a thrown error is seen.
-	_, err := evalBool(tb, `setTimeout(() => { throw new Error("planted") }); true`)
+	_, err = evalBool(tb, `setTimeout(() => { throw new Error("planted") }); true`)
 	require.NoError(t, err)
 	wait.Within(t, 5*time.Second, "the planted error seen", func() bool {
 		errs := tb.errors()
