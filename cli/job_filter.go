@@ -16,7 +16,7 @@ import (
 // error text.
 func filterFlags() []ucli.Flag {
 	return []ucli.Flag{
-		&ucli.StringFlag{Name: "class", Usage: "only jobs of this `CLASS` (the wrapped class of an ActiveJob, or the class)"},
+		&ucli.StringFlag{Name: "class", Usage: "only jobs of this `CLASS`: the class, an ActiveJob's wrapped class, or a mailer job's mailer (or Mailer#method)"},
 		&ucli.StringFlag{Name: "jid", Usage: "only the job with this `JID`"},
 		&ucli.StringFlag{Name: "error", Usage: "only jobs whose error class or message contains `TEXT` (any case)"},
 	}
