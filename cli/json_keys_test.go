@@ -15,7 +15,7 @@ var snakeKey = regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
 
 // dataKeys hold user data (a job payload, its args, a port's value), whose
 // keys are not ours to name.
-var dataKeys = map[string]bool{"payload": true, "args": true, "state": true, "data": true, "context": true, "default": true}
+var dataKeys = map[string]bool{"payload": true, "args": true, "display_args": true, "state": true, "data": true, "context": true, "default": true}
 
 // checkSnakeKeys fails for any object key of v that is not snake_case.
 func checkSnakeKeys(t *testing.T, cmd string, v any, path string) {
