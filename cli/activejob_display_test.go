@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
@@ -11,18 +12,17 @@ import (
 	"github.com/gojob/gojob/internal/redistest"
 )
 
-// displayMailer is an ActionMailer deliver_later (Rails 7 through Sidekiq
-// 7) that failed once.
-const displayMailer = `{"retry":true,"queue":"mailers","wrapped":"ActionMailer::MailDeliveryJob","args":[{"job_class":"ActionMailer::MailDeliveryJob","job_id":"1b6f3c9e-4d0a-4c8e-9d5e-2f1a7b3c4d5e","provider_job_id":null,"queue_name":"mailers","priority":null,"arguments":["UserMailer","welcome","deliver_now",{"params":{"user":{"_aj_globalid":"gid://app/User/7"},"_aj_symbol_keys":["user"]},"args":[{"_aj_globalid":"gid://app/User/7"}],"_aj_ruby2_keywords":["params","args"]}],"executions":1,"exception_executions":{},"locale":"en","timezone":"UTC","enqueued_at":"2026-11-23T14:22:59Z"}],"class":"ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper","jid":"aa11bb22cc33dd44ee55ff66","error_class":"Net::SMTPServerBusy","error_message":"4.3.2 try again later","retry_count":0,"failed_at":1795296500.5}`
-
 // An ActiveJob mailer reads as its mailer in gojob retries, queue jobs and
 // job, as in Sidekiq's Web UI, and the class filter takes either name.
 func TestActiveJobShowsItsWrappedClass(t *testing.T) {
 	// Not parallel: see the note on runCLI.
+	raw, err := os.ReadFile("../testdata/activejob/mailer-retry.json")
+	require.NoError(t, err)
+	displayMailer := strings.TrimSpace(string(raw))
 	rs := redistest.Start(t)
 	conn := rs.Pool(t).Get()
 	defer conn.Close()
-	_, err := conn.Do("ZADD", contract.KeyRetry, 1795296600, displayMailer)
+	_, err = conn.Do("ZADD", contract.KeyRetry, 1795296600, displayMailer)
 	require.NoError(t, err)
 	queued := strings.Replace(displayMailer, "aa11bb22cc33dd44ee55ff66", "bb11bb22cc33dd44ee55ff66", 1)
 	_, err = conn.Do("LPUSH", "queue:mailers", queued)

@@ -1,9 +1,11 @@
 package web_test
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"net/url"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -90,7 +92,9 @@ func TestActiveJobRetryShowsItsMailer(t *testing.T) {
 	ctx := context.Background()
 	a, err := api.New(&api.Config{Pool: pool})
 	require.NoError(t, err)
-	job, err := wire.ParseJob([]byte(mailerRetry))
+	raw, err := os.ReadFile("../testdata/activejob/mailer-retry.json")
+	require.NoError(t, err)
+	job, err := wire.ParseJob(bytes.TrimSpace(raw))
 	require.NoError(t, err)
 	at := time.Now().Add(10 * time.Minute)
 	require.NoError(t, a.RetrySet().Schedule(ctx, at, job))
@@ -133,7 +137,3 @@ func TestActiveJobRetryShowsItsMailer(t *testing.T) {
 	require.Equal(t, "Dead", navOn.FindStringSubmatch(page)[1])
 	require.Contains(t, page, "<b>dead</b>")
 }
-
-// mailerRetry is an ActionMailer deliver_later (Rails 7 through Sidekiq
-// 7) that failed once.
-const mailerRetry = `{"retry":true,"queue":"mailers","wrapped":"ActionMailer::MailDeliveryJob","args":[{"job_class":"ActionMailer::MailDeliveryJob","job_id":"1b6f3c9e-4d0a-4c8e-9d5e-2f1a7b3c4d5e","provider_job_id":null,"queue_name":"mailers","priority":null,"arguments":["UserMailer","welcome","deliver_now",{"params":{"user":{"_aj_globalid":"gid://app/User/7"},"_aj_symbol_keys":["user"]},"args":[{"_aj_globalid":"gid://app/User/7"}],"_aj_ruby2_keywords":["params","args"]}],"executions":1,"exception_executions":{},"locale":"en","timezone":"UTC","enqueued_at":"2026-11-23T14:22:59Z"}],"class":"ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper","jid":"aa11bb22cc33dd44ee55ff66","error_class":"Net::SMTPServerBusy","error_message":"4.3.2 try again later","retry_count":0,"failed_at":1795296500.5}`
