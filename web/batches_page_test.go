@@ -113,6 +113,12 @@ func TestJobPageShowsStatusAndCancels(t *testing.T) {
 	n, err := redis.Int(conn.Do("LLEN", "queue:default"))
 	require.NoError(t, err)
 	require.Zero(t, n, "cancelled: removed from its queue")
+	// Gone from Redis but for its status: the page says so, under no tab.
+	code, page = get(t, c, srv.URL+"/jobs/"+res.JID)
+	require.Equal(t, 200, code)
+	require.Contains(t, page, "no longer in Redis")
+	require.Contains(t, page, "40 of 100 files")
+	require.NotContains(t, page, `class="on"`)
 	code, _ = get(t, c, srv.URL+"/jobs/ffffffffffffffffffffffff")
 	require.Equal(t, http.StatusNotFound, code)
 }
