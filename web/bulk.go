@@ -306,7 +306,7 @@ func (b *bulkRunner) work(ctx context.Context, k *setKind, st *bulkStatus, repor
 	}
 	// A search: count the matches first (for the progress bar), then act
 	// on each, once (a retried job that fails again comes back matching).
-	pattern := escapeGlob(st.Query)
+	pattern := searchPattern(st.Query) // the same matches as the page (sets.go)
 	if err := set.Scan(ctx, pattern, func(*api.SortedEntry) error { st.Total++; return nil }); err != nil {
 		return err
 	}

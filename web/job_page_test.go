@@ -107,9 +107,14 @@ func TestActiveJobRetryShowsItsMailer(t *testing.T) {
 	require.Contains(t, page, "<b>UserMailer#welcome</b>")
 	require.NotContains(t, page, "<b>ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper</b>")
 	require.Contains(t, page, "gid://app/User/7")
-	code, page = get(t, c, srv.URL+"/retries?q=UserMailer")
+	for _, q := range []string{"UserMailer", "UserMailer#welcome", "ActionMailer::MailDeliveryJob"} {
+		code, page = get(t, c, srv.URL+"/retries?q="+url.QueryEscape(q))
+		require.Equal(t, 200, code)
+		require.Contains(t, page, "<b>UserMailer#welcome</b>", q)
+	}
+	code, page = get(t, c, srv.URL+"/retries?q="+url.QueryEscape("UserMailer#goodbye"))
 	require.Equal(t, 200, code)
-	require.Contains(t, page, "<b>UserMailer#welcome</b>")
+	require.NotContains(t, page, "<b>UserMailer#welcome</b>")
 
 	for _, path := range []string{"/retries/" + url.PathEscape(contract.FormatScore(e.Score)+"-"+job.JID()), "/jobs/" + job.JID()} {
 		code, page = get(t, c, srv.URL+path)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -179,7 +180,7 @@ func (h *handler) search(ctx context.Context, k *setKind, q string, offset, limi
 		}
 	}
 	set := k.set(h.api)
-	match := "*" + escapeGlob(q) + "*"
+	match := searchPattern(q)
 	hs := fnv.New64a()
 	for cursor := "0"; ; {
 		conn, err := h.cfg.Pool.GetContext(ctx)
@@ -254,6 +255,21 @@ func compareFloat(a, b float64) int {
 		return 1
 	}
 	return 0
+}
+
+// mailerName is a mailer job's name as the pages show it,
+// "UserMailer#welcome" (api.DisplayClass).
+var mailerName = regexp.MustCompile(`\A([A-Za-z_][A-Za-z0-9_:]*)#([A-Za-z_][A-Za-z0-9_]*[?!]?)\z`)
+
+// searchPattern is the ZSCAN MATCH pattern of a search for q: q as a
+// substring, or for a mailer job's shown name "Mailer#method" the two
+// strings as its payload holds them, "Mailer","method" (ActiveJob's
+// arguments).
+func searchPattern(q string) string {
+	if m := mailerName.FindStringSubmatch(q); m != nil {
+		return `*"` + escapeGlob(m[1]) + `","` + escapeGlob(m[2]) + `"*`
+	}
+	return "*" + escapeGlob(q) + "*"
 }
 
 // escapeGlob escapes ZSCAN MATCH's special characters, so a search is a
