@@ -70,7 +70,7 @@ func cancelAction(ctx context.Context, e *adminEnv) error {
 		if e.json {
 			e.printJSON(map[string]any{"jid": jid, "from": "", "requested": true})
 		}
-		return ucli.Exit(fmt.Sprintf("cancel: no job %s in a queue, a set or a process's work; the request is kept for a day in case it starts", jid), exitNotFound)
+		return ucli.Exit(fmt.Sprintf("cancel: no job %s in a queue, a set, an in-progress list or a process's work; the request is kept for a day in case it starts", jid), exitNotFound)
 	}
 	if err != nil {
 		return err
