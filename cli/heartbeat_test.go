@@ -355,10 +355,21 @@ func TestProcessesShowEachRunningJobsLastHeartbeat(t *testing.T) {
 		Identity string `json:"identity"`
 		Jobs     []job  `json:"jobs"`
 	}
+	// The jobs are listed from the first moment of their run (the
+	// in-progress list); their heartbeats come from the work hash, which
+	// the next process heartbeat writes.
 	wait.Within(t, 15*time.Second, "the running jobs with a heartbeat in the work hash", func() bool {
 		out := gojobOutput(t, "processes", "-r", e.rs.URL(), "--json")
 		require.NoError(t, json.Unmarshal([]byte(out), &rows), out)
-		return len(rows) == 1 && len(rows[0].Jobs) == 2
+		if len(rows) != 1 || len(rows[0].Jobs) != 2 {
+			return false
+		}
+		for _, j := range rows[0].Jobs {
+			if j.JID == "shown1" && j.HeartbeatAt != nil {
+				return true
+			}
+		}
+		return false
 	})
 	require.Equal(t, id, rows[0].Identity)
 	byJID := map[string]job{}
