@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -69,9 +70,17 @@ ordered work (docs/ordered.md).`,
 			&ucli.DurationFlag{Name: "poll-interval", Usage: "average time between this process's polls of the retry and schedule sets (Sidekiq's average_scheduled_poll_interval; default: 5 s times the number of processes)"},
 			&ucli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text"},
 			&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn, error"},
+			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the whole run to `FILE`, complete when the process stops (go tool pprof)", TakesFile: true},
 		}, append(append(append(append(heartbeatWorkFlags(), durableWorkFlags()...), cronWorkFlags()...), limitWorkFlags()...), metricsWorkFlags()...)...),
 		Action: func(c *ucli.Context) error {
 			log := newLogger(c.App.ErrWriter, c.Bool("log-json"), c.String("log-level"))
+			if path := c.String("cpuprofile"); path != "" {
+				stop, err := startCPUProfile(path)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			cfg, err := serverConfigFromFlags(c, log)
 			if err != nil {
 				return err
@@ -310,4 +319,21 @@ func runServer(ctx context.Context, srv *sidekiq.Server, log zerolog.Logger) err
 		return ucli.Exit("", exitFailed)
 	}
 	return nil
+}
+
+// startCPUProfile profiles this process into path until the returned func
+// runs.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, ucli.Exit(fmt.Sprintf("--cpuprofile: %v", err), exitUsage)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

@@ -14,5 +14,5 @@ import (
 )
 
 func main() {
-	os.Exit(cli.Run(context.Background(), os.Args, os.Stdout, os.Stderr, cli.WithCommand(bench.Command())))
+	os.Exit(cli.Run(context.Background(), os.Args, os.Stdout, os.Stderr, cli.WithCommand(bench.Command()), cli.WithCommand(bench.WorkerCommand())))
 }

@@ -45,9 +45,15 @@ var benchWorkerRuby string
 
 // Result is what `gojob bench --json` prints.
 type Result struct {
-	Jobs          int     `json:"jobs"`
-	Concurrency   int     `json:"concurrency"`
-	Fetch         string  `json:"fetch"`
+	Jobs        int    `json:"jobs"`
+	Concurrency int    `json:"concurrency"`
+	Fetch       string `json:"fetch"`
+	// Process is "work" (gojob work as a separate process, timed from
+	// outside) or "in-process" (a sidekiq.Server in the bench's process).
+	Process string `json:"process"`
+	// StartupMS is how long gojob work took from exec to its first
+	// heartbeat in Redis ("work" only).
+	StartupMS     float64 `json:"startup_ms,omitempty"`
 	Queues        int     `json:"queues"`
 	Weights       string  `json:"weights,omitempty"`
 	PayloadBytes  int     `json:"payload_bytes,omitempty"`
@@ -82,11 +88,16 @@ type Result struct {
 func Command() *ucli.Command {
 	return &ucli.Command{
 		Name:  "bench",
-		Usage: "measure throughput: push N no-op jobs, drain them with an in-process server",
-		Description: `Pushes N no-op jobs to a fresh queue, drains them with an in-process gojob
-server at concurrency C and reports jobs/s (from server start to the last job
-done), pickup latency (push to start, measured on a trickle of single pushes
-afterwards), peak RSS, and Redis commands per job (from INFO commandstats).
+		Usage: "measure throughput: push N no-op jobs, drain them with gojob work",
+		Description: `Pushes N no-op jobs to a fresh queue and drains them at concurrency C with
+gojob work, started as a separate process with the defaults a user gets and
+two no-op Go handlers (--process work), or with a server inside the bench's
+own process (--process in-process). The jobs are pushed to staging lists and
+renamed into their queues once the worker is ready, so the drain is timed from
+outside, from that instant to the last job done. It reports jobs/s, pickup
+latency (push to start, on a trickle of single pushes afterwards), the
+worker's peak RSS and CPU per job (/proc), Redis's CPU per job (INFO cpu), and
+Redis commands per job (INFO commandstats).
 --ruby runs Debian's Ruby Sidekiq 6.4.1 on the same number of jobs (timed from
 its first fetch until its queue is empty, as bin/sidekiqload does) and prints
 the ratio; --redis-benchmark runs redis-benchmark -t rpop at the same -c.
@@ -96,6 +107,8 @@ It only touches its own keys, never flushes, and removes them when done.`,
 			&ucli.IntFlag{Name: "jobs", Aliases: []string{"n"}, Value: 100000, Usage: "jobs to process"},
 			&ucli.IntFlag{Name: "concurrency", Aliases: []string{"c"}, Value: 25, Usage: "server concurrency"},
 			&ucli.IntFlag{Name: "latency-jobs", Value: 500, Usage: "single pushes for the pickup latency"},
+			&ucli.StringFlag{Name: "process", Value: processWork, Usage: "work (start gojob work as a separate process, as users run it, and time it from outside) or in-process (a server inside the bench's own process); both, comma-separated, are run alternately --rounds times and compared"},
+			&ucli.StringFlag{Name: "gojob", Usage: "with --process work: the gojob binary to start (default: this one)", TakesFile: true},
 			&ucli.StringFlag{Name: "fetch", Value: "reliable", Usage: "fetch mode: reliable (in-progress lists, loses no job), basic (Sidekiq's BasicFetch, BRPOP) or batch (BLMPOP for idle slots, Redis 7+); several, comma-separated, are run alternately --rounds times and compared with the last"},
 			&ucli.IntFlag{Name: "queues", Value: 1, Usage: "spread the jobs evenly over this many queues"},
 			&ucli.StringFlag{Name: "weights", Value: "strict", Usage: "with --queues: strict (no weights), equal (weight 1 each) or 1..N (queue i weighs i)"},
@@ -104,13 +117,22 @@ It only touches its own keys, never flushes, and removes them when done.`,
 			&ucli.BoolFlag{Name: "ruby", Usage: "also run Ruby Sidekiq 6.4.1 (Debian ruby-sidekiq) and print the ratio"},
 			&ucli.BoolFlag{Name: "redis-benchmark", Usage: "also run redis-benchmark -t rpop -c C and print the ratio"},
 			newJSONFlag(),
-			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the drain to `FILE` (go tool pprof)"},
+			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile to `FILE` (go tool pprof): gojob work's whole run with --process work, the drain in-process"},
 			&ucli.StringFlag{Name: "memprofile", Usage: "write an allocation profile of the drain to `FILE` (go tool pprof -sample_index=alloc_objects)"},
 		}, append(orderedBenchFlags(), benchDurableFlags()...)...),
 		Action: func(c *ucli.Context) error {
 			n, conc := c.Int("jobs"), c.Int("concurrency")
+			var processes []string
+			for _, p := range strings.Split(c.String("process"), ",") {
+				switch p = strings.TrimSpace(p); p {
+				case processWork, processInProcess:
+					processes = append(processes, p)
+				default:
+					return ucli.Exit(fmt.Sprintf("--process %q: want work or in-process", p), exitUsage)
+				}
+			}
 			var profile io.Writer
-			if f := c.String("cpuprofile"); f != "" {
+			if f := c.String("cpuprofile"); f != "" && processes[0] == processInProcess {
 				out, err := os.Create(f)
 				if err != nil {
 					return err
@@ -152,11 +174,21 @@ It only touches its own keys, never flushes, and removes them when done.`,
 				return runDurableBenchCmd(c, pool, mode)
 			}
 			spec := benchSpec{jobs: n, conc: conc, latencyJobs: c.Int("latency-jobs"), mode: mode,
-				pipeline: c.Int("fetch-pipeline"), shape: shape, profile: profile, memProfile: c.String("memprofile")}
-			if len(modes) > 1 {
-				return runBenchComparison(c, pool, spec, modes)
+				pipeline: c.Int("fetch-pipeline"), shape: shape, profile: profile, memProfile: c.String("memprofile"),
+				process: processes[0], gojob: c.String("gojob"), redisURL: c.String("redis")}
+			if processes[0] == processWork {
+				spec.cpuProfilePath = c.String("cpuprofile")
 			}
-			res, err := runBench(c.Context, pool, spec)
+			if len(modes) > 1 || len(processes) > 1 {
+				var variants []variant
+				for _, p := range processes {
+					for _, m := range modes {
+						variants = append(variants, variant{mode: m, process: p, labelProcess: len(processes) > 1})
+					}
+				}
+				return runBenchComparison(c, pool, spec, variants)
+			}
+			res, err := runOneBench(c.Context, pool, spec)
 			if err != nil {
 				return err
 			}
@@ -193,8 +225,21 @@ type benchSpec struct {
 	// memProfile is where an allocation profile of the drain goes ("":
 	// none).
 	memProfile string
+	// process is processWork or processInProcess; gojob the binary run
+	// as the worker ("": this one), redisURL the Redis it is given and
+	// cpuProfilePath where it writes a CPU profile ("": none).
+	process, gojob, redisURL, cpuProfilePath string
 }
 
+// runOneBench runs spec in its process mode.
+func runOneBench(ctx context.Context, pool *redis.Pool, spec benchSpec) (*Result, error) {
+	if spec.process == processWork {
+		return runExternalBench(ctx, pool, spec)
+	}
+	return runBench(ctx, pool, spec)
+}
+
+// runBench drains with a sidekiq.Server inside this process.
 func runBench(ctx context.Context, pool *redis.Pool, spec benchSpec) (*Result, error) {
 	n, conc, latencyJobs, mode := spec.jobs, spec.conc, spec.latencyJobs, spec.mode
 	queues := spec.shape.queueWeights("gojob-bench-" + wire.NewJID()[:8])
@@ -203,7 +248,7 @@ func runBench(ctx context.Context, pool *redis.Pool, spec benchSpec) (*Result, e
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Jobs: n, Concurrency: conc, LatencySample: latencyJobs, Fetch: mode.String(),
+	res := &Result{Jobs: n, Concurrency: conc, LatencySample: latencyJobs, Fetch: mode.String(), Process: processInProcess,
 		Queues: len(queues), Weights: spec.shape.weightsName(), PayloadBytes: spec.shape.payloadBytes}
 	hooks := benchHooksFrom(ctx)
 	hooks.client(client)
@@ -570,6 +615,12 @@ func printBench(w io.Writer, r *Result, asJSON bool) error {
 		fetch += fmt.Sprintf(" (up to %d fetches pipelined per connection)", r.FetchPipeline)
 	}
 	fmt.Fprintf(w, "jobs:            %d at concurrency %d, fetch %s\n", r.Jobs, r.Concurrency, fetch)
+	switch r.Process {
+	case processWork:
+		fmt.Fprintf(w, "process:         gojob work, a separate process (heartbeat %.0f ms after exec), timed from outside\n", r.StartupMS)
+	case processInProcess:
+		fmt.Fprintln(w, "process:         a server inside the bench's own process")
+	}
 	fmt.Fprintf(w, "push:            %.0f jobs/s (bulk, 1000 per round trip)\n", r.PushPerSec)
 	fmt.Fprintf(w, "gojob:           %.0f jobs/s (%.2f s)\n", r.JobsPerSec, r.Seconds)
 	fmt.Fprintf(w, "pickup latency:  p50 %.2f ms, p99 %.2f ms (%d single pushes)\n", r.LatencyP50ms, r.LatencyP99ms, r.LatencySample)

@@ -16,30 +16,43 @@ import (
 	"github.com/gojob/gojob/internal/redistest"
 )
 
+// The bench drains with gojob work as a separate process by default, and
+// with a server in its own process on request; both report the same
+// figures, read from each process.
 func TestBenchSmall(t *testing.T) {
 	// Not parallel: see the note on runGojob.
 	srv := redistest.StartWith(t, redistest.Options{TCP: true})
 	for _, c := range []struct {
-		fetch         string
-		low, high     float64 // Redis commands per job
-		fetchPipeline int
+		process, fetch string
+		low, high      float64 // Redis commands per job
+		fetchPipeline  int
 	}{
 		// A take script (and its LMPOP, HSET, HDEL) per batch of up to 4.
-		{"reliable", 0.5, 2.2, 0},
+		{"work", "reliable", 0.5, 2.2, 0},
+		{"in-process", "reliable", 0.5, 2.2, 0},
 		// One BRPOP per job, min(default 8, -c 4) per connection.
-		{"basic", 0.9, 1.1, 4},
+		{"in-process", "basic", 0.9, 1.1, 4},
 	} {
-		out, errOut, code := runGojob(t, "bench", "-r", srv.URL(), "-n", "2000", "-c", "4", "--latency-jobs", "20", "--json", "--fetch", c.fetch)
+		out, errOut, code := runGojob(t, "bench", "-r", srv.URL(), "-n", "2000", "-c", "4", "--latency-jobs", "20", "--json",
+			"--fetch", c.fetch, "--process", c.process)
 		require.Equal(t, 0, code, errOut)
 		var r Result
 		require.NoError(t, json.Unmarshal([]byte(out), &r))
 		require.Equal(t, 2000, r.Jobs)
+		require.Equal(t, c.process, r.Process)
 		require.Equal(t, c.fetch, r.Fetch)
+		require.Positive(t, r.PeakRSSKB)
+		require.Positive(t, r.LatencyP99ms)
+		if c.process == "work" {
+			require.Positive(t, r.StartupMS)
+		}
 		require.Greater(t, r.JobsPerSec, 0.0)
 		require.GreaterOrEqual(t, r.RedisCalls, c.low, c.fetch)
 		require.LessOrEqual(t, r.RedisCalls, c.high, c.fetch)
 		require.Equal(t, 20, r.LatencySample)
-		require.Equal(t, c.fetchPipeline, r.FetchPipeline)
+		if c.process == "in-process" {
+			require.Equal(t, c.fetchPipeline, r.FetchPipeline)
+		}
 		require.Greater(t, r.CPUPerJobUS, 0.0)
 		require.Greater(t, r.RedisCPUPerJobUS, 0.0)
 	}
@@ -47,7 +60,7 @@ func TestBenchSmall(t *testing.T) {
 	conn, err := srv.Dial()
 	require.NoError(t, err)
 	defer conn.Close()
-	for _, pattern := range []string{"queue:*", "working:*", "reliable-fetcher-heartbeat-*"} {
+	for _, pattern := range []string{"queue:*", "working:*", "reliable-fetcher-heartbeat-*", "gojob-bench-*"} {
 		keys, err := redis.Strings(conn.Do("KEYS", pattern))
 		require.NoError(t, err)
 		require.Empty(t, keys, pattern)
@@ -104,6 +117,21 @@ func TestBenchComparisonReportsTheCPURatioPerRound(t *testing.T) {
 		"--fetch", "reliable,basic", "--rounds", "1")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "| cpu gojob/redis (median, highest) |")
+
+	// gojob work beside the in-process server, each labelled.
+	out, errOut, code = runGojob(t, "bench", "-r", srv.URL(), "-n", "500", "-c", "4", "--latency-jobs", "5",
+		"--process", "work,in-process", "--rounds", "2", "--json")
+	require.Equal(t, 0, code, errOut)
+	cmp = Comparison{}
+	require.NoError(t, json.Unmarshal([]byte(out), &cmp))
+	require.Len(t, cmp.Summary, 2)
+	require.Equal(t, "work reliable", cmp.Summary[0].Label)
+	require.Equal(t, "in-process reliable", cmp.Summary[1].Label)
+	for _, round := range cmp.Rounds {
+		require.Equal(t, "work", round[0].Process)
+		require.Equal(t, "in-process", round[1].Process)
+		require.Positive(t, round[0].CPUPerJobUS)
+	}
 }
 
 // Bad flag values are usage errors (exit 2) before Redis is reached, an
@@ -120,6 +148,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"--fetch", "nosuch"}, "nosuch"},
 		{[]string{"--queues", "0"}, "--queues must be at least 1"},
 		{[]string{"--rounds", "0"}, "--rounds must be positive"},
+		{[]string{"--process", "elsewhere"}, "--process \"elsewhere\""},
 		{[]string{"--bogus"}, "flag provided but not defined: -bogus"},
 	} {
 		out, errOut, code := runGojob(t, append([]string{"bench", "-r", nowhere}, c.args...)...)

@@ -115,6 +115,8 @@ type Comparison struct {
 // the last mode given, per round.
 type Summary struct {
 	Fetch            string  `json:"fetch"`
+	Process          string  `json:"process"`
+	Label            string  `json:"label"`
 	JobsPerSec       float64 `json:"median_jobs_per_sec"`
 	LowestJobsPerSec float64 `json:"lowest_jobs_per_sec"`
 	Ratio            float64 `json:"median_ratio"`
@@ -127,11 +129,28 @@ type Summary struct {
 	CPURatio        float64 `json:"median_cpu_ratio"`
 	HighestCPURatio float64 `json:"highest_cpu_ratio"`
 	LatencyP99ms    float64 `json:"median_pickup_latency_p99_ms"`
+	PeakRSSMB       float64 `json:"median_peak_rss_mb"`
 }
 
-// runBenchComparison runs each mode once per round, the order turned
-// round by round so that no mode always runs first, and summarises.
-func runBenchComparison(c *ucli.Context, pool *redis.Pool, spec benchSpec, modes []sidekiq.FetchMode) error {
+// variant is one column of a comparison: a fetch mode in a process mode.
+type variant struct {
+	mode    sidekiq.FetchMode
+	process string
+	// labelProcess names the process in the label (when several are
+	// compared).
+	labelProcess bool
+}
+
+func (v variant) String() string {
+	if v.labelProcess {
+		return v.process + " " + v.mode.String()
+	}
+	return v.mode.String()
+}
+
+// runBenchComparison runs each variant once per round, the order turned
+// round by round so that none always runs first, and summarises.
+func runBenchComparison(c *ucli.Context, pool *redis.Pool, spec benchSpec, modes []variant) error {
 	out := &Comparison{Shape: spec.shape.String()}
 	w := c.App.Writer
 	asJSON := c.Bool("json")
@@ -143,18 +162,19 @@ func runBenchComparison(c *ucli.Context, pool *redis.Pool, spec benchSpec, modes
 		for k := range modes {
 			i := (k + r) % len(modes)
 			s := spec
-			s.mode = modes[i]
+			s.mode, s.process = modes[i].mode, modes[i].process
 			if r != c.Int("rounds")-1 || i != 0 {
 				s.profile = nil // the profile is of the first mode's last run
+				s.cpuProfilePath = ""
 			}
-			res, err := runBench(c.Context, pool, s)
+			res, err := runOneBench(c.Context, pool, s)
 			if err != nil {
 				return err
 			}
 			round[i] = *res
 			if !asJSON {
-				fmt.Fprintf(w, "round %d %-15s %7.0f jobs/s  %.2f cmds/job  cpu gojob %.1f µs, redis %.1f µs  syscalls %.2f, %.2f  pickup p99 %.2f ms\n",
-					r+1, res.Fetch, res.JobsPerSec, res.RedisCalls, res.CPUPerJobUS, res.RedisCPUPerJobUS,
+				fmt.Fprintf(w, "round %d %-25s %7.0f jobs/s  %.2f cmds/job  cpu gojob %.1f µs, redis %.1f µs  syscalls %.2f, %.2f  pickup p99 %.2f ms\n",
+					r+1, modes[i], res.JobsPerSec, res.RedisCalls, res.CPUPerJobUS, res.RedisCPUPerJobUS,
 					res.SyscallsPerJob, res.RedisSyscallsPerJob, res.LatencyP99ms)
 			}
 		}
@@ -162,7 +182,7 @@ func runBenchComparison(c *ucli.Context, pool *redis.Pool, spec benchSpec, modes
 	}
 	base := len(modes) - 1
 	for i, m := range modes {
-		var jps, ratio, calls, cpu, rcpu, cpuRatio, p99 []float64
+		var jps, ratio, calls, cpu, rcpu, cpuRatio, p99, rss []float64
 		for _, round := range out.Rounds {
 			jps = append(jps, round[i].JobsPerSec)
 			ratio = append(ratio, round[i].JobsPerSec/round[base].JobsPerSec)
@@ -173,8 +193,9 @@ func runBenchComparison(c *ucli.Context, pool *redis.Pool, spec benchSpec, modes
 				cpuRatio = append(cpuRatio, round[i].CPUPerJobUS/round[i].RedisCPUPerJobUS)
 			}
 			p99 = append(p99, round[i].LatencyP99ms)
+			rss = append(rss, float64(round[i].PeakRSSKB)/1024)
 		}
-		s := Summary{Fetch: m.String()}
+		s := Summary{Fetch: m.mode.String(), Process: m.process, Label: m.String()}
 		s.JobsPerSec, s.LowestJobsPerSec = median(jps)
 		s.Ratio, s.LowestRatio = median(ratio)
 		s.RedisCalls, _ = median(calls)
@@ -185,6 +206,7 @@ func runBenchComparison(c *ucli.Context, pool *redis.Pool, spec benchSpec, modes
 			s.HighestCPURatio = slices.Max(cpuRatio)
 		}
 		s.LatencyP99ms, _ = median(p99)
+		s.PeakRSSMB, _ = median(rss)
 		out.Summary = append(out.Summary, s)
 	}
 	if asJSON {
@@ -192,10 +214,10 @@ func runBenchComparison(c *ucli.Context, pool *redis.Pool, spec benchSpec, modes
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}
-	fmt.Fprintf(w, "\n| fetch | jobs/s (median, lowest) | vs %s (median, lowest) | cmds/job | cpu µs/job gojob, redis | cpu gojob/redis (median, highest) | pickup p99 ms |\n|---|---|---|---|---|---|---|\n", modes[base])
+	fmt.Fprintf(w, "\n| run | jobs/s (median, lowest) | vs %s (median, lowest) | cmds/job | cpu µs/job gojob, redis | cpu gojob/redis (median, highest) | pickup p99 ms | peak RSS MB |\n|---|---|---|---|---|---|---|---|\n", modes[base])
 	for _, s := range out.Summary {
-		fmt.Fprintf(w, "| %s | %.0f, %.0f | %.2fx, %.2fx | %.2f | %.1f, %.1f | %.2fx, %.2fx | %.2f |\n", s.Fetch, s.JobsPerSec, s.LowestJobsPerSec,
-			s.Ratio, s.LowestRatio, s.RedisCalls, s.CPUPerJobUS, s.RedisCPUPerJobUS, s.CPURatio, s.HighestCPURatio, s.LatencyP99ms)
+		fmt.Fprintf(w, "| %s | %.0f, %.0f | %.2fx, %.2fx | %.2f | %.1f, %.1f | %.2fx, %.2fx | %.2f | %.1f |\n", s.Label, s.JobsPerSec, s.LowestJobsPerSec,
+			s.Ratio, s.LowestRatio, s.RedisCalls, s.CPUPerJobUS, s.RedisCPUPerJobUS, s.CPURatio, s.HighestCPURatio, s.LatencyP99ms, s.PeakRSSMB)
 	}
 	return nil
 }

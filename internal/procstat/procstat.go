@@ -83,3 +83,54 @@ func Syscalls(pid int) (n int64, ok bool) {
 	}
 	return n, true
 }
+
+// PIDKB is KB for process pid (0: this one).
+func PIDKB(pid int, field string) int64 {
+	path := "/proc/self/status"
+	if pid != 0 {
+		path = "/proc/" + strconv.Itoa(pid) + "/status"
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// CPU returns the CPU time process pid has used so far, in nanoseconds
+// from the scheduler's per-thread accounting (/proc/<pid>/task/*/schedstat),
+// which is exact where /proc/<pid>/stat counts 10 ms ticks. A thread that
+// has exited drops out of that sum; the Go runtime keeps its threads, so
+// for a Go process the sum is the process's. ok is false when the
+// process's tasks cannot be read.
+func CPU(pid int) (ns int64, ok bool) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, false
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		ns += v
+	}
+	return ns, true
+}
