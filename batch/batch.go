@@ -216,15 +216,14 @@ func (b *Batches) script(ctx context.Context, s *redis.Script, keys, args []any)
 	return redis.Int64(s.DoContext(ctx, conn, append(keys, args...)...))
 }
 
-// BeforePush does nothing (sidekiq.Extension).
-func (b *Batches) BeforePush(context.Context, []*wire.Job) error { return nil }
-
-// Prepare does nothing (sidekiq.Extension).
-func (b *Batches) Prepare(*sidekiq.Run) any { return nil }
+// PayloadKeys are the payload keys of the jobs Run concerns: a batch's
+// jobs and Sidekiq Pro's (sidekiq.ScopedExtension). The server runs other
+// jobs without calling Run.
+func (b *Batches) PayloadKeys() []string { return []string{PayloadKey, proBatchKey} }
 
 // Run runs a job and, when it belongs to a batch and succeeds, records
 // its success and pushes the callbacks that became due, before the job is
-// acknowledged (sidekiq.Extension). A job of a Sidekiq Pro batch is
+// acknowledged (sidekiq.RunHook). A job of a Sidekiq Pro batch is
 // refused: the dead set, not run.
 func (b *Batches) Run(ctx context.Context, run *sidekiq.Run, next func(context.Context) error) error {
 	bid, ok := stringField(run.Job, PayloadKey)
@@ -242,7 +241,7 @@ func (b *Batches) Run(ctx context.Context, run *sidekiq.Run, next func(context.C
 			// for the batch.
 			b.record(ctx, "dead", bid, run.Job.JID())
 		}
-		return err // a retry, or a death (DeathHandler)
+		return err // a retry, or a death (JobDied)
 	}
 	pushed, err := b.update(context.WithoutCancel(ctx), "ok", bid, run.Job.JID())
 	if err != nil && !errors.Is(err, ErrNotFound) {
@@ -254,9 +253,10 @@ func (b *Batches) Run(ctx context.Context, run *sidekiq.Run, next func(context.C
 	return nil
 }
 
-// DeathHandler records the death of a batch's job (a sidekiq.DeathHandler:
-// set it in ServerConfig.DeathHandlers and api.Config.DeathHandlers).
-func (b *Batches) DeathHandler(ctx context.Context, job *wire.Job, _ error) {
+// JobDied records the death of a batch's job (sidekiq.DeathHook; for the
+// jobs killed through the api package, set b.JobDied in
+// api.Config.DeathHandlers).
+func (b *Batches) JobDied(ctx context.Context, job *wire.Job, _ error) {
 	bid, ok := stringField(job, PayloadKey)
 	if !ok {
 		return
@@ -277,7 +277,7 @@ func (b *Batches) record(ctx context.Context, state, bid, jid string) {
 
 // Reconcile records as dead the batch's pending jobs found in the dead
 // set, and returns the batch's status. Deaths are recorded as they happen
-// (DeathHandler), but some reach the dead set unseen: a kill -9 between a
+// (JobDied), but some reach the dead set unseen: a kill -9 between a
 // job's move to the dead set and its death handler, a Kill from Ruby's Web
 // UI. gojob batch status and the dashboard reconcile a sealed batch that
 // still has pending jobs.

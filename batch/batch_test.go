@@ -38,13 +38,12 @@ func setup(t *testing.T) *testBundle {
 	return &testBundle{pool: pool, client: client, batches: b, conn: conn}
 }
 
-// startServer runs a server with the batches' extension and death handler
-// and the given handlers.
+// startServer runs a server with the batches' extension and the given
+// handlers.
 func (tb *testBundle) startServer(t *testing.T, handlers map[string]sidekiq.HandlerFunc) {
 	t.Helper()
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: tb.pool, Concurrency: 4, Logger: zerolog.Nop(),
-		Fetch: sidekiq.FetchReliable, Extensions: []sidekiq.Extension{tb.batches}, Queues: []wire.QueueWeight{{Name: "work"}},
-		DeathHandlers: []sidekiq.DeathHandler{tb.batches.DeathHandler}})
+		Fetch: sidekiq.FetchReliable, Extensions: []sidekiq.Extension{tb.batches}, Queues: []wire.QueueWeight{{Name: "work"}}})
 	require.NoError(t, err)
 	for class, h := range handlers {
 		srv.HandleFunc(class, h)

@@ -14,7 +14,8 @@
 // records the success and pushes the callbacks that became due in one Lua
 // step, before the job is acknowledged; a job run again after a crash
 // changes nothing, so a kill -9 anywhere neither loses a callback nor
-// fires one twice. Deaths are recorded by DeathHandler.
+// fires one twice. Deaths are recorded by JobDied. Jobs of no batch skip
+// the extension (PayloadKeys): batches cost them nothing.
 //
 // A job carrying Sidekiq Pro's "bid" is refused: it goes to the dead set
 // (error_class Gojob::UnsupportedBatch) without running, since Pro's

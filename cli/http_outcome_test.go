@@ -50,7 +50,7 @@ func TestHTTPHandlerOutcomes(t *testing.T) {
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: pool, Concurrency: 2, Logger: zerolog.Nop(), DisablePoller: true})
 	require.NoError(t, err)
 	done := &doneCounter{}
-	srv.Observe(done)
+	srv.Extend(done)
 	for _, class := range []string{"Busy", "Gone", "Later", "Report"} {
 		srv.Handle(class, &httpHandler{URL: web.URL, Pool: pool}, nil)
 	}

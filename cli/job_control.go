@@ -20,11 +20,10 @@ import (
 // startJobControl makes the server's jobs cancellable on request
 // (docs/job-control.md); the returned func stops it.
 func startJobControl(ctx context.Context, srv *sidekiq.Server, cfg *sidekiq.ServerConfig, log zerolog.Logger) (func(), error) {
-	ctl, err := jobctl.New(&jobctl.Config{Pool: cfg.Pool, Logger: log})
+	ctl, err := jobctl.New(&jobctl.Config{Pool: cfg.Pool, Server: srv, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	srv.Extend(ctl)
 	if err := ctl.Start(ctx); err != nil {
 		return nil, err
 	}

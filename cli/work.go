@@ -204,15 +204,12 @@ func serverConfigFromFlags(c *ucli.Context, log zerolog.Logger) (*sidekiq.Server
 // the returned func stops.
 func buildServer(c *ucli.Context, cfg *sidekiq.ServerConfig, o *options, log zerolog.Logger) (*sidekiq.Server, func(), error) {
 	noop := func() {}
-	var batches *batch.Batches
-	cfg.DeathHandlers = append(cfg.DeathHandlers, func(ctx context.Context, job *wire.Job, err error) {
-		batches.DeathHandler(ctx, job, err) // set before Start
-	})
 	srv, err := sidekiq.NewServer(cfg)
 	if err != nil {
 		return nil, noop, ucli.Exit(err.Error(), exitUsage)
 	}
-	if batches, err = batch.New(&batch.Config{Client: srv.Client(), Logger: log}); err != nil {
+	batches, err := batch.New(&batch.Config{Client: srv.Client(), Logger: log})
+	if err != nil {
 		return nil, noop, err
 	}
 	srv.Extend(batches)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // CancelledError is the cause of a cancelled job's context, and the error
@@ -38,10 +37,19 @@ func (e *CancelledError) Unwrap() error { return e.Err }
 // ErrorClass is the job's error_class in the dead set.
 func (e *CancelledError) ErrorClass() string { return "Gojob::Cancelled" }
 
+// Runner is the server whose running jobs a Control cancels: a
+// *sidekiq.Server.
+type Runner interface {
+	RunningJIDs() []string
+	CancelRunning(jid string, cause error, outcome func(error) error) bool
+}
+
 // Config configures a Control.
 type Config struct {
 	// Pool is the Redis pool. Required.
 	Pool *redis.Pool
+	// Server is the server whose jobs are cancelled. Required.
+	Server Runner
 	// PollInterval is how often the cancel keys of the running jobs are
 	// checked, besides the channel's wake-ups. Default one second.
 	PollInterval time.Duration
@@ -53,29 +61,26 @@ func (c *Config) validate() error {
 	if c.Pool == nil {
 		return errors.New("jobctl: Config.Pool is required")
 	}
+	if c.Server == nil {
+		return errors.New("jobctl: Config.Server is required")
+	}
 	if c.PollInterval < 0 {
 		return errors.New("jobctl: Config.PollInterval must not be negative")
 	}
 	return nil
 }
 
-// Control cancels this process's jobs on request. It is a
-// sidekiq.Extension (set it with Server.Extend) and runs a subscription
-// and a check loop between Start and Stop.
+// Control cancels this process's jobs on request: it runs a
+// subscription to the cancel channel and a check of the running jobs'
+// cancel keys between Start and Stop, and asks the server to cancel the
+// jobs asked for (sidekiq.Server.CancelRunning). A job it does not cancel
+// costs it nothing.
 type Control struct {
 	cfg Config
 
-	mu      sync.Mutex
-	running map[string][]*running
-
+	mu   sync.Mutex
 	stop context.CancelFunc
 	done chan struct{}
-}
-
-// running is one running job.
-type running struct {
-	cancel    context.CancelCauseFunc
-	cancelled bool // under Control.mu
 }
 
 // New returns a Control.
@@ -86,77 +91,32 @@ func New(cfg *Config) (*Control, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := &Control{cfg: *cfg, running: map[string][]*running{}}
+	c := &Control{cfg: *cfg}
 	if c.cfg.PollInterval == 0 {
 		c.cfg.PollInterval = time.Second
 	}
 	return c, nil
 }
 
-// BeforePush does nothing (sidekiq.Extension).
-func (c *Control) BeforePush(context.Context, []*wire.Job) error { return nil }
-
-// Prepare does nothing (sidekiq.Extension).
-func (c *Control) Prepare(*sidekiq.Run) any { return nil }
-
-// Run runs the job with a context that a cancel request ends
-// (sidekiq.Extension). A cancelled job whose handler returns an error ends
-// as a *CancelledError through sidekiq.Kill: the dead set, no retry. A
-// handler that returns nil despite the cancellation succeeded.
-func (c *Control) Run(ctx context.Context, run *sidekiq.Run, next func(context.Context) error) error {
-	jid := run.Job.JID()
-	ctx, cancel := context.WithCancelCause(ctx)
-	r := &running{cancel: cancel}
-	c.mu.Lock()
-	c.running[jid] = append(c.running[jid], r)
-	c.mu.Unlock()
-	err := next(ctx)
-	c.mu.Lock()
-	cancelled := r.cancelled
-	list := c.running[jid]
-	for i, x := range list {
-		if x == r {
-			list = append(list[:i], list[i+1:]...)
-			break
-		}
-	}
-	if len(list) == 0 {
-		delete(c.running, jid)
-	} else {
-		c.running[jid] = list
-	}
-	c.mu.Unlock()
-	cancel(nil)
-	if !cancelled {
-		return err
-	}
-	// Done with: a retry of the job from the dead set must not be
-	// cancelled again by the same request. A cancelled iterable job's
-	// state goes too, as Sidekiq unlinks it when the job ends cancelled
-	// (lib/sidekiq/job/iterable.rb).
-	conn, cerr := c.cfg.Pool.GetContext(context.WithoutCancel(ctx))
-	if cerr == nil {
+// cancel cancels the running job jid; it reports whether it ran here. The
+// job's context ends with a *CancelledError. A cancelled job whose handler
+// returns an error ends as a *CancelledError through sidekiq.Kill: the
+// dead set, no retry. A handler that returns nil despite the cancellation
+// succeeded.
+func (c *Control) cancel(jid string) bool {
+	return c.cfg.Server.CancelRunning(jid, &CancelledError{JID: jid}, func(err error) error {
+		// Done with: a retry of the job from the dead set must not be
+		// cancelled again by the same request. A cancelled iterable job's
+		// state goes too, as Sidekiq unlinks it when the job ends
+		// cancelled (lib/sidekiq/job/iterable.rb).
+		conn := c.cfg.Pool.Get()
 		conn.Do("DEL", contract.CancelKey(jid), contract.IterationKey(jid))
 		conn.Close()
-	}
-	if err == nil {
-		return nil
-	}
-	return sidekiq.Kill(&CancelledError{JID: jid, Err: err})
-}
-
-// cancel cancels the running jobs jid; it reports whether one ran here.
-func (c *Control) cancel(jid string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	list := c.running[jid]
-	for _, r := range list {
-		if !r.cancelled {
-			r.cancelled = true
-			r.cancel(&CancelledError{JID: jid})
+		if err == nil {
+			return nil
 		}
-	}
-	return len(list) > 0
+		return sidekiq.Kill(&CancelledError{JID: jid, Err: err})
+	})
 }
 
 // Start starts the subscription to the cancel channel and the check of
@@ -254,17 +214,7 @@ func (c *Control) poll(ctx context.Context) {
 // runOnce cancels the running jobs that have a cancel key; it returns
 // their jids.
 func (c *Control) runOnce(ctx context.Context) ([]string, error) {
-	c.mu.Lock()
-	jids := make([]string, 0, len(c.running))
-	for jid, list := range c.running {
-		for _, r := range list {
-			if !r.cancelled {
-				jids = append(jids, jid)
-				break
-			}
-		}
-	}
-	c.mu.Unlock()
+	jids := c.cfg.Server.RunningJIDs()
 	if len(jids) == 0 {
 		return nil, nil
 	}

@@ -34,10 +34,9 @@ func setup(t *testing.T, poll time.Duration) *testBundle {
 	t.Helper()
 	rs := redistest.Start(t)
 	pool := rs.Pool(t)
-	ctl, err := New(&Config{Pool: pool, PollInterval: poll})
+	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: pool, Concurrency: 2, Logger: zerolog.Nop()})
 	require.NoError(t, err)
-	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: pool, Concurrency: 2, Logger: zerolog.Nop(),
-		Extensions: []sidekiq.Extension{ctl}})
+	ctl, err := New(&Config{Pool: pool, Server: srv, PollInterval: poll})
 	require.NoError(t, err)
 	tb := &testBundle{rs: rs, pool: pool, ctl: ctl, started: make(chan string, 4)}
 	srv.HandleFunc("Block", func(ctx context.Context, job *wire.Job) error {

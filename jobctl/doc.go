@@ -16,10 +16,10 @@
 // the handler returns an error the job goes to the dead set as
 // Gojob::Cancelled and is not retried.
 //
-// A Control is a sidekiq.Extension:
+// A Control asks its server to cancel a job (sidekiq.Server.CancelRunning)
+// and costs the jobs it does not cancel nothing:
 //
-//	ctl, err := jobctl.New(&jobctl.Config{Pool: pool})
-//	srv.Extend(ctl)
+//	ctl, err := jobctl.New(&jobctl.Config{Pool: pool, Server: srv})
 //	ctl.Start(ctx)
 //	defer ctl.Stop(ctx)
 package jobctl

@@ -53,7 +53,7 @@ func New(srv *sidekiq.Server, admin *api.API, pool *redis.Pool) *Exporter {
 		Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}}, labels)
 	e.reg.MustRegister(e.processed, e.failed, e.overLimit, e.duration, processCollector{e}, BuildInfo(),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv.Observe(observer{e})
+	srv.Extend(observer{e})
 	return e
 }
 
@@ -68,7 +68,7 @@ func (e *Exporter) ExportCluster() *Exporter {
 // observer counts the server's finished jobs into its Exporter.
 type observer struct{ e *Exporter }
 
-// JobDone implements sidekiq.JobObserver.
+// JobDone implements sidekiq.JobObserver (an extension).
 func (o observer) JobDone(queue, class string, took time.Duration, err error) {
 	e := o.e
 	if class == "" {

@@ -44,6 +44,11 @@ func (c *ClientConfig) validate() error {
 	if c.Pool == nil {
 		return errors.New("sidekiq: ClientConfig.Pool is required")
 	}
+	for _, e := range c.Extensions {
+		if !hasHook(e) {
+			return errNoHook(e)
+		}
+	}
 	return nil
 }
 
@@ -54,7 +59,7 @@ type Client struct {
 	format *contract.LiveFormat
 	clock  clock.Clock
 	mw     []ClientMiddleware
-	exts   []Extension
+	pushes []PushHook // the extensions' push hooks
 	queue  string
 }
 
@@ -81,7 +86,9 @@ func newClient(cfg *ClientConfig, f *contract.LiveFormat) (*Client, error) {
 	if q == "" {
 		q = "default"
 	}
-	return &Client{pool: cfg.Pool, format: f, clock: clock.Or(cfg.Clock), mw: cfg.Middleware, exts: cfg.Extensions, queue: q}, nil
+	c := &Client{pool: cfg.Pool, format: f, clock: clock.Or(cfg.Clock), mw: cfg.Middleware, queue: q}
+	c.Extend(cfg.Extensions...)
+	return c, nil
 }
 
 // Version returns the wire format the client writes now.
@@ -99,18 +106,23 @@ func (c *Client) DefaultQueue() string { return c.queue }
 // Use appends client middleware. Call it before the client is shared.
 func (c *Client) Use(mw ...ClientMiddleware) { c.mw = append(c.mw, mw...) }
 
-// Extend appends extensions (Extension.BeforePush); one the client has
-// already is not added twice. Call it before the client is shared.
+// Extend appends extensions; the client calls their PushHook, and one
+// the client has already is not added twice. Call it before the client
+// is shared. It panics on a value that implements no hook (Extension).
 func (c *Client) Extend(ext ...Extension) {
 	for _, e := range ext {
-		if !slices.ContainsFunc(c.exts, func(have Extension) bool { return sameExtension(have, e) }) {
-			c.exts = append(c.exts, e)
+		if !hasHook(e) {
+			panic(errNoHook(e))
+		}
+		h, ok := e.(PushHook)
+		if ok && !slices.ContainsFunc(c.pushes, func(have PushHook) bool { return sameExtension(have, h) }) {
+			c.pushes = append(c.pushes, h)
 		}
 	}
 }
 
 // sameExtension reports whether a and b are the same extension value.
-func sameExtension(a, b Extension) bool {
+func sameExtension(a, b any) bool {
 	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
 	return ta == tb && ta != nil && ta.Comparable() && a == b
 }
@@ -500,11 +512,11 @@ func (c *Client) runMiddleware(ctx context.Context, job *wire.Job) (bool, error)
 
 // beforePush tells the extensions of a single push.
 func (c *Client) beforePush(ctx context.Context, job *wire.Job) error {
-	if len(c.exts) == 0 {
+	if len(c.pushes) == 0 {
 		return nil
 	}
 	jobs := []*wire.Job{job}
-	for _, e := range c.exts {
+	for _, e := range c.pushes {
 		if err := e.BeforePush(ctx, jobs); err != nil {
 			return err
 		}
@@ -515,14 +527,14 @@ func (c *Client) beforePush(ctx context.Context, job *wire.Job) error {
 // beforeBulkPush tells the extensions of a bulk batch: the jobs at the
 // indexes in passed, those the middleware let through.
 func (c *Client) beforeBulkPush(ctx context.Context, jobs []*wire.Job, passed []int) error {
-	if len(c.exts) == 0 || len(passed) == 0 {
+	if len(c.pushes) == 0 || len(passed) == 0 {
 		return nil
 	}
 	batch := make([]*wire.Job, len(passed))
 	for k, i := range passed {
 		batch[k] = jobs[i]
 	}
-	for _, e := range c.exts {
+	for _, e := range c.pushes {
 		if err := e.BeforePush(ctx, batch); err != nil {
 			return err
 		}

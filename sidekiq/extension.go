@@ -2,6 +2,7 @@ package sidekiq
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -10,36 +11,134 @@ import (
 )
 
 // Extension takes part in a job's life where a middleware cannot: once
-// per push with every job the push writes, when a job is fetched ahead of
-// its slot, and around each run with access to the job's slot. The
-// durable package is one: it writes a push's SQL rows in one statement,
-// locks a job's row while the slot still runs the previous job, and
-// deletes the rows of completed jobs in groups without making the slots
-// wait. A method an extension does not need returns at once (nil).
+// per push with every job the push writes (PushHook), when a job is
+// fetched ahead of its slot (PrepareHook), around each run with access to
+// the job's slot (RunHook), when a job dies (DeathHook) and when the
+// server has finished a job (JobObserver). An extension is any value that
+// implements at least one of these; a hook it does not implement costs
+// nothing, and a ScopedExtension's prepare and run hooks see only the jobs
+// whose payload has one of its keys, so that a feature no job uses costs
+// no per-job work. The durable package's extension implements the first
+// three: it writes a push's SQL rows in one statement, locks a job's row
+// while the slot still runs the previous job, and deletes the rows of
+// completed jobs in groups without making the slots wait.
 //
-// Extensions are set in ServerConfig.Extensions (the server's own client
-// gets them too) and ClientConfig.Extensions. They run in that order,
-// outside the middleware: an extension's Run sees every middleware's
-// failure.
-type Extension interface {
-	// BeforePush is called once per push after the client middleware,
-	// before anything of the push reaches Redis, with the jobs it writes:
-	// one for Push, Repush and Prepare, up to a bulk batch (1,000) for
-	// PushBulk. A scheduled job carries "at" (epoch seconds) there, as
-	// the middleware sees it. An error aborts the push of those jobs.
+// Extensions are set in ServerConfig.Extensions or with Server.Extend
+// (the server's own client gets them too), and ClientConfig.Extensions or
+// Client.Extend. Their hooks run in that order, outside the middleware:
+// an extension's Run sees every middleware's failure.
+type Extension any
+
+// PushHook is called once per push after the client middleware, before
+// anything of the push reaches Redis, with the jobs it writes: one for
+// Push, Repush and Prepare, up to a bulk batch (1,000) for PushBulk. A
+// scheduled job carries "at" (epoch seconds) there, as the middleware sees
+// it. An error aborts the push of those jobs.
+type PushHook interface {
 	BeforePush(ctx context.Context, jobs []*wire.Job) error
-	// Prepare is called with a job its slot fetched ahead (Run.FetchAhead),
-	// on the goroutine that fetched it, before the job can start; what it
-	// returns is that job's Run.Prepared. A job prepared may still go back
-	// to its queue without running (at a quiet, or when its slot has not
-	// taken it within 25 ms): Prepare must leave nothing that a later run
-	// of the job, here or in another process, would not make right.
-	// Prepare is not called for a payload that cannot be parsed.
+}
+
+// PrepareHook is called with a job its slot fetched ahead (Run.FetchAhead),
+// on the goroutine that fetched it, before the job can start; what it
+// returns is that job's Run.Prepared in the extension's RunHook. A job
+// prepared may still go back to its queue without running (at a quiet, or
+// when its slot has not taken it within 25 ms): Prepare must leave nothing
+// that a later run of the job, here or in another process, would not make
+// right. Prepare is not called for a payload that cannot be parsed.
+type PrepareHook interface {
 	Prepare(run *Run) any
-	// Run runs a job: next runs the rest of the chain (later extensions,
-	// the server middleware, the handler). It returns the job's outcome,
-	// as a middleware does.
+}
+
+// RunHook runs a job: next runs the rest of the chain (later extensions,
+// the server middleware, the handler). It returns the job's outcome, as a
+// middleware does.
+type RunHook interface {
 	Run(ctx context.Context, run *Run, next func(context.Context) error) error
+}
+
+// DeathHook is told about a job that died (moved to the dead set, or
+// discarded on its last failure), after the ServerConfig.DeathHandlers.
+type DeathHook interface {
+	JobDied(ctx context.Context, job *wire.Job, err error)
+}
+
+// ScopedExtension is an extension whose PrepareHook and RunHook concern
+// only the jobs whose payload has one of PayloadKeys (a batch's jobs
+// carry its id, say): the other jobs skip them. PayloadKeys is read once,
+// when the extension is added.
+type ScopedExtension interface {
+	PayloadKeys() []string
+}
+
+// errNoHook is the error for an extension that implements no hook.
+func errNoHook(e Extension) error {
+	return fmt.Errorf("sidekiq: extension %T implements none of PushHook, PrepareHook, RunHook, DeathHook, JobObserver", e)
+}
+
+// hasHook reports whether e implements at least one hook.
+func hasHook(e Extension) bool {
+	switch e.(type) {
+	case PushHook, PrepareHook, RunHook, DeathHook, JobObserver:
+		return true
+	}
+	return false
+}
+
+// scope is the payload keys a scoped hook concerns (nil: every job).
+type scope []string
+
+func scopeOf(e Extension) scope {
+	if s, ok := e.(ScopedExtension); ok {
+		return append(scope{}, s.PayloadKeys()...)
+	}
+	return nil
+}
+
+// covers reports whether the hook concerns job.
+func (s scope) covers(job *wire.Job) bool {
+	if s == nil {
+		return true
+	}
+	for _, k := range s {
+		if job.Has(k) {
+			return true
+		}
+	}
+	return false
+}
+
+// runHook is a RunHook as the processor keeps it: prep is the position of
+// the same extension's PrepareHook in processor.prepares, -1 for none.
+type runHook struct {
+	hook  RunHook
+	scope scope
+	prep  int
+}
+
+type prepareHook struct {
+	hook  PrepareHook
+	scope scope
+}
+
+// extend adds extensions' hooks to the processor.
+func (p *processor) extend(exts ...Extension) {
+	for _, e := range exts {
+		sc := scopeOf(e)
+		prep := -1
+		if h, ok := e.(PrepareHook); ok {
+			prep = len(p.prepares)
+			p.prepares = append(p.prepares, prepareHook{hook: h, scope: sc})
+		}
+		if h, ok := e.(RunHook); ok {
+			p.runs = append(p.runs, runHook{hook: h, scope: sc, prep: prep})
+		}
+		if h, ok := e.(DeathHook); ok {
+			p.deaths = append(p.deaths, h)
+		}
+		if h, ok := e.(JobObserver); ok {
+			p.observers = append(p.observers, h)
+		}
+	}
 }
 
 // Run is a job as an Extension sees it, and what the extension may ask
@@ -118,30 +217,38 @@ func (r *Run) OnHeartbeat(f func(ctx context.Context) error) {
 	}
 }
 
-// runFor returns the Run the i-th extension sees.
-func (w *workItem) runFor(i int) *Run {
-	if i == 0 {
-		return &w.run
+// runFor returns the Run the i-th run hook sees.
+func (w *workItem) runFor(p *processor, i int) *Run {
+	r := &w.run
+	if i > 0 {
+		c := w.run
+		r = &c
 	}
-	r := w.run
 	r.Prepared = nil
-	if a, ok := w.unit.Prepared.(*preparedAhead); ok && i < len(a.exts) {
-		r.Prepared = a.exts[i]
+	if a, ok := w.unit.Prepared.(*preparedAhead); ok {
+		if k := p.runs[i].prep; k >= 0 && k < len(a.exts) {
+			r.Prepared = a.exts[k]
+		}
 	}
-	return &r
+	return r
 }
 
 // preparedAhead is a job fetched ahead and prepared: the job parsed (the
-// processor runs it as it is) and what each extension's Prepare returned.
-// Without extensions a unit's Prepared is the parsed *wire.Job alone.
+// processor runs it as it is) and what each PrepareHook returned.
+// Without prepare hooks a unit's Prepared is the parsed *wire.Job alone.
 type preparedAhead struct {
 	job  *wire.Job
 	exts []any
 }
 
-// fetchAhead lets the slot of u fetch ahead; each next job is parsed and
-// prepared by the extensions.
-func (p *processor) fetchAhead(u *fetch.Unit) bool { return u.FetchAhead(p.prepareAhead) }
+// fetchAhead lets the slot of u fetch ahead; each next job is parsed and,
+// when an extension prepares jobs, prepared.
+func (p *processor) fetchAhead(u *fetch.Unit) bool {
+	if len(p.prepares) == 0 {
+		return u.FetchAhead(nil)
+	}
+	return u.FetchAhead(p.prepareAhead)
+}
 
 // prepareAhead parses a job fetched ahead and has the extensions prepare
 // it, on the goroutine that fetched it.
@@ -150,13 +257,19 @@ func (p *processor) prepareAhead(next *fetch.Unit) {
 	if err != nil {
 		return // the processor sends it to the dead set
 	}
-	if len(p.exts) == 0 {
+	var a *preparedAhead
+	for i, h := range p.prepares {
+		if !h.scope.covers(job) {
+			continue
+		}
+		if a == nil {
+			a = &preparedAhead{job: job, exts: make([]any, len(p.prepares))}
+		}
+		a.exts[i] = h.hook.Prepare(&Run{Job: job, Identity: p.identity, p: p})
+	}
+	if a == nil {
 		next.Prepared = job // nothing else to keep: no allocation for it
 		return
-	}
-	a := &preparedAhead{job: job, exts: make([]any, len(p.exts))}
-	for i, e := range p.exts {
-		a.exts[i] = e.Prepare(&Run{Job: job, Identity: p.identity, p: p})
 	}
 	next.Prepared = a
 }

@@ -208,3 +208,124 @@ func newJob(t *testing.T, class string) *wire.Job {
 	require.NoError(t, err)
 	return j
 }
+
+// scopedExtension prepares and runs only the jobs carrying "mine", and
+// counts what it sees.
+type scopedExtension struct {
+	mu       sync.Mutex
+	runs     []string
+	prepared []string
+	ahead    bool
+}
+
+func (e *scopedExtension) PayloadKeys() []string { return []string{"mine"} }
+
+func (e *scopedExtension) Prepare(run *Run) any {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.prepared = append(e.prepared, run.Job.JID())
+	return nil
+}
+
+func (e *scopedExtension) Run(ctx context.Context, run *Run, next func(context.Context) error) error {
+	if e.ahead {
+		run.FetchAhead()
+	}
+	e.mu.Lock()
+	e.runs = append(e.runs, run.Job.JID())
+	e.mu.Unlock()
+	return next(ctx)
+}
+
+// observerOnly is an extension with one hook: it counts finished jobs.
+type observerOnly struct{ done chan string }
+
+func (o observerOnly) JobDone(queue, class string, took time.Duration, err error) { o.done <- class }
+
+// A scoped extension's hooks see only the jobs with its payload keys; an
+// extension with only an observer hook hears every job.
+func TestScopedHooksRunOnlyForTheirJobs(t *testing.T) {
+	t.Parallel()
+	ext := &scopedExtension{ahead: true}
+	obs := observerOnly{done: make(chan string, 64)}
+	b := newTestServer(t, ServerConfig{Concurrency: 1, Queues: []wire.QueueWeight{{Name: "default"}},
+		Extensions: []Extension{ext, obs}})
+	const n = 20
+	for i := range n {
+		mine := ""
+		if i%4 == 0 {
+			mine = `,"mine":"yes"`
+		}
+		b.push(t, "default", fmt.Sprintf(`{"class":"Job","args":[],"jid":"j%d","queue":"default"%s}`, i, mine))
+	}
+	b.srv.HandleFunc("Job", func(context.Context, *wire.Job) error { return nil })
+	b.start(t)
+	b.waitProcessed(t, n)
+	for range n {
+		require.Equal(t, "Job", <-obs.done)
+	}
+	ext.mu.Lock()
+	defer ext.mu.Unlock()
+	require.ElementsMatch(t, []string{"j0", "j4", "j8", "j12", "j16"}, ext.runs)
+	for _, jid := range ext.prepared {
+		require.Contains(t, ext.runs, jid, "only its own jobs are prepared")
+	}
+}
+
+// A value that implements no hook is no extension: refused by the
+// configs, a programming error for Extend.
+func TestExtensionWithoutHooksIsRefused(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	pool := rs.Pool(t)
+	_, err := NewServer(&ServerConfig{Pool: pool, Extensions: []Extension{struct{}{}}})
+	require.ErrorContains(t, err, "implements none of")
+	_, err = NewClient(&ClientConfig{Pool: pool, Extensions: []Extension{42}})
+	require.ErrorContains(t, err, "implements none of")
+	srv, err := NewServer(&ServerConfig{Pool: pool})
+	require.NoError(t, err)
+	require.Panics(t, func() { srv.Extend("nothing") })
+	require.Panics(t, func() { srv.Client().Extend(struct{}{}) })
+}
+
+// CancelRunning cancels one running job, with its cause, and makes its
+// outcome; the other job runs on; a job that is not running is not found.
+func TestCancelRunningCancelsOneJob(t *testing.T) {
+	t.Parallel()
+	b := newTestServer(t, ServerConfig{Concurrency: 2, Queues: []wire.QueueWeight{{Name: "default"}}})
+	started := make(chan string, 2)
+	causes := make(chan error, 2)
+	release := make(chan struct{})
+	b.srv.HandleFunc("Block", func(ctx context.Context, job *wire.Job) error {
+		started <- job.JID()
+		select {
+		case <-ctx.Done():
+			causes <- context.Cause(ctx)
+			return errors.New("stopped")
+		case <-release:
+			return nil
+		}
+	})
+	b.push(t, "default", `{"class":"Block","args":[],"jid":"a","queue":"default","retry":false}`)
+	b.push(t, "default", `{"class":"Block","args":[],"jid":"b","queue":"default","retry":false}`)
+	b.start(t)
+	<-started
+	<-started
+	require.ElementsMatch(t, []string{"a", "b"}, b.srv.RunningJIDs())
+	require.False(t, b.srv.CancelRunning("nosuch", errors.New("x"), nil))
+	cause := errors.New("asked to stop")
+	var seen error
+	require.True(t, b.srv.CancelRunning("a", cause, func(err error) error {
+		seen = err
+		return nil // the outcome: a success whatever the handler said
+	}))
+	require.Equal(t, cause, <-causes)
+	wait.For(t, "job a finished", func() bool { return len(b.srv.RunningJIDs()) == 1 })
+	require.EqualError(t, seen, "stopped")
+	require.Equal(t, []string{"b"}, b.srv.RunningJIDs())
+	require.False(t, b.srv.CancelRunning("a", cause, nil), "a is done")
+	close(release)
+	b.waitProcessed(t, 2)
+	_, failed := b.srv.proc.counters.Pending()
+	require.Zero(t, failed, "the outcome replaced a's failure")
+}

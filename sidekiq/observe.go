@@ -13,9 +13,9 @@ import (
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 )
 
-// JobObserver is told about every job the server finishes (metrics
-// exporters; package metrics). JobDone runs on the job's slot after its
-// outcome is written: it must be quick and must not block.
+// JobObserver is an extension told about every job the server finishes
+// (metrics exporters; package metrics). JobDone runs on the job's slot
+// after its outcome is written: it must be quick and must not block.
 type JobObserver interface {
 	// JobDone reports a finished job: err is nil for a success or a
 	// Snooze, an *OverLimitError for a job rescheduled by a limiter,
@@ -23,9 +23,6 @@ type JobObserver interface {
 	// parsed.
 	JobDone(queue, class string, took time.Duration, err error)
 }
-
-// Observe adds observers; call it before Start.
-func (s *Server) Observe(o ...JobObserver) { s.proc.observers = append(s.proc.observers, o...) }
 
 // running reports whether the server has started and not stopped.
 func (s *Server) running() bool { return s.life.state.Load() == stateRunning }

@@ -39,9 +39,12 @@ type processor struct {
 	hardCtx context.Context
 	jobBase context.Context
 
-	handlers  map[string]*registration
-	mw        []ServerMiddleware
-	exts      []Extension
+	handlers map[string]*registration
+	mw       []ServerMiddleware
+	// The extensions' hooks (extension.go), in the order they were added.
+	prepares  []prepareHook
+	runs      []runHook
+	deaths    []DeathHook
 	observers []JobObserver
 
 	work []atomic.Pointer[workItem] // by slot: the job it runs, or nil
@@ -89,6 +92,9 @@ type workItem struct {
 	// first HoldAck: most jobs never need one, and a work item is
 	// allocated per job.
 	gate atomic.Pointer[ackGate]
+	// outcome is what Server.CancelRunning asked to make of the job's
+	// result; run swaps in ranOutcome when it reads it (cancel_running.go).
+	outcome atomic.Pointer[outcomeFunc]
 	// run is the job as the first extension sees it.
 	run Run
 	// parsed holds job when the processor parsed it (not fetched ahead).
@@ -188,9 +194,6 @@ func (p *processor) take(slot int, tid string, u fetch.Unit) *workItem {
 	w.watch.start(lim, cancel)
 	w.ctx = jobCtx{Context: cctx, w: &w.watch}
 	w.run = Run{Job: job, Identity: p.identity, p: p, w: w}
-	if ahead != nil && len(ahead.exts) > 0 {
-		w.run.Prepared = ahead.exts[0]
-	}
 	if w.reg != nil && p.format.Version().AtLeast(7, 0, 0) {
 		w.class = maintenance.MetricsClass(job)
 	}
@@ -228,6 +231,9 @@ func (p *processor) run(w *workItem) error {
 	err := w.limErr // not run: a limit that is not a number of seconds
 	if err == nil {
 		err = p.execute(&w.ctx, w)
+	}
+	if f := w.outcome.Swap(&ranOutcome); f != nil {
+		err = (*f)(err)
 	}
 	w.watch.stop()
 	w.cancel(nil)
@@ -328,16 +334,27 @@ func (p *processor) execute(ctx context.Context, w *workItem) (err error) {
 		_, name := p.handlerFor(job)
 		return &nameError{Class: name}
 	}
-	if len(p.mw) == 0 && len(p.exts) == 0 {
+	// The run hooks that concern this job: a bit each (at most 64 are
+	// told apart; the rest run for every job).
+	var hooks uint64
+	for i, h := range p.runs {
+		if i >= 64 || h.scope.covers(job) {
+			hooks |= 1 << min(i, 63)
+		}
+	}
+	if len(p.mw) == 0 && hooks == 0 {
 		return p.perform(ctx, job, reg) // no chain to build
 	}
-	n, m := len(p.exts), len(p.mw)
+	n, m := len(p.runs), len(p.mw)
 	var call func(i int) func(context.Context) error
 	call = func(i int) func(context.Context) error {
 		return func(ctx context.Context) error {
+			for i < n && i < 64 && hooks&(1<<i) == 0 {
+				i++
+			}
 			switch {
 			case i < n:
-				return p.exts[i].Run(ctx, w.runFor(i), call(i+1))
+				return p.runs[i].hook.Run(ctx, w.runFor(p, i), call(i+1))
 			case i < n+m:
 				return p.mw[i-n](ctx, job, call(i+1))
 			}
@@ -436,6 +453,16 @@ func (p *processor) death(job *wire.Job, err error) {
 				}
 			}()
 			h(p.hardCtx, job, err)
+		}()
+	}
+	for _, h := range p.deaths {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					p.log.Error().Interface("panic", r).Msg("death hook panicked")
+				}
+			}()
+			h.JobDied(p.hardCtx, job, err)
 		}()
 	}
 }

@@ -157,11 +157,11 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 		hardCtx:  hard,
 		jobBase:  context.WithoutCancel(hard),
 		handlers: map[string]*registration{},
-		exts:     c.Extensions,
 		work:     make([]atomic.Pointer[workItem], c.Concurrency),
 		metrics:  maintenance.NewJobMetrics(),
 		caps:     newQueueCaps(c.QueueConcurrency, s.fetch.order),
 	}
+	s.proc.extend(c.Extensions...)
 	s.redis.outage.Log = &s.log
 	s.redis.outage.Probe = s.probeRedis
 	s.fetch.health.Log = &s.log
@@ -284,9 +284,15 @@ func (s *Server) Use(mw ...ServerMiddleware) { s.proc.mw = append(s.proc.mw, mw.
 
 // Extend appends extensions (Extension), after those of
 // ServerConfig.Extensions; the server's client gets them too. Call it
-// before Start.
+// before Start. It panics on a value that implements no hook: a
+// programming error, as registering a nil handler is.
 func (s *Server) Extend(ext ...Extension) {
-	s.proc.exts = append(s.proc.exts, ext...)
+	for _, e := range ext {
+		if !hasHook(e) {
+			panic(errNoHook(e))
+		}
+	}
+	s.proc.extend(ext...)
 	s.client.Extend(ext...)
 }
 
@@ -413,7 +419,7 @@ func (s *Server) aheadPrepare() func(*fetch.Unit) {
 	if len(s.cfg.QueueConcurrency) > 0 {
 		return nil
 	}
-	if len(s.proc.exts) == 0 {
+	if len(s.proc.prepares) == 0 {
 		return func(*fetch.Unit) {}
 	}
 	return s.proc.prepareAhead

@@ -237,6 +237,11 @@ func (c *ServerConfig) validate() error {
 	if c.Pool == nil {
 		return errors.New("sidekiq: ServerConfig.Pool is required")
 	}
+	for _, e := range c.Extensions {
+		if !hasHook(e) {
+			return errNoHook(e)
+		}
+	}
 	for _, q := range c.Queues {
 		if q.Name == "" {
 			return errors.New("sidekiq: empty queue name")

@@ -161,9 +161,6 @@ func (t *Tracing) BeforePush(ctx context.Context, jobs []*wire.Job) error {
 	return nil
 }
 
-// Prepare does nothing (sidekiq.Extension).
-func (t *Tracing) Prepare(*sidekiq.Run) any { return nil }
-
 // Run makes the job's consumer span ("<queue> process"), the child of
 // the traceparent its payload carries, around the rest of the chain; an
 // error or a panic marks it failed. The handler's context carries the
