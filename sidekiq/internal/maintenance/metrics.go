@@ -106,14 +106,72 @@ func (m *metricsSnap) merge(o *metricsSnap) {
 }
 
 // JobMetrics accumulates the per-class metrics between flushes. A nil
-// *JobMetrics records nothing.
+// *JobMetrics records nothing. A job's Record costs one map lookup by
+// class and no allocation: the counters' names are built at the flush.
 type JobMetrics struct {
 	mu  sync.Mutex
-	cur *metricsSnap
+	cur *tracker
+	// pending is a failed flush's counts, older than cur's.
+	pending *metricsSnap
 }
 
 // NewJobMetrics returns an empty recorder.
-func NewJobMetrics() *JobMetrics { return &JobMetrics{cur: newMetricsSnap()} }
+func NewJobMetrics() *JobMetrics { return &JobMetrics{cur: newTracker()} }
+
+// The counters of a class, in the order of their names' suffixes.
+const (
+	kindMS = iota // "|ms"
+	kindF         // "|f"
+	kindP         // "|p"
+)
+
+var kindSuffix = [3]string{"|ms", "|f", "|p"}
+
+// classCounts is one class's counters and histogram since the last flush.
+type classCounts struct {
+	name    string
+	n       [3]int64
+	touched [3]bool
+	gram    *[histogramBuckets]int64
+}
+
+// counterRef names one counter of a class, in the order of first touch.
+type counterRef struct {
+	c    *classCounts
+	kind int
+}
+
+// tracker is what Record writes into.
+type tracker struct {
+	classes   map[string]*classCounts
+	order     []counterRef
+	gramOrder []*classCounts
+}
+
+func newTracker() *tracker { return &tracker{classes: map[string]*classCounts{}} }
+
+func (t *tracker) add(c *classCounts, kind int, n int64) {
+	if !c.touched[kind] {
+		c.touched[kind] = true
+		t.order = append(t.order, counterRef{c, kind})
+	}
+	c.n[kind] += n
+}
+
+// snap returns the tracker's counts with their names, nil when empty.
+func (t *tracker) snap() *metricsSnap {
+	if len(t.order) == 0 {
+		return nil
+	}
+	s := newMetricsSnap()
+	for _, r := range t.order {
+		s.count(r.c.name+kindSuffix[r.kind], r.c.n[r.kind])
+	}
+	for _, c := range t.gramOrder {
+		*s.gram(c.name) = *c.gram
+	}
+	return s
+}
 
 // MetricsClass is the class name metrics are kept under: Ruby's
 // `hash["wrapped"] || hash["class"]`.
@@ -136,13 +194,23 @@ func (m *JobMetrics) Record(class string, d time.Duration, failed bool) {
 	}
 	ms := max(d.Milliseconds(), 0)
 	m.mu.Lock()
-	if failed {
-		m.cur.count(class+"|f", 1)
-	} else {
-		m.cur.gram(class)[histogramBucket(ms)]++
-		m.cur.count(class+"|ms", ms)
+	t := m.cur
+	c := t.classes[class]
+	if c == nil {
+		c = &classCounts{name: class}
+		t.classes[class] = c
 	}
-	m.cur.count(class+"|p", 1)
+	if failed {
+		t.add(c, kindF, 1)
+	} else {
+		if c.gram == nil {
+			c.gram = &[histogramBuckets]int64{}
+			t.gramOrder = append(t.gramOrder, c)
+		}
+		c.gram[histogramBucket(ms)]++
+		t.add(c, kindMS, ms)
+	}
+	t.add(c, kindP, 1)
 	m.mu.Unlock()
 }
 
@@ -153,13 +221,20 @@ func (m *JobMetrics) take() *metricsSnap {
 		return nil
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.cur.order) == 0 {
-		return nil
+	cur, old := m.cur.snap(), m.pending
+	if cur != nil {
+		m.cur = newTracker()
 	}
-	out := m.cur
-	m.cur = newMetricsSnap()
-	return out
+	m.pending = nil
+	m.mu.Unlock()
+	switch {
+	case old == nil:
+		return cur
+	case cur == nil:
+		return old
+	}
+	cur.merge(old)
+	return cur
 }
 
 // restore adds back the counts of a flush that failed, so the next flush
@@ -170,7 +245,11 @@ func (m *JobMetrics) restore(snap *metricsSnap) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.cur.merge(snap)
+	if m.pending == nil {
+		m.pending = snap
+		return
+	}
+	m.pending.merge(snap)
 }
 
 // sendMetrics queues the commands of a metrics flush at now (see the
