@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/gctune"
 	"github.com/gojob/gojob/internal/redact"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -65,17 +65,9 @@ func WithCommand(cmd *ucli.Command) Option {
 	return func(o *options) { o.commands = append(o.commands, cmd) }
 }
 
-// gcPercent is the garbage collector's target (GOGC) unless the
-// environment sets one: a worker's live heap is small (tens of MB) and
-// every job allocates, so collecting at 5x the live heap rather than 2x
-// spends less CPU per job for a little more memory.
-const gcPercent = 400
-
 // Run runs the command line and returns the process exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...Option) int {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(gcPercent)
-	}
+	gctune.Apply()
 	o := &options{}
 	for _, f := range opts {
 		f(o)
