@@ -10,19 +10,20 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 endif
 PLATFORMS := linux/amd64 linux/arm64
 DIST      := dist
-LDFLAGS   := -s -w -X github.com/gojob/gojob/internal/buildinfo.version=$(VERSION)
+STAMP     := -X github.com/gojob/gojob/internal/buildinfo.version=$(VERSION)
+LDFLAGS   := -s -w $(STAMP)
 
 .PHONY: help build install test test/unit test/race deps lint vet fmt bench fuzz chaos tidy verify fixtures release docker
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z/_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## Build bin/gojob
-	$(GO) build -o $(BIN) ./cmd/gojob
+build: ## Build bin/gojob, stamped with VERSION (git describe)
+	$(GO) build -ldflags '$(STAMP)' -o $(BIN) ./cmd/gojob
 
 install: ## Install gojob into $(go env GOPATH)/bin (or $GOBIN); the first build takes about a minute
 	@echo "building and installing gojob (the first build downloads and compiles its dependencies: about a minute)..."
-	$(GO) install ./cmd/gojob
+	$(GO) install -ldflags '$(STAMP)' ./cmd/gojob
 	@bin=$$($(GO) env GOBIN); [ -n "$$bin" ] || bin=$$($(GO) env GOPATH)/bin; \
 	echo "installed $$bin/gojob"; \
 	case ":$$PATH:" in *":$$bin:"*) ;; *) echo "note: $$bin is not on your PATH; add it: export PATH=\"$$bin:\$$PATH\"";; esac

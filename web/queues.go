@@ -1,19 +1,18 @@
 package web
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
-	"regexp"
+	"net/url"
 	"slices"
+	"strings"
 	"strconv"
 	"time"
 
 	"github.com/gojob/gojob/sidekiq/api"
 )
-
-// queueName is the Web UI's check on a queue name in a URL
-// (lib/sidekiq/web/application.rb, 6.4.1: /\A[a-z_:.\-0-9]+\z/i).
-var queueName = regexp.MustCompile(`(?i)^[a-z_:.\-0-9]+$`)
 
 const pageSize = 25
 
@@ -23,6 +22,18 @@ type queueRow struct {
 	Latency time.Duration
 	Paused  bool
 	Err     string
+	// Retries, Scheduled and Dead count the queue's jobs in those sets.
+	Retries, Scheduled, Dead int64
+}
+
+// queueSearch is the search of the set pages that finds a queue's jobs:
+// the "queue" member as Ruby's JSON.generate writes it.
+func queueSearch(name string) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(name)
+	return `"queue":` + strings.TrimSpace(b.String())
 }
 
 func (h *handler) queues(w http.ResponseWriter, r *http.Request) {
@@ -37,9 +48,35 @@ func (h *handler) queues(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	// Per-queue counts of the sets; a queue whose jobs are all in them
+	// (not in the queues set) gets a row too.
+	var counts [3]map[string]int64
+	for i, set := range []*api.JobSet{h.api.RetrySet(), h.api.ScheduledSet(), h.api.DeadSet()} {
+		if counts[i], err = set.QueueCounts(ctx); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+	}
+	names := make([]string, 0, len(qs))
+	for _, q := range qs {
+		names = append(names, q.Name())
+	}
+	var extra []string
+	for _, c := range counts {
+		for name := range c {
+			if name != "" && !slices.Contains(names, name) && !slices.Contains(extra, name) {
+				extra = append(extra, name)
+			}
+		}
+	}
+	slices.Sort(extra)
+	for _, name := range extra {
+		qs = append(qs, h.api.Queue(name))
+	}
 	rows := make([]queueRow, 0, len(qs))
 	for _, q := range qs {
-		row := queueRow{Name: q.Name(), Paused: slices.Contains(paused, q.Name())}
+		row := queueRow{Name: q.Name(), Paused: slices.Contains(paused, q.Name()),
+			Retries: counts[0][q.Name()], Scheduled: counts[1][q.Name()], Dead: counts[2][q.Name()]}
 		if row.Size, err = q.Size(ctx); err != nil {
 			h.fail(w, r, err)
 			return
@@ -77,7 +114,7 @@ func newPager(r *http.Request, size int64) (pager, int) {
 	q := r.URL.Query()
 	q.Del("page")
 	q.Del("flash")
-	base := r.URL.Path + "?"
+	base := r.URL.EscapedPath() + "?"
 	if enc := q.Encode(); enc != "" {
 		base += enc + "&"
 	}
@@ -87,10 +124,6 @@ func newPager(r *http.Request, size int64) (pager, int) {
 func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	name := r.PathValue("name")
-	if !queueName.MatchString(name) {
-		notFound(w, "queue "+strconv.Quote(name))
-		return
-	}
 	q := h.api.Queue(name)
 	size, err := q.Size(ctx)
 	if err != nil {
@@ -118,12 +151,8 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 func (h *handler) queueAction(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	name := r.PathValue("name")
-	if !queueName.MatchString(name) {
-		notFound(w, "queue "+strconv.Quote(name))
-		return
-	}
 	q := h.api.Queue(name)
-	back := backPath(r, "/queues/"+name)
+	back := backPath(r, "/queues/"+url.PathEscape(name))
 	var msg string
 	switch r.PostFormValue("action") {
 	case "delete":

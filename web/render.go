@@ -35,6 +35,23 @@ func staticFS() fs.FS {
 	return sub
 }
 
+// staticFiles serves the files of fsys and answers 404 for a directory,
+// so /static/ lists nothing.
+func staticFiles(fsys fs.FS) http.Handler {
+	files := http.FileServerFS(fsys)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := strings.TrimPrefix(r.URL.Path, "/")
+		if name == "" {
+			name = "."
+		}
+		if fi, err := fs.Stat(fsys, name); err != nil || fi.IsDir() {
+			http.NotFound(w, r)
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
+}
+
 // pageSet holds one template per page, each the layout plus that page's
 // "content".
 type pageSet struct{ pages map[string]*template.Template }
@@ -129,8 +146,10 @@ var funcs = template.FuncMap{
 	"ivalue":   func(v rubyjson.Value) string { return string(v.Encode()) },
 	"attr":     attrString,
 	"pathesc":  url.PathEscape,
-	"plural":   pluralAny,
-	"secs":     func(ms int64) string { return strconv.FormatFloat(float64(ms)/1000, 'f', 1, 64) + " s" },
+	// queuesearch is the set pages' search for a queue's jobs.
+	"queuesearch": queueSearch,
+	"plural":      pluralAny,
+	"secs":        func(ms int64) string { return strconv.FormatFloat(float64(ms)/1000, 'f', 1, 64) + " s" },
 	// jobTime is a job's timestamp field, nil when absent (so "with" skips
 	// it).
 	"jobTime": func(j *wire.Job, key string) any {

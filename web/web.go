@@ -142,7 +142,7 @@ func New(cfg *Config) (http.Handler, error) {
 
 func (h *handler) routes() {
 	m := http.NewServeMux()
-	m.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(staticFS())))
+	m.Handle("GET /static/", http.StripPrefix("/static/", staticFiles(staticFS())))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics.NewCluster(h.api), metrics.BuildInfo())
 	m.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

@@ -76,3 +76,41 @@ func TestUnstampedBinaryIsDevel(t *testing.T) {
 		t.Errorf("gojob --version printed %q, want devel", out)
 	}
 }
+
+// `make build` and `make install` stamp the binary with git describe, as
+// make release does: a developer's binary names its commit, not devel.
+func TestMakeBuildAndInstallStampTheVersion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the gojob binary twice")
+	}
+	makeBin, err := exec.LookPath("make")
+	if err != nil {
+		t.Skip("no make command")
+	}
+	gitBin, err := exec.LookPath("git")
+	if err != nil {
+		t.Skip("no git command")
+	}
+	describe, err := exec.Command(gitBin, "-C", "../..", "describe", "--tags", "--always", "--dirty").Output()
+	if err != nil {
+		t.Skipf("not a git checkout: %v", err)
+	}
+	want := "gojob version " + strings.TrimSpace(string(describe)) + ","
+	dir := t.TempDir()
+
+	build := exec.Command(makeBin, "-C", "../..", "build", "BIN="+filepath.Join(dir, "built", "gojob"))
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("make build: %v\n%s", err, out)
+	}
+	install := exec.Command(makeBin, "-C", "../..", "install")
+	install.Env = append(os.Environ(), "GOBIN="+filepath.Join(dir, "installed"))
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("make install: %v\n%s", err, out)
+	}
+	for _, bin := range []string{filepath.Join(dir, "built", "gojob"), filepath.Join(dir, "installed", "gojob")} {
+		out := run(t, bin, "--version")
+		if !strings.HasPrefix(out, want) {
+			t.Errorf("%s --version printed %q, want it to start with %q", bin, out, want)
+		}
+	}
+}
