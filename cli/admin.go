@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -54,14 +55,14 @@ func adminCommands() []*ucli.Command {
 		},
 		{Name: "stats", Usage: "dashboard numbers (processed, failed, enqueued, …)", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag(),
 			&ucli.IntFlag{Name: "days", Value: 7, Usage: "days of history"}}, Action: withAPI(statsAction)},
-		{Name: "queues", Usage: "queues with size, latency and pause state", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(queuesAction)},
+		{Name: "queues", Usage: "queues with size, latency, pause state and their jobs in the retry, schedule and dead sets", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(queuesAction)},
 		queueCommand(),
 		{Name: "retries", Usage: "list the retry set (next retry first)", Flags: setListFlags(), Before: checkPageFlags, Action: withAPI(setAction(contract.KeyRetry))},
 		{Name: "scheduled", Usage: "list the schedule set (next due first)", Flags: setListFlags(), Before: checkPageFlags, Action: withAPI(setAction(contract.KeySchedule))},
 		{Name: "dead", Usage: "list the dead set (newest first)", Flags: setListFlags(), Before: checkPageFlags, Action: withAPI(setAction(contract.KeyDead))},
-		{Name: "retry", Usage: "push a job of the retry or dead set to its queue now (--all: every one, or every match)", ArgsUsage: "JID | --all [--from dead] [--class C] [--jid J] [--error TEXT]", Flags: entryActionFlags("retry"), Action: withAPI(entryAction("retry"))},
-		{Name: "kill", Usage: "move a job of the retry or schedule set to the dead set (--all: every one, or every match)", ArgsUsage: "JID | --all [--from schedule] [--class C] [--jid J] [--error TEXT]", Flags: entryActionFlags("kill"), Action: withAPI(entryAction("kill"))},
-		{Name: "delete", Usage: "delete a job from the retry, schedule or dead set (--all --from SET: every one, or every match)", ArgsUsage: "JID | --all --from SET [--class C] [--jid J] [--error TEXT] [--yes]", Flags: entryActionFlags("delete"), Action: withAPI(entryAction("delete"))},
+		{Name: "retry", Usage: "push a job of the retry or dead set to its queue now (--all: every one, or every match)", ArgsUsage: "JID | --all [--from dead] [--queue Q] [--class C] [--jid J] [--error TEXT]", Flags: entryActionFlags("retry"), Action: withAPI(entryAction("retry"))},
+		{Name: "kill", Usage: "move a job of the retry or schedule set to the dead set (--all: every one, or every match)", ArgsUsage: "JID | --all [--from schedule] [--queue Q] [--class C] [--jid J] [--error TEXT]", Flags: entryActionFlags("kill"), Action: withAPI(entryAction("kill"))},
+		{Name: "delete", Usage: "delete a job from the retry, schedule or dead set (--all --from SET: every one, or every match)", ArgsUsage: "JID | --all --from SET [--queue Q] [--class C] [--jid J] [--error TEXT] [--yes]", Flags: entryActionFlags("delete"), Action: withAPI(entryAction("delete"))},
 		{Name: "processes", Usage: "live Sidekiq and gojob processes", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(processesAction)},
 		{Name: "quiet", Usage: "quiet a process (stop fetching), as the Web UI's Quiet button", ArgsUsage: "IDENTITY|all", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(signalAction("TSTP"))},
 		{Name: "stop", Usage: "stop a process gracefully, as the Web UI's Stop button", ArgsUsage: "IDENTITY|all", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(signalAction("TERM"))},
@@ -268,10 +269,13 @@ func queuesAction(ctx context.Context, e *adminEnv) error {
 		return err
 	}
 	type row struct {
-		Name    string  `json:"name"`
-		Size    int64   `json:"size"`
-		Latency float64 `json:"latency"`
-		Paused  bool    `json:"paused"`
+		Name      string  `json:"name"`
+		Size      int64   `json:"size"`
+		Latency   float64 `json:"latency"`
+		Paused    bool    `json:"paused"`
+		Retries   int64   `json:"retries"`
+		Scheduled int64   `json:"scheduled"`
+		Dead      int64   `json:"dead"`
 	}
 	pausedNames, err := e.api.PausedQueues(ctx)
 	if err != nil {
@@ -280,6 +284,31 @@ func queuesAction(ctx context.Context, e *adminEnv) error {
 	paused := map[string]bool{}
 	for _, n := range pausedNames {
 		paused[n] = true
+	}
+	// Each queue's jobs in the retry, schedule and dead sets; a queue known
+	// only from them is listed too.
+	var counts [3]map[string]int64
+	for i, set := range []*api.JobSet{e.api.RetrySet(), e.api.ScheduledSet(), e.api.DeadSet()} {
+		if counts[i], err = set.QueueCounts(ctx); err != nil {
+			return err
+		}
+	}
+	known := map[string]bool{}
+	for _, q := range qs {
+		known[q.Name()] = true
+	}
+	var extra []string
+	for _, c := range counts {
+		for name := range c {
+			if name != "" && !known[name] {
+				known[name] = true
+				extra = append(extra, name)
+			}
+		}
+	}
+	slices.Sort(extra)
+	for _, name := range extra {
+		qs = append(qs, e.api.Queue(name))
 	}
 	rows := make([]row, 0, len(qs))
 	for _, q := range qs {
@@ -291,7 +320,8 @@ func queuesAction(ctx context.Context, e *adminEnv) error {
 		if err != nil {
 			return err
 		}
-		rows = append(rows, row{q.Name(), size, lat.Seconds(), paused[q.Name()]})
+		n := q.Name()
+		rows = append(rows, row{n, size, lat.Seconds(), paused[n], counts[0][n], counts[1][n], counts[2][n]})
 	}
 	if e.json {
 		return e.printJSON(rows)
@@ -301,13 +331,14 @@ func queuesAction(ctx context.Context, e *adminEnv) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tSIZE\tLATENCY\tSTATE")
+	fmt.Fprintln(tw, "QUEUE\tSIZE\tLATENCY\tRETRIES\tSCHEDULED\tDEAD\tSTATE")
 	for _, r := range rows {
 		state := "active"
 		if r.Paused {
 			state = "paused (gojob)"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", r.Name, r.Size, time.Duration(r.Latency*float64(time.Second)).Round(time.Millisecond), state)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%s\n", r.Name, r.Size, time.Duration(r.Latency*float64(time.Second)).Round(time.Millisecond),
+			r.Retries, r.Scheduled, r.Dead, state)
 	}
 	return tw.Flush()
 }

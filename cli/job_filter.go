@@ -25,10 +25,18 @@ func filterFlags() []ucli.Flag {
 // jobFilter is what filterFlags select; the zero value matches every job.
 type jobFilter struct {
 	class, jid, errText string
+	// queue is the job's queue (retries, scheduled, dead and their bulk
+	// actions: queueFilterFlag).
+	queue string
+}
+
+// queueFilterFlag selects the jobs of a set by their queue.
+func queueFilterFlag() ucli.Flag {
+	return &ucli.StringFlag{Name: "queue", Aliases: []string{"q"}, Usage: "only jobs of queue `NAME`"}
 }
 
 func filterFromFlags(c *ucli.Context) jobFilter {
-	return jobFilter{class: c.String("class"), jid: c.String("jid"), errText: strings.ToLower(c.String("error"))}
+	return jobFilter{class: c.String("class"), jid: c.String("jid"), errText: strings.ToLower(c.String("error")), queue: c.String("queue")}
 }
 
 func (f jobFilter) empty() bool { return f == jobFilter{} }
@@ -36,7 +44,7 @@ func (f jobFilter) empty() bool { return f == jobFilter{} }
 // String describes the filter for text output: "class=X error=Y".
 func (f jobFilter) String() string {
 	var parts []string
-	for _, p := range [][2]string{{"class", f.class}, {"jid", f.jid}, {"error", f.errText}} {
+	for _, p := range [][2]string{{"queue", f.queue}, {"class", f.class}, {"jid", f.jid}, {"error", f.errText}} {
 		if p[1] != "" {
 			parts = append(parts, p[0]+"="+p[1])
 		}
@@ -56,6 +64,9 @@ func (f jobFilter) match(r *api.JobRecord) bool {
 	mailer, _, _ := strings.Cut(f.class, "#")
 	if (f.class != "" && !bytes.Contains(r.Value, []byte(mailer))) ||
 		(f.jid != "" && !bytes.Contains(r.Value, []byte(f.jid))) || r.Job == nil {
+		return false
+	}
+	if f.queue != "" && r.Job.Queue() != f.queue {
 		return false
 	}
 	if f.class != "" && !api.MatchesClass(r.Job, f.class) {

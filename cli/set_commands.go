@@ -21,6 +21,7 @@ func setListFlags() []ucli.Flag {
 	return append([]ucli.Flag{newRedisFlag(), newJSONFlag(),
 		&ucli.IntFlag{Name: "limit", Value: 25, Usage: "entries to show"},
 		&ucli.IntFlag{Name: "offset", Usage: "entries to skip (of the matching ones with a filter)"},
+		queueFilterFlag(),
 	}, filterFlags()...)
 }
 
@@ -30,6 +31,7 @@ func entryActionFlags(action string) []ucli.Flag {
 		&ucli.BoolFlag{Name: "all", Usage: "act on every job of the --from set (or every one --class, --jid, --error select) instead of one JID"},
 		&ucli.StringFlag{Name: "from", Usage: "the set to act on: " + strings.Join(actionSets[action], ", ") + " (with --all, default " + actionSets[action][0] + ")"},
 	}
+	flags = append(flags, queueFilterFlag())
 	flags = append(flags, filterFlags()...)
 	if action == "delete" {
 		flags = append(flags, &ucli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "with --all: delete without asking (required when stdin is not a terminal)"})
@@ -161,7 +163,7 @@ func entryAction(action string) func(ctx context.Context, e *adminEnv) error {
 		case jid == "":
 			return usageError(cmd, "JID (or --all) is required")
 		case !f.empty():
-			return usageError(cmd, "--class, --jid and --error select jobs for --all")
+			return usageError(cmd, "--queue, --class, --jid and --error select jobs for --all")
 		}
 		for _, name := range sets {
 			en, err := e.set(name).FindJob(ctx, jid)
@@ -230,7 +232,7 @@ func bulkAction(ctx context.Context, e *adminEnv, action, name string, f jobFilt
 	if e.json {
 		out := map[string]any{"action": action, "from": name, "count": n}
 		if !f.empty() {
-			out["filter"] = map[string]string{"class": f.class, "jid": f.jid, "error": f.errText}
+			out["filter"] = map[string]string{"queue": f.queue, "class": f.class, "jid": f.jid, "error": f.errText}
 		}
 		return e.printJSON(out)
 	}

@@ -218,3 +218,77 @@ func TestQueueJobsAndClear(t *testing.T) {
 	_, errOut, code = runCLI(t, "queue", "clear", "mail", "--yes", "-r", url)
 	require.Equal(t, exitNotFound, code, errOut)
 }
+
+// --queue selects a set's jobs by queue, in the listings and the bulk
+// actions; gojob queues counts each queue's jobs in the three sets.
+func TestSetsFilterByQueueAndQueuesCountThem(t *testing.T) {
+	// Not parallel: see the note on runCLI.
+	srv := redistest.StartWith(t, redistest.Options{TCP: true})
+	url := srv.URL()
+	conn := srv.Pool(t).Get()
+	defer conn.Close()
+	add := func(set, queue, jid string, score int64) {
+		payload := fmt.Sprintf(`{"class":"MailJob","args":[],"queue":%q,"jid":%q,"retry":true,"error_class":"RuntimeError","error_message":"boom"}`, queue, jid)
+		_, err := conn.Do("ZADD", set, score, payload)
+		require.NoError(t, err)
+	}
+	now := time.Now().Unix()
+	add("retry", "mail", "rmail1", now+10)
+	add("retry", "mail", "rmail2", now+20)
+	add("retry", "mail/eu", "rmaileu", now+30)
+	add("retry", "default", "rdef", now+40)
+	add("schedule", "mail", "smail", now+50)
+	add("dead", "reports", "dreports", now-50)
+	_, err := conn.Do("SADD", "queues", "mail", "default")
+	require.NoError(t, err)
+
+	out, errOut, code := runCLI(t, "retries", "--queue", "mail", "-r", url, "--json")
+	require.Equal(t, exitOK, code, errOut)
+	var l struct {
+		Size     int `json:"size"`
+		Matching int `json:"matching"`
+		Entries  []struct {
+			JID   string `json:"jid"`
+			Queue string `json:"queue"`
+		} `json:"entries"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &l), out)
+	require.Equal(t, 4, l.Size)
+	require.Equal(t, 2, l.Matching, "mail, not mail/eu: the whole name")
+	require.Equal(t, "rmail1", l.Entries[0].JID)
+	require.Equal(t, "rmail2", l.Entries[1].JID)
+
+	out, errOut, code = runCLI(t, "scheduled", "-q", "mail", "-r", url)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "schedule: 1 of 1 match queue=mail")
+	out, errOut, code = runCLI(t, "dead", "--queue", "mail", "-r", url)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "dead: 0 of 1 match queue=mail")
+
+	out, errOut, code = runCLI(t, "queues", "-r", url, "--json")
+	require.Equal(t, exitOK, code, errOut)
+	var qs []struct {
+		Name      string `json:"name"`
+		Retries   int    `json:"retries"`
+		Scheduled int    `json:"scheduled"`
+		Dead      int    `json:"dead"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &qs), out)
+	counts := map[string][3]int{}
+	for _, q := range qs {
+		counts[q.Name] = [3]int{q.Retries, q.Scheduled, q.Dead}
+	}
+	require.Equal(t, map[string][3]int{
+		"default": {1, 0, 0}, "mail": {2, 1, 0}, "mail/eu": {1, 0, 0}, "reports": {0, 0, 1},
+	}, counts, "a queue known only from the sets is listed too")
+	out, errOut, code = runCLI(t, "queues", "-r", url)
+	require.Equal(t, exitOK, code, errOut)
+	require.Regexp(t, `QUEUE +SIZE +LATENCY +RETRIES +SCHEDULED +DEAD +STATE`, out)
+
+	out, errOut, code = runCLI(t, "kill", "--all", "--queue", "mail", "-r", url)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "killed 2 jobs from retry")
+	n, err := redis.Int(conn.Do("ZCARD", "retry"))
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "only mail's jobs were killed")
+}

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -525,6 +526,41 @@ func (s *JobSet) drain(ctx context.Context, needsJob bool, action func(*SortedEn
 		}
 		if moved == 0 {
 			return res, nil
+		}
+	}
+}
+
+// QueueCounts counts the set's entries per queue (the payload's "queue";
+// "" for a payload that is not a job or names none). The set is read in
+// pages of 1,000 with ZRANGE, as it stands during the read: an entry that
+// moves meanwhile may be counted twice or not at all. Sidekiq has no such
+// count; the dashboard's Queues page and `gojob queues` show it beside each
+// queue.
+func (s *JobSet) QueueCounts(ctx context.Context) (map[string]int64, error) {
+	const page = 1000
+	counts := map[string]int64{}
+	var q struct {
+		Queue string `json:"queue"`
+	}
+	for start := int64(0); ; start += page {
+		conn, err := s.api.conn(ctx, "count "+s.name)
+		if err != nil {
+			return nil, err
+		}
+		vals, err := redis.ByteSlices(redis.DoContext(conn, ctx, "ZRANGE", s.name, start, start+page-1))
+		conn.Close()
+		if err != nil {
+			return nil, fmt.Errorf("sidekiq: count %s per queue: %w", s.name, err)
+		}
+		for _, v := range vals {
+			q.Queue = ""
+			if json.Unmarshal(v, &q) != nil {
+				q.Queue = ""
+			}
+			counts[q.Queue]++
+		}
+		if len(vals) < page {
+			return counts, nil
 		}
 	}
 }
