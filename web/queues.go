@@ -7,8 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strings"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gojob/gojob/sidekiq/api"
