@@ -79,17 +79,18 @@ func cronLayoutChoice(ctx context.Context, c *ucli.Context, pool *redis.Pool) (l
 	return l, false, nil
 }
 
-// errCronLayoutUnknown refuses to write a first schedule whose layout
-// nothing shows.
-func errCronLayoutUnknown(cmd string) error {
-	return ucli.Exit(cmd+": Redis holds no periodic job and no Sidekiq version is known (no live Sidekiq process, no record): "+
-		"pass --cron-layout v1 for sidekiq-cron before 2.0 (Sidekiq 6, such as Debian's sidekiq-cron 1.8.0) or "+
-		"--cron-layout v2 for sidekiq-cron 2.x (Sidekiq 7 and 8); docs/cron.md#layouts", exitUsage)
+// cronLayoutNote says which layout a first schedule was written in when
+// nothing showed one: the 2.x layout that cron list and the dashboard
+// report on such a Redis.
+func cronLayoutNote(cmd string) string {
+	return cmd + ": Redis holds no periodic job and no Sidekiq version is known: wrote the sidekiq-cron 2.x layout " +
+		"(Sidekiq 7 and 8); for sidekiq-cron before 2.0 (Sidekiq 6, such as Debian's 1.8.0) pass --cron-layout v1 " +
+		"(docs/cron.md#layouts)"
 }
 
-// withCron runs f with a store of the chosen layout; strict refuses when
-// auto has nothing to choose by (a command that writes a first job).
-func withCron(strict bool, f func(ctx context.Context, e *cmdEnv, st *cron.Store) error) ucli.ActionFunc {
+// withCron runs f with a store of the chosen layout; writes says f writes
+// a job, which notes on stderr the layout auto fell back to.
+func withCron(writes bool, f func(ctx context.Context, e *cmdEnv, st *cron.Store) error) ucli.ActionFunc {
 	return func(c *ucli.Context) error {
 		return withRedis(c, func(e *cmdEnv) error {
 			client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: e.version})
@@ -100,10 +101,10 @@ func withCron(strict bool, f func(ctx context.Context, e *cmdEnv, st *cron.Store
 			if err != nil {
 				return err
 			}
-			if unknown && strict {
-				return errCronLayoutUnknown("gojob cron " + c.Command.Name)
-			}
 			err = f(c.Context, e, &cron.Store{Client: client, Layout: l})
+			if err == nil && unknown && writes {
+				fmt.Fprintln(c.App.ErrWriter, "note: "+cronLayoutNote("gojob cron "+c.Command.Name))
+			}
 			if errors.Is(err, cron.ErrNotFound) {
 				return ucli.Exit(err.Error(), exitNotFound)
 			}
