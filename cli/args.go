@@ -42,8 +42,11 @@ func interspersed(app *ucli.App, args []string) []string {
 		out = append(out, args[i])
 		i++
 	}
-	// Walk the command path: gojob CMD [SUB...].
+	// Walk the command path: gojob CMD [SUB...]. Flags between a command
+	// and its subcommand (`gojob cron -r URL list`) are the subcommand's:
+	// they are set aside and parsed after it.
 	var leaf *ucli.Command
+	var deferred []string
 	cmds := app.Commands
 	for i < len(args) {
 		cmd := findCommand(cmds, args[i])
@@ -57,6 +60,25 @@ func interspersed(app *ucli.App, args []string) []string {
 			break
 		}
 		cmds = cmd.Subcommands
+		takes := subcommandFlags(cmd)
+		j := i
+		var words []string
+		for j < len(args) && strings.HasPrefix(args[j], "-") && args[j] != "-" && args[j] != "--" {
+			words = append(words, args[j])
+			name, hasValue := flagName(args[j])
+			j++
+			if takes[name] && !hasValue && j < len(args) {
+				words = append(words, args[j])
+				j++
+			}
+		}
+		if len(words) > 0 && j < len(args) && findCommand(cmds, args[j]) != nil {
+			deferred = append(deferred, words...)
+			i = j
+		}
+	}
+	if len(deferred) > 0 {
+		args = append(append(append([]string{}, args[:i]...), deferred...), args[i:]...)
 	}
 	if leaf == nil {
 		// No command we know (help, a typo): the parser says what is wrong;
@@ -118,6 +140,21 @@ func findCommand(cmds []*ucli.Command, name string) *ucli.Command {
 		}
 	}
 	return nil
+}
+
+// subcommandFlags maps every flag name of cmd's subcommands, at any depth,
+// to whether the flag takes a value (true when any of them does).
+func subcommandFlags(cmd *ucli.Command) map[string]bool {
+	m := map[string]bool{}
+	for _, sub := range cmd.Subcommands {
+		for n, takes := range commandFlags(sub) {
+			m[n] = m[n] || takes
+		}
+		for n, takes := range subcommandFlags(sub) {
+			m[n] = m[n] || takes
+		}
+	}
+	return m
 }
 
 // commandFlags maps every name of cmd's flags (and help's) to whether the

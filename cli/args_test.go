@@ -33,6 +33,14 @@ func TestInterspersedMovesFlagsBeforeArguments(t *testing.T) {
 		{"--help", "--help"},
 		{"help push", "help push"},
 		{"work -c 2 -q a -q b", "work -c 2 -q a -q b"},
+		// Flags between a command and its subcommand are the subcommand's.
+		{"cron -r U list", "cron list -r U"},
+		{"cron -r U --json list", "cron list -r U --json"},
+		{"cron --redis=U add x --cron *", "cron add --redis=U --cron * -- x"},
+		{"-r U cron -r V list", "cron list -r U -r V"},
+		{"queue -r U pause mail", "queue pause -r U -- mail"},
+		{"batch --json -r U status B", "batch status --json -r U -- B"},
+		{"cron -r U", "cron -r -- U"}, // no subcommand: the parser reports -r
 	} {
 		got := interspersed(app, append([]string{"gojob"}, strings.Fields(c.in)...))
 		require.Equal(t, c.want, strings.Join(got[1:], " "), c.in)
