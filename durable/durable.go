@@ -39,7 +39,9 @@ var ErrPendingWrites = store.ErrPendingWrites
 type Config struct {
 	// URLs are the storage databases, in order: postgres:// (or
 	// postgresql://, or a libpq key=value string) and sqlite:PATH. Writes go
-	// to the first that accepts them; lookups walk them in order. Required.
+	// to the first that accepts them; lookups walk them in order. A
+	// database named again (the same user, hosts and database, or the same
+	// SQLite file) is used once, at its first place. Required.
 	URLs []string
 	// Schema is the PostgreSQL schema of the table. Default "public". The
 	// SQLite store ignores it.
@@ -160,7 +162,15 @@ func New(cfg *Config) (*Durable, error) {
 		Max: c.MaxPendingWrites, MinDelay: c.retryMin, MaxDelay: c.retryMax})}
 	o := store.Options{Schema: c.Schema, Table: c.Table, ConnectTimeout: c.ConnectTimeout, OpTimeout: c.OpTimeout,
 		MaxConns: c.MaxConns, BatchWindow: c.BatchWindow, MaxBatch: c.MaxBatch, Release: releaseAcks}
+	seen := map[string]bool{}
 	for _, u := range c.URLs {
+		// One database named twice (a flag and DATABASE_URL) is one
+		// store: its rows are not looked up, reconciled or migrated twice.
+		key := store.DatabaseKey(u)
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
 		st, err := store.Open(strings.TrimSpace(u), o)
 		if err != nil {
 			d.Close()

@@ -13,6 +13,8 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -277,4 +279,31 @@ func microPtr(t *time.Time) *time.Time {
 	}
 	m := Micro(*t)
 	return &m
+}
+
+// DatabaseKey names the database a URL opens, so two spellings of one
+// database (a --db flag and DATABASE_URL, postgres:// and postgresql://, a
+// URL and a libpq key=value string, a relative and an absolute SQLite
+// path) compare equal: "sqlite:" and the absolute path, or "postgres:"
+// with the user, hosts, ports and database name as pgx reads them. A URL
+// that does not parse is its own key.
+func DatabaseKey(url string) string {
+	url = strings.TrimSpace(url)
+	if path, _, ok := SQLitePath(url); ok {
+		if path != ":memory:" {
+			if abs, err := filepath.Abs(path); err == nil {
+				path = abs
+			}
+		}
+		return "sqlite:" + path
+	}
+	cc, err := pgconn.ParseConfig(url)
+	if err != nil {
+		return url
+	}
+	hosts := []string{fmt.Sprintf("%s:%d", cc.Host, cc.Port)}
+	for _, f := range cc.Fallbacks {
+		hosts = append(hosts, fmt.Sprintf("%s:%d", f.Host, f.Port))
+	}
+	return "postgres:" + cc.User + "@" + strings.Join(hosts, ",") + "/" + cc.Database
 }
