@@ -2,9 +2,11 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -24,7 +26,9 @@ func devCommand(o *options) *ucli.Command {
 		Usage: "start an embedded Redis-protocol server with a worker and demo jobs",
 		Description: `Starts an in-process Redis-protocol server (miniredis; nothing is saved),
 a gojob worker on it, and pushes a few demo jobs (DemoJob succeeds, FlakyJob
-fails now and then and goes to the retry set, LaterJob is scheduled). Point
+fails now and then and goes to the retry set, LaterJob is scheduled); it
+also runs HardJob, which works for its first argument's seconds
+(gojob push HardJob 5), unless --exec or --http names a class. Point
 the Sidekiq Web UI or any gojob command at the printed URL (on another address
 than 127.0.0.1:6379, export the REDIS_URL it prints). Use --redis to
 run the worker and demo against a real Redis instead. --durable
@@ -92,8 +96,8 @@ run the worker and demo against a real Redis instead. --durable
 				return err
 			}
 			defer stopWeb()
+			registerDemo(srv, log, execClasses(c))
 			if !c.Bool("no-demo") {
-				registerDemo(srv, log)
 				if err := pushDemo(c.Context, srv.Client()); err != nil {
 					if c.Context.Err() != nil {
 						return nil // stopped while starting: nothing runs yet
@@ -106,20 +110,59 @@ run the worker and demo against a real Redis instead. --durable
 	}
 }
 
-// registerDemo adds the demo handlers.
-func registerDemo(srv *sidekiq.Server, log zerolog.Logger) {
-	srv.HandleFunc("DemoJob", func(ctx context.Context, job *wire.Job) error {
+// execClasses are the classes given to --exec and --http: their handlers
+// are the user's, not the demo's.
+func execClasses(c *ucli.Context) map[string]bool {
+	out := map[string]bool{}
+	for _, spec := range append(c.StringSlice("exec"), c.StringSlice("http")...) {
+		if class, _, ok := strings.Cut(spec, "="); ok {
+			out[strings.TrimSpace(class)] = true
+		}
+	}
+	return out
+}
+
+// hardJobMax caps a HardJob's work.
+const hardJobMax = 60 * time.Second
+
+// registerDemo adds the demo handlers, those of the demo jobs and HardJob
+// (the README's `gojob push HardJob 1`), except for the classes in skip.
+func registerDemo(srv *sidekiq.Server, log zerolog.Logger, skip map[string]bool) {
+	handle := func(class string, f func(ctx context.Context, job *wire.Job) error) {
+		if !skip[class] {
+			srv.HandleFunc(class, f)
+		}
+	}
+	// HardJob works for its first argument's seconds (1 by default, at
+	// most a minute), long enough to be seen on the Busy page.
+	handle("HardJob", func(ctx context.Context, job *wire.Job) error {
+		d := time.Second
+		var args []any
+		if v, ok := job.Get("args"); ok && json.Unmarshal(v.Encode(), &args) == nil && len(args) > 0 {
+			if n, ok := args[0].(float64); ok && n >= 0 {
+				d = min(time.Duration(n*float64(time.Second)), hardJobMax)
+			}
+		}
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		log.Info().Str("jid", job.JID()).RawJSON("args", argsJSON(job)).Dur("worked", d).Msg("HardJob ran")
+		return nil
+	})
+	handle("DemoJob", func(ctx context.Context, job *wire.Job) error {
 		log.Info().Str("jid", job.JID()).RawJSON("args", argsJSON(job)).Msg("DemoJob ran")
 		return nil
 	})
-	srv.HandleFunc("FlakyJob", func(ctx context.Context, job *wire.Job) error {
+	handle("FlakyJob", func(ctx context.Context, job *wire.Job) error {
 		if rand.IntN(2) == 0 {
 			return errors.New("flaky: failed this time, will be retried")
 		}
 		log.Info().Str("jid", job.JID()).Msg("FlakyJob succeeded")
 		return nil
 	})
-	srv.HandleFunc("LaterJob", func(ctx context.Context, job *wire.Job) error {
+	handle("LaterJob", func(ctx context.Context, job *wire.Job) error {
 		log.Info().Str("jid", job.JID()).Msg("LaterJob ran (it was scheduled)")
 		return nil
 	})
