@@ -50,18 +50,38 @@ type MorgueParams struct {
 // processor's bad-JSON path) sends it. 7.0+ sends the ZADD on its own
 // before the trim transaction; the resulting state is the same. The server
 // calls it for exhausted and unparsable jobs; the admin API's DeadSet.Kill
-// adds the death handlers on top.
-func SendToMorgue(ctx context.Context, conn redis.Conn, p MorgueParams) error {
+// adds the death handlers on top. It returns how many entries the trim
+// removed (older than the timeout, or the oldest beyond MaxJobs-1): with
+// a full dead set, every addition drops one.
+func SendToMorgue(ctx context.Context, conn redis.Conn, p MorgueParams) (dropped int64, err error) {
 	lim := p.Limits.OrDefault()
 	now := EpochSeconds(p.Now)
 	cutoff := now - lim.Timeout.Seconds()
-	_, err := execMulti(ctx, conn, func(c redis.Conn) {
+	replies, err := execMulti(ctx, conn, func(c redis.Conn) {
 		c.Send("ZADD", KeyDead, FormatScore(now), p.Payload)
 		c.Send("ZREMRANGEBYSCORE", KeyDead, "-inf", FormatScore(cutoff))
 		c.Send("ZREMRANGEBYRANK", KeyDead, 0, -lim.MaxJobs)
 	})
 	if err != nil {
-		return fmt.Errorf("sidekiq: add to dead set: %w", err)
+		return 0, fmt.Errorf("sidekiq: add to dead set: %w", err)
 	}
-	return nil
+	if len(replies) == 3 {
+		byTime, _ := redis.Int64(replies[1], nil)
+		byCount, _ := redis.Int64(replies[2], nil)
+		dropped = byTime + byCount
+	}
+	return dropped, nil
+}
+
+// MorgueDrops is how many entries n additions to a dead set of size
+// entries, expired of them older than the timeout, would make the trim of
+// SendToMorgue remove: the expired ones, then every entry beyond
+// MaxJobs-1 (the newest additions stay).
+func MorgueDrops(size, expired, n int64, l MorgueLimits) int64 {
+	l = l.OrDefault()
+	keep := int64(l.MaxJobs - 1)
+	if n <= 0 {
+		return 0
+	}
+	return expired + max(0, size-expired+n-keep)
 }

@@ -140,6 +140,13 @@ func pageBounds(offset, limit int) (int, int, error) {
 type BulkActionResult struct {
 	// Moved counts the entries removed from the set and pushed or killed.
 	Moved int
+	// Gone counts the entries that left the set meanwhile (processed,
+	// moved or deleted elsewhere) before the action reached them.
+	Gone int
+	// Dropped counts, for KillAll, the dead-set entries its limits removed
+	// to make room (API.DeadLimits): the oldest dead jobs, or the first
+	// killed ones when more were killed than the cap holds.
+	Dropped int64
 	// Remaining is the set's size at the end: entries that could not be
 	// moved (unparsable payloads are left in place) or that arrived
 	// meanwhile.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/gomodule/redigo/redis"
 )
@@ -33,23 +34,57 @@ func (s *JobSet) Kill(ctx context.Context, payload []byte, opts *KillOpts) error
 		return err
 	}
 	defer conn.Close()
-	return s.kill(ctx, conn, payload, opts)
+	_, err = s.kill(ctx, conn, payload, opts)
+	return err
 }
 
-func (s *JobSet) kill(ctx context.Context, conn redis.Conn, payload []byte, opts *KillOpts) error {
-	err := contract.SendToMorgue(ctx, conn, contract.MorgueParams{Payload: payload, Now: s.api.clock.Now(), Limits: s.api.morgue})
+// kill adds payload to the dead set and returns how many entries the
+// set's limits dropped (contract.SendToMorgue).
+func (s *JobSet) kill(ctx context.Context, conn redis.Conn, payload []byte, opts *KillOpts) (int64, error) {
+	dropped, err := contract.SendToMorgue(ctx, conn, contract.MorgueParams{Payload: payload, Now: s.api.clock.Now(), Limits: s.api.morgue})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if (opts != nil && opts.SkipDeathHandlers) || len(s.api.handlers) == 0 {
-		return nil
+		return dropped, nil
 	}
 	job, perr := wire.ParseJob(payload)
 	if perr != nil {
-		return nil
+		return dropped, nil
 	}
 	for _, h := range s.api.handlers {
 		h(ctx, job, ErrKilledByAPI)
 	}
-	return nil
+	return dropped, nil
+}
+
+// DeadLimits are the dead set's limits this API trims it to: Sidekiq's
+// dead_max_jobs (the trim keeps at most MaxJobs-1 entries, as Ruby's) and
+// dead_timeout_in_seconds (Config.DeadMaxJobs, Config.DeadTimeout).
+func (a *API) DeadLimits() contract.MorgueLimits { return a.morgue.OrDefault() }
+
+// KillDrops is how many dead-set entries killing n jobs now would drop to
+// keep the dead set within its limits (DeadLimits): those older than the
+// timeout, then the oldest beyond the cap; when n alone exceeds the cap,
+// the first of the n killed. An operator is told before a bulk kill that
+// loses jobs this way.
+func (a *API) KillDrops(ctx context.Context, n int64) (int64, error) {
+	if n <= 0 {
+		return 0, nil
+	}
+	conn, err := a.conn(ctx, "dead set room")
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	lim := a.DeadLimits()
+	cutoff := contract.EpochSeconds(a.clock.Now()) - lim.Timeout.Seconds()
+	replies, err := redis.Int64s(redisx.ExecMulti(ctx, conn, func(c redis.Conn) {
+		c.Send("ZCARD", contract.KeyDead)
+		c.Send("ZCOUNT", contract.KeyDead, "-inf", contract.FormatScore(cutoff))
+	}))
+	if err != nil {
+		return 0, fmt.Errorf("sidekiq: dead set room: %w", err)
+	}
+	return contract.MorgueDrops(replies[0], replies[1], n, lim), nil
 }

@@ -47,3 +47,49 @@ func TestDeadSetKillCallsHandlers(t *testing.T) {
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{string(payload), `{"jid":"quiet"}`, "garbage"}, members)
 }
+
+// KillDrops predicts, and KillAll and KillDropping report, the dead-set
+// entries the cap drops: with DeadMaxJobs 5 the trim keeps 4.
+func TestKillReportsWhatTheDeadSetCapDropped(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	pool := r.Pool(t)
+	a, err := api.New(&api.Config{Pool: pool, DeadMaxJobs: 5})
+	require.NoError(t, err)
+	ctx := context.Background()
+	conn := pool.Get()
+	defer conn.Close()
+	now := time.Now().Unix()
+	for i := range 3 {
+		_, err := conn.Do("ZADD", "dead", now-100+int64(i), `{"class":"X","args":[],"jid":"old`+string(rune('a'+i))+`"}`)
+		require.NoError(t, err)
+	}
+	for i := range 6 {
+		_, err := conn.Do("ZADD", "schedule", now+100+int64(i), `{"class":"X","args":[],"jid":"s`+string(rune('a'+i))+`"}`)
+		require.NoError(t, err)
+	}
+	require.Equal(t, int64(0), must(a.KillDrops(ctx, 1)), "3 dead + 1 fits in 4")
+	require.Equal(t, int64(5), must(a.KillDrops(ctx, 6)), "3 + 6 = 9, the trim keeps 4")
+
+	entries, _, err := a.ScheduledSet().Page(ctx, 0, 1)
+	require.NoError(t, err)
+	dropped, err := entries[0].KillDropping(ctx, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(0), dropped)
+
+	res, err := a.ScheduledSet().KillAll(ctx, nil)
+	require.NoError(t, err)
+	require.Equal(t, 5, res.Moved)
+	require.Equal(t, int64(5), res.Dropped, "4 dead + 5 killed, 4 kept")
+	n, err := redis.Int(conn.Do("ZCARD", "dead"))
+	require.NoError(t, err)
+	require.Equal(t, 4, n)
+	require.Equal(t, contract.DeadMaxJobs, must(api.New(&api.Config{Pool: pool})).DeadLimits().MaxJobs)
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

@@ -366,15 +366,27 @@ func (e *SortedEntry) Retry(ctx context.Context) (*sidekiq.PushResult, error) {
 // Kill moves the entry to the dead set (Ruby's SortedEntry#kill):
 // remove_job, then the dead set's Kill with the exact stored bytes.
 func (e *SortedEntry) Kill(ctx context.Context, opts *KillOpts) error {
+	_, err := e.KillDropping(ctx, opts)
+	return err
+}
+
+// KillDropping is Kill, and returns how many dead-set entries the set's
+// limits dropped to make room (API.DeadLimits): the oldest, or this one
+// when the limits leave no room at all.
+func (e *SortedEntry) KillDropping(ctx context.Context, opts *KillOpts) (int64, error) {
 	conn, err := e.set.api.conn(ctx, "kill")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer conn.Close()
 	dead := e.set.api.DeadSet()
-	return e.removeJob(ctx, conn, func(msg []byte) error {
-		return dead.kill(ctx, conn, msg, opts)
+	var dropped int64
+	err = e.removeJob(ctx, conn, func(msg []byte) error {
+		var err error
+		dropped, err = dead.kill(ctx, conn, msg, opts)
+		return err
 	})
+	return dropped, err
 }
 
 // Reschedule moves the entry to score at as Ruby's SortedEntry#reschedule
@@ -484,7 +496,16 @@ func (s *JobSet) KillAll(ctx context.Context, opts *KillOpts) (*BulkActionResult
 	if s.name == contract.KeyDead {
 		return nil, errors.New("sidekiq: kill all: the entries of the dead set are dead already")
 	}
-	return s.drain(ctx, false, func(e *SortedEntry) error { return e.Kill(ctx, opts) })
+	var dropped int64
+	res, err := s.drain(ctx, false, func(e *SortedEntry) error {
+		n, err := e.KillDropping(ctx, opts)
+		dropped += n
+		return err
+	})
+	if res != nil {
+		res.Dropped = dropped
+	}
+	return res, err
 }
 
 // drain is Sidekiq 6.4's set-wide form, `each(&:action) while size > 0`:
@@ -512,7 +533,11 @@ func (s *JobSet) drain(ctx context.Context, needsJob bool, action func(*SortedEn
 				return nil
 			}
 			if err := action(e); err != nil {
-				if errors.Is(err, ErrJobNotFound) || errors.Is(err, ErrUnparsableJob) {
+				if errors.Is(err, ErrJobNotFound) {
+					res.Gone++
+					return nil
+				}
+				if errors.Is(err, ErrUnparsableJob) {
 					return nil
 				}
 				return err

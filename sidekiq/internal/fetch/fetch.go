@@ -304,7 +304,8 @@ func (c *Config) writeOutcome(o *Outcome) error {
 	}
 	err := c.Writes.Do(func(conn redis.Conn) error {
 		if o.Set == contract.KeyDead {
-			return contract.SendToMorgue(c.Writes.Ctx, conn, contract.MorgueParams{Payload: o.Payload, Now: o.At})
+			_, err := contract.SendToMorgue(c.Writes.Ctx, conn, contract.MorgueParams{Payload: o.Payload, Now: o.At})
+			return err
 		}
 		_, err := conn.Do("ZADD", o.Set, contract.Score(o.At), o.Payload)
 		return err
