@@ -121,18 +121,23 @@ func filteredPage[T any](ctx context.Context, f jobFilter, offset, limit int,
 	}
 }
 
+// bulkCounts is what a bulk action did: done entries it acted on, gone
+// ones that left the set before it reached them (processed, moved or
+// deleted elsewhere), left ones whose payload is not a job and stay.
+type bulkCounts struct{ done, gone, left int }
+
 // eachMatch calls act for every entry of set matching f, in the set's
-// order, and returns how many it acted on. act removes the entry from the
-// set when it succeeds, so the next page starts that many entries earlier
-// (as Ruby's JobSet#each shifts its pages). An entry gone meanwhile
+// order, and counts what happened. act removes the entry from the set when
+// it succeeds, so the next page starts that many entries earlier (as
+// Ruby's JobSet#each shifts its pages). An entry gone meanwhile
 // (api.ErrJobNotFound) or whose payload is not a job (api.ErrUnparsableJob)
-// is skipped; any other error stops the pass.
-func eachMatch(ctx context.Context, set *api.JobSet, f jobFilter, act func(*api.SortedEntry) error, progress func(int)) (int, error) {
-	done := 0
+// is counted and skipped; any other error stops the pass.
+func eachMatch(ctx context.Context, set *api.JobSet, f jobFilter, act func(*api.SortedEntry) error, progress func(int)) (bulkCounts, error) {
+	var n bulkCounts
 	for off := 0; ; {
 		entries, _, err := set.Page(ctx, off, scanPageSize)
 		if err != nil {
-			return done, err
+			return n, err
 		}
 		removed := 0
 		for _, en := range entries {
@@ -142,21 +147,23 @@ func eachMatch(ctx context.Context, set *api.JobSet, f jobFilter, act func(*api.
 			if err := act(en); err != nil {
 				if errors.Is(err, api.ErrJobNotFound) {
 					removed++ // gone meanwhile: it left the set all the same
+					n.gone++
 					continue
 				}
 				if errors.Is(err, api.ErrUnparsableJob) {
+					n.left++
 					continue // stays where it is
 				}
-				return done, fmt.Errorf("%s: %w", en.JID(), err)
+				return n, fmt.Errorf("%s: %w", en.JID(), err)
 			}
 			removed++
-			done++
+			n.done++
 		}
 		if progress != nil && removed > 0 {
-			progress(done)
+			progress(n.done)
 		}
 		if len(entries) < scanPageSize {
-			return done, nil
+			return n, nil
 		}
 		off += len(entries) - removed
 	}

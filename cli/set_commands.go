@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -33,8 +34,11 @@ func entryActionFlags(action string) []ucli.Flag {
 	}
 	flags = append(flags, queueFilterFlag())
 	flags = append(flags, filterFlags()...)
-	if action == "delete" {
+	switch action {
+	case "delete":
 		flags = append(flags, &ucli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "with --all: delete without asking (required when stdin is not a terminal)"})
+	case "kill":
+		flags = append(flags, &ucli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "with --all: kill even when the dead set's cap would drop jobs, without asking (required then when stdin is not a terminal)"})
 	}
 	return flags
 }
@@ -173,27 +177,38 @@ func entryAction(action string) func(ctx context.Context, e *adminEnv) error {
 			if err != nil {
 				return err
 			}
-			if err := act(ctx, action, en); err != nil {
+			var dropped int64
+			if err := act(ctx, action, en, &dropped); err != nil {
 				return err
 			}
 			if e.json {
-				return e.printJSON(map[string]any{"action": action, "jid": jid, "from": name})
+				out := map[string]any{"action": action, "jid": jid, "from": name}
+				if action == "kill" {
+					out["dropped"] = dropped
+				}
+				return e.printJSON(out)
 			}
 			fmt.Fprintf(e.out, "%s %s (%s) from %s\n", pastTense(action), jid, en.Class(), name)
+			if dropped > 0 {
+				fmt.Fprintf(e.out, "the dead set's cap dropped %d %s, the oldest (%s)\n", dropped, plural(int(dropped), "job", "jobs"), deadCapNote(e))
+			}
 			return nil
 		}
 		return ucli.Exit(fmt.Sprintf("%s: no job %s in %s", action, jid, strings.Join(sets, ", ")), exitNotFound)
 	}
 }
 
-// act applies action to one entry.
-func act(ctx context.Context, action string, en *api.SortedEntry) error {
+// act applies action to one entry; a kill adds the dead-set entries the
+// cap dropped to *dropped.
+func act(ctx context.Context, action string, en *api.SortedEntry, dropped *int64) error {
 	var err error
 	switch action {
 	case "retry":
 		_, err = en.Retry(ctx)
 	case "kill":
-		err = en.Kill(ctx, nil)
+		var n int64
+		n, err = en.KillDropping(ctx, nil)
+		*dropped += n
 	case "delete":
 		var ok bool
 		if ok, err = en.Delete(ctx); err == nil && !ok {
@@ -203,10 +218,27 @@ func act(ctx context.Context, action string, en *api.SortedEntry) error {
 	return err
 }
 
+// deadCapNote explains the dead set's cap in a sentence's tail.
+func deadCapNote(e *adminEnv) string {
+	lim := e.api.DeadLimits()
+	return fmt.Sprintf("the dead set keeps at most %d jobs for %s (Sidekiq's dead_max_jobs and dead_timeout_in_seconds)",
+		lim.MaxJobs-1, humanDays(lim.Timeout))
+}
+
+// humanDays is a duration in days when it is whole days.
+func humanDays(d time.Duration) string {
+	if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%d days", d/(24*time.Hour))
+	}
+	return d.String()
+}
+
 // bulkAction applies action to every entry of set name the filter
 // selects, one entry at a time (the Web UI's Retry All, Kill All, Delete
-// All, scoped to the filter), and says how many it moved. Entries whose
-// payload is not a job stay where they are (retry), as the Web UI's.
+// All, scoped to the filter), and says what happened: how many it moved,
+// how many were gone meanwhile or left in place (not a job), and for a
+// kill how many dead-set entries the cap dropped. A kill that would make
+// the cap drop jobs asks first, as delete --all does (docs/cli.md).
 func bulkAction(ctx context.Context, e *adminEnv, action, name string, f jobFilter) error {
 	set := e.set(name)
 	what := "every job of " + name
@@ -218,25 +250,63 @@ func bulkAction(ctx context.Context, e *adminEnv, action, name string, f jobFilt
 			return err
 		}
 	}
+	if action == "kill" {
+		var n int64
+		var err error
+		if f.empty() {
+			n, err = set.Size(ctx)
+		} else {
+			var matching int
+			_, matching, _, err = filteredPage(ctx, f, 0, 0, set.Page, func(en *api.SortedEntry) *api.JobRecord { return en.JobRecord })
+			n = int64(matching)
+		}
+		if err != nil {
+			return err
+		}
+		drops, err := e.api.KillDrops(ctx, n)
+		if err != nil {
+			return err
+		}
+		if drops > 0 {
+			q := fmt.Sprintf("Killing %d %s drops %d dead %s: %s. Kill %s?", n, plural(int(n), "job", "jobs"),
+				drops, plural(int(drops), "job", "jobs"), deadCapNote(e), what)
+			if err := confirm(e.c, q); err != nil {
+				return err
+			}
+		}
+	}
 	var progress func(int)
 	if !e.json && isTerminal(e.c.App.ErrWriter) {
 		progress = func(n int) { fmt.Fprintf(e.c.App.ErrWriter, "\r%s %d…", pastTense(action), n) }
 	}
-	n, err := eachMatch(ctx, set, f, func(en *api.SortedEntry) error { return act(ctx, action, en) }, progress)
+	var dropped int64
+	n, err := eachMatch(ctx, set, f, func(en *api.SortedEntry) error { return act(ctx, action, en, &dropped) }, progress)
 	if progress != nil {
 		fmt.Fprintln(e.c.App.ErrWriter)
 	}
 	if err != nil {
-		return fmt.Errorf("%s --all from %s stopped after %d: %w", action, name, n, err)
+		return fmt.Errorf("%s --all from %s stopped after %d: %w", action, name, n.done, err)
 	}
 	if e.json {
-		out := map[string]any{"action": action, "from": name, "count": n}
+		out := map[string]any{"action": action, "from": name, "count": n.done, "gone": n.gone, "left": n.left}
+		if action == "kill" {
+			out["dropped"] = dropped
+		}
 		if !f.empty() {
 			out["filter"] = map[string]string{"queue": f.queue, "class": f.class, "jid": f.jid, "error": f.errText}
 		}
 		return e.printJSON(out)
 	}
-	fmt.Fprintf(e.out, "%s %d %s from %s\n", pastTense(action), n, plural(n, "job", "jobs"), name)
+	fmt.Fprintf(e.out, "%s %d %s from %s\n", pastTense(action), n.done, plural(n.done, "job", "jobs"), name)
+	if dropped > 0 {
+		fmt.Fprintf(e.out, "the dead set's cap dropped %d %s, the oldest (%s)\n", dropped, plural(int(dropped), "job", "jobs"), deadCapNote(e))
+	}
+	if n.gone > 0 {
+		fmt.Fprintf(e.out, "%d %s gone meanwhile (processed, moved or deleted elsewhere)\n", n.gone, plural(n.gone, "was", "were"))
+	}
+	if n.left > 0 {
+		fmt.Fprintf(e.out, "%d left in %s: not a job (unparsable payload)\n", n.left, name)
+	}
 	return nil
 }
 

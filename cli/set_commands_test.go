@@ -292,3 +292,51 @@ func TestSetsFilterByQueueAndQueuesCountThem(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, n, "only mail's jobs were killed")
 }
+
+// A bulk kill that the dead set's cap (dead_max_jobs 10,000: the trim keeps
+// 9,999) would make drop jobs says so before it runs and needs --yes off a
+// terminal; it then states how many the cap dropped.
+func TestKillAllStatesWhatTheDeadSetCapDropped(t *testing.T) {
+	// Not parallel: see the note on runCLI.
+	srv := redistest.StartWith(t, redistest.Options{TCP: true})
+	url := srv.URL()
+	conn := srv.Pool(t).Get()
+	defer conn.Close()
+	const n = 10500
+	base := time.Now().Add(time.Hour).Unix()
+	for i := range n {
+		require.NoError(t, conn.Send("ZADD", "schedule", base+int64(i), fmt.Sprintf(`{"class":"ReportJob","args":[%d],"queue":"default","jid":"s%05d"}`, i, i)))
+	}
+	require.NoError(t, conn.Flush())
+	for range n {
+		_, err := conn.Receive()
+		require.NoError(t, err)
+	}
+	card := func(key string) int {
+		c, err := redis.Int(conn.Do("ZCARD", key))
+		require.NoError(t, err)
+		return c
+	}
+
+	_, errOut, code := runCLI(t, "kill", "--all", "--from", "schedule", "-r", url)
+	require.Equal(t, exitUsage, code, errOut)
+	require.Contains(t, errOut, "Killing 10500 jobs drops 501 dead jobs")
+	require.Contains(t, errOut, "at most 9999 jobs for 180 days")
+	require.Contains(t, errOut, "--yes")
+	require.Equal(t, n, card("schedule"), "a refused kill changes nothing")
+	require.Zero(t, card("dead"))
+
+	out, errOut, code := runCLI(t, "kill", "--all", "--from", "schedule", "--yes", "-r", url)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "killed 10500 jobs from schedule")
+	require.Contains(t, out, "the dead set's cap dropped 501 jobs, the oldest")
+	require.Zero(t, card("schedule"))
+	require.Equal(t, 9999, card("dead"))
+
+	// One more, by JID, from a full dead set: it says the cap dropped one.
+	_, err := conn.Do("ZADD", "retry", base, `{"class":"ReportJob","args":[],"queue":"default","jid":"r1"}`)
+	require.NoError(t, err)
+	out, errOut, code = runCLI(t, "kill", "r1", "-r", url, "--json")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, `"dropped": 1`)
+}
