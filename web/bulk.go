@@ -47,8 +47,11 @@ type bulkStatus struct {
 	Moved int64  `json:"moved"`
 	// Gone counts entries that disappeared meanwhile (processed, moved or
 	// deleted elsewhere); Left the ones left in place (unparsable).
-	Gone     int64     `json:"gone"`
-	Left     int64     `json:"left"`
+	Gone int64 `json:"gone"`
+	Left int64 `json:"left"`
+	// Dropped counts the dead jobs the dead set's cap removed to make room
+	// for the killed ones (Kill all).
+	Dropped  int64     `json:"dropped"`
 	Error    string    `json:"error,omitempty"`
 	Started  time.Time `json:"started"`
 	Finished time.Time `json:"finished,omitzero"`
@@ -91,6 +94,9 @@ func (s *bulkStatus) Summary() string {
 	}
 	if s.Left > 0 {
 		msg += fmt.Sprintf(", %s left in place (unparsable)", num(s.Left))
+	}
+	if s.Dropped > 0 {
+		msg += fmt.Sprintf("; the dead set's cap dropped %s, the oldest", plural(int(s.Dropped), "dead job"))
 	}
 	if s.Error != "" {
 		msg = fmt.Sprintf("%s%s failed after %s: %s", s.Label, scope, plural(int(s.Moved), "job"), s.Error)
@@ -261,7 +267,8 @@ func (b *bulkRunner) run(k *setKind, st *bulkStatus, run string) {
 func (b *bulkRunner) work(ctx context.Context, k *setKind, st *bulkStatus, report func(bool) error) error {
 	set := k.set(b.h.api)
 	apply := func(e *api.SortedEntry) error {
-		err := b.h.applyBulk(ctx, k, e, st.Action)
+		dropped, err := b.h.applyBulk(ctx, k, e, st.Action)
+		st.Dropped += dropped
 		switch {
 		case err == nil:
 			st.Moved++
@@ -342,25 +349,26 @@ func (b *bulkRunner) work(ctx context.Context, k *setKind, st *bulkStatus, repor
 	return nil
 }
 
-// applyBulk runs a bulk action on one entry.
-func (h *handler) applyBulk(ctx context.Context, k *setKind, e *api.SortedEntry, action string) error {
+// applyBulk runs a bulk action on one entry; a kill returns the dead jobs
+// the dead set's cap dropped to make room.
+func (h *handler) applyBulk(ctx context.Context, k *setKind, e *api.SortedEntry, action string) (int64, error) {
 	switch action {
 	case "retry_all", "add_all":
 		if e.Job == nil {
-			return api.ErrUnparsableJob
+			return 0, api.ErrUnparsableJob
 		}
 		_, err := e.Retry(ctx)
-		return err
+		return 0, err
 	case "kill_all":
-		return e.Kill(ctx, nil)
+		return e.KillDropping(ctx, nil)
 	case "delete_all":
 		ok, err := e.Delete(ctx)
 		if err == nil && !ok {
-			return api.ErrJobNotFound
+			return 0, api.ErrJobNotFound
 		}
-		return err
+		return 0, err
 	}
-	return fmt.Errorf("unknown bulk action %q for %s", action, k.Title)
+	return 0, fmt.Errorf("unknown bulk action %q for %s", action, k.Title)
 }
 
 // bulkJSON is what the page's script polls for the progress bar.

@@ -4,12 +4,15 @@ import (
 	"context"
 	"html"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/web"
 )
 
@@ -117,4 +120,46 @@ func TestQueuesPageCountsRetriesScheduledAndDeadPerQueue(t *testing.T) {
 	require.Contains(t, retries, "r1")
 	require.Contains(t, retries, "r2")
 	require.NotContains(t, retries, "r3", "the link finds the queue's jobs only")
+}
+
+// Kill all warns before it runs when the dead set's cap would drop dead
+// jobs, and its result says how many the cap dropped; so does a kill of
+// checked jobs.
+func TestKillAllWarnsAndReportsTheDeadSetCap(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	pool := r.Pool(t)
+	a, err := api.New(&api.Config{Pool: pool, DeadMaxJobs: 5}) // the trim keeps 4
+	require.NoError(t, err)
+	h, err := web.New(&web.Config{Pool: pool, API: a})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	b := &opsBundle{redis: r, pool: pool, api: a, srv: srv}
+	b.seedSet(t, "dead", 2, func(int) string { return "OldJob" }, func(i int) float64 { return float64(-100 + i) })
+	b.seedSet(t, "retry", 6, func(int) string { return "MailJob" }, func(i int) float64 { return float64(100 + i) })
+
+	c := client(t)
+	code, page := get(t, c, srv.URL+"/retries")
+	require.Equal(t, 200, code, page)
+	page = html.UnescapeString(page)
+	require.Contains(t, page, "Killing all would make the dead set's cap drop 4 dead jobs, the oldest: the dead set keeps at most 4 jobs")
+	require.Regexp(t, `value="kill_all"[^>]*data-confirm="[^"]*The dead set's cap will drop 4 dead jobs`, page)
+
+	// A checked job first: the dead set has room for it (2 + 1 <= 4)...
+	entries, _, err := a.RetrySet().Page(context.Background(), 0, 2)
+	require.NoError(t, err)
+	resp := csrfPost(t, c, srv.URL+"/retries", srv.URL+"/retries", url.Values{"action": {"kill"},
+		"key": {setKey(entries[0])}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.NotContains(t, resp.Header.Get("Location"), "cap")
+	// ... then all the others (5): 3 + 5 = 8, the cap keeps 4.
+	resp = csrfPost(t, c, srv.URL+"/retries", srv.URL+"/retries", url.Values{"action": {"kill_all"}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	st := bulkDone(t, c, srv.URL+"/retries/bulk.json")
+	require.Equal(t, "done", st["state"], st)
+	require.EqualValues(t, 5, st["moved"])
+	require.EqualValues(t, 4, st["dropped"])
+	require.Contains(t, st["summary"], "the dead set's cap dropped 4 dead jobs, the oldest")
+	require.EqualValues(t, 4, b.size(t, "dead"))
 }

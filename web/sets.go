@@ -59,6 +59,10 @@ type setListData struct {
 	Bulk    [][2]string
 	// Progress is the set's bulk action, running or finished (nil: none).
 	Progress *bulkStatus
+	// KillDrops is how many dead jobs Kill all (of the set or the matches)
+	// would make the dead set's cap drop; DeadCap says what the cap is.
+	KillDrops int64
+	DeadCap   string
 }
 
 func (k *setKind) labels(names []string) [][2]string {
@@ -136,6 +140,15 @@ func (h *handler) setList(k *setKind) http.HandlerFunc {
 			}
 		}
 		d.Bulk = k.bulkLabels(d.Search, d.Size)
+		if slices.Contains(k.bulk, "kill_all") {
+			if d.KillDrops, err = h.api.KillDrops(ctx, d.Size); err != nil {
+				h.fail(w, r, err)
+				return
+			}
+			lim := h.api.DeadLimits()
+			d.DeadCap = fmt.Sprintf("the dead set keeps at most %s for %s (Sidekiq's dead_max_jobs)",
+				plural(lim.MaxJobs-1, "job"), humanDuration(lim.Timeout))
+		}
 		h.render(w, r, "set", k.Title, k.Path, d)
 	}
 }
@@ -319,10 +332,11 @@ func (h *handler) setEntry(k *setKind) http.HandlerFunc {
 	}
 }
 
-// apply runs one per-entry action.
-func (h *handler) apply(ctx context.Context, k *setKind, e *api.SortedEntry, action string) error {
+// apply runs one per-entry action; a kill returns the dead jobs the dead
+// set's cap dropped to make room.
+func (h *handler) apply(ctx context.Context, k *setKind, e *api.SortedEntry, action string) (int64, error) {
 	if !slices.Contains(k.actions, action) {
-		return fmt.Errorf("unknown action %q for %s", action, k.Title)
+		return 0, fmt.Errorf("unknown action %q for %s", action, k.Title)
 	}
 	var err error
 	switch action {
@@ -330,11 +344,20 @@ func (h *handler) apply(ctx context.Context, k *setKind, e *api.SortedEntry, act
 		// Retry of a scheduled entry is the Web UI's "Add to queue".
 		_, err = e.Retry(ctx)
 	case "kill":
-		err = e.Kill(ctx, nil)
+		return e.KillDropping(ctx, nil)
 	case "delete":
 		_, err = e.Delete(ctx)
 	}
-	return err
+	return 0, err
+}
+
+// droppedNote is the tail of a message when a kill made the dead set's
+// cap drop jobs.
+func droppedNote(n int64) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; the dead set's cap dropped %s, the oldest", plural(int(n), "dead job"))
 }
 
 func (h *handler) setEntryAction(k *setKind) http.HandlerFunc {
@@ -354,11 +377,12 @@ func (h *handler) setEntryAction(k *setKind) http.HandlerFunc {
 			h.redirectBack(w, r, "/"+k.Path, "the job was no longer there (processed, moved or deleted meanwhile)")
 			return
 		}
-		if err := h.apply(ctx, k, e, action); err != nil && !errors.Is(err, api.ErrJobNotFound) {
+		dropped, err := h.apply(ctx, k, e, action)
+		if err != nil && !errors.Is(err, api.ErrJobNotFound) {
 			h.fail(w, r, err)
 			return
 		}
-		h.redirectBack(w, r, "/"+k.Path, fmt.Sprintf("%s: %s %s", actionLabels[action], e.Class(), e.JID()))
+		h.redirectBack(w, r, "/"+k.Path, fmt.Sprintf("%s: %s %s%s", actionLabels[action], e.Class(), e.JID(), droppedNote(dropped)))
 	}
 }
 
@@ -415,6 +439,7 @@ func (h *handler) setBulk(k *setKind) http.HandlerFunc {
 			return
 		}
 		done, gone := 0, 0
+		var dropped int64
 		for _, key := range keys {
 			e, err := h.find(ctx, k, key)
 			if err != nil {
@@ -425,7 +450,9 @@ func (h *handler) setBulk(k *setKind) http.HandlerFunc {
 				gone++
 				continue
 			}
-			if err := h.apply(ctx, k, e, action); err != nil {
+			n, err := h.apply(ctx, k, e, action)
+			dropped += n
+			if err != nil {
 				if errors.Is(err, api.ErrJobNotFound) {
 					gone++
 					continue
@@ -439,6 +466,7 @@ func (h *handler) setBulk(k *setKind) http.HandlerFunc {
 		if gone > 0 {
 			msg += fmt.Sprintf(" (%s no longer there)", num(int64(gone)))
 		}
+		msg += droppedNote(dropped)
 		h.redirectBack(w, r, back, msg)
 	}
 }
