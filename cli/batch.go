@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"text/tabwriter"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/batch"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -40,8 +42,10 @@ class with args [BID, "success"] or [BID, "complete"].`,
 			},
 			{Name: "seal", Before: oneArg("gojob batch seal", "BID"), Usage: "close the batch's list of jobs: its callbacks fire once its jobs have run", ArgsUsage: "BID",
 				Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(batchSealAction)},
-			{Name: "status", Before: oneArg("gojob batch status", "BID"), Usage: "show a batch's counts and callbacks", ArgsUsage: "BID",
-				Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(batchStatusAction)},
+			{Name: "status", Before: oneArg("gojob batch status", "BID"), Usage: "show a batch's counts and callbacks, and its pending and dead jobs with their errors", ArgsUsage: "BID",
+				Flags: []ucli.Flag{newRedisFlag(), newJSONFlag(),
+					&ucli.IntFlag{Name: "limit", Value: 25, Usage: "pending and dead jobs to list, of each (0: all)"}},
+				Action: withAPI(batchStatusAction)},
 			{Name: "list", Usage: "list batches, newest first",
 				Flags: []ucli.Flag{newRedisFlag(), newJSONFlag(),
 					&ucli.IntFlag{Name: "limit", Value: 25, Usage: "entries to show"},
@@ -117,8 +121,20 @@ func batchStatusAction(ctx context.Context, e *adminEnv) error {
 	if err != nil {
 		return batchError(err)
 	}
+	limit := e.c.Int("limit")
+	if limit < 0 {
+		return usageError("gojob batch status", fmt.Sprintf("--limit %d: want 0 (all) or more", limit))
+	}
+	pending, dead, nPending, nDead, err := b.Members(ctx, bid, limit)
+	if err != nil {
+		return batchError(err)
+	}
 	if e.json {
-		return e.printJSON(st)
+		return e.printJSON(struct {
+			*batch.Status
+			PendingJobs []*batch.Member `json:"pending_jobs"`
+			DeadJobs    []*batch.Member `json:"dead_jobs"`
+		}{st, orEmpty(pending), orEmpty(dead)})
 	}
 	w := e.out
 	fmt.Fprintf(w, "bid:         %s\n", st.BID)
@@ -143,7 +159,67 @@ func batchStatusAction(ctx context.Context, e *adminEnv) error {
 		}
 		fmt.Fprintf(w, "%-12s %s (%s)\n", cb.name+":", cb.class, when)
 	}
+	printMembers(w, "dead", dead, nDead)
+	printMembers(w, "pending", pending, nPending)
 	return nil
+}
+
+func orEmpty(m []*batch.Member) []*batch.Member {
+	if m == nil {
+		return []*batch.Member{}
+	}
+	return m
+}
+
+// printMembers lists a batch's pending or dead members: where each job is
+// and its last error.
+func printMembers(w io.Writer, state string, list []*batch.Member, n int) {
+	if n == 0 {
+		return
+	}
+	more := ""
+	if len(list) < n {
+		more = fmt.Sprintf(", the first %d (--limit)", len(list))
+	}
+	fmt.Fprintf(w, "\n%s jobs (%d%s):\n", state, n, more)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "JID\tCLASS\tQUEUE\tWHERE\tERROR")
+	for _, m := range list {
+		id := m.JID
+		if m.Batch != "" {
+			id = "batch " + m.Batch
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", id, m.Class, m.Queue, memberWhere(m), memberError(m))
+	}
+	tw.Flush()
+}
+
+// memberWhere says where a member's job is.
+func memberWhere(m *batch.Member) string {
+	switch {
+	case m.Batch != "":
+		return "child batch"
+	case m.Set == contract.KeyRetry:
+		s := "retry set, next " + textTime(*m.At)
+		if m.RetryCount != nil {
+			s = fmt.Sprintf("retry set (retried %d), next %s", *m.RetryCount, textTime(*m.At))
+		}
+		return s
+	case m.Set == contract.KeySchedule:
+		return "scheduled for " + textTime(*m.At)
+	case m.Set == contract.KeyDead:
+		return "dead set, died " + textTime(*m.At)
+	case m.State == "dead":
+		return "not in the dead set (retry false, deleted, retried or trimmed)"
+	}
+	return "queued or running"
+}
+
+func memberError(m *batch.Member) string {
+	if m.ErrorClass == "" && m.ErrorMessage == "" {
+		return ""
+	}
+	return m.ErrorClass + ": " + firstLine(m.ErrorMessage, 80)
 }
 
 // batchState names a batch's state for people.
