@@ -79,5 +79,28 @@ func (h *handler) batchPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.render(w, r, "batch", "Batch "+bid, "batches", newBatchRow(st))
+	d := &batchPageData{batchRow: newBatchRow(st)}
+	var nPending, nDead int
+	d.PendingJobs, d.DeadJobs, nPending, nDead, err = b.Members(r.Context(), bid, batchMembersShown)
+	d.NPending, d.NDead = int64(nPending), int64(nDead)
+	if errors.Is(err, batch.ErrNotFound) {
+		notFound(w, "batch "+strconv.Quote(bid))
+		return
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.render(w, r, "batch", "Batch "+bid, "batches", d)
+}
+
+// batchMembersShown is how many pending and dead jobs the batch page
+// lists, of each.
+const batchMembersShown = 100
+
+// batchPageData is a batch with its pending and dead members.
+type batchPageData struct {
+	batchRow
+	PendingJobs, DeadJobs []*batch.Member
+	NPending, NDead       int64
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/jobctl"
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/gojob/gojob/web"
 )
@@ -121,4 +122,64 @@ func TestJobPageShowsStatusAndCancels(t *testing.T) {
 	require.NotContains(t, page, `class="on"`)
 	code, _ = get(t, c, srv.URL+"/jobs/ffffffffffffffffffffffff")
 	require.Equal(t, http.StatusNotFound, code)
+}
+
+// /batches/BID lists the batch's dead and pending jobs with where they are
+// and their errors, each linking to its entry.
+func TestBatchPageListsPendingAndDeadJobs(t *testing.T) {
+	t.Parallel()
+	pool, srv := plainServer(t)
+	ctx := context.Background()
+	sc, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool})
+	require.NoError(t, err)
+	b, err := batch.New(&batch.Config{Client: sc})
+	require.NoError(t, err)
+	st, err := b.Create(ctx, &batch.CreateParams{OnComplete: "Finished"})
+	require.NoError(t, err)
+	jids := map[string]string{}
+	for _, class := range []string{"Queued", "Failing", "Died"} {
+		job, err := wire.NewJob(class, 1)
+		require.NoError(t, err)
+		job.SetQueue("import")
+		jid, _, err := b.Push(ctx, st.BID, job)
+		require.NoError(t, err)
+		jids[class] = jid
+	}
+	require.NoError(t, b.Seal(ctx, st.BID))
+	conn := pool.Get()
+	defer conn.Close()
+	now := time.Now()
+	for class, set := range map[string]string{"Failing": "retry", "Died": "dead"} {
+		raw, err := redis.Strings(conn.Do("LRANGE", "queue:import", 0, -1))
+		require.NoError(t, err)
+		for _, p := range raw {
+			j, err := wire.ParseJob([]byte(p))
+			require.NoError(t, err)
+			if j.JID() != jids[class] {
+				continue
+			}
+			_, err = conn.Do("LREM", "queue:import", 1, p)
+			require.NoError(t, err)
+			j.Set("error_class", rubyjson.StringValue("Net::ReadTimeout"))
+			j.Set("error_message", rubyjson.StringValue(class+" <because>"))
+			score := now.Add(time.Hour).Unix()
+			if set == "dead" {
+				score = now.Add(-time.Minute).Unix()
+			}
+			_, err = conn.Do("ZADD", set, score, j.Encode())
+			require.NoError(t, err)
+		}
+	}
+
+	c := &http.Client{}
+	code, page := get(t, c, srv.URL+"/batches/"+url.PathEscape(st.BID))
+	require.Equal(t, 200, code, page)
+	require.Contains(t, page, "Dead jobs <small>1</small>")
+	require.Contains(t, page, "Pending jobs <small>2</small>")
+	require.Regexp(t, `<b>Died</b><div class="muted small"><a href="/jobs/`+jids["Died"]+`">`, page)
+	require.Regexp(t, `<a href="/dead/[\d.]+-`+jids["Died"]+`">dead set</a>, died`, page)
+	require.Regexp(t, `<a href="/retries/[\d.]+-`+jids["Failing"]+`">retry set</a>, next`, page)
+	require.Contains(t, page, "<b>Net::ReadTimeout</b> Died &lt;because&gt;")
+	require.Contains(t, page, "Failing &lt;because&gt;")
+	require.Contains(t, page, "queued or running")
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gojob/gojob/batch"
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
@@ -146,6 +147,25 @@ var funcs = template.FuncMap{
 	"ivalue":   func(v rubyjson.Value) string { return string(v.Encode()) },
 	"attr":     attrString,
 	"pathesc":  url.PathEscape,
+	// dict builds a map for a nested template: dict "K1" v1 "K2" v2.
+	"dict": func(kv ...any) map[string]any {
+		m := make(map[string]any, len(kv)/2)
+		for i := 0; i+1 < len(kv); i += 2 {
+			if k, ok := kv[i].(string); ok {
+				m[k] = kv[i+1]
+			}
+		}
+		return m
+	},
+	// memberKey is a batch member's address in its set: "<score>-<jid>".
+	"memberKey": func(m *batch.Member) string { return contract.FormatScore(m.Score) + "-" + m.JID },
+	// deref is the time a *time.Time points to (zero for nil).
+	"deref": func(t *time.Time) time.Time {
+		if t == nil {
+			return time.Time{}
+		}
+		return *t
+	},
 	// queuesearch is the set pages' search for a queue's jobs.
 	"queuesearch": queueSearch,
 	"plural":      pluralAny,
