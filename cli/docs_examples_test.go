@@ -2,7 +2,7 @@ package cli
 
 import (
 	"bufio"
-	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,21 +15,41 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/pgtest"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/internal/wait"
 )
 
-// exampleDocs are the documents whose shell examples must run as written.
-var exampleDocs = []string{"../README.md", "../docs/cli.md"}
+// exampleDocs are the documents whose shell examples must run as written:
+// README.md and every page of docs/.
+func exampleDocs(t *testing.T) []string {
+	docs, err := filepath.Glob("../docs/*.md")
+	require.NoError(t, err)
+	return append([]string{"../README.md"}, docs...)
+}
 
-// docExample is one command of a fenced ```sh or ```console block.
-type docExample struct {
-	file string
+// docStatement is one gojob command of a fenced ```sh or ```console block.
+type docStatement struct {
 	line int
 	cmd  string
-	// exit is the expected exit code: 0, or N from a trailing "# exit N".
+	// exit is the expected exit code: 0, or N from a "# exit N" comment.
 	exit int
+}
+
+// docBlock is a fenced shell block's gojob commands, run in one shell (so
+// `bid=$(gojob batch create)` serves the lines after it).
+type docBlock struct {
+	file  string
+	stmts []docStatement
+}
+
+// exampleSkip are the commands that cannot run as written, with the
+// reason: "file:" and the start of the command.
+var exampleSkip = map[string]string{
+	"job-control.md:gojob cancel 2f5c1e0a9b8d7c6e5f4a3b21": "the jid of a job the reader runs (cli/job_control_test.go cancels real ones)",
+	"job-control.md:gojob job 2f5c1e0a9b8d7c6e5f4a3b21":    "the jid of a job the reader runs (cli/job_control_test.go looks real ones up)",
+	"sentinel.md:gojob work -r 'redis+sentinel://":         "needs the Sentinel deployment at the addresses shown (cli/sentinel_test.go runs one)",
 }
 
 // longRunning are the commands that serve until stopped, with the log line
@@ -42,44 +62,56 @@ var longRunning = []struct{ prefix, ready string }{
 	{"gojob dev ", "listening on"},
 }
 
-var exitComment = regexp.MustCompile(`#\s*exit (\d+)\b`)
+var (
+	exitComment = regexp.MustCompile(`#\s*exit (\d+)\b`)
+	// runsGojob matches a statement that runs gojob: at its start, after
+	// a pipe, ;, &&, $( or a loop's do.
+	runsGojob = regexp.MustCompile(`(?:^|[;&|(]\s*|\$\(\s*|\bdo\s+)gojob\s`)
+)
 
-// docExamples extracts the commands of the fenced sh, console, bash and
-// shell blocks of file that run gojob: lines that start with `gojob ` or
-// `$ gojob`, or pipe into gojob, with their `\` continuations joined.
-func docExamples(t *testing.T, file string) []docExample {
+// docBlocks extracts the gojob commands of file's fenced sh, console, bash
+// and shell blocks, with their `\` continuations joined and `$ ` prompts
+// dropped; lines that run no gojob command (make, go run, comments) are
+// left out.
+func docBlocks(t *testing.T, file string) []docBlock {
 	t.Helper()
 	f, err := os.Open(file)
 	require.NoError(t, err)
 	defer f.Close()
-	var out []docExample
+	var out []docBlock
+	var cur *docBlock
 	sc := bufio.NewScanner(f)
-	n, inBlock, shell := 0, false, false
+	n := 0
 	var pending string
 	pendingLine := 0
 	for sc.Scan() {
 		n++
-		line := sc.Text()
-		trimmed := strings.TrimSpace(line)
-		if strings.HasPrefix(trimmed, "```") {
-			if inBlock {
-				inBlock = false
+		trimmed := strings.TrimSpace(sc.Text())
+		if fence, ok := strings.CutPrefix(trimmed, "```"); ok {
+			if cur != nil {
+				if len(cur.stmts) > 0 {
+					out = append(out, *cur)
+				}
+				cur = nil
 				continue
 			}
-			inBlock = true
-			switch strings.TrimPrefix(trimmed, "```") {
+			switch fence {
 			case "sh", "console", "bash", "shell":
-				shell = true
+				cur = &docBlock{file: filepath.Base(file)}
 			default:
-				shell = false
+				cur = &docBlock{} // another language: skipped
+				cur.file = ""
 			}
 			continue
 		}
-		if !inBlock || !shell {
+		if cur == nil || cur.file == "" {
 			continue
 		}
 		if pending == "" {
 			pendingLine = n
+			if strings.HasPrefix(trimmed, "#") || trimmed == "" {
+				continue
+			}
 		}
 		trimmed = strings.TrimPrefix(trimmed, "$ ")
 		if strings.HasSuffix(trimmed, `\`) {
@@ -88,66 +120,137 @@ func docExamples(t *testing.T, file string) []docExample {
 		}
 		cmd := pending + trimmed
 		pending = ""
-		if !strings.HasPrefix(cmd, "gojob ") && !strings.Contains(cmd, "| gojob ") {
+		if !runsGojob.MatchString(cmd) {
 			continue
 		}
-		ex := docExample{file: filepath.Base(file), line: pendingLine, cmd: cmd}
+		st := docStatement{line: pendingLine, cmd: cmd}
 		if m := exitComment.FindStringSubmatch(cmd); m != nil {
-			ex.exit, _ = strconv.Atoi(m[1])
+			st.exit, _ = strconv.Atoi(m[1])
 		}
-		out = append(out, ex)
+		cur.stmts = append(cur.stmts, st)
 	}
 	require.NoError(t, sc.Err())
 	return out
 }
 
-// Every gojob command of README.md and docs/cli.md runs as written with the
-// real binary on a fresh private Redis, in document order (one Redis per
-// document): one that finishes exits 0 (or the "# exit N" its comment
-// names); one that serves (work, web) comes up, logs no error and stops
-// cleanly on SIGTERM. The examples' redis://127.0.0.1:6379/0 and REDIS_URL
-// are the private Redis, so no test reaches a Redis it did not start.
+// Every gojob command of README.md and docs/*.md runs as written with the
+// real binary on a fresh private Redis, in document order (one Redis and
+// one working directory per document): one that finishes exits 0 (or the
+// "# exit N" its comment names); one that serves (work, web) comes up,
+// logs no error and stops cleanly on SIGTERM. The addresses are the
+// test's: redis://127.0.0.1:6379/0 and REDIS_URL are the private Redis,
+// the PostgreSQL URLs (postgres://app@db1/app, …@db2/app) two fresh
+// databases of the local server, /var/lib/gojob a directory of the test,
+// and the dashboard listens on a free port instead of 9292; config/
+// schedule.yml holds a sidekiq-cron schedule. Only the commands of
+// exampleSkip are not run, for the reason given there.
 func TestDocExamplesRunAsWritten(t *testing.T) {
 	t.Parallel()
 	bin := gojobBinary(t)
-	for _, doc := range exampleDocs {
+	for _, doc := range exampleDocs(t) {
+		blocks := docBlocks(t, doc)
+		if len(blocks) == 0 {
+			continue
+		}
 		t.Run(filepath.Base(doc), func(t *testing.T) {
-			examples := docExamples(t, doc)
-			require.NotEmpty(t, examples, "%s has shell examples", doc)
 			srv := redistest.StartWith(t, redistest.Options{TCP: true})
 			dir := t.TempDir()
+			require.NoError(t, os.MkdirAll(filepath.Join(dir, "config"), 0o755))
+			require.NoError(t, os.MkdirAll(filepath.Join(dir, "var-lib-gojob"), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "config", "schedule.yml"), []byte(
+				"nightly_report:\n  cron: \"0 3 * * *\"\n  class: ReportJob\n  queue: reports\n  args: [\"daily\"]\n"), 0o644))
+			subst := []string{defaultRedisURL, srv.URL(), "/var/lib/gojob/", filepath.Join(dir, "var-lib-gojob") + "/",
+				"0.0.0.0:9292", "127.0.0.1:0"}
+			if docNeedsPostgres(blocks) {
+				urls, drop, err := pgtest.Create("gojob_cli_docs", 2)
+				require.NoError(t, err)
+				t.Cleanup(drop)
+				subst = append(subst, "postgres://app@db1/app", urls[0], "postgres://app@db2/app", urls[1], "postgres://…/app", urls[0])
+			}
 			env := append(os.Environ(), "PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"),
-				"REDIS_URL="+srv.URL(), "DATABASE_URL=", "DURABLE_JOB_SERVER_URLS=", "HOME="+dir)
-			for _, ex := range examples {
-				name := ex.file + ":" + strconv.Itoa(ex.line)
-				cmdline := strings.ReplaceAll(ex.cmd, defaultRedisURL, srv.URL())
-				ready := ""
-				for _, l := range longRunning {
-					if strings.HasPrefix(ex.cmd, l.prefix) {
-						ready = l.ready
-						break
-					}
-				}
-				if ready != "" {
-					runServing(t, name, cmdline, ready, dir, env)
-					continue
-				}
-				c := exec.Command("sh", "-c", cmdline)
-				c.Dir, c.Env = dir, env
-				c.Stdin = nil
-				out, err := c.CombinedOutput()
-				code := 0
-				var ee *exec.ExitError
-				if errors.As(err, &ee) {
-					code = ee.ExitCode()
-				} else {
-					require.NoError(t, err, name)
-				}
-				require.Equal(t, ex.exit, code, "%s: %s\n%s", name, ex.cmd, out)
-				t.Logf("%s: %s: exit %d", name, ex.cmd, code)
+				"REDIS_URL="+srv.URL(), "DATABASE_URL=", "DURABLE_JOB_SERVER_URLS=", "DURABLE_JOB_SERVER_ENV_VARS=", "HOME="+dir)
+			replacer := strings.NewReplacer(subst...)
+			for _, b := range blocks {
+				runDocBlock(t, b, replacer, dir, env)
 			}
 		})
 	}
+}
+
+func docNeedsPostgres(blocks []docBlock) bool {
+	for _, b := range blocks {
+		for _, s := range b.stmts {
+			if strings.Contains(s.cmd, "postgres://") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// runDocBlock runs a block's commands in one shell, each followed by a line
+// with its exit code; a serving command runs on its own (runServing).
+func runDocBlock(t *testing.T, b docBlock, r *strings.Replacer, dir string, env []string) {
+	t.Helper()
+	var script strings.Builder
+	var batch []docStatement
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		c := exec.Command("sh", "-c", script.String())
+		c.Dir, c.Env = dir, env
+		out, _ := c.CombinedOutput()
+		codes := map[int]int{}
+		for _, m := range regexp.MustCompile(`(?m)^@@rc (\d+) (\d+)$`).FindAllStringSubmatch(string(out), -1) {
+			line, _ := strconv.Atoi(m[1])
+			codes[line], _ = strconv.Atoi(m[2])
+		}
+		for _, st := range batch {
+			code, ok := codes[st.line]
+			require.True(t, ok, "%s:%d: %s did not run\n%s", b.file, st.line, st.cmd, out)
+			require.Equal(t, st.exit, code, "%s:%d: %s\n%s", b.file, st.line, st.cmd, out)
+			t.Logf("%s:%d: %s: exit %d", b.file, st.line, st.cmd, code)
+		}
+		script.Reset()
+		batch = nil
+	}
+	for _, st := range b.stmts {
+		name := fmt.Sprintf("%s:%d", b.file, st.line)
+		if reason := skipReason(b.file, st.cmd); reason != "" {
+			t.Logf("%s: not run (%s): %s", name, reason, st.cmd)
+			continue
+		}
+		cmd := r.Replace(st.cmd)
+		ready := ""
+		for _, l := range longRunning {
+			if strings.HasPrefix(cmd, l.prefix) {
+				ready = l.ready
+				break
+			}
+		}
+		if ready != "" {
+			flush()
+			if strings.HasPrefix(cmd, "gojob web ") && !strings.Contains(cmd, "--addr") {
+				cmd = "gojob web --addr 127.0.0.1:0 " + strings.TrimPrefix(cmd, "gojob web ")
+			}
+			runServing(t, name, cmd, ready, dir, env)
+			continue
+		}
+		fmt.Fprintf(&script, "%s\necho \"@@rc %d $?\"\n", cmd, st.line)
+		batch = append(batch, st)
+	}
+	flush()
+}
+
+func skipReason(file, cmd string) string {
+	for key, reason := range exampleSkip {
+		f, prefix, _ := strings.Cut(key, ":")
+		if f == file && strings.HasPrefix(cmd, prefix) {
+			return reason
+		}
+	}
+	return ""
 }
 
 // runServing starts a long-running example, waits for its ready line,

@@ -8,8 +8,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -101,7 +103,11 @@ background with their progress on the page. See docs/web.md.`,
 			}
 			defer stop()
 			printWebURL(c.App.Writer, ln.Addr().String(), cfg)
-			<-c.Context.Done()
+			// SIGTERM (systemd, docker stop) and SIGINT stop it gracefully:
+			// requests in flight finish, exit 0.
+			ctx, cancel := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
+			defer cancel()
+			<-ctx.Done()
 			return nil
 		},
 	}
