@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -22,20 +23,31 @@ func TestEveryQueueNameHasAWorkingPage(t *testing.T) {
 	t.Parallel()
 	b := opsSetup(t, &web.Config{})
 	ctx := context.Background()
-	names := []string{"a b", "a/b", "%", "100%", "ünïcödé", "x?y#z", "a+b&c=d", `q"uote<>`, "plain"}
+	names := []string{"a b", "a/b", "%", "100%", "ünïcödé", "x?y#z", "a+b&c=d", `q"uote<>`, "plain", ".", "..", "a/../b", " "}
 	for _, n := range names {
 		_, err := b.api.Client().Enqueue(ctx, n, "SomeJob", n)
+		require.NoError(t, err)
+	}
+	for i := range 30 { // a second page
+		_, err := b.api.Client().Enqueue(ctx, "a/b", "SomeJob", i)
 		require.NoError(t, err)
 	}
 	c := client(t)
 	code, page := get(t, c, b.srv.URL+"/queues")
 	require.Equal(t, 200, code, page)
+	code, first := get(t, c, b.srv.URL+"/queues/a%2Fb")
+	require.Equal(t, 200, code, first)
+	next := regexp.MustCompile(`href="(/queues/a%2[fF]b\?page=2)"`).FindStringSubmatch(first)
+	require.NotNil(t, next, "the pager links the second page of a/b")
+	code, second := get(t, c, b.srv.URL+next[1])
+	require.Equal(t, 200, code, second)
+	require.Contains(t, second, "<b>SomeJob</b>")
 	hrefs := map[string]bool{}
 	for _, m := range regexp.MustCompile(`href="(/queues/[^"]+)"`).FindAllStringSubmatch(page, -1) {
 		hrefs[html.UnescapeString(m[1])] = true
 	}
 	for _, n := range names {
-		href := "/queues/" + url.PathEscape(n)
+		href := "/queues/" + segment(n)
 		require.True(t, hrefs[href], "the Queues page links %q as %s; links: %v", n, href, hrefs)
 		code, body := get(t, c, b.srv.URL+href)
 		require.Equal(t, 200, code, "GET %s: %s", href, body)
@@ -162,4 +174,14 @@ func TestKillAllWarnsAndReportsTheDeadSetCap(t *testing.T) {
 	require.EqualValues(t, 4, st["dropped"])
 	require.Contains(t, st["summary"], "the dead set's cap dropped 4 dead jobs, the oldest")
 	require.EqualValues(t, 4, b.size(t, "dead"))
+}
+
+// segment is a queue name as one path segment: escaped, with the dots of
+// "." and ".." escaped too (a path would resolve them).
+func segment(n string) string {
+	e := url.PathEscape(n)
+	if e == "." || e == ".." {
+		return strings.Repeat("%2E", len(e))
+	}
+	return e
 }

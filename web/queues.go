@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -152,7 +151,7 @@ func (h *handler) queueAction(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	name := r.PathValue("name")
 	q := h.api.Queue(name)
-	back := backPath(r, "/queues/"+url.PathEscape(name))
+	back := backPath(r, "/queues/"+pathSegment(name))
 	var msg string
 	switch r.PostFormValue("action") {
 	case "delete":

@@ -36,6 +36,17 @@ func staticFS() fs.FS {
 	return sub
 }
 
+// pathSegment escapes s as one segment of a URL path (a queue name, a
+// jid): url.PathEscape, and the dots of "." and "..", which a path would
+// otherwise resolve.
+func pathSegment(s string) string {
+	e := url.PathEscape(s)
+	if e == "." || e == ".." {
+		return strings.Repeat("%2E", len(e))
+	}
+	return e
+}
+
 // staticFiles serves the files of fsys and answers 404 for a directory,
 // so /static/ lists nothing.
 func staticFiles(fsys fs.FS) http.Handler {
@@ -146,7 +157,7 @@ var funcs = template.FuncMap{
 	"ms":       func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
 	"ivalue":   func(v rubyjson.Value) string { return string(v.Encode()) },
 	"attr":     attrString,
-	"pathesc":  url.PathEscape,
+	"pathesc":  pathSegment,
 	// dict builds a map for a nested template: dict "K1" v1 "K2" v2.
 	"dict": func(kv ...any) map[string]any {
 		m := make(map[string]any, len(kv)/2)
