@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/sidekiq/api"
 )
 
 // seedSet adds n jobs of class to set, each failed with errText, due or
@@ -339,4 +341,37 @@ func TestKillAllStatesWhatTheDeadSetCapDropped(t *testing.T) {
 	out, errOut, code = runCLI(t, "kill", "r1", "-r", url, "--json")
 	require.Equal(t, exitOK, code, errOut)
 	require.Contains(t, out, `"dropped": 1`)
+}
+
+// A bulk pass counts the jobs that left the set before it reached them
+// (gone meanwhile) and those it leaves because they are not jobs.
+func TestBulkPassCountsGoneAndLeftJobs(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	pool := srv.Pool(t)
+	conn := pool.Get()
+	defer conn.Close()
+	seedSet(t, conn, "retry", "MailJob", "boom", 6, 0)
+	_, err := conn.Do("ZADD", "retry", time.Now().Unix(), "not a job {")
+	require.NoError(t, err)
+	a, err := api.New(&api.Config{Pool: pool})
+	require.NoError(t, err)
+	ctx := context.Background()
+	var dropped int64
+	n, err := eachMatch(ctx, a.RetrySet(), jobFilter{}, func(en *api.SortedEntry) error {
+		if en.JID() == "rMai001" || en.JID() == "rMai004" {
+			// Another process retries it first.
+			_, err := conn.Do("ZREM", "retry", en.Value)
+			require.NoError(t, err)
+		}
+		if en.Job == nil {
+			return api.ErrUnparsableJob
+		}
+		return act(ctx, "kill", en, &dropped)
+	}, nil)
+	require.NoError(t, err)
+	require.Equal(t, bulkCounts{done: 4, gone: 2, left: 1}, n)
+	left, err := redis.Strings(conn.Do("ZRANGE", "retry", 0, -1))
+	require.NoError(t, err)
+	require.Equal(t, []string{"not a job {"}, left)
 }
