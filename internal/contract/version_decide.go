@@ -2,6 +2,7 @@ package contract
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -308,62 +309,65 @@ const evidenceWindow = MetricsShortTTL * time.Second
 // entriesLooked is how many of the newest retry and dead entries are read.
 const entriesLooked = 20
 
+// evidenceScript reads the evidence in one command (lua/evidence.lua).
+//
+//go:embed lua/evidence.lua
+var evidenceLua string
+
+var evidenceScript = redis.NewScript(0, evidenceLua)
+
+// readEvidence reads what Ruby left in Redis with one script, whatever
+// Redis holds: the minute buckets of the last 8 hours in both metrics
+// formats but those gojob wrote, the stale processes' work hashes, and
+// the newest retry and dead entries.
 func readEvidence(ctx context.Context, conn redis.Conn, now time.Time, stale []string) (*evidence, error) {
 	e := &evidence{}
-	// The j| minute buckets of the last 8 hours, in both formats.
-	var keys []string
+	var k7s, k8s []any
 	for m := time.Duration(0); m < evidenceWindow; m += time.Minute {
 		at := now.Add(-m)
 		k7, _ := MetricsKeys(wire.Version7, at)
 		k8, _ := MetricsKeys(wire.Version8, at)
-		keys = append(keys, k7[0], k8[len(k8)-1])
+		k7s, k8s = append(k7s, k7[0]), append(k8s, k8[len(k8)-1])
 	}
-	for _, k := range keys {
-		conn.Send("EXISTS", k)
-	}
-	conn.Send("ZRANGE", KeyGojobMetricsKeys, 0, -1)
+	args := []any{len(k7s), len(k8s), len(stale), entriesLooked}
+	args = append(append(args, k7s...), k8s...)
 	for _, id := range stale {
-		conn.Send("EXISTS", id+":workers")
-		conn.Send("EXISTS", id+":work")
+		args = append(args, id)
 	}
-	conn.Send("ZRANGE", KeyRetry, -entriesLooked, -1)
-	conn.Send("ZRANGE", KeyDead, -entriesLooked, -1)
-	conn.Send("ZRANGE", KeyGojobEntries, 0, -1)
-	reply, err := redisreply.Pipeline(ctx, conn)
+	reply, err := redis.Values(evidenceScript.DoContext(ctx, conn, args...))
 	if err != nil {
 		return nil, err
 	}
-	found := func(i int) bool { n, _ := redis.Int(reply[i], nil); return n > 0 }
-	ownKeys, _ := redis.Strings(reply[len(keys)], nil)
-	own := make(map[string]bool, len(ownKeys))
-	for _, k := range ownKeys {
-		own[k] = true
+	if len(reply) != 6 {
+		return nil, fmt.Errorf("evidence script: %d replies, want 6", len(reply))
 	}
-	for i := 0; i < len(keys); i += 2 {
-		if found(i) && !own[keys[i]] && !e.v7 {
-			e.v7 = true
-			e.seen = append(e.seen, "7.x metrics key "+keys[i])
-		}
-		if found(i+1) && !own[keys[i+1]] && !e.v8 {
-			e.v8 = true
-			e.seen = append(e.seen, "8.x metrics key "+keys[i+1])
+	minutes := int(evidenceWindow / time.Minute)
+	for i, family := range []struct {
+		flag *bool
+		name string
+	}{{&e.v7, "7.x"}, {&e.v8, "8.x"}} {
+		if n, _ := redis.Int(reply[i], nil); n > 0 {
+			*family.flag = true
+			e.seen = append(e.seen, fmt.Sprintf("%s metrics keys in %d of the last %d minutes", family.name, n, minutes))
 		}
 	}
-	base := len(keys) + 1
+	hashes, _ := redis.Ints(reply[2], nil)
 	for i, id := range stale {
-		if found(base + 2*i) {
+		if i >= len(hashes) {
+			break
+		}
+		if hashes[i]&1 != 0 {
 			e.v6 = true
 			e.seen = append(e.seen, "6.4.1 work hash "+id+":workers")
 		}
-		if found(base + 2*i + 1) {
+		if hashes[i]&2 != 0 {
 			e.v7 = true
 			e.seen = append(e.seen, "6.4.2+ work hash "+id+":work")
 		}
 	}
-	base += 2 * len(stale)
-	ownJIDs, _ := redis.Strings(reply[base+2], nil)
+	ownJIDs, _ := redis.Strings(reply[5], nil)
 	for i, set := range []string{KeyRetry, KeyDead} {
-		members, _ := redis.ByteSlices(reply[base+i], nil)
+		members, _ := redis.ByteSlices(reply[3+i], nil)
 		for _, raw := range members {
 			e.entry(set, raw, ownJIDs)
 		}

@@ -2,6 +2,7 @@ package contract_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -226,7 +227,7 @@ func TestDecideFormatIgnoresGojobsOwnMetrics(t *testing.T) {
 	d = b.decide(t)
 	require.Equal(t, contract.SourceEvidence, d.Source)
 	require.Equal(t, contract.Format{Version: wire.Version7}, d.Format)
-	require.Equal(t, []string{"7.x metrics key " + k7[0]}, d.Evidence)
+	require.Equal(t, []string{"7.x metrics keys in 1 of the last 480 minutes"}, d.Evidence)
 }
 
 // Retry and dead entries whose jid gojob marked (contract.KeyGojobEntries)
@@ -244,4 +245,15 @@ func TestDecideFormatIgnoresGojobsOwnEntries(t *testing.T) {
 	d = b.decide(t)
 	require.Equal(t, contract.SourceEvidence, d.Source)
 	require.Equal(t, []string{"8.x millisecond failed_at in dead entry 0000000000000000000000bb"}, d.Evidence)
+}
+
+// The evidence script names the keys it reads itself: they are the
+// contract's.
+func TestEvidenceScriptReadsTheContractsKeys(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("lua/evidence.lua")
+	require.NoError(t, err)
+	for _, k := range []string{contract.KeyGojobMetricsKeys, contract.KeyRetry, contract.KeyDead, contract.KeyGojobEntries} {
+		require.Contains(t, string(b), "'"+k+"'")
+	}
 }

@@ -81,6 +81,18 @@ func (s *Server) StartMonitor(t testing.TB) *Monitor {
 // out the fetchers' BRPOP/BLMPOP polls and their CLIENT ID/UNBLOCK.
 func (m *Monitor) Lines(t testing.TB) []string {
 	t.Helper()
+	return m.lines(t, false)
+}
+
+// ClientLines is Lines without the commands that Lua scripts ran: what
+// clients sent.
+func (m *Monitor) ClientLines(t testing.TB) []string {
+	t.Helper()
+	return m.lines(t, true)
+}
+
+func (m *Monitor) lines(t testing.TB, clientsOnly bool) []string {
+	t.Helper()
 	m.n++
 	sentinel := fmt.Sprintf("monitor-sentinel-%d", m.n)
 	c, err := m.s.Dial()
@@ -99,6 +111,9 @@ func (m *Monitor) Lines(t testing.TB) []string {
 		cmd := line[i+2:]
 		if strings.Contains(cmd, sentinel) {
 			return out
+		}
+		if clientsOnly && strings.Contains(line[:i], " lua") {
+			continue
 		}
 		lc := strings.ToLower(cmd)
 		if strings.HasPrefix(lc, `"brpop"`) || strings.HasPrefix(lc, `"blmpop"`) ||

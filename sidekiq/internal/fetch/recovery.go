@@ -34,6 +34,12 @@ const recoveryCountTTL = 7 * 24 * 3600
 // (Ruby's gem does not register its lists).
 const scanInterval = 10 * time.Minute
 
+// firstScanAfter is how long after its start a process may first SCAN:
+// a SCAN's cost grows with the keyspace, and a process's start-up sends
+// the same commands whatever Redis holds. The registered lists (all of
+// gojob's) are recovered from the first pass.
+var firstScanAfter = time.Minute
+
 // PoisonPillError is the failure recorded on a job that was in flight in a
 // process that died Count times: it goes to the dead set instead of killing
 // process after process.
@@ -102,6 +108,7 @@ func newReliableLife(cfg *Config, ids *idents) *reliableLife {
 	if l.interval <= 0 {
 		l.interval = DefaultRecoveryInterval
 	}
+	l.lastScan = time.Now().Add(firstScanAfter - scanInterval)
 	cfg.Clock = clock.Or(cfg.Clock)
 	return l
 }

@@ -762,3 +762,27 @@ func TestReliableRidesOutRefusedWrites(t *testing.T) {
 	require.NotContains(t, logs.String(), "no longer in this process's in-progress list")
 	require.NotContains(t, logs.String(), "no slot runs")
 }
+
+// A process's first passes read the registry only: the SCAN for the gem's
+// unregistered lists, whose cost grows with the keyspace, waits
+// firstScanAfter, so that start-up costs the same whatever Redis holds.
+func TestFirstPassesDoNotScanTheKeyspace(t *testing.T) {
+	t.Parallel()
+	b := reliableBundle(t, nil, nil)
+	f := newReliable(t, b)
+	t.Cleanup(f.Close)
+	life := f.life
+	halt(life)
+	registered := deadList(t, b, "gone:1:aaaaaaaaaaaa000001", true, job("registered"))
+	unregistered := deadList(t, b, "ruby:4:dddddddddddd", false, job("ruby-old"))
+	require.NoError(t, life.pass(nil))
+	require.Equal(t, []string{job("registered")}, b.queue(t, "default"))
+	require.Empty(t, b.keys(t, registered))
+	require.NotEmpty(t, b.keys(t, unregistered), "no SCAN yet")
+	require.Zero(t, redistest.CommandCalls(t, b.conn, "scan"))
+
+	life.lastScan = time.Now().Add(-scanInterval) // firstScanAfter has passed
+	require.NoError(t, life.pass(nil))
+	require.Empty(t, b.keys(t, unregistered))
+	require.ElementsMatch(t, []string{job("registered"), job("ruby-old")}, b.queue(t, "default"))
+}
