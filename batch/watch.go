@@ -12,6 +12,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/lease"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -55,18 +56,18 @@ func (b *Batches) Watch(ctx context.Context) {
 // watchPass reads the dead set once if no other process holds the lease
 // (taken for lease), and returns how many batch jobs it found there (each
 // recorded as dead; most were already).
-func (b *Batches) watchPass(ctx context.Context, lease time.Duration) (int, error) {
+func (b *Batches) watchPass(ctx context.Context, ttl time.Duration) (int, error) {
 	conn, err := b.cfg.Client.Pool().GetContext(ctx)
 	if err != nil {
 		return 0, err
 	}
 	defer conn.Close()
-	ok, err := redis.String(redis.DoContext(conn, ctx, "SET", contract.KeyBatchDeadWatch, "1", "NX", "PX", lease.Milliseconds()))
-	if err == redis.ErrNil || ok != "OK" {
-		return 0, nil // another process reads now
-	}
+	took, err := lease.Take(ctx, conn, contract.KeyBatchDeadWatch, "1", ttl)
 	if err != nil {
 		return 0, err
+	}
+	if !took {
+		return 0, nil // another process reads now
 	}
 	from := "-inf"
 	if seen, err := redis.Float64(redis.DoContext(conn, ctx, "GET", contract.KeyBatchDeadSeen)); err == nil {

@@ -24,6 +24,10 @@ var (
 	//go:embed lua/enqueue.lua
 	enqueueSrc    string
 	enqueueScript = redis.NewScript(5, enqueueSrc)
+
+	//go:embed lua/seed_enqueued.lua
+	seedEnqueuedSrc    string
+	seedEnqueuedScript = redis.NewScript(1, seedEnqueuedSrc)
 )
 
 // ErrNotFound is returned for a job name the schedule does not have.
@@ -73,8 +77,7 @@ func (s *Store) Save(ctx context.Context, j *Job) error {
 	conn.Send("HSET", append([]any{key}, j.fields(s.Layout)...)...)
 	if tick, ok := latestTick(sched, now, s.Location); ok {
 		// EXISTS-then-ZADD as the gem does, as one step.
-		conn.Send("EVAL", `if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) end return 1`,
-			1, s.Layout.enqueuedKey(j.Name), contract.Score(now), tickMember(tick))
+		seedEnqueuedScript.Send(conn, s.Layout.enqueuedKey(j.Name), contract.Score(now), tickMember(tick))
 	}
 	_, err = redisreply.Pipeline(ctx, conn)
 	return err

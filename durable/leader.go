@@ -11,9 +11,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/gomodule/redigo/redis"
 	"github.com/rs/zerolog"
+
+	"github.com/gojob/gojob/internal/lease"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // defaultLeaseKey is the Redis key of the reconciler's leader lease.
@@ -22,16 +24,6 @@ const defaultLeaseKey = "gojob:durable:reconciler-leader"
 // DefaultPollInterval is how often the leader reconciles (webhookdb runs
 // its poller every 3 minutes).
 const DefaultPollInterval = 3 * time.Minute
-
-var (
-	//go:embed lua/lease_acquire.lua
-	leaseAcquireLua string
-	//go:embed lua/lease_release.lua
-	leaseReleaseLua string
-
-	leaseAcquire = redis.NewScript(1, leaseAcquireLua)
-	leaseRelease = redis.NewScript(1, leaseReleaseLua)
-)
 
 // PollerConfig configures a Poller.
 type PollerConfig struct {
@@ -174,7 +166,7 @@ func (p *Poller) Stop(ctx context.Context) error {
 		return fmt.Errorf("durable: release lease: %w", err)
 	}
 	defer conn.Close()
-	if _, err := leaseRelease.DoContext(ctx, conn, p.cfg.LeaseKey, p.cfg.Identity); err != nil {
+	if _, err := lease.Release(ctx, conn, p.cfg.LeaseKey, p.cfg.Identity); err != nil {
 		return fmt.Errorf("durable: release lease: %w", err)
 	}
 	return nil
@@ -255,9 +247,9 @@ func (p *Poller) acquire(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("durable: lease: %w", err)
 	}
 	defer conn.Close()
-	n, err := redis.Int(leaseAcquire.DoContext(ctx, conn, p.cfg.LeaseKey, p.cfg.Identity, p.ttl.Milliseconds()))
+	held, err := lease.Acquire(ctx, conn, p.cfg.LeaseKey, p.cfg.Identity, p.ttl)
 	if err != nil {
 		return false, fmt.Errorf("durable: lease: %w", err)
 	}
-	return n == 1, nil
+	return held, nil
 }

@@ -2,6 +2,7 @@ package jobctl
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"sync"
@@ -247,12 +248,8 @@ func (c *Control) runOnce(ctx context.Context) ([]string, error) {
 //
 // KEYS: gojob-cancel:<jid>, it-<jid>, for each job. Returns the 1-based
 // positions of the jobs asked.
-var checkScript = redis.NewScript(-1, `
-local out = {}
-for i = 1, #KEYS, 2 do
-  if redis.call('EXISTS', KEYS[i]) == 1 or redis.call('HEXISTS', KEYS[i + 1], 'cancelled') == 1 then
-    out[#out + 1] = (i + 1) / 2
-  end
-end
-return out
-`)
+var (
+	//go:embed lua/check_cancel.lua
+	checkLua    string
+	checkScript = redis.NewScript(-1, checkLua)
+)

@@ -7,10 +7,6 @@ import (
 )
 
 var (
-	//go:embed lua/unlock.lua
-	unlockLua    string
-	unlockScript = redis.NewScript(1, unlockLua)
-
 	//go:embed lua/set_status.lua
 	setStatusLua    string
 	setStatusScript = redis.NewScript(2, setStatusLua)

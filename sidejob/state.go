@@ -10,6 +10,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/lease"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
@@ -164,7 +165,7 @@ func (j *Job) unlock(ctx context.Context, token string) (bool, error) {
 		return false, err
 	}
 	defer conn.Close()
-	ok, err := redis.Bool(unlockScript.DoContext(ctx, conn, j.key("lock"), token))
+	ok, err := lease.Release(ctx, conn, j.key("lock"), token)
 	if err != nil {
 		return false, fmt.Errorf("sidejob: job %d unlock: %w", j.id, err)
 	}

@@ -2,7 +2,10 @@ package sidekiq_test
 
 import (
 	"go/build"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -52,5 +55,35 @@ func TestPackagesImportOnlyLowerLayers(t *testing.T) {
 				t.Errorf("%s (layer %d) imports %s (layer %d): imports must go down", pkg, layer, rel, l)
 			}
 		}
+	}
+}
+
+// Lua lives in lua/ files, embedded, never in Go strings: a script is
+// read, diffed and tested as Lua (docs/sidekiq-wire.md names each).
+func TestNoLuaInGoStrings(t *testing.T) {
+	inline := regexp.MustCompile("NewScript\\([^,]+, *[`\"]|\"EVAL\", *[a-zA-Z`\"]")
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != ".." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if inline.MatchString(line) {
+				t.Errorf("%s:%d: Lua in a Go string; put it in a lua/ file: %s", path, i+1, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

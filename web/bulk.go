@@ -12,6 +12,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/lease"
 	"github.com/gojob/gojob/sidekiq/api"
 )
 
@@ -112,12 +113,6 @@ func newBulkRunner(h *handler) *bulkRunner { return &bulkRunner{h: h} }
 func bulkKey(k *setKind) string  { return bulkKeyPrefix + k.set(nil).Name() }
 func bulkLock(k *setKind) string { return bulkLockPrefix + k.set(nil).Name() }
 
-// releaseLock deletes the lease only when it is still this run's.
-var releaseLock = redis.NewScript(1, `if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
-
-// renewLock extends the lease only when it is still this run's.
-var renewLock = redis.NewScript(1, `if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("PEXPIRE", KEYS[1], ARGV[2]) end return 0`)
-
 // status reads a set's bulk action, nil when there is none.
 func (b *bulkRunner) status(ctx context.Context, k *setKind) (*bulkStatus, error) {
 	conn, err := b.h.cfg.Pool.GetContext(ctx)
@@ -203,14 +198,14 @@ func (b *bulkRunner) start(ctx context.Context, k *setKind, action, q string) er
 	if err != nil {
 		return err
 	}
-	ok, err := redis.String(redis.DoContext(conn, ctx, "SET", bulkLock(k), run, "NX", "PX", bulkLease.Milliseconds()))
+	took, err := lease.Take(ctx, conn, bulkLock(k), run, bulkLease)
 	conn.Close()
-	if errors.Is(err, redis.ErrNil) || (err == nil && ok != "OK") {
-		st, _ := b.status(ctx, k)
-		return &errBulkRunning{st: st}
-	}
 	if err != nil {
 		return err
+	}
+	if !took {
+		st, _ := b.status(ctx, k)
+		return &errBulkRunning{st: st}
 	}
 	st := &bulkStatus{Action: action, Label: actionLabels[action], Query: q, State: "running", Started: b.h.clock.Now().UTC()}
 	if err := b.save(ctx, k, st); err != nil {
@@ -224,7 +219,7 @@ func (b *bulkRunner) start(ctx context.Context, k *setKind, action, q string) er
 func (b *bulkRunner) unlock(k *setKind, run string) {
 	conn := b.h.cfg.Pool.Get()
 	defer conn.Close()
-	releaseLock.Do(conn, bulkLock(k), run)
+	lease.Release(context.Background(), conn, bulkLock(k), run)
 }
 
 // run does the work, writing the progress as it goes; the lease is
@@ -241,9 +236,9 @@ func (b *bulkRunner) run(k *setKind, st *bulkStatus, run string) {
 		}
 		last = time.Now()
 		conn := b.h.cfg.Pool.Get()
-		n, err := redis.Int(renewLock.Do(conn, bulkLock(k), run, bulkLease.Milliseconds()))
+		held, err := lease.Renew(ctx, conn, bulkLock(k), run, bulkLease)
 		conn.Close()
-		if err == nil && n == 0 {
+		if err == nil && !held {
 			return errors.New("the lease on the set was lost (another process took it over)")
 		}
 		return b.save(ctx, k, st)

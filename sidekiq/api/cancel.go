@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 
@@ -101,7 +102,11 @@ func (a *API) Cancel(ctx context.Context, jid string) (*CancelResult, error) {
 
 // expireUnlessSet is EXPIRE … NX (Redis 7.0+) for any Redis: the expiry is
 // set only when the key has none.
-const expireUnlessSet = `if redis.call('TTL', KEYS[1]) == -1 then return redis.call('EXPIRE', KEYS[1], ARGV[1]) end return 0`
+var (
+	//go:embed lua/expire_unless_set.lua
+	expireUnlessSetLua string
+	expireUnlessSet    = redis.NewScript(1, expireUnlessSetLua)
+)
 
 // sendIterationCancel queues the commands of Sidekiq's Client#cancel!
 // (lib/sidekiq/client.rb, 7.3.10 and 8.1.7): "cancelled" set to the epoch
@@ -113,7 +118,7 @@ func (a *API) sendIterationCancel(conn redis.Conn, jid string, now int64) {
 	key := contract.IterationKey(jid)
 	conn.Send("HSETNX", key, contract.IterationCancelled, now)
 	if a.version.AtLeast(8, 0, 0) {
-		conn.Send("EVAL", expireUnlessSet, 1, key, contract.IterationTTL)
+		expireUnlessSet.Send(conn, key, contract.IterationTTL)
 	} else {
 		conn.Send("EXPIRE", key, contract.IterationTTL)
 	}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"time"
@@ -130,20 +131,11 @@ const queueSearchChunk = 2000
 // at the end). The search walks from the head (LPUSH's end): a push
 // meanwhile shifts entries towards higher indexes, so one may be seen
 // twice but none is skipped; pops take from the other end.
-var queueSearchScript = redis.NewScript(1, `
-local from = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
-local vals = redis.call('LRANGE', KEYS[1], from, from + n - 1)
-local found = {}
-for i = 1, #vals do
-  if string.find(vals[i], ARGV[1], 1, true) then
-    found[#found + 1] = vals[i]
-  end
-end
-local nxt = from + #vals
-if #vals < n then nxt = -1 end
-return {nxt, found}
-`)
+var (
+	//go:embed lua/queue_search.lua
+	queueSearchLua    string
+	queueSearchScript = redis.NewScript(1, queueSearchLua)
+)
 
 // locate finds the job jid in the queue (queueSearchScript), nil when it
 // is not there.

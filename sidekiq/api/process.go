@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"slices"
@@ -111,14 +112,11 @@ var ErrProcessNotFound = errors.New("sidekiq: no live process with this identity
 // <identity> key, with its info field, which expires 60 s after the last
 // beat) exists: the check and the write are one step, so a signal for a
 // process that is gone leaves no <identity>-signals key behind.
-var signalLive = redis.NewScript(2, `
-if redis.call('HEXISTS', KEYS[1], 'info') == 0 then
-  return 0
-end
-redis.call('LPUSH', KEYS[2], ARGV[1])
-redis.call('EXPIRE', KEYS[2], 60)
-return 1
-`)
+var (
+	//go:embed lua/signal_live.lua
+	signalLiveLua string
+	signalLive    = redis.NewScript(2, signalLiveLua)
+)
 
 // SignalLiveProcess sends a signal name to a live process by identity:
 // "TSTP", "TERM" or "TTIN", as Process.Quiet, Stop and DumpThreads send
