@@ -239,14 +239,15 @@ func cronList(ctx context.Context, e *cmdEnv, st *cron.Store) error {
 
 // startCron loads --cron FILE (if given) and, with it or --cron-serve,
 // runs a scheduler until the returned stop is called.
-func startCron(c *ucli.Context, client *sidekiq.Client, log zerolog.Logger) (func(), error) {
+func serveCron(c *ucli.Context, srv *sidekiq.Server, log zerolog.Logger) error {
 	file := c.String("cron")
 	if file == "" && !c.Bool("cron-serve") {
-		return func() {}, nil
+		return nil
 	}
+	client := srv.Client()
 	l, unknown, err := cronLayoutChoice(c.Context, c, client.Pool())
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if unknown && file != "" {
 		log.Warn().Str("component", "cron").Str("layout", l.String()).
@@ -256,21 +257,16 @@ func startCron(c *ucli.Context, client *sidekiq.Client, log zerolog.Logger) (fun
 	if file != "" {
 		jobs, err := cron.LoadFile(file)
 		if err != nil {
-			return nil, ucli.Exit(err.Error(), exitUsage)
+			return ucli.Exit(err.Error(), exitUsage)
 		}
 		if err := st.Sync(c.Context, jobs); err != nil {
-			return nil, fmt.Errorf("cron: loading %s: %w", file, err)
+			return fmt.Errorf("cron: loading %s: %w", file, err)
 		}
 		log.Info().Str("component", "cron").Str("file", file).Int("jobs", len(jobs)).Str("layout", l.String()).Msg("cron schedule loaded")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
 	s := &cron.Scheduler{Store: st, Interval: c.Duration("cron-poll-interval"), Logger: log}
-	go func() {
-		defer close(done)
-		s.Run(ctx)
-	}()
-	return func() { cancel(); <-done }, nil
+	srv.Serve(sidekiq.Loop(s.Run))
+	return nil
 }
 
 // cronWorkFlags are gojob work's cron flags.

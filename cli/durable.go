@@ -450,61 +450,40 @@ func setupDurable(c *ucli.Context, srv *sidekiq.Server, client *sidekiq.Client, 
 	srv.Extend(d) // and the server's own client: in-job pushes, the poller's re-pushes
 	log.Info().Strs("databases", d.Databases()).Int("classes", len(classes)).Msg("durable jobs enabled")
 	relay, err := durable.NewRelay(&durable.RelayConfig{Durable: d, Client: client, Lease: c.Duration("durable-relay-lease"), Logger: log})
-	if err == nil {
-		err = relay.Start(c.Context)
-	}
 	if err != nil {
 		d.Close()
 		return noop, ucli.Exit(err.Error(), exitUsage)
 	}
-	stopRelay := func(ctx context.Context) {
-		if err := relay.Stop(ctx); err != nil {
-			log.Warn().Err(err).Str("component", "durable-relay").Msg("stopping the outbox relay")
-		}
+	// The relay and the reconciler's poller run for the server's life
+	// (sidekiq.Service); the rows' last writes settle after it stopped.
+	stop = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		stopDurableWrites(ctx, d, log)
+		d.Close()
 	}
+	srv.Serve(relay)
 	if durableNoPoll(c) {
-		return func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			stopRelay(ctx)
-			stopDurableWrites(ctx, d, log)
-			d.Close()
-		}, nil
+		return stop, nil
 	}
 	admin, err := api.New(&api.Config{Pool: client.Pool(), Version: client.Version(), Client: client})
 	if err != nil {
-		stopRelay(context.Background())
 		d.Close()
 		return noop, err
 	}
 	rec, err := durable.NewReconciler(&durable.ReconcilerConfig{Durable: d, API: admin})
 	if err != nil {
-		stopRelay(context.Background())
 		d.Close()
 		return noop, err
 	}
 	poller, err := durable.NewPoller(&durable.PollerConfig{Reconciler: rec, Pool: client.Pool(), Identity: srv.Identity(),
 		Interval: c.Duration("durable-poll-interval")})
 	if err != nil {
-		stopRelay(context.Background())
 		d.Close()
 		return noop, ucli.Exit(err.Error(), exitUsage)
 	}
-	if err := poller.Start(c.Context); err != nil {
-		stopRelay(context.Background())
-		d.Close()
-		return noop, err
-	}
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := poller.Stop(ctx); err != nil {
-			log.Warn().Err(err).Str("component", "durable").Msg("stopping the reconciler")
-		}
-		stopRelay(ctx)
-		stopDurableWrites(ctx, d, log)
-		d.Close()
-	}, nil
+	srv.Serve(poller)
+	return stop, nil
 }
 
 // stopDurableWrites tries the row writes still waiting for a database once

@@ -17,21 +17,15 @@ import (
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// startJobControl makes the server's jobs cancellable on request
-// (docs/job-control.md); the returned func stops it.
-func startJobControl(ctx context.Context, srv *sidekiq.Server, cfg *sidekiq.ServerConfig, log zerolog.Logger) (func(), error) {
+// serveJobControl makes the server's jobs cancellable on request
+// (docs/job-control.md), for the server's life.
+func serveJobControl(srv *sidekiq.Server, cfg *sidekiq.ServerConfig, log zerolog.Logger) error {
 	ctl, err := jobctl.New(&jobctl.Config{Pool: cfg.Pool, Server: srv, Logger: log})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := ctl.Start(ctx); err != nil {
-		return nil, err
-	}
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		ctl.Stop(ctx)
-	}, nil
+	srv.Serve(ctl)
+	return nil
 }
 
 // jobControlCommands are cancel and job.

@@ -120,11 +120,9 @@ ordered work (docs/ordered.md).`,
 				return err
 			}
 			defer stopDurable()
-			stopCron, err := startCron(c, srv.Client(), log)
-			if err != nil {
+			if err := serveCron(c, srv, log); err != nil {
 				return err
 			}
-			defer stopCron()
 			return runServer(c.Context, srv, log)
 		},
 	}
@@ -232,23 +230,12 @@ func buildServer(c *ucli.Context, cfg *sidekiq.ServerConfig, o *options, log zer
 		}
 		https = append(https, httpSpec{class, url})
 	}
-	stop, err := startJobControl(c.Context, srv, cfg, log)
-	if err != nil {
+	if err := serveJobControl(srv, cfg, log); err != nil {
 		return nil, noop, err
 	}
 	// Batch jobs that reached the dead set unseen (batch/watch.go).
-	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(c.Context))
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		batches.Watch(watchCtx)
-	}()
-	stopCtl := stop
-	stop = func() {
-		stopWatch()
-		<-watched
-		stopCtl()
-	}
+	srv.Serve(sidekiq.Loop(batches.Watch))
+	stop := noop
 	if len(https) > 0 {
 		hb, err := newHeartbeatEndpoint(c.String("heartbeat-listen"), c.String("heartbeat-url"), log)
 		if err != nil {

@@ -20,9 +20,9 @@
 //	srv.Extend(d)                                    // and its own client: in-job pushes, poller re-pushes
 //	rec, _ := durable.NewReconciler(&durable.ReconcilerConfig{Durable: d, API: api})
 //	poller, _ := durable.NewPoller(&durable.PollerConfig{Reconciler: rec, Pool: pool, Identity: srv.Identity()})
-//	poller.Start(ctx)                                // one leader at a time, every 3 minutes
+//	srv.Serve(poller)                                // one leader at a time, every 3 minutes, for the server's life
 //	…                                                // at shutdown, after the server stopped:
-//	poller.Stop(ctx); d.Stop(ctx); d.Close()         // Stop retries the writes an outage held back
+//	d.Stop(ctx); d.Close()                           // Stop retries the writes an outage held back
 //
 // A long job calls sidekiq.Heartbeat(ctx) more often than its extension:
 // each moves its row's deadline (at most once a quarter of the extension).

@@ -20,6 +20,5 @@
 // and costs the jobs it does not cancel nothing:
 //
 //	ctl, err := jobctl.New(&jobctl.Config{Pool: pool, Server: srv})
-//	ctl.Start(ctx)
-//	defer ctl.Stop(ctx)
+//	srv.Serve(ctl) // a sidekiq.Service: runs for the server's life
 package jobctl

@@ -46,6 +46,8 @@ type Server struct {
 	maint maintenanceState
 	redis redisState
 	life  lifecycle
+	// services run beside the jobs (service.go).
+	services []Service
 }
 
 // fetchState is the server's fetch and what Ready reads of it.
@@ -341,8 +343,13 @@ func (s *Server) Start(ctx context.Context) error {
 		s.log.Warn().Err(err).Str("component", "heartbeat").Msg("first heartbeat failed; retrying in the background")
 	}
 	s.checkPauses(ctx) // no fetch from a queue paused before the start
+	if err := s.startServices(ctx); err != nil {
+		s.life.state.Store(stateNew)
+		return err
+	}
 	fetcher, err := s.newFetcher(ctx)
 	if err != nil {
+		s.stopServices(context.WithoutCancel(ctx), s.services)
 		s.life.state.Store(stateNew)
 		return err
 	}

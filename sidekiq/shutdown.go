@@ -82,6 +82,9 @@ func (s *Server) Stop(ctx context.Context) error {
 		s.log.Warn().Msg("shutdown: acknowledgements held back by an extension did not land in time; their jobs go back to their queues")
 	}
 	s.fetch.fetcher.Close()
+	if err := s.stopServices(final, s.services); err != nil {
+		errs = append(errs, err)
+	}
 	s.maint.pauseCancel()
 	<-s.maint.pauseDone
 	if s.maint.poller != nil {
