@@ -179,6 +179,7 @@ func TestOutboxKillRelayPushesCommittedOnce(t *testing.T) {
 			return
 		}
 		defer pc.Close(ctx)
+		outbox := durable.PgxOutbox(d)
 		for tx := range 50 {
 			p, err := pc.Begin(ctx)
 			if !assertNoError(t, err) {
@@ -188,7 +189,7 @@ func TestOutboxKillRelayPushesCommittedOnce(t *testing.T) {
 			for i := range 10 {
 				j, _ := wire.NewJob("OutboxJob", "go", tx, i)
 				j.SetQueue("outbox")
-				if !assertNoError(t, d.Enqueue(ctx, p, j)) {
+				if !assertNoError(t, outbox.Enqueue(ctx, p, j)) {
 					return
 				}
 				jids = append(jids, j.JID())

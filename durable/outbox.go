@@ -6,26 +6,39 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// pgxExecer is a pgx transaction (pgx.Tx), or a connection in one.
-type pgxExecer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+// An Outbox writes jobs in the caller's database transactions, of type T,
+// on the first database of its Durable: the transactional outbox. Make
+// one with PgxOutbox (pgx.Tx) or SQLOutbox (*sql.Tx: PostgreSQL through
+// pgx's stdlib or lib/pq, modernc SQLite), once, and share it.
+type Outbox[T any] struct {
+	d    *Durable
+	exec func(ctx context.Context, tx T, q string, args ...any) error
 }
 
-// sqlExecer is a database/sql transaction (*sql.Tx).
-type sqlExecer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+// PgxOutbox returns d's outbox for pgx transactions.
+func PgxOutbox(d *Durable) *Outbox[pgx.Tx] {
+	return &Outbox[pgx.Tx]{d: d, exec: func(ctx context.Context, tx pgx.Tx, q string, args ...any) error {
+		_, err := tx.Exec(ctx, q, args...)
+		return err
+	}}
+}
+
+// SQLOutbox returns d's outbox for database/sql transactions.
+func SQLOutbox(d *Durable) *Outbox[*sql.Tx] {
+	return &Outbox[*sql.Tx]{d: d, exec: func(ctx context.Context, tx *sql.Tx, q string, args ...any) error {
+		_, err := tx.ExecContext(ctx, q, args...)
+		return err
+	}}
 }
 
 // Enqueue writes job as a row to push in tx, the caller's transaction on
-// the first database of d: a pgx.Tx, or a *sql.Tx (PostgreSQL through
-// pgx's stdlib or lib/pq when that database is PostgreSQL, modernc SQLite
-// when it is SQLite). This is the transactional outbox: when tx commits,
+// the first database of the outbox's Durable. When tx commits,
 // a Relay pushes the job to Redis once (within milliseconds: PostgreSQL
 // notifies the relays at commit, SQLite is polled); when tx rolls back,
 // the job never existed. Once pushed, the row is the job's durable row,
@@ -39,8 +52,10 @@ type sqlExecer interface {
 // Config.Classes: its row uses the class's extension, or the default.
 //
 // On PostgreSQL, Enqueue also runs pg_notify in tx (delivered at commit).
-// The row is written in tx only: Enqueue does not use d's connections.
-func (d *Durable) Enqueue(ctx context.Context, tx any, job *wire.Job) error {
+// The row is written in tx only: Enqueue does not use the Durable's
+// connections.
+func (o *Outbox[T]) Enqueue(ctx context.Context, tx T, job *wire.Job) error {
+	d := o.d
 	if job == nil {
 		return errors.New("durable: enqueue: nil job")
 	}
@@ -66,17 +81,8 @@ func (d *Durable) Enqueue(ctx context.Context, tx any, job *wire.Job) error {
 		return err
 	}
 	q, args, notify := d.stores[0].OutboxInsert(up)
-	switch tx := tx.(type) {
-	case pgxExecer:
-		if _, err = tx.Exec(ctx, q, args...); err == nil && notify != "" {
-			_, err = tx.Exec(ctx, notify)
-		}
-	case sqlExecer:
-		if _, err = tx.ExecContext(ctx, q, args...); err == nil && notify != "" {
-			_, err = tx.ExecContext(ctx, notify)
-		}
-	default:
-		return fmt.Errorf("durable: enqueue %s: %T is not a transaction (want pgx.Tx or *sql.Tx)", job.JID(), tx)
+	if err = o.exec(ctx, tx, q, args...); err == nil && notify != "" {
+		err = o.exec(ctx, tx, notify)
 	}
 	if err != nil {
 		return fmt.Errorf("durable: enqueue %s: %w", job.JID(), err)

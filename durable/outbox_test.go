@@ -22,35 +22,42 @@ import (
 // outboxTx opens a transaction on the bundle's first database: a pgx.Tx
 // and a *sql.Tx on PostgreSQL (both forms Enqueue takes), a *sql.Tx on
 // SQLite.
-func outboxTxs(t *testing.T, b *testBundle) map[string]func() (tx any, commit, rollback func()) {
+// outboxTxs gives, per kind of transaction the first database takes, a
+// begin that returns the outbox's Enqueue in a new transaction, its commit
+// and its rollback.
+func outboxTxs(t *testing.T, b *testBundle) map[string]func() (enqueue func(*wire.Job) error, commit, rollback func()) {
 	ctx := context.Background()
-	out := map[string]func() (any, func(), func()){}
+	out := map[string]func() (func(*wire.Job) error, func(), func()){}
+	sqlOutbox, pgxOutbox := SQLOutbox(b.d), PgxOutbox(b.d)
 	if path, _, ok := store.SQLitePath(b.urls[0]); ok {
 		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
 		require.NoError(t, err)
 		t.Cleanup(func() { db.Close() })
-		out["sql"] = func() (any, func(), func()) {
+		out["sql"] = func() (func(*wire.Job) error, func(), func()) {
 			tx, err := db.BeginTx(ctx, nil)
 			require.NoError(t, err)
-			return tx, func() { require.NoError(t, tx.Commit()) }, func() { require.NoError(t, tx.Rollback()) }
+			return func(j *wire.Job) error { return sqlOutbox.Enqueue(ctx, tx, j) },
+				func() { require.NoError(t, tx.Commit()) }, func() { require.NoError(t, tx.Rollback()) }
 		}
 		return out
 	}
 	conn, err := pgx.Connect(ctx, b.urls[0])
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	out["pgx"] = func() (any, func(), func()) {
+	out["pgx"] = func() (func(*wire.Job) error, func(), func()) {
 		tx, err := conn.Begin(ctx)
 		require.NoError(t, err)
-		return tx, func() { require.NoError(t, tx.Commit(ctx)) }, func() { require.NoError(t, tx.Rollback(ctx)) }
+		return func(j *wire.Job) error { return pgxOutbox.Enqueue(ctx, tx, j) },
+			func() { require.NoError(t, tx.Commit(ctx)) }, func() { require.NoError(t, tx.Rollback(ctx)) }
 	}
 	db, err := sql.Open("pgx", b.urls[0])
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	out["sql"] = func() (any, func(), func()) {
+	out["sql"] = func() (func(*wire.Job) error, func(), func()) {
 		tx, err := db.BeginTx(ctx, nil)
 		require.NoError(t, err)
-		return tx, func() { require.NoError(t, tx.Commit()) }, func() { require.NoError(t, tx.Rollback()) }
+		return func(j *wire.Job) error { return sqlOutbox.Enqueue(ctx, tx, j) },
+			func() { require.NoError(t, tx.Commit()) }, func() { require.NoError(t, tx.Rollback()) }
 	}
 	return out
 }
@@ -87,10 +94,10 @@ func TestOutboxPushesCommittedOnce(t *testing.T) {
 		var committed []string
 		for name, begin := range outboxTxs(t, b) {
 			for i := range 6 {
-				tx, commit, rollback := begin()
+				enqueue, commit, rollback := begin()
 				job := newJob(t, "DurableJob", name, i)
 				job.SetQueue("outbox")
-				require.NoError(t, b.d.Enqueue(ctx, tx, job))
+				require.NoError(t, enqueue(job))
 				if i%2 == 0 {
 					commit()
 					committed = append(committed, job.JID())
@@ -161,15 +168,14 @@ func TestOutboxScheduledAndBadInput(t *testing.T) {
 	b := setup(t, bundleOpts{urls: []string{"sqlite:" + t.TempDir() + "/o.db"}})
 	ctx := context.Background()
 	begin := outboxTxs(t, b)["sql"]
-	tx, commit, _ := begin()
+	enqueue, commit, _ := begin()
 	job := newJob(t, "DurableJob", 1)
 	job.Set("at", rubyjson.FloatValue(contract.EpochSeconds(b.clk.Now().Add(time.Hour))))
-	require.NoError(t, b.d.Enqueue(ctx, tx, job))
+	require.NoError(t, enqueue(job))
 	bad, err := wire.NewJob("DurableJob")
 	require.NoError(t, err)
 	bad.Set("queue", rubyjson.FloatValue(1))
-	require.Error(t, b.d.Enqueue(ctx, tx, bad))
-	require.ErrorContains(t, b.d.Enqueue(ctx, "not a tx", newJob(t, "DurableJob")), "not a transaction")
+	require.Error(t, enqueue(bad))
 	commit()
 	out, err := newRelay(t, b).runOnce(ctx)
 	require.NoError(t, err)
@@ -194,10 +200,10 @@ func TestOutboxNotifyLatency(t *testing.T) {
 	begin := outboxTxs(t, b)["pgx"]
 	var worst time.Duration
 	for i := range 20 {
-		tx, commit, _ := begin()
+		enqueue, commit, _ := begin()
 		job := newJob(t, "DurableJob", i)
 		job.SetQueue("fast")
-		require.NoError(t, b.d.Enqueue(ctx, tx, job))
+		require.NoError(t, enqueue(job))
 		start := time.Now()
 		commit()
 		require.Eventually(t, func() bool { return b.llen(t, "fast") == i+1 }, 10*time.Second, time.Millisecond)
