@@ -53,6 +53,19 @@ func Heartbeat(ctx context.Context) error {
 	return hookErr
 }
 
+// Stopping returns a channel that is closed when the server running the
+// job of ctx stops taking jobs: it went quiet, or its stop began. A long
+// job that can stop at a safe point and resume later (an iterable job)
+// should do so then, and return Interrupt, rather than run on until the
+// shutdown timeout ends it. Outside a job it returns nil, which is never
+// closed.
+func Stopping(ctx context.Context) <-chan struct{} {
+	if w, _ := ctx.Value(watchKey{}).(*jobWatch); w != nil {
+		return w.quiet
+	}
+	return nil
+}
+
 // TimeoutError is the failure of a job that ran longer than its timeout
 // (the payload's "timeout", else ServerConfig.JobTimeout).
 type TimeoutError struct {
@@ -168,6 +181,8 @@ type jobWatch struct {
 
 	// hooks are the extensions' heartbeat functions (Run.OnHeartbeat).
 	hooks []func(context.Context) error
+	// quiet is closed when the server stops taking jobs (Stopping).
+	quiet <-chan struct{}
 
 	mu      sync.Mutex
 	timer   *time.Timer

@@ -78,6 +78,8 @@ type outcome struct {
 	hasDelay bool
 	// snooze reschedules the job after retryIn without a failure.
 	snooze bool
+	// interrupt gives the job back to its queue (Interrupt).
+	interrupt bool
 }
 
 func (o *outcome) Error() string {
@@ -114,6 +116,17 @@ func RetryIn(d time.Duration, err error) error {
 func Snooze(d time.Duration) error {
 	return &outcome{err: fmt.Errorf("snoozed for %s", d), retryIn: max(d, 0), snooze: true}
 }
+
+// Interrupt is the outcome of a job that stopped at a safe point to go on
+// later, its progress saved (an iterable job at a quiet, or after its
+// run time): the job goes back to the front of its queue with its
+// original bytes, neither retried nor dead, as a job unfinished at
+// shutdown does. Sidekiq's InterruptHandler pushes such a job again; as
+// there, the run counts as processed and failed, and the job metrics count
+// it without a failure.
+func Interrupt() error { return &outcome{err: errInterrupted, interrupt: true} }
+
+var errInterrupted = errors.New("interrupted; back to its queue to resume")
 
 // ErrorClassOf returns the error_class gojob writes for err: the class an
 // error with an ErrorClass() string method names; "RuntimeError" (Ruby's class for a plain raise) for

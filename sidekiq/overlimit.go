@@ -81,6 +81,12 @@ func isSnooze(err error) bool {
 	return errors.As(err, &o) && o.snooze
 }
 
+// isInterrupt reports whether err is an Interrupt.
+func isInterrupt(err error) bool {
+	var o *outcome
+	return errors.As(err, &o) && o.interrupt
+}
+
 // snooze puts a job whose handler returned Snooze back in the schedule
 // set as it was fetched (retry_count untouched). It reports false when err
 // is not a Snooze.

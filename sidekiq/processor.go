@@ -39,6 +39,9 @@ type processor struct {
 	hardCtx context.Context
 	jobBase context.Context
 
+	// quiet is closed when the server stops taking jobs (Stopping).
+	quiet <-chan struct{}
+
 	handlers map[string]*registration
 	mw       []ServerMiddleware
 	// The extensions' hooks (extension.go), in the order they were added.
@@ -191,6 +194,7 @@ func (p *processor) take(slot int, tid string, u fetch.Unit) *workItem {
 	// has made sure no job starts any more.
 	cctx, cancel := context.WithCancelCause(p.jobBase)
 	w.cancel = cancel
+	w.watch.quiet = p.quiet
 	w.watch.start(lim, cancel)
 	w.ctx = jobCtx{Context: cctx, w: &w.watch}
 	w.run = Run{Job: job, Identity: p.identity, p: p, w: w}
@@ -277,14 +281,15 @@ func (p *processor) finish(w *workItem, err error) (took time.Duration) {
 	}
 	job, u := w.job, w.unit
 	snoozed := err != nil && isSnooze(err)
-	if snoozed {
+	interrupted := err != nil && isInterrupt(err)
+	if snoozed || interrupted {
 		defer p.observe(u.Queue, job.Class(), took, nil)
 	} else {
 		defer p.observe(u.Queue, job.Class(), took, err)
 	}
 	if w.class != "" {
 		var ol *OverLimitError
-		p.metrics.Record(w.class, took, err != nil && !errors.As(err, &ol) && !snoozed)
+		p.metrics.Record(w.class, took, err != nil && !errors.As(err, &ol) && !snoozed && !interrupted)
 	}
 	switch {
 	case err == nil:
@@ -295,6 +300,12 @@ func (p *processor) finish(w *workItem, err error) (took time.Duration) {
 		}
 	case p.rescheduleOverLimit(u, job, err), p.snooze(u, job, err):
 		p.counters.Add(1, 0)
+	case interrupted:
+		// As Sidekiq's InterruptHandler: processed and failed, not retried.
+		p.counters.Add(1, 1)
+		p.fetcher.Requeue([]fetch.Unit{u})
+		p.log.Debug().Str("component", "processor").Str("queue", u.Queue).Str("jid", job.JID()).Str("class", job.Class()).
+			Msg("job interrupted; back to its queue to resume")
 	default:
 		p.counters.Add(1, 1)
 		p.handleFailure(u, job, w.reg, err)

@@ -159,6 +159,7 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 		hardCtx:  hard,
 		jobBase:  context.WithoutCancel(hard),
 		handlers: map[string]*registration{},
+		quiet:    s.life.quietCh,
 		work:     make([]atomic.Pointer[workItem], c.Concurrency),
 		metrics:  maintenance.NewJobMetrics(),
 		caps:     newQueueCaps(c.QueueConcurrency, s.fetch.order),

@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -89,4 +91,30 @@ func TestAServiceThatFailsFailsTheStart(t *testing.T) {
 	err := b.srv.Start(context.Background())
 	require.ErrorContains(t, err, "no database")
 	require.Equal(t, []string{"start a", "start b", "stop a"}, ev.list())
+}
+
+// Stopping is nil outside a job (never closed), and closed once the
+// server running the job goes quiet.
+func TestStoppingClosesAtQuiet(t *testing.T) {
+	t.Parallel()
+	require.Nil(t, Stopping(context.Background()))
+	b := newTestServer(t, ServerConfig{Concurrency: 1, Queues: []wire.QueueWeight{{Name: "default"}}})
+	stopping := make(chan (<-chan struct{}), 1)
+	b.srv.HandleFunc("Job", func(ctx context.Context, _ *wire.Job) error {
+		stopping <- Stopping(ctx)
+		<-Stopping(ctx)
+		return Interrupt()
+	})
+	b.push(t, "default", `{"class":"Job","args":[],"jid":"j","queue":"default","retry":true}`)
+	b.start(t)
+	ch := <-stopping
+	require.NotNil(t, ch)
+	b.srv.Quiet()
+	<-ch
+	wait.For(t, "the interrupted job back in its queue", func() bool {
+		n, _ := redis.Int(b.conn.Do("LLEN", "queue:default"))
+		return n == 1
+	})
+	n, _ := redis.Int(b.conn.Do("ZCARD", "retry"))
+	require.Zero(t, n, "an interrupt is not retried")
 }
