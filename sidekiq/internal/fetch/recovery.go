@@ -72,6 +72,8 @@ type reliableLife struct {
 	inUse        func() map[*listIdent]bool
 	dropped      func() int64
 	waitingSince func() int64
+	// blocking returns the lists the blockers are blocked on (idle.go).
+	blocking func() map[string]bool
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -274,6 +276,12 @@ func (l *reliableLife) sweepOwn(final bool) error {
 			return nil
 		}
 	}
+	// A list a blocker is blocked on, before the look or after the
+	// holders, may hold a job its blocker has not read yet.
+	skip := map[string]bool{}
+	if l.blocking != nil && !final {
+		skip = l.blocking()
+	}
 	entries, err := l.ownEntries(l.ids.allLists())
 	if err != nil {
 		return err
@@ -281,6 +289,14 @@ func (l *reliableLife) sweepOwn(final bool) error {
 	unheld := entries
 	if l.holders != nil && !final {
 		unheld = minus(entries, l.holders())
+	}
+	if l.blocking != nil && !final {
+		for k := range l.blocking() {
+			skip[k] = true
+		}
+		for k := range skip {
+			delete(unheld, k)
+		}
 	}
 	if !final {
 		if l.candidates == nil {

@@ -81,6 +81,8 @@ type reliableFetch struct {
 	batcher aheadBatcher
 	// dry: the last round's moves found a queue empty (see idleSlots).
 	dry atomic.Bool
+	// blockers wait in Redis for a job for the idle slots (idle.go).
+	blockers *blockers
 }
 
 // NewReliable returns the reliable fetch. It writes the process's
@@ -107,6 +109,8 @@ func NewReliable(ctx context.Context, cfg *Config) (Fetcher, error) {
 		return nil, err
 	}
 	f.queues = newQueues(cfg, f.moveOK)
+	f.blockers = newBlockers(f)
+	f.queues.onWake = f.blockers.cutOthers
 	for i := range f.gatherers {
 		f.gatherers[i].init(gatherFor)
 	}
@@ -122,6 +126,7 @@ func NewReliable(ctx context.Context, cfg *Config) (Fetcher, error) {
 	f.life.inUse = f.inUse
 	f.life.dropped = f.drops.Load
 	f.life.waitingSince = f.oldestWait
+	f.life.blocking = f.blockers.blockingLists
 	if err := f.life.start(writes); err != nil {
 		return nil, err
 	}
@@ -176,6 +181,7 @@ func (f *reliableFetch) Start() {
 			f.taker(&f.taking[i], &f.gatherers[i], uint64(i))
 		}()
 	}
+	f.blockers.start(&running)
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
@@ -216,11 +222,13 @@ func (f *reliableFetch) inUse() map[*listIdent]bool {
 }
 
 // idleSlots reports whether a slot may be idle for want of a job: an idle
-// slot's token waits for a taker, or the last round's moves found a queue
-// empty (so the slots of that round whose moves found nothing are idle
+// slot's token waits for a taker or a blocker holds it, or the last
+// round's moves found a queue empty (so the slots of that round whose moves found nothing are idle
 // again). A taker holds the tokens of the slots it gathers and moves for,
 // which are about to run jobs while the queues have them.
-func (f *reliableFetch) idleSlots() bool { return len(f.idle) > 0 || f.dry.Load() }
+func (f *reliableFetch) idleSlots() bool {
+	return len(f.idle) > 0 || f.blockers.held.Load() > 0 || f.dry.Load()
+}
 
 // oldestWait returns since when the round or acknowledgement that has
 // waited longest has been on its way (0 when none is).

@@ -56,13 +56,19 @@ func (f *reliableFetch) planMove(m *move, s *slotState, r *rand.Rand) bool {
 	if q == nil {
 		return false
 	}
+	f.planMoveFrom(m, s, q, seen)
+	return true
+}
+
+// planMoveFrom fills m with a move for slot s from q, whose sighting
+// count was seen.
+func (f *reliableFetch) planMoveFrom(m *move, s *slotState, q *queueState, seen uint64) {
 	sl := s.list(f.ids, q.key)
 	*m = move{slot: s, q: q, seen: seen, sl: sl}
 	f.ids.mu.Lock()
 	m.reg = sl.ident.lists[q.key] == ""
 	m.hb = !sl.ident.created
 	f.ids.mu.Unlock()
-	return true
 }
 
 // send writes a round (the acknowledgements, then each move with the

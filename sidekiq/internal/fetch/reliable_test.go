@@ -175,9 +175,10 @@ func TestReliableSeveralQueuesInStrictOrder(t *testing.T) {
 	mu.Lock()
 	require.Equal(t, []string{"high:h1", "high:h2", "low:l1", "high:h3", "low:l2"}, order)
 	mu.Unlock()
-	// Idle now: a job on the last queue is picked up at once.
-	wait.For(t, "a waker blocked on every queue", func() bool {
-		return redistest.BlockedIn(t, b.conn, "CLIENT", "blmove") == 3
+	// Idle now: a job on the last queue is picked up at once (a waker
+	// blocked on every queue, and the idle slot's blocker on one).
+	wait.For(t, "a waker blocked on every queue, and a blocker", func() bool {
+		return redistest.BlockedIn(t, b.conn, "CLIENT", "blmove") == 4
 	})
 	start := time.Now()
 	b.push(t, "low", "l3")

@@ -54,6 +54,7 @@ type queueState struct {
 	seen atomic.Uint64
 	// watch is signalled when the queue is marked empty.
 	watch chan struct{}
+	owner *queues
 }
 
 // markEmpty marks q empty after a move sent when seen was at. It reports
@@ -64,6 +65,7 @@ func (q *queueState) markEmpty(at uint64) bool {
 	}
 	if !q.empty.Swap(true) {
 		signal(q.watch)
+		q.owner.dried()
 	}
 	return true
 }
@@ -75,8 +77,11 @@ type queues struct {
 	list   []*queueState // in configuration order, each queue once
 	strict bool
 
-	mu      sync.Mutex
-	woken   chan struct{} // closed when a queue may have jobs again
+	mu    sync.Mutex
+	woken chan struct{} // closed when a queue may have jobs again
+	dry   chan struct{} // closed when a queue is marked empty
+	// onWake is told which queue a waker saw a job in (the blockers).
+	onWake  func(q *queueState)
 	stopped bool
 	conns   map[string]redis.Conn // the wakers' connections while blocked
 	done    sync.WaitGroup
@@ -84,14 +89,14 @@ type queues struct {
 
 func newQueues(cfg *Config, moveOK bool) *queues {
 	qs := &queues{cfg: cfg, moveOK: moveOK, strict: cfg.Order.Strict(), woken: make(chan struct{}),
-		conns: map[string]redis.Conn{}}
+		dry: make(chan struct{}), conns: map[string]redis.Conn{}}
 	count := map[string]int{}
 	for _, k := range cfg.Order.Weighted() {
 		count[k]++
 	}
 	for _, name := range cfg.Order.Names() {
 		k := contract.QueueKey(name)
-		qs.list = append(qs.list, &queueState{key: k, name: name, weight: count[k], watch: make(chan struct{}, 1)})
+		qs.list = append(qs.list, &queueState{key: k, name: name, weight: count[k], watch: make(chan struct{}, 1), owner: qs})
 	}
 	return qs
 }
@@ -169,6 +174,21 @@ func (qs *queues) wake() {
 	qs.mu.Unlock()
 }
 
+// driedChan returns the channel closed when a queue is next marked empty.
+func (qs *queues) driedChan() <-chan struct{} {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	return qs.dry
+}
+
+// dried wakes those waiting for a queue to be marked empty.
+func (qs *queues) dried() {
+	qs.mu.Lock()
+	close(qs.dry)
+	qs.dry = make(chan struct{})
+	qs.mu.Unlock()
+}
+
 // watch is the waker of q: while q is believed empty (and not paused), it
 // blocks until q has a job, then marks it and wakes the takers.
 func (qs *queues) watch(q *queueState) {
@@ -221,6 +241,9 @@ func (qs *queues) watch(q *queueState) {
 		if v != nil && q.seen.CompareAndSwap(at, at+1) {
 			q.empty.Store(false)
 			qs.wake()
+			if qs.onWake != nil {
+				qs.onWake(q)
+			}
 		}
 	}
 }

@@ -1,0 +1,89 @@
+package fetch
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/internal/wait"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+// An idle reliable fetch beside five idle BasicFetch threads (each a
+// client blocked in `BRPOP queue:q 2`, as a Ruby Sidekiq thread is) takes
+// its share of a trickle: its idle slots wait in Redis's queue of blocked
+// clients with a blocking move into their own lists, and every job it
+// takes is in one of them until it is acknowledged.
+func TestReliableIdleTakesItsShareBesideBlockedBRPOPs(t *testing.T) {
+	t.Parallel()
+	b := reliableBundle(t, nil, func(c *Config) {
+		c.Concurrency = 5
+		c.Order = NewOrder([]wire.QueueWeight{{Name: "q"}}, wire.Version7)
+	})
+	var f *reliableFetch
+	var inList atomic.Int64 // jobs found in their in-progress list while they ran
+	b.hook = func(u Unit) {
+		c := b.pool.Get()
+		n, _ := redis.Int(c.Do("LPOS", u.list, u.Raw))
+		c.Close()
+		if n >= 0 {
+			inList.Add(1)
+		}
+		f.Finish(u, nil)
+	}
+	f = newReliable(t, b)
+	b.start(t, f)
+	t.Cleanup(f.Close)
+
+	// Five "Ruby threads".
+	var rubyRan atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := b.rs.Dial()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				v, err := c.Do("BRPOP", "queue:q", 1)
+				if err != nil {
+					return
+				}
+				if v != nil {
+					rubyRan.Add(1)
+				}
+			}
+		}()
+	}
+	t.Cleanup(func() { close(stop); wg.Wait() })
+	wait.For(t, "five BRPOPs and five blocking moves", func() bool {
+		return redistest.BlockedIn(t, b.conn, "CLIENT", "brpop") == 5 &&
+			redistest.BlockedIn(t, b.conn, "CLIENT", "blmove") >= 5
+	})
+	const n = 30
+	for i := range n {
+		b.push(t, "q", fmt.Sprintf(`{"jid":"j%d"}`, i))
+		wait.For(t, fmt.Sprintf("job %d to be taken", i), func() bool {
+			return int(rubyRan.Load())+b.processed() == i+1
+		})
+	}
+	got := b.processed()
+	t.Logf("gojob ran %d of %d, the BRPOPs %d", got, n, rubyRan.Load())
+	require.GreaterOrEqual(t, got, n*3/10, "gojob's share of the trickle")
+	require.Equal(t, int64(got), inList.Load(), "every job gojob ran was in its in-progress list")
+	wait.For(t, "the acknowledgements", func() bool { return len(b.inProgress(t)) == 0 })
+}
