@@ -123,24 +123,29 @@ func (o *OutageLog) probe(stop chan struct{}) {
 	defer o.done.Done()
 	t := time.NewTicker(probeEvery)
 	defer t.Stop()
-loop:
 	for {
 		select {
 		case <-t.C:
 		case <-stop:
-			break loop
+			o.mu.Lock()
+			o.probing = false
+			o.mu.Unlock()
+			return
 		}
-		if !o.isDown.Load() {
-			break
+		// The end of the outage and the end of probing are one step: a
+		// failure that starts the next outage meanwhile would otherwise
+		// find probing still set, and no probe would end that outage.
+		o.mu.Lock()
+		if !o.down {
+			o.probing = false
+			o.mu.Unlock()
+			return
 		}
+		o.mu.Unlock()
 		if o.Probe() == nil {
 			o.OK()
-			break
 		}
 	}
-	o.mu.Lock()
-	o.probing = false
-	o.mu.Unlock()
 }
 
 // Stalled records that Redis has not answered a command for d: it is
