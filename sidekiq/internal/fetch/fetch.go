@@ -366,6 +366,9 @@ type conn struct {
 	// watcher: a waker's connection, whose commands take no job and so
 	// say nothing of the fetch's health.
 	watcher bool
+	// dialed, when set, checks each new connection before its first
+	// command (the reliable fetch's change of master: master.go).
+	dialed func(redis.Conn) error
 }
 
 func (f *conn) health() *Health {
@@ -384,6 +387,11 @@ func (f *conn) ready() bool {
 	}
 	for {
 		c, err := f.cfg.dial()
+		if err == nil && f.dialed != nil {
+			if err = f.dialed(c); err != nil {
+				c.Close()
+			}
+		}
 		if err == nil {
 			f.c, f.fresh = c, true
 			return true

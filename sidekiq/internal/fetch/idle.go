@@ -176,7 +176,7 @@ func (bs *blockers) run(b *blocker, seed uint64) {
 	f := bs.f
 	cfg := f.cfg
 	r := NewRand(seed)
-	fc := &conn{cfg: cfg}
+	fc := &conn{cfg: cfg, dialed: f.dialed}
 	defer fc.close()
 	tok := -1
 	giveBack := func() {

@@ -75,6 +75,10 @@ type idents struct {
 	confirmed atomic.Int64
 	stale     atomic.Bool
 
+	// queues are the fetch's queue keys: an identity may have a list for
+	// each (see keysOf).
+	queues []string
+
 	mu   sync.Mutex
 	next uint64
 	live []*listIdent
@@ -126,17 +130,39 @@ func (ids *idents) snapshot() []*listIdent {
 	return slices.Clone(ids.live)
 }
 
-// allLists returns every registered list of the live identities.
+// allLists returns every list the live identities may have: those
+// registered, and one per queue for each identity. A move whose reply was
+// lost (a failover, a restart) may have put a job in a list that was
+// never confirmed registered; such a job is this process's to give back,
+// and no other process recovers it while the identity's heartbeat lives.
 func (ids *idents) allLists() []string {
 	ids.mu.Lock()
 	defer ids.mu.Unlock()
+	seen := map[string]bool{}
 	var out []string
 	for _, li := range ids.live {
-		for _, l := range li.lists {
-			out = append(out, l)
+		for _, l := range ids.keysOfLocked(li) {
+			if !seen[l] {
+				seen[l] = true
+				out = append(out, l)
+			}
 		}
 	}
 	slices.Sort(out)
+	return out
+}
+
+// keysOfLocked returns the lists li may have (ids.mu held).
+func (ids *idents) keysOfLocked(li *listIdent) []string {
+	var out []string
+	for _, l := range li.lists {
+		out = append(out, l)
+	}
+	for _, q := range ids.queues {
+		if li.lists[q] == "" {
+			out = append(out, li.listKey(q))
+		}
+	}
 	return out
 }
 

@@ -88,6 +88,19 @@ type reliableLife struct {
 	lastScan     time.Time
 	// expiredLogged: the renewal that found heartbeats gone was logged.
 	expiredLogged bool
+
+	// master is the run_id of the Redis the fetch reaches (master.go);
+	// moved, set by the fetch, ends the epoch when it changes, and changed
+	// tells the run goroutine.
+	master  masterWatch
+	moved   func()
+	changed chan struct{}
+	// quickUntil: after a change of master, the sweep's second look comes
+	// after quickSweepDelay (run goroutine only).
+	quickUntil time.Time
+
+	lostMu sync.Mutex
+	lost   map[string]bool // list identities whose lists Redis lost
 }
 
 func newReliableLife(cfg *Config, ids *idents) *reliableLife {
@@ -103,6 +116,9 @@ func newReliableLife(cfg *Config, ids *idents) *reliableLife {
 		sweepDelay: stallAfter + 5*time.Second,
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
+		changed:    make(chan struct{}, 1),
+		moved:      func() {},
+		lost:       map[string]bool{},
 	}
 	if l.limit <= 0 {
 		l.limit = DefaultRecoveryLimit
@@ -135,6 +151,8 @@ func (l *reliableLife) run() {
 			return
 		case <-beat.C:
 			l.beat()
+		case <-l.changed:
+			l.onChanged()
 		case <-age.C:
 			l.ids.age()
 			l.sweepSoon()
@@ -162,11 +180,39 @@ func (l *reliableLife) sweepSoon() {
 	}
 }
 
-// beat renews the heartbeats of the list identities. A renewal that finds
-// a key gone means other processes may have taken this one for dead and
-// recovered its jobs: the epoch ends (no position is trusted any more),
-// and the identities of the new epoch get keys of their own.
+// beat renews the heartbeats of the list identities and reads the run_id
+// of the Redis it reaches (master.go). A renewal that finds a key gone
+// means other processes may have taken this one for dead and recovered
+// its jobs, or that Redis lost its data: the epoch ends (no position is
+// trusted any more). The renewal has just written every key again, so the
+// moves go on at once, into lists of identities of the new epoch.
 func (l *reliableLife) beat() {
+	gone, id, ok := l.renew(true)
+	if !ok {
+		return
+	}
+	if id != "" && l.master.observe(id) {
+		l.moved()
+	}
+	if l.master.takePending() {
+		l.reportChange(gone)
+		return
+	}
+	if gone {
+		if !l.expiredLogged {
+			l.expiredLogged = true
+			l.cfg.Logger.Error().Str("component", "fetch").Str("identity", l.cfg.Identity).
+				Msg("this process's reliable-fetch heartbeat had expired (was it stopped for a minute?); other processes may have recovered, and will run again, the jobs it is running")
+		}
+		return
+	}
+	l.expiredLogged = false
+}
+
+// renew writes the heartbeats of the created identities and reports
+// whether one was gone; with info, it also returns the run_id of the
+// Redis it wrote to. ok is false when Redis could not be reached.
+func (l *reliableLife) renew(info bool) (gone bool, runID string, ok bool) {
 	var live []*listIdent
 	for _, li := range l.ids.snapshot() {
 		l.ids.mu.Lock()
@@ -177,76 +223,83 @@ func (l *reliableLife) beat() {
 		}
 	}
 	sent := time.Now()
-	if len(live) == 0 {
+	if len(live) == 0 && !info {
 		l.ids.confirm(sent)
-		return
+		return false, "", true
 	}
 	ctx, cancel := ctxTimeout(stallAfter)
 	defer cancel()
 	conn, err := l.cfg.Pool.GetContext(ctx)
 	if err != nil {
 		l.cfg.Outage.Failed(err)
-		return
+		return false, "", false
 	}
 	defer conn.Close()
 	for _, li := range live {
 		conn.Send("SET", li.hbKey, l.hbValue, "EX", contract.HeartbeatTTL, "GET")
 	}
+	if info {
+		conn.Send("INFO", "server")
+	}
 	replies, err := redis.Values(conn.Do(""))
 	if err != nil {
 		l.cfg.Outage.Failed(err)
-		return
+		return false, "", false
 	}
-	gone := false
+	if info {
+		if s, err := redis.String(replies[len(replies)-1], nil); err == nil {
+			runID = runIDOf(s)
+		}
+		replies = replies[:len(replies)-1]
+	}
 	for _, r := range replies {
 		switch r.(type) {
 		case nil:
 			gone = true
 		case redis.Error:
 			// SET … GET needs Redis 6.2: a plain SET cannot tell.
-			if err := l.beatPlain(conn, live); err != nil {
+			if gone, err = l.beatPlain(conn, live); err != nil {
 				l.cfg.Outage.Failed(err)
-				return
+				return false, "", false
 			}
 			l.ids.confirm(sent)
-			return
+			return gone, runID, true
 		}
 	}
 	if gone {
 		l.ids.bump()
-		if !l.expiredLogged {
-			l.expiredLogged = true
-			l.cfg.Logger.Error().Str("component", "fetch").Str("identity", l.cfg.Identity).
-				Msg("this process's reliable-fetch heartbeat had expired (was it stopped for a minute?); other processes may have recovered, and will run again, the jobs it is running")
-		}
-		return
 	}
-	l.expiredLogged = false
 	l.ids.confirm(sent)
+	return gone, runID, true
 }
 
 // beatPlain renews the heartbeats on a Redis without SET … GET (before
-// 6.2), reading them first: a key gone ends the epoch all the same.
-func (l *reliableLife) beatPlain(conn redis.Conn, live []*listIdent) error {
+// 6.2), reading them first: a key gone ends the epoch all the same, and
+// is reported.
+func (l *reliableLife) beatPlain(conn redis.Conn, live []*listIdent) (bool, error) {
 	for _, li := range live {
 		conn.Send("EXISTS", li.hbKey)
 		conn.Send("SET", li.hbKey, l.hbValue, "EX", contract.HeartbeatTTL)
 	}
 	replies, err := redisreply.Pipeline(context.Background(), conn)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for i := 0; i < len(replies); i += 2 {
 		if n, _ := redis.Int(replies[i], nil); n == 0 {
 			l.ids.bump()
-			return nil
+			return true, nil
 		}
 	}
-	return nil
+	return false, nil
 }
 
-// notOwned logs a finished job that was no longer in its in-progress list.
+// notOwned logs a finished job that was no longer in its in-progress list
+// (not when Redis lost that list with its data: that was logged once).
 func (l *reliableLife) notOwned(list string, raw []byte) {
+	if _, identity, ok := contract.ParseWorkingListKey(list); ok && l.wasLost(identity) {
+		return
+	}
 	l.cfg.Logger.Warn().Str("component", "fetch").Str("list", list).Bytes("payload", raw).
 		Msg("a finished job was no longer in this process's in-progress list: another process recovered it and runs it again")
 }
@@ -272,7 +325,11 @@ func (l *reliableLife) sweepOwn(final bool) error {
 		if d == l.sweptDropped && l.candidates == nil {
 			return l.retire()
 		}
-		if l.candidates != nil && now.Sub(l.candidatesAt) < l.sweepDelay {
+		delay := l.sweepDelay
+		if now.Before(l.quickUntil) {
+			delay = quickSweepDelay
+		}
+		if l.candidates != nil && now.Sub(l.candidatesAt) < delay {
 			return nil
 		}
 	}
@@ -349,9 +406,7 @@ func (l *reliableLife) retire() error {
 	var lists []string
 	l.ids.mu.Lock()
 	for _, li := range old {
-		for _, k := range li.lists {
-			lists = append(lists, k)
-		}
+		lists = append(lists, l.ids.keysOfLocked(li)...)
 	}
 	l.ids.mu.Unlock()
 	entries, err := l.ownEntries(lists)
@@ -364,10 +419,12 @@ func (l *reliableLife) retire() error {
 			l.ids.mu.Lock()
 			empty := true
 			args := []any{contract.KeyWorkingLists}
-			for _, k := range li.lists {
+			for _, k := range l.ids.keysOfLocked(li) {
 				if len(entries[k]) > 0 {
 					empty = false
 				}
+			}
+			for _, k := range li.lists {
 				args = append(args, k)
 			}
 			l.ids.mu.Unlock()

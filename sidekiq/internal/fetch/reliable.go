@@ -109,6 +109,9 @@ func NewReliable(ctx context.Context, cfg *Config) (Fetcher, error) {
 		return nil, err
 	}
 	f.queues = newQueues(cfg, f.moveOK)
+	for _, q := range f.queues.list {
+		f.ids.queues = append(f.ids.queues, q.key)
+	}
 	f.blockers = newBlockers(f)
 	f.queues.onWake = f.blockers.cutOthers
 	for i := range f.gatherers {
@@ -127,6 +130,7 @@ func NewReliable(ctx context.Context, cfg *Config) (Fetcher, error) {
 	f.life.dropped = f.drops.Load
 	f.life.waitingSince = f.oldestWait
 	f.life.blocking = f.blockers.blockingLists
+	f.life.moved = f.masterMoved
 	if err := f.life.start(writes); err != nil {
 		return nil, err
 	}

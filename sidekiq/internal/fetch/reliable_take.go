@@ -293,7 +293,7 @@ func (f *reliableFetch) unit(m *move) Unit {
 func (f *reliableFetch) taker(taking *atomic.Int64, g *gathering, seed uint64) {
 	cfg := f.cfg
 	r := NewRand(seed)
-	fc := &conn{cfg: cfg}
+	fc := &conn{cfg: cfg, dialed: f.dialed}
 	defer fc.close()
 	var slots []int
 	rd := &round{}
@@ -416,6 +416,9 @@ func (f *reliableFetch) failedRound(rd *round) {
 	}
 }
 
+// errUnconfirmed is the fetch's failure while it waits for its heartbeats.
+var errUnconfirmed = errors.New("the reliable fetch's in-progress heartbeats could not be confirmed for 20s: no job is taken until they are")
+
 // waitTakeable waits out a pause of every queue, and heartbeats not
 // confirmed for positionFresh (an outage, or a renewal that found them
 // gone: this process may have been taken for dead). It reports false
@@ -428,6 +431,8 @@ func (f *reliableFetch) waitTakeable() bool {
 		if f.ids.fresh() {
 			return true
 		}
+		// Not ready: no job can be taken (Health.ok when a round works).
+		f.cfg.Health.failed(errUnconfirmed)
 		if !f.cfg.sleepOrQuiet(pausePoll) {
 			return false
 		}
