@@ -158,10 +158,11 @@ func TestFailoverMidDrainStrandsNoJob(t *testing.T) {
 	}
 }
 
-// A busy worker whose Redis restarts empty (no persistence), three times,
-// resumes within 2 s each time: a job pushed once Redis is back runs
-// within 2 s, /readyz is 503 while Redis is down and 200 after, and the
-// log says that Redis lost its data.
+// A busy worker whose Redis restarts empty (no persistence), three times
+// in a row, resumes within 2 s each time: a job pushed once Redis is back
+// runs within 2 s, /readyz is 503 while Redis is down and 200 after, and
+// the log says that Redis lost its data (and not that this process was
+// stopped for a minute).
 func TestEmptyRestartsUnderABusyWorker(t *testing.T) {
 	t.Parallel()
 	rs := redistest.StartWith(t, redistest.Options{TCP: true})

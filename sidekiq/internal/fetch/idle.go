@@ -181,8 +181,8 @@ func (bs *blockers) run(b *blocker, seed uint64) {
 	tok := -1
 	giveBack := func() {
 		if tok >= 0 {
-			bs.held.Add(-1)
 			f.freed(tok)
+			bs.held.Add(-1) // after: the slot is never counted busy meanwhile
 			tok = -1
 		}
 	}
@@ -196,12 +196,18 @@ func (bs *blockers) run(b *blocker, seed uint64) {
 			return
 		}
 		if tok < 0 {
+			// Counted before the token is taken, so that no moment finds
+			// an idle slot's token neither in f.idle nor held (idleSlots).
+			// While it waits, every queue is believed empty: a busy slot
+			// would fetch nothing ahead anyway.
+			bs.held.Add(1)
 			select {
 			case tok = <-f.idle:
-				bs.held.Add(1)
 			case <-f.queues.wokeChan():
+				bs.held.Add(-1)
 				continue
 			case <-cfg.Quiet:
+				bs.held.Add(-1)
 				return
 			}
 			if !bs.dry() {

@@ -120,7 +120,14 @@ func (l *reliableLife) onChanged() {
 	if !l.master.takePending() {
 		return // the renewal reported it
 	}
-	gone, _, ok := l.renew(false)
+	// A pooled connection to the Redis that went away fails once, and is
+	// dropped: the next one reaches the new Redis.
+	var gone, ok bool
+	for range 3 {
+		if gone, _, ok = l.renew(false); ok {
+			break
+		}
+	}
 	if !ok {
 		l.master.mu.Lock()
 		l.master.pending = true // the next renewal reports it
@@ -148,7 +155,7 @@ func (l *reliableLife) reportChange(lost bool) {
 		}
 		l.lostMu.Unlock()
 		log = l.cfg.Logger.Error()
-		msg = "redis lost its data (a restart without persistence, or a promoted replica without it): the jobs running now are no longer in this process's in-progress lists and were lost from Redis; they finish, and new jobs are taken at once"
+		msg = "redis lost its data (a restart without persistence, or a promoted replica without it): the in-progress lists of the jobs running now are gone with it; those jobs finish, and new jobs are taken at once"
 	}
 	log.Str("component", "fetch").Str("run_id", short(cur)).Str("previous_run_id", short(prev)).Msg(msg)
 	l.sweepSoon()
