@@ -96,3 +96,37 @@ func TestReliableRenewalThatFindsHeartbeatsGoneKeepsTaking(t *testing.T) {
 	b.push(t, "default", "j2")
 	wait.For(t, "the next job", func() bool { return b.processed() == 2 })
 }
+
+// A job in one of this process's own lists whose registration was never
+// confirmed (a move whose reply a failover cut off) is given back at a
+// clean stop: the final sweep reads every list a live identity may have,
+// one per queue, not only the registered ones.
+func TestReliableStopGivesBackAJobInAnUnregisteredOwnList(t *testing.T) {
+	t.Parallel()
+	b := reliableBundle(t, nil, func(c *Config) {
+		c.Concurrency = 1
+		c.Order = NewOrder([]wire.QueueWeight{{Name: "a"}, {Name: "b"}}, wire.Version7)
+	})
+	var f *reliableFetch
+	b.finishWith(func() Fetcher { return f })
+	f = newReliable(t, b)
+	f.Start()
+	b.push(t, "a", "j1")
+	wait.For(t, "the first job", func() bool { return b.processed() == 1 })
+	b.quietNow()
+	f.Wait()
+
+	li := f.slots[0].identity(f.ids)
+	list := li.listKey(contract.QueueKey("b"))
+	f.ids.mu.Lock()
+	delete(li.lists, contract.QueueKey("b"))
+	f.ids.mu.Unlock()
+	_, err := b.conn.Do("SREM", contract.KeyWorkingLists, list)
+	require.NoError(t, err)
+	_, err = b.conn.Do("LPUSH", list, "stray")
+	require.NoError(t, err)
+
+	f.Close()
+	require.Equal(t, []string{"stray"}, b.queue(t, "b"))
+	require.Empty(t, b.keys(t, "working:*"))
+}
