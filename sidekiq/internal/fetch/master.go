@@ -37,6 +37,11 @@ import (
 // quickSweepDelay is the second look's delay after a change of master.
 const quickSweepDelay = time.Second
 
+// renewFor is how long a change of master seen on a fetch connection
+// tries the renewal that tells what happened, before the next heartbeat
+// renewal does.
+const renewFor = 3 * time.Second
+
 // quickSweepFor is how long after a change the sweeps use it.
 const quickSweepFor = 30 * time.Second
 
@@ -120,12 +125,17 @@ func (l *reliableLife) onChanged() {
 	if !l.master.takePending() {
 		return // the renewal reported it
 	}
-	// A pooled connection to the Redis that went away fails once, and is
-	// dropped: the next one reaches the new Redis.
+	// Each pooled connection to the Redis that went away fails once, and
+	// is dropped: a later one reaches the new Redis.
 	var gone, ok bool
-	for range 3 {
-		if gone, _, ok = l.renew(false); ok {
+	for deadline := time.Now().Add(renewFor); ; {
+		if gone, _, ok = l.renew(false); ok || time.Now().After(deadline) {
 			break
+		}
+		select {
+		case <-l.stop:
+			return
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	if !ok {
