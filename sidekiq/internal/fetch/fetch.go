@@ -196,6 +196,17 @@ func (h *Health) failed(err error) {
 	}
 }
 
+// cleared ends a failure that was err (and no other since): what kept the
+// fetch from taking jobs is over, though no round trip has succeeded yet.
+func (h *Health) cleared(err error) {
+	if h == nil {
+		return
+	}
+	if e := h.err.Load(); e != nil && *e == err {
+		h.ok()
+	}
+}
+
 // Failing returns since when the fetch has failed (zero when its last
 // round trip succeeded) and its last error.
 func (h *Health) Failing() (time.Time, error) {

@@ -130,3 +130,28 @@ func TestReliableStopGivesBackAJobInAnUnregisteredOwnList(t *testing.T) {
 	require.Equal(t, []string{"stray"}, b.queue(t, "b"))
 	require.Empty(t, b.keys(t, "working:*"))
 }
+
+// While the heartbeats cannot be confirmed no job is taken, and the fetch
+// says so (the server's /readyz is 503); once they are, it is healthy
+// again without waiting for a job.
+func TestReliableUnconfirmedHeartbeatsAreAFailure(t *testing.T) {
+	t.Parallel()
+	health := &Health{}
+	b := reliableBundle(t, nil, func(c *Config) { c.Health = health })
+	var f *reliableFetch
+	b.finishWith(func() Fetcher { return f })
+	f = newReliable(t, b)
+	halt(f.life)
+	b.start(t, f)
+	f.ids.confirmed.Store(time.Now().Add(-time.Minute).UnixNano())
+	f.ids.age()
+	wait.For(t, "the fetch to report the failure", func() bool {
+		_, err := health.Failing()
+		return err == errUnconfirmed
+	})
+	require.Zero(t, b.processed())
+	f.ids.confirm(time.Now())
+	wait.For(t, "healthy again", func() bool { since, _ := health.Failing(); return since.IsZero() })
+	b.push(t, "default", "j1")
+	wait.For(t, "the job", func() bool { return b.processed() == 1 })
+}

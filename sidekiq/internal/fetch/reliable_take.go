@@ -424,13 +424,18 @@ var errUnconfirmed = errors.New("the reliable fetch's in-progress heartbeats cou
 // gone: this process may have been taken for dead). It reports false
 // when the server went quiet.
 func (f *reliableFetch) waitTakeable() bool {
+	waited := false
 	for {
 		if !f.cfg.Order.WaitUnpaused(f.cfg.Quiet) {
 			return false
 		}
 		if f.ids.fresh() {
+			if waited {
+				f.cfg.Health.cleared(errUnconfirmed)
+			}
 			return true
 		}
+		waited = true
 		// Not ready: no job can be taken (Health.ok when a round works).
 		f.cfg.Health.failed(errUnconfirmed)
 		if !f.cfg.sleepOrQuiet(pausePoll) {
