@@ -444,6 +444,11 @@ func (l *reliableLife) retire() error {
 		return err
 	}
 	l.ids.drop(gone)
+	l.lostMu.Lock()
+	for li := range gone {
+		delete(l.lost, li.id)
+	}
+	l.lostMu.Unlock()
 	return nil
 }
 
