@@ -130,6 +130,7 @@ func (bs *blockers) waitDry() bool {
 		}
 		select {
 		case <-ch:
+		case <-time.After(time.Second): // a queue paused meanwhile is dry too
 		case <-bs.f.cfg.Quiet:
 			return false
 		}

@@ -76,7 +76,7 @@ type idents struct {
 	stale     atomic.Bool
 
 	// queues are the fetch's queue keys: an identity may have a list for
-	// each (see keysOf).
+	// each (see keysOfLocked).
 	queues []string
 
 	mu   sync.Mutex

@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
@@ -417,7 +418,7 @@ func (f *reliableFetch) failedRound(rd *round) {
 }
 
 // errUnconfirmed is the fetch's failure while it waits for its heartbeats.
-var errUnconfirmed = errors.New("the reliable fetch's in-progress heartbeats could not be confirmed for 20s: no job is taken until they are")
+var errUnconfirmed = fmt.Errorf("the reliable fetch's in-progress heartbeats could not be confirmed for %s: no job is taken until they are", positionFresh)
 
 // waitTakeable waits out a pause of every queue, and heartbeats not
 // confirmed for positionFresh (an outage, or a renewal that found them
@@ -436,7 +437,7 @@ func (f *reliableFetch) waitTakeable() bool {
 			return true
 		}
 		waited = true
-		// Not ready: no job can be taken (Health.ok when a round works).
+		// Not ready: no job can be taken until they are (cleared above).
 		f.cfg.Health.failed(errUnconfirmed)
 		if !f.cfg.sleepOrQuiet(pausePoll) {
 			return false

@@ -37,6 +37,10 @@ import (
 // next. Before Redis 6.2, BRPOPLPUSH puts the woken job at the push end of
 // its queue, which changes its order only when several jobs arrive at
 // once. Closing a waker's connection at quiet is safe at any moment.
+//
+// A waker only watches: beside other processes blocked on the queue, the
+// job it sees goes to the next of them. The idle slots therefore also wait
+// with blocking moves into lists of their own (idle.go).
 
 // wakeTimeout is the waker's BLMOVE timeout in seconds: how often it
 // comes back to see whether it is still needed.
