@@ -38,17 +38,19 @@ import (
 // first job to come is the only one, whichever its queue), and draws
 // again after each timeout: the idle slots spread over the queues as the
 // weights say. A job pushed to a queue that no blocker waits on is seen by
-// its waker, which wakes the takers; the blockers waiting on other queues
-// are then cut off with `CLIENT UNBLOCK <id>` (their move returns nil as on
-// a timeout, and moved nothing), so that their slots' tokens go to the
-// takers at once rather than after up to two seconds. The same cuts them
-// off at quiet. Where CLIENT UNBLOCK is refused (an ACL), a blocker comes
+// its waker, which wakes the takers; when no idle token waits for them, a
+// blocker waiting on another queue is cut off with `CLIENT UNBLOCK <id>`
+// (its move returns nil as on a timeout, and moved nothing), so that its
+// slot's token goes to the takers at once rather than after up to two
+// seconds. The same cuts every blocker off at quiet. Where CLIENT UNBLOCK is refused (an ACL), a blocker comes
 // back within its timeout.
 //
 // A blocker holds an idle slot's token only while every queue is believed
-// empty: when a queue has jobs, the takers move them in rounds (one round
-// trip for many slots), and a blocker that got a job marks its queue as
-// having jobs for them.
+// empty: when a queue has jobs (its waker saw one), the takers move them in
+// rounds, one round trip for many slots. A job a blocker gets does not
+// mark its queue: in a trickle that would send the slot's next token to a
+// taker's move that finds nothing, and the blocker would wait for it
+// before it blocks again, losing its place to the other processes' clients.
 //
 // The sweep of the own lists does not look at a list a blocker is blocked
 // on: a job may arrive in it at any moment before its reply is read
@@ -248,13 +250,11 @@ func (bs *blockers) run(b *blocker, seed uint64) {
 		raw, err := bs.block(fc.c, &m)
 		if raw != nil {
 			// The job is in the slot's list: its mirror gets it before the
-			// list is swept again.
+			// list is swept again. The queue stays believed empty: more
+			// jobs there are the waker's to see (its move returns at once
+			// on a list that has some), and meanwhile the other blockers
+			// keep their places in Redis's queue of clients.
 			m.raw = raw
-			q.seen.Add(1)
-			if q.empty.Swap(false) {
-				f.queues.wake()
-				bs.cutOthers(q)
-			}
 			bs.held.Add(-1)
 			f.deliver(&m)
 			tok = -1
@@ -356,18 +356,26 @@ func (bs *blockers) unblocked(b *blocker) {
 	bs.mu.Unlock()
 }
 
-// cutOthers cuts off the blockers waiting on queues other than q, which
-// has jobs: their slots' tokens go to the takers.
+// cutOthers cuts off one blocker waiting on a queue other than q, whose
+// waker saw a job that none of the blockers got: its slot's token goes to
+// the takers, which move the job if it is still there. One, not all: the
+// others keep their places among the clients blocked on their queues (a
+// burst's waker sees jobs again and cuts another), and come back within
+// their timeout anyway.
 func (bs *blockers) cutOthers(q *queueState) {
-	any := false
+	if len(bs.f.idle) > 0 {
+		return // a taker has a token already
+	}
+	cut := false
 	bs.mu.Lock()
 	for _, b := range bs.list {
-		if b.q != nil && b.q != q && b.id != 0 {
-			b.cut, any = true, true
+		if b.q != nil && b.q != q && b.id != 0 && !b.cut {
+			b.cut, cut = true, true
+			break
 		}
 	}
 	bs.mu.Unlock()
-	if any {
+	if cut {
 		signal(bs.cut)
 	}
 }
