@@ -25,6 +25,7 @@ var layers = map[string]int{
 	"sidekiq":                      5,
 	"sidekiq/activejob":            6,
 	"sidekiq/api":                  6,
+	"sidekiq/typed":                7,
 }
 
 func TestPackagesImportOnlyLowerLayers(t *testing.T) {

@@ -1,0 +1,30 @@
+package typed
+
+import (
+	"context"
+
+	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+// Func is a typed handler: it runs a job with its arguments decoded.
+type Func[T any] func(ctx context.Context, job *wire.Job, args T) error
+
+// Handler returns a sidekiq.Handler that decodes each job's arguments into
+// a T and calls fn. A job whose arguments do not decode fails with an
+// *ArgError, without calling fn.
+func Handler[T any](fn Func[T]) sidekiq.Handler {
+	return sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
+		args, err := Decode[T](job)
+		if err != nil {
+			return err
+		}
+		return fn(ctx, job, args)
+	})
+}
+
+// Handle registers fn on s for jobs of class (or, for ActiveJob payloads,
+// of that ActiveJob class), with opts as Server.Handle takes them.
+func Handle[T any](s *sidekiq.Server, class string, fn Func[T], opts *sidekiq.HandlerOptions) {
+	s.Handle(class, Handler(fn), opts)
+}

@@ -1,0 +1,189 @@
+package typed_test
+
+import (
+	"context"
+	"errors"
+	"math/big"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/sidekiq/activejob"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
+	"github.com/gojob/gojob/sidekiq/typed"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+type Address struct {
+	City string
+	Zip  *string
+}
+
+type Signup struct {
+	UserID  int64   `json:"user_id"`
+	Plan    string  // "plan"
+	Price   float64 // "price"
+	Tags    []string
+	Address Address
+	Extra   map[string]any
+	Seen    time.Time `sidekiq:"seen_at"`
+	Skip    string    `json:"-"`
+}
+
+type Charge struct {
+	typed.Positional
+	AccountID int64
+	Amount    float64
+	Currency  string
+	Retry     bool `sidekiq:",optional"`
+}
+
+func job(t *testing.T, payload string) *wire.Job {
+	t.Helper()
+	j, err := wire.ParseJob([]byte(payload))
+	require.NoError(t, err)
+	return j
+}
+
+func TestDecodeHashArgument(t *testing.T) {
+	j := job(t, `{"class":"SignupJob","args":[{"user_id":42,"plan":"pro","price":10,"tags":["a","b"],"address":{"city":"Oslo","zip":null},"extra":{"n":1.5,"big":123456789012345678901234},"seen_at":1700000000.25,"ignored":true,"skip":"x"}],"jid":"j1","queue":"default"}`)
+	got, err := typed.Decode[Signup](j)
+	require.NoError(t, err)
+	big, _ := new(big.Int).SetString("123456789012345678901234", 10)
+	require.Equal(t, Signup{
+		UserID: 42, Plan: "pro", Price: 10, Tags: []string{"a", "b"},
+		Address: Address{City: "Oslo"},
+		Extra:   map[string]any{"n": 1.5, "big": big},
+		Seen:    time.Unix(1700000000, 250000000).UTC(),
+	}, got)
+}
+
+func TestDecodePositional(t *testing.T) {
+	got, err := typed.Decode[Charge](job(t, `{"class":"ChargeJob","args":[7,19.99,"eur"],"jid":"j"}`))
+	require.NoError(t, err)
+	require.Equal(t, Charge{AccountID: 7, Amount: 19.99, Currency: "eur"}, got)
+
+	got, err = typed.Decode[Charge](job(t, `{"class":"ChargeJob","args":[7,20,"eur",true],"jid":"j"}`))
+	require.NoError(t, err)
+	require.Equal(t, Charge{AccountID: 7, Amount: 20, Currency: "eur", Retry: true}, got)
+}
+
+func TestDecodeScalarArgument(t *testing.T) {
+	s, err := typed.Decode[string](job(t, `{"class":"X","args":["hello"],"jid":"j"}`))
+	require.NoError(t, err)
+	require.Equal(t, "hello", s)
+	v, err := typed.Decode[rubyjson.Value](job(t, `{"class":"X","args":[{"b":1,"a":2}],"jid":"j"}`))
+	require.NoError(t, err)
+	require.Equal(t, `{"b":1,"a":2}`, string(v.Encode()))
+}
+
+// TestDecodeErrorsNameTheArgument: each mismatch names the argument as Ruby
+// would write it, the Go field and the Go type.
+func TestDecodeErrorsNameTheArgument(t *testing.T) {
+	for _, c := range []struct {
+		payload, want string
+		hash          bool
+	}{
+		{`{"class":"ChargeJob","args":["7",1,"eur"]}`, `typed: ChargeJob args[0] (Charge.AccountID): cannot decode string "7" into int64`, false},
+		{`{"class":"ChargeJob","args":[7,1,"eur",1]}`, `typed: ChargeJob args[3] (Charge.Retry): cannot decode integer 1 into bool`, false},
+		{`{"class":"ChargeJob","args":[1.0,1,"eur"]}`, `typed: ChargeJob args[0] (Charge.AccountID): cannot decode float 1.0 into int64`, false},
+		{`{"class":"ChargeJob","args":[7,1]}`, `typed: ChargeJob args[2] (Charge.Currency): cannot decode missing into string`, false},
+		{`{"class":"ChargeJob","args":[7,1,"eur",true,5]}`, `typed: ChargeJob args: cannot decode 5 arguments (typed_test.Charge takes 4) into typed_test.Charge`, false},
+		{`{"class":"SignupJob","args":[{"user_id":"x"}]}`, `typed: SignupJob args[0]["user_id"] (Signup.UserID): cannot decode string "x" into int64`, true},
+		{`{"class":"SignupJob","args":[{"tags":["a",2]}]}`, `typed: SignupJob args[0]["tags"][1] (Signup.Tags): cannot decode integer 2 into string`, true},
+		{`{"class":"SignupJob","args":[{"address":{"city":3}}]}`, `typed: SignupJob args[0]["address"]["city"] (Address.City): cannot decode integer 3 into string`, true},
+		{`{"class":"SignupJob","args":[[1]]}`, `typed: SignupJob args[0]: cannot decode array into typed_test.Signup`, true},
+		{`{"class":"SignupJob","args":[{},{}]}`, `typed: SignupJob args: cannot decode 2 arguments (typed_test.Signup takes 1) into typed_test.Signup`, true},
+	} {
+		var err error
+		if c.hash {
+			_, err = typed.Decode[Signup](job(t, c.payload))
+		} else {
+			_, err = typed.Decode[Charge](job(t, c.payload))
+		}
+		var ae *typed.ArgError
+		require.ErrorAs(t, err, &ae, c.payload)
+		require.Equal(t, c.want, err.Error())
+	}
+}
+
+// TestHandlerFailsWithoutCallingFn: a payload that does not decode fails
+// the job (the server retries it) and never reaches the function.
+func TestHandlerFailsWithoutCallingFn(t *testing.T) {
+	called := false
+	h := typed.Handler(func(ctx context.Context, job *wire.Job, c Charge) error { called = true; return nil })
+	err := h.Perform(context.Background(), job(t, `{"class":"ChargeJob","args":["x",1,"eur"],"jid":"j"}`))
+	var ae *typed.ArgError
+	require.True(t, errors.As(err, &ae))
+	require.Equal(t, "args[0]", ae.Arg)
+	require.False(t, called)
+
+	var got Charge
+	h = typed.Handler(func(ctx context.Context, job *wire.Job, c Charge) error { got = c; return nil })
+	require.NoError(t, h.Perform(context.Background(), job(t, `{"class":"ChargeJob","args":[1,2,"x"],"jid":"j"}`)))
+	require.Equal(t, Charge{AccountID: 1, Amount: 2, Currency: "x"}, got)
+}
+
+// TestEncodeRubyBytes: the arguments are written as Ruby's JSON.generate
+// writes the same values.
+func TestEncodeRubyBytes(t *testing.T) {
+	j, err := typed.NewJob("ChargeJob", Charge{AccountID: 7, Amount: 20, Currency: "eur"})
+	require.NoError(t, err)
+	require.Equal(t, `{"args":[7,20.0,"eur",false],"class":"ChargeJob"}`, string(j.Encode()))
+
+	zip := "0150"
+	j, err = typed.NewJob("SignupJob", Signup{UserID: 1, Plan: "pro", Price: 1e20, Tags: nil,
+		Address: Address{City: "Oslo", Zip: &zip}, Seen: time.Unix(1700000000, 500000000)})
+	require.NoError(t, err)
+	require.Equal(t, `{"args":[{"user_id":1,"plan":"pro","price":1.0e+20,"tags":[],"address":{"city":"Oslo","zip":"0150"},"extra":null,"seen_at":1700000000.5}],"class":"SignupJob"}`, string(j.Encode()))
+
+	// And back.
+	back, err := typed.Decode[Signup](job(t, string(j.Encode())))
+	require.NoError(t, err)
+	require.Equal(t, "0150", *back.Address.Zip)
+	require.Equal(t, 1e20, back.Price)
+}
+
+// TestDecodeActiveJob: a wrapped ActiveJob's arguments are deserialized as
+// ActiveJob reads them before they bind: symbols and GlobalIDs are
+// strings, times are time.Time, hashes of any key kind are hashes.
+func TestDecodeActiveJob(t *testing.T) {
+	type Notify struct {
+		typed.Positional
+		User   string
+		Kind   string
+		At     time.Time
+		Day    time.Time
+		Wait   time.Duration
+		Params struct {
+			Count int `json:"count"`
+		}
+	}
+	at := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	j, err := activejob.New(&activejob.Params{
+		Class: "NotifyJob",
+		Args: []any{activejob.GlobalID("gid://app/User/9"), activejob.Symbol("welcome"),
+			activejob.Time{Time: at}, activejob.Date{Year: 2024, Month: 2, Day: 29}, 5 * time.Minute,
+			map[string]any{"count": 3}},
+		EnqueuedAt: at,
+	})
+	require.NoError(t, err)
+	j, err = wire.ParseJob(j.Encode())
+	require.NoError(t, err)
+	got, err := typed.Decode[Notify](j)
+	require.NoError(t, err)
+	require.Equal(t, "gid://app/User/9", got.User)
+	require.Equal(t, "welcome", got.Kind)
+	require.True(t, at.Equal(got.At))
+	require.Equal(t, time.Date(2024, 2, 29, 0, 0, 0, 0, time.UTC), got.Day)
+	require.Equal(t, 5*time.Minute, got.Wait)
+	require.Equal(t, 3, got.Params.Count)
+
+	type Wrong struct {
+		typed.Positional
+		User int
+	}
+	_, err = typed.Decode[Wrong](j)
+	require.EqualError(t, err, `typed: NotifyJob args: cannot decode 6 arguments (typed_test.Wrong takes 1) into typed_test.Wrong`)
+}
