@@ -275,7 +275,7 @@ func timeOf(v any) (time.Time, bool) {
 		return time.Date(x.Year, x.Month, x.Day, 0, 0, 0, 0, time.UTC), true
 	}
 	if f, ok := floatOf(v); ok {
-		return contract.FromEpochSeconds(f).UTC(), true
+		return epoch(f), true
 	}
 	if s, ok := strOf(v); ok {
 		for _, layout := range []string{time.RFC3339Nano, "2006-01-02 15:04:05 -0700", "2006-01-02 15:04:05 MST", "2006-01-02"} {
@@ -310,6 +310,14 @@ func plain(v any) any {
 
 func (d *decoder) decode(path, field string, v any, dst reflect.Value) error {
 	t := dst.Type()
+	if _, raw := v.(rubyjson.Value); !raw && v != nil && t.Kind() != reflect.Interface {
+		// An ActiveJob value into a field of its own type (activejob.Time,
+		// activejob.Symbol, *activejob.Hash...): kept as decoded.
+		if xv := reflect.ValueOf(v); xv.Type() == t {
+			dst.Set(xv)
+			return nil
+		}
+	}
 	switch t {
 	case valueType:
 		x, ok := v.(rubyjson.Value)
@@ -497,4 +505,13 @@ func (d *decoder) decode(path, field string, v any, dst reflect.Value) error {
 		return nil
 	}
 	return d.fail(path, field, t, v)
+}
+
+// epoch converts epoch seconds to a UTC time to the nearest nanosecond
+// (Ruby's Time.at(float) keeps the float's exact value; whole seconds and
+// their fraction are split first so that no precision is lost in between).
+func epoch(f float64) time.Time {
+	sec := math.Floor(f)
+	ns := math.Round((f - sec) * 1e9)
+	return time.Unix(int64(sec), int64(ns)).UTC()
 }

@@ -14,7 +14,8 @@
 // A field's key is its `sidekiq` tag, else its `json` tag, else its name
 // in snake_case (UserID is "user_id"); "-" skips a field. The tag option
 // ",optional" lets a trailing positional argument be missing (a Ruby
-// default argument); a missing hash key always leaves the zero value.
+// default argument), and is not written when it holds its zero value; a
+// missing hash key always leaves the zero value.
 //
 // Decoding follows Ruby's JSON: an integer field takes only a JSON
 // integer (1.0 is a Float in Ruby and an error here), a float field takes

@@ -23,7 +23,7 @@ func Encode[T any](args T) ([]rubyjson.Value, error) {
 	if isPositional(rv.Type()) {
 		si := infoOf(rv.Type())
 		out := make([]rubyjson.Value, 0, len(si.fields))
-		for _, f := range si.fields {
+		for _, f := range si.fields[:positionalLen(si, rv)] {
 			v, err := encode(rv.Field(f.index))
 			if err != nil {
 				return nil, fmt.Errorf("typed: %s.%s: %w", rv.Type().Name(), f.name, err)
@@ -81,7 +81,7 @@ func encode(rv reflect.Value) (rubyjson.Value, error) {
 	case timeType:
 		tm := rv.Interface().(time.Time)
 		// Ruby's Time#to_f.
-		return rubyjson.FloatValue(float64(tm.UnixNano()) / 1e9), nil
+		return rubyjson.FloatValue(float64(tm.Unix()) + float64(tm.Nanosecond())/1e9), nil
 	case durationType:
 		d := time.Duration(rv.Int())
 		if d%time.Second == 0 {
@@ -142,7 +142,7 @@ func encode(rv reflect.Value) (rubyjson.Value, error) {
 		si := infoOf(t)
 		if si.positional {
 			out := make([]rubyjson.Value, 0, len(si.fields))
-			for _, f := range si.fields {
+			for _, f := range si.fields[:positionalLen(si, rv)] {
 				v, err := encode(rv.Field(f.index))
 				if err != nil {
 					return rubyjson.Value{}, fmt.Errorf("%s: %w", f.name, err)
@@ -166,4 +166,15 @@ func encode(rv reflect.Value) (rubyjson.Value, error) {
 		return rubyjson.ObjectValue(m), nil
 	}
 	return rubyjson.Value{}, fmt.Errorf("cannot encode a %s as a Sidekiq argument", t)
+}
+
+// positionalLen is the number of positional arguments written: trailing
+// optional fields left at their zero value are omitted, as a Ruby caller
+// omits an argument that has a default.
+func positionalLen(si *structInfo, rv reflect.Value) int {
+	n := len(si.fields)
+	for n > 0 && si.fields[n-1].optional && rv.Field(si.fields[n-1].index).IsZero() {
+		n--
+	}
+	return n
 }
