@@ -16,6 +16,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/batch"
+	"github.com/gojob/gojob/expiry"
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -211,6 +212,10 @@ func buildServer(c *ucli.Context, cfg *sidekiq.ServerConfig, o *options, log zer
 		return nil, noop, err
 	}
 	srv.Extend(batches)
+	// Jobs a Sidekiq Pro client gave expires_in are dropped once expired,
+	// as Pro's servers do (expiry); after batches, so that the batch
+	// counts an expired job as a success.
+	srv.Extend(expiry.New(expiry.Config{Logger: log, Clock: cfg.Clock}))
 	for _, h := range o.handlers {
 		srv.Handle(h.class, h.h, h.opts)
 	}

@@ -138,6 +138,32 @@ type PushOpts struct {
 	// In schedules the job after this delay (perform_in). Ignored when At is
 	// set.
 	In time.Duration
+	// ExpiresIn makes the job expire that long after it is due (now, or
+	// its scheduled time): Sidekiq Pro's expires_in. The payload carries
+	// "expires_at" (epoch seconds), which the client middleware sees; a
+	// server with the expiry extension drops the job, unrun, once that
+	// time has passed. A payload's own "expires_in" (seconds, the Pro
+	// client's set(expires_in:) form) does the same when ExpiresIn is zero.
+	ExpiresIn time.Duration
+}
+
+// setExpiry writes "expires_at" from opts.ExpiresIn or the payload's
+// "expires_in" (which it removes), counted from due, as Sidekiq Pro's
+// client middleware does (Pro Expiring Jobs: "schedule a job to run two
+// hours from now with a one hour expiration and it will expire three hours
+// from now").
+func setExpiry(job *wire.Job, opts *PushOpts, due time.Time) {
+	var in float64
+	if v, ok := job.Get("expires_in"); ok {
+		job.Delete("expires_in")
+		in, _ = v.Float()
+	}
+	if opts != nil && opts.ExpiresIn > 0 {
+		in = opts.ExpiresIn.Seconds()
+	}
+	if in > 0 {
+		job.Set("expires_at", rubyjson.FloatValue(contract.EpochSeconds(due)+in))
+	}
 }
 
 func (o *PushOpts) runAt(now time.Time) (time.Time, bool) {
@@ -192,6 +218,13 @@ func (c *Client) push(ctx context.Context, job *wire.Job, opts *PushOpts, lock b
 	}
 	if err := c.normalize(job, now, true); err != nil {
 		return nil, err
+	}
+	if (opts != nil && opts.ExpiresIn > 0) || job.Has("expires_in") {
+		due := now
+		if scheduled {
+			due = at
+		}
+		setExpiry(job, opts, due)
 	}
 	if scheduled {
 		// Client middleware sees "at", as in Ruby; it is not stored.
@@ -327,6 +360,13 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 		}
 		if !j.Has("created_at") {
 			j.Set("created_at", created)
+		}
+		if (opts != nil && opts.ExpiresIn > 0) || j.Has("expires_in") {
+			due, scheduled := runAt(i)
+			if !scheduled {
+				due = now
+			}
+			setExpiry(j, opts, due)
 		}
 	}
 	res := &BulkResult{JIDs: make([]string, len(jobs))}
