@@ -26,6 +26,7 @@ var layers = map[string]int{
 	"sidekiq/activejob":            6,
 	"sidekiq/api":                  6,
 	"sidekiq/typed":                7,
+	"sidekiq/sidekiqtest":          8,
 }
 
 func TestPackagesImportOnlyLowerLayers(t *testing.T) {

@@ -1,0 +1,187 @@
+package sidekiqtest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/sidekiqtest"
+	"github.com/gojob/gojob/sidekiq/typed"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+type Welcome struct {
+	UserID int64
+	Locale string
+}
+
+// signup is code under test: it pushes a welcome mail and a reminder.
+func signup(ctx context.Context, c *sidekiq.Client, userID int64, remindAt time.Time) error {
+	if _, err := typed.Enqueue(ctx, c, "mailers", "WelcomeMailJob", Welcome{UserID: userID, Locale: "nb"}); err != nil {
+		return err
+	}
+	j, err := wire.NewJob("RemindJob", userID)
+	if err != nil {
+		return err
+	}
+	_, err = c.Push(ctx, j, &sidekiq.PushOpts{At: remindAt})
+	return err
+}
+
+func TestFakeCapturesPushes(t *testing.T) {
+	f := sidekiqtest.NewFake(t)
+	ctx := context.Background()
+	at := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	require.NoError(t, signup(ctx, f.Client(), 7, at))
+
+	j := sidekiqtest.RequirePushed(t, f, "WelcomeMailJob", &sidekiqtest.Want{Args: []any{Welcome{UserID: 7, Locale: "nb"}}, Queue: "mailers"})
+	w, err := typed.Decode[Welcome](j)
+	require.NoError(t, err)
+	require.Equal(t, Welcome{7, "nb"}, w)
+	sidekiqtest.RequirePushed(t, f, "RemindJob", &sidekiqtest.Want{Args: []any{7}, At: at, Queue: "default", Count: 1})
+	sidekiqtest.RequireNotPushed(t, f, "RemindJob", &sidekiqtest.Want{Args: []any{7.0}})
+	sidekiqtest.RequireNotPushed(t, f, "WelcomeMailJob", &sidekiqtest.Want{Queue: "default"})
+	require.Len(t, f.Jobs(""), 2)
+
+	// Nothing ran; Drain runs both, and what they push.
+	var mu sync.Mutex
+	var ran []string
+	f.Handle("WelcomeMailJob", typed.Handler(func(ctx context.Context, job *wire.Job, w Welcome) error {
+		mu.Lock()
+		ran = append(ran, fmt.Sprint("welcome ", w.UserID))
+		mu.Unlock()
+		_, err := typed.Enqueue(ctx, f.Client(), "", "AuditJob", "sent")
+		return err
+	}))
+	f.HandleFunc("RemindJob", func(ctx context.Context, job *wire.Job) error {
+		mu.Lock()
+		ran = append(ran, "remind")
+		mu.Unlock()
+		return nil
+	})
+	err = f.Drain(ctx)
+	require.ErrorIs(t, err, sidekiqtest.ErrNoHandler, "AuditJob has no handler")
+	require.Equal(t, []string{"welcome 7", "remind"}, ran)
+	f.HandleFunc("AuditJob", func(ctx context.Context, job *wire.Job) error { ran = append(ran, "audit"); return nil })
+	require.NoError(t, f.Drain(ctx), "AuditJob stayed pending")
+	require.Equal(t, []string{"welcome 7", "remind", "audit"}, ran)
+	require.NoError(t, f.Drain(ctx))
+	f.HandleFunc("AuditJob", func(ctx context.Context, job *wire.Job) error { return errors.New("boom") })
+	_, err = typed.Enqueue(ctx, f.Client(), "", "AuditJob", "again")
+	require.NoError(t, err)
+	require.EqualError(t, f.Drain(ctx), "boom")
+	require.EqualError(t, f.Drain(ctx), "boom", "a failed job stays pending")
+	f.HandleFunc("AuditJob", func(ctx context.Context, job *wire.Job) error { return nil })
+	require.NoError(t, f.Drain(ctx))
+	require.Len(t, ran, 3, "each job runs once")
+
+	f.Clear()
+	require.Empty(t, f.Jobs(""))
+}
+
+// fatalTB records a Fatalf and ends the goroutine, as testing.T does.
+type fatalTB struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalTB) Helper() {}
+func (f *fatalTB) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func failure(f func(tb testing.TB)) string {
+	tb := &fatalTB{}
+	done := make(chan struct{})
+	go func() { defer close(done); f(tb) }()
+	<-done
+	return tb.msg
+}
+
+func TestRequirePushedFails(t *testing.T) {
+	f := sidekiqtest.NewFake(t)
+	_, err := f.Client().Enqueue(context.Background(), "", "HardJob", 1, "two")
+	require.NoError(t, err)
+	msg := failure(func(tb testing.TB) { sidekiqtest.RequirePushed(tb, f, "HardJob", &sidekiqtest.Want{Args: []any{1, "three"}}) })
+	require.Contains(t, msg, `want 1 pushed HardJob job(s) matching args=[1,"three"], got 0; pushed:`)
+	require.Contains(t, msg, `HardJob queue=default args=[1,"two"]`)
+	msg = failure(func(tb testing.TB) { sidekiqtest.RequirePushed(tb, f, "HardJob", &sidekiqtest.Want{Count: 2}) })
+	require.Contains(t, msg, "want 2 pushed HardJob job(s)")
+	msg = failure(func(tb testing.TB) { sidekiqtest.RequireNotPushed(tb, f, "HardJob", nil) })
+	require.Contains(t, msg, "want no pushed HardJob job matching anything, got 1")
+	require.Empty(t, failure(func(tb testing.TB) { sidekiqtest.RequirePushed(tb, f, "HardJob", &sidekiqtest.Want{Args: []any{1, "two"}}) }))
+}
+
+func TestInlineRunsOnPush(t *testing.T) {
+	f := sidekiqtest.NewInline(t)
+	var got []Welcome
+	boom := errors.New("smtp down")
+	f.Handle("WelcomeMailJob", typed.Handler(func(ctx context.Context, job *wire.Job, w Welcome) error {
+		if w.UserID == 0 {
+			return boom
+		}
+		got = append(got, w)
+		return nil
+	}))
+	f.HandleFunc("RemindJob", func(ctx context.Context, job *wire.Job) error { return nil })
+	ctx := context.Background()
+	require.NoError(t, signup(ctx, f.Client(), 3, time.Now().Add(time.Hour)))
+	require.Equal(t, []Welcome{{3, "nb"}}, got, "ran during the push")
+	require.Len(t, f.Jobs(""), 2)
+	require.NoError(t, f.Drain(ctx))
+	require.Len(t, got, 1, "an inline job is not drained again")
+
+	err := signup(ctx, f.Client(), 0, time.Now())
+	require.ErrorIs(t, err, boom, "the handler's error is the push's")
+}
+
+// TestDrainQueues: the real server drains a private queue, jobs the
+// drained jobs push included; a failure goes to the retry set.
+func TestDrainQueues(t *testing.T) {
+	rs := redistest.Start(t)
+	pool := rs.Pool(t)
+	c, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for i := range 5 {
+		_, err := typed.Enqueue(ctx, c, "drain", "WelcomeMailJob", Welcome{UserID: int64(i)})
+		require.NoError(t, err)
+	}
+	var mu sync.Mutex
+	seen := map[int64]bool{}
+	res := sidekiqtest.DrainQueues(t, sidekiq.ServerConfig{Pool: pool, Queues: []wire.QueueWeight{{Name: "drain"}}, Concurrency: 2, DisablePoller: true},
+		func(s *sidekiq.Server) {
+			typed.Handle(s, "WelcomeMailJob", func(ctx context.Context, job *wire.Job, w Welcome) error {
+				if w.UserID == 4 {
+					return errors.New("no such user")
+				}
+				mu.Lock()
+				seen[w.UserID] = true
+				mu.Unlock()
+				if w.UserID < 10 {
+					_, err := typed.Enqueue(ctx, s.Client(), "drain", "WelcomeMailJob", Welcome{UserID: w.UserID + 10})
+					return err
+				}
+				return nil
+			}, nil)
+		})
+	require.Len(t, res.Outcomes, 9)
+	require.Len(t, res.Failed(), 1)
+	require.True(t, strings.Contains(res.Failed()[0].Err.Error(), "no such user"))
+	require.Len(t, seen, 8)
+	conn := pool.Get()
+	defer conn.Close()
+	n, err := conn.Do("ZCARD", "retry")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+}
