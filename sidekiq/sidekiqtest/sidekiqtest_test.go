@@ -112,14 +112,18 @@ func TestRequirePushedFails(t *testing.T) {
 	f := sidekiqtest.NewFake(t)
 	_, err := f.Client().Enqueue(context.Background(), "", "HardJob", 1, "two")
 	require.NoError(t, err)
-	msg := failure(func(tb testing.TB) { sidekiqtest.RequirePushed(tb, f, "HardJob", &sidekiqtest.Want{Args: []any{1, "three"}}) })
+	msg := failure(func(tb testing.TB) {
+		sidekiqtest.RequirePushed(tb, f, "HardJob", &sidekiqtest.Want{Args: []any{1, "three"}})
+	})
 	require.Contains(t, msg, `want 1 pushed HardJob job(s) matching args=[1,"three"], got 0; pushed:`)
 	require.Contains(t, msg, `HardJob queue=default args=[1,"two"]`)
 	msg = failure(func(tb testing.TB) { sidekiqtest.RequirePushed(tb, f, "HardJob", &sidekiqtest.Want{Count: 2}) })
 	require.Contains(t, msg, "want 2 pushed HardJob job(s)")
 	msg = failure(func(tb testing.TB) { sidekiqtest.RequireNotPushed(tb, f, "HardJob", nil) })
 	require.Contains(t, msg, "want no pushed HardJob job matching anything, got 1")
-	require.Empty(t, failure(func(tb testing.TB) { sidekiqtest.RequirePushed(tb, f, "HardJob", &sidekiqtest.Want{Args: []any{1, "two"}}) }))
+	require.Empty(t, failure(func(tb testing.TB) {
+		sidekiqtest.RequirePushed(tb, f, "HardJob", &sidekiqtest.Want{Args: []any{1, "two"}})
+	}))
 }
 
 func TestInlineRunsOnPush(t *testing.T) {
