@@ -78,6 +78,13 @@ func newFake(t testing.TB, mode Mode) *Fake {
 	if err != nil {
 		t.Fatalf("sidekiqtest: %v", err)
 	}
+	return New(c, mode)
+}
+
+// New returns a Fake in mode attached to c (Client.Extend): c's pushes are
+// captured, and, in inline mode, run. In fake mode they still reach c's
+// Redis; NewFake's client has a Redis of its own.
+func New(c *sidekiq.Client, mode Mode) *Fake {
 	f := &Fake{mode: mode, handlers: map[string]sidekiq.Handler{}}
 	c.Extend(f)
 	f.client = c

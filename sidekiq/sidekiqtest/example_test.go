@@ -1,0 +1,110 @@
+package sidekiqtest_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/sidekiqtest"
+	"github.com/gojob/gojob/sidekiq/typed"
+	"github.com/gojob/gojob/sidekiq/wire"
+)
+
+// exampleClient is a client on an in-process Redis. In a test,
+// sidekiqtest.NewFake(t) and NewInline(t) make one for you.
+func exampleClient() (*sidekiq.Client, func()) {
+	m := miniredis.NewMiniRedis()
+	if err := m.Start(); err != nil {
+		panic(err)
+	}
+	pool, err := sidekiq.NewPool("redis://"+m.Addr(), nil)
+	if err != nil {
+		panic(err)
+	}
+	c, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool})
+	if err != nil {
+		panic(err)
+	}
+	return c, func() { pool.Close(); m.Close() }
+}
+
+// Fake mode captures pushes (Sidekiq::Testing.fake!). In a test:
+//
+//	f := sidekiqtest.NewFake(t)
+//	signup(ctx, f.Client(), 7)
+//	sidekiqtest.RequirePushed(t, f, "WelcomeMailJob", &sidekiqtest.Want{Args: []any{Welcome{UserID: 7}}, Queue: "mailers"})
+func ExampleNewFake() {
+	c, closeAll := exampleClient()
+	defer closeAll()
+	f := sidekiqtest.New(c, sidekiqtest.FakeMode)
+
+	ctx := context.Background()
+	typed.Enqueue(ctx, f.Client(), "mailers", "WelcomeMailJob", Welcome{UserID: 7, Locale: "nb"})
+	j, _ := wire.NewJob("RemindJob", 7)
+	f.Client().Push(ctx, j, &sidekiq.PushOpts{In: time.Hour})
+
+	for _, j := range f.Jobs("") {
+		args, _ := j.Get("args")
+		fmt.Println(j.Class(), j.Queue(), string(args.Encode()), j.Has("at"))
+	}
+	matched, _ := f.Match("WelcomeMailJob", &sidekiqtest.Want{Args: []any{Welcome{UserID: 7, Locale: "nb"}}, Queue: "mailers"})
+	fmt.Println(len(matched), "matching WelcomeMailJob")
+	// Output:
+	// WelcomeMailJob mailers [{"user_id":7,"locale":"nb"}] false
+	// RemindJob default [7] true
+	// 1 matching WelcomeMailJob
+}
+
+// Drain runs the captured jobs through the handlers, and the jobs they
+// push (Sidekiq::Worker.drain_all).
+func ExampleFake_Drain() {
+	c, closeAll := exampleClient()
+	defer closeAll()
+	f := sidekiqtest.New(c, sidekiqtest.FakeMode)
+	f.Handle("WelcomeMailJob", typed.Handler(func(ctx context.Context, job *wire.Job, w Welcome) error {
+		fmt.Println("welcome", w.UserID)
+		_, err := typed.Enqueue(ctx, f.Client(), "", "AuditJob", "welcome sent")
+		return err
+	}))
+	f.Handle("AuditJob", typed.Handler(func(ctx context.Context, job *wire.Job, note string) error {
+		fmt.Println("audit:", note)
+		return nil
+	}))
+	ctx := context.Background()
+	typed.Enqueue(ctx, f.Client(), "", "WelcomeMailJob", Welcome{UserID: 7})
+	fmt.Println("before drain:", len(f.Jobs("")), "pushed")
+	if err := f.Drain(ctx); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// before drain: 1 pushed
+	// welcome 7
+	// audit: welcome sent
+}
+
+// Inline mode runs a job's handler during its push
+// (Sidekiq::Testing.inline!); the handler's error is the push's.
+func ExampleNewInline() {
+	c, closeAll := exampleClient()
+	defer closeAll()
+	f := sidekiqtest.New(c, sidekiqtest.InlineMode)
+	f.Handle("WelcomeMailJob", typed.Handler(func(ctx context.Context, job *wire.Job, w Welcome) error {
+		if w.UserID == 0 {
+			return fmt.Errorf("no user")
+		}
+		fmt.Println("sending welcome to", w.UserID)
+		return nil
+	}))
+	ctx := context.Background()
+	_, err := typed.Enqueue(ctx, f.Client(), "", "WelcomeMailJob", Welcome{UserID: 7})
+	fmt.Println("push:", err)
+	_, err = typed.Enqueue(ctx, f.Client(), "", "WelcomeMailJob", Welcome{})
+	fmt.Println("push:", err)
+	// Output:
+	// sending welcome to 7
+	// push: <nil>
+	// push: no user
+}
