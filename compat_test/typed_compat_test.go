@@ -65,6 +65,8 @@ func TestTypedCompatRubyPushedArgs(t *testing.T) {
 	e.ruby(t, ajRubySetup+`
 class TcHash; include Sidekiq::Worker; sidekiq_options queue: "tc"; end
 class TcPos; include Sidekiq::Worker; sidekiq_options queue: "tc"; end
+class TcOpts; include Sidekiq::Worker; sidekiq_options queue: "tc_opts", retry: 5; end
+TcOpts.perform_async(1, "x")
 class TcAj < ActiveJob::Base
   queue_as :tc
   def perform(*args); end
@@ -76,6 +78,9 @@ TcPos.perform_async(8, 1.0, "nok", true)
 TcPos.perform_async("9", 1.5, "sek")
 TcAj.perform_later(Person.new(9), :welcome, Time.utc(2024, 1, 2, 3, 4, 5), 5.minutes, {count: 3})
 `)
+	opts, err := redis.Strings(e.do(t, "LRANGE", "queue:tc_opts", 0, -1), nil)
+	require.NoError(t, err)
+	require.Len(t, opts, 1)
 	raw, err := redis.Strings(e.do(t, "LRANGE", "queue:tc", 0, -1), nil)
 	require.NoError(t, err)
 	require.Len(t, raw, 5)
@@ -169,8 +174,18 @@ TcAj.perform_later(Person.new(9), :welcome, Time.utc(2024, 1, 2, 3, 4, 5), 5.min
 		same(rubyPayload(jid), goPayload("TcPos", j))
 	}
 
+	// Args that name their class and options push what Ruby's
+	// sidekiq_options write.
+	res, err := typed.Push(context.Background(), e.client, tcOpts{N: 1, S: "x"}, nil)
+	require.NoError(t, err)
+	rm, err := rubyjson.ParseObject([]byte(opts[0]))
+	require.NoError(t, err)
+	gm, err := rubyjson.ParseObject(res.Payload)
+	require.NoError(t, err)
+	same(rm, gm)
+
 	// A typed ActiveJob push writes the arguments perform_later wrote.
-	res, err := typed.PushActiveJob(context.Background(), e.client, activejob.Params{Class: "TcAj", Queue: "tc"}, notifies[notifyJID], nil)
+	res, err = typed.PushActiveJob(context.Background(), e.client, activejob.Params{Class: "TcAj", Queue: "tc"}, notifies[notifyJID], nil)
 	require.NoError(t, err)
 	ajArguments := func(payload []byte) string {
 		j, err := wire.ParseJob(payload)
@@ -198,6 +213,18 @@ TcAj.perform_later(Person.new(9), :welcome, Time.utc(2024, 1, 2, 3, 4, 5), 5.min
 		require.True(t, rubyjson.Equal(ov, rv), "key %s changed: %s -> %s", k, ov.Encode(), rv.Encode())
 	}
 	require.True(t, strings.Contains(retried[0], `"args":["9",1.5,"sek"]`))
+}
+
+// tcOpts are the arguments of TcOpts, which has sidekiq_options.
+type tcOpts struct {
+	typed.Positional
+	N int
+	S string
+}
+
+func (tcOpts) JobClass() string { return "TcOpts" }
+func (tcOpts) JobOptions() typed.JobOptions {
+	return typed.JobOptions{Queue: "tc_opts", Retry: 5}
 }
 
 func mapValues[K comparable, V any](m map[K]V) []V {

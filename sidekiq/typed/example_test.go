@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/activejob"
 	"github.com/gojob/gojob/sidekiq/typed"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -118,4 +121,53 @@ func ExampleActiveJobArgs() {
 	fmt.Println(back.User, back.Kind, back.Wait, err)
 	// Output:
 	// gid://app/User/9 welcome 5m0s <nil>
+}
+
+// ReportArgs name their class and its sidekiq_options, as River's JobArgs
+// name their kind: typed.Register and typed.Push need no class name.
+type ReportArgs struct {
+	typed.Positional
+	Day string
+}
+
+func (ReportArgs) JobClass() string { return "ReportJob" }
+
+func (ReportArgs) JobOptions() typed.JobOptions {
+	return typed.JobOptions{Queue: "reports", Retry: 3}
+}
+
+// Push writes what ReportJob.perform_async("2024-01-02") writes for a
+// class with sidekiq_options queue: "reports", retry: 3. A Server would
+// run it with typed.Register(srv, func(ctx, job, a ReportArgs) error {...}, nil).
+func ExamplePush() {
+	c, closeAll := exampleClient()
+	defer closeAll()
+	res, err := typed.Push(context.Background(), c, ReportArgs{Day: "2024-01-02"}, nil)
+	if err != nil {
+		panic(err)
+	}
+	job, _ := wire.ParseJob(res.Payload)
+	job.Delete("jid")
+	job.Delete("created_at")
+	job.Delete("enqueued_at")
+	fmt.Println(string(job.Encode()))
+	// Output:
+	// {"retry":3,"queue":"reports","args":["2024-01-02"],"class":"ReportJob"}
+}
+
+// exampleClient is a client on an in-process Redis.
+func exampleClient() (*sidekiq.Client, func()) {
+	m := miniredis.NewMiniRedis()
+	if err := m.Start(); err != nil {
+		panic(err)
+	}
+	pool, err := sidekiq.NewPool("redis://"+m.Addr(), nil)
+	if err != nil {
+		panic(err)
+	}
+	c, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool})
+	if err != nil {
+		panic(err)
+	}
+	return c, func() { pool.Close(); m.Close() }
 }

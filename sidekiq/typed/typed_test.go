@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/activejob"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/typed"
@@ -218,4 +220,29 @@ func TestActiveJobArgsRoundTrip(t *testing.T) {
 	require.True(t, in.At.Equal(out.At))
 	out.At = in.At
 	require.Equal(t, in, out)
+}
+
+// TestRegisterByArgsClass: Register takes the class from the args type,
+// and the registered handler runs the server's jobs of that class.
+func TestRegisterByArgsClass(t *testing.T) {
+	rs := redistest.Start(t)
+	pool := rs.Pool(t)
+	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: pool, Queues: []wire.QueueWeight{{Name: "reports"}}, Concurrency: 1, DisablePoller: true})
+	require.NoError(t, err)
+	type ran struct {
+		queue string
+		args  ReportArgs
+	}
+	got := make(chan ran, 1)
+	typed.Register(srv, func(ctx context.Context, job *wire.Job, a ReportArgs) error {
+		got <- ran{job.Queue(), a}
+		return nil
+	}, nil)
+	ctx := context.Background()
+	require.NoError(t, srv.Start(ctx))
+	defer srv.Stop(ctx)
+	res, err := typed.Push(ctx, srv.Client(), ReportArgs{Day: "2024-01-02"}, &sidekiq.PushOpts{ExpiresIn: time.Hour})
+	require.NoError(t, err)
+	require.Contains(t, string(res.Payload), `{"retry":3,"queue":"reports","args":["2024-01-02"],"class":"ReportJob","jid":`)
+	require.Equal(t, ran{"reports", ReportArgs{Day: "2024-01-02"}}, <-got)
 }

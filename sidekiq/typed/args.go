@@ -1,0 +1,57 @@
+package typed
+
+import (
+	"context"
+
+	"github.com/gojob/gojob/sidekiq"
+)
+
+// Args is an arguments type that names its job class, as River's JobArgs
+// names its kind: Register and Push then need no class name.
+type Args interface {
+	JobClass() string
+}
+
+// JobOptions are a class's sidekiq_options that perform_async writes in
+// the payload.
+type JobOptions struct {
+	// Queue is the queue ("" for the client's default).
+	Queue string
+	// Retry is "retry": nil for Sidekiq's default (true), a bool or an
+	// int.
+	Retry any
+}
+
+// ArgsWithOptions is Args whose class has options (sidekiq_options
+// queue: "billing", retry: 5): Push writes them in the payload.
+type ArgsWithOptions interface {
+	Args
+	JobOptions() JobOptions
+}
+
+// Register registers fn on s for the class T names, as Handle does.
+func Register[T Args](s *sidekiq.Server, fn Func[T], opts *sidekiq.HandlerOptions) {
+	var zero T
+	s.Handle(zero.JobClass(), Handler(fn), opts)
+}
+
+// Push pushes a job of the class args names, with the queue and retry of
+// its JobOptions when it has them, and opts (scheduling, expiry).
+func Push[T Args](ctx context.Context, c *sidekiq.Client, args T, opts *sidekiq.PushOpts) (*sidekiq.PushResult, error) {
+	job, err := NewJob(args.JobClass(), args)
+	if err != nil {
+		return nil, err
+	}
+	if o, ok := any(args).(ArgsWithOptions); ok {
+		jo := o.JobOptions()
+		if jo.Queue != "" {
+			job.SetQueue(jo.Queue)
+		}
+		if jo.Retry != nil {
+			if err := job.SetRetry(jo.Retry); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return c.Push(ctx, job, opts)
+}
