@@ -20,7 +20,7 @@ func ActiveJobArgs[T any](args T) ([]any, error) {
 		si := infoOf(rv.Type())
 		out := make([]any, 0, len(si.fields))
 		for _, f := range si.fields[:positionalLen(si, rv)] {
-			x, err := ajValue(rv.Field(f.index))
+			x, err := ajValue(rv.FieldByIndex(f.index))
 			if err != nil {
 				return nil, fmt.Errorf("typed: %s.%s: %w", rv.Type().Name(), f.name, err)
 			}
@@ -55,7 +55,7 @@ func ajValue(rv reflect.Value) (any, error) {
 		if si.positional {
 			out := make([]any, 0, len(si.fields))
 			for _, f := range si.fields[:positionalLen(si, rv)] {
-				x, err := ajValue(rv.Field(f.index))
+				x, err := ajValue(rv.FieldByIndex(f.index))
 				if err != nil {
 					return nil, err
 				}
@@ -65,7 +65,7 @@ func ajValue(rv reflect.Value) (any, error) {
 		}
 		h := &activejob.Hash{Kind: activejob.HashPlain}
 		for _, f := range si.fields {
-			fv := rv.Field(f.index)
+			fv := rv.FieldByIndex(f.index)
 			if f.omitEmpty && fv.IsZero() {
 				continue
 			}

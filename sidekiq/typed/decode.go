@@ -75,9 +75,9 @@ func decodeInto(job *wire.Job, dst reflect.Value) error {
 				if f.optional {
 					continue
 				}
-				return &ArgError{Class: class, Arg: path, Field: fname, Type: t.Field(f.index).Type, Got: "missing"}
+				return &ArgError{Class: class, Arg: path, Field: fname, Type: t.FieldByIndex(f.index).Type, Got: "missing"}
 			}
-			if err := d.decode(path, fname, args[i], dst.Field(f.index)); err != nil {
+			if err := d.decode(path, fname, args[i], dst.FieldByIndex(f.index)); err != nil {
 				return err
 			}
 		}
@@ -480,9 +480,9 @@ func (d *decoder) decode(path, field string, v any, dst reflect.Value) error {
 					if f.optional {
 						continue
 					}
-					return &ArgError{Class: d.class, Arg: p, Field: t.Name() + "." + f.name, Type: t.Field(f.index).Type, Got: "missing"}
+					return &ArgError{Class: d.class, Arg: p, Field: t.Name() + "." + f.name, Type: t.FieldByIndex(f.index).Type, Got: "missing"}
 				}
-				if err := d.decode(p, t.Name()+"."+f.name, a[i], dst.Field(f.index)); err != nil {
+				if err := d.decode(p, t.Name()+"."+f.name, a[i], dst.FieldByIndex(f.index)); err != nil {
 					return err
 				}
 			}
@@ -498,7 +498,7 @@ func (d *decoder) decode(path, field string, v any, dst reflect.Value) error {
 				continue // Ruby's perform ignores keys it does not read
 			}
 			f := si.fields[i]
-			if err := d.decode(path+"["+strconv.Quote(e.key)+"]", t.Name()+"."+f.name, e.val, dst.Field(f.index)); err != nil {
+			if err := d.decode(path+"["+strconv.Quote(e.key)+"]", t.Name()+"."+f.name, e.val, dst.FieldByIndex(f.index)); err != nil {
 				return err
 			}
 		}

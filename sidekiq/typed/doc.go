@@ -12,7 +12,9 @@
 //     perform_async("user_id" => 1)), a string to a string, and so on.
 //
 // A field's key is its `sidekiq` tag, else its `json` tag, else its name
-// in snake_case (UserID is "user_id"); "-" skips a field. The tag option
+// in snake_case (UserID is "user_id"); "-" skips a field. The fields of
+// an embedded struct bind in its place, as encoding/json has it (an outer
+// field hides an embedded one of the same key). The tag option
 // ",optional" lets a trailing positional argument be missing (a Ruby
 // default argument), and is not written when it holds its zero value; a
 // missing hash key always leaves the zero value.

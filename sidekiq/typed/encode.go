@@ -24,7 +24,7 @@ func Encode[T any](args T) ([]rubyjson.Value, error) {
 		si := infoOf(rv.Type())
 		out := make([]rubyjson.Value, 0, len(si.fields))
 		for _, f := range si.fields[:positionalLen(si, rv)] {
-			v, err := encode(rv.Field(f.index))
+			v, err := encode(rv.FieldByIndex(f.index))
 			if err != nil {
 				return nil, fmt.Errorf("typed: %s.%s: %w", rv.Type().Name(), f.name, err)
 			}
@@ -143,7 +143,7 @@ func encode(rv reflect.Value) (rubyjson.Value, error) {
 		if si.positional {
 			out := make([]rubyjson.Value, 0, len(si.fields))
 			for _, f := range si.fields[:positionalLen(si, rv)] {
-				v, err := encode(rv.Field(f.index))
+				v, err := encode(rv.FieldByIndex(f.index))
 				if err != nil {
 					return rubyjson.Value{}, fmt.Errorf("%s: %w", f.name, err)
 				}
@@ -153,7 +153,7 @@ func encode(rv reflect.Value) (rubyjson.Value, error) {
 		}
 		m := rubyjson.NewMap()
 		for _, f := range si.fields {
-			fv := rv.Field(f.index)
+			fv := rv.FieldByIndex(f.index)
 			if f.omitEmpty && fv.IsZero() {
 				continue
 			}
@@ -173,7 +173,7 @@ func encode(rv reflect.Value) (rubyjson.Value, error) {
 // omits an argument that has a default.
 func positionalLen(si *structInfo, rv reflect.Value) int {
 	n := len(si.fields)
-	for n > 0 && si.fields[n-1].optional && rv.Field(si.fields[n-1].index).IsZero() {
+	for n > 0 && si.fields[n-1].optional && rv.FieldByIndex(si.fields[n-1].index).IsZero() {
 		n--
 	}
 	return n

@@ -17,7 +17,8 @@ var positionalType = reflect.TypeFor[Positional]()
 type field struct {
 	name      string // Go field name
 	key       string // hash key
-	index     int
+	index     []int  // reflect.Value.FieldByIndex
+	depth     int    // embedding depth
 	optional  bool
 	omitEmpty bool
 }
@@ -35,27 +36,61 @@ func infoOf(t reflect.Type) *structInfo {
 		return v.(*structInfo)
 	}
 	si := &structInfo{byKey: map[string]int{}}
+	var all []field
+	collect(t, nil, 0, si, &all)
+	// As encoding/json: a key bound at a shallower depth hides the same
+	// key in an embedded struct; at the same depth the first wins.
+	win := map[string]int{} // key -> position in all
+	for i, f := range all {
+		if w, dup := win[f.key]; !dup || f.depth < all[w].depth {
+			win[f.key] = i
+		}
+	}
+	for i, f := range all { // in field order
+		if win[f.key] == i {
+			si.byKey[f.key] = len(si.fields)
+			si.fields = append(si.fields, f)
+		}
+	}
+	v, _ := structCache.LoadOrStore(t, si)
+	return v.(*structInfo)
+}
+
+// collect appends the fields of t, in order, those of embedded structs
+// (without a name tag) in their place.
+func collect(t reflect.Type, index []int, depth int, si *structInfo, out *[]field) {
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if f.Type == positionalType && f.Anonymous {
-			si.positional = true
-			continue
-		}
-		if !f.IsExported() {
+		idx := append(append([]int(nil), index...), i)
+		if f.Anonymous && f.Type == positionalType {
+			if depth == 0 {
+				si.positional = true
+			}
 			continue
 		}
 		key, opts := tagOf(f)
 		if key == "-" {
 			continue
 		}
+		if f.Anonymous && key == "" && f.Type.Kind() == reflect.Struct && !special(f.Type) {
+			collect(f.Type, idx, depth+1, si, out)
+			continue
+		}
+		if !f.IsExported() {
+			continue
+		}
 		if key == "" {
 			key = snake(f.Name)
 		}
-		si.byKey[key] = len(si.fields)
-		si.fields = append(si.fields, field{name: f.Name, key: key, index: i, optional: hasOpt(opts, "optional"), omitEmpty: hasOpt(opts, "omitempty")})
+		*out = append(*out, field{name: f.Name, key: key, index: idx, depth: depth,
+			optional: hasOpt(opts, "optional"), omitEmpty: hasOpt(opts, "omitempty")})
 	}
-	v, _ := structCache.LoadOrStore(t, si)
-	return v.(*structInfo)
+}
+
+// special reports whether t has a binding of its own rather than its
+// fields'.
+func special(t reflect.Type) bool {
+	return t == timeType || t == valueType
 }
 
 func tagOf(f reflect.StructField) (name, opts string) {

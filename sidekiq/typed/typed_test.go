@@ -246,3 +246,40 @@ func TestRegisterByArgsClass(t *testing.T) {
 	require.Contains(t, string(res.Payload), `{"retry":3,"queue":"reports","args":["2024-01-02"],"class":"ReportJob","jid":`)
 	require.Equal(t, ran{"reports", ReportArgs{Day: "2024-01-02"}}, <-got)
 }
+
+// Tenant is embedded in argument structs.
+type Tenant struct {
+	TenantID int64
+	Region   string
+}
+
+// TestEmbeddedStructsFlatten: an embedded struct's fields bind as the
+// outer struct's, as encoding/json has it; an outer field hides an
+// embedded one of the same key.
+func TestEmbeddedStructsFlatten(t *testing.T) {
+	type Export struct {
+		Tenant
+		Format string
+		Region string `json:"region"` // hides Tenant.Region
+	}
+	j, err := typed.NewJob("ExportJob", Export{Tenant: Tenant{TenantID: 3, Region: "inner"}, Format: "csv", Region: "eu"})
+	require.NoError(t, err)
+	require.Equal(t, `{"args":[{"tenant_id":3,"format":"csv","region":"eu"}],"class":"ExportJob"}`, string(j.Encode()))
+	back, err := typed.Decode[Export](job(t, string(j.Encode())))
+	require.NoError(t, err)
+	require.Equal(t, Export{Tenant: Tenant{TenantID: 3}, Format: "csv", Region: "eu"}, back)
+
+	type Move struct {
+		typed.Positional
+		Tenant
+		To string
+	}
+	j, err = typed.NewJob("MoveJob", Move{Tenant: Tenant{1, "us"}, To: "eu"})
+	require.NoError(t, err)
+	require.Equal(t, `{"args":[1,"us","eu"],"class":"MoveJob"}`, string(j.Encode()))
+	m, err := typed.Decode[Move](job(t, `{"class":"MoveJob","args":[1,"us","eu"]}`))
+	require.NoError(t, err)
+	require.Equal(t, Move{Tenant: Tenant{1, "us"}, To: "eu"}, m)
+	_, err = typed.Decode[Move](job(t, `{"class":"MoveJob","args":["1","us","eu"]}`))
+	require.EqualError(t, err, `typed: MoveJob args[0] (Move.TenantID): cannot decode string "1" into int64`)
+}
