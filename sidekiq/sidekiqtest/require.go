@@ -196,3 +196,18 @@ func same(a, b rubyjson.Value) bool {
 	}
 	return rubyjson.Equal(a, b)
 }
+
+// RequirePushedArgs is RequirePushed for an arguments type that names its
+// class (typed.Args), as rivertest.RequireInserted: it fails the test
+// unless a job of T's class matching w (nil: any) was pushed, and returns
+// the first one's arguments decoded into a T.
+func RequirePushedArgs[T typed.Args](t testing.TB, f *Fake, w *Want) T {
+	t.Helper()
+	var zero T
+	j := RequirePushed(t, f, zero.JobClass(), w)
+	args, err := typed.Decode[T](j)
+	if err != nil {
+		t.Fatalf("sidekiqtest: %v", err)
+	}
+	return args
+}

@@ -189,3 +189,23 @@ func TestDrainQueues(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 }
+
+type Report struct {
+	typed.Positional
+	Day string
+}
+
+func (Report) JobClass() string { return "ReportJob" }
+
+func TestRequirePushedArgs(t *testing.T) {
+	f := sidekiqtest.NewFake(t)
+	ctx := context.Background()
+	_, err := typed.Push(ctx, f.Client(), Report{Day: "mon"}, nil)
+	require.NoError(t, err)
+	_, err = typed.Push(ctx, f.Client(), Report{Day: "tue"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, Report{Day: "tue"}, sidekiqtest.RequirePushedArgs[Report](t, f, &sidekiqtest.Want{Args: []any{Report{Day: "tue"}}}))
+	require.Equal(t, Report{Day: "mon"}, sidekiqtest.RequirePushedArgs[Report](t, f, nil))
+	msg := failure(func(tb testing.TB) { sidekiqtest.RequirePushedArgs[Report](tb, f, &sidekiqtest.Want{Queue: "other"}) })
+	require.Contains(t, msg, "want 1 pushed ReportJob job(s) matching queue=other, got 0")
+}

@@ -16,6 +16,9 @@ import (
 // types (GlobalID, Symbol, Time, *Hash...) are written as those types.
 func ActiveJobArgs[T any](args T) ([]any, error) {
 	rv := reflect.ValueOf(&args).Elem()
+	if rv.Kind() == reflect.Interface && !rv.IsNil() {
+		rv = rv.Elem()
+	}
 	if isPositional(rv.Type()) {
 		si := infoOf(rv.Type())
 		out := make([]any, 0, len(si.fields))

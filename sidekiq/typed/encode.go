@@ -17,9 +17,13 @@ import (
 var mapPtrType = reflect.TypeFor[*rubyjson.Map]()
 
 // Encode returns the job arguments for args: a Positional struct's fields
-// in order, anything else as the single argument args[0].
+// in order, anything else as the single argument args[0]. For an
+// interface T, the dynamic type decides.
 func Encode[T any](args T) ([]rubyjson.Value, error) {
 	rv := reflect.ValueOf(&args).Elem()
+	if rv.Kind() == reflect.Interface && !rv.IsNil() {
+		rv = rv.Elem()
+	}
 	if isPositional(rv.Type()) {
 		si := infoOf(rv.Type())
 		out := make([]rubyjson.Value, 0, len(si.fields))
