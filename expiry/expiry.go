@@ -26,6 +26,10 @@ import (
 // Key is the payload key of a job's expiry time.
 const Key = "expires_at"
 
+// msThreshold tells epoch milliseconds from seconds: 1e11 seconds is in
+// the year 5138, 1e11 milliseconds in 1973.
+const msThreshold = 1e11
+
 // Config configures the extension.
 type Config struct {
 	// Logger logs the first expired job of each class.
@@ -63,6 +67,12 @@ func (e *Extension) PayloadKeys() []string { return []string{Key} }
 func (e *Extension) Run(ctx context.Context, run *sidekiq.Run, next func(context.Context) error) error {
 	v, _ := run.Job.Get(Key)
 	at, ok := v.Float()
+	if ok && at > msThreshold {
+		// Epoch milliseconds, Sidekiq 8's timestamp unit
+		// (docs/sidekiq-wire.md): read as such rather than as a time
+		// thousands of years away.
+		at /= 1000
+	}
 	if !ok || contract.EpochSeconds(e.cfg.Clock.Now()) <= at {
 		return next(ctx)
 	}

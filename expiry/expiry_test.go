@@ -153,3 +153,29 @@ func TestExpiredJobsDoNotRun(t *testing.T) {
 type writerFunc func(p []byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestRunHookReadsSecondsAndMilliseconds: expires_at in epoch seconds (as
+// Pro writes it) or milliseconds (Sidekiq 8's unit) is compared with now;
+// a job exactly at its expiry still runs, as in Pro (expires_at >= now).
+func TestRunHookReadsSecondsAndMilliseconds(t *testing.T) {
+	now := time.Unix(1700000000, 0)
+	ext := expiry.New(expiry.Config{Logger: zerolog.Nop(), Clock: fixed{now}})
+	for _, c := range []struct {
+		at  string
+		ran bool
+	}{
+		{`1700000000.0`, true},
+		{`1700000000`, true},
+		{`1699999999.999`, false},
+		{`1700000001000`, true},
+		{`1699999999000`, false},
+		{`"soon"`, true},
+	} {
+		job, err := wire.ParseJob([]byte(`{"class":"A","args":[],"jid":"j","expires_at":` + c.at + `}`))
+		require.NoError(t, err)
+		ran := false
+		require.NoError(t, ext.Run(context.Background(), &sidekiq.Run{Job: job}, func(context.Context) error { ran = true; return nil }))
+		require.Equal(t, c.ran, ran, c.at)
+	}
+	require.Equal(t, int64(2), ext.Expired())
+}
