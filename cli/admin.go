@@ -32,6 +32,7 @@ func adminCommands() []*ucli.Command {
 				&ucli.StringFlag{Name: "retry", Usage: "true, false or a number of retries (default true)"},
 				&ucli.DurationFlag{Name: "in", Usage: "schedule after this delay"},
 				&ucli.StringFlag{Name: "at", Usage: "schedule at this time (RFC 3339 or epoch seconds)"},
+				&ucli.DurationFlag{Name: "expires-in", Usage: "drop the job unrun when it has not started this long after it is due (Sidekiq Pro's expires_in)"},
 				&ucli.Float64Flag{Name: "unique-for", Usage: "push only if no job of this class, queue and arguments holds the unique lock; the lock lasts `SECONDS` (exit 5 when not pushed)"},
 				&ucli.Float64Flag{Name: "timeout", Usage: "cancel and retry the job (Gojob::Timeout) when it runs longer than `SECONDS` (docs/heartbeats.md)"},
 				&ucli.Float64Flag{Name: "heartbeat-timeout", Usage: "cancel and retry the job (Gojob::HeartbeatTimeout) when it goes `SECONDS` without a heartbeat"},
@@ -195,7 +196,7 @@ func pushJobFromFlags(c *ucli.Context) (*wire.Job, *sidekiq.PushOpts, error) {
 
 // pushSpecFromFlags reads push's job options from its flags.
 func pushSpecFromFlags(c *ucli.Context) *pushSpec {
-	s := &pushSpec{queue: c.String("queue"), retry: c.String("retry"), in: c.Duration("in"), at: c.String("at"),
+	s := &pushSpec{queue: c.String("queue"), retry: c.String("retry"), in: c.Duration("in"), at: c.String("at"), expiresIn: c.Duration("expires-in"),
 		uniqueUntil: c.String("unique-until"), key: c.String("key"), batch: c.String("batch"), durable: c.Bool("durable")}
 	for flag, p := range map[string]**float64{"unique-for": &s.uniqueFor, "timeout": &s.timeout,
 		"heartbeat-timeout": &s.hbTimeout, "score": &s.score} {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // `gojob work` drops a Sidekiq Pro client's job whose expires_at has
@@ -49,4 +51,58 @@ func TestWorkDropsExpiredProJobs(t *testing.T) {
 	n, err := redis.Int(conn.Do("ZCARD", "retry"))
 	require.NoError(t, err)
 	require.Zero(t, n)
+}
+
+// `gojob push --expires-in` and a line's "expires_in" write expires_at,
+// counted from the time the job is due, as Sidekiq Pro's client does.
+func TestPushExpiresIn(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartWith(t, redistest.Options{TCP: true})
+	conn, err := srv.Dial()
+	require.NoError(t, err)
+	defer conn.Close()
+	expiresAt := func(payload string) float64 {
+		j, err := wire.ParseJob([]byte(payload))
+		require.NoError(t, err)
+		require.False(t, j.Has("expires_in"), payload)
+		v, ok := j.Get("expires_at")
+		require.True(t, ok, payload)
+		f, _ := v.Float()
+		return f
+	}
+	near := func(want time.Time, got float64) {
+		t.Helper()
+		require.InDelta(t, float64(want.Unix()), got, 60)
+	}
+
+	before := time.Now()
+	_, errOut, code := gojobStdin(t, "", "push", "-r", srv.URL(), "-q", "exp", "Digest", "1", "--expires-in", "1h")
+	require.Equal(t, 0, code, errOut)
+	_, errOut, code = gojobStdin(t, "", "push", "-r", srv.URL(), "Digest", "2", "--in", "2h", "--expires-in", "1h")
+	require.Equal(t, 0, code, errOut)
+	_, errOut, code = gojobStdin(t, `{"class":"Digest","args":[3],"queue":"exp","expires_in":60}
+{"class":"Digest","args":[4],"in":"2h","expires_in":"30m"}
+`, "push", "-", "-r", srv.URL())
+	require.Equal(t, 0, code, errOut)
+
+	queued, err := redis.Strings(conn.Do("LRANGE", "queue:exp", 0, -1))
+	require.NoError(t, err)
+	require.Len(t, queued, 2)
+	near(before.Add(time.Hour), expiresAt(queued[1]))
+	near(before.Add(time.Minute), expiresAt(queued[0]))
+	require.Contains(t, queued[1], `"expires_at":`)
+	scheduled, err := redis.Strings(conn.Do("ZRANGE", "schedule", 0, -1))
+	require.NoError(t, err)
+	require.Len(t, scheduled, 2)
+	got := []float64{expiresAt(scheduled[0]), expiresAt(scheduled[1])}
+	slices.Sort(got)
+	near(before.Add(150*time.Minute), got[0])
+	near(before.Add(3*time.Hour), got[1])
+
+	_, errOut, code = gojobStdin(t, "", "push", "-r", srv.URL(), "Digest", "--key", "k", "--expires-in", "1m")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "--key takes no --expires-in")
+	_, errOut, code = gojobStdin(t, `{"class":"Digest","expires_in":"soon"}`+"\n", "push", "-", "-r", srv.URL())
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, `"expires_in" must be seconds or a duration`)
 }

@@ -30,7 +30,7 @@ import (
 
 // pushLineFields are the fields a line may have: the payload keys of the
 // options `gojob push` takes as flags.
-var pushLineFields = []string{"class", "args", "queue", "retry", "at", "in", "jid", "unique_for", "unique_until",
+var pushLineFields = []string{"class", "args", "queue", "retry", "at", "in", "expires_in", "jid", "unique_for", "unique_until",
 	"timeout", "heartbeat_timeout", "key", "score", "batch"}
 
 // pushBulkSize is how many lines go to Redis per round trip.
@@ -207,6 +207,18 @@ func (s *pushSpec) setField(k string, v rubyjson.Value) error {
 			s.in = d
 		} else {
 			return fmt.Errorf(`"in" must be seconds or a duration such as "90s" or "2h", not %s`, v.Encode())
+		}
+	case "expires_in":
+		if f, ok := v.Float(); ok && f >= 0 {
+			s.expiresIn = time.Duration(f * float64(time.Second))
+		} else if t, ok := v.Str(); ok {
+			d, err := time.ParseDuration(t)
+			if err != nil || d < 0 {
+				return fmt.Errorf(`"expires_in" must be seconds or a duration such as "30m", not %s`, v.Encode())
+			}
+			s.expiresIn = d
+		} else {
+			return fmt.Errorf(`"expires_in" must be seconds or a duration such as "30m", not %s`, v.Encode())
 		}
 	case "jid":
 		if err := str(&s.jid); err != nil || s.jid == "" {

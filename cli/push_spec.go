@@ -24,6 +24,7 @@ type pushSpec struct {
 	retry       string // "", "true", "false" or a number of retries
 	in          time.Duration
 	at          string // RFC 3339 or epoch seconds
+	expiresIn   time.Duration
 	jid         string
 	uniqueFor   *float64
 	uniqueUntil string
@@ -97,6 +98,16 @@ func (s *pushSpec) build() (*wire.Job, *sidekiq.PushOpts, error) {
 		}
 		job.Set(f.key, v)
 	}
+	if s.expiresIn > 0 {
+		// As Sidekiq Pro's set(expires_in:): the client turns it into
+		// expires_at, counted from the time the job is due, on every path
+		// (push, push_bulk, batches, durable rows).
+		v := rubyjson.FloatValue(s.expiresIn.Seconds())
+		if s.expiresIn%time.Second == 0 {
+			v = rubyjson.IntValue(int64(s.expiresIn / time.Second))
+		}
+		job.Set("expires_in", v)
+	}
 	opts := &sidekiq.PushOpts{In: s.in}
 	if s.at != "" {
 		t, err := parseTime(s.at)
@@ -123,7 +134,13 @@ func (s *pushSpec) check() error {
 	if u := s.uniqueUntil; u != "" && u != "start" && u != "success" {
 		return fmt.Errorf("%s must be start or success", s.name("unique_until"))
 	}
+	if s.expiresIn < 0 {
+		return fmt.Errorf("%s must not be negative", s.name("expires_in"))
+	}
 	if s.key != "" {
+		if s.expiresIn != 0 {
+			return fmt.Errorf("%s takes no %s (ordered jobs do not expire)", s.name("key"), s.name("expires_in"))
+		}
 		if s.durable {
 			return fmt.Errorf("--durable does not apply to ordered queues (%s)", s.name("key"))
 		}
