@@ -179,3 +179,18 @@ func TestRunHookReadsSecondsAndMilliseconds(t *testing.T) {
 	}
 	require.Equal(t, int64(2), ext.Expired())
 }
+
+// TestPushPayloadSetsExpiresAt: a payload's expires_in becomes expires_at
+// on the path the poller and the cron scheduler push through too.
+func TestPushPayloadSetsExpiresAt(t *testing.T) {
+	rs := redistest.Start(t)
+	c, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: rs.Pool(t), Clock: fixed{time.Unix(1700000000, 0)}, Version: wire.Version6})
+	require.NoError(t, err)
+	j, _ := wire.NewJob("Tick", 1)
+	j.Set("expires_in", rubyjson.FloatValue(90.5))
+	_, payload, ok, err := c.PushPayload(context.Background(), j)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Contains(t, string(payload), `"expires_at":1700000090.5,"enqueued_at":`)
+	require.NotContains(t, string(payload), "expires_in")
+}

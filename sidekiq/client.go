@@ -494,8 +494,12 @@ func (c *Client) Repush(ctx context.Context, job *wire.Job) (*PushResult, error)
 // The caller must SADD queues and LPUSH queue:<queue>, as Push does. ok is
 // false when a middleware stopped the push.
 func (c *Client) PushPayload(ctx context.Context, job *wire.Job) (queue string, payload []byte, ok bool, err error) {
-	if err := c.normalize(job, c.clock.Now(), true); err != nil {
+	now := c.clock.Now()
+	if err := c.normalize(job, now, true); err != nil {
 		return "", nil, false, err
+	}
+	if job.Has("expires_in") {
+		setExpiry(job, nil, now)
 	}
 	if ok, err = c.runMiddleware(ctx, job); err == nil && ok {
 		err = c.beforePush(ctx, job)
