@@ -77,8 +77,8 @@ func decodeInto(job *wire.Job, dst reflect.Value) error {
 				}
 				return &ArgError{Class: class, Arg: path, Field: fname, Type: t.FieldByIndex(f.index).Type, Got: "missing"}
 			}
-			if err := d.decode(path, fname, args[i], dst.FieldByIndex(f.index)); err != nil {
-				return err
+			if err := d.decode(args[i], dst.FieldByIndex(f.index)); err != nil {
+				return prefix(err, path, fname)
 			}
 		}
 		return nil
@@ -86,7 +86,10 @@ func decodeInto(job *wire.Job, dst reflect.Value) error {
 	if len(args) != 1 {
 		return &ArgError{Class: class, Arg: "args", Type: t, Got: fmt.Sprintf("%d arguments (%s takes 1)", len(args), t)}
 	}
-	return d.decode("args[0]", "", args[0], dst)
+	if err := d.decode(args[0], dst); err != nil {
+		return prefix(err, "args[0]", "")
+	}
+	return nil
 }
 
 type decoder struct{ class string }
@@ -98,8 +101,23 @@ var (
 	bigIntType   = reflect.TypeFor[*big.Int]()
 )
 
-func (d *decoder) fail(path, field string, t reflect.Type, v any) error {
-	return &ArgError{Class: d.class, Arg: path, Field: field, Type: t, Got: describe(v)}
+// fail is the error of a value that does not decode into t; the callers
+// up the tree prefix its Arg with their part of the path (prefix), so that
+// a success builds no path.
+func (d *decoder) fail(t reflect.Type, v any) error {
+	return &ArgError{Class: d.class, Type: t, Got: describe(v)}
+}
+
+// prefix puts seg before an ArgError's Arg, and sets its Field when no
+// inner struct field did.
+func prefix(err error, seg, field string) error {
+	if ae, ok := err.(*ArgError); ok {
+		ae.Arg = seg + ae.Arg
+		if ae.Field == "" {
+			ae.Field = field
+		}
+	}
+	return err
 }
 
 // describe says what a payload value is, briefly.
@@ -164,6 +182,19 @@ func intOf(v any) (*big.Int, bool) {
 		return x, true
 	}
 	return nil, false
+}
+
+// smallInt reads an integer that fits an int64 without allocating.
+func smallInt(v any) (int64, bool) {
+	switch x := v.(type) {
+	case rubyjson.Value:
+		if x.Kind() == rubyjson.Integer {
+			return x.Int()
+		}
+	case int64:
+		return x, true
+	}
+	return 0, false
 }
 
 // floatOf reads a number (Integer or Float).
@@ -308,7 +339,7 @@ func plain(v any) any {
 	return v
 }
 
-func (d *decoder) decode(path, field string, v any, dst reflect.Value) error {
+func (d *decoder) decode(v any, dst reflect.Value) error {
 	t := dst.Type()
 	if _, raw := v.(rubyjson.Value); !raw && v != nil && t.Kind() != reflect.Interface {
 		// An ActiveJob value into a field of its own type (activejob.Time,
@@ -322,21 +353,21 @@ func (d *decoder) decode(path, field string, v any, dst reflect.Value) error {
 	case valueType:
 		x, ok := v.(rubyjson.Value)
 		if !ok {
-			return d.fail(path, field, t, v)
+			return d.fail(t, v)
 		}
 		dst.Set(reflect.ValueOf(x.Clone()))
 		return nil
 	case timeType:
 		tm, ok := timeOf(v)
 		if !ok {
-			return d.fail(path, field, t, v)
+			return d.fail(t, v)
 		}
 		dst.Set(reflect.ValueOf(tm))
 		return nil
 	case durationType:
 		du, ok := durationOf(v)
 		if !ok {
-			return d.fail(path, field, t, v)
+			return d.fail(t, v)
 		}
 		dst.SetInt(int64(du))
 		return nil
@@ -347,7 +378,7 @@ func (d *decoder) decode(path, field string, v any, dst reflect.Value) error {
 		}
 		b, ok := intOf(v)
 		if !ok {
-			return d.fail(path, field, t, v)
+			return d.fail(t, v)
 		}
 		dst.Set(reflect.ValueOf(new(big.Int).Set(b)))
 		return nil
@@ -359,7 +390,7 @@ func (d *decoder) decode(path, field string, v any, dst reflect.Value) error {
 			return nil
 		}
 		p := reflect.New(t.Elem())
-		if err := d.decode(path, field, v, p.Elem()); err != nil {
+		if err := d.decode(v, p.Elem()); err != nil {
 			return err
 		}
 		dst.Set(p)
@@ -372,7 +403,7 @@ func (d *decoder) decode(path, field string, v any, dst reflect.Value) error {
 		}
 		xv := reflect.ValueOf(x)
 		if !xv.Type().AssignableTo(t) {
-			return d.fail(path, field, t, v)
+			return d.fail(t, v)
 		}
 		dst.Set(xv)
 		return nil
@@ -385,35 +416,43 @@ func (d *decoder) decode(path, field string, v any, dst reflect.Value) error {
 			b, ok = v.(bool)
 		}
 		if !ok {
-			return d.fail(path, field, t, v)
+			return d.fail(t, v)
 		}
 		dst.SetBool(b)
 		return nil
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		if n, ok := smallInt(v); ok && !dst.OverflowInt(n) {
+			dst.SetInt(n)
+			return nil
+		}
 		b, ok := intOf(v)
 		if !ok || !b.IsInt64() || dst.OverflowInt(b.Int64()) {
-			return d.fail(path, field, t, v)
+			return d.fail(t, v)
 		}
 		dst.SetInt(b.Int64())
 		return nil
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		if n, ok := smallInt(v); ok && n >= 0 && !dst.OverflowUint(uint64(n)) {
+			dst.SetUint(uint64(n))
+			return nil
+		}
 		b, ok := intOf(v)
 		if !ok || !b.IsUint64() || dst.OverflowUint(b.Uint64()) {
-			return d.fail(path, field, t, v)
+			return d.fail(t, v)
 		}
 		dst.SetUint(b.Uint64())
 		return nil
 	case reflect.Float32, reflect.Float64:
 		f, ok := floatOf(v)
 		if !ok || dst.OverflowFloat(f) {
-			return d.fail(path, field, t, v)
+			return d.fail(t, v)
 		}
 		dst.SetFloat(f)
 		return nil
 	case reflect.String:
 		s, ok := strOf(v)
 		if !ok {
-			return d.fail(path, field, t, v)
+			return d.fail(t, v)
 		}
 		dst.SetString(s)
 		return nil
@@ -424,12 +463,12 @@ func (d *decoder) decode(path, field string, v any, dst reflect.Value) error {
 		}
 		a, ok := elems(v)
 		if !ok {
-			return d.fail(path, field, t, v)
+			return d.fail(t, v)
 		}
 		s := reflect.MakeSlice(t, len(a), len(a))
 		for i, e := range a {
-			if err := d.decode(path+"["+strconv.Itoa(i)+"]", field, e, s.Index(i)); err != nil {
-				return err
+			if err := d.decode(e, s.Index(i)); err != nil {
+				return prefix(err, "["+strconv.Itoa(i)+"]", "")
 			}
 		}
 		dst.Set(s)
@@ -437,17 +476,17 @@ func (d *decoder) decode(path, field string, v any, dst reflect.Value) error {
 	case reflect.Array:
 		a, ok := elems(v)
 		if !ok || len(a) != t.Len() {
-			return d.fail(path, field, t, v)
+			return d.fail(t, v)
 		}
 		for i, e := range a {
-			if err := d.decode(path+"["+strconv.Itoa(i)+"]", field, e, dst.Index(i)); err != nil {
-				return err
+			if err := d.decode(e, dst.Index(i)); err != nil {
+				return prefix(err, "["+strconv.Itoa(i)+"]", "")
 			}
 		}
 		return nil
 	case reflect.Map:
 		if t.Key().Kind() != reflect.String {
-			return d.fail(path, field, t, v)
+			return d.fail(t, v)
 		}
 		if isNull(v) {
 			dst.SetZero()
@@ -455,13 +494,13 @@ func (d *decoder) decode(path, field string, v any, dst reflect.Value) error {
 		}
 		es, ok := entries(v)
 		if !ok {
-			return d.fail(path, field, t, v)
+			return d.fail(t, v)
 		}
 		m := reflect.MakeMapWithSize(t, len(es))
 		for _, e := range es {
 			ev := reflect.New(t.Elem()).Elem()
-			if err := d.decode(path+"["+strconv.Quote(e.key)+"]", field, e.val, ev); err != nil {
-				return err
+			if err := d.decode(e.val, ev); err != nil {
+				return prefix(err, "["+strconv.Quote(e.key)+"]", "")
 			}
 			m.SetMapIndex(reflect.ValueOf(e.key).Convert(t.Key()), ev)
 		}
@@ -472,25 +511,24 @@ func (d *decoder) decode(path, field string, v any, dst reflect.Value) error {
 		if si.positional {
 			a, ok := elems(v)
 			if !ok || len(a) > len(si.fields) {
-				return d.fail(path, field, t, v)
+				return d.fail(t, v)
 			}
 			for i, f := range si.fields {
-				p := path + "[" + strconv.Itoa(i) + "]"
 				if i >= len(a) {
 					if f.optional {
 						continue
 					}
-					return &ArgError{Class: d.class, Arg: p, Field: t.Name() + "." + f.name, Type: t.FieldByIndex(f.index).Type, Got: "missing"}
+					return &ArgError{Class: d.class, Arg: "[" + strconv.Itoa(i) + "]", Field: t.Name() + "." + f.name, Type: t.FieldByIndex(f.index).Type, Got: "missing"}
 				}
-				if err := d.decode(p, t.Name()+"."+f.name, a[i], dst.FieldByIndex(f.index)); err != nil {
-					return err
+				if err := d.decode(a[i], dst.FieldByIndex(f.index)); err != nil {
+					return prefix(err, "["+strconv.Itoa(i)+"]", t.Name()+"."+f.name)
 				}
 			}
 			return nil
 		}
 		es, ok := entries(v)
 		if !ok {
-			return d.fail(path, field, t, v)
+			return d.fail(t, v)
 		}
 		for _, e := range es {
 			i, ok := si.byKey[e.key]
@@ -498,13 +536,13 @@ func (d *decoder) decode(path, field string, v any, dst reflect.Value) error {
 				continue // Ruby's perform ignores keys it does not read
 			}
 			f := si.fields[i]
-			if err := d.decode(path+"["+strconv.Quote(e.key)+"]", t.Name()+"."+f.name, e.val, dst.FieldByIndex(f.index)); err != nil {
-				return err
+			if err := d.decode(e.val, dst.FieldByIndex(f.index)); err != nil {
+				return prefix(err, "["+strconv.Quote(e.key)+"]", t.Name()+"."+f.name)
 			}
 		}
 		return nil
 	}
-	return d.fail(path, field, t, v)
+	return d.fail(t, v)
 }
 
 // epoch converts epoch seconds to a UTC time to the nearest nanosecond
