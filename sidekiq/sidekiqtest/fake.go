@@ -113,7 +113,9 @@ func (f *Fake) HandleFunc(class string, fn func(ctx context.Context, job *wire.J
 
 // BeforePush implements sidekiq.PushHook: it captures the jobs (normalized:
 // with jid, queue, retry and created_at, and "at" for a scheduled job),
-// and in inline mode runs them.
+// and in inline mode runs them. It sees a push before the unique lock is
+// taken, so a duplicate push of a unique job is captured (and run) too, as
+// uniqueness does not apply under Sidekiq::Testing.
 func (f *Fake) BeforePush(ctx context.Context, jobs []*wire.Job) error {
 	f.mu.Lock()
 	for _, j := range jobs {
