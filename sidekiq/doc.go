@@ -14,7 +14,12 @@
 //   - sidekiq/wire: the payload (wire.Job) and the Sidekiq versions;
 //   - sidekiq/activejob: ActiveJob payloads and argument types;
 //   - sidekiq/api: the admin API (Ruby's Sidekiq::API);
+//   - sidekiq/typed: handlers and pushes whose arguments are Go types;
+//   - sidekiq/sidekiqtest: fake and inline modes and a drain for tests
+//     (Ruby's Sidekiq::Testing);
 //   - sidekiq/rubyjson: JSON exactly as Ruby generates it.
+//
+// docs/go.md puts a Ruby job and its Go port side by side.
 //
 // The wire facts the code follows, with their Ruby sources, are in
 // docs/sidekiq-wire.md.
