@@ -157,7 +157,7 @@ not json
 	require.Empty(t, out)
 	for _, want := range []string{
 		`push -: line 3: "args" must be an array, not 1`,
-		`push -: line 4: unknown field "colour" (a line has class, args, queue, retry, at, in, jid, unique_for, unique_until, timeout, heartbeat_timeout, key, score, batch)`,
+		`push -: line 4: unknown field "colour" (a line has class, args, queue, retry, at, in, expires_in, jid, unique_for, unique_until, timeout, heartbeat_timeout, key, score, batch)`,
 		`push -: line 5: not a JSON object`,
 		`push -: line 6: "class" is required`,
 		`push -: line 7: "retry" must be true, false or a number of retries, not -1`,
