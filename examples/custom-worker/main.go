@@ -9,16 +9,23 @@ import (
 	"os"
 
 	"github.com/gojob/gojob/cli"
-	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/typed"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-func hardJob(ctx context.Context, job *wire.Job) error {
-	fmt.Println("HardJob", job.JID(), string(job.Encode()))
+// HardJobArgs are Ruby's HardJob#perform(name, count) (docs/go.md).
+type HardJobArgs struct {
+	typed.Positional
+	Name  string
+	Count int
+}
+
+func hardJob(ctx context.Context, job *wire.Job, a HardJobArgs) error {
+	fmt.Println("HardJob", job.JID(), a.Name, a.Count)
 	return nil
 }
 
 func main() {
 	os.Exit(cli.Run(context.Background(), os.Args, os.Stdout, os.Stderr,
-		cli.WithHandler("HardJob", sidekiq.HandlerFunc(hardJob), nil)))
+		cli.WithHandler("HardJob", typed.Handler(hardJob), nil)))
 }
