@@ -79,7 +79,7 @@ run the worker and demo against a real Redis instead. --durable
 			}
 			defer pool.Close()
 			cfg.Pool = pool
-			srv, stopHeartbeats, err := buildServer(c, cfg, o, log)
+			srv, _, stopHeartbeats, err := buildServer(c, cfg, o, log)
 			if err != nil {
 				return err
 			}

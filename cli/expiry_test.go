@@ -2,6 +2,9 @@ package cli
 
 import (
 	"context"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,7 +24,8 @@ import (
 )
 
 // `gojob work` drops a Sidekiq Pro client's job whose expires_at has
-// passed, unrun, and runs the others.
+// passed, unrun, runs the others, and counts the dropped ones in
+// gojob_jobs_expired_total.
 func TestWorkDropsExpiredProJobs(t *testing.T) {
 	t.Parallel()
 	bin := gojobBinary(t)
@@ -37,8 +41,12 @@ func TestWorkDropsExpiredProJobs(t *testing.T) {
 	_, err = client.Enqueue(context.Background(), "", "Digest", "fresh")
 	require.NoError(t, err)
 	ran := filepath.Join(t.TempDir(), "ran")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
 	cmd := exec.Command(bin, "work", "-r", srv.URL(), "-c", "1", "--sidekiq-version", "6",
-		"--exec", "Digest=echo ran >> "+ran)
+		"--exec", "Digest=echo ran >> "+ran, "--metrics-addr", addr)
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	wait.For(t, "both jobs processed", func() bool {
@@ -51,6 +59,12 @@ func TestWorkDropsExpiredProJobs(t *testing.T) {
 	n, err := redis.Int(conn.Do("ZCARD", "retry"))
 	require.NoError(t, err)
 	require.Zero(t, n)
+	res, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	require.Contains(t, string(body), "\ngojob_jobs_expired_total{class=\"Digest\"} 1\n")
 }
 
 // `gojob push --expires-in` and a line's "expires_in" write expires_at,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	ucli "github.com/urfave/cli/v2"
 
@@ -26,7 +27,7 @@ func metricsWorkFlags() []ucli.Flag {
 
 // startMetrics serves the exporter of srv on --metrics-addr (nothing when
 // unset) until the returned stop is called.
-func startMetrics(c *ucli.Context, srv *sidekiq.Server, pool *redis.Pool, log zerolog.Logger) (func(), error) {
+func startMetrics(c *ucli.Context, srv *sidekiq.Server, pool *redis.Pool, log zerolog.Logger, extra ...prometheus.Collector) (func(), error) {
 	addr := c.String("metrics-addr")
 	if addr == "" {
 		if c.Bool("cluster-metrics") {
@@ -42,7 +43,7 @@ func startMetrics(c *ucli.Context, srv *sidekiq.Server, pool *redis.Pool, log ze
 	if err != nil {
 		return nil, ucli.Exit(fmt.Sprintf("--metrics-addr %s: %v", addr, err), exitUsage)
 	}
-	exp := metrics.New(srv, admin, pool)
+	exp := metrics.New(srv, admin, pool).Register(extra...)
 	if c.Bool("cluster-metrics") {
 		exp.ExportCluster()
 	}

@@ -98,7 +98,7 @@ ordered work (docs/ordered.md).`,
 				return ucli.Exit(err.Error(), exitUsage)
 			}
 			cfg.ForceVersion = c.Bool("force-version")
-			srv, stopHeartbeats, err := buildServer(c, cfg, o, log)
+			srv, expired, stopHeartbeats, err := buildServer(c, cfg, o, log)
 			if err != nil {
 				return err
 			}
@@ -106,7 +106,7 @@ ordered work (docs/ordered.md).`,
 			if err := applyLimits(c, srv, pool); err != nil {
 				return err
 			}
-			stopMetrics, err := startMetrics(c, srv, pool, log)
+			stopMetrics, err := startMetrics(c, srv, pool, log, expired)
 			if err != nil {
 				return err
 			}
@@ -201,28 +201,29 @@ func serverConfigFromFlags(c *ucli.Context, log zerolog.Logger) (*sidekiq.Server
 // buildServer creates the server and registers Go, --exec and --http
 // handlers. With --http handlers it starts their heartbeat endpoint, which
 // the returned func stops.
-func buildServer(c *ucli.Context, cfg *sidekiq.ServerConfig, o *options, log zerolog.Logger) (*sidekiq.Server, func(), error) {
+func buildServer(c *ucli.Context, cfg *sidekiq.ServerConfig, o *options, log zerolog.Logger) (*sidekiq.Server, *expiry.Extension, func(), error) {
 	noop := func() {}
 	srv, err := sidekiq.NewServer(cfg)
 	if err != nil {
-		return nil, noop, ucli.Exit(err.Error(), exitUsage)
+		return nil, nil, noop, ucli.Exit(err.Error(), exitUsage)
 	}
 	batches, err := batch.New(&batch.Config{Client: srv.Client(), Logger: log})
 	if err != nil {
-		return nil, noop, err
+		return nil, nil, noop, err
 	}
 	srv.Extend(batches)
 	// Jobs a Sidekiq Pro client gave expires_in are dropped once expired,
 	// as Pro's servers do (expiry); after batches, so that the batch
 	// counts an expired job as a success.
-	srv.Extend(expiry.New(expiry.Config{Logger: log, Clock: cfg.Clock}))
+	expired := expiry.New(expiry.Config{Logger: log, Clock: cfg.Clock})
+	srv.Extend(expired)
 	for _, h := range o.handlers {
 		srv.Handle(h.class, h.h, h.opts)
 	}
 	for _, spec := range c.StringSlice("exec") {
 		class, command, ok := strings.Cut(spec, "=")
 		if !ok || class == "" || command == "" {
-			return nil, noop, ucli.Exit(fmt.Sprintf("--exec %q: want CLASS=COMMAND", spec), exitUsage)
+			return nil, nil, noop, ucli.Exit(fmt.Sprintf("--exec %q: want CLASS=COMMAND", spec), exitUsage)
 		}
 		srv.Handle(class, &execHandler{Command: command, Log: log, Pool: cfg.Pool, Grace: cfg.CancelGrace}, nil)
 	}
@@ -231,12 +232,12 @@ func buildServer(c *ucli.Context, cfg *sidekiq.ServerConfig, o *options, log zer
 	for _, spec := range c.StringSlice("http") {
 		class, url, ok := strings.Cut(spec, "=")
 		if !ok || class == "" || url == "" {
-			return nil, noop, ucli.Exit(fmt.Sprintf("--http %q: want CLASS=URL", spec), exitUsage)
+			return nil, nil, noop, ucli.Exit(fmt.Sprintf("--http %q: want CLASS=URL", spec), exitUsage)
 		}
 		https = append(https, httpSpec{class, url})
 	}
 	if err := serveJobControl(srv, cfg, log); err != nil {
-		return nil, noop, err
+		return nil, nil, noop, err
 	}
 	// Batch jobs that reached the dead set unseen (batch/watch.go).
 	srv.Serve(sidekiq.Loop(batches.Watch))
@@ -245,7 +246,7 @@ func buildServer(c *ucli.Context, cfg *sidekiq.ServerConfig, o *options, log zer
 		hb, err := newHeartbeatEndpoint(c.String("heartbeat-listen"), c.String("heartbeat-url"), log)
 		if err != nil {
 			stop()
-			return nil, noop, ucli.Exit("--heartbeat-listen: "+err.Error(), exitUsage)
+			return nil, nil, noop, ucli.Exit("--heartbeat-listen: "+err.Error(), exitUsage)
 		}
 		stopRest := stop
 		stop = func() { hb.Close(); stopRest() }
@@ -256,10 +257,10 @@ func buildServer(c *ucli.Context, cfg *sidekiq.ServerConfig, o *options, log zer
 	for _, f := range o.setup {
 		if err := f(srv); err != nil {
 			stop()
-			return nil, noop, err
+			return nil, nil, noop, err
 		}
 	}
-	return srv, stop, nil
+	return srv, expired, stop, nil
 }
 
 // heartbeatWorkFlags are the per-job timeout flags of work and dev

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/clock"
@@ -109,4 +110,18 @@ func (e *Extension) ExpiredByClass() map[string]int64 {
 		out[k] = v
 	}
 	return out
+}
+
+var descExpired = prometheus.NewDesc("gojob_jobs_expired_total",
+	"Jobs this process dropped unrun because their expires_at had passed (Sidekiq Pro's expiring jobs).", []string{"class"}, nil)
+
+// Describe implements prometheus.Collector: the extension exports
+// gojob_jobs_expired_total{class} (metrics.Exporter.Register).
+func (e *Extension) Describe(ch chan<- *prometheus.Desc) { ch <- descExpired }
+
+// Collect implements prometheus.Collector.
+func (e *Extension) Collect(ch chan<- prometheus.Metric) {
+	for class, n := range e.ExpiredByClass() {
+		ch <- prometheus.MustNewConstMetric(descExpired, prometheus.CounterValue, float64(n), class)
+	}
 }

@@ -65,6 +65,14 @@ func (e *Exporter) ExportCluster() *Exporter {
 	return e
 }
 
+// Register adds collectors of the server's extensions (expiry's
+// gojob_jobs_expired_total, say) to the exporter's /metrics. Call it
+// before serving. It returns e.
+func (e *Exporter) Register(cs ...prometheus.Collector) *Exporter {
+	e.reg.MustRegister(cs...)
+	return e
+}
+
 // observer counts the server's finished jobs into its Exporter.
 type observer struct{ e *Exporter }
 
