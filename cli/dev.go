@@ -148,7 +148,7 @@ func registerDemo(srv *sidekiq.Server, log zerolog.Logger, skip map[string]bool)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		log.Info().Str("jid", job.JID()).RawJSON("args", argsJSON(job)).Dur("worked", d).Msg("HardJob ran")
+		log.Info().Str("jid", job.JID()).RawJSON("args", argsJSON(job)).Str("worked", d.Round(time.Millisecond).String()).Msg("HardJob ran")
 		return nil
 	})
 	handle("DemoJob", func(ctx context.Context, job *wire.Job) error {
