@@ -7,12 +7,16 @@
 // buffers) and every job allocates: collecting at 5x the live heap rather
 // than 2x spends less CPU per job. Left alone, that lets a worker with
 // 10 KB jobs reach several times its live heap in RSS. The soft limit
-// (runtime/debug.SetMemoryLimit) is max(Floor, LiveFactor x live heap),
-// set again after every collection: small heaps grow up to Floor, larger
-// ones up to three times what is live, and a live heap that grows moves
-// the limit with it, so the collector never runs continuously to hold a
-// limit the program has outgrown. docs/benchmarks.md gives the peak RSS
-// this yields.
+// (runtime/debug.SetMemoryLimit) is the memory the runtime holds besides
+// the heap (stacks, its own structures) plus max(HeapFloor, LiveFactor x
+// live heap), set again after every collection: small heaps grow up to
+// HeapFloor, larger ones up to three times what is live, and a live heap
+// that grows moves the limit with it, so the collector never runs
+// continuously to hold a limit the program has outgrown. The memory
+// besides the heap is counted apart because the limit covers all of the
+// runtime's memory: without it, a program with a few MB of stacks and
+// buffers would collect far more often than the factor says.
+// docs/benchmarks.md gives the peak RSS this yields.
 package gctune
 
 import (
@@ -26,9 +30,9 @@ import (
 const (
 	// GCPercent is GOGC.
 	GCPercent = 400
-	// Floor is the lowest soft memory limit, in bytes.
-	Floor = 16 << 20
-	// LiveFactor is the limit over the live heap.
+	// HeapFloor is the heap the limit allows at the least, in bytes.
+	HeapFloor = 12 << 20
+	// LiveFactor is the heap the limit allows over the live heap.
 	LiveFactor = 3
 )
 
@@ -43,25 +47,48 @@ func Apply() {
 			return
 		}
 		debug.SetGCPercent(GCPercent)
-		debug.SetMemoryLimit(Floor)
+		debug.SetMemoryLimit(HeapFloor + 8<<20) // until the first collection measures the rest
 		arm()
 	})
 }
 
-// live reads the heap that the last collection found live.
-var liveSample = []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+// samples are what the limit is made of: the heap the last collection
+// found live, the memory the runtime has mapped in all, and the heap's
+// share of it.
+var samples = []metrics.Sample{
+	{Name: "/gc/heap/live:bytes"},
+	{Name: "/memory/classes/total:bytes"},
+	{Name: "/memory/classes/heap/objects:bytes"},
+	{Name: "/memory/classes/heap/unused:bytes"},
+	{Name: "/memory/classes/heap/free:bytes"},
+	{Name: "/memory/classes/heap/released:bytes"},
+}
 
-// Limit is the soft memory limit for a live heap of live bytes.
-func Limit(live uint64) int64 { return max(Floor, int64(live)*LiveFactor) }
+// Limit is the soft memory limit for a live heap of live bytes beside
+// overhead bytes of memory that is not heap (stacks, the runtime's own).
+func Limit(live, overhead uint64) int64 {
+	return int64(overhead) + max(HeapFloor, int64(live)*LiveFactor)
+}
 
 // arm sets the limit after the next collection: a finalizer runs once the
 // collector has found its object unreachable, then arms the next one.
 func arm() {
 	runtime.SetFinalizer(new([16]byte), func(*[16]byte) {
-		metrics.Read(liveSample)
-		if v := liveSample[0].Value; v.Kind() == metrics.KindUint64 {
-			debug.SetMemoryLimit(Limit(v.Uint64()))
+		metrics.Read(samples)
+		var v [6]uint64
+		for i, s := range samples {
+			if s.Value.Kind() != metrics.KindUint64 {
+				arm()
+				return
+			}
+			v[i] = s.Value.Uint64()
 		}
+		heap := v[2] + v[3] + v[4] + v[5]
+		overhead := uint64(0)
+		if v[1] > heap {
+			overhead = v[1] - heap
+		}
+		debug.SetMemoryLimit(Limit(v[0], overhead))
 		arm()
 	})
 }

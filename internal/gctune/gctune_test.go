@@ -12,9 +12,9 @@ import (
 )
 
 func TestLimitFollowsTheLiveHeap(t *testing.T) {
-	require.Equal(t, int64(Floor), Limit(0))
-	require.Equal(t, int64(Floor), Limit(Floor/LiveFactor))
-	require.Equal(t, int64(300<<20), Limit(100<<20))
+	require.Equal(t, int64(HeapFloor), Limit(0, 0))
+	require.Equal(t, int64(HeapFloor+5<<20), Limit(HeapFloor/LiveFactor, 5<<20))
+	require.Equal(t, int64(300<<20+5<<20), Limit(100<<20, 5<<20))
 }
 
 // Apply runs in a child process: it changes the collector of the process
