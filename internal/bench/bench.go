@@ -101,7 +101,9 @@ Redis commands per job (INFO commandstats).
 --ruby runs Debian's Ruby Sidekiq 6.4.1 on the same number of jobs (timed from
 its first fetch until its queue is empty, as bin/sidekiqload does) and prints
 the ratio; --redis-benchmark runs redis-benchmark -t rpop at the same -c.
-It only touches its own keys, never flushes, and removes them when done.`,
+It only writes its own keys, never flushes, and removes them when done; the
+gojob work it starts does what any gojob work does besides (a heartbeat in
+processes, polls of the retry and schedule sets).`,
 		Flags: append([]ucli.Flag{
 			newRedisFlag(),
 			&ucli.IntFlag{Name: "jobs", Aliases: []string{"n"}, Value: 100000, Usage: "jobs to process"},
