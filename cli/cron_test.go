@@ -106,9 +106,9 @@ func TestCronAddOnAnEmptyRedisPicksTheLayoutOfTheSidekiqInUse(t *testing.T) {
 // A flag between cron and its subcommand is the subcommand's.
 func TestCronFlagsBeforeTheSubcommand(t *testing.T) {
 	rs := redistest.Start(t)
-	out, errOut, rc := runCLI(t, "cron", "-r", rs.URL(), "add", "--cron", "*/5 * * * *", "--class", "X", "every5")
+	_, errOut, rc := runCLI(t, "cron", "-r", rs.URL(), "add", "--cron", "*/5 * * * *", "--class", "X", "every5")
 	require.Equal(t, 0, rc, errOut)
-	out, errOut, rc = runCLI(t, "cron", "-r", rs.URL(), "--json", "list")
+	out, errOut, rc := runCLI(t, "cron", "-r", rs.URL(), "--json", "list")
 	require.Equal(t, 0, rc, errOut)
 	require.Contains(t, out, `"every5"`)
 }
