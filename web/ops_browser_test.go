@@ -16,12 +16,30 @@ import (
 // waitText waits until the page's text contains want.
 func (tb *tab) waitText(t *testing.T, want string) string {
 	t.Helper()
+	return tb.waitPage(t, want, "true")
+}
+
+// waitDone waits until the page a bulk action reloads when it ends shows
+// want. app.js writes the result into the running page and then replaces
+// the page in the same task, so the text alone may be read from the page
+// on its way out, and the next command sent to it finds no page: wait for
+// the new page, which has no progress bar.
+func (tb *tab) waitDone(t *testing.T, want string) string {
+	t.Helper()
+	return tb.waitPage(t, want, `document.readyState === "complete" && !document.querySelector("#bulk-progress progress")`)
+}
+
+// waitPage waits until the page's text contains want while the JavaScript
+// expression cond holds.
+func (tb *tab) waitPage(t *testing.T, want, cond string) string {
+	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
+	look := fmt.Sprintf(`(%s) ? (document.body ? document.body.innerText : "") : ""`, cond)
 	for {
 		// Each look has a deadline of its own: one sent while the page
 		// reloads itself may never be answered.
 		lookCtx, cancel := context.WithTimeout(tb.ctx, 5*time.Second)
-		s, err := chromedp.Run(lookCtx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+		s, err := chromedp.Run(lookCtx, chromedp.Evaluate[string](look))
 		cancel()
 		if err == nil && strings.Contains(s, want) {
 			return s
@@ -81,7 +99,7 @@ func TestBrowserSearchPagesThroughAllMatchesAndBulkActsOnThem(t *testing.T) {
 	// the page that says it started could be read: the redirect's message
 	// is TestFilteredBulkActsOnTheMatchesOnlyInTheBackground's.)
 	tb.click(t, `form#bulk button[value="retry_all"]`)
-	tb.waitText(t, "Retry all (jobs matching “InvoiceJob”) finished: 60 jobs")
+	tb.waitDone(t, "Retry all (jobs matching “InvoiceJob”) finished: 60 jobs")
 	require.EqualValues(t, 100, b.size(t, "retry"))
 	require.Empty(t, tb.errors(), "JavaScript errors")
 	tb.screenshot(t, "retries-filtered-bulk-done")
@@ -112,6 +130,6 @@ func TestBrowserBulkProgressBarFollowsRedis(t *testing.T) {
 	// It ends: the page reloads by itself and shows the result.
 	b.do(t, "HSET", "gojob-web-bulk:schedule", "status", status("done", 100))
 	b.do(t, "DEL", "gojob-web-bulk-lock:schedule")
-	tb.waitText(t, "Add all to queue finished: 100 jobs")
+	tb.waitDone(t, "Add all to queue finished: 100 jobs")
 	require.Empty(t, tb.errors(), "JavaScript errors")
 }
