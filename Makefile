@@ -13,7 +13,7 @@ DIST      := dist
 STAMP     := -X github.com/gojob/gojob/internal/buildinfo.version=$(VERSION)
 LDFLAGS   := -s -w $(STAMP)
 
-.PHONY: help build install test test/unit test/race deps lint vet fmt bench fuzz chaos tidy verify fixtures release docker
+.PHONY: help build install test test-stress test/unit test/race deps lint vet fmt bench fuzz chaos tidy verify fixtures release docker
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z/_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -33,6 +33,9 @@ deps: ## Install what the tests need (redis-server, Ruby Sidekiq 6.4.1) when mis
 
 test: deps lint ## Lint, then run every test (unit, fuzz seeds, examples, real Redis, Ruby compat) with the race detector
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+test-stress: deps ## Run the tests beside two busy loops per core (ARGS="-count=3 -run X ./pkg/" narrows them)
+	bash scripts/test-stress.sh $(ARGS)
 
 test/unit: ## Fast tests only (no Ruby compat tests)
 	$(GO) test -count=1 -short $(PKGS)
