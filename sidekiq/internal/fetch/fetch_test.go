@@ -32,6 +32,10 @@ type fetchBundle struct {
 	runs map[string]int // raw payload → times processed
 	// hook, when set, runs inside Process.
 	hook func(u Unit)
+	// took, when set, is what Process reports a job took (the pace that
+	// fetching ahead follows, ahead.go) in place of the time it did take:
+	// a loaded machine's pauses then change no test's pace.
+	took func(u Unit) time.Duration
 }
 
 func newFetchBundle(t *testing.T, rs *redistest.Server, mod func(*Config)) *fetchBundle {
@@ -64,10 +68,13 @@ func newFetchBundle(t *testing.T, rs *redistest.Server, mod func(*Config)) *fetc
 			start := time.Now()
 			b.mu.Lock()
 			b.runs[string(u.Raw)]++
-			hook := b.hook
+			hook, took := b.hook, b.took
 			b.mu.Unlock()
 			if hook != nil {
 				hook(u)
+			}
+			if took != nil {
+				return took(u)
 			}
 			return time.Since(start)
 		},
