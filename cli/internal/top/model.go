@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	tea "charm.land/bubbletea/v2"
@@ -77,6 +78,12 @@ type Model struct {
 	status   string
 	statusAt time.Time
 	fetching bool
+	// acted counts the pauses and unpauses done; set holds what they set
+	// (queue → paused) until a read that started after them comes back:
+	// a read under way when p was pressed shows the queue as it was, and
+	// the next p must toggle what the screen says, not what that read saw.
+	acted int
+	set   map[string]bool
 }
 
 // NewModel returns a model.
@@ -101,11 +108,17 @@ type (
 	snapshotMsg struct {
 		snap *Snapshot
 		err  error
+		// acted is Model.acted when the read started.
+		acted int
 	}
 	tickMsg   struct{}
 	actionMsg struct {
 		text string
 		err  error
+		// pause: the action paused (paused) or unpaused queue.
+		pause  bool
+		queue  string
+		paused bool
 	}
 )
 
@@ -118,12 +131,12 @@ func (m *Model) fetch() tea.Cmd {
 		return nil
 	}
 	m.fetching = true
-	src, parent, timeout := m.cfg.Source, m.cfg.Context, m.cfg.Timeout
+	src, parent, timeout, acted := m.cfg.Source, m.cfg.Context, m.cfg.Timeout, m.acted
 	return func() tea.Msg {
 		ctx, cancel := context.WithTimeout(parent, timeout)
 		defer cancel()
 		snap, err := src.Snapshot(ctx)
-		return snapshotMsg{snap, err}
+		return snapshotMsg{snap, err, acted}
 	}
 }
 
@@ -148,6 +161,9 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case snapshotMsg:
 		m.fetching = false
 		m.apply(msg)
+		if msg.err == nil && msg.acted < m.acted {
+			return m, m.fetch() // read before a pause: read again now
+		}
 		interval := m.cfg.Interval
 		return m, tea.Tick(interval, func(time.Time) tea.Msg { return tickMsg{} })
 	case tickMsg:
@@ -157,6 +173,14 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			m.setStatus("failed: " + msg.err.Error())
 		} else {
 			m.setStatus(msg.text)
+			if msg.pause {
+				m.acted++
+				if m.set == nil {
+					m.set = map[string]bool{}
+				}
+				m.set[msg.queue] = msg.paused
+				m.snap = m.withSet(m.snap)
+			}
 		}
 		return m, m.fetch()
 	case tea.KeyPressMsg:
@@ -176,8 +200,28 @@ func (m *Model) apply(msg snapshotMsg) {
 	}
 	m.err = nil
 	m.rates = RatesBetween(m.snap, msg.snap)
-	m.snap = msg.snap
+	if msg.acted < m.acted {
+		m.snap = m.withSet(msg.snap)
+	} else {
+		m.snap, m.set = msg.snap, nil
+	}
 	m.keepSelection()
+}
+
+// withSet returns snap with the pauses and unpauses done since it was
+// read (a copy; snap itself is left alone).
+func (m *Model) withSet(snap *Snapshot) *Snapshot {
+	if snap == nil || len(m.set) == 0 {
+		return snap
+	}
+	c := *snap
+	c.Queues = slices.Clone(snap.Queues)
+	for i := range c.Queues {
+		if p, ok := m.set[c.Queues[i].Name]; ok {
+			c.Queues[i].Paused = p
+		}
+	}
+	return &c
 }
 
 // keepSelection points the cursors at rows that exist: the same name when
@@ -261,9 +305,15 @@ func (m *Model) key(k string) tea.Cmd {
 		if !pause {
 			verb = "unpaused"
 		}
-		return m.act(verb+" queue "+q.Name+" for gojob processes", func(ctx context.Context) error {
+		cmd := m.act(verb+" queue "+q.Name+" for gojob processes", func(ctx context.Context) error {
 			return src.SetPaused(ctx, q.Name, pause)
 		})
+		name := q.Name
+		return func() tea.Msg {
+			msg := cmd().(actionMsg)
+			msg.pause, msg.queue, msg.paused = true, name, pause
+			return msg
+		}
 	case "Q", "shift+q":
 		p, ok := m.selectedProcess()
 		switch {

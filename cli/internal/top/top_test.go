@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -172,10 +173,21 @@ type fakeSource struct {
 	quieted []string
 }
 
+// Snapshot returns snap with the pauses set since.
 func (f *fakeSource) Snapshot(context.Context) (*Snapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.snap, f.err
+	if f.snap == nil {
+		return nil, f.err
+	}
+	c := *f.snap
+	c.Queues = slices.Clone(f.snap.Queues)
+	for i := range c.Queues {
+		if p, ok := f.paused[c.Queues[i].Name]; ok {
+			c.Queues[i].Paused = p
+		}
+	}
+	return &c, f.err
 }
 
 func (f *fakeSource) SetPaused(_ context.Context, q string, p bool) error {
@@ -246,6 +258,17 @@ func TestModelKeys(t *testing.T) {
 	}
 	run(t, m, key("p"))
 	require.Equal(t, map[string]bool{"queue_00": true, "queue_03": false}, src.paused)
+	// p again toggles what the screen shows, also when a read that began
+	// before the first p comes back after it (showing the queue as it
+	// was): the model reads again, and keeps what it set meanwhile.
+	_, read := m.Update(tickMsg{})
+	stale := read()
+	run(t, m, key("p"))
+	require.True(t, src.paused["queue_03"], "p paused queue_03 again")
+	run(t, m, stale)
+	require.Regexp(t, `queue_03 .*paused`, screen(m))
+	run(t, m, key("p"))
+	require.False(t, src.paused["queue_03"], "p toggled the pause the screen showed")
 
 	// Q on the queues: nothing to quiet.
 	run(t, m, key("Q"))
