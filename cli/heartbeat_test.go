@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,16 +35,26 @@ import (
 // CLI with Go handlers) for Go handlers.
 
 const (
-	hbTimeout = 300 * time.Millisecond
+	// hbTimeout is the jobs' heartbeat_timeout: fifteen times the 100 ms
+	// between their heartbeats, so that a loaded machine that delays a
+	// heartbeat does not make the job look silent.
+	hbTimeout = 1500 * time.Millisecond
+	// hbBeats is how many heartbeats the handlers send, 100 ms apart:
+	// for twice hbTimeout.
+	hbBeats = 31
 	// hbSlack is what the tests allow beyond a deadline for the
 	// cancellation, the retry write and a noisy machine. The deadline
 	// itself is exact (a timer per job, docs/heartbeats.md).
-	hbSlack = time.Second
+	hbSlack = 3 * time.Second
 	// hbEarly is how much earlier than the deadline a test may see the
 	// retry: the handlers note the time just after their last heartbeat
-	// or their start, a little after gojob does.
-	hbEarly = 150 * time.Millisecond
+	// or their start, a little after gojob does (later on a loaded
+	// machine).
+	hbEarly = 500 * time.Millisecond
 )
+
+// hbTimeoutText is hbTimeout as the jobs carry it, in seconds.
+var hbTimeoutText = strconv.FormatFloat(hbTimeout.Seconds(), 'f', -1, 64)
 
 // heartbeatWorker builds testdata/heartbeat-worker once per run.
 func heartbeatWorker(t *testing.T) string {
@@ -176,7 +187,7 @@ func epoch(t *testing.T, s string) time.Time {
 func requireRetriedAfterSilence(t *testing.T, job *wire.Job, lastBeat time.Time) {
 	t.Helper()
 	require.Equal(t, "Gojob::HeartbeatTimeout", job.ErrorClass())
-	require.Contains(t, job.ErrorMessage(), "over its heartbeat_timeout of 0.3s")
+	require.Contains(t, job.ErrorMessage(), "over its heartbeat_timeout of "+hbTimeoutText+"s")
 	took := failedAt(t, job).Sub(lastBeat)
 	require.GreaterOrEqual(t, took, hbTimeout-hbEarly, "retried before its heartbeat_timeout")
 	require.Less(t, took, hbTimeout+hbSlack, "retried long after its heartbeat_timeout")
@@ -191,7 +202,7 @@ func TestGoHandlerThatStopsHeartbeatingIsRetried(t *testing.T) {
 	log := filepath.Join(e.dir, "log")
 	w := startBinary(t, heartbeatWorker(t), e.rs.URL())
 	id := w.identity(t)
-	e.push(t, "gobeat1", "GoBeat", 0, hbTimeout.Seconds(), 7, log)
+	e.push(t, "gobeat1", "GoBeat", 0, hbTimeout.Seconds(), hbBeats, log)
 	last := epoch(t, logLine(t, log, "gobeat1 ")[0])
 	requireRetriedAfterSilence(t, e.retried(t, "gobeat1"), last)
 	require.Empty(t, workingJIDs(t, e.conn, id))
@@ -209,13 +220,13 @@ func TestExecHandlerThatStopsHeartbeatingIsRetried(t *testing.T) {
 	t.Parallel()
 	e := newHBEnv(t)
 	log := filepath.Join(e.dir, "log")
-	script := `for i in 1 2 3 4 5 6 7; do echo beat >&"$GOJOB_HEARTBEAT_FD"; last=$(date +%s.%N); sleep 0.1; done; ` +
+	script := `for i in $(seq ` + strconv.Itoa(hbBeats) + `); do echo beat >&"$GOJOB_HEARTBEAT_FD"; last=$(date +%s.%N); sleep 0.1; done; ` +
 		`echo "$GOJOB_JID $last $$ $GOJOB_HEARTBEAT_FD $GOJOB_HEARTBEAT_TIMEOUT" >> ` + log + `; sleep 30`
 	w := startWorker(t, e.rs.URL(), "--exec", "ExecBeat="+script)
 	id := w.identity(t)
 	e.push(t, "execbeat1", "ExecBeat", 0, hbTimeout.Seconds())
 	f := logLine(t, log, "execbeat1 ")
-	require.Equal(t, []string{"4", "0.3"}, f[2:4], "GOJOB_HEARTBEAT_FD, GOJOB_HEARTBEAT_TIMEOUT")
+	require.Equal(t, []string{"4", hbTimeoutText}, f[2:4], "GOJOB_HEARTBEAT_FD, GOJOB_HEARTBEAT_TIMEOUT")
 	requireRetriedAfterSilence(t, e.retried(t, "execbeat1"), epoch(t, f[0]))
 	pid, err := strconv.Atoi(f[1])
 	require.NoError(t, err)
@@ -244,7 +255,7 @@ func TestHTTPHandlerThatStopsHeartbeatingIsRetried(t *testing.T) {
 		io.Copy(io.Discard, r.Body) // the server notices a gone client only once the body is read
 		res := result{timeout: r.Header.Get("X-Gojob-Heartbeat-Timeout")}
 		url := r.Header.Get("X-Gojob-Heartbeat-Url")
-		for i := range 7 {
+		for i := range hbBeats {
 			resp, err := http.Post(url, "text/plain", nil)
 			if err != nil {
 				res.err = err
@@ -253,7 +264,7 @@ func TestHTTPHandlerThatStopsHeartbeatingIsRetried(t *testing.T) {
 			resp.Body.Close()
 			res.statuses = append(res.statuses, resp.StatusCode)
 			res.last = time.Now()
-			if i < 6 {
+			if i < hbBeats-1 {
 				time.Sleep(100 * time.Millisecond)
 			}
 		}
@@ -280,8 +291,8 @@ func TestHTTPHandlerThatStopsHeartbeatingIsRetried(t *testing.T) {
 		t.Fatal("the HTTP handler's request was not cancelled")
 	}
 	require.NoError(t, res.err)
-	require.Equal(t, []int{204, 204, 204, 204, 204, 204, 204}, res.statuses)
-	require.Equal(t, "0.3", res.timeout)
+	require.Equal(t, slices.Repeat([]int{204}, hbBeats), res.statuses)
+	require.Equal(t, hbTimeoutText, res.timeout)
 	require.Contains(t, []int{http.StatusNotFound, http.StatusGone}, res.late)
 	requireRetriedAfterSilence(t, job, res.last)
 	require.Empty(t, workingJIDs(t, e.conn, id))
