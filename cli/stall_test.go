@@ -45,12 +45,14 @@ func TestRedisStallLosesNoJob(t *testing.T) {
 			wait.Within(t, 60*time.Second, "a few hundred jobs to run", func() bool { return runs.total(t) >= 300 })
 			require.NoError(t, rs.Pause())
 			stalled := time.Now()
-			wait.Within(t, stallFor, "the stall to be logged", func() bool {
+			// The waits below are for events; their deadlines only bound a
+			// hang, and a loaded machine is far from them.
+			wait.Within(t, 2*time.Minute, "the stall to be logged", func() bool {
 				return w.logs.Count("", "redis is not answering") > 0
 			})
-			time.Sleep(stallFor - time.Since(stalled)) // the stall itself
+			time.Sleep(stallFor - time.Since(stalled)) // the stall itself, at least stallFor
 			require.NoError(t, rs.Resume())
-			wait.Within(t, 2*time.Minute, "every job to run", func() bool { return len(runs.counts(t)) == n })
+			wait.Within(t, 10*time.Minute, "every job to run", func() bool { return len(runs.counts(t)) == n })
 			conn := pool.Get()
 			defer conn.Close()
 			wait.For(t, "the queue to empty", func() bool {
