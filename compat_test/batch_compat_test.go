@@ -28,6 +28,7 @@ import (
 // runs them and pushes the success callback once; Ruby reads the batch
 // and a job's status hash.
 func TestRubyPushesIntoGojobBatch(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	helper, err := filepath.Abs("../contrib/ruby/gojob_batch.rb")

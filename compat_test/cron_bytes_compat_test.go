@@ -75,6 +75,7 @@ func payloadKeys(t *testing.T, raw []byte) ([]string, string) {
 // hash, field for field, and the same push: the gem
 // pushes a class it can load with perform_async (args before class).
 func TestCronHashAndPushAsTheGemWrites(t *testing.T) {
+	t.Parallel()
 	rubytest.Require(t)
 	rs := redistest.Start(t)
 	pool := rs.Pool(t)

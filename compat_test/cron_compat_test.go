@@ -33,6 +33,7 @@ end
 // side polls first, and a job gojob saved is valid for the gem, with the
 // status, queue, last enqueue and history its Web UI tab shows.
 func TestCronScheduleSharedWithTheSidekiqCronGem(t *testing.T) {
+	t.Parallel()
 	rubytest.Require(t)
 	rs := redistest.Start(t)
 	pool := rs.Pool(t)
@@ -134,6 +135,7 @@ puts JSON.generate({
 // The natural-language lines gojob reads give fugit's ticks (fugit 1.5.2,
 // Debian's, which sidekiq-cron 1.8.0 uses), tick for tick over a month.
 func TestNaturalLanguageCronMatchesFugit(t *testing.T) {
+	t.Parallel()
 	rubytest.Require(t)
 	phrases := []string{"every 5 minutes", "every minute", "every hour", "every 3 hours", "every day",
 		"every day at noon", "every day at midnight", "every day at 5pm", "every day at 17:30", "every day at 5",
@@ -173,6 +175,7 @@ end
 // lists a job gojob saved, and its Disable, Enable and Enqueue Now buttons
 // act on it as gojob reads it.
 func TestSidekiqCronWebTabControlsGojobJobs(t *testing.T) {
+	t.Parallel()
 	rubytest.Require(t)
 	rs := redistest.StartWith(t, redistest.Options{TCP: true})
 	pool := rs.Pool(t)
