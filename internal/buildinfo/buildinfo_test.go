@@ -43,11 +43,12 @@ func buildStamped(t *testing.T, ldflags string) string {
 	return bin
 }
 
-func run(t *testing.T, bin string) string {
+// run runs bin with args and returns its output, trimmed.
+func run(t *testing.T, bin string, args ...string) string {
 	t.Helper()
-	out, err := exec.Command(bin).CombinedOutput()
+	out, err := exec.Command(bin, args...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("%s: %v\n%s", bin, err, out)
+		t.Fatalf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, out)
 	}
 	return strings.TrimSpace(string(out))
 }
