@@ -401,6 +401,7 @@ func (s *Server) newFetcher(ctx context.Context) (fetch.Fetcher, error) {
 		RecoveryLimit:    s.cfg.RecoveryLimit,
 		RecoveryInterval: s.cfg.RecoveryInterval,
 		AheadDepth:       s.cfg.FetchAhead,
+		AheadHold:        s.cfg.FetchAheadHold,
 		Prepare:          s.aheadPrepare(),
 		Died:             s.proc.death,
 		Stats:            &s.fetch.stats,

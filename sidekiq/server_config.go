@@ -84,6 +84,11 @@ const DefaultFetchPipeline = 8
 // otherwise.
 const DefaultFetchAhead = 16
 
+// DefaultFetchAheadHold is how long a job fetched ahead waits for its slot
+// before it goes back to its queue unless ServerConfig.FetchAheadHold says
+// otherwise.
+const DefaultFetchAheadHold = 25 * time.Millisecond
+
 // ServerConfig configures a Server.
 type ServerConfig struct {
 	// Pool is the Redis pool for everything but the fetchers. Required.
@@ -131,6 +136,13 @@ type ServerConfig struct {
 	// (docs/reliable-fetch.md). 0 means DefaultFetchAhead; a negative value
 	// turns it off.
 	FetchAhead int
+	// FetchAheadHold is, with reliable fetch, how long a job fetched ahead
+	// waits for its slot before it goes back to its queue; a slot whose
+	// last job took a fifth of it or more fetches none ahead, and a slot
+	// holds no more than it runs within half of it at the pace of its last
+	// job. 0 means DefaultFetchAheadHold. A longer hold suits a Redis far
+	// away, and tests that must see jobs fetched ahead on a loaded machine.
+	FetchAheadHold time.Duration
 	// ShutdownTimeout bounds the wait for running jobs at stop (-t). Default
 	// 25 s.
 	ShutdownTimeout time.Duration
@@ -201,6 +213,9 @@ func (c *ServerConfig) withDefaults() *ServerConfig {
 	if out.FetchPipeline <= 0 {
 		out.FetchPipeline = DefaultFetchPipeline
 	}
+	if out.FetchAheadHold == 0 {
+		out.FetchAheadHold = DefaultFetchAheadHold
+	}
 	if out.ShutdownTimeout <= 0 {
 		out.ShutdownTimeout = 25 * time.Second
 	}
@@ -249,6 +264,9 @@ func (c *ServerConfig) validate() error {
 	}
 	if err := validateQueueConcurrency(c.withDefaults()); err != nil {
 		return err
+	}
+	if c.FetchAheadHold < 0 {
+		return fmt.Errorf("sidekiq: negative FetchAheadHold %v", c.FetchAheadHold)
 	}
 	if c.Fetch < FetchBRPOP || c.Fetch > FetchReliable {
 		return fmt.Errorf("sidekiq: unknown fetch mode %d", c.Fetch)

@@ -145,4 +145,6 @@ func TestNewServerValidates(t *testing.T) {
 	require.ErrorContains(t, err, "empty queue name")
 	_, err = NewServer(&ServerConfig{Pool: pool, Fetch: FetchMode(9)})
 	require.ErrorContains(t, err, "unknown fetch mode")
+	_, err = NewServer(&ServerConfig{Pool: pool, FetchAheadHold: -time.Second})
+	require.ErrorContains(t, err, "negative FetchAheadHold")
 }

@@ -87,7 +87,8 @@ const (
 	// whole processing, waits included) for the slot to fetch ahead.
 	aheadMaxRun = 5 * time.Millisecond
 	// aheadHold is how long a job fetched ahead waits for its slot before
-	// it goes back to its queue.
+	// it goes back to its queue (Config.AheadHold changes it, and
+	// aheadMaxRun with it, a fifth of it).
 	aheadHold = 25 * time.Millisecond
 	// aheadDepth is how many jobs a slot holds fetched ahead at most.
 	aheadDepth = 16

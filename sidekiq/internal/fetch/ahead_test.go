@@ -132,6 +132,24 @@ func TestSlotHoldsFewerJobsAheadTheLongerItsLastJobTook(t *testing.T) {
 	}
 }
 
+// Config.AheadHold sets how long a job fetched ahead waits for its slot,
+// the longest last job after which a slot fetches ahead (a fifth of it)
+// and so the depth; 0 keeps the defaults.
+func TestAheadHoldSetsTheLimitsOfFetchingAhead(t *testing.T) {
+	t.Parallel()
+	b := reliableBundle(t, nil, func(c *Config) { c.AheadHold = time.Second })
+	f := newReliable(t, b)
+	t.Cleanup(f.Close)
+	require.Equal(t, time.Second, f.aheadHold)
+	require.Equal(t, 200*time.Millisecond, f.aheadMaxRun)
+	require.Equal(t, 5, f.aheadDepthAfter(100*time.Millisecond))
+	b = reliableBundle(t, nil, nil)
+	f = newReliable(t, b)
+	t.Cleanup(f.Close)
+	require.Equal(t, aheadHold, f.aheadHold)
+	require.Equal(t, aheadMaxRun, f.aheadMaxRun)
+}
+
 // The depth follows the slot's last job: after a job of 12 s, with 30 s
 // to run the jobs ahead in (half of aheadHold), a slot fetches two ahead,
 // not four. The jobs report what they took (took), so that the pace, and

@@ -144,6 +144,10 @@ type Config struct {
 	// AheadDepth is how many jobs a busy slot holds fetched ahead at most
 	// (ahead.go): 0 means aheadDepth, a negative value none.
 	AheadDepth int
+	// AheadHold is how long a job fetched ahead waits for its slot, and
+	// sets how long a slot's last job may have taken for it to fetch
+	// ahead, a fifth of it (ahead.go): 0 means aheadHold and aheadMaxRun.
+	AheadHold time.Duration
 	// Prepare, when set, is the prepare of the fetches ahead that the
 	// fetch makes on its own, while every slot is busy (ahead.go).
 	Prepare func(next *Unit)

@@ -103,6 +103,9 @@ func NewReliable(ctx context.Context, cfg *Config) (Fetcher, error) {
 	if cfg.AheadDepth != 0 {
 		f.aheadDepth = max(cfg.AheadDepth, 0)
 	}
+	if cfg.AheadHold > 0 {
+		f.aheadHold, f.aheadMaxRun = cfg.AheadHold, cfg.AheadHold/5
+	}
 	writes := &redisx.Retrier{Pool: cfg.Pool, Ctx: ctx, Outage: cfg.Outage}
 	var err error
 	if f.moveOK, err = probeLMOVE(writes); err != nil {
