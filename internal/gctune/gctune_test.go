@@ -14,7 +14,7 @@ import (
 func TestLimitFollowsTheLiveHeap(t *testing.T) {
 	require.Equal(t, int64(HeapFloor), Limit(0, 0))
 	require.Equal(t, int64(HeapFloor+5<<20), Limit(HeapFloor/LiveFactor, 5<<20))
-	require.Equal(t, int64(300<<20+5<<20), Limit(100<<20, 5<<20))
+	require.Equal(t, int64(LiveFactor*100<<20+5<<20), Limit(100<<20, 5<<20))
 }
 
 // Apply runs in a child process: it changes the collector of the process
@@ -33,12 +33,12 @@ func TestApplySetsTheLimitAfterEachCollection(t *testing.T) {
 		// The limit is set by a finalizer, after a collection, on the
 		// finalizer goroutine: collect until it has run.
 		limit := debug.SetMemoryLimit(-1)
-		for i := 0; i < 10000 && limit < 3*(64<<20); i++ {
+		for i := 0; i < 10000 && limit < LiveFactor*(64<<20); i++ {
 			runtime.GC()
 			runtime.Gosched()
 			limit = debug.SetMemoryLimit(-1)
 		}
-		if limit < 3*(64<<20) || limit > 4*(64<<20) {
+		if limit < LiveFactor*(64<<20) || limit > (LiveFactor+1)*(64<<20) {
 			t.Fatalf("limit %d for a 64 MB live heap", limit)
 		}
 		runtime.KeepAlive(keep)

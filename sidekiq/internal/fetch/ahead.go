@@ -108,8 +108,11 @@ type ahead struct {
 	r  *rand.Rand
 
 	// armed: the running job may call FetchAhead (once).
-	armed   atomic.Bool
-	lastRun time.Duration // slot goroutine only
+	armed atomic.Bool
+	// lastRun is how long the slot's last job took, lastSize how large it
+	// was (slot goroutine only).
+	lastRun  time.Duration
+	lastSize int
 
 	mu sync.Mutex
 	// q is the jobs fetched and prepared, oldest first.
@@ -169,7 +172,7 @@ func (a *ahead) request(prepare func(next *Unit)) bool {
 		return false
 	}
 	a.prepare = prepare
-	n := a.f.aheadDepthAfter(a.lastRun) - a.q.len() - a.want
+	n := a.f.aheadDepthAfter(a.lastRun, a.lastSize) - a.q.len() - a.want
 	if n > 0 {
 		a.want += n
 	}
@@ -185,20 +188,30 @@ func (a *ahead) request(prepare func(next *Unit)) bool {
 	return true
 }
 
+// aheadBytes bounds the payloads a slot holds ahead, by the size of its
+// last job: the memory held ahead by a process with 10 KB jobs stays that
+// of a process with small ones (docs/benchmarks.md, "Memory").
+const aheadBytes = 64 << 10
+
 // aheadDepthAfter is how many jobs a slot whose last job took lastRun (its
-// whole processing, waits included; 0 before its first) holds fetched
-// ahead: as many as it runs within half of aheadHold at that pace, at
-// least one and at most aheadDepth. With the defaults, a slot of jobs
+// whole processing, waits included; 0 before its first) and was size
+// bytes long holds fetched ahead: as many as it runs within half of
+// aheadHold at that pace, at least one and at most aheadDepth, and no
+// more than aheadBytes of jobs that size. With the defaults, a slot of jobs
 // that take up to 0.75 ms holds sixteen, one of 1.5 ms eight, one of 3 ms
 // four, one of 4 ms three (from 5 ms on, aheadMaxRun, it fetches none
 // ahead). Sixteen rather than eight made rounds twice as large: on the
 // bench (one queue of no-op jobs) gojob spent 0.86x the CPU per job;
 // beyond sixteen the gain was within the noise.
-func (f *reliableFetch) aheadDepthAfter(lastRun time.Duration) int {
-	if lastRun <= 0 {
-		return f.aheadDepth
+func (f *reliableFetch) aheadDepthAfter(lastRun time.Duration, size int) int {
+	depth := f.aheadDepth
+	if size > 0 {
+		depth = min(depth, max(aheadBytes/size, 1))
 	}
-	return min(max(int(f.aheadHold/2/lastRun), 1), f.aheadDepth)
+	if lastRun <= 0 {
+		return depth
+	}
+	return min(max(int(f.aheadHold/2/lastRun), 1), depth)
 }
 
 func signal(c chan struct{}) {
@@ -220,6 +233,7 @@ func (a *ahead) process(slot int, tid string, u Unit) {
 			a.request(f.cfg.Prepare) // the job may still call FetchAhead
 		}
 	}
+	a.lastSize = len(u.Raw)
 	a.lastRun = a.f.cfg.Process(slot, tid, u)
 	a.armed.Store(false)
 }

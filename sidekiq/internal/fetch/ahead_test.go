@@ -128,8 +128,27 @@ func TestSlotHoldsFewerJobsAheadTheLongerItsLastJobTook(t *testing.T) {
 		{12 * time.Millisecond, 1},
 		{time.Second, 1},
 	} {
-		require.Equal(t, c.want, f.aheadDepthAfter(c.last), "after a job of %v", c.last)
+		require.Equal(t, c.want, f.aheadDepthAfter(c.last, 100), "after a job of %v", c.last)
 	}
+}
+
+// A slot holds no more than aheadBytes of jobs the size of its last one
+// ahead, at least one.
+func TestSlotHoldsFewerJobsAheadTheLargerItsLastJob(t *testing.T) {
+	f := &reliableFetch{aheadHold: aheadHold, aheadDepth: aheadDepth}
+	for _, c := range []struct {
+		size, want int
+	}{
+		{0, 16}, // the slot's first job
+		{100, 16},
+		{4 << 10, 16},
+		{10 << 10, 6},
+		{32 << 10, 2},
+		{1 << 20, 1},
+	} {
+		require.Equal(t, c.want, f.aheadDepthAfter(100*time.Microsecond, c.size), "after a job of %d bytes", c.size)
+	}
+	require.Equal(t, 4, f.aheadDepthAfter(3*time.Millisecond, 10<<10), "the pace's bound when lower")
 }
 
 // Config.AheadHold sets how long a job fetched ahead waits for its slot,
@@ -142,7 +161,7 @@ func TestAheadHoldSetsTheLimitsOfFetchingAhead(t *testing.T) {
 	t.Cleanup(f.Close)
 	require.Equal(t, time.Second, f.aheadHold)
 	require.Equal(t, 200*time.Millisecond, f.aheadMaxRun)
-	require.Equal(t, 5, f.aheadDepthAfter(100*time.Millisecond))
+	require.Equal(t, 5, f.aheadDepthAfter(100*time.Millisecond, 0))
 	b = reliableBundle(t, nil, nil)
 	f = newReliable(t, b)
 	t.Cleanup(f.Close)
