@@ -102,11 +102,12 @@ background with their progress on the page. See docs/web.md.`,
 				return err
 			}
 			defer stop()
-			printWebURL(c.App.Writer, ln.Addr().String(), cfg)
 			// SIGTERM (systemd, docker stop) and SIGINT stop it gracefully:
-			// requests in flight finish, exit 0.
+			// requests in flight finish, exit 0. Caught before the URL is
+			// printed: whoever waits for it may stop the dashboard at once.
 			ctx, cancel := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
 			defer cancel()
+			printWebURL(c.App.Writer, ln.Addr().String(), cfg)
 			<-ctx.Done()
 			return nil
 		},
