@@ -16,16 +16,18 @@ import (
 func KillMarked(marker string, skipGroup int) int {
 	want := []byte(marker)
 	self := os.Getpid()
-	killed := 0
+	// A process killed in one look may still be dying (its environment
+	// readable) in the next: it is counted once.
+	seen := map[int]bool{}
 	for range 5 {
 		found := 0
 		ents, err := os.ReadDir("/proc")
 		if err != nil {
-			return killed
+			return len(seen)
 		}
 		for _, e := range ents {
 			pid, err := strconv.Atoi(e.Name())
-			if err != nil || pid == self {
+			if err != nil || pid == self || seen[pid] {
 				continue
 			}
 			env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
@@ -38,15 +40,15 @@ func KillMarked(marker string, skipGroup int) int {
 				}
 			}
 			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				seen[pid] = true
 				found++
 			}
 		}
-		killed += found
 		if found == 0 {
 			break
 		}
 	}
-	return killed
+	return len(seen)
 }
 
 // hasVar reports whether the NUL-separated environment env holds the
