@@ -13,7 +13,7 @@ func TestReadmeShowsExamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"push-inspect/main.go", "custom-worker/main.go"} {
+	for _, f := range []string{"custom-worker/main.go"} {
 		src, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
