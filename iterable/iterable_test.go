@@ -168,19 +168,11 @@ func TestMaxRuntimeInterruptsAndResumes(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	w := &walk{}
-	var mu sync.Mutex
-	now := time.Unix(1795886865, 0)
-	clock := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return now
-	}
+	clk := &fakeClock{now: time.Unix(1795886865, 0)}
 	execs := make(chan string, 4)
-	b.server(t, &Job[int]{Pool: b.pool, MaxRuntime: time.Minute, Clock: clock, Each: upTo(w, func(ctx context.Context, i int) {
+	b.server(t, &Job[int]{Pool: b.pool, MaxRuntime: time.Minute, Clock: clk.Now, Each: upTo(w, func(ctx context.Context, i int) {
 		if i == 3 {
-			mu.Lock()
-			now = now.Add(2 * time.Minute) // item 3 runs past MaxRuntime
-			mu.Unlock()
+			clk.add(2 * time.Minute) // item 3 runs past MaxRuntime
 		}
 		if i == 4 {
 			execs <- "resumed"
@@ -247,22 +239,14 @@ func TestCancelWhileRunningEndsTheJob(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	w := &walk{}
-	var mu sync.Mutex
-	now := time.Unix(1795886865, 0)
-	clock := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return now
-	}
-	b.server(t, &Job[int]{Pool: b.pool, Clock: clock, Each: upTo(w, func(ctx context.Context, i int) {
+	clk := &fakeClock{now: time.Unix(1795886865, 0)}
+	b.server(t, &Job[int]{Pool: b.pool, Clock: clk.Now, Each: upTo(w, func(ctx context.Context, i int) {
 		if i == 2 {
 			conn := b.pool.Get()
 			defer conn.Close()
 			_, err := conn.Do("HSETNX", contract.IterationKey("b"), "cancelled", 1795886882)
 			require.NoError(t, err)
-			mu.Lock()
-			now = now.Add(FlushInterval) // the next item flushes first
-			mu.Unlock()
+			clk.add(FlushInterval) // the next item flushes first
 		}
 	})})
 	b.push(t, "b", 10)
@@ -297,4 +281,22 @@ func capturedFields(t *testing.T, path string) []string {
 		}
 	}
 	return out
+}
+
+// fakeClock is a Job.Clock that a test moves on.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
 }

@@ -58,7 +58,7 @@ func TestServicesRunForTheServersLife(t *testing.T) {
 	b.srv.HandleFunc("Job", func(ctx context.Context, _ *wire.Job) error {
 		ev.add("job")
 		close(running)
-		time.Sleep(50 * time.Millisecond) // still running when Stop begins
+		<-Stopping(ctx) // still running when Stop begins
 		ev.add("job done")
 		return nil
 	})
