@@ -70,13 +70,11 @@ func queueJobsAction(ctx context.Context, e *adminEnv) error {
 	q := e.api.Queue(name)
 	f := filterFromFlags(e.c)
 	var jobs []*api.JobRecord
-	var matching int
-	var size int64
-	if f.empty() {
+	var matching, size int64
+	if f == nil {
 		jobs, size, err = q.Page(ctx, e.c.Int("offset"), e.c.Int("limit"))
-	} else {
-		jobs, matching, size, err = filteredPage(ctx, f, e.c.Int("offset"), e.c.Int("limit"), q.Page,
-			func(r *api.JobRecord) *api.JobRecord { return r })
+	} else if size, err = q.Size(ctx); err == nil {
+		jobs, matching, err = q.Search(ctx, f, e.c.Int("offset"), e.c.Int("limit"))
 	}
 	if err != nil {
 		return err
@@ -108,15 +106,15 @@ func queueJobsAction(ctx context.Context, e *adminEnv) error {
 			rows = append(rows, out)
 		}
 		res := map[string]any{"queue": name, "size": size, "jobs": rows}
-		if !f.empty() {
+		if f != nil {
 			res["matching"] = matching
 		}
 		return e.printJSON(res)
 	}
-	if f.empty() {
+	if f == nil {
 		fmt.Fprintf(e.out, "queue %s: %d %s\n", name, size, plural(int(size), "job", "jobs"))
 	} else {
-		fmt.Fprintf(e.out, "queue %s: %d of %d match %s\n", name, matching, size, f)
+		fmt.Fprintf(e.out, "queue %s: %d of %d match %s\n", name, matching, size, filterString(f))
 	}
 	if len(jobs) == 0 {
 		return nil

@@ -88,21 +88,19 @@ func commandPath(c *ucli.Context) string {
 
 // setAction lists a set: Retries and Scheduled the next due first, Dead the
 // newest first, as the Web UI (and JobSet.Page) does. With a filter, it
-// reads the whole set in that order, counts every match and shows the
-// --offset/--limit window of them.
+// counts every match and shows the --offset/--limit window of them in
+// that order (api.JobSet.Search).
 func setAction(name string) func(ctx context.Context, e *adminEnv) error {
 	return func(ctx context.Context, e *adminEnv) error {
 		set := e.set(name)
 		f := filterFromFlags(e.c)
 		var entries []*api.SortedEntry
-		var matching int
-		var size int64
+		var matching, size int64
 		var err error
-		if f.empty() {
+		if f == nil {
 			entries, size, err = set.Page(ctx, e.c.Int("offset"), e.c.Int("limit"))
-		} else {
-			entries, matching, size, err = filteredPage(ctx, f, e.c.Int("offset"), e.c.Int("limit"), set.Page,
-				func(en *api.SortedEntry) *api.JobRecord { return en.JobRecord })
+		} else if entries, matching, err = set.Search(ctx, f, e.c.Int("offset"), e.c.Int("limit")); err == nil {
+			size, err = set.Size(ctx)
 		}
 		if err != nil {
 			return err
@@ -113,15 +111,15 @@ func setAction(name string) func(ctx context.Context, e *adminEnv) error {
 				rows = append(rows, toEntryJSON(name, en))
 			}
 			out := map[string]any{"size": size, "entries": rows}
-			if !f.empty() {
+			if f != nil {
 				out["matching"] = matching
 			}
 			return e.printJSON(out)
 		}
-		if f.empty() {
+		if f == nil {
 			fmt.Fprintf(e.out, "%s: %d\n", name, size)
 		} else {
-			fmt.Fprintf(e.out, "%s: %d of %d match %s\n", name, matching, size, f)
+			fmt.Fprintf(e.out, "%s: %d of %d match %s\n", name, matching, size, filterString(f))
 		}
 		if len(entries) == 0 {
 			return nil
@@ -166,8 +164,8 @@ func entryAction(action string) func(ctx context.Context, e *adminEnv) error {
 			return bulkAction(ctx, e, action, sets[0], f)
 		case jid == "":
 			return usageError(cmd, "JID (or --all) is required")
-		case !f.empty():
-			return usageError(cmd, "--queue, --class, --jid and --error select jobs for --all")
+		case f != nil:
+			return usageError(cmd, "--queue, --class, --jid, --error and --search select jobs for --all")
 		}
 		for _, name := range sets {
 			en, err := e.set(name).FindJob(ctx, jid)
@@ -234,16 +232,16 @@ func humanDays(d time.Duration) string {
 }
 
 // bulkAction applies action to every entry of set name the filter
-// selects, one entry at a time (the Web UI's Retry All, Kill All, Delete
-// All, scoped to the filter), and says what happened: how many it moved,
-// how many were gone meanwhile or left in place (not a job), and for a
-// kill how many dead-set entries the cap dropped. A kill that would make
-// the cap drop jobs asks first, as delete --all does (docs/cli.md).
-func bulkAction(ctx context.Context, e *adminEnv, action, name string, f jobFilter) error {
+// selects (api.JobSet.Bulk: the Web UI's Retry All, Kill All, Delete All,
+// scoped to the filter), and says what happened: how many it moved, how
+// many were gone meanwhile or left in place (not a job), and for a kill
+// how many dead-set entries the cap dropped. A kill that would make the
+// cap drop jobs asks first, as delete --all does (docs/cli.md).
+func bulkAction(ctx context.Context, e *adminEnv, action, name string, f *api.Filter) error {
 	set := e.set(name)
 	what := "every job of " + name
-	if !f.empty() {
-		what = "the jobs of " + name + " matching " + f.String()
+	if f != nil {
+		what = "the jobs of " + name + " matching " + filterString(f)
 	}
 	if action == "delete" {
 		if err := confirm(e.c, "Delete "+what+"?"); err != nil {
@@ -253,12 +251,10 @@ func bulkAction(ctx context.Context, e *adminEnv, action, name string, f jobFilt
 	if action == "kill" {
 		var n int64
 		var err error
-		if f.empty() {
+		if f == nil {
 			n, err = set.Size(ctx)
 		} else {
-			var matching int
-			_, matching, _, err = filteredPage(ctx, f, 0, 0, set.Page, func(en *api.SortedEntry) *api.JobRecord { return en.JobRecord })
-			n = int64(matching)
+			_, n, err = set.Search(ctx, f, 0, 1)
 		}
 		if err != nil {
 			return err
@@ -275,37 +271,43 @@ func bulkAction(ctx context.Context, e *adminEnv, action, name string, f jobFilt
 			}
 		}
 	}
-	var progress func(int)
+	var progress func(*api.BulkActionResult) error
 	if !e.json && isTerminal(e.c.App.ErrWriter) {
-		progress = func(n int) { fmt.Fprintf(e.c.App.ErrWriter, "\r%s %d…", pastTense(action), n) }
+		var shown time.Time
+		progress = func(r *api.BulkActionResult) error {
+			if now := time.Now(); now.Sub(shown) >= 100*time.Millisecond {
+				shown = now
+				fmt.Fprintf(e.c.App.ErrWriter, "\r%s %d…", pastTense(action), r.Moved)
+			}
+			return nil
+		}
 	}
-	var dropped int64
-	n, err := eachMatch(ctx, set, f, func(en *api.SortedEntry) error { return act(ctx, action, en, &dropped) }, progress)
+	n, err := set.Bulk(ctx, action, f, progress)
 	if progress != nil {
 		fmt.Fprintln(e.c.App.ErrWriter)
 	}
 	if err != nil {
-		return fmt.Errorf("%s --all from %s stopped after %d: %w", action, name, n.done, err)
+		return fmt.Errorf("%s --all from %s stopped after %d: %w", action, name, n.Moved, err)
 	}
 	if e.json {
-		out := map[string]any{"action": action, "from": name, "count": n.done, "gone": n.gone, "left": n.left}
+		out := map[string]any{"action": action, "from": name, "count": n.Moved, "gone": n.Gone, "left": n.Left}
 		if action == "kill" {
-			out["dropped"] = dropped
+			out["dropped"] = n.Dropped
 		}
-		if !f.empty() {
-			out["filter"] = map[string]string{"queue": f.queue, "class": f.class, "jid": f.jid, "error": f.errText}
+		if f != nil {
+			out["filter"] = filterJSON(f)
 		}
 		return e.printJSON(out)
 	}
-	fmt.Fprintf(e.out, "%s %d %s from %s\n", pastTense(action), n.done, plural(n.done, "job", "jobs"), name)
-	if dropped > 0 {
-		fmt.Fprintf(e.out, "the dead set's cap dropped %d %s, the oldest (%s)\n", dropped, plural(int(dropped), "job", "jobs"), deadCapNote(e))
+	fmt.Fprintf(e.out, "%s %d %s from %s\n", pastTense(action), n.Moved, plural(n.Moved, "job", "jobs"), name)
+	if n.Dropped > 0 {
+		fmt.Fprintf(e.out, "the dead set's cap dropped %d %s, the oldest (%s)\n", n.Dropped, plural(int(n.Dropped), "job", "jobs"), deadCapNote(e))
 	}
-	if n.gone > 0 {
-		fmt.Fprintf(e.out, "%d %s gone meanwhile (processed, moved or deleted elsewhere)\n", n.gone, plural(n.gone, "was", "were"))
+	if n.Gone > 0 {
+		fmt.Fprintf(e.out, "%d %s gone meanwhile (processed, moved or deleted elsewhere)\n", n.Gone, plural(n.Gone, "was", "were"))
 	}
-	if n.left > 0 {
-		fmt.Fprintf(e.out, "%d left in %s: not a job (unparsable payload)\n", n.left, name)
+	if n.Left > 0 {
+		fmt.Fprintf(e.out, "%d left in %s: not a job (unparsable payload)\n", n.Left, name)
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/internal/redistest"
-	"github.com/gojob/gojob/sidekiq/api"
 )
 
 // seedSet adds n jobs of class to set, each failed with errText, due or
@@ -76,6 +74,11 @@ func TestSetListingsFilterByClassJIDAndError(t *testing.T) {
 	require.Equal(t, 3, *l.Matching)
 	require.Equal(t, dead[2], l.Entries[0].JID, "dead: newest first")
 	l = list("scheduled", "--class", "InvoiceJob")
+	require.Equal(t, 0, *l.Matching)
+	l = list("retries", "--search", "from billing", "--limit", "1") // the dashboard's search
+	require.Equal(t, 30, *l.Matching)
+	require.Equal(t, invoices[0], l.Entries[0].JID)
+	l = list("retries", "--search", "smtp") // case-sensitive
 	require.Equal(t, 0, *l.Matching)
 	l = list("retries")
 	require.Nil(t, l.Matching)
@@ -341,37 +344,4 @@ func TestKillAllStatesWhatTheDeadSetCapDropped(t *testing.T) {
 	out, errOut, code = runCLI(t, "kill", "r1", "-r", url, "--json")
 	require.Equal(t, exitOK, code, errOut)
 	require.Contains(t, out, `"dropped": 1`)
-}
-
-// A bulk pass counts the jobs that left the set before it reached them
-// (gone meanwhile) and those it leaves because they are not jobs.
-func TestBulkPassCountsGoneAndLeftJobs(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	pool := srv.Pool(t)
-	conn := pool.Get()
-	defer conn.Close()
-	seedSet(t, conn, "retry", "MailJob", "boom", 6, 0)
-	_, err := conn.Do("ZADD", "retry", time.Now().Unix(), "not a job {")
-	require.NoError(t, err)
-	a, err := api.New(&api.Config{Pool: pool})
-	require.NoError(t, err)
-	ctx := context.Background()
-	var dropped int64
-	n, err := eachMatch(ctx, a.RetrySet(), jobFilter{}, func(en *api.SortedEntry) error {
-		if en.JID() == "rMai001" || en.JID() == "rMai004" {
-			// Another process retries it first.
-			_, err := conn.Do("ZREM", "retry", en.Value)
-			require.NoError(t, err)
-		}
-		if en.Job == nil {
-			return api.ErrUnparsableJob
-		}
-		return act(ctx, "kill", en, &dropped)
-	}, nil)
-	require.NoError(t, err)
-	require.Equal(t, bulkCounts{done: 4, gone: 2, left: 1}, n)
-	left, err := redis.Strings(conn.Do("ZRANGE", "retry", 0, -1))
-	require.NoError(t, err)
-	require.Equal(t, []string{"not a job {"}, left)
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net/http"
 	"time"
 
@@ -29,8 +28,6 @@ const (
 	bulkLockPrefix = "gojob-web-bulk-lock:"
 	bulkLease      = 30 * time.Second
 	bulkKeep       = time.Hour
-	// bulkChunk is how many entries one read takes.
-	bulkChunk = 500
 	// bulkReport is how often the progress is written.
 	bulkReport = 250 * time.Millisecond
 )
@@ -256,114 +253,25 @@ func (b *bulkRunner) run(k *setKind, st *bulkStatus, run string) {
 	}
 }
 
-// work applies the action to the set's entries present when it started:
-// the whole set, in the page's order, a chunk at a time, or the search's
-// matches, each once.
-func (b *bulkRunner) work(ctx context.Context, k *setKind, st *bulkStatus, report func(bool) error) error {
-	set := k.set(b.h.api)
-	apply := func(e *api.SortedEntry) error {
-		dropped, err := b.h.applyBulk(ctx, k, e, st.Action)
-		st.Dropped += dropped
-		switch {
-		case err == nil:
-			st.Moved++
-		case errors.Is(err, api.ErrJobNotFound):
-			st.Gone++
-		case errors.Is(err, api.ErrUnparsableJob):
-			st.Left++
-		default:
-			return err
-		}
-		st.Done++
-		return report(false)
-	}
-	if st.Query == "" {
-		n, err := set.Size(ctx)
-		if err != nil {
-			return err
-		}
-		st.Total = n
-		if err := report(true); err != nil {
-			return err
-		}
-		// Entries left in place (unparsable) stay at the front: skip them.
-		for st.Done < st.Total {
-			entries, _, err := set.Page(ctx, int(st.Left), bulkChunk)
-			if err != nil {
-				return err
-			}
-			if len(entries) == 0 {
-				return nil
-			}
-			for _, e := range entries {
-				if st.Done >= st.Total {
-					break
-				}
-				if err := apply(e); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
-	// A search: count the matches first (for the progress bar), then act
-	// on each, once (a retried job that fails again comes back matching).
-	pattern := searchPattern(st.Query) // the same matches as the page (sets.go)
-	if err := set.Scan(ctx, pattern, func(*api.SortedEntry) error { st.Total++; return nil }); err != nil {
-		return err
-	}
-	if err := report(true); err != nil {
-		return err
-	}
-	seen := make(map[uint64]struct{}, st.Total)
-	errStop := errors.New("stop")
-	err := set.Scan(ctx, pattern, func(e *api.SortedEntry) error {
-		h := fnv.New64a()
-		h.Write(e.Value)
-		id := h.Sum64()
-		if e.JID() != "" {
-			h.Reset()
-			h.Write([]byte(e.JID()))
-			id = h.Sum64()
-		}
-		if _, dup := seen[id]; dup {
-			return nil
-		}
-		seen[id] = struct{}{}
-		if err := apply(e); err != nil {
-			return err
-		}
-		if st.Done >= st.Total {
-			return errStop
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errStop) {
-		return err
-	}
-	return nil
-}
+// bulkActions are the api's actions of the bulk buttons.
+var bulkActions = map[string]string{"retry_all": "retry", "add_all": "retry", "kill_all": "kill", "delete_all": "delete"}
 
-// applyBulk runs a bulk action on one entry; a kill returns the dead jobs
-// the dead set's cap dropped to make room.
-func (h *handler) applyBulk(ctx context.Context, k *setKind, e *api.SortedEntry, action string) (int64, error) {
-	switch action {
-	case "retry_all", "add_all":
-		if e.Job == nil {
-			return 0, api.ErrUnparsableJob
-		}
-		_, err := e.Retry(ctx)
-		return 0, err
-	case "kill_all":
-		return e.KillDropping(ctx, nil)
-	case "delete_all":
-		ok, err := e.Delete(ctx)
-		if err == nil && !ok {
-			return 0, api.ErrJobNotFound
-		}
-		return 0, err
+// work applies the action to the set's entries, or the search's matches,
+// present when it started (api.JobSet.Bulk), reporting as it goes.
+func (b *bulkRunner) work(ctx context.Context, k *setKind, st *bulkStatus, report func(bool) error) error {
+	var filter *api.Filter
+	if st.Query != "" {
+		filter = &api.Filter{Text: st.Query} // the same matches as the page (sets.go)
 	}
-	return 0, fmt.Errorf("unknown bulk action %q for %s", action, k.Title)
+	first := true
+	_, err := k.set(b.h.api).Bulk(ctx, bulkActions[st.Action], filter, func(r *api.BulkActionResult) error {
+		st.Total, st.Moved, st.Gone, st.Left, st.Dropped = r.Total, int64(r.Moved), int64(r.Gone), int64(r.Left), r.Dropped
+		st.Done = st.Moved + st.Gone + st.Left
+		force := first
+		first = false
+		return report(force)
+	})
+	return err
 }
 
 // bulkJSON is what the page's script polls for the progress bar.

@@ -1,20 +1,14 @@
 package web
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net/http"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/gomodule/redigo/redis"
-
-	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/api"
 )
 
@@ -111,7 +105,8 @@ func (h *handler) setList(k *setKind) http.HandlerFunc {
 		if d.Search != "" {
 			page, _ := strconv.Atoi(r.URL.Query().Get("page"))
 			page = max(page, 1)
-			entries, total, err := h.search(ctx, k, d.Search, (page-1)*pageSize, pageSize)
+			filter := &api.Filter{Text: d.Search}
+			entries, total, err := set.Search(ctx, filter, (page-1)*pageSize, pageSize)
 			if err != nil {
 				h.fail(w, r, err)
 				return
@@ -120,7 +115,7 @@ func (h *handler) setList(k *setKind) http.HandlerFunc {
 			d.Pager, off = newPager(r, total)
 			if off != (page-1)*pageSize {
 				// Past the last page: show the last.
-				if entries, total, err = h.search(ctx, k, d.Search, off, pageSize); err != nil {
+				if entries, total, err = set.Search(ctx, filter, off, pageSize); err != nil {
 					h.fail(w, r, err)
 					return
 				}
@@ -151,151 +146,6 @@ func (h *handler) setList(k *setKind) http.HandlerFunc {
 		}
 		h.render(w, r, "set", k.Title, k.Path, d)
 	}
-}
-
-// searchBatch is the COUNT of each ZSCAN of a search: fewer round trips
-// than the admin API's Scan (100) on a large set.
-const searchBatch = 1000
-
-// rawMember is a sorted-set member as ZSCAN returns it.
-type rawMember struct {
-	score float64
-	value []byte
-}
-
-// search finds the entries whose raw JSON contains q (Ruby's filter: a
-// ZSCAN MATCH substring, so a jid, a class or an argument all find their
-// jobs), and returns the limit of them after the first offset in the
-// page's order (next due first; Dead: newest first), with the number of
-// all matches. Redis filters (ZSCAN MATCH, in batches); this process keeps
-// only the offset+limit first matches seen so far, unparsed, and a 64-bit
-// hash per match to count each once (ZSCAN may return a member twice while
-// the set grows), never the whole set. Only the page's entries are parsed.
-func (h *handler) search(ctx context.Context, k *setKind, q string, offset, limit int) ([]*api.SortedEntry, int64, error) {
-	keep := offset + limit
-	less := func(a, b rawMember) int {
-		c := compareFloat(a.score, b.score)
-		if c == 0 {
-			c = bytes.Compare(a.value, b.value)
-		}
-		if !k.ascending {
-			c = -c
-		}
-		return c
-	}
-	var best []rawMember
-	seen := map[uint64]struct{}{}
-	prune := func() {
-		slices.SortFunc(best, less)
-		if len(best) > keep {
-			clear(best[keep:])
-			best = best[:keep]
-		}
-	}
-	set := k.set(h.api)
-	match := searchPattern(q)
-	hs := fnv.New64a()
-	for cursor := "0"; ; {
-		conn, err := h.cfg.Pool.GetContext(ctx)
-		if err != nil {
-			return nil, 0, err
-		}
-		vals, err := redis.Values(redis.DoContext(conn, ctx, "ZSCAN", set.Name(), cursor, "MATCH", match, "COUNT", searchBatch))
-		conn.Close()
-		if err == nil && len(vals) != 2 {
-			err = fmt.Errorf("unexpected ZSCAN reply of %d elements", len(vals))
-		}
-		if err != nil {
-			return nil, 0, fmt.Errorf("web: search %s: %w", set.Name(), err)
-		}
-		if cursor, err = redis.String(vals[0], nil); err != nil {
-			return nil, 0, fmt.Errorf("web: search %s: %w", set.Name(), err)
-		}
-		pairs, err := redis.ByteSlices(vals[1], nil)
-		if err != nil || len(pairs)%2 != 0 {
-			return nil, 0, fmt.Errorf("web: search %s: bad ZSCAN reply: %v", set.Name(), err)
-		}
-		for i := 0; i < len(pairs); i += 2 {
-			score, err := contract.ParseScore(string(pairs[i+1]))
-			if err != nil {
-				return nil, 0, fmt.Errorf("web: search %s: bad score %q: %w", set.Name(), pairs[i+1], err)
-			}
-			hs.Reset()
-			hs.Write(pairs[i+1])
-			hs.Write(pairs[i])
-			id := hs.Sum64()
-			if _, dup := seen[id]; dup {
-				continue
-			}
-			seen[id] = struct{}{}
-			best = append(best, rawMember{score: score, value: pairs[i]})
-		}
-		if len(best) >= 2*keep+searchBatch {
-			prune()
-		}
-		if cursor == "0" {
-			break
-		}
-	}
-	prune()
-	total := int64(len(seen))
-	if offset >= len(best) {
-		return nil, total, nil
-	}
-	// Load the page's entries (ZRANGEBYSCORE of each score): a member
-	// processed meanwhile is left out.
-	var out []*api.SortedEntry
-	for _, m := range best[offset:] {
-		entries, err := set.Fetch(ctx, m.score, "")
-		if err != nil {
-			return nil, 0, err
-		}
-		for _, e := range entries {
-			if bytes.Equal(e.Value, m.value) {
-				out = append(out, e)
-				break
-			}
-		}
-	}
-	return out, total, nil
-}
-
-func compareFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-// mailerName is a mailer job's name as the pages show it,
-// "UserMailer#welcome" (api.DisplayClass).
-var mailerName = regexp.MustCompile(`\A([A-Za-z_][A-Za-z0-9_:]*)#([A-Za-z_][A-Za-z0-9_]*[?!]?)\z`)
-
-// searchPattern is the ZSCAN MATCH pattern of a search for q: q as a
-// substring, or for a mailer job's shown name "Mailer#method" the two
-// strings as its payload holds them, "Mailer","method" (ActiveJob's
-// arguments).
-func searchPattern(q string) string {
-	if m := mailerName.FindStringSubmatch(q); m != nil {
-		return `*"` + escapeGlob(m[1]) + `","` + escapeGlob(m[2]) + `"*`
-	}
-	return "*" + escapeGlob(q) + "*"
-}
-
-// escapeGlob escapes ZSCAN MATCH's special characters, so a search is a
-// plain substring.
-func escapeGlob(s string) string {
-	var b strings.Builder
-	for _, c := range s {
-		if strings.ContainsRune(`*?[]\`, c) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
 }
 
 // find loads the entry of a "<score>-<jid>" key.

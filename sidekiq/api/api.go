@@ -136,13 +136,20 @@ func pageBounds(offset, limit int) (int, int, error) {
 }
 
 // BulkActionResult reports a set-wide action (retry all, kill all, add
-// all).
+// all; JobSet.Bulk).
 type BulkActionResult struct {
-	// Moved counts the entries removed from the set and pushed or killed.
+	// Total is how many entries JobSet.Bulk set out to act on: the set's
+	// size, or its matches, when it began.
+	Total int64
+	// Moved counts the entries removed from the set and pushed, killed or
+	// deleted.
 	Moved int
 	// Gone counts the entries that left the set meanwhile (processed,
 	// moved or deleted elsewhere) before the action reached them.
 	Gone int
+	// Left counts, for JobSet.Bulk, the entries left in place because
+	// their payload is not a job.
+	Left int
 	// Dropped counts, for KillAll, the dead-set entries its limits removed
 	// to make room (API.DeadLimits): the oldest dead jobs, or the first
 	// killed ones when more were killed than the cap holds.

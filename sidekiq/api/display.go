@@ -130,10 +130,10 @@ func (r *JobRecord) DisplayArgs() []rubyjson.Value {
 // ActiveJobID is ActiveJobID of the record's job.
 func (r *JobRecord) ActiveJobID() string { return ActiveJobID(r.Job) }
 
-// MatchesClass reports whether the job is of class name under either of
+// matchesClass reports whether the job is of class name under either of
 // its names: the payload's class or the one displayed (an ActiveJob's
 // wrapped class, a mailer's "Mailer#method", or the mailer alone).
-func MatchesClass(j *wire.Job, name string) bool {
+func matchesClass(j *wire.Job, name string) bool {
 	if j == nil {
 		return false
 	}
