@@ -70,27 +70,6 @@ func adminCommands() []*ucli.Command {
 	}
 }
 
-type adminEnv struct {
-	*cmdEnv
-	api *api.API
-}
-
-func withAPI(f func(ctx context.Context, e *adminEnv) error) ucli.ActionFunc {
-	return func(c *ucli.Context) error {
-		return withRedis(c, func(base *cmdEnv) error {
-			client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: base.pool, Version: base.version})
-			if err != nil {
-				return err
-			}
-			admin, err := api.New(&api.Config{Pool: base.pool, Version: base.version, Client: client})
-			if err != nil {
-				return err
-			}
-			return f(c.Context, &adminEnv{cmdEnv: base, api: admin})
-		})
-	}
-}
-
 func pushAction(ctx context.Context, e *adminEnv) error {
 	if e.c.Args().First() == "-" {
 		return pushLinesAction(ctx, e)
@@ -344,71 +323,6 @@ func queuesAction(ctx context.Context, e *adminEnv) error {
 	return tw.Flush()
 }
 
-func (e *adminEnv) set(name string) *api.JobSet {
-	switch name {
-	case contract.KeyRetry:
-		return e.api.RetrySet()
-	case contract.KeySchedule:
-		return e.api.ScheduledSet()
-	}
-	return e.api.DeadSet()
-}
-
-// entryJSON is how an entry is printed with --json.
-type entryJSON struct {
-	Set   string    `json:"set"`
-	Score float64   `json:"score"`
-	At    time.Time `json:"at"`
-	JID   string    `json:"jid"`
-	Class string    `json:"class"`
-	// DisplayClass, DisplayArgs and ActiveJobID are what Sidekiq's Web UI
-	// shows (api.DisplayClass): an ActiveJob's wrapped class and its own
-	// arguments.
-	DisplayClass string          `json:"display_class"`
-	DisplayArgs  json.RawMessage `json:"display_args,omitempty"`
-	ActiveJobID  string          `json:"active_job_id,omitempty"`
-	Queue        string          `json:"queue"`
-	ErrorClass   string          `json:"error_class,omitempty"`
-	ErrorMessage string          `json:"error_message,omitempty"`
-	RetryCount   *int            `json:"retry_count,omitempty"`
-	Payload      json.RawMessage `json:"payload,omitempty"`
-	Raw          string          `json:"raw,omitempty"`
-}
-
-func toEntryJSON(set string, en *api.SortedEntry) entryJSON {
-	out := entryJSON{Set: set, Score: en.Score, At: en.At().UTC(), JID: en.JID(), Class: en.Class(), Queue: en.Queue}
-	if en.Job == nil {
-		out.Raw = string(en.Value)
-		return out
-	}
-	out.Payload = json.RawMessage(en.Value)
-	out.DisplayClass, out.DisplayArgs, out.ActiveJobID = en.DisplayClass(), displayArgsJSON(en.Job), en.ActiveJobID()
-	out.ErrorClass = en.Job.ErrorClass()
-	out.ErrorMessage = en.Job.ErrorMessage()
-	if c, ok := en.Job.RetryCount(); ok {
-		out.RetryCount = &c
-	}
-	return out
-}
-
-func firstLine(s string, max int) string {
-	s, _, _ = strings.Cut(s, "\n")
-	if r := []rune(s); len(r) > max {
-		return string(r[:max]) + "…"
-	}
-	return s
-}
-
-func pastTense(a string) string {
-	switch a {
-	case "retry":
-		return "retried"
-	case "kill":
-		return "killed"
-	}
-	return "deleted"
-}
-
 func processesAction(ctx context.Context, e *adminEnv) error {
 	list, err := e.api.Processes(ctx, nil)
 	if err != nil {
@@ -524,10 +438,6 @@ func processesAction(ctx context.Context, e *adminEnv) error {
 	}
 	return tw.Flush()
 }
-
-// jobClass is the class a person reads (api.DisplayClass): an
-// ActiveJob's wrapped class, a mailer's "Mailer#method".
-func jobClass(j *wire.Job) string { return api.DisplayClass(j) }
 
 func signalAction(sig string) func(ctx context.Context, e *adminEnv) error {
 	return func(ctx context.Context, e *adminEnv) error {

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -171,4 +173,40 @@ func commandFlags(cmd *ucli.Command) map[string]bool {
 		}
 	}
 	return m
+}
+
+// checkPageFlags refuses a --limit or --offset the listing cannot take, as
+// a usage error and before Redis is reached.
+func checkPageFlags(c *ucli.Context) error {
+	if c.Int("limit") < 1 {
+		return usageError(commandPath(c), fmt.Sprintf("--limit %d: want at least 1", c.Int("limit")))
+	}
+	if c.Int("offset") < 0 {
+		return usageError(commandPath(c), fmt.Sprintf("--offset %d: want 0 or more", c.Int("offset")))
+	}
+	return nil
+}
+
+// commandPath is "gojob queue jobs" for a context of that command.
+func commandPath(c *ucli.Context) string {
+	var names []string
+	for _, l := range c.Lineage() {
+		if l.Command != nil && l.Command.Name != "" && l.Command.Name != c.App.Name {
+			names = append(names, l.Command.Name)
+		}
+	}
+	slices.Reverse(names)
+	return strings.Join(append([]string{"gojob"}, names...), " ")
+}
+
+// oneArg checks, before Redis is reached, that the command got exactly
+// one non-empty argument.
+func oneArg(cmd, what string) ucli.BeforeFunc {
+	return func(c *ucli.Context) error {
+		if c.NArg() != 1 || c.Args().First() == "" {
+			name := cmd[len("gojob "):]
+			return usageError(cmd, fmt.Sprintf("%s: one %s is required", name, what))
+		}
+		return nil
+	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/gojob/gojob/internal/gctune"
 	"github.com/gojob/gojob/internal/redact"
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -253,4 +254,37 @@ func (e *cmdEnv) printJSON(v any) error {
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
+}
+
+// adminEnv is what a command built on the admin API works with.
+type adminEnv struct {
+	*cmdEnv
+	api *api.API
+}
+
+func withAPI(f func(ctx context.Context, e *adminEnv) error) ucli.ActionFunc {
+	return func(c *ucli.Context) error {
+		return withRedis(c, func(base *cmdEnv) error {
+			client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: base.pool, Version: base.version})
+			if err != nil {
+				return err
+			}
+			admin, err := api.New(&api.Config{Pool: base.pool, Version: base.version, Client: client})
+			if err != nil {
+				return err
+			}
+			return f(c.Context, &adminEnv{cmdEnv: base, api: admin})
+		})
+	}
+}
+
+// set returns the sorted set named by its key.
+func (e *adminEnv) set(name string) *api.JobSet {
+	switch name {
+	case contract.KeyRetry:
+		return e.api.RetrySet()
+	case contract.KeySchedule:
+		return e.api.ScheduledSet()
+	}
+	return e.api.DeadSet()
 }

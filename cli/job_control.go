@@ -13,8 +13,6 @@ import (
 	"github.com/gojob/gojob/jobctl"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/api"
-	"github.com/gojob/gojob/sidekiq/rubyjson"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // serveJobControl makes the server's jobs cancellable on request
@@ -171,11 +169,6 @@ func findJob(ctx context.Context, a *api.API, jid string) (*jobView, error) {
 	return v, nil
 }
 
-// displayArgsJSON is api.DisplayArgs as a JSON array.
-func displayArgsJSON(j *wire.Job) json.RawMessage {
-	return json.RawMessage(rubyjson.ArrayValue(api.DisplayArgs(j)...).Encode())
-}
-
 func printJobView(e *adminEnv, v *jobView) {
 	w := e.out
 	where := v.Where
@@ -245,17 +238,5 @@ func printJobView(e *adminEnv, v *jobView) {
 		for _, l := range v.Backtrace {
 			fmt.Fprintf(w, "  %s\n", l)
 		}
-	}
-}
-
-// oneArg checks, before Redis is reached, that the command got exactly
-// one non-empty argument.
-func oneArg(cmd, what string) ucli.BeforeFunc {
-	return func(c *ucli.Context) error {
-		if c.NArg() != 1 || c.Args().First() == "" {
-			name := cmd[len("gojob "):]
-			return usageError(cmd, fmt.Sprintf("%s: one %s is required", name, what))
-		}
-		return nil
 	}
 }

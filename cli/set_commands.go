@@ -1,11 +1,10 @@
 package cli
 
 import (
-	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -60,30 +59,6 @@ func parseSetName(s string) string {
 		return contract.KeySchedule
 	}
 	return s
-}
-
-// checkPageFlags refuses a --limit or --offset the listing cannot take, as
-// a usage error and before Redis is reached.
-func checkPageFlags(c *ucli.Context) error {
-	if c.Int("limit") < 1 {
-		return usageError(commandPath(c), fmt.Sprintf("--limit %d: want at least 1", c.Int("limit")))
-	}
-	if c.Int("offset") < 0 {
-		return usageError(commandPath(c), fmt.Sprintf("--offset %d: want 0 or more", c.Int("offset")))
-	}
-	return nil
-}
-
-// commandPath is "gojob queue jobs" for a context of that command.
-func commandPath(c *ucli.Context) string {
-	var names []string
-	for _, l := range c.Lineage() {
-		if l.Command != nil && l.Command.Name != "" && l.Command.Name != c.App.Name {
-			names = append(names, l.Command.Name)
-		}
-	}
-	slices.Reverse(names)
-	return strings.Join(append([]string{"gojob"}, names...), " ")
 }
 
 // setAction lists a set: Retries and Scheduled the next due first, Dead the
@@ -312,39 +287,50 @@ func bulkAction(ctx context.Context, e *adminEnv, action, name string, f *api.Fi
 	return nil
 }
 
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
+// entryJSON is how an entry is printed with --json.
+type entryJSON struct {
+	Set   string    `json:"set"`
+	Score float64   `json:"score"`
+	At    time.Time `json:"at"`
+	JID   string    `json:"jid"`
+	Class string    `json:"class"`
+	// DisplayClass, DisplayArgs and ActiveJobID are what Sidekiq's Web UI
+	// shows (api.DisplayClass): an ActiveJob's wrapped class and its own
+	// arguments.
+	DisplayClass string          `json:"display_class"`
+	DisplayArgs  json.RawMessage `json:"display_args,omitempty"`
+	ActiveJobID  string          `json:"active_job_id,omitempty"`
+	Queue        string          `json:"queue"`
+	ErrorClass   string          `json:"error_class,omitempty"`
+	ErrorMessage string          `json:"error_message,omitempty"`
+	RetryCount   *int            `json:"retry_count,omitempty"`
+	Payload      json.RawMessage `json:"payload,omitempty"`
+	Raw          string          `json:"raw,omitempty"`
 }
 
-// confirm guards a destructive command: --yes confirms it; on a terminal
-// the question is asked; otherwise it is a usage error naming --yes (a
-// script must say what it means).
-func confirm(c *ucli.Context, question string) error {
-	if c.Bool("yes") {
-		return nil
+func toEntryJSON(set string, en *api.SortedEntry) entryJSON {
+	out := entryJSON{Set: set, Score: en.Score, At: en.At().UTC(), JID: en.JID(), Class: en.Class(), Queue: en.Queue}
+	if en.Job == nil {
+		out.Raw = string(en.Value)
+		return out
 	}
-	if !stdinInteractive() {
-		return usageError(commandPath(c), question+" Add --yes to confirm (stdin is not a terminal).")
+	out.Payload = json.RawMessage(en.Value)
+	out.DisplayClass, out.DisplayArgs, out.ActiveJobID = en.DisplayClass(), displayArgsJSON(en.Job), en.ActiveJobID()
+	out.ErrorClass = en.Job.ErrorClass()
+	out.ErrorMessage = en.Job.ErrorMessage()
+	if c, ok := en.Job.RetryCount(); ok {
+		out.RetryCount = &c
 	}
-	fmt.Fprintf(c.App.ErrWriter, "%s [y/N] ", question)
-	line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
-	if a := strings.ToLower(strings.TrimSpace(line)); a == "y" || a == "yes" {
-		return nil
-	}
-	return ucli.Exit("not confirmed: nothing changed", exitRefused)
+	return out
 }
 
-// stdinInteractive reports whether stdin is a terminal someone can answer
-// on: a character device other than the null device (which is one too, and
-// is the stdin of cron jobs, systemd units and tests).
-func stdinInteractive() bool {
-	st, err := os.Stdin.Stat()
-	if err != nil || st.Mode()&os.ModeCharDevice == 0 {
-		return false
+// pastTense is what an action did: "retried".
+func pastTense(a string) string {
+	switch a {
+	case "retry":
+		return "retried"
+	case "kill":
+		return "killed"
 	}
-	null, err := os.Stat(os.DevNull)
-	return err != nil || !os.SameFile(st, null)
+	return "deleted"
 }
