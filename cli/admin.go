@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,9 +13,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/internal/contract"
-	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/api"
-	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -121,77 +118,6 @@ func pushAction(ctx context.Context, e *adminEnv) error {
 	}
 	fmt.Fprintf(e.out, "pushed %s to %s\n", res.JID, where)
 	return nil
-}
-
-// rubyCallOrder puts the keys of a `gojob push` in the order of Ruby's
-// `CLASS.set(options).perform_async(*args)`: the options, then "args",
-// then "class"; scheduled, `perform_in`/`perform_at` put "class" before
-// "args" (Sidekiq's lib/sidekiq/job.rb Setter, 6.4.1 to 8.1.7; captured in
-// testdata/ruby-fixtures/*/client_perform_async.json, client_perform_in.json
-// and 6.4.1/perform_async_set_options.json).
-func rubyCallOrder(job *wire.Job, scheduled bool) {
-	m := job.Map()
-	out := rubyjson.NewMap()
-	for i := range m.Len() {
-		if k, v := m.At(i); k != "class" && k != "args" {
-			out.Set(k, v)
-		}
-	}
-	class, _ := m.Get("class")
-	args, _ := m.Get("args")
-	if scheduled {
-		out.Set("class", class)
-		out.Set("args", args)
-	} else {
-		out.Set("args", args)
-		out.Set("class", class)
-	}
-	*m = *out
-}
-
-// pushJobFromFlags builds the job `gojob push` pushes and checks it as
-// Sidekiq's client would, without Redis: bad input is a usage error (exit
-// 2) even when Redis is down.
-func pushJobFromFlags(c *ucli.Context) (*wire.Job, *sidekiq.PushOpts, error) {
-	args := c.Args().Slice()
-	if len(args) == 0 {
-		return nil, nil, ucli.Exit("push: CLASS is required", exitUsage)
-	}
-	s := pushSpecFromFlags(c)
-	s.class = args[0]
-	for _, a := range args[1:] {
-		v, err := rubyjson.Parse([]byte(a))
-		if err != nil {
-			v = rubyjson.StringValue(a)
-		}
-		s.args = append(s.args, v)
-	}
-	job, opts, err := s.build()
-	if err != nil {
-		return nil, nil, ucli.Exit("push: "+err.Error(), exitUsage)
-	}
-	return job, opts, nil
-}
-
-// pushSpecFromFlags reads push's job options from its flags.
-func pushSpecFromFlags(c *ucli.Context) *pushSpec {
-	s := &pushSpec{queue: c.String("queue"), retry: c.String("retry"), in: c.Duration("in"), at: c.String("at"), expiresIn: c.Duration("expires-in"),
-		uniqueUntil: c.String("unique-until"), key: c.String("key"), batch: c.String("batch"), durable: c.Bool("durable")}
-	for flag, p := range map[string]**float64{"unique-for": &s.uniqueFor, "timeout": &s.timeout,
-		"heartbeat-timeout": &s.hbTimeout, "score": &s.score} {
-		if c.IsSet(flag) {
-			v := c.Float64(flag)
-			*p = &v
-		}
-	}
-	return s
-}
-
-func parseTime(s string) (time.Time, error) {
-	if f, err := strconv.ParseFloat(s, 64); err == nil {
-		return contract.FromEpochSeconds(f), nil
-	}
-	return time.Parse(time.RFC3339, s)
 }
 
 func statsAction(ctx context.Context, e *adminEnv) error {
