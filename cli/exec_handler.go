@@ -56,17 +56,6 @@ type execHandler struct {
 	Grace time.Duration
 }
 
-// execError is the failure of an --exec command.
-type execError struct {
-	ExitCode int
-	Message  string
-}
-
-func (e *execError) Error() string { return e.Message }
-
-// ErrorClass names the failure for the Web UI.
-func (e *execError) ErrorClass() string { return "Gojob::ExecError" }
-
 // execGuard runs the job's command (GOJOB_EXEC_COMMAND) in a shell that is
 // the leader of its own process group, beside a watcher that reads fd 3: a
 // pipe whose only writer is gojob. When gojob ends, however it ends, the
@@ -152,7 +141,7 @@ func (h *execHandler) Perform(ctx context.Context, job *wire.Job) error {
 	guardR.Close()
 	beatW.Close()
 	beats := make(chan struct{})
-	rep := &execReport{h: h, jid: job.JID()}
+	rep := &execReport{log: h.Log, pool: h.Pool, jid: job.JID()}
 	var exited atomic.Bool
 	go func() {
 		defer close(beats)
@@ -373,7 +362,7 @@ func (h *httpHandler) Perform(ctx context.Context, job *wire.Job) error {
 		limit = maxReportLine
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, limit))
-	rep := &execReport{h: &execHandler{Pool: h.Pool}, jid: job.JID()}
+	rep := &execReport{pool: h.Pool, jid: job.JID()}
 	if ok && limit > 1024 {
 		rep.line(ctx, bytes.TrimSpace(body))
 	}

@@ -10,6 +10,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/zerolog"
+
 	"github.com/gojob/gojob/internal/procstat"
 	"github.com/gojob/gojob/jobctl"
 	"github.com/gojob/gojob/sidekiq"
@@ -18,6 +21,17 @@ import (
 // maxReportLine is the longest fd 4 line read as a report (a result
 // included); a longer one is only a heartbeat.
 const maxReportLine = 1 << 20
+
+// execError is the failure of an --exec command.
+type execError struct {
+	ExitCode int
+	Message  string
+}
+
+func (e *execError) Error() string { return e.Message }
+
+// ErrorClass names the failure for the Web UI.
+func (e *execError) ErrorClass() string { return "Gojob::ExecError" }
 
 // reportLine is a JSON line on an exec command's fd 4
 // (docs/job-control.md).
@@ -33,7 +47,8 @@ type reportLine struct {
 // result go to the job's status hash as they come, the last outcome line
 // decides how the job ends.
 type execReport struct {
-	h       *execHandler
+	log     zerolog.Logger
+	pool    *redis.Pool // receives the status lines; nil ignores them
 	jid     string
 	out     string
 	in      time.Duration
@@ -48,7 +63,7 @@ func (r *execReport) line(ctx context.Context, b []byte) {
 	}
 	var l reportLine
 	if err := json.Unmarshal(b, &l); err != nil {
-		r.h.Log.Debug().Str("jid", r.jid).Err(err).Msg("fd 4 line is not a report; taken as a heartbeat")
+		r.log.Debug().Str("jid", r.jid).Err(err).Msg("fd 4 line is not a report; taken as a heartbeat")
 		return
 	}
 	switch l.Outcome {
@@ -60,7 +75,7 @@ func (r *execReport) line(ctx context.Context, b []byte) {
 			r.in = time.Duration(*l.In * float64(time.Second))
 		}
 	default:
-		r.h.Log.Warn().Str("jid", r.jid).Str("outcome", l.Outcome).Msg("unknown outcome on fd 4 ignored (want discard, snooze or retry_in)")
+		r.log.Warn().Str("jid", r.jid).Str("outcome", l.Outcome).Msg("unknown outcome on fd 4 ignored (want discard, snooze or retry_in)")
 	}
 	st := &jobctl.Status{Progress: l.Progress, Result: l.Result}
 	if l.Message != nil {
@@ -78,11 +93,11 @@ func (r *execReport) line(ctx context.Context, b []byte) {
 // write writes to the job's status hash; a failure is logged, not the
 // job's.
 func (r *execReport) write(ctx context.Context, st *jobctl.Status) {
-	if r.h.Pool == nil {
+	if r.pool == nil {
 		return
 	}
-	if err := jobctl.WriteStatus(context.WithoutCancel(ctx), r.h.Pool, r.jid, st, time.Now()); err != nil {
-		r.h.Log.Warn().Str("jid", r.jid).Err(err).Msg("status not written")
+	if err := jobctl.WriteStatus(context.WithoutCancel(ctx), r.pool, r.jid, st, time.Now()); err != nil {
+		r.log.Warn().Str("jid", r.jid).Err(err).Msg("status not written")
 		return
 	}
 	r.written = true

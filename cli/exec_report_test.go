@@ -22,7 +22,7 @@ func TestReadBeatsReadsReportLines(t *testing.T) {
 	t.Parallel()
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
-	rep := &execReport{h: &execHandler{}, jid: "j"}
+	rep := &execReport{jid: "j"}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
