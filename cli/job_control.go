@@ -7,24 +7,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/rs/zerolog"
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/jobctl"
-	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/api"
 )
-
-// serveJobControl makes the server's jobs cancellable on request
-// (docs/job-control.md), for the server's life.
-func serveJobControl(srv *sidekiq.Server, cfg *sidekiq.ServerConfig, log zerolog.Logger) error {
-	ctl, err := jobctl.New(&jobctl.Config{Pool: cfg.Pool, Server: srv, Logger: log})
-	if err != nil {
-		return err
-	}
-	srv.Serve(ctl)
-	return nil
-}
 
 // jobControlCommands are cancel and job.
 func jobControlCommands() []*ucli.Command {
