@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/api"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // adminCommands returns the commands built on the admin API.
@@ -65,59 +63,6 @@ func adminCommands() []*ucli.Command {
 		{Name: "quiet", Usage: "quiet a process (stop fetching), as the Web UI's Quiet button", ArgsUsage: "IDENTITY|all", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(signalAction("TSTP"))},
 		{Name: "stop", Usage: "stop a process gracefully, as the Web UI's Stop button", ArgsUsage: "IDENTITY|all", Flags: []ucli.Flag{newRedisFlag(), newJSONFlag()}, Action: withAPI(signalAction("TERM"))},
 	}
-}
-
-func pushAction(ctx context.Context, e *adminEnv) error {
-	if e.c.Args().First() == "-" {
-		return pushLinesAction(ctx, e)
-	}
-	job, opts, err := pushJobFromFlags(e.c)
-	if err != nil {
-		return err
-	}
-	if e.c.IsSet("key") {
-		return pushOrdered(ctx, e, job)
-	}
-	stopTracing, err := setupTracing(ctx, newLogger(e.c.App.ErrWriter, false, "warn"), e.api.Client())
-	if err != nil {
-		return err
-	}
-	defer stopTracing()
-	if e.c.Bool("durable") {
-		d, err := openPushDurable(ctx, e.c, newLogger(e.c.App.ErrWriter, false, "warn"), job.Class())
-		if err != nil {
-			return err
-		}
-		defer d.Close()
-		e.api.Client().Extend(d)
-	}
-	if e.c.IsSet("batch") {
-		return pushToBatch(ctx, e, job, opts)
-	}
-	res, err := e.api.Client().Push(ctx, job, opts)
-	if err != nil {
-		if strings.Contains(err.Error(), "unique_") || errors.Is(err, wire.ErrInvalidJob) {
-			return ucli.Exit("push: "+err.Error(), exitUsage)
-		}
-		return err
-	}
-	if res.Duplicate {
-		if e.json {
-			e.printJSON(map[string]any{"jid": "", "duplicate": true, "lock": contract.UniqueKey(job)})
-			return ucli.Exit("", exitRefused)
-		}
-		return ucli.Exit(fmt.Sprintf("not pushed: a %s job with these arguments on queue %s holds the unique lock %s",
-			job.Class(), job.Queue(), contract.UniqueKey(job)), exitRefused)
-	}
-	if e.json {
-		return e.printJSON(map[string]any{"jid": res.JID, "scheduled": res.Scheduled, "payload": json.RawMessage(res.Payload)})
-	}
-	where := "queue " + job.Queue()
-	if res.Scheduled {
-		where = "the schedule set"
-	}
-	fmt.Fprintf(e.out, "pushed %s to %s\n", res.JID, where)
-	return nil
 }
 
 func statsAction(ctx context.Context, e *adminEnv) error {

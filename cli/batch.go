@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -13,7 +11,6 @@ import (
 
 	"github.com/gojob/gojob/batch"
 	"github.com/gojob/gojob/internal/contract"
-	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -54,21 +51,6 @@ class with args [BID, "success"] or [BID, "complete"].`,
 				Action: withAPI(batchListAction)},
 		},
 	}
-}
-
-func newBatches(e *adminEnv) (*batch.Batches, error) {
-	return batch.New(&batch.Config{Client: e.api.Client()})
-}
-
-// batchError maps the batch package's errors to exit codes.
-func batchError(err error) error {
-	switch {
-	case errors.Is(err, batch.ErrNotFound):
-		return ucli.Exit(err.Error(), exitNotFound)
-	case errors.Is(err, batch.ErrComplete):
-		return ucli.Exit(err.Error(), exitRefused)
-	}
-	return err
 }
 
 func batchCreateAction(ctx context.Context, e *adminEnv) error {
@@ -276,45 +258,4 @@ func noArgs(cmd string) ucli.BeforeFunc {
 		}
 		return nil
 	}
-}
-
-// checkBatchPush refuses, before Redis is reached, the push flags a batch
-// push does not take.
-func checkBatchPush(c *ucli.Context) error {
-	if !c.IsSet("batch") {
-		return nil
-	}
-	if c.String("batch") == "" {
-		return ucli.Exit("push: --batch needs a BID", exitUsage)
-	}
-	for _, f := range []string{"in", "at", "key", "unique-for", "unique-until"} {
-		if c.IsSet(f) {
-			return ucli.Exit(fmt.Sprintf("push: --batch takes no --%s (batch jobs are pushed now, as plain jobs)", f), exitUsage)
-		}
-	}
-	return nil
-}
-
-// pushToBatch is push --batch.
-func pushToBatch(ctx context.Context, e *adminEnv, job *wire.Job, _ *sidekiq.PushOpts) error {
-	b, err := newBatches(e)
-	if err != nil {
-		return err
-	}
-	bid := e.c.String("batch")
-	jid, ok, err := b.Push(ctx, bid, job)
-	if err != nil {
-		if errors.Is(err, wire.ErrInvalidJob) {
-			return ucli.Exit("push: "+err.Error(), exitUsage)
-		}
-		return batchError(err)
-	}
-	if !ok {
-		return ucli.Exit("push: a client middleware stopped the push", exitRefused)
-	}
-	if e.json {
-		return e.printJSON(map[string]any{"jid": jid, "batch": bid, "payload": json.RawMessage(job.Encode())})
-	}
-	fmt.Fprintf(e.out, "pushed %s to queue %s in batch %s\n", jid, job.Queue(), bid)
-	return nil
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/gojob/gojob/internal/orderedstore"
 	"github.com/gojob/gojob/ordered"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // orderedWorkCommand is gojob ordered work QUEUE: one ordered queue per
@@ -129,38 +128,6 @@ func orderedHandlers(o *options, execs, https []string, log zerolog.Logger) (ord
 		m[class] = &httpHandler{URL: url}
 	}
 	return m, nil
-}
-
-// pushOrdered is gojob push --key K: the job goes to the ordered queue.
-func pushOrdered(ctx context.Context, e *adminEnv, job *wire.Job) error {
-	if e.c.IsSet("in") || e.c.IsSet("at") || e.c.IsSet("unique-for") || e.c.IsSet("retry") {
-		return ucli.Exit("push: --key takes no --in, --at, --unique-for or --retry (ordered queues retry per key)", 2)
-	}
-	client, err := ordered.NewClient(&ordered.ClientConfig{Pool: e.pool, Shards: e.c.Int("shards")})
-	if err != nil {
-		return ucli.Exit("push: "+err.Error(), 2)
-	}
-	opts := &ordered.PushOpts{Key: e.c.String("key")}
-	if e.c.IsSet("score") {
-		s := e.c.Float64("score")
-		opts.Score = &s
-	}
-	added, err := client.Push(ctx, job, opts)
-	if err != nil {
-		if errors.Is(err, ordered.ErrBadQueueName) {
-			return ucli.Exit("push: "+err.Error(), 2)
-		}
-		return err
-	}
-	if e.json {
-		return e.printJSON(map[string]any{"queue": job.Queue(), "key": opts.Key, "added": added})
-	}
-	if added == 0 {
-		fmt.Fprintf(e.out, "merged into key %s of ordered queue %s (an equal job was pending)\n", opts.Key, job.Queue())
-		return nil
-	}
-	fmt.Fprintf(e.out, "pushed to key %s of ordered queue %s\n", opts.Key, job.Queue())
-	return nil
 }
 
 // orderedCommand is gojob ordered work|status|morgue|requeue|delete.
