@@ -6,9 +6,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/gojob/gojob/internal/redisreply"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
-	"github.com/gomodule/redigo/redis"
 )
 
 // ack is a finished job's acknowledgement: by position, `LTRIM list 0 -2`
@@ -37,13 +38,13 @@ func (a *ack) send(c redis.Conn) {
 }
 
 // checked reads the reply of the acknowledgement's command.
-func (a *ack) checked(f *reliableFetch, reply any) {
+func (a *ack) checked(f *ackFetch, reply any) {
 	r := redisx.ReplyOf(reply)
 	a.checkedReply(f, &r)
 }
 
 // checkedReply is checked for a reply read by a ReplyReader.
-func (a *ack) checkedReply(f *reliableFetch, r *redisx.Reply) {
+func (a *ack) checkedReply(f *ackFetch, r *redisx.Reply) {
 	if a.byPos {
 		if r.Kind == redisx.ReplyError {
 			f.ids.bump() // a list that is not one: no more positions in it
@@ -68,7 +69,7 @@ func (a *ack) checkedReply(f *reliableFetch, r *redisx.Reply) {
 // connection breaks, the fetch's epoch ends and its acknowledgements go
 // again by value, which finds nothing when the first send ran.
 type acker struct {
-	f    *reliableFetch
+	f    *ackFetch
 	cfg  *Config
 	hold time.Duration
 	fc   conn
@@ -105,7 +106,17 @@ const rideMax = 256
 // acknowledger sends after rideHold.
 const rideHold = 500 * time.Microsecond
 
-func newAcker(cfg *Config, f *reliableFetch) *acker {
+// ackFetch is what the acknowledgements change in their fetch: a send
+// that failed, or a position in a list that is not one, ends the epoch
+// (ids) and counts as a drop (a failed round trip, reliableFetch.drops); a
+// job an acknowledgement by value found gone is reported (life.notOwned).
+type ackFetch struct {
+	ids   *idents
+	life  *reliableLife
+	drops *atomic.Int64
+}
+
+func newAcker(cfg *Config, f *ackFetch) *acker {
 	return &acker{f: f, cfg: cfg, fc: conn{cfg: cfg}, kick: make(chan struct{}, 1)}
 }
 
@@ -374,4 +385,15 @@ func (a *acker) sendByValue(acks []ack) error {
 		}
 	}
 	return nil
+}
+
+// appendTo appends the acknowledgement's command (see send).
+func (a *ack) appendTo(buf []byte) []byte {
+	if a.byPos && a.trimCmd != nil {
+		return append(buf, a.trimCmd...)
+	}
+	if a.byPos {
+		return appendCmd(buf, "LTRIM", a.list, "0", "-2")
+	}
+	return appendLREM(buf, a.list, a.raw)
 }

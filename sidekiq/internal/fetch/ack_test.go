@@ -163,7 +163,7 @@ func TestAcknowledgementQueuedAfterAStealIsHeldForItsOwnHold(t *testing.T) {
 	const hold = 400 * time.Millisecond
 	f := newReliable(t, b)
 	t.Cleanup(f.Close)
-	a := newAcker(b.cfg, f)
+	a := newAcker(b.cfg, f.acker.f)
 	a.hold = hold
 	list := "working:queue:default:" + testIdentity + "000001"
 	first := ack{list: list, raw: []byte(`{"jid":"first"}`)}

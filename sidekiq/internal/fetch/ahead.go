@@ -147,16 +147,10 @@ func newAhead(f *reliableFetch, st *slotState, r *rand.Rand) *ahead {
 	}
 }
 
-// FetchAhead lets the slot running u fetch its next jobs now, while u
-// waits (see ahead.go), until it holds as many as aheadDepthAfter allows.
-// prepare, when not nil, is called with each job fetched, on the goroutine
-// that fetched it, before the slot may take it; what it sets in the unit's
-// Prepared travels with it. It reports whether the slot fetches ahead: false for a
-// fetch that does not fetch ahead, a slot whose last job was long, a
-// server going quiet, or a second call.
-func (u *Unit) FetchAhead(prepare func(next *Unit)) bool {
-	a := u.ahead
-	if a == nil || !a.armed.CompareAndSwap(true, false) {
+// fetchAhead requests the slot's fetches ahead once the running job is
+// armed (see Unit.FetchAhead).
+func (a *ahead) fetchAhead(prepare func(next *Unit)) bool {
+	if !a.armed.CompareAndSwap(true, false) {
 		return false
 	}
 	return a.request(prepare)
@@ -212,13 +206,6 @@ func (f *reliableFetch) aheadDepthAfter(lastRun time.Duration, size int) int {
 		return depth
 	}
 	return min(max(int(f.aheadHold/2/lastRun), 1), depth)
-}
-
-func signal(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
-	}
 }
 
 // process runs u in the slot, armed for FetchAhead when the slot's last

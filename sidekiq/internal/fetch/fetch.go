@@ -13,10 +13,27 @@
 // ahead, about to be), so a BasicFetch crash loses exactly what Ruby's
 // loses: the jobs being run. The fetch facts are in
 // docs/sidekiq-wire.md#fetch and docs/reliable-fetch.md.
+//
+// The files, top down; a file refers only to files below it, but for the
+// take rounds' state (reliable_take.go), which holds the fetch-ahead
+// batcher (ahead.go) and the blockers (idle.go) that take through it
+// (sidekiq's TestFilesReferOneWay counts these):
+//
+//   - the modes: batch.go and brpop.go (over pipe.go), reliable.go;
+//   - the reliable fetch's parts: life.go (its goroutine: heartbeats,
+//     sweeps, orphan recovery passes, changes of master) over
+//     recovery_orphans.go; ahead.go and idle.go over reliable_take.go (the
+//     take rounds) over ack.go (acknowledgements); recovery.go (heartbeats,
+//     own-list sweeps); wake.go (queue wakers);
+//   - what they share: scripts.go (the Lua), pipe.go, fetch.go (Config,
+//     connections), unit.go (Unit and the slots' mirrors), resp.go (the raw
+//     RESP path), order.go, master.go (run_id), lists.go (list
+//     identities), fifo.go.
 package fetch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -31,32 +48,6 @@ import (
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
-
-// Timeout is BasicFetch's BRPOP timeout in seconds.
-const Timeout = 2
-
-// Unit is one fetched job: the queue it came from and its exact bytes
-// (Ruby's UnitOfWork).
-type Unit struct {
-	Queue string
-	Raw   []byte
-	// Prepared is what the prepare of a FetchAhead made of a job fetched
-	// ahead (nil otherwise).
-	Prepared any
-
-	// list is the in-progress list holding the job (reliable fetch), and
-	// held its entry in the mirror of the slot that moved it there.
-	list string
-	held *held
-	// slot is the reliable slot that moved it.
-	slot *slotState
-	// deferred marks a success whose acknowledgement its server holds back
-	// (Defer).
-	deferred bool
-	// ahead is the slot's fetch ahead while the job runs (FetchAhead); nil
-	// when it may not fetch ahead.
-	ahead *ahead
-}
 
 // Outcome is the write that ends a failed job: its retry entry or its
 // dead-set entry (with the trims of contract.SendToMorgue).
@@ -492,4 +483,33 @@ func reversed(b [][]byte) [][]byte {
 		out[len(b)-1-i] = x
 	}
 	return out
+}
+
+// isReply reports whether err is an error reply of Redis (the connection
+// is fine).
+func isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// stallAfter is how long a pipe waits for one reply before it logs Redis
+// as stalled. A blocking fetch answers within its timeout (Timeout), so a
+// longer silence is a stalled or unreachable Redis. The pipe keeps waiting
+// on the connection: a stalled Redis that resumes still answers, and a
+// command it ran must not be left unread (a BRPOP whose reply is never
+// read loses its job). A vanished host is noticed by TCP keepalive
+// (sidekiq.Dialer), which ends the read with an error.
+const stallAfter = (Timeout + 10) * time.Second
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// ctxTimeout is a context for one short Redis call of the background
+// goroutines.
+func ctxTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
 }

@@ -4,8 +4,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/gomodule/redigo/redis"
 )
 
 // A change of master. After a Sentinel promotion, or a Redis restart, the
@@ -93,89 +91,6 @@ func runIDOf(info string) string {
 		}
 	}
 	return ""
-}
-
-// dialed checks a new fetch connection: the Redis it reached is the one
-// seen before, or the change is acted on before the connection moves a
-// job. An INFO that Redis refuses (an ACL) checks nothing.
-func (f *reliableFetch) dialed(c redis.Conn) error {
-	info, err := redis.String(c.Do("INFO", "server"))
-	if err != nil {
-		if isReply(err) {
-			return nil
-		}
-		return err
-	}
-	if id := runIDOf(info); id != "" && f.life.master.observe(id) {
-		f.life.moved()
-		signal(f.life.changed)
-	}
-	return nil
-}
-
-// masterMoved ends the epoch after a change of master, and makes the
-// sweep of the own lists look.
-func (f *reliableFetch) masterMoved() {
-	f.ids.bump()
-	f.drops.Add(1)
-}
-
-// onChanged reports a change of master that a fetch connection saw.
-func (l *reliableLife) onChanged() {
-	if !l.master.takePending() {
-		return // the renewal reported it
-	}
-	// Each pooled connection to the Redis that went away fails once, and
-	// is dropped: a later one reaches the new Redis.
-	var gone, ok bool
-	for deadline := time.Now().Add(renewFor); ; {
-		if gone, _, ok = l.renew(false); ok || time.Now().After(deadline) {
-			break
-		}
-		select {
-		case <-l.stop:
-			return
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	if !ok {
-		l.master.mu.Lock()
-		l.master.pending = true // the next renewal reports it
-		l.master.mu.Unlock()
-		return
-	}
-	l.reportChange(gone)
-}
-
-// reportChange logs a change of master, marks the identities whose lists
-// Redis lost (lost), and makes the sweeps quick for a while.
-func (l *reliableLife) reportChange(lost bool) {
-	prev, cur := l.master.ids()
-	l.quickUntil = time.Now().Add(quickSweepFor)
-	l.candidates = nil
-	l.expiredLogged = false
-	log := l.cfg.Logger.Warn()
-	msg := "redis master changed (a Sentinel promotion, or a restart): this process checks its in-progress lists there and gives back to their queues the jobs no slot runs"
-	if lost {
-		l.lostMu.Lock()
-		for _, li := range l.ids.snapshot() {
-			if !l.ids.current(li) {
-				l.lost[li.id] = true
-			}
-		}
-		l.lostMu.Unlock()
-		log = l.cfg.Logger.Error()
-		msg = "redis lost its data (a restart without persistence, or a promoted replica without it): the in-progress lists of the jobs running now are gone with it; those jobs finish, and new jobs are taken at once"
-	}
-	log.Str("component", "fetch").Str("run_id", short(cur)).Str("previous_run_id", short(prev)).Msg(msg)
-	l.sweepSoon()
-}
-
-// wasLost reports whether Redis lost the lists of a list identity.
-func (l *reliableLife) wasLost(identity string) bool {
-	l.lostMu.Lock()
-	defer l.lostMu.Unlock()
-	return l.lost[identity]
 }
 
 func short(id string) string {

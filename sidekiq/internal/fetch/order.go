@@ -227,3 +227,6 @@ func (f *Order) String() string {
 func NewRand(seed uint64) *rand.Rand {
 	return rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), seed))
 }
+
+// Timeout is BasicFetch's BRPOP timeout in seconds.
+const Timeout = 2

@@ -8,22 +8,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
 )
 
 // DefaultPipeline is how many slots' fetches one connection carries at
 // once unless the server is configured otherwise.
 const DefaultPipeline = 8
-
-// stallAfter is how long a pipe waits for one reply before it logs Redis
-// as stalled. A blocking fetch answers within its timeout (Timeout), so a
-// longer silence is a stalled or unreachable Redis. The pipe keeps waiting
-// on the connection: a stalled Redis that resumes still answers, and a
-// command it ran must not be left unread (a BRPOP whose reply is never
-// read loses its job). A vanished host is noticed by TCP keepalive
-// (sidekiq.Dialer), which ends the read with an error.
-const stallAfter = (Timeout + 10) * time.Second
 
 // The slots of a server hand their fetch commands to pipe goroutines, each
 // with one connection, which write the commands of all waiting slots in one

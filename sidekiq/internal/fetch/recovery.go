@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -15,7 +15,6 @@ import (
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/procstat"
 	"github.com/gojob/gojob/internal/redisreply"
-	"github.com/gojob/gojob/sidekiq/internal/redisx"
 )
 
 // DefaultRecoveryLimit is how many times a job may be recovered from the
@@ -131,40 +130,6 @@ func newReliableLife(cfg *Config, ids *idents) *reliableLife {
 	return l
 }
 
-// start runs the heartbeats and the recovery in the background.
-func (l *reliableLife) start(*redisx.Retrier) error {
-	go l.run()
-	return nil
-}
-
-func (l *reliableLife) run() {
-	defer close(l.done)
-	beat := time.NewTicker(heartbeatInterval)
-	defer beat.Stop()
-	age := time.NewTicker(time.Second)
-	defer age.Stop()
-	next := time.NewTimer(0) // the first pass at once: this host's predecessors
-	defer next.Stop()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-beat.C:
-			l.beat()
-		case <-l.changed:
-			l.onChanged()
-		case <-age.C:
-			l.ids.age()
-			l.sweepSoon()
-		case <-next.C:
-			if err := l.pass(l.stop); err != nil && !errors.Is(err, errStopping) {
-				l.cfg.Logger.Warn().Err(err).Str("component", "recovery").Msg("orphan recovery pass failed")
-			}
-			next.Reset(l.interval/2 + rand.N(l.interval))
-		}
-	}
-}
-
 var errStopping = errors.New("stopping")
 
 // sweepSoon sweeps the own lists between passes after a failed round trip
@@ -178,35 +143,6 @@ func (l *reliableLife) sweepSoon() {
 	if err := l.sweepOwn(false); err != nil {
 		l.cfg.Logger.Debug().Err(err).Str("component", "recovery").Msg("sweep of the own lists failed; the next pass tries again")
 	}
-}
-
-// beat renews the heartbeats of the list identities and reads the run_id
-// of the Redis it reaches (master.go). A renewal that finds a key gone
-// means other processes may have taken this one for dead and recovered
-// its jobs, or that Redis lost its data: the epoch ends (no position is
-// trusted any more). The renewal has just written every key again, so the
-// moves go on at once, into lists of identities of the new epoch.
-func (l *reliableLife) beat() {
-	gone, id, ok := l.renew(true)
-	if !ok {
-		return
-	}
-	if id != "" && l.master.observe(id) {
-		l.moved()
-	}
-	if l.master.takePending() {
-		l.reportChange(gone)
-		return
-	}
-	if gone {
-		if !l.expiredLogged {
-			l.expiredLogged = true
-			l.cfg.Logger.Error().Str("component", "fetch").Str("identity", l.cfg.Identity).
-				Msg("this process's reliable-fetch heartbeat had expired (was it stopped for a minute?); other processes may have recovered, and will run again, the jobs it is running")
-		}
-		return
-	}
-	l.expiredLogged = false
 }
 
 // renew writes the heartbeats of the created identities and reports
@@ -557,4 +493,24 @@ func (l *reliableLife) close() {
 	if err != nil {
 		l.cfg.Logger.Error().Err(err).Str("component", "fetch").Msg("could not remove the reliable-fetch heartbeats at stop; they expire by itself")
 	}
+}
+
+// heartbeatInterval is how often the reliable-fetch heartbeats are
+// renewed; they expire after contract.HeartbeatTTL (60 s), so a live process
+// misses five renewals before it could be taken for dead.
+const heartbeatInterval = 10 * time.Second
+
+// heartbeatValue is the value of the reliable-fetch heartbeat keys. Ruby's
+// gem only checks that a key exists; gojob reads the boot id and the
+// process's start time to tell, on the same host, that a predecessor whose
+// key has not expired yet is gone.
+func heartbeatValue() string {
+	return "gojob " + procstat.BootID() + " " + procstat.StartTime(os.Getpid())
+}
+
+// wasLost reports whether Redis lost the lists of a list identity.
+func (l *reliableLife) wasLost(identity string) bool {
+	l.lostMu.Lock()
+	defer l.lostMu.Unlock()
+	return l.lost[identity]
 }

@@ -2,20 +2,14 @@ package fetch
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/gomodule/redigo/redis"
-	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/internal/contract"
-	"github.com/gojob/gojob/internal/procstat"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 )
 
@@ -27,63 +21,6 @@ import (
 // or dead entry. When the process dies, the lists outlive it, and a live
 // process pushes their jobs back (recovery.go); the takers that move
 // them are in reliable_take.go.
-
-var (
-	//go:embed lua/reliable_finish.lua
-	finishSrc string
-	//go:embed lua/reliable_requeue.lua
-	requeueSrc string
-	//go:embed lua/reliable_recover.lua
-	recoverSrc string
-
-	finishScript  = redis.NewScript(2, finishSrc)
-	requeueScript = redis.NewScript(2, requeueSrc)
-	recoverScript = redis.NewScript(7, recoverSrc)
-)
-
-// heartbeatInterval is how often the reliable-fetch heartbeats are
-// renewed; they expire after contract.HeartbeatTTL (60 s), so a live process
-// misses five renewals before it could be taken for dead.
-const heartbeatInterval = 10 * time.Second
-
-// takers is how many goroutines take batches at once, each on its own
-// connection: while the workers run one batch the next is on its way (a
-// third only adds contention on 2 cores).
-const takers = 2
-
-// reliableFetch is the reliable fetch.
-type reliableFetch struct {
-	cfg *Config
-	// moveOK: Redis has LMOVE/BLMOVE (6.2+).
-	moveOK bool
-	ids    *idents
-	queues *queues
-	idle   chan int // one token per idle slot: its index
-	// gatherers are the takers' gathering states, which the workers look
-	// at when they free a slot.
-	gatherers [takers]gathering
-	slots     []*slotState
-	acker     *acker
-	life      *reliableLife
-	wg        sync.WaitGroup // takers and workers
-	// drops counts failed round trips: a move among them may have put a
-	// job in a list that no mirror knows.
-	drops atomic.Int64
-	// taking is, per taker, since when its round has been on its way
-	// (unix nanoseconds; 0 when none): the jobs it moves are nobody's
-	// orphans until they reach their slots.
-	taking [takers]atomic.Int64
-	// aheadMaxRun, aheadHold and aheadDepth are the limits of fetching
-	// ahead (ahead.go), fields so that tests can change them.
-	aheadMaxRun, aheadHold time.Duration
-	aheadDepth             int
-	// batcher makes the fetches ahead of every slot (ahead.go).
-	batcher aheadBatcher
-	// dry: the last round's moves found a queue empty (see idleSlots).
-	dry atomic.Bool
-	// blockers wait in Redis for a job for the idle slots (idle.go).
-	blockers *blockers
-}
 
 // NewReliable returns the reliable fetch. It writes the process's
 // reliable-fetch heartbeat before it returns; through a Redis outage it
@@ -126,7 +63,7 @@ func NewReliable(ctx context.Context, cfg *Config) (Fetcher, error) {
 	}
 	f.life = newReliableLife(cfg, f.ids)
 	f.batcher = aheadBatcher{f: f, wake: make(chan struct{}, 1)}
-	f.acker = newAcker(cfg, f)
+	f.acker = newAcker(cfg, &ackFetch{ids: f.ids, life: f.life, drops: &f.drops})
 	f.acker.hold = rideHold
 	f.life.holders = f.held
 	f.life.inUse = f.inUse
@@ -161,16 +98,6 @@ func probeLMOVE(writes *redisx.Retrier) (bool, error) {
 		return false, fmt.Errorf("sidekiq: reliable fetch setup: %w", err)
 	}
 	return ok, nil
-}
-
-// loadScripts loads the fetch's scripts into Redis's script cache.
-func loadScripts(conn redis.Conn) error {
-	for _, s := range []*redis.Script{finishScript, requeueScript, recoverScript} {
-		if err := s.Load(conn); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Start starts the workers, the takers, the wakers and the acknowledger.
@@ -226,15 +153,6 @@ func (f *reliableFetch) inUse() map[*listIdent]bool {
 		s.uses(in)
 	}
 	return in
-}
-
-// idleSlots reports whether a slot may be idle for want of a job: an idle
-// slot's token waits for a taker or a blocker holds it, or the last
-// round's moves found a queue empty (so the slots of that round whose moves found nothing are idle
-// again). A taker holds the tokens of the slots it gathers and moves for,
-// which are about to run jobs while the queues have them.
-func (f *reliableFetch) idleSlots() bool {
-	return len(f.idle) > 0 || f.blockers.held.Load() > 0 || f.dry.Load()
 }
 
 // oldestWait returns since when the round or acknowledgement that has
@@ -307,93 +225,6 @@ func (f *reliableFetch) finish(u Unit, o *Outcome) error {
 	return nil
 }
 
-// Requeue moves unfinished jobs from their lists back to the pop end of
-// their queues, one script per list: a job already acknowledged or
-// recovered by another process is not pushed again.
-//
-// The units leave their slots' mirrors only once the script has run:
-// until then they are still in their lists, and a slot that acknowledged
-// a job by position meanwhile (LTRIM removes a list's oldest entry, which
-// its mirror must know) would take one of them out instead of its own.
-// When the requeue fails they stay in their lists, known to no mirror: the
-// epoch ends (no position is trusted there any more) and the sweep of the
-// own lists gives them back.
-func (f *reliableFetch) Requeue(units []Unit) error {
-	err := requeue(f.cfg, units)
-	f.released(units, err)
-	return err
-}
-
-// released forgets units given back (or not: err) in their slots'
-// mirrors (see Requeue).
-func (f *reliableFetch) released(units []Unit, err error) {
-	for _, u := range units {
-		if u.slot != nil {
-			u.slot.release(u.held)
-		}
-	}
-	if err != nil {
-		f.drops.Add(1)
-		f.ids.bump()
-	}
-}
-
-func requeue(cfg *Config, units []Unit) error {
-	if len(units) == 0 {
-		return nil
-	}
-	moved, err := requeueUnits(cfg, units)
-	if err != nil {
-		return err
-	}
-	// At shutdown an operator wants to know; a job given back because its
-	// queue was paused or at its cap while it was on its way is routine.
-	lvl := zerolog.DebugLevel
-	if cfg.quiet() {
-		lvl = zerolog.InfoLevel
-	}
-	cfg.Logger.WithLevel(lvl).Int("jobs", moved).Msg("requeued unfinished jobs")
-	return nil
-}
-
-// requeueUnits moves units from their lists back to the pop end of their
-// queues, one script per list, and returns how many it moved (those still
-// in their lists). A failure logs the jobs of the list it could not
-// requeue: they stay there and are recovered when this process is gone.
-func requeueUnits(cfg *Config, units []Unit) (int, error) {
-	type group struct {
-		list, queue string
-		raws        []any
-	}
-	var order []*group
-	byList := map[string]*group{}
-	for _, u := range units {
-		g := byList[u.list]
-		if g == nil {
-			g = &group{list: u.list, queue: contract.QueueKey(u.Queue)}
-			byList[u.list] = g
-			order = append(order, g)
-		}
-		g.raws = append(g.raws, u.Raw)
-	}
-	moved := 0
-	for _, g := range order {
-		err := cfg.Writes.Do(func(conn redis.Conn) error {
-			n, err := redis.Int(requeueScript.DoContext(cfg.Writes.Ctx, conn, append([]any{g.list, g.queue}, g.raws...)...))
-			moved += n
-			return err
-		})
-		if err != nil {
-			for _, raw := range g.raws {
-				cfg.Logger.Error().Err(err).Str("queue", contract.QueueName(g.queue)).Bytes("payload", raw.([]byte)).
-					Msg("could not requeue job; it stays in the in-progress list and is recovered when this process is gone")
-			}
-			return moved, fmt.Errorf("sidekiq: requeue %d jobs: %w", len(g.raws), err)
-		}
-	}
-	return moved, nil
-}
-
 // Close sweeps the in-progress lists one last time (anything still there
 // is held by no slot: the server has requeued what it ran), then stops the
 // heartbeats and the recovery.
@@ -407,18 +238,4 @@ func (f *reliableFetch) Close() {
 func (f *reliableFetch) Defer(u Unit) Unit {
 	u.deferred = true
 	return u
-}
-
-// heartbeatValue is the value of the reliable-fetch heartbeat keys. Ruby's
-// gem only checks that a key exists; gojob reads the boot id and the
-// process's start time to tell, on the same host, that a predecessor whose
-// key has not expired yet is gone.
-func heartbeatValue() string {
-	return "gojob " + procstat.BootID() + " " + procstat.StartTime(os.Getpid())
-}
-
-// ctxTimeout is a context for one short Redis call of the background
-// goroutines.
-func ctxTimeout(d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), d)
 }

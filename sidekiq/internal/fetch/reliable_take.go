@@ -1,10 +1,10 @@
 package fetch
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -135,7 +135,7 @@ func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 				replyErr = rep.Err()
 			}
 		}
-		rd.acks[i].checkedReply(f, &rep)
+		rd.acks[i].checkedReply(f.acker.f, &rep)
 	}
 	rd.acks = rd.acks[:0]
 	if len(refused) > 0 {
@@ -181,54 +181,8 @@ func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 	return replyErr
 }
 
-// replies reads a round's replies: straight from the connection's read
-// buffer when the round was written encoded (redisx.ReplyReader), else
-// through redigo.
-type replies struct {
-	c  redis.Conn
-	rr redisx.ReplyReader
-}
-
-// newReplies starts reading the replies of what was just written on c,
-// encoded when raw.
-func newReplies(c redis.Conn, raw bool) (replies, error) {
-	r := replies{c: c}
-	if !raw {
-		return r, nil
-	}
-	rr, ok := redisx.Replies(c)
-	if !ok {
-		return r, nil
-	}
-	r.rr = rr
-	return r, rr.StartReplies()
-}
-
-// next reads the next reply; an error reply is a reply, the error is the
-// connection's.
-func (r *replies) next(rep *redisx.Reply) error {
-	if r.rr != nil {
-		return r.rr.ReadReply(rep)
-	}
-	v, err := receiveReply(r.c)
-	if err != nil {
-		return err
-	}
-	*rep = redisx.ReplyOf(v)
-	return nil
-}
-
 // heartbeatTTL is contract.HeartbeatTTL as a command argument.
 var heartbeatTTL = strconv.Itoa(contract.HeartbeatTTL)
-
-// keepBuf returns buf emptied for the next round, or nil when it grew
-// past what is worth keeping (a round of large payloads by value).
-func keepBuf(buf []byte) []byte {
-	if cap(buf) > 64<<10 {
-		return nil
-	}
-	return buf[:0]
-}
 
 // sendRedigo writes a round as send does, through redigo, on a connection
 // that takes no encoded commands.
@@ -257,22 +211,6 @@ func (f *reliableFetch) sendRedigo(c redis.Conn, rd *round) error {
 		}
 	}
 	return err
-}
-
-// receiveReply reads one reply of a pipeline, an error reply as a value
-// (redis.Error) rather than as the error: every reply of a round is read,
-// whatever some of them say, so that the next round's replies are its
-// own. The error is the connection's.
-func receiveReply(c redis.Conn) (any, error) {
-	v, err := c.Receive()
-	if err == nil {
-		return v, nil
-	}
-	var re redis.Error
-	if errors.As(err, &re) {
-		return re, nil
-	}
-	return v, err
 }
 
 func btoi(b bool) int {
@@ -380,13 +318,6 @@ func (f *reliableFetch) taker(taking *atomic.Int64, g *gathering, seed uint64) {
 		fc.ok(sent)
 		full = got == len(slots)
 	}
-}
-
-// isReply reports whether err is an error reply of Redis (the connection
-// is fine).
-func isReply(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re)
 }
 
 // deliver hands a moved job to its slot (or back to its queue when the
@@ -582,4 +513,108 @@ func (f *reliableFetch) worker(st *slotState) {
 		}
 		ah.process(st.i, tid, u)
 	}
+}
+
+// takers is how many goroutines take batches at once, each on its own
+// connection: while the workers run one batch the next is on its way (a
+// third only adds contention on 2 cores).
+const takers = 2
+
+// reliableFetch is the reliable fetch.
+type reliableFetch struct {
+	cfg *Config
+	// moveOK: Redis has LMOVE/BLMOVE (6.2+).
+	moveOK bool
+	ids    *idents
+	queues *queues
+	idle   chan int // one token per idle slot: its index
+	// gatherers are the takers' gathering states, which the workers look
+	// at when they free a slot.
+	gatherers [takers]gathering
+	slots     []*slotState
+	acker     *acker
+	life      *reliableLife
+	wg        sync.WaitGroup // takers and workers
+	// drops counts failed round trips: a move among them may have put a
+	// job in a list that no mirror knows.
+	drops atomic.Int64
+	// taking is, per taker, since when its round has been on its way
+	// (unix nanoseconds; 0 when none): the jobs it moves are nobody's
+	// orphans until they reach their slots.
+	taking [takers]atomic.Int64
+	// aheadMaxRun, aheadHold and aheadDepth are the limits of fetching
+	// ahead (ahead.go), fields so that tests can change them.
+	aheadMaxRun, aheadHold time.Duration
+	aheadDepth             int
+	// batcher makes the fetches ahead of every slot (ahead.go).
+	batcher aheadBatcher
+	// dry: the last round's moves found a queue empty (see idleSlots).
+	dry atomic.Bool
+	// blockers wait in Redis for a job for the idle slots (idle.go).
+	blockers *blockers
+}
+
+// idleSlots reports whether a slot may be idle for want of a job: an idle
+// slot's token waits for a taker or a blocker holds it, or the last
+// round's moves found a queue empty (so the slots of that round whose moves found nothing are idle
+// again). A taker holds the tokens of the slots it gathers and moves for,
+// which are about to run jobs while the queues have them.
+func (f *reliableFetch) idleSlots() bool {
+	return len(f.idle) > 0 || f.blockers.held.Load() > 0 || f.dry.Load()
+}
+
+// Requeue moves unfinished jobs from their lists back to the pop end of
+// their queues, one script per list: a job already acknowledged or
+// recovered by another process is not pushed again.
+//
+// The units leave their slots' mirrors only once the script has run:
+// until then they are still in their lists, and a slot that acknowledged
+// a job by position meanwhile (LTRIM removes a list's oldest entry, which
+// its mirror must know) would take one of them out instead of its own.
+// When the requeue fails they stay in their lists, known to no mirror: the
+// epoch ends (no position is trusted there any more) and the sweep of the
+// own lists gives them back.
+func (f *reliableFetch) Requeue(units []Unit) error {
+	err := requeue(f.cfg, units)
+	f.released(units, err)
+	return err
+}
+
+// released forgets units given back (or not: err) in their slots'
+// mirrors (see Requeue).
+func (f *reliableFetch) released(units []Unit, err error) {
+	for _, u := range units {
+		if u.slot != nil {
+			u.slot.release(u.held)
+		}
+	}
+	if err != nil {
+		f.drops.Add(1)
+		f.ids.bump()
+	}
+}
+
+// dialed checks a new fetch connection: the Redis it reached is the one
+// seen before, or the change is acted on before the connection moves a
+// job. An INFO that Redis refuses (an ACL) checks nothing.
+func (f *reliableFetch) dialed(c redis.Conn) error {
+	info, err := redis.String(c.Do("INFO", "server"))
+	if err != nil {
+		if isReply(err) {
+			return nil
+		}
+		return err
+	}
+	if id := runIDOf(info); id != "" && f.life.master.observe(id) {
+		f.life.moved()
+		signal(f.life.changed)
+	}
+	return nil
+}
+
+// masterMoved ends the epoch after a change of master, and makes the
+// sweep of the own lists look.
+func (f *reliableFetch) masterMoved() {
+	f.ids.bump()
+	f.drops.Add(1)
 }

@@ -1,6 +1,13 @@
 package fetch
 
-import "strconv"
+import (
+	"errors"
+	"strconv"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
+)
 
 // The rounds' commands, encoded here in RESP (the Redis protocol) and
 // written with redisx.RawWriter when the connection takes it: a move's
@@ -37,13 +44,64 @@ func appendHeader(buf []byte, kind byte, n int) []byte {
 	return append(buf, '\r', '\n')
 }
 
-// appendTo appends the acknowledgement's command (see send).
-func (a *ack) appendTo(buf []byte) []byte {
-	if a.byPos && a.trimCmd != nil {
-		return append(buf, a.trimCmd...)
+// replies reads a round's replies: straight from the connection's read
+// buffer when the round was written encoded (redisx.ReplyReader), else
+// through redigo.
+type replies struct {
+	c  redis.Conn
+	rr redisx.ReplyReader
+}
+
+// newReplies starts reading the replies of what was just written on c,
+// encoded when raw.
+func newReplies(c redis.Conn, raw bool) (replies, error) {
+	r := replies{c: c}
+	if !raw {
+		return r, nil
 	}
-	if a.byPos {
-		return appendCmd(buf, "LTRIM", a.list, "0", "-2")
+	rr, ok := redisx.Replies(c)
+	if !ok {
+		return r, nil
 	}
-	return appendLREM(buf, a.list, a.raw)
+	r.rr = rr
+	return r, rr.StartReplies()
+}
+
+// next reads the next reply; an error reply is a reply, the error is the
+// connection's.
+func (r *replies) next(rep *redisx.Reply) error {
+	if r.rr != nil {
+		return r.rr.ReadReply(rep)
+	}
+	v, err := receiveReply(r.c)
+	if err != nil {
+		return err
+	}
+	*rep = redisx.ReplyOf(v)
+	return nil
+}
+
+// keepBuf returns buf emptied for the next round, or nil when it grew
+// past what is worth keeping (a round of large payloads by value).
+func keepBuf(buf []byte) []byte {
+	if cap(buf) > 64<<10 {
+		return nil
+	}
+	return buf[:0]
+}
+
+// receiveReply reads one reply of a pipeline, an error reply as a value
+// (redis.Error) rather than as the error: every reply of a round is read,
+// whatever some of them say, so that the next round's replies are its
+// own. The error is the connection's.
+func receiveReply(c redis.Conn) (any, error) {
+	v, err := c.Receive()
+	if err == nil {
+		return v, nil
+	}
+	var re redis.Error
+	if errors.As(err, &re) {
+		return re, nil
+	}
+	return v, err
 }
