@@ -17,6 +17,7 @@ var layers = map[string]int{
 	"sidekiq/internal/lazyjson":    0,
 	"sidekiq/rubyjson":             1,
 	"sidekiq/internal/redisx":      1,
+	"sidekiq/internal/resp":        1,
 	"sidekiq/internal/sentinel":    1,
 	"sidekiq/wire":                 2,
 	"internal/contract":            3,

@@ -10,10 +10,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gojob/gojob/internal/redact"
-	"github.com/gojob/gojob/sidekiq/internal/redisx"
-	"github.com/gojob/gojob/sidekiq/internal/sentinel"
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/internal/redact"
+	"github.com/gojob/gojob/sidekiq/internal/resp"
+	"github.com/gojob/gojob/sidekiq/internal/sentinel"
 )
 
 // PoolOptions tune NewPool.
@@ -80,7 +81,7 @@ func Dialer(rawURL string, readTimeout time.Duration) (func(ctx context.Context)
 		return nil, fmt.Errorf("sidekiq: redis url: %s", redact.String(err.Error(), rawURL))
 	}
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAliveConfig: keepAlive}
-	// Connections are corkable (redisx.Cork): the fetch writes each round
+	// Connections are corkable (resp.Cork): the fetch writes each round
 	// of commands in one write.
 	opts := []redis.DialOption{redis.DialConnectTimeout(5 * time.Second)}
 	if readTimeout > 0 {
@@ -100,7 +101,7 @@ func Dialer(rawURL string, readTimeout time.Duration) (func(ctx context.Context)
 			opts = append(opts, redis.DialPassword(p))
 		}
 		return func(ctx context.Context) (redis.Conn, error) {
-			return redisx.DialCorkable(ctx, readTimeout, dialer.DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
+			return resp.DialCorkable(ctx, readTimeout, dialer.DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
 				return redis.DialContext(ctx, "unix", path, opts...)
 			}, opts...)
 		}, nil
@@ -110,7 +111,7 @@ func Dialer(rawURL string, readTimeout time.Duration) (func(ctx context.Context)
 		}
 		s := u.String()
 		return func(ctx context.Context) (redis.Conn, error) {
-			c, err := redisx.DialCorkable(ctx, readTimeout, dialer.DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
+			c, err := resp.DialCorkable(ctx, readTimeout, dialer.DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
 				return redis.DialURLContext(ctx, s, opts...)
 			}, opts...)
 			if err != nil {
@@ -161,7 +162,7 @@ func sentinelDialer(u *url.URL, netDialer *net.Dialer, readTimeout time.Duration
 	cfg := sentinel.Config{Addrs: addrs, Master: parts[0], DB: db, Username: u.User.Username(), NetDial: netDialer.DialContext,
 		Dial: func(ctx context.Context, addr string, netDial func(ctx context.Context, network, addr string) (net.Conn, error),
 			o ...redis.DialOption) (redis.Conn, error) {
-			return redisx.DialCorkable(ctx, readTimeout, netDial, func(ctx context.Context, o ...redis.DialOption) (redis.Conn, error) {
+			return resp.DialCorkable(ctx, readTimeout, netDial, func(ctx context.Context, o ...redis.DialOption) (redis.Conn, error) {
 				return redis.DialContext(ctx, "tcp", addr, o...)
 			}, append(opts[:len(opts):len(opts)], o...)...)
 		}}

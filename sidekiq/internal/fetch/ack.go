@@ -10,6 +10,7 @@ import (
 
 	"github.com/gojob/gojob/internal/redisreply"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
+	"github.com/gojob/gojob/sidekiq/internal/resp"
 )
 
 // ack is a finished job's acknowledgement: by position, `LTRIM list 0 -2`
@@ -20,7 +21,7 @@ type ack struct {
 	raw   []byte
 	byPos bool
 	// trimCmd is the positional acknowledgement encoded (the list's, made
-	// once: see resp.go).
+	// once: see package resp).
 	trimCmd []byte
 	// resent marks an acknowledgement sent again after its first send's
 	// connection broke: that send may have taken the job out already, so
@@ -39,19 +40,19 @@ func (a *ack) send(c redis.Conn) {
 
 // checked reads the reply of the acknowledgement's command.
 func (a *ack) checked(f *ackFetch, reply any) {
-	r := redisx.ReplyOf(reply)
+	r := resp.ReplyOf(reply)
 	a.checkedReply(f, &r)
 }
 
 // checkedReply is checked for a reply read by a ReplyReader.
-func (a *ack) checkedReply(f *ackFetch, r *redisx.Reply) {
+func (a *ack) checkedReply(f *ackFetch, r *resp.Reply) {
 	if a.byPos {
-		if r.Kind == redisx.ReplyError {
+		if r.Kind == resp.ReplyError {
 			f.ids.bump() // a list that is not one: no more positions in it
 		}
 		return
 	}
-	if r.Kind == redisx.ReplyInt && r.Int == 0 && !a.resent {
+	if r.Kind == resp.ReplyInt && r.Int == 0 && !a.resent {
 		f.life.notOwned(a.list, a.raw)
 	}
 }
@@ -301,14 +302,14 @@ func (a *acker) send(acks []ack) {
 	c := a.fc.c
 	var err error
 	sent := time.Now()
-	rw, raw := redisx.Raw(c)
+	rw, raw := resp.Raw(c)
 	if raw {
 		buf := a.out[:0]
 		for i := range acks {
 			buf = acks[i].appendTo(buf)
 		}
 		err = rw.WriteRaw(buf)
-		a.out = keepBuf(buf)
+		a.out = resp.KeepBuf(buf)
 	} else {
 		for i := range acks {
 			acks[i].send(c)
@@ -316,17 +317,17 @@ func (a *acker) send(acks []ack) {
 		err = c.Flush()
 	}
 	var refused []ack
-	var rp replies
+	var rp resp.RoundReader
 	if err == nil {
-		rp, err = newReplies(c, raw)
+		rp, err = resp.NewRoundReader(c, raw)
 	}
-	var rep redisx.Reply
+	var rep resp.Reply
 	for i := range acks {
 		if err != nil {
 			break
 		}
-		if err = rp.next(&rep); err == nil {
-			if rep.Kind == redisx.ReplyError {
+		if err = rp.Next(&rep); err == nil {
+			if rep.Kind == resp.ReplyError {
 				refused = append(refused, acks[i]) // READONLY, LOADING: not run
 			}
 			acks[i].checkedReply(a.f, &rep)
@@ -393,7 +394,7 @@ func (a *ack) appendTo(buf []byte) []byte {
 		return append(buf, a.trimCmd...)
 	}
 	if a.byPos {
-		return appendCmd(buf, "LTRIM", a.list, "0", "-2")
+		return resp.AppendCmd(buf, "LTRIM", a.list, "0", "-2")
 	}
-	return appendLREM(buf, a.list, a.raw)
+	return resp.AppendLREM(buf, a.list, a.raw)
 }

@@ -563,7 +563,7 @@ type replyGate struct {
 func (g *replyGate) open() { g.once.Do(func() { close(g.gate) }) }
 
 // gateReplies wraps the connections b's fetch dials in receiveGates (not
-// redisx connections: their rounds go through redigo). Whoever arms the
+// corkable connections: their rounds go through redigo). Whoever arms the
 // gate opens it on every path (defer g.open()), or the fetch cannot stop.
 func gateReplies(b *fetchBundle) *replyGate {
 	g := &replyGate{gate: make(chan struct{}), entered: make(chan struct{}, 1)}

@@ -26,9 +26,9 @@
 //     take rounds) over ack.go (acknowledgements); recovery.go (heartbeats,
 //     own-list sweeps); wake.go (queue wakers);
 //   - what they share: scripts.go (the Lua), pipe.go, fetch.go (Config,
-//     connections), unit.go (Unit and the slots' mirrors), resp.go (the raw
-//     RESP path), order.go, master.go (run_id), lists.go (list
-//     identities), fifo.go.
+//     connections), unit.go (Unit and the slots' mirrors), order.go,
+//     master.go (run_id), lists.go (list identities), fifo.go; the raw
+//     RESP path of the rounds is package resp.
 package fetch
 
 import (

@@ -16,6 +16,7 @@ import (
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
+	"github.com/gojob/gojob/sidekiq/internal/resp"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -56,7 +57,7 @@ func newFetchBundle(t *testing.T, rs *redistest.Server, mod func(*Config)) *fetc
 		// Corkable, as sidekiq.Dialer's connections are: the rounds are
 		// then written as in production, one write each.
 		Dial: func(ctx context.Context) (redis.Conn, error) {
-			return redisx.DialCorkable(ctx, 0, (&net.Dialer{}).DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
+			return resp.DialCorkable(ctx, 0, (&net.Dialer{}).DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
 				return redis.DialContext(ctx, "unix", rs.Socket, opts...)
 			})
 		},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
+	"github.com/gojob/gojob/sidekiq/internal/resp"
 )
 
 // Idle slots: blockers. While every queue is believed empty, the takers
@@ -310,7 +311,7 @@ func (bs *blockers) block(c redis.Conn, m *move) ([]byte, error) {
 	}
 	var replyErr error
 	for range btoi(m.hb) + btoi(m.reg) {
-		v, err := receiveReply(c)
+		v, err := resp.Receive(c)
 		if err != nil {
 			return nil, err
 		}
@@ -324,7 +325,7 @@ func (bs *blockers) block(c redis.Conn, m *move) ([]byte, error) {
 		m.sl.ident.lists[m.q.key] = m.sl.key
 		f.ids.mu.Unlock()
 	}
-	v, err := receiveReply(c)
+	v, err := resp.Receive(c)
 	if err != nil {
 		return nil, err
 	}
@@ -454,7 +455,7 @@ func (bs *blockers) unblock(all bool) {
 		return
 	}
 	for range ids {
-		if _, err := receiveReply(c); err != nil {
+		if _, err := resp.Receive(c); err != nil {
 			return
 		}
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/gojob/gojob/sidekiq/internal/redisx"
+	"github.com/gojob/gojob/sidekiq/internal/resp"
 )
 
 // DefaultPipeline is how many slots' fetches one connection carries at
@@ -260,7 +260,7 @@ func (p *pipes) round(fp *fetchPipe, batch []*fetchReq) (int, error) {
 	conn := fp.fc.c
 	var err error
 	sent := 0
-	corked := redisx.Cork(conn)
+	corked := resp.Cork(conn)
 	for _, r := range batch {
 		if err != nil {
 			break

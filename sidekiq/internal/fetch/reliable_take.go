@@ -12,6 +12,7 @@ import (
 
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
+	"github.com/gojob/gojob/sidekiq/internal/resp"
 )
 
 // Takers. Two taker goroutines share the idle slots (one token per idle
@@ -83,7 +84,7 @@ func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 	t := time.AfterFunc(stallAfter, func() { f.cfg.Outage.Stalled(stallAfter) })
 	defer t.Stop()
 	var err error
-	rw, raw := redisx.Raw(c)
+	rw, raw := resp.Raw(c)
 	if raw {
 		buf := rd.out[:0]
 		for i := range rd.acks {
@@ -91,10 +92,10 @@ func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 		}
 		for _, m := range rd.moves {
 			if m.hb {
-				buf = appendCmd(buf, "SET", m.sl.ident.hbKey, f.life.hbValue, "EX", heartbeatTTL)
+				buf = resp.AppendCmd(buf, "SET", m.sl.ident.hbKey, f.life.hbValue, "EX", heartbeatTTL)
 			}
 			if m.reg {
-				buf = appendCmd(buf, "SADD", contract.KeyWorkingLists, m.sl.key)
+				buf = resp.AppendCmd(buf, "SADD", contract.KeyWorkingLists, m.sl.key)
 			}
 			if f.moveOK {
 				buf = append(buf, m.sl.moveCmd...)
@@ -103,18 +104,18 @@ func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 			}
 		}
 		err = rw.WriteRaw(buf)
-		rd.out = keepBuf(buf)
+		rd.out = resp.KeepBuf(buf)
 	} else {
 		err = f.sendRedigo(c, rd)
 	}
 	if err != nil {
 		return err
 	}
-	rp, err := newReplies(c, raw)
+	rp, err := resp.NewRoundReader(c, raw)
 	if err != nil {
 		return err
 	}
-	var rep redisx.Reply
+	var rep resp.Reply
 	var replyErr error
 	var refused []ack
 	dry := false // a move found its queue empty
@@ -124,10 +125,10 @@ func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 		}
 	}()
 	for i := range rd.acks {
-		if err := rp.next(&rep); err != nil {
+		if err := rp.Next(&rep); err != nil {
 			return err // failedRound resends them all: one that ran finds nothing
 		}
-		if rep.Kind == redisx.ReplyError {
+		if rep.Kind == resp.ReplyError {
 			// Not run (READONLY after a failover, LOADING): again by
 			// value, through the retrier, once the round is read.
 			refused = append(refused, rd.acks[i])
@@ -145,10 +146,10 @@ func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 		m := &rd.moves[i]
 		setup := true
 		for range btoi(m.hb) + btoi(m.reg) {
-			if err := rp.next(&rep); err != nil {
+			if err := rp.Next(&rep); err != nil {
 				return err
 			}
-			if rep.Kind == redisx.ReplyError {
+			if rep.Kind == resp.ReplyError {
 				setup = false
 				if replyErr == nil {
 					replyErr = rep.Err()
@@ -161,17 +162,17 @@ func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 			m.sl.ident.lists[m.q.key] = m.sl.key
 			f.ids.mu.Unlock()
 		}
-		if err := rp.next(&rep); err != nil {
+		if err := rp.Next(&rep); err != nil {
 			return err
 		}
 		m.done = true
 		switch rep.Kind {
-		case redisx.ReplyBulk:
+		case resp.ReplyBulk:
 			m.raw = rep.Bytes
-		case redisx.ReplyNil:
+		case resp.ReplyNil:
 			m.q.markEmpty(m.seen)
 			dry = true
-		case redisx.ReplyError:
+		case resp.ReplyError:
 			m.err = rep.Err()
 			if replyErr == nil {
 				replyErr = m.err
@@ -187,7 +188,7 @@ var heartbeatTTL = strconv.Itoa(contract.HeartbeatTTL)
 // sendRedigo writes a round as send does, through redigo, on a connection
 // that takes no encoded commands.
 func (f *reliableFetch) sendRedigo(c redis.Conn, rd *round) error {
-	corked := redisx.Cork(c)
+	corked := resp.Cork(c)
 	for i := range rd.acks {
 		rd.acks[i].send(c)
 	}

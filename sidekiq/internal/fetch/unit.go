@@ -3,6 +3,8 @@ package fetch
 import (
 	"slices"
 	"sync"
+
+	"github.com/gojob/gojob/sidekiq/internal/resp"
 )
 
 // A fetched job, and the reliable slots' mirrors of their lists (lists.go)
@@ -67,7 +69,7 @@ type slotList struct {
 	move  []any // LMOVE <queue> <key> RIGHT LEFT
 	rpl   []any // RPOPLPUSH <queue> <key>
 	// moveCmd, rplCmd and trimCmd are move and rpl encoded, and LTRIM
-	// <key> 0 -2 (resp.go).
+	// <key> 0 -2 (package resp).
 	moveCmd, rplCmd, trimCmd []byte
 	// held is the mirror: the jobs the slot moved into the list and still
 	// holds, oldest first.
@@ -104,8 +106,8 @@ func (s *slotState) list(ids *idents, q string) *slotList {
 		key := s.ident.listKey(q)
 		sl = &slotList{key: key, ident: s.ident,
 			move: []any{q, key, "RIGHT", "LEFT"}, rpl: []any{q, key},
-			moveCmd: appendCmd(nil, "LMOVE", q, key, "RIGHT", "LEFT"), rplCmd: appendCmd(nil, "RPOPLPUSH", q, key),
-			trimCmd: appendCmd(nil, "LTRIM", key, "0", "-2")}
+			moveCmd: resp.AppendCmd(nil, "LMOVE", q, key, "RIGHT", "LEFT"), rplCmd: resp.AppendCmd(nil, "RPOPLPUSH", q, key),
+			trimCmd: resp.AppendCmd(nil, "LTRIM", key, "0", "-2")}
 		s.lists[key] = sl
 		s.cur[q] = sl
 	}

@@ -1,4 +1,4 @@
-package redisx
+package resp
 
 import (
 	"context"
@@ -40,7 +40,7 @@ func (c *countingConn) Write(p []byte) (int, error) {
 
 // dialSink dials a listener that reads and discards everything, through a
 // countingConn.
-func dialSink(t *testing.T) (redis.Conn, *countingConn) {
+func dialSink(t testing.TB) (redis.Conn, *countingConn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -141,7 +141,7 @@ func TestRawWritesOnPlainConnectionsOnly(t *testing.T) {
 // serveEach serves every connection ln accepts with handle, on a goroutine
 // of its own, and closes the connection after; ln closes at the end of
 // the test.
-func serveEach(t *testing.T, ln net.Listener, handle func(c net.Conn)) {
+func serveEach(t testing.TB, ln net.Listener, handle func(c net.Conn)) {
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {

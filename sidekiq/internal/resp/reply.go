@@ -1,4 +1,4 @@
-package redisx
+package resp
 
 import (
 	"bufio"
@@ -64,7 +64,7 @@ func ReplyOf(v any) Reply {
 	case redis.Error:
 		return Reply{Kind: ReplyError, Text: string(v)}
 	}
-	return Reply{Kind: ReplyError, Text: "redisx: unexpected reply"}
+	return Reply{Kind: ReplyError, Text: "resp: unexpected reply"}
 }
 
 // ReplyReader reads, in order, the replies of commands a connection sent
@@ -94,7 +94,7 @@ func Replies(c redis.Conn) (ReplyReader, bool) {
 const slabSize = 32 << 10
 
 // errProtocol is a reply that is not RESP2 as these commands answer it.
-var errProtocol = errors.New("redisx: malformed reply")
+var errProtocol = errors.New("resp: malformed reply")
 
 func (c *corkConn) StartReplies() error {
 	var deadline time.Time

@@ -1,4 +1,4 @@
-package redisx
+package resp
 
 import (
 	"bufio"
@@ -156,7 +156,7 @@ func (c *corkConn) WriteRaw(p []byte) error {
 
 // errRawTLS is WriteRaw's refusal on a TLS connection, whose commands
 // must go through the TLS layer above the corked one (see Raw).
-var errRawTLS = errors.New("redisx: encoded commands on a TLS connection")
+var errRawTLS = errors.New("resp: encoded commands on a TLS connection")
 
 // Raw returns c as a RawWriter when it takes encoded commands: a
 // connection of DialCorkable that is not TLS.
