@@ -394,18 +394,20 @@ func (s *Server) newFetcher(ctx context.Context) (fetch.Fetcher, error) {
 		Writes:      s.redis.writes,
 		Outage:      &s.redis.outage,
 		Logger:      s.log,
+		Health:      &s.fetch.health,
 
-		Identity:         s.identity,
-		Format:           s.format,
-		Clock:            s.cfg.Clock,
-		RecoveryLimit:    s.cfg.RecoveryLimit,
-		RecoveryInterval: s.cfg.RecoveryInterval,
-		AheadDepth:       s.cfg.FetchAhead,
-		AheadHold:        s.cfg.FetchAheadHold,
-		Prepare:          s.aheadPrepare(),
-		Died:             s.proc.death,
-		Stats:            &s.fetch.stats,
-		Health:           &s.fetch.health,
+		ReliableConfig: fetch.ReliableConfig{
+			Identity:         s.identity,
+			Format:           s.format,
+			Clock:            s.cfg.Clock,
+			RecoveryLimit:    s.cfg.RecoveryLimit,
+			RecoveryInterval: s.cfg.RecoveryInterval,
+			AheadDepth:       s.cfg.FetchAhead,
+			AheadHold:        s.cfg.FetchAheadHold,
+			Prepare:          s.aheadPrepare(),
+			Died:             s.proc.death,
+			Stats:            &s.fetch.stats,
+		},
 	}
 	switch s.cfg.Fetch {
 	case FetchBatch:

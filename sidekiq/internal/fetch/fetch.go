@@ -116,8 +116,15 @@ type Config struct {
 	// Logger receives the fetch logs.
 	Logger zerolog.Logger
 
-	// The reliable fetch also needs these.
+	// Health records what the fetch's round trips say of Redis (optional).
+	Health *Health
 
+	// ReliableConfig is what the reliable fetch needs besides (NewReliable).
+	ReliableConfig
+}
+
+// ReliableConfig is the reliable fetch's part of its Config.
+type ReliableConfig struct {
 	// Identity is the process identity ("host:pid:nonce"), which names its
 	// in-progress lists.
 	Identity string
@@ -146,8 +153,6 @@ type Config struct {
 	Died func(job *wire.Job, err error)
 	// Stats counts the recoveries (optional).
 	Stats *Stats
-	// Health records what the fetch's round trips say of Redis (optional).
-	Health *Health
 }
 
 // Health is what a fetch's round trips say of Redis: since when they fail

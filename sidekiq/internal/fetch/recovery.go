@@ -308,7 +308,7 @@ func (l *reliableLife) sweepOwn(final bool) error {
 		queue, _, _ := contract.ParseWorkingListKey(list)
 		for raw, n := range raws {
 			for range n {
-				units = append(units, Unit{Queue: queue, Raw: []byte(raw), list: list})
+				units = append(units, Unit{Queue: queue, Raw: []byte(raw), reliableUnit: reliableUnit{list: list}})
 			}
 		}
 	}

@@ -224,7 +224,7 @@ func btoi(b bool) int {
 // unit records a moved job in its slot's mirror and returns its unit.
 func (f *reliableFetch) unit(m *move) Unit {
 	h := m.slot.moved(m.sl, m.raw)
-	return Unit{Queue: m.q.name, Raw: m.raw, list: m.sl.key, held: h, slot: m.slot}
+	return Unit{Queue: m.q.name, Raw: m.raw, reliableUnit: reliableUnit{list: m.sl.key, held: h, slot: m.slot}}
 }
 
 // taker is one taker goroutine. The takers share the idle-slot tokens:

@@ -267,7 +267,7 @@ func TestPositionalAcknowledgementsOnlyWhenCertain(t *testing.T) {
 	s := f.slots[0]
 	sl := s.list(f.ids, "queue:default")
 	unit := func(raw string) Unit {
-		return Unit{Queue: "default", Raw: []byte(raw), list: sl.key, held: s.moved(sl, []byte(raw)), slot: s}
+		return Unit{Queue: "default", Raw: []byte(raw), reliableUnit: reliableUnit{list: sl.key, held: s.moved(sl, []byte(raw)), slot: s}}
 	}
 	older, newer := unit("older"), unit("newer")
 	require.False(t, f.ackOf(newer, s.release(newer.held)).byPos, "not the oldest: by value")
@@ -325,9 +325,9 @@ func TestReliableFinishWritesOnlyWhatItStillOwns(t *testing.T) {
 	at := time.Unix(1795296600, 0)
 	_, err := b.conn.Do("LPUSH", list, "owned")
 	require.NoError(t, err)
-	require.NoError(t, f.Finish(Unit{Queue: "default", Raw: []byte("owned"), list: list},
+	require.NoError(t, f.Finish(Unit{Queue: "default", Raw: []byte("owned"), reliableUnit: reliableUnit{list: list}},
 		&Outcome{Set: contract.KeyRetry, At: at, Payload: []byte("owned-retry")}))
-	require.NoError(t, f.Finish(Unit{Queue: "default", Raw: []byte("recovered"), list: list},
+	require.NoError(t, f.Finish(Unit{Queue: "default", Raw: []byte("recovered"), reliableUnit: reliableUnit{list: list}},
 		&Outcome{Set: contract.KeyRetry, At: at, Payload: []byte("recovered-retry")}))
 	retries, err := redis.Strings(b.conn.Do("ZRANGE", contract.KeyRetry, 0, -1, "WITHSCORES"))
 	require.NoError(t, err)
@@ -337,7 +337,7 @@ func TestReliableFinishWritesOnlyWhatItStillOwns(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.conn.Do("ZADD", contract.KeyDead, contract.Score(at.Add(-200*24*time.Hour)), "ancient")
 	require.NoError(t, err)
-	require.NoError(t, f.Finish(Unit{Queue: "default", Raw: []byte("poison"), list: list},
+	require.NoError(t, f.Finish(Unit{Queue: "default", Raw: []byte("poison"), reliableUnit: reliableUnit{list: list}},
 		&Outcome{Set: contract.KeyDead, At: at, Payload: []byte("poison-dead")}))
 	dead, err := redis.Strings(b.conn.Do("ZRANGE", contract.KeyDead, 0, -1))
 	require.NoError(t, err)
@@ -357,7 +357,7 @@ func TestReliableRequeueCannotDuplicate(t *testing.T) {
 	_, err := b.conn.Do("LPUSH", list, "a", "b")
 	require.NoError(t, err)
 	b.push(t, "default", "newer")
-	units := []Unit{{Queue: "default", Raw: []byte("a"), list: list}, {Queue: "default", Raw: []byte("gone"), list: list}, {Queue: "default", Raw: []byte("b"), list: list}}
+	units := []Unit{{Queue: "default", Raw: []byte("a"), reliableUnit: reliableUnit{list: list}}, {Queue: "default", Raw: []byte("gone"), reliableUnit: reliableUnit{list: list}}, {Queue: "default", Raw: []byte("b"), reliableUnit: reliableUnit{list: list}}}
 	require.NoError(t, f.Requeue(units))
 	require.Equal(t, []string{"newer", "a", "b"}, b.queue(t, "default"), "requeued at the pop end, b popped first")
 	require.Empty(t, b.keys(t, list))
@@ -670,7 +670,7 @@ func TestSweepKeepsJobsWhoseAcknowledgementIsHeldBack(t *testing.T) {
 	_, err := b.conn.Do("LPUSH", list, "finished", "running", "stray")
 	require.NoError(t, err)
 
-	u := Unit{Queue: "default", Raw: []byte("finished"), list: list, held: st.moved(sl, []byte("finished")), slot: st}
+	u := Unit{Queue: "default", Raw: []byte("finished"), reliableUnit: reliableUnit{list: list, held: st.moved(sl, []byte("finished")), slot: st}}
 	u = f.Defer(u)
 	st.moved(sl, []byte("running")) // the slot's next job
 

@@ -19,6 +19,12 @@ type Unit struct {
 	// ahead (nil otherwise).
 	Prepared any
 
+	// reliableUnit is the reliable fetch's part of the unit.
+	reliableUnit
+}
+
+// reliableUnit is the reliable fetch's part of a unit.
+type reliableUnit struct {
 	// list is the in-progress list holding the job (reliable fetch), and
 	// held its entry in the mirror of the slot that moved it there.
 	list string
