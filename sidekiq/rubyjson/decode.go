@@ -7,16 +7,6 @@ import (
 	"unsafe"
 )
 
-// SyntaxError describes where JSON text is malformed.
-type SyntaxError struct {
-	Offset int
-	Msg    string
-}
-
-func (e *SyntaxError) Error() string {
-	return fmt.Sprintf("rubyjson: %s at offset %d", e.Msg, e.Offset)
-}
-
 // maxDepth matches Ruby's JSON.parse default max_nesting of 100.
 const maxDepth = 100
 
