@@ -26,6 +26,110 @@ import (
 // other taker's is on its way. When every queue is believed empty, the
 // takers park until a waker sees a job.
 
+// takers is how many goroutines take batches at once, each on its own
+// connection: while the workers run one batch the next is on its way (a
+// third only adds contention on 2 cores).
+const takers = 2
+
+// reliableFetch is the reliable fetch.
+type reliableFetch struct {
+	cfg *Config
+	// moveOK: Redis has LMOVE/BLMOVE (6.2+).
+	moveOK bool
+	ids    *idents
+	queues *queues
+	idle   chan int // one token per idle slot: its index
+	// gatherers are the takers' gathering states, which the workers look
+	// at when they free a slot.
+	gatherers [takers]gathering
+	slots     []*slotState
+	acker     *acker
+	life      *reliableLife
+	wg        sync.WaitGroup // takers and workers
+	// drops counts failed round trips: a move among them may have put a
+	// job in a list that no mirror knows.
+	drops atomic.Int64
+	// taking is, per taker, since when its round has been on its way
+	// (unix nanoseconds; 0 when none): the jobs it moves are nobody's
+	// orphans until they reach their slots.
+	taking [takers]atomic.Int64
+	// aheadMaxRun, aheadHold and aheadDepth are the limits of fetching
+	// ahead (ahead.go), fields so that tests can change them.
+	aheadMaxRun, aheadHold time.Duration
+	aheadDepth             int
+	// batcher makes the fetches ahead of every slot (ahead.go).
+	batcher aheadBatcher
+	// dry: the last round's moves found a queue empty (see idleSlots).
+	dry atomic.Bool
+	// blockers wait in Redis for a job for the idle slots (idle.go).
+	blockers *blockers
+}
+
+// idleSlots reports whether a slot may be idle for want of a job: an idle
+// slot's token waits for a taker or a blocker holds it, or the last
+// round's moves found a queue empty (so the slots of that round whose moves found nothing are idle
+// again). A taker holds the tokens of the slots it gathers and moves for,
+// which are about to run jobs while the queues have them.
+func (f *reliableFetch) idleSlots() bool {
+	return len(f.idle) > 0 || f.blockers.held.Load() > 0 || f.dry.Load()
+}
+
+// Requeue moves unfinished jobs from their lists back to the pop end of
+// their queues, one script per list: a job already acknowledged or
+// recovered by another process is not pushed again.
+//
+// The units leave their slots' mirrors only once the script has run:
+// until then they are still in their lists, and a slot that acknowledged
+// a job by position meanwhile (LTRIM removes a list's oldest entry, which
+// its mirror must know) would take one of them out instead of its own.
+// When the requeue fails they stay in their lists, known to no mirror: the
+// epoch ends (no position is trusted there any more) and the sweep of the
+// own lists gives them back.
+func (f *reliableFetch) Requeue(units []Unit) error {
+	err := requeue(f.cfg, units)
+	f.released(units, err)
+	return err
+}
+
+// released forgets units given back (or not: err) in their slots'
+// mirrors (see Requeue).
+func (f *reliableFetch) released(units []Unit, err error) {
+	for _, u := range units {
+		if u.slot != nil {
+			u.slot.release(u.held)
+		}
+	}
+	if err != nil {
+		f.drops.Add(1)
+		f.ids.bump()
+	}
+}
+
+// dialed checks a new fetch connection: the Redis it reached is the one
+// seen before, or the change is acted on before the connection moves a
+// job. An INFO that Redis refuses (an ACL) checks nothing.
+func (f *reliableFetch) dialed(c redis.Conn) error {
+	info, err := redis.String(c.Do("INFO", "server"))
+	if err != nil {
+		if isReply(err) {
+			return nil
+		}
+		return err
+	}
+	if id := runIDOf(info); id != "" && f.life.master.observe(id) {
+		f.life.moved()
+		signal(f.life.changed)
+	}
+	return nil
+}
+
+// masterMoved ends the epoch after a change of master, and makes the
+// sweep of the own lists look.
+func (f *reliableFetch) masterMoved() {
+	f.ids.bump()
+	f.drops.Add(1)
+}
+
 // move is one slot's move in a round.
 type move struct {
 	slot *slotState
@@ -514,108 +618,4 @@ func (f *reliableFetch) worker(st *slotState) {
 		}
 		ah.process(st.i, tid, u)
 	}
-}
-
-// takers is how many goroutines take batches at once, each on its own
-// connection: while the workers run one batch the next is on its way (a
-// third only adds contention on 2 cores).
-const takers = 2
-
-// reliableFetch is the reliable fetch.
-type reliableFetch struct {
-	cfg *Config
-	// moveOK: Redis has LMOVE/BLMOVE (6.2+).
-	moveOK bool
-	ids    *idents
-	queues *queues
-	idle   chan int // one token per idle slot: its index
-	// gatherers are the takers' gathering states, which the workers look
-	// at when they free a slot.
-	gatherers [takers]gathering
-	slots     []*slotState
-	acker     *acker
-	life      *reliableLife
-	wg        sync.WaitGroup // takers and workers
-	// drops counts failed round trips: a move among them may have put a
-	// job in a list that no mirror knows.
-	drops atomic.Int64
-	// taking is, per taker, since when its round has been on its way
-	// (unix nanoseconds; 0 when none): the jobs it moves are nobody's
-	// orphans until they reach their slots.
-	taking [takers]atomic.Int64
-	// aheadMaxRun, aheadHold and aheadDepth are the limits of fetching
-	// ahead (ahead.go), fields so that tests can change them.
-	aheadMaxRun, aheadHold time.Duration
-	aheadDepth             int
-	// batcher makes the fetches ahead of every slot (ahead.go).
-	batcher aheadBatcher
-	// dry: the last round's moves found a queue empty (see idleSlots).
-	dry atomic.Bool
-	// blockers wait in Redis for a job for the idle slots (idle.go).
-	blockers *blockers
-}
-
-// idleSlots reports whether a slot may be idle for want of a job: an idle
-// slot's token waits for a taker or a blocker holds it, or the last
-// round's moves found a queue empty (so the slots of that round whose moves found nothing are idle
-// again). A taker holds the tokens of the slots it gathers and moves for,
-// which are about to run jobs while the queues have them.
-func (f *reliableFetch) idleSlots() bool {
-	return len(f.idle) > 0 || f.blockers.held.Load() > 0 || f.dry.Load()
-}
-
-// Requeue moves unfinished jobs from their lists back to the pop end of
-// their queues, one script per list: a job already acknowledged or
-// recovered by another process is not pushed again.
-//
-// The units leave their slots' mirrors only once the script has run:
-// until then they are still in their lists, and a slot that acknowledged
-// a job by position meanwhile (LTRIM removes a list's oldest entry, which
-// its mirror must know) would take one of them out instead of its own.
-// When the requeue fails they stay in their lists, known to no mirror: the
-// epoch ends (no position is trusted there any more) and the sweep of the
-// own lists gives them back.
-func (f *reliableFetch) Requeue(units []Unit) error {
-	err := requeue(f.cfg, units)
-	f.released(units, err)
-	return err
-}
-
-// released forgets units given back (or not: err) in their slots'
-// mirrors (see Requeue).
-func (f *reliableFetch) released(units []Unit, err error) {
-	for _, u := range units {
-		if u.slot != nil {
-			u.slot.release(u.held)
-		}
-	}
-	if err != nil {
-		f.drops.Add(1)
-		f.ids.bump()
-	}
-}
-
-// dialed checks a new fetch connection: the Redis it reached is the one
-// seen before, or the change is acted on before the connection moves a
-// job. An INFO that Redis refuses (an ACL) checks nothing.
-func (f *reliableFetch) dialed(c redis.Conn) error {
-	info, err := redis.String(c.Do("INFO", "server"))
-	if err != nil {
-		if isReply(err) {
-			return nil
-		}
-		return err
-	}
-	if id := runIDOf(info); id != "" && f.life.master.observe(id) {
-		f.life.moved()
-		signal(f.life.changed)
-	}
-	return nil
-}
-
-// masterMoved ends the epoch after a change of master, and makes the
-// sweep of the own lists look.
-func (f *reliableFetch) masterMoved() {
-	f.ids.bump()
-	f.drops.Add(1)
 }
