@@ -1,13 +1,10 @@
 package web
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gojob/gojob/sidekiq/api"
@@ -23,16 +20,6 @@ type queueRow struct {
 	Err     string
 	// Retries, Scheduled and Dead count the queue's jobs in those sets.
 	Retries, Scheduled, Dead int64
-}
-
-// queueSearch is the search of the set pages that finds a queue's jobs:
-// the "queue" member as Ruby's JSON.generate writes it.
-func queueSearch(name string) string {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.Encode(name)
-	return `"queue":` + strings.TrimSpace(b.String())
 }
 
 func (h *handler) queues(w http.ResponseWriter, r *http.Request) {

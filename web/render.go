@@ -64,10 +64,6 @@ func staticFiles(fsys fs.FS) http.Handler {
 	})
 }
 
-// pageSet holds one template per page, each the layout plus that page's
-// "content".
-type pageSet struct{ pages map[string]*template.Template }
-
 // parsePages parses the pages with the funcs, base returning the base path
 // (Config.BasePath) every link and form starts with.
 func parsePages(basePath string) (*pageSet, error) {
@@ -405,4 +401,30 @@ func pluralAny(n any, word string) string {
 		return "1 " + word
 	}
 	return num(v) + " " + pluralWord(word)
+}
+
+// plural returns "1 job" / "3 jobs" / "1,234 processes".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return num(int64(n)) + " " + pluralWord(word)
+}
+
+// pluralWord is the plural of an English noun phrase's last word.
+func pluralWord(word string) string {
+	if strings.HasSuffix(word, "s") || strings.HasSuffix(word, "x") || strings.HasSuffix(word, "ch") {
+		return word + "es"
+	}
+	return word + "s"
+}
+
+// queueSearch is the search of the set pages that finds a queue's jobs:
+// the "queue" member as Ruby's JSON.generate writes it.
+func queueSearch(name string) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(name)
+	return `"queue":` + strings.TrimSpace(b.String())
 }
