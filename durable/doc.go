@@ -187,7 +187,10 @@
 // poller get rows; running jobs are never killed; large sets do not
 // disable the poll; unknown classes affect only their row; paging), the
 // upsert also clears missing_at and the lock fields and updates queue, a
-// lock clears missing_at, deletes and unlocks are conditional, and
+// lock clears missing_at, deletes and unlocks are conditional (on
+// PostgreSQL with one database a job starts before its lock is committed,
+// and a success before the lock was written deletes the row in the lock's
+// place, whatever its lock: docs/durable.md, "gojob at scale"), and
 // durable_killed_at is written in the Sidekiq timestamp format of the
 // target version (epoch seconds, or milliseconds for 8.x) instead of a
 // Ruby Time string. Ruby's enabled setting is, in Go, whether the

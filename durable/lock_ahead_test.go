@@ -13,6 +13,14 @@ import (
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
+// lockAheadOpts are the options of a bundle whose jobs wait for their
+// locks, and so lock the jobs fetched ahead: Adopt (on PostgreSQL with one
+// database a job otherwise starts without waiting for its lock, and
+// fetches nothing ahead).
+func lockAheadOpts(urls []string) bundleOpts {
+	return bundleOpts{urls: urls, configure: func(c *Config) { c.Adopt = true }}
+}
+
 // startReliableServer starts a one-slot server with the reliable fetch
 // (the one that fetches ahead) and the durable middleware. Its jobs
 // fetched ahead wait a minute for the slot, and a slot whose last job took
@@ -45,7 +53,7 @@ func TestJobFetchedAheadRunsUnderTheLockQueuedOnItsArrival(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
-		b := setup(t, bundleOpts{urls: urls[:1]})
+		b := setup(t, lockAheadOpts(urls[:1]))
 		const n = 20
 		jids := make([]string, n)
 		for i := range jids {
@@ -104,7 +112,7 @@ func TestJobLockedAheadAndGivenBackKeepsItsRowForItsNextRun(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, be backend) {
 		urls := be.urls(t)
-		b := setup(t, bundleOpts{urls: urls[:1]})
+		b := setup(t, lockAheadOpts(urls[:1]))
 		first, err := b.client.Enqueue(context.Background(), "", "DurableJob", 1)
 		require.NoError(t, err)
 		second, err := b.client.Enqueue(context.Background(), "", "DurableJob", 2)

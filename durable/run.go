@@ -49,7 +49,12 @@ var _ sidekiq.Extension = (*Durable)(nil)
 // background), so that a long job is not taken for lost (Amigo's
 // heartbeat!).
 //
-// With the reliable fetch the slot takes its next jobs while this one
+// With one PostgreSQL database (and no Adopt, no outage writes pending)
+// the job starts as soon as its lock is queued, and a success before a
+// group took the lock writes the delete in the lock's place (queueLock);
+// a failure waits for the lock before the unlock.
+//
+// Otherwise, with the reliable fetch the slot takes its next jobs while this one
 // waits for its lock's group (their locks queued as they arrive:
 // Prepare), and a success leaves its in-progress list only once its row
 // is gone, while the slot already runs the next job: a crash in between
@@ -74,11 +79,16 @@ func (d *Durable) Run(ctx context.Context, r *sidekiq.Run, next func(context.Con
 		run = &jobRun{}
 	}
 	lr := &run.lr
-	// The slot may fetch its next jobs while this one waits for its
-	// lock's group, and queue their locks (Prepare).
-	r.FetchAhead()
-	if !d.waitLockAhead(bg, run) {
-		d.lockJob(bg, jid, identity, d.cfg.Clock.Now(), ext, lr, &run.lockOp)
+	if run.aheadSt == nil && d.startsUnlocked() {
+		d.queueLock(run, jid, job.Class(), identity, ext)
+	}
+	if !run.unlocked {
+		// The slot may fetch its next jobs while this one waits for its
+		// lock's group, and queue their locks (Prepare).
+		r.FetchAhead()
+		if !d.waitLockAhead(bg, run) {
+			d.lockJob(bg, jid, identity, d.cfg.Clock.Now(), ext, lr, &run.lockOp)
+		}
 	}
 	for _, f := range lr.failed {
 		d.log.Warn().Err(f).Str("component", "durable").Str("class", job.Class()).Str("jid", jid).
@@ -118,7 +128,9 @@ func (d *Durable) Run(ctx context.Context, r *sidekiq.Run, next func(context.Con
 			return
 		}
 		if p := recover(); p != nil {
-			d.unlock(bg, a, job, &sidekiq.PanicError{Value: p})
+			if d.lockLanded(bg, run, job) {
+				d.unlock(bg, a, job, &sidekiq.PanicError{Value: p})
+			}
 			panic(p)
 		}
 	}()
@@ -126,8 +138,14 @@ func (d *Durable) Run(ctx context.Context, r *sidekiq.Run, next func(context.Con
 	err := next(&run.ctx)
 	failed = false
 	if err != nil {
-		d.unlock(bg, a, job, err)
+		if d.lockLanded(bg, run, job) {
+			d.unlock(bg, a, job, err)
+		}
 		return err
+	}
+	if run.unlocked {
+		d.completeUnlocked(bg, r, run, job)
+		return nil
 	}
 	dp := store.DeleteParams{JobID: jid, LockedBy: identity, LockedAt: a.lockedAt}
 	if release, ok := r.HoldAck(); ok {
@@ -167,6 +185,140 @@ type jobRun struct {
 	// in the store st; its lockOp is not used then.
 	ahead   store.Op
 	aheadSt store.Store
+	// unlocked marks a job that started without waiting for its lock
+	// (queueLock): lockOp is queued, and may become its success delete.
+	unlocked bool
+	class    string
+}
+
+// startsUnlocked reports whether a durable job starts as soon as its
+// lock is queued, without waiting for it to be committed (queueLock):
+// with one PostgreSQL database, no writes of an outage pending, no Adopt
+// (which writes a missing row before the job runs), and fewer than
+// unlockedBacklog writes waiting for a group.
+func (d *Durable) startsUnlocked() bool {
+	return len(d.stores) == 1 && d.stores[0].Kind() == "postgres" && !d.cfg.Adopt && d.pend.Len() == 0 &&
+		d.stores[0].Queued() < unlockedBacklog
+}
+
+// unlockedBacklog bounds the writes waiting for a group when a job starts
+// without waiting for its lock. Jobs that do not wait would otherwise
+// complete faster than the database deletes their rows, and their
+// acknowledgements (held until then) would pile up; past the bound, the
+// next jobs wait for their locks, as on other databases, so the slots
+// run at the database's pace.
+const unlockedBacklog = 2000
+
+// queueLock queues the lock of a job about to start, which then runs
+// without waiting for it. A job that completes before a group took its
+// lock writes its success delete in the lock's place
+// (store.DeleteInsteadOfLock), and its row is written once instead of
+// twice (an UPDATE and a DELETE); a longer job has its lock written by
+// the next group, a few milliseconds after its start, with locked_at and
+// assume_dead_at from its start.
+func (d *Durable) queueLock(run *jobRun, jid, class, identity string, ext time.Duration) {
+	st := d.stores[0]
+	now := d.cfg.Clock.Now()
+	run.lockOp.SetLock(store.LockParams{JobID: jid, LockedBy: identity, LockedAt: now, AssumeDeadAt: now.Add(ext)}, true)
+	if st.LockStart(&run.lockOp) != nil {
+		return // closed: lockJob reports it
+	}
+	run.lr.st = st
+	run.lr.lockedAt = micro(now)
+	run.unlocked = true
+	run.class = class
+}
+
+// lockLanded waits for the lock of a job that started without waiting for
+// it (queueLock) and reports whether it holds the row (true for a job that
+// waited for its lock at start). Without it, the job's failure leaves the
+// row as it is: either there is none, or the database did not answer, and
+// the row keeps its deadline.
+func (d *Durable) lockLanded(ctx context.Context, run *jobRun, job *wire.Job) bool {
+	if !run.unlocked {
+		return true
+	}
+	found, err := run.lr.st.Wait(ctx, &run.lockOp)
+	if err == nil && found {
+		return true
+	}
+	d.lockMissed(run.lr.st, job, err)
+	return false
+}
+
+// lockMissed logs the lock of a job that started without waiting for it
+// and found no row (as lockJob's caller does) or failed.
+func (d *Durable) lockMissed(st store.Store, job *wire.Job, err error) {
+	if err != nil {
+		d.log.Warn().Err(err).Str("component", "durable").Str("database", st.Name()).Str("class", job.Class()).Str("jid", job.JID()).
+			Msg("durable lock: database skipped")
+		return
+	}
+	d.log.Error().Str("component", "durable").Str("class", job.Class()).Str("jid", job.JID()).
+		Msg("DurableJob: " + job.Class() + "[" + job.JID() + "]: no row found in database")
+}
+
+// completeUnlocked deletes the row of a job that started without waiting
+// for its lock and succeeded: in the lock's place when no group took the
+// lock yet, otherwise after the lock, as a locked job's delete.
+func (d *Durable) completeUnlocked(ctx context.Context, r *sidekiq.Run, run *jobRun, job *wire.Job) {
+	a := &run.active
+	release, hold := r.HoldAck()
+	var then store.Then
+	if hold {
+		run.release = release
+		then = run
+	}
+	if a.st.DeleteInsteadOfLock(&run.lockOp, then) {
+		if !hold {
+			deleted, err := a.st.Wait(ctx, &run.lockOp)
+			d.deletedUnlocked(a.st, a.jid, job.Class(), deleted, err, nil)
+		}
+		return
+	}
+	found, err := a.st.Wait(ctx, &run.lockOp)
+	if err != nil || !found {
+		d.lockMissed(a.st, job, err)
+		if err != nil {
+			// The row may be there: remove it once the database answers,
+			// as for a job that ran while its database did not answer.
+			d.removeUnlockedRows(ctx, a.jid, &lockResult{failedStores: []store.Store{a.st}})
+		}
+		if hold {
+			release()
+		}
+		return
+	}
+	dp := store.DeleteParams{JobID: a.jid, LockedBy: a.identity, LockedAt: a.lockedAt}
+	if hold {
+		run.delOp.SetDelete(dp)
+		a.st.DeleteLockedAsync(&run.delOp, run)
+		return
+	}
+	deleted, derr := a.st.DeleteLocked(ctx, dp)
+	d.deleted(a.st, a.jid, dp, deleted, derr, nil)
+}
+
+// deletedUnlocked handles the answer of a delete written in its job's
+// lock's place (store.DeleteInsteadOfLock), as deleted does for a locked
+// job's: a database that did not answer gets the removal retried (the row
+// was never locked, so it is removed whatever its lock), and no row means
+// the job ran without one.
+func (d *Durable) deletedUnlocked(st store.Store, jid, class string, deleted bool, derr error, ack func()) (release bool) {
+	switch {
+	case derr != nil && st.IsConnError(derr):
+		d.pend.Add(&store.PendingWrite{Store: st, JID: jid, Kind: store.PendingRemove, Done: ack})
+		d.log.Warn().Err(derr).Str("component", "durable").Str("database", st.Name()).Str("jid", jid).
+			Msg("could not delete the durable row of a completed job: the database does not answer; retrying in the background (with reliable fetch the job stays in its in-progress list meanwhile)")
+		return false
+	case derr != nil:
+		d.log.Error().Err(derr).Str("component", "durable").Str("database", st.Name()).Str("jid", jid).
+			Msg("could not delete the durable row of a completed job; the reconciler will report it as lost")
+	case !deleted:
+		d.log.Error().Str("component", "durable").Str("class", class).Str("jid", jid).
+			Msg("DurableJob: " + class + "[" + jid + "]: no row found in database")
+	}
+	return true
 }
 
 // lockAhead queues the lock of a durable job fetched ahead of the one its
@@ -180,7 +332,7 @@ type jobRun struct {
 // run takes it again, as a job pushed back at shutdown does.
 func (d *Durable) lockAhead(job *wire.Job, identity string) any {
 	ext, ok := d.jobExtension(job)
-	if !ok || len(d.stores) != 1 || d.pend.Len() != 0 {
+	if !ok || len(d.stores) != 1 || d.pend.Len() != 0 || d.startsUnlocked() {
 		return nil
 	}
 	now := d.cfg.Clock.Now()
@@ -214,6 +366,9 @@ func (d *Durable) waitLockAhead(ctx context.Context, run *jobRun) bool {
 // DeleteLockedAsync (store.Then).
 func (r *jobRun) Answered(deleted bool, err error) (release bool) {
 	a := &r.active
+	if r.lockOp.DeleteUnlocked() {
+		return a.d.deletedUnlocked(a.st, a.jid, r.class, deleted, err, r.release)
+	}
 	dp := store.DeleteParams{JobID: a.jid, LockedBy: a.identity, LockedAt: a.lockedAt}
 	return a.d.deleted(a.st, a.jid, dp, deleted, err, r.release)
 }

@@ -208,7 +208,7 @@ print("Median durable/plain %.3fx, lowest %.3fx. A durable job costs %.0f µs of
     statistics.median(ratios), ratios[0], total, med("durable_cpu_us_per_job"), med("durable_redis_cpu_us_per_job"), pg, cores, cores * 1e6 / total))
 if pg > 0:
     print()
-    print("PostgreSQL'"'"'s share is each row'"'"'s lock update and delete (the insert is the push'"'"'s, before the drain), written in groups by one connection, so one backend process: that alone bounds the drain at about %.0f jobs/s." % (1e6 / pg))
+    print("PostgreSQL'"'"'s share is each row'"'"'s delete, and the lock update of a job still running when a group takes its lock (the insert is the push'"'"'s, before the drain), written in groups by one connection, so one backend process: that alone bounds the drain at about %.0f jobs/s." % (1e6 / pg))
     print()
     print("The ceiling column is the fastest durable drain %d cores allow if a durable job cost gojob and Redis no more CPU than a plain job of the same round, and PostgreSQL what it was measured to cost: %d cores divided by the sum of the three. It ignores the single backend, so it is generous." % (cores, cores))
     under = [i for i, x in enumerate(rounds, 1) if ceiling(x) < 0.3 * x["plain_jobs_per_sec"]]

@@ -9,7 +9,7 @@ import (
 )
 
 // Group commit: the three writes every durable job makes (the push's
-// upsert, the lock before it runs, the delete after it succeeds) are
+// upsert, the lock when it starts, the delete after it succeeds) are
 // gathered per database and applied together, one statement (PostgreSQL)
 // or one transaction of multi-row statements (SQLite) for every op that
 // arrived while the previous one ran. A caller waits until its own write
@@ -17,8 +17,11 @@ import (
 //
 //   - a push writes the job to Redis only after its row is committed (or
 //     after every database refused it);
-//   - a job runs only after its lock (assume_dead_at = now + extension) is
-//     committed;
+//   - a job whose caller waits for its lock (Lock, LockWait) runs only
+//     after the lock (assume_dead_at = now + extension) is committed; a
+//     caller that does not wait (the durable package, on PostgreSQL with
+//     one database) may replace a lock no group took yet with the job's
+//     success delete (DeleteInsteadOfLock);
 //   - a job's success is acknowledged only after its delete is committed:
 //     DeleteLocked returns then, and DeleteLockedAsync hands the answer to
 //     the caller's Then, which decides when the acknowledgement is released
@@ -45,8 +48,15 @@ const (
 type Op struct {
 	kind opKind
 	// early marks a lock taken for a job fetched ahead of its slot's
-	// current one (see next).
+	// current one, or for a job that runs without waiting for it (see
+	// next).
 	early bool
+	// anyLock marks a delete that replaced its job's lock before the lock
+	// was written (DeleteInsteadOfLock): it deletes the row whatever its
+	// lock.
+	anyLock bool
+	// taken is set, under groupCommit.mu, once a writer took the op.
+	taken bool
 	up    *UpsertParams
 	lk    LockParams
 	del   DeleteParams
@@ -72,6 +82,10 @@ func (o *Op) SetLock(p LockParams, early bool) { *o = Op{kind: opLock, early: ea
 
 // SetDelete makes op the success delete p.
 func (o *Op) SetDelete(p DeleteParams) { *o = Op{kind: opDelete, del: p} }
+
+// DeleteUnlocked reports whether op is a delete that replaced its job's
+// lock before the lock was written (DeleteInsteadOfLock).
+func (o *Op) DeleteUnlocked() bool { return o.kind == opDelete && o.anyLock }
 
 // JID is the op's job.
 func (o *Op) JID() string { return o.jid() }
@@ -276,6 +290,23 @@ func (g *groupCommit) answerAsync(ops []*Op, buf []Then) []Then {
 	return buf
 }
 
+// replaceLock turns lock, queued by enqueue, into the success delete of
+// its job whatever the row's lock (then receives the answer, as with
+// doAsync), provided that no writer took the lock yet; it reports whether
+// it did. The op keeps its place in the queue, so the jid's later writes
+// still follow it.
+func (g *groupCommit) replaceLock(lock *Op, then Then) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || lock.taken || lock.kind != opLock || lock.answered.Load() {
+		return false
+	}
+	g.countQueued(lock, -1)
+	lock.kind, lock.anyLock, lock.early, lock.then = opDelete, true, false, then
+	lock.del = DeleteParams{JobID: lock.lk.JobID, LockedBy: lock.lk.LockedBy, LockedAt: lock.lk.LockedAt}
+	return true
+}
+
 // doMany queues ops together (they can share one group) and waits until
 // each is committed or failed. A caller whose ctx ends gets ctx's error
 // for the ops not answered yet (they may still land).
@@ -314,14 +345,21 @@ func (g *groupCommit) take() []*Op {
 	// With one writer no group is being written while it takes the next,
 	// so inflight is only kept with several.
 	several := g.slots > 1
-	for _, op := range g.queue {
+	for i, op := range g.queue {
+		if len(batch) >= g.maxBatch {
+			// Full: the rest stays queued in order, without looking at
+			// each op (the queue can hold many groups' worth).
+			rest = append(rest, g.queue[i:]...)
+			break
+		}
 		jid := op.jid()
-		if len(batch) >= g.maxBatch || held[jid] || (several && g.inflight[jid] > 0) {
+		if held[jid] || (several && g.inflight[jid] > 0) {
 			held[jid] = true
 			rest = append(rest, op)
 			continue
 		}
 		held[jid] = true
+		op.taken = true
 		batch = append(batch, op)
 		g.countQueued(op, -1)
 	}

@@ -11,7 +11,9 @@ import (
 
 // pgGroupSQL writes a whole group in one statement: data-modifying CTEs
 // over arrays (unnest), one per kind of write, with the same conditions as
-// the single-row statements (qUpsert, qLock, qDeleteLocked). Every part
+// the single-row statements (qUpsert, qLock, qDeleteLocked; a delete with
+// a NULL locked_by is one that replaced its job's lock, Op.anyLock:
+// qDelete). Every part
 // runs, with empty arrays when the group has no write of its kind, so the
 // text never changes and pgx keeps it prepared per connection.
 const pgGroupSQL = `WITH
@@ -28,7 +30,7 @@ lck AS (
  RETURNING d.job_id),
 del AS (
  DELETE FROM %[1]s AS d USING unnest($12::text[], $13::text[], $14::timestamptz[]) AS x(job_id, locked_by, locked_at)
- WHERE d.job_id = x.job_id AND d.locked_by = x.locked_by AND d.locked_at = x.locked_at
+ WHERE d.job_id = x.job_id AND (x.locked_by IS NULL OR (d.locked_by = x.locked_by AND d.locked_at = x.locked_at))
  RETURNING d.job_id)
 SELECT 1, job_id, inserted_at FROM ups
 UNION ALL SELECT 2, job_id, NULL FROM lck

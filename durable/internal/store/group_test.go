@@ -287,3 +287,43 @@ func TestGroupCommitWritesTheNextGroupAtOnceAfterAGatherThatMissedItsCohort(t *t
 		t.Fatalf("groups %v", groups)
 	}
 }
+
+// A lock that no writer took yet becomes its job's success delete in its
+// place in the queue; a lock a writer took stays a lock.
+func TestGroupCommitLockNotTakenYetIsReplacedByTheDelete(t *testing.T) {
+	f := &fakeGroups{gates: map[string]chan struct{}{"2:a": make(chan struct{})}, began: make(chan string, 1)}
+	g := newGroupCommit(f.apply, f.apply, func(error) bool { return false }, 0, 1000, 1)
+	defer g.close()
+	opA := lockOp("a")
+	if err := g.enqueue(opA); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-f.began; got != "2:a" {
+		t.Fatalf("first group starts with %s", got)
+	}
+	opB, opC := lockOp("b"), lockOp("c")
+	if err := g.enqueue(opB, opC); err != nil {
+		t.Fatal(err)
+	}
+	if g.replaceLock(opA, nil) {
+		t.Fatal("the lock being written was replaced")
+	}
+	if !g.replaceLock(opB, nil) || !opB.DeleteUnlocked() {
+		t.Fatal("the queued lock was not replaced")
+	}
+	if g.replaceLock(opB, nil) {
+		t.Fatal("a delete was replaced again")
+	}
+	close(f.gates["2:a"])
+	for _, op := range []*Op{opA, opB, opC} {
+		if !g.wait(context.Background(), op) || !op.ok {
+			t.Fatalf("%s not answered", op.jid())
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	want := [][]string{{"2:a"}, {"3:b", "2:c"}}
+	if fmt.Sprint(f.groups) != fmt.Sprint(want) {
+		t.Fatalf("groups %v, want %v", f.groups, want)
+	}
+}

@@ -48,7 +48,9 @@ func (d *pgDialect) writeGroup(ctx context.Context, s *sqlStore, ops []*Op) erro
 	times(len(lcks), func(i int) (time.Time, bool) { return lcks[i].lk.LockedAt, true })
 	times(len(lcks), func(i int) (time.Time, bool) { return lcks[i].lk.AssumeDeadAt, true })
 	text(len(dels), func(i int) string { return dels[i].del.JobID })
-	text(len(dels), func(i int) string { return dels[i].del.LockedBy })
+	from := len(buf)
+	buf = pgTextArrayNull(buf, len(dels), func(i int) (string, bool) { return dels[i].del.LockedBy, !dels[i].anyLock })
+	params = append(params, buf[from:len(buf):len(buf)])
 	times(len(dels), func(i int) (time.Time, bool) { return dels[i].del.LockedAt, true })
 	s.counted(1)
 	return d.groupExec(ctx, params, func(vals [][]byte) error {
@@ -160,6 +162,29 @@ func pgTextArray(buf []byte, n int, str func(i int) string) []byte {
 	buf = pgArrayHeader(buf, n, pgOIDText, false)
 	for i := range n {
 		s := str(i)
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(s)))
+		buf = append(buf, s...)
+	}
+	return buf
+}
+
+// pgTextArrayNull appends a text[] of the n strings str(i), NULL where
+// str returns false.
+func pgTextArrayNull(buf []byte, n int, str func(i int) (string, bool)) []byte {
+	hasNull := false
+	for i := range n {
+		if _, ok := str(i); !ok {
+			hasNull = true
+			break
+		}
+	}
+	buf = pgArrayHeader(buf, n, pgOIDText, hasNull)
+	for i := range n {
+		s, ok := str(i)
+		if !ok {
+			buf = binary.BigEndian.AppendUint32(buf, 0xFFFFFFFF) // -1: NULL
+			continue
+		}
 		buf = binary.BigEndian.AppendUint32(buf, uint32(len(s)))
 		buf = append(buf, s...)
 	}

@@ -98,6 +98,7 @@ func openPostgres(rawURL string, o Options) (*sqlStore, error) {
 }
 
 func (*pgDialect) kind() string            { return "postgres" }
+func (*pgDialect) deletesUnlocked() bool   { return true }
 func (*pgDialect) rebind(q string) string  { return rebindDollar(q) }
 func (*pgDialect) timeArg(t time.Time) any { return t }
 

@@ -32,6 +32,9 @@ type dialect interface {
 	// writeGroup applies a group of hot writes (see group.go) in one go
 	// and sets each op's answer; an error means none was applied.
 	writeGroup(ctx context.Context, s *sqlStore, ops []*Op) error
+	// deletesUnlocked reports whether writeGroup writes the deletes that
+	// replaced a lock (Op.anyLock).
+	deletesUnlocked() bool
 	close() error
 }
 
@@ -148,7 +151,11 @@ func (s *sqlStore) writeOne(ctx context.Context, ops []*Op) error {
 		op.ok = n > 0
 	case opDelete:
 		var n int64
-		n, err = s.exec(ctx, s.qDeleteLocked, op.del.JobID, op.del.LockedBy, s.t(op.del.LockedAt))
+		if op.anyLock {
+			n, err = s.exec(ctx, s.qDelete, op.del.JobID)
+		} else {
+			n, err = s.exec(ctx, s.qDeleteLocked, op.del.JobID, op.del.LockedBy, s.t(op.del.LockedAt))
+		}
 		op.ok = n > 0
 	}
 	return err
@@ -273,6 +280,21 @@ func (s *sqlStore) DeleteLocked(ctx context.Context, p DeleteParams) (bool, erro
 }
 
 func (s *sqlStore) DeleteLockedAsync(op *Op, then Then) { s.gc.doAsync(op, then) }
+
+func (s *sqlStore) DeleteInsteadOfLock(lock *Op, then Then) bool {
+	if !s.d.deletesUnlocked() {
+		return false
+	}
+	return s.gc.replaceLock(lock, then)
+}
+
+func (s *sqlStore) Wait(ctx context.Context, op *Op) (bool, error) { return s.LockWait(ctx, op) }
+
+func (s *sqlStore) Queued() int {
+	s.gc.mu.Lock()
+	defer s.gc.mu.Unlock()
+	return len(s.gc.queue)
+}
 
 func (s *sqlStore) DeleteJob(ctx context.Context, jobID string) (bool, error) {
 	n, err := s.exec(ctx, s.qDelete, jobID)

@@ -29,6 +29,7 @@ type sqliteDialect struct {
 }
 
 func (*sqliteDialect) kind() string            { return "sqlite" }
+func (*sqliteDialect) deletesUnlocked() bool   { return false }
 func (*sqliteDialect) rebind(q string) string  { return q }
 func (*sqliteDialect) timeArg(t time.Time) any { return formatSQLiteTime(t) }
 func (*sqliteDialect) connFailed()             {}

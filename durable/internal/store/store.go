@@ -65,6 +65,20 @@ type Store interface {
 	// committed (or failed), and when it returns true, its Then is passed
 	// to Options.Release with the others of the same group, in one call.
 	DeleteLockedAsync(op *Op, then Then)
+	// DeleteInsteadOfLock turns lock, queued by LockStart, into the
+	// success delete of its job, deleting the row whatever its lock, if
+	// no group took the lock yet: a job that completed before its lock was
+	// written then costs the row one write instead of two. It reports
+	// whether it did; then is given the answer as with DeleteLockedAsync
+	// (nil: Wait waits for it). false means the lock is written or being
+	// written (LockWait has or will have its answer), or that the store
+	// does not do this (SQLite).
+	DeleteInsteadOfLock(lock *Op, then Then) bool
+	// Wait waits for the answer of an op queued by LockStart, or of the
+	// delete that replaced it.
+	Wait(ctx context.Context, op *Op) (bool, error)
+	// Queued is how many writes wait for a group.
+	Queued() int
 	// DeleteJob deletes the row whatever its state. It reports whether it
 	// existed.
 	DeleteJob(ctx context.Context, jobID string) (bool, error)
