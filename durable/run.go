@@ -80,7 +80,7 @@ func (d *Durable) Run(ctx context.Context, r *sidekiq.Run, next func(context.Con
 	}
 	lr := &run.lr
 	if run.aheadSt == nil && d.startsUnlocked() {
-		d.queueLock(run, jid, job.Class(), identity, ext)
+		d.queueLock(bg, run, jid, job.Class(), identity, ext)
 	}
 	if !run.unlocked {
 		// The slot may fetch its next jobs while this one waits for its
@@ -193,20 +193,19 @@ type jobRun struct {
 
 // startsUnlocked reports whether a durable job starts as soon as its
 // lock is queued, without waiting for it to be committed (queueLock):
-// with one PostgreSQL database, no writes of an outage pending, no Adopt
-// (which writes a missing row before the job runs), and fewer than
-// unlockedBacklog writes waiting for a group.
+// with one PostgreSQL database, no writes of an outage pending, and no
+// Adopt (which writes a missing row before the job runs).
 func (d *Durable) startsUnlocked() bool {
-	return len(d.stores) == 1 && d.stores[0].Kind() == "postgres" && !d.cfg.Adopt && d.pend.Len() == 0 &&
-		d.stores[0].Queued() < unlockedBacklog
+	return len(d.stores) == 1 && d.stores[0].Kind() == "postgres" && !d.cfg.Adopt && d.pend.Len() == 0
 }
 
-// unlockedBacklog bounds the writes waiting for a group when a job starts
-// without waiting for its lock. Jobs that do not wait would otherwise
-// complete faster than the database deletes their rows, and their
-// acknowledgements (held until then) would pile up; past the bound, the
-// next jobs wait for their locks, as on other databases, so the slots
-// run at the database's pace.
+// unlockedBacklog bounds the writes waiting for a group when a job is to
+// start without waiting for its lock: past it, the job waits for the
+// groups ahead of it to be written first (queueLock). Jobs that do not
+// wait would otherwise complete faster than the database deletes their
+// rows, and their acknowledgements, held until then, would pile up; so
+// the slots run at the database's pace, and the locks still queued are
+// still replaced by deletes.
 const unlockedBacklog = 2000
 
 // queueLock queues the lock of a job about to start, which then runs
@@ -216,8 +215,9 @@ const unlockedBacklog = 2000
 // twice (an UPDATE and a DELETE); a longer job has its lock written by
 // the next group, a few milliseconds after its start, with locked_at and
 // assume_dead_at from its start.
-func (d *Durable) queueLock(run *jobRun, jid, class, identity string, ext time.Duration) {
+func (d *Durable) queueLock(ctx context.Context, run *jobRun, jid, class, identity string, ext time.Duration) {
 	st := d.stores[0]
+	st.WaitQueue(ctx, unlockedBacklog)
 	now := d.cfg.Clock.Now()
 	run.lockOp.SetLock(store.LockParams{JobID: jid, LockedBy: identity, LockedAt: now, AssumeDeadAt: now.Add(ext)}, true)
 	if st.LockStart(&run.lockOp) != nil {

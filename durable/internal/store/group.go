@@ -307,6 +307,26 @@ func (g *groupCommit) replaceLock(lock *Op, then Then) bool {
 	return true
 }
 
+// waitQueue waits until fewer than n ops are queued, a group at a time:
+// the queued ops share the gcWait of the next group, which closes once
+// that group is written.
+func (g *groupCommit) waitQueue(ctx context.Context, n int) {
+	for {
+		g.mu.Lock()
+		w := g.pending
+		if len(g.queue) < n || w == nil || g.closed {
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+		select {
+		case <-w.done:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // doMany queues ops together (they can share one group) and waits until
 // each is committed or failed. A caller whose ctx ends gets ctx's error
 // for the ops not answered yet (they may still land).

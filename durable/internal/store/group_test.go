@@ -327,3 +327,37 @@ func TestGroupCommitLockNotTakenYetIsReplacedByTheDelete(t *testing.T) {
 		t.Fatalf("groups %v, want %v", f.groups, want)
 	}
 }
+
+// waitQueue returns once the queue is below its bound, a group at a time.
+func TestGroupCommitWaitQueueReturnsOnceTheGroupsAheadAreWritten(t *testing.T) {
+	f := &fakeGroups{gates: map[string]chan struct{}{"2:a": make(chan struct{})}, began: make(chan string, 2)}
+	g := newGroupCommit(f.apply, f.apply, func(error) bool { return false }, 0, 2, 1)
+	defer g.close()
+	if err := g.enqueue(lockOp("a")); err != nil {
+		t.Fatal(err)
+	}
+	<-f.began
+	ops := []*Op{lockOp("b"), lockOp("c"), lockOp("d")}
+	if err := g.enqueue(ops...); err != nil {
+		t.Fatal(err)
+	}
+	g.waitQueue(context.Background(), 4) // 3 queued: at once
+	returned := make(chan struct{})
+	go func() {
+		g.waitQueue(context.Background(), 2)
+		close(returned)
+	}()
+	select {
+	case <-returned:
+		t.Fatal("returned with 3 writes queued")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(f.gates["2:a"])
+	<-returned
+	g.mu.Lock()
+	n := len(g.queue)
+	g.mu.Unlock()
+	if n >= 2 {
+		t.Fatalf("%d writes queued after waitQueue(2)", n)
+	}
+}

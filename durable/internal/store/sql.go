@@ -290,11 +290,7 @@ func (s *sqlStore) DeleteInsteadOfLock(lock *Op, then Then) bool {
 
 func (s *sqlStore) Wait(ctx context.Context, op *Op) (bool, error) { return s.LockWait(ctx, op) }
 
-func (s *sqlStore) Queued() int {
-	s.gc.mu.Lock()
-	defer s.gc.mu.Unlock()
-	return len(s.gc.queue)
-}
+func (s *sqlStore) WaitQueue(ctx context.Context, n int) { s.gc.waitQueue(ctx, n) }
 
 func (s *sqlStore) DeleteJob(ctx context.Context, jobID string) (bool, error) {
 	n, err := s.exec(ctx, s.qDelete, jobID)

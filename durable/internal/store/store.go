@@ -77,8 +77,9 @@ type Store interface {
 	// Wait waits for the answer of an op queued by LockStart, or of the
 	// delete that replaced it.
 	Wait(ctx context.Context, op *Op) (bool, error)
-	// Queued is how many writes wait for a group.
-	Queued() int
+	// WaitQueue waits until fewer than n writes wait for a group (or ctx
+	// ends).
+	WaitQueue(ctx context.Context, n int)
 	// DeleteJob deletes the row whatever its state. It reports whether it
 	// existed.
 	DeleteJob(ctx context.Context, jobID string) (bool, error)
