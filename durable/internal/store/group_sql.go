@@ -15,7 +15,9 @@ import (
 // a NULL locked_by is one that replaced its job's lock, Op.anyLock:
 // qDelete). Every part
 // runs, with empty arrays when the group has no write of its kind, so the
-// text never changes and pgx keeps it prepared per connection.
+// text never changes and pgx keeps it prepared per connection. A lock or
+// delete is answered by its place in its arrays (WITH ORDINALITY, from 1),
+// which gojob reads without looking its jid up; an upsert by its jid.
 const pgGroupSQL = `WITH
 ups AS (
  INSERT INTO %[1]s AS d (job_id, job_class, job_item_json, queue, inserted_at, assume_dead_at, missing_at)
@@ -25,16 +27,16 @@ ups AS (
  RETURNING d.job_id, d.inserted_at),
 lck AS (
  UPDATE %[1]s AS d SET locked_by = x.locked_by, locked_at = x.locked_at, assume_dead_at = x.assume_dead_at, missing_at = NULL
- FROM unnest($8::text[], $9::text[], $10::timestamptz[], $11::timestamptz[]) AS x(job_id, locked_by, locked_at, assume_dead_at)
+ FROM unnest($8::text[], $9::text[], $10::timestamptz[], $11::timestamptz[]) WITH ORDINALITY AS x(job_id, locked_by, locked_at, assume_dead_at, i)
  WHERE d.job_id = x.job_id
- RETURNING d.job_id),
+ RETURNING x.i),
 del AS (
- DELETE FROM %[1]s AS d USING unnest($12::text[], $13::text[], $14::timestamptz[]) AS x(job_id, locked_by, locked_at)
+ DELETE FROM %[1]s AS d USING unnest($12::text[], $13::text[], $14::timestamptz[]) WITH ORDINALITY AS x(job_id, locked_by, locked_at, i)
  WHERE d.job_id = x.job_id AND (x.locked_by IS NULL OR (d.locked_by = x.locked_by AND d.locked_at = x.locked_at))
- RETURNING d.job_id)
-SELECT 1, job_id, inserted_at FROM ups
-UNION ALL SELECT 2, job_id, NULL FROM lck
-UNION ALL SELECT 3, job_id, NULL FROM del`
+ RETURNING x.i)
+SELECT 1, job_id, inserted_at, 0::bigint FROM ups
+UNION ALL SELECT 2, NULL, NULL, i FROM lck
+UNION ALL SELECT 3, NULL, NULL, i FROM del`
 
 // groupOps is a group split by kind.
 type groupOps struct {
@@ -55,7 +57,7 @@ type groupOps struct {
 // two orders at once, say) gets PostgreSQL's deadlock error, an SQL
 // error, and groupCommit.write applies its ops one by one.
 func splitGroupPG(ops []*Op) *groupOps {
-	g := splitGroupInOrder(ops)
+	g := splitGroup(ops, false)
 	byJID := func(a, b *Op) int { return strings.Compare(a.jid(), b.jid()) }
 	slices.SortFunc(g.lcks, byJID)
 	slices.SortFunc(g.dels, byJID)
@@ -63,11 +65,17 @@ func splitGroupPG(ops []*Op) *groupOps {
 }
 
 // splitGroupInOrder splits a group by kind, each in queue order.
-func splitGroupInOrder(ops []*Op) *groupOps {
-	g := &groupOps{byJID: make(map[string]*Op, len(ops))}
+func splitGroupInOrder(ops []*Op) *groupOps { return splitGroup(ops, true) }
+
+// splitGroup splits a group by kind, each in queue order, with every op
+// in byJID (all), or only the upserts.
+func splitGroup(ops []*Op, all bool) *groupOps {
+	g := &groupOps{byJID: map[string]*Op{}}
 	for _, op := range ops {
 		op.ok = false
-		g.byJID[op.jid()] = op
+		if all || op.kind == opUpsert {
+			g.byJID[op.jid()] = op
+		}
 		switch op.kind {
 		case opUpsert:
 			g.ups = append(g.ups, op)

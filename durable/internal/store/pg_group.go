@@ -54,19 +54,30 @@ func (d *pgDialect) writeGroup(ctx context.Context, s *sqlStore, ops []*Op) erro
 	times(len(dels), func(i int) (time.Time, bool) { return dels[i].del.LockedAt, true })
 	s.counted(1)
 	return d.groupExec(ctx, params, func(vals [][]byte) error {
-		if len(vals) != 3 {
+		if len(vals) != 4 {
 			return errPGGroupAnswer
 		}
 		kind, err := pgDecodeInt4(vals[0])
 		if err != nil {
 			return err
 		}
-		op := g.byJID[string(vals[1])]
-		if op == nil || int32(op.kind) != kind {
+		if kind == int32(opLock) || kind == int32(opDelete) {
+			i, err := pgDecodeInt8(vals[3])
+			if err != nil {
+				return err
+			}
+			list := lcks
+			if kind == int32(opDelete) {
+				list = dels
+			}
+			if i < 1 || i > int64(len(list)) {
+				return errPGGroupAnswer
+			}
+			list[i-1].ok = true
 			return nil
 		}
-		if op.kind != opUpsert {
-			op.ok = true
+		op := g.byJID[string(vals[1])]
+		if op == nil || op.kind != opUpsert {
 			return nil
 		}
 		if vals[2] != nil {
@@ -121,8 +132,8 @@ var pgBinary = []int16{1}
 
 // The group statement's parameters and answer in PostgreSQL's binary
 // format, written and read here rather than through pgx's type map: the
-// statement's types never change (text[] and timestamptz[] in, int4, text
-// and timestamptz out), and pgx's generic path (an encode plan per array,
+// statement's types never change (text[] and timestamptz[] in, int4, text,
+// timestamptz and int8 out), and pgx's generic path (an encode plan per array,
 // a scan plan per value) cost gojob more CPU per group than the rest of the
 // round trip. The formats are those of PostgreSQL's array_recv and
 // array_send (src/backend/utils/adt/arrayfuncs.c), textrecv and
@@ -220,6 +231,14 @@ func pgDecodeTimestamptz(b []byte) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("durable: timestamptz of %d bytes", len(b))
 	}
 	return time.UnixMicro(int64(binary.BigEndian.Uint64(b)) + pgEpochMicros).UTC(), nil
+}
+
+// pgDecodeInt8 reads a binary int8.
+func pgDecodeInt8(b []byte) (int64, error) {
+	if len(b) != 8 {
+		return 0, fmt.Errorf("durable: int8 of %d bytes", len(b))
+	}
+	return int64(binary.BigEndian.Uint64(b)), nil
 }
 
 // pgDecodeInt4 reads a binary int4.
