@@ -35,7 +35,13 @@ func Within(t testing.TB, timeout time.Duration, what string, cond func() bool) 
 // which must not stop the test with t.Fatal (a handler the fetch runs,
 // say), and which then report with assert.
 func Until(cond func() bool) bool {
-	deadline := time.Now().Add(DefaultTimeout)
+	return UntilWithin(DefaultTimeout, cond)
+}
+
+// UntilWithin is Until with a timeout of its own: for a test that says
+// more than "timed out" when cond does not come to hold.
+func UntilWithin(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			return false

@@ -27,6 +27,21 @@ type ack struct {
 	// connection broke: that send may have taken the job out already, so
 	// finding it gone is no sign of another process's recovery.
 	resent bool
+	// held and slot: the job stays in its slot's mirror until its
+	// acknowledgement has run (see reliableFetch.ackOf); resolve takes it
+	// out.
+	held *held
+	slot *slotState
+}
+
+// resolve takes the acknowledged job out of its slot's mirror once its
+// acknowledgement ran, or will not run (its list is then no longer
+// acknowledged by position: the epoch ends).
+func (a *ack) resolve() {
+	if a.slot != nil {
+		a.slot.release(a.held)
+		a.slot, a.held = nil, nil
+	}
 }
 
 // send queues the acknowledgement's command on c.
@@ -46,6 +61,9 @@ func (a *ack) checked(f *ackFetch, reply any) {
 
 // checkedReply is checked for a reply read by a ReplyReader.
 func (a *ack) checkedReply(f *ackFetch, r *resp.Reply) {
+	if r.Kind != resp.ReplyError {
+		a.resolve() // an error reply goes again (the caller's refused)
+	}
 	if a.byPos {
 		if r.Kind == resp.ReplyError {
 			f.ids.bump() // a list that is not one: no more positions in it
@@ -54,6 +72,19 @@ func (a *ack) checkedReply(f *ackFetch, r *resp.Reply) {
 	}
 	if r.Kind == resp.ReplyInt && r.Int == 0 && !a.resent {
 		f.life.notOwned(a.list, a.raw)
+	}
+}
+
+// recheck turns the positions of lists whose epoch has ended since they
+// were decided into acknowledgements by value: an ended epoch means an
+// acknowledgement of the same list may not have run (its connection
+// broke, and it goes again by value), and a position sent after it would
+// take out that older entry instead of its own.
+func recheck(ids *idents, acks []ack) {
+	for i := range acks {
+		if k := &acks[i]; k.byPos && k.held != nil && !ids.current(k.held.sl.ident) {
+			k.byPos = false
+		}
 	}
 }
 
@@ -300,6 +331,7 @@ func (a *acker) send(acks []ack) {
 		return
 	}
 	c := a.fc.c
+	recheck(a.f.ids, acks)
 	var err error
 	sent := time.Now()
 	rw, raw := resp.Raw(c)
@@ -378,6 +410,7 @@ func (a *acker) sendByValue(acks []ack) error {
 	if err != nil {
 		a.cfg.Logger.Error().Err(err).Str("component", "fetch").Int("jobs", len(acks)).
 			Msg("could not acknowledge finished jobs; they stay in the in-progress list and run again if this process dies")
+		a.unresolved(acks)
 		return err
 	}
 	for i, r := range replies {
@@ -385,6 +418,7 @@ func (a *acker) sendByValue(acks []ack) error {
 			acks[i].checked(a.f, r)
 		}
 	}
+	a.unresolved(acks) // refused again
 	return nil
 }
 
@@ -397,4 +431,22 @@ func (a *ack) appendTo(buf []byte) []byte {
 		return resp.AppendCmd(buf, "LTRIM", a.list, "0", "-2")
 	}
 	return resp.AppendLREM(buf, a.list, a.raw)
+}
+
+// unresolved gives up on acknowledgements that did not run: their jobs
+// leave their slots' mirrors, and the epoch ends, so that no position is
+// sent in their lists any more (the sweep of the own lists gives the jobs
+// back).
+func (a *acker) unresolved(acks []ack) {
+	bump := false
+	for i := range acks {
+		if acks[i].slot != nil {
+			acks[i].resolve()
+			bump = true
+		}
+	}
+	if bump {
+		a.f.drops.Add(1)
+		a.f.ids.bump()
+	}
 }

@@ -273,12 +273,15 @@ func TestSlotHoldsTheJobsItFetchedAheadUntilTheyRunOrGoBack(t *testing.T) {
 		return in
 	}
 	require.Equal(t, map[string]map[string]int{l: {"j1": 1, "j2": 1}, m: {"j3": 1}}, held())
-	require.True(t, st.release(running), "j1 acknowledged: the oldest of its list")
+	require.True(t, st.trimByPosition(running), "j1 finished: the oldest of its list")
+	require.Equal(t, map[string]map[string]int{l: {"j1": 1, "j2": 1}, m: {"j3": 1}}, held(), "held until its LTRIM has run")
+	st.release(running)
 	require.Equal(t, map[string]map[string]int{l: {"j2": 1}, m: {"j3": 1}}, held())
-	require.True(t, st.release(ahead2), "j3 given back")
+	st.release(ahead2) // j3 given back
 	require.Equal(t, map[string]map[string]int{l: {"j2": 1}}, held())
-	require.False(t, st.release(ahead2), "no longer held: nothing changes")
-	require.True(t, st.release(ahead1))
+	st.release(ahead2) // no longer held: nothing changes
+	require.Equal(t, map[string]map[string]int{l: {"j2": 1}}, held())
+	st.release(ahead1)
 	require.Empty(t, held())
 }
 

@@ -168,21 +168,37 @@ func (f *reliableFetch) oldestWait() int64 {
 // Finish queues a success's acknowledgement, or writes a failure's outcome
 // and takes the job out of its list in one script.
 func (f *reliableFetch) Finish(u Unit, o *Outcome) error {
-	oldest := u.slot != nil && u.slot.release(u.held)
 	if o == nil {
-		return f.acker.add(f.ackOf(u, oldest))
+		return f.acker.add(f.ackOf(u))
 	}
-	return f.finish(u, o)
+	// The job leaves its slot's mirror once the script has run (see
+	// ackOf): until then it is still in its list.
+	err := f.finish(u, o)
+	if u.slot != nil {
+		u.slot.release(u.held)
+	}
+	return err
 }
 
-// ackOf is the acknowledgement of u: by position when it was the oldest
-// job of its list, its identity is of the current epoch and the
-// heartbeats are fresh; by value otherwise.
-func (f *reliableFetch) ackOf(u Unit, oldest bool) ack {
-	if oldest && u.held != nil && f.ids.current(u.held.sl.ident) && f.ids.fresh() {
-		return ack{list: u.list, raw: u.Raw, byPos: true, trimCmd: u.held.sl.trimCmd}
+// ackOf is the acknowledgement of u: by position when every job before
+// it in its list is being acknowledged by position too, its identity is
+// of the current epoch and the heartbeats are fresh; by value otherwise.
+// The job stays in its slot's mirror until its acknowledgement has run
+// (ack.resolve): until then it is in its list, no orphan for the sweep of
+// the own lists, and a job behind one acknowledged by value is not
+// acknowledged by position (its LTRIM, sent on another connection, could
+// run first and take out the older entry, which the LREM would then not
+// find, leaving the newer job's entry in the list to be run again).
+func (f *reliableFetch) ackOf(u Unit) ack {
+	if u.slot == nil || u.held == nil {
+		return ack{list: u.list, raw: u.Raw}
 	}
-	return ack{list: u.list, raw: u.Raw}
+	k := ack{list: u.list, raw: u.Raw, held: u.held, slot: u.slot}
+	if f.ids.current(u.held.sl.ident) && f.ids.fresh() && u.slot.trimByPosition(u.held) {
+		k.byPos, k.trimCmd = true, u.held.sl.trimCmd
+		return k
+	}
+	return k
 }
 
 // FinishSuccesses queues the acknowledgements of successes together (see
@@ -190,8 +206,7 @@ func (f *reliableFetch) ackOf(u Unit, oldest bool) ack {
 func (f *reliableFetch) FinishSuccesses(units []Unit) {
 	acks := make([]ack, len(units))
 	for i, u := range units {
-		oldest := u.slot != nil && u.slot.release(u.held)
-		acks[i] = f.ackOf(u, oldest)
+		acks[i] = f.ackOf(u)
 	}
 	f.acker.addMany(acks)
 }

@@ -187,6 +187,7 @@ func (f *reliableFetch) planMoveFrom(m *move, s *slotState, q *queueState, seen 
 func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 	t := time.AfterFunc(stallAfter, func() { f.cfg.Outage.Stalled(stallAfter) })
 	defer t.Stop()
+	recheck(f.ids, rd.acks)
 	var err error
 	rw, raw := resp.Raw(c)
 	if raw {

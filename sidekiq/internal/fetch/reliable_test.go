@@ -258,7 +258,10 @@ func TestReliableAcknowledgementSendsNoPayload(t *testing.T) {
 
 // A job is acknowledged by position only when it is the oldest of its
 // list, its list identity is of the current epoch and the heartbeats are
-// fresh; otherwise by value.
+// fresh; otherwise by value. A job acknowledged by value stays in its
+// slot's mirror until its LREM has run: a newer job's LTRIM, sent on
+// another connection, could otherwise run first and take out the older
+// entry, leaving its own in the list.
 func TestPositionalAcknowledgementsOnlyWhenCertain(t *testing.T) {
 	t.Parallel()
 	b := reliableBundle(t, nil, nil)
@@ -269,15 +272,47 @@ func TestPositionalAcknowledgementsOnlyWhenCertain(t *testing.T) {
 	unit := func(raw string) Unit {
 		return Unit{Queue: "default", Raw: []byte(raw), reliableUnit: reliableUnit{list: sl.key, held: s.moved(sl, []byte(raw)), slot: s}}
 	}
-	older, newer := unit("older"), unit("newer")
-	require.False(t, f.ackOf(newer, s.release(newer.held)).byPos, "not the oldest: by value")
-	k := f.ackOf(older, s.release(older.held))
+	heldNow := func() []string {
+		var out []string
+		for _, h := range sl.held {
+			out = append(out, string(h.raw))
+		}
+		return out
+	}
+	// given is a job fetched ahead and being given back (it leaves the
+	// mirror once the requeue script has run), older the job that ran
+	// meanwhile, newer the one behind it.
+	given, older, newer := unit("given"), unit("older"), unit("newer")
+	kOlder := f.ackOf(older)
+	require.False(t, kOlder.byPos, "not the oldest: by value")
+	require.Equal(t, []string{"given", "older", "newer"}, heldNow(), "in the mirror until its LREM has run")
+	s.release(given.held) // the requeue script ran
+	kNewer := f.ackOf(newer)
+	require.False(t, kNewer.byPos, "the older job's LREM is in flight: by value, not a position that could take out its entry")
+	kOlder.resolve()
+	kNewer.resolve()
+	require.Empty(t, heldNow())
+
+	first, second, _ := unit("first"), unit("second"), unit("third")
+	k := f.ackOf(first)
 	require.True(t, k.byPos, "the oldest: by position")
 	require.Equal(t, fmt.Sprintf("*4\r\n$5\r\nLTRIM\r\n$%d\r\n%s\r\n$1\r\n0\r\n$2\r\n-2\r\n", len(sl.key), sl.key), string(k.trimCmd))
+	k2 := f.ackOf(second)
+	require.True(t, k2.byPos, "behind a job whose LTRIM is on its way: positions commute")
+	require.Equal(t, []string{"first", "second", "third"}, heldNow(), "no orphans for the sweep until the LTRIMs ran")
+	k.resolve()
+	require.Equal(t, []string{"second", "third"}, heldNow())
+	// The first LTRIM's connection broke before its reply (the epoch
+	// ends, it goes again by value): the second, not sent yet, goes by
+	// value too, or it could take out the first's entry.
+	f.ids.bump()
+	pending := []ack{k2}
+	recheck(f.ids, pending)
+	require.False(t, pending[0].byPos, "a position decided before the epoch ended goes by value")
 
 	u := unit("x")
 	f.ids.bump()
-	require.False(t, f.ackOf(u, s.release(u.held)).byPos, "an identity of a past epoch: by value")
+	require.False(t, f.ackOf(u).byPos, "an identity of a past epoch: by value")
 	next := s.list(f.ids, "queue:default")
 	require.NotEqual(t, sl.key, next.key, "the slot's next move goes to a list of a new identity")
 
@@ -285,7 +320,7 @@ func TestPositionalAcknowledgementsOnlyWhenCertain(t *testing.T) {
 	u = unit("y")
 	f.ids.confirmed.Store(time.Now().Add(-time.Minute).UnixNano())
 	f.ids.age()
-	require.False(t, f.ackOf(u, s.release(u.held)).byPos, "heartbeats not confirmed lately: by value")
+	require.False(t, f.ackOf(u).byPos, "heartbeats not confirmed lately: by value")
 }
 
 // A renewal of the heartbeats that finds one gone (this process was taken
@@ -683,9 +718,15 @@ func TestSweepKeepsJobsWhoseAcknowledgementIsHeldBack(t *testing.T) {
 	require.ElementsMatch(t, []string{"finished", "running"}, vals)
 
 	require.NoError(t, f.Finish(u, nil)) // the late acknowledgement
+	require.Equal(t, 1, f.held()[list]["finished"], "held until its acknowledgement has run")
+	f.acker.send(f.acker.take(nil, ackBatch))
+	t.Cleanup(f.acker.fc.close)
 	now := f.held()
 	require.Equal(t, 1, now[list]["running"], "the slot still holds the job it runs")
 	require.Zero(t, now[list]["finished"], "the acknowledged job is no longer held")
+	vals, err = redis.Strings(b.conn.Do("LRANGE", list, 0, -1))
+	require.NoError(t, err)
+	require.Equal(t, []string{"running"}, vals)
 }
 
 // A paused queue's waker does not wake the takers for jobs they may not

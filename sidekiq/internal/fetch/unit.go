@@ -64,6 +64,12 @@ func (u *Unit) FetchAhead(prepare func(next *Unit)) bool {
 type held struct {
 	raw []byte
 	sl  *slotList
+	// trimmed: its acknowledgement by position is on its way. It stays in
+	// the mirror until that has run (it is no orphan for the sweep of the
+	// own lists), but no longer counts as older than the jobs behind it:
+	// positions commute, each LTRIM takes out the oldest entry whatever
+	// the order they run in.
+	trimmed bool
 }
 
 // slotList is one of a slot's lists: its key, the arguments of the
@@ -149,26 +155,44 @@ func (s *slotState) moved(sl *slotList, raw []byte) *held {
 	return h
 }
 
-// release forgets h and reports whether it was the oldest job of its list
-// (then LTRIM list 0 -2 removes exactly it); false also when h is no
-// longer held. A list of a past identity that no longer holds a job is
+// release forgets h once it has left its list (acknowledged, requeued or
+// given up). A list of a past identity that no longer holds a job is
 // forgotten.
-func (s *slotState) release(h *held) (oldest bool) {
+func (s *slotState) release(h *held) {
 	if h == nil {
-		return false
+		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sl := h.sl
 	i := slices.Index(sl.held, h)
 	if i < 0 {
-		return false
+		return
 	}
 	sl.held = slices.Delete(sl.held, i, i+1)
 	if len(sl.held) == 0 && sl.ident != s.ident {
 		delete(s.lists, sl.key)
 	}
-	return i == 0
+}
+
+// trimByPosition marks h acknowledged by position when every job before
+// it in its list's mirror is too (h is then the oldest entry of the list
+// once those have run), and reports whether it did. A job before it
+// whose acknowledgement by value, or whose requeue, is still on its way
+// makes it false: h's LTRIM could run first and take out that entry.
+func (s *slotState) trimByPosition(h *held) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range h.sl.held {
+		if o == h {
+			h.trimmed = true
+			return true
+		}
+		if !o.trimmed {
+			return false
+		}
+	}
+	return false
 }
 
 // heldIn adds the jobs the slot holds to in, by list.
