@@ -153,6 +153,21 @@ type ReliableConfig struct {
 	Died func(job *wire.Job, err error)
 	// Stats counts the recoveries (optional).
 	Stats *Stats
+	// BlockSeconds is the timeout of the wakers' and the idle slots'
+	// blocking moves (wake.go, idle.go): how often they come back to see
+	// whether they are still needed. 0 means Timeout, 2 s (Sidekiq's BRPOP
+	// timeout, lib/sidekiq/fetch.rb TIMEOUT).
+	// Tests that check a job is seen by a waker or a blocker, not after a
+	// timeout, make it long.
+	BlockSeconds int
+}
+
+// blockSeconds returns the blocking moves' timeout (BlockSeconds).
+func (c *ReliableConfig) blockSeconds() int {
+	if c.BlockSeconds > 0 {
+		return c.BlockSeconds
+	}
+	return Timeout
 }
 
 // Health is what a fetch's round trips say of Redis: since when they fail

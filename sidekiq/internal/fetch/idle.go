@@ -62,10 +62,6 @@ import (
 // maxBlockers caps the blocked connections of an idle process.
 const maxBlockers = 32
 
-// blockTimeout is a blocker's timeout in seconds (Sidekiq's BRPOP
-// timeout, lib/sidekiq/fetch.rb TIMEOUT).
-const blockTimeout = Timeout
-
 // blockers are the fetch's blockers.
 type blockers struct {
 	f    *reliableFetch
@@ -302,9 +298,9 @@ func (bs *blockers) block(c redis.Conn, m *move) ([]byte, error) {
 		c.Send("SADD", contract.KeyWorkingLists, m.sl.key)
 	}
 	if f.moveOK {
-		c.Send("BLMOVE", m.q.key, m.sl.key, "RIGHT", "LEFT", blockTimeout)
+		c.Send("BLMOVE", m.q.key, m.sl.key, "RIGHT", "LEFT", f.cfg.blockSeconds())
 	} else {
-		c.Send("BRPOPLPUSH", m.q.key, m.sl.key, blockTimeout)
+		c.Send("BRPOPLPUSH", m.q.key, m.sl.key, f.cfg.blockSeconds())
 	}
 	if err := c.Flush(); err != nil {
 		return nil, err

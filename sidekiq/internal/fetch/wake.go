@@ -42,10 +42,6 @@ import (
 // job it sees goes to the next of them. The idle slots therefore also wait
 // with blocking moves into lists of their own (idle.go).
 
-// wakeTimeout is the waker's BLMOVE timeout in seconds: how often it
-// comes back to see whether it is still needed.
-const wakeTimeout = 2
-
 // queueState is what the fetch knows of one queue.
 type queueState struct {
 	key    string // "queue:<name>"
@@ -228,9 +224,9 @@ func (qs *queues) watch(q *queueState) {
 		var err error
 		sent := time.Now()
 		if qs.moveOK {
-			v, err = fc.c.Do("BLMOVE", q.key, q.key, "RIGHT", "RIGHT", wakeTimeout)
+			v, err = fc.c.Do("BLMOVE", q.key, q.key, "RIGHT", "RIGHT", cfg.blockSeconds())
 		} else {
-			v, err = fc.c.Do("BRPOPLPUSH", q.key, q.key, wakeTimeout)
+			v, err = fc.c.Do("BRPOPLPUSH", q.key, q.key, cfg.blockSeconds())
 		}
 		if !qs.unregister(q.key) {
 			return
