@@ -356,19 +356,34 @@ func (bs *blockers) unblocked(b *blocker) {
 // cutOthers cuts off one blocker waiting on a queue other than q, whose
 // waker saw a job that none of the blockers got: its slot's token goes to
 // the takers, which move the job if it is still there. One, not all: the
-// others keep their places among the clients blocked on their queues (a
-// burst's waker sees jobs again and cuts another), and come back within
-// their timeout anyway.
-func (bs *blockers) cutOthers(q *queueState) {
-	if len(bs.f.idle) > 0 {
-		return // a taker has a token already
+// others keep their places among the clients blocked on their queues, and
+// come back within their timeout anyway. A burst gets more slots from the
+// takers' rounds (cutFor).
+func (bs *blockers) cutOthers(q *queueState) { bs.cutFor(q, 1) }
+
+// cutFor cuts off up to n blockers waiting on a queue other than q, unless
+// a token already waits for the takers. A taker whose round moved a job
+// for every token it held cuts off as many as it moved: q may have more
+// jobs, and its waker, which watches only a queue believed empty, sees
+// none of them. Without it, a burst to a queue no blocker waits on ran on
+// the one slot its waker's cut freed (and the slots freed by the jobs it
+// ran) until the other blockers' moves timed out, up to two seconds; a
+// trickle that one slot could not keep up with ran so for good, queueing
+// behind it. The tokens double with each full round until a move finds
+// the queue empty.
+func (bs *blockers) cutFor(q *queueState, n int) {
+	if len(bs.f.idle) > 0 || bs.held.Load() == 0 {
+		return // a taker has a token already, or no blocker holds one
 	}
 	cut := false
 	bs.mu.Lock()
 	for _, b := range bs.list {
+		if n == 0 {
+			break
+		}
 		if b.q != nil && b.q != q && b.id != 0 && !b.cut {
 			b.cut, cut = true, true
-			break
+			n--
 		}
 	}
 	bs.mu.Unlock()

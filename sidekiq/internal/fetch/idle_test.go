@@ -109,3 +109,49 @@ func idleShare(t *testing.T, queues []wire.QueueWeight, least int) {
 	wait.For(t, "every job gojob ran to be found in its in-progress list", func() bool { return inList.Load() == int64(got) })
 	wait.For(t, "the acknowledgements", func() bool { return len(b.inProgress(t)) == 0 })
 }
+
+// A burst to a queue that no blocker waits on gets every idle slot, not
+// only the one whose blocker its waker cut off: while the takers' rounds
+// move a job for every slot they hold, the queue may have more, and each
+// such round cuts off more blockers. The blockers here would wait an hour
+// before they come back on their own, and the jobs hold their slots until
+// the test releases them, so no slot is freed meanwhile: without the
+// cuts, one job of the four runs.
+func TestReliableBurstCutsOffTheBlockersOfOtherQueues(t *testing.T) {
+	t.Parallel()
+	// Weighted so that each blocker draws "other" (the draws follow the
+	// blockers' fixed seeds; checked below).
+	b := reliableBundle(t, nil, func(c *Config) {
+		c.Concurrency = 4
+		c.Order = NewOrder([]wire.QueueWeight{{Name: "other", Weight: 1000}, {Name: "burst", Weight: 1}}, wire.Version7)
+		c.BlockSeconds = 3600 // the blockers do not come back on their own
+	})
+	release := make(chan struct{})
+	var running atomic.Int64
+	var f *reliableFetch
+	b.hook = func(u Unit) {
+		running.Add(1)
+		<-release
+		f.Finish(u, nil)
+	}
+	f = newReliable(t, b)
+	b.start(t, f)
+	t.Cleanup(f.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	wait.For(t, "four blockers and two wakers blocked", func() bool {
+		return redistest.BlockedIn(t, b.conn, "CLIENT", "blmove") == 6 && f.blockers.held.Load() == 4
+	})
+	for l := range f.blockers.blockingLists() {
+		require.Contains(t, l, "working:queue:other:", "a blocker drew the burst's queue")
+	}
+	b.push(t, "burst", `{"jid":"j1"}`, `{"jid":"j2"}`, `{"jid":"j3"}`, `{"jid":"j4"}`)
+	wait.For(t, "the four jobs to run at once", func() bool { return running.Load() == 4 })
+	close(release)
+	wait.For(t, "the acknowledgements", func() bool { return b.processed() == 4 && len(b.inProgress(t)) == 0 })
+}

@@ -392,6 +392,9 @@ func (f *reliableFetch) taker(taking *atomic.Int64, g *gathering, seed uint64) {
 				f.idle <- m.slot.i
 			}
 		}
+		if got > 0 && got == len(slots) {
+			f.blockers.cutFor(rd.moves[0].q, got)
+		}
 		if err != nil && !isReply(err) {
 			taking.Store(0)
 			f.failedRound(rd) // resends the acknowledgements by value
