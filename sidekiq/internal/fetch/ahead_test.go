@@ -262,7 +262,7 @@ func TestSlotHoldsTheJobsItFetchedAheadUntilTheyRunOrGoBack(t *testing.T) {
 	t.Parallel()
 	ids := newIdents(testIdentity)
 	st := newSlotState(0)
-	sl, sm := st.list(ids, "queue:l"), st.list(ids, "queue:m")
+	sl, sm := st.list(ids, &queueState{key: "queue:l"}), st.list(ids, &queueState{key: "queue:m", i: 1})
 	l, m := sl.key, sm.key
 	running := st.moved(sl, []byte("j1"))
 	ahead1 := st.moved(sl, []byte("j2"))

@@ -319,6 +319,7 @@ func (bs *blockers) block(c redis.Conn, m *move) ([]byte, error) {
 		f.ids.mu.Lock()
 		m.sl.ident.created = true
 		m.sl.ident.lists[m.q.key] = m.sl.key
+		m.sl.registered = true
 		f.ids.mu.Unlock()
 	}
 	v, err := resp.Receive(c)

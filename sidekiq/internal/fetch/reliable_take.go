@@ -169,10 +169,10 @@ func (f *reliableFetch) planMove(m *move, s *slotState, r *rand.Rand) bool {
 // planMoveFrom fills m with a move for slot s from q, whose sighting
 // count was seen.
 func (f *reliableFetch) planMoveFrom(m *move, s *slotState, q *queueState, seen uint64) {
-	sl := s.list(f.ids, q.key)
+	sl := s.list(f.ids, q)
 	*m = move{slot: s, q: q, seen: seen, sl: sl}
 	f.ids.mu.Lock()
-	m.reg = sl.ident.lists[q.key] == ""
+	m.reg = !sl.registered
 	m.hb = !sl.ident.created
 	f.ids.mu.Unlock()
 }
@@ -265,6 +265,7 @@ func (f *reliableFetch) send(c redis.Conn, rd *round) error {
 			f.ids.mu.Lock()
 			m.sl.ident.created = true
 			m.sl.ident.lists[m.q.key] = m.sl.key
+			m.sl.registered = true
 			f.ids.mu.Unlock()
 		}
 		if err := rp.Next(&rep); err != nil {

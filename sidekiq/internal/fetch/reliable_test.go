@@ -267,7 +267,7 @@ func TestPositionalAcknowledgementsOnlyWhenCertain(t *testing.T) {
 	f := newReliable(t, b)
 	t.Cleanup(f.Close)
 	s := f.slots[0]
-	sl := s.list(f.ids, "queue:default")
+	sl := s.list(f.ids, f.queues.list[0])
 	unit := func(raw string) Unit {
 		return Unit{Queue: "default", Raw: []byte(raw), reliableUnit: reliableUnit{list: sl.key, held: s.moved(sl, []byte(raw)), slot: s}}
 	}
@@ -312,7 +312,7 @@ func TestPositionalAcknowledgementsOnlyWhenCertain(t *testing.T) {
 	u := unit("x")
 	f.ids.bump()
 	require.False(t, f.ackOf(u).byPos, "an identity of a past epoch: by value")
-	next := s.list(f.ids, "queue:default")
+	next := s.list(f.ids, f.queues.list[0])
 	require.NotEqual(t, sl.key, next.key, "the slot's next move goes to a list of a new identity")
 
 	sl = next
@@ -589,9 +589,10 @@ func TestRecoveryTakesSameHostPredecessorsAtOnce(t *testing.T) {
 // ownList gives slot s a list of the current epoch for queue:default, as
 // its first move would, and returns it.
 func ownList(f *reliableFetch, s *slotState) (*slotList, string) {
-	sl := s.list(f.ids, "queue:default")
+	sl := s.list(f.ids, f.queues.list[0])
 	f.ids.mu.Lock()
 	sl.ident.lists["queue:default"] = sl.key
+	sl.registered = true
 	sl.ident.created = true
 	f.ids.mu.Unlock()
 	return sl, sl.key

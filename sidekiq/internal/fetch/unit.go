@@ -83,6 +83,10 @@ type slotList struct {
 	// moveCmd, rplCmd and trimCmd are move and rpl encoded, and LTRIM
 	// <key> 0 -2 (package resp).
 	moveCmd, rplCmd, trimCmd []byte
+	// registered: the list is in its identity's lists (under idents.mu),
+	// which a move then need not register; a flag, so that planning a
+	// move looks no key up.
+	registered bool
 	// held is the mirror: the jobs the slot moved into the list and still
 	// holds, oldest first.
 	held []*held
@@ -98,22 +102,26 @@ type slotState struct {
 	mu    sync.Mutex
 	ident *listIdent
 	// lists are the slot's lists by key, and cur those of ident by queue
-	// key.
+	// (by queueState.i: planning a move looks no key up).
 	lists map[string]*slotList
-	cur   map[string]*slotList
+	cur   []*slotList
 }
 
 func newSlotState(i int) *slotState {
-	return &slotState{i: i, jobs: make(chan Unit, 1), lists: map[string]*slotList{}, cur: map[string]*slotList{}}
+	return &slotState{i: i, jobs: make(chan Unit, 1), lists: map[string]*slotList{}}
 }
 
-// list returns the slot's list for queue key q under its identity for its
+// list returns the slot's list for queue qs under its identity for its
 // next move, a fresh identity when it has none of the current epoch.
-func (s *slotState) list(ids *idents, q string) *slotList {
+func (s *slotState) list(ids *idents, qs *queueState) *slotList {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.identityLocked(ids)
-	sl := s.cur[q]
+	if qs.i >= len(s.cur) {
+		s.cur = append(s.cur, make([]*slotList, qs.i+1-len(s.cur))...)
+	}
+	q := qs.key
+	sl := s.cur[qs.i]
 	if sl == nil {
 		key := s.ident.listKey(q)
 		sl = &slotList{key: key, ident: s.ident,
@@ -121,7 +129,7 @@ func (s *slotState) list(ids *idents, q string) *slotList {
 			moveCmd: resp.AppendCmd(nil, "LMOVE", q, key, "RIGHT", "LEFT"), rplCmd: resp.AppendCmd(nil, "RPOPLPUSH", q, key),
 			trimCmd: resp.AppendCmd(nil, "LTRIM", key, "0", "-2")}
 		s.lists[key] = sl
-		s.cur[q] = sl
+		s.cur[qs.i] = sl
 	}
 	return sl
 }

@@ -46,6 +46,7 @@ import (
 type queueState struct {
 	key    string // "queue:<name>"
 	name   string
+	i      int // its index in queues.list
 	weight int // max(weight, 1), summed over repeats
 	// empty: a move found the queue empty and no job was seen since.
 	empty atomic.Bool
@@ -96,7 +97,7 @@ func newQueues(cfg *Config, moveOK bool) *queues {
 	}
 	for _, name := range cfg.Order.Names() {
 		k := contract.QueueKey(name)
-		qs.list = append(qs.list, &queueState{key: k, name: name, weight: count[k], watch: make(chan struct{}, 1), owner: qs})
+		qs.list = append(qs.list, &queueState{key: k, name: name, i: len(qs.list), weight: count[k], watch: make(chan struct{}, 1), owner: qs})
 	}
 	return qs
 }
