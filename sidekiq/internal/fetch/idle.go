@@ -81,6 +81,8 @@ type blocker struct {
 	q    *queueState // the queue it is blocked on (nil: not blocked)
 	list string      // the list it moves into while blocked
 	cut  bool        // to be unblocked
+	// waits counts its blocking moves: a cut is meant for one of them.
+	waits uint64
 }
 
 func newBlockers(f *reliableFetch) *blockers {
@@ -344,6 +346,7 @@ func (bs *blockers) blocking(b *blocker, q *queueState, list string) bool {
 		return false
 	}
 	b.q, b.list, b.cut = q, list, false
+	b.waits++
 	return true
 }
 
@@ -421,10 +424,11 @@ func (bs *blockers) unblocker() {
 		bs.live.Wait()
 		close(done)
 	}()
+	var again <-chan time.Time
 	for {
 		select {
 		case <-bs.cut:
-			bs.unblock(false)
+		case <-again:
 		case <-cfg.Quiet:
 			for {
 				bs.unblock(true)
@@ -435,40 +439,71 @@ func (bs *blockers) unblocker() {
 				}
 			}
 		}
+		again = nil
+		if bs.unblock(false) {
+			// A cut reached Redis before the move it was meant for: that
+			// blocker would hold its slot's token until its timeout, and
+			// the job its waker saw would wait as long. Again shortly.
+			again = time.After(cutRetry)
+		}
 	}
 }
 
+// cutRetry is how soon a cut that found its blocker not yet blocked in
+// Redis is sent again.
+const cutRetry = time.Millisecond
+
 // unblock sends CLIENT UNBLOCK for the blockers marked cut (all: every
-// blocked one).
-func (bs *blockers) unblock(all bool) {
+// blocked one). It reports whether a cut found its blocker not blocked in
+// Redis while it is still about to block (its move not yet there): the
+// blocker is marked cut again.
+func (bs *blockers) unblock(all bool) (missed bool) {
+	type target struct {
+		b     *blocker
+		waits uint64
+	}
 	var ids []int64
+	var targets []target
 	bs.mu.Lock()
 	for _, b := range bs.list {
 		if b.q != nil && b.id != 0 && (all || b.cut) {
 			ids = append(ids, b.id)
+			targets = append(targets, target{b, b.waits})
 			b.cut = false
 		}
 	}
 	bs.mu.Unlock()
 	if len(ids) == 0 {
-		return
+		return false
 	}
 	ctx, cancel := ctxTimeout(stallAfter)
 	defer cancel()
 	c, err := bs.f.cfg.Pool.GetContext(ctx)
 	if err != nil {
-		return // the blockers come back within their timeout
+		return false // the blockers come back within their timeout
 	}
 	defer c.Close()
 	for _, id := range ids {
 		c.Send("CLIENT", "UNBLOCK", id)
 	}
 	if err := c.Flush(); err != nil {
-		return
+		return false
 	}
-	for range ids {
-		if _, err := resp.Receive(c); err != nil {
-			return
+	for _, t := range targets {
+		v, err := resp.Receive(c)
+		if err != nil {
+			return missed
+		}
+		if n, ok := v.(int64); ok && n == 0 && !all {
+			// Not blocked: its move returned (it is unblocked, or blocking
+			// again: a new wait) or has not reached Redis yet (the same
+			// wait, still marked blocking).
+			bs.mu.Lock()
+			if t.b.q != nil && t.b.waits == t.waits {
+				t.b.cut, missed = true, true
+			}
+			bs.mu.Unlock()
 		}
 	}
+	return missed
 }

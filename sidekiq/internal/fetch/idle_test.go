@@ -155,3 +155,43 @@ func TestReliableBurstCutsOffTheBlockersOfOtherQueues(t *testing.T) {
 	close(release)
 	wait.For(t, "the acknowledgements", func() bool { return b.processed() == 4 && len(b.inProgress(t)) == 0 })
 }
+
+// A cut that reaches Redis before the blocking move it is meant for cuts
+// nothing (CLIENT UNBLOCK answers 0): the blocker is marked cut again, so
+// that the unblocker sends it again, and the next one, once the move is
+// blocked, cuts it off. Without it the blocker kept its slot's token until
+// its timeout, and the job its waker had seen waited as long.
+func TestReliableCutBeforeTheMoveIsSentAgain(t *testing.T) {
+	t.Parallel()
+	b := reliableBundle(t, nil, func(c *Config) { c.Concurrency = 1 })
+	f := newReliable(t, b)
+	t.Cleanup(f.Close)
+	bs := f.blockers
+	c, err := b.rs.Dial()
+	require.NoError(t, err)
+	defer c.Close()
+	id, err := redis.Int64(c.Do("CLIENT", "ID"))
+	require.NoError(t, err)
+
+	bl := bs.list[0]
+	bs.mu.Lock()
+	bl.id = id
+	bs.mu.Unlock()
+	require.True(t, bs.blocking(bl, f.queues.list[0], "working:queue:default:x"))
+	bs.mu.Lock()
+	bl.cut = true
+	bs.mu.Unlock()
+	require.True(t, bs.unblock(false), "the move is not in Redis yet: the cut missed")
+	bs.mu.Lock()
+	require.True(t, bl.cut, "marked cut again")
+	bs.mu.Unlock()
+
+	returned := make(chan any, 1)
+	go func() {
+		v, _ := c.Do("BLMOVE", "queue:default", "working:queue:default:x", "RIGHT", "LEFT", 0)
+		returned <- v
+	}()
+	wait.For(t, "the move blocked", func() bool { return redistest.BlockedIn(t, b.conn, "CLIENT", "blmove") == 1 })
+	require.False(t, bs.unblock(false), "the cut cuts it off")
+	require.Nil(t, <-returned)
+}
