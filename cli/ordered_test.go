@@ -24,10 +24,10 @@ import (
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// orderedProbeBinary builds internal/orderedworker: the gojob command line
+// orderedProbeBinary builds cli/internal/orderedworker: the gojob command line
 // with the OrderedProbe handler.
 func orderedProbeBinary(t *testing.T) string {
-	return buildTestBinary(t, "orderedworker", "../internal/orderedworker")
+	return buildTestBinary(t, "orderedworker", "./internal/orderedworker")
 }
 
 // startOrderedWorker starts the orderedworker binary's `gojob ordered

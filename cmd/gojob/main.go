@@ -1,6 +1,6 @@
 // Command gojob runs and inspects Sidekiq jobs from Go. See `gojob help`.
 //
-// It is the cli package's commands plus `gojob bench` (internal/bench),
+// It is the cli package's commands plus `gojob bench` (internal/bench under cmd/gojob),
 // which only this binary carries: a program built on cli gets the runtime
 // commands without the benchmark.
 package main
@@ -10,7 +10,7 @@ import (
 	"os"
 
 	"github.com/gojob/gojob/cli"
-	"github.com/gojob/gojob/internal/bench"
+	"github.com/gojob/gojob/cmd/gojob/internal/bench"
 )
 
 func main() {

@@ -2,9 +2,6 @@ package bench
 
 import (
 	"encoding/json"
-	"errors"
-	"go/build"
-	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -196,45 +193,4 @@ func TestBenchIsListedInHelp(t *testing.T) {
 	version := strings.Index(out, "\n   version ")
 	require.Positive(t, bench, out)
 	require.Less(t, bench, version, out)
-}
-
-// The bench is a tool of the gojob binary, not of the runtime: no package
-// of the module but cmd/gojob imports it, in its code or its tests.
-func TestOnlyTheBinaryImportsBench(t *testing.T) {
-	const module = "github.com/gojob/gojob/"
-	root, err := filepath.Abs("../..")
-	require.NoError(t, err)
-	checked := 0
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
-			return err
-		}
-		name := d.Name()
-		if path != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor") {
-			return filepath.SkipDir
-		}
-		rel, _ := filepath.Rel(root, path)
-		rel = filepath.ToSlash(rel)
-		if rel == "cmd/gojob" || rel == "internal/bench" {
-			return nil
-		}
-		bp, err := build.ImportDir(path, 0)
-		var noGo *build.NoGoError
-		if errors.As(err, &noGo) {
-			return nil
-		}
-		if err != nil {
-			t.Errorf("%s: %v", rel, err)
-			return nil
-		}
-		checked++
-		for _, imps := range [][]string{bp.Imports, bp.TestImports, bp.XTestImports} {
-			if slices.Contains(imps, module+"internal/bench") {
-				t.Errorf("%s imports internal/bench; only cmd/gojob may", rel)
-			}
-		}
-		return nil
-	})
-	require.NoError(t, err)
-	require.Greater(t, checked, 10, "packages checked")
 }

@@ -4,8 +4,9 @@
 // or against Ruby Sidekiq, redis-benchmark, durable rows or an ordered
 // queue.
 //
-// It is a measuring tool, not part of the runtime: only cmd/gojob imports
-// it (cli.WithCommand(bench.Command())), so the cli package and every
+// It is a measuring tool, not part of the runtime: it lives under
+// cmd/gojob/internal, so only cmd/gojob can import it
+// (cli.WithCommand(bench.Command())), and the cli package and every
 // package a Go program embeds stay free of it.
 package bench
 
