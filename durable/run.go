@@ -155,7 +155,7 @@ func (d *Durable) Run(ctx context.Context, r *sidekiq.Run, next func(context.Con
 		// the retried delete lands.
 		run.delOp.SetDelete(dp)
 		run.release = release
-		a.st.DeleteLockedAsync(&run.delOp, run)
+		a.st.Group().DeleteAsync(&run.delOp, run)
 		return nil
 	}
 	deleted, derr := a.st.DeleteLocked(bg, dp)
@@ -211,16 +211,16 @@ const unlockedBacklog = 2000
 // queueLock queues the lock of a job about to start, which then runs
 // without waiting for it. A job that completes before a group took its
 // lock writes its success delete in the lock's place
-// (store.DeleteInsteadOfLock), and its row is written once instead of
+// (store.Group.DeleteInsteadOfLock), and its row is written once instead of
 // twice (an UPDATE and a DELETE); a longer job has its lock written by
 // the next group, a few milliseconds after its start, with locked_at and
 // assume_dead_at from its start.
 func (d *Durable) queueLock(ctx context.Context, run *jobRun, jid, class, identity string, ext time.Duration) {
 	st := d.stores[0]
-	st.WaitQueue(ctx, unlockedBacklog)
+	st.Group().WaitQueue(ctx, unlockedBacklog)
 	now := d.cfg.Clock.Now()
 	run.lockOp.SetLock(store.LockParams{JobID: jid, LockedBy: identity, LockedAt: now, AssumeDeadAt: now.Add(ext)}, true)
-	if st.LockStart(&run.lockOp) != nil {
+	if st.Group().LockStart(&run.lockOp) != nil {
 		return // closed: lockJob reports it
 	}
 	run.lr.st = st
@@ -238,7 +238,7 @@ func (d *Durable) lockLanded(ctx context.Context, run *jobRun, job *wire.Job) bo
 	if !run.unlocked {
 		return true
 	}
-	found, err := run.lr.st.Wait(ctx, &run.lockOp)
+	found, err := run.lr.st.Group().Wait(ctx, &run.lockOp)
 	if err == nil && found {
 		return true
 	}
@@ -269,14 +269,14 @@ func (d *Durable) completeUnlocked(ctx context.Context, r *sidekiq.Run, run *job
 		run.release = release
 		then = run
 	}
-	if a.st.DeleteInsteadOfLock(&run.lockOp, then) {
+	if a.st.Group().DeleteInsteadOfLock(&run.lockOp, then) {
 		if !hold {
-			deleted, err := a.st.Wait(ctx, &run.lockOp)
+			deleted, err := a.st.Group().Wait(ctx, &run.lockOp)
 			d.deletedUnlocked(a.st, a.jid, job.Class(), deleted, err, nil)
 		}
 		return
 	}
-	found, err := a.st.Wait(ctx, &run.lockOp)
+	found, err := a.st.Group().Wait(ctx, &run.lockOp)
 	if err != nil || !found {
 		d.lockMissed(a.st, job, err)
 		if err != nil {
@@ -292,7 +292,7 @@ func (d *Durable) completeUnlocked(ctx context.Context, r *sidekiq.Run, run *job
 	dp := store.DeleteParams{JobID: a.jid, LockedBy: a.identity, LockedAt: a.lockedAt}
 	if hold {
 		run.delOp.SetDelete(dp)
-		a.st.DeleteLockedAsync(&run.delOp, run)
+		a.st.Group().DeleteAsync(&run.delOp, run)
 		return
 	}
 	deleted, derr := a.st.DeleteLocked(ctx, dp)
@@ -300,7 +300,7 @@ func (d *Durable) completeUnlocked(ctx context.Context, r *sidekiq.Run, run *job
 }
 
 // deletedUnlocked handles the answer of a delete written in its job's
-// lock's place (store.DeleteInsteadOfLock), as deleted does for a locked
+// lock's place (store.Group.DeleteInsteadOfLock), as deleted does for a locked
 // job's: a database that did not answer gets the removal retried (the row
 // was never locked, so it is removed whatever its lock), and no row means
 // the job ran without one.
@@ -338,7 +338,7 @@ func (d *Durable) lockAhead(job *wire.Job, identity string) any {
 	now := d.cfg.Clock.Now()
 	run := &jobRun{aheadSt: d.stores[0]}
 	run.ahead.SetLock(store.LockParams{JobID: job.JID(), LockedBy: identity, LockedAt: now, AssumeDeadAt: now.Add(ext)}, true)
-	if run.aheadSt.LockStart(&run.ahead) != nil {
+	if run.aheadSt.Group().LockStart(&run.ahead) != nil {
 		return nil
 	}
 	return run
@@ -353,7 +353,7 @@ func (d *Durable) waitLockAhead(ctx context.Context, run *jobRun) bool {
 	if run.aheadSt == nil {
 		return false
 	}
-	found, err := run.aheadSt.LockWait(ctx, &run.ahead)
+	found, err := run.aheadSt.Group().Wait(ctx, &run.ahead)
 	if err != nil || !found || d.pend.Len() != 0 {
 		return false
 	}
@@ -363,7 +363,7 @@ func (d *Durable) waitLockAhead(ctx context.Context, run *jobRun) bool {
 }
 
 // Answered is the answer of the success delete written through
-// DeleteLockedAsync (store.Then).
+// Group.DeleteAsync (store.Then).
 func (r *jobRun) Answered(deleted bool, err error) (release bool) {
 	a := &r.active
 	if r.lockOp.DeleteUnlocked() {

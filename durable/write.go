@@ -198,7 +198,7 @@ func (d *Durable) lockJob(ctx context.Context, jid, identity string, now time.Ti
 			op = &store.Op{}
 		}
 		op.SetLock(store.LockParams{JobID: jid, LockedBy: identity, LockedAt: now, AssumeDeadAt: now.Add(ext)}, false)
-		found, err := s.Lock(ctx, op)
+		found, err := s.Group().Lock(ctx, op)
 		if err != nil {
 			res.failed = append(res.failed, fmt.Errorf("%s: %w", s.Name(), err))
 			res.failedStores = append(res.failedStores, s)

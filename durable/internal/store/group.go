@@ -17,13 +17,13 @@ import (
 //
 //   - a push writes the job to Redis only after its row is committed (or
 //     after every database refused it);
-//   - a job whose caller waits for its lock (Lock, LockWait) runs only
+//   - a job whose caller waits for its lock (Lock, Wait) runs only
 //     after the lock (assume_dead_at = now + extension) is committed; a
 //     caller that does not wait (the durable package, on PostgreSQL with
 //     one database) may replace a lock no group took yet with the job's
 //     success delete (DeleteInsteadOfLock);
 //   - a job's success is acknowledged only after its delete is committed:
-//     DeleteLocked returns then, and DeleteLockedAsync hands the answer to
+//     DeleteLocked returns then, and Group.DeleteAsync hands the answer to
 //     the caller's Then, which decides when the acknowledgement is released
 //     (Options.Release).
 //
@@ -96,7 +96,59 @@ func (o *Op) LockedAt() time.Time { return o.lk.LockedAt }
 // Answered reports whether the op's write has its answer.
 func (o *Op) Answered() bool { return o.answered.Load() }
 
-// Then receives the answer of an op queued with DeleteLockedAsync, on the
+// Group is a store's group commit as its callers see it: the writes that
+// finish a job's row (its lock, its success delete), given as Ops the
+// caller allocates, waited for, started and waited for later, or answered
+// through a Then. Writes that arrive while a group is being written share
+// the next one.
+type Group struct {
+	gc *groupCommit
+	// replaces is set when the dialect writes the deletes that replaced a
+	// lock (DeleteInsteadOfLock).
+	replaces bool
+}
+
+// Lock marks the row as run by a process (op set by SetLock; written once,
+// not reused). It reports whether the row exists.
+func (g *Group) Lock(ctx context.Context, op *Op) (bool, error) { return g.gc.do(ctx, op) }
+
+// LockStart queues Lock's write and returns at once; Wait waits for its
+// answer. LockStart fails only when the store is closed.
+func (g *Group) LockStart(op *Op) error { return g.gc.enqueue(op) }
+
+// Wait waits for the answer of an op queued by LockStart, or of the delete
+// that replaced it.
+func (g *Group) Wait(ctx context.Context, op *Op) (bool, error) {
+	if !g.gc.wait(ctx, op) {
+		return false, ctx.Err()
+	}
+	return op.ok, op.err
+}
+
+// DeleteAsync is Store.DeleteLocked of op (set by SetDelete) that returns
+// at once; then is given the answer once the delete is committed (or
+// failed), and when it returns true, its Then is passed to Options.Release
+// with the others of the same group, in one call.
+func (g *Group) DeleteAsync(op *Op, then Then) { g.gc.doAsync(op, then) }
+
+// DeleteInsteadOfLock turns lock, queued by LockStart, into the success
+// delete of its job, deleting the row whatever its lock, if no group took
+// the lock yet: a job that completed before its lock was written then
+// costs the row one write instead of two. It reports whether it did; then
+// is given the answer as with DeleteAsync (nil: Wait waits for it). false
+// means the lock is written or being written (Wait has or will have its
+// answer), or that the store does not do this (SQLite).
+func (g *Group) DeleteInsteadOfLock(lock *Op, then Then) bool {
+	if !g.replaces {
+		return false
+	}
+	return g.gc.replaceLock(lock, then)
+}
+
+// WaitQueue waits until fewer than n writes wait for a group (or ctx ends).
+func (g *Group) WaitQueue(ctx context.Context, n int) { g.gc.waitQueue(ctx, n) }
+
+// Then receives the answer of an op queued with Group.DeleteAsync, on the
 // goroutine that wrote its group; release reports whether the op's
 // acknowledgement may be released now (by Options.Release).
 type Then interface {

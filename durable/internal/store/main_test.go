@@ -158,7 +158,7 @@ func upsert(tb testing.TB, s Store, p UpsertParams) {
 func lock(ctx context.Context, s Store, p LockParams) (bool, error) {
 	op := &Op{}
 	op.SetLock(p, false)
-	return s.Lock(ctx, op)
+	return s.Group().Lock(ctx, op)
 }
 
 // touch is TouchMany of one row.

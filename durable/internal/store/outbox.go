@@ -17,19 +17,19 @@ import (
 // writes it with a plain INSERT (docs/durable.md).
 const OutboxMark = "gojob:outbox"
 
-// OutboxChannel is the PostgreSQL NOTIFY channel a transaction that
+// outboxChannel is the PostgreSQL NOTIFY channel a transaction that
 // writes an outbox row notifies, so that relays push it as soon as it
 // commits (a notification is delivered at commit, never for a rolled-back
 // transaction).
-const OutboxChannel = "gojob_durable_outbox"
+const outboxChannel = "gojob_durable_outbox"
 
-// OutboxIndexName names the partial index of the rows to push, which
+// outboxIndexName names the partial index of the rows to push, which
 // keeps a relay's scan as cheap as the outbox is short.
-func OutboxIndexName(table string) string { return table + "_outbox_idx" }
+func outboxIndexName(table string) string { return table + "_outbox_idx" }
 
-// ErrNoListen is returned by OutboxListen for a database without
+// errNoListen is returned by OutboxListen for a database without
 // notifications (SQLite): relays poll it.
-var ErrNoListen = errors.New("durable: database has no notifications")
+var errNoListen = errors.New("durable: database has no notifications")
 
 // OutboxLeaseParams leases rows to push.
 type OutboxLeaseParams struct {
@@ -55,7 +55,7 @@ type OutboxRow struct {
 func (s *sqlStore) OutboxInsert(p UpsertParams) (insert string, args []any, notify string) {
 	args = []any{p.JobID, p.JobClass, p.ItemJSON, p.Queue, s.t(p.InsertedAt), s.t(p.AssumeDeadAt), OutboxMark}
 	if s.d.kind() == "postgres" {
-		notify = `SELECT pg_notify('` + OutboxChannel + `', '')`
+		notify = `SELECT pg_notify('` + outboxChannel + `', '')`
 	}
 	return s.qOutboxInsert, args, notify
 }
@@ -109,13 +109,13 @@ func (s *sqlStore) OutboxPushed(ctx context.Context, jobIDs []string) error {
 	return nil
 }
 
-// OutboxListen listens on OutboxChannel and calls wake for each
+// OutboxListen listens on outboxChannel and calls wake for each
 // notification until ctx ends or the connection fails. SQLite returns
-// ErrNoListen.
+// errNoListen.
 func (s *sqlStore) OutboxListen(ctx context.Context, ready, wake func()) error {
 	pg, ok := s.d.(*pgDialect)
 	if !ok {
-		return ErrNoListen
+		return errNoListen
 	}
 	return pgListen(ctx, pg.pool, ready, wake)
 }
@@ -128,7 +128,7 @@ func pgListen(ctx context.Context, pool *pgxpool.Pool, ready, wake func()) error
 	// The connection has session state (LISTEN): it is not given back.
 	c := conn.Hijack()
 	defer c.Close(context.WithoutCancel(ctx))
-	if _, err := c.Exec(ctx, `LISTEN `+OutboxChannel); err != nil {
+	if _, err := c.Exec(ctx, `LISTEN `+outboxChannel); err != nil {
 		return err
 	}
 	ready()
@@ -158,6 +158,6 @@ RETURNING job_id, job_item_json, queue`)
 
 // outboxIndexSQL creates the partial index of the rows to push.
 func outboxIndexSQL(table, qtable string) string {
-	return `CREATE INDEX IF NOT EXISTS ` + quoteIdent(OutboxIndexName(table)) + ` ON ` + qtable +
+	return `CREATE INDEX IF NOT EXISTS ` + quoteIdent(outboxIndexName(table)) + ` ON ` + qtable +
 		` (inserted_at) WHERE locked_by = '` + OutboxMark + `'`
 }

@@ -220,11 +220,11 @@ func TestPostgresDeleteInPlaceOfTheLockRemovesTheRowWhateverItsLock(t *testing.T
 	}
 	s.gc.mu.Unlock()
 	for _, op := range []*Op{free, held, missing} {
-		require.True(t, s.DeleteInsteadOfLock(op, nil), op.JID())
+		require.True(t, s.Group().DeleteInsteadOfLock(op, nil), op.JID())
 	}
 	require.NoError(t, s.gc.enqueue()) // starts the writer
 	for jid, want := range map[*Op]bool{free: true, held: true, missing: false, locked: false} {
-		ok, err := s.Wait(ctx, jid)
+		ok, err := s.Group().Wait(ctx, jid)
 		require.NoError(t, err)
 		require.Equal(t, want, ok, jid.JID())
 	}

@@ -65,7 +65,7 @@ var pgGroupParams = map[string]string{
 func openPostgres(rawURL string, o Options) (*sqlStore, error) {
 	pc, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("durable: database %s: %w", RedactURL(rawURL), err)
+		return nil, fmt.Errorf("durable: database %s: %w", redactURL(rawURL), err)
 	}
 	if pc.ConnConfig.ConnectTimeout == 0 {
 		pc.ConnConfig.ConnectTimeout = o.ConnectTimeout
@@ -88,13 +88,13 @@ func openPostgres(rawURL string, o Options) (*sqlStore, error) {
 		}
 	}
 	if d.pool, err = pgxpool.NewWithConfig(context.Background(), pc); err != nil {
-		return nil, fmt.Errorf("durable: database %s: %w", RedactURL(rawURL), err)
+		return nil, fmt.Errorf("durable: database %s: %w", redactURL(rawURL), err)
 	}
 	if d.group, err = pgxpool.NewWithConfig(context.Background(), gc); err != nil {
 		d.pool.Close()
-		return nil, fmt.Errorf("durable: database %s: %w", RedactURL(rawURL), err)
+		return nil, fmt.Errorf("durable: database %s: %w", redactURL(rawURL), err)
 	}
-	return newSQLStore(d, d.qtable, RedactURL(rawURL), o), nil
+	return newSQLStore(d, d.qtable, redactURL(rawURL), o), nil
 }
 
 func (*pgDialect) kind() string            { return "postgres" }
@@ -219,7 +219,7 @@ func (d *pgDialect) migrate(ctx context.Context) (*MigrateOutcome, error) {
 		out.AddedIndex = true
 	}
 	if err := pgScalar(ctx, tx, &hasIndex, `SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = $1 AND tablename = $2 AND indexname = $3)`,
-		d.schema, d.table, OutboxIndexName(d.table)); err != nil {
+		d.schema, d.table, outboxIndexName(d.table)); err != nil {
 		return nil, err
 	}
 	if !hasIndex {
@@ -273,8 +273,8 @@ func (d *pgDialect) shouldPing(c *pgx.Conn, idle time.Duration) bool {
 	return idle > time.Second || (known && seen != e)
 }
 
-// RedactURL hides a password in a URL.
-func RedactURL(raw string) string {
+// redactURL hides a password in a URL.
+func redactURL(raw string) string {
 	if strings.Contains(raw, "password=") && !strings.Contains(raw, "://") {
 		return "(connection string)" // libpq key=value form
 	}

@@ -53,6 +53,7 @@ type sqlStore struct {
 	display   string
 	opTimeout time.Duration
 	gc        *groupCommit
+	group     Group
 
 	statements, commits, groupOps atomic.Int64
 
@@ -68,6 +69,7 @@ func newSQLStore(d dialect, table, display string, o Options) *sqlStore {
 	s.gc = newGroupCommit(s.writeGroup, s.writeOne, s.IsConnError, o.BatchWindow, cmpOr(o.MaxBatch, 1000), groupSlots)
 	s.gc.gather = gcGatherMax
 	s.gc.release = o.Release
+	s.group = Group{gc: s.gc, replaces: d.deletesUnlocked()}
 	r := d.rebind
 	t := table
 	s.qUpsert = r(`INSERT INTO ` + t + ` (job_id, job_class, job_item_json, queue, inserted_at, assume_dead_at, missing_at)
@@ -254,16 +256,7 @@ func (s *sqlStore) upsertNow(ctx context.Context, p UpsertParams) (bool, error) 
 	return inserted.Time.Equal(Micro(p.InsertedAt)), nil
 }
 
-func (s *sqlStore) Lock(ctx context.Context, op *Op) (bool, error) { return s.gc.do(ctx, op) }
-
-func (s *sqlStore) LockStart(op *Op) error { return s.gc.enqueue(op) }
-
-func (s *sqlStore) LockWait(ctx context.Context, op *Op) (bool, error) {
-	if !s.gc.wait(ctx, op) {
-		return false, ctx.Err()
-	}
-	return op.ok, op.err
-}
+func (s *sqlStore) Group() *Group { return &s.group }
 
 func (s *sqlStore) Unlock(ctx context.Context, p UnlockParams) (bool, error) {
 	n, err := s.exec(ctx, s.qUnlock, s.t(p.AssumeDeadAt), p.ItemJSON, p.JobID, p.LockedBy, s.t(p.LockedAt))
@@ -278,19 +271,6 @@ func (s *sqlStore) Heartbeat(ctx context.Context, p HeartbeatParams) (bool, erro
 func (s *sqlStore) DeleteLocked(ctx context.Context, p DeleteParams) (bool, error) {
 	return s.gc.do(ctx, &Op{kind: opDelete, del: p})
 }
-
-func (s *sqlStore) DeleteLockedAsync(op *Op, then Then) { s.gc.doAsync(op, then) }
-
-func (s *sqlStore) DeleteInsteadOfLock(lock *Op, then Then) bool {
-	if !s.d.deletesUnlocked() {
-		return false
-	}
-	return s.gc.replaceLock(lock, then)
-}
-
-func (s *sqlStore) Wait(ctx context.Context, op *Op) (bool, error) { return s.LockWait(ctx, op) }
-
-func (s *sqlStore) WaitQueue(ctx context.Context, n int) { s.gc.waitQueue(ctx, n) }
 
 func (s *sqlStore) DeleteJob(ctx context.Context, jobID string) (bool, error) {
 	n, err := s.exec(ctx, s.qDelete, jobID)

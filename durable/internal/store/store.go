@@ -1,8 +1,9 @@
 // Package store keeps the durable_jobs table of one storage database,
 // PostgreSQL (pgx) or SQLite (modernc, through database/sql), behind one
 // interface, Store. The hot writes (a push's upsert, the lock before a
-// job runs, the success delete) go through a group commit (group.go):
-// writes that arrive while a group is being written share the next one.
+// job runs, the success delete) go through a group commit (group.go,
+// Store.Group): writes that arrive while a group is being written share
+// the next one.
 // Pending keeps the writes that finish jobs' rows while their database
 // does not answer.
 //
@@ -44,14 +45,11 @@ type Store interface {
 	// UpsertMany is Upsert for many rows at once (distinct jids), with an
 	// answer per row.
 	UpsertMany(ctx context.Context, ps []UpsertParams) (created []bool, errs []error)
-	// Lock marks the row as run by a process (op set by SetLock, in the
-	// caller's allocation; written once, not reused). It reports whether
-	// the row exists.
-	Lock(ctx context.Context, op *Op) (bool, error)
-	// LockStart queues Lock's write and returns at once; LockWait waits
-	// for its answer. LockStart fails only when the store is closed.
-	LockStart(op *Op) error
-	LockWait(ctx context.Context, op *Op) (bool, error)
+	// Group is the group commit through which Upsert and DeleteLocked
+	// write: the lock before a job runs, the asynchronous success delete
+	// and the delete that replaces a lock not yet written are given to it
+	// directly, as Ops in the caller's allocation.
+	Group() *Group
 	// Unlock clears the lock after a failure, if the row is still held by
 	// that lock. It reports whether it changed the row.
 	Unlock(ctx context.Context, p UnlockParams) (bool, error)
@@ -60,26 +58,6 @@ type Store interface {
 	// DeleteLocked deletes the row after a success, if it is still held
 	// by that lock. It reports whether it deleted it.
 	DeleteLocked(ctx context.Context, p DeleteParams) (bool, error)
-	// DeleteLockedAsync is DeleteLocked of op (set by SetDelete) that
-	// returns at once; then is given the answer once the delete is
-	// committed (or failed), and when it returns true, its Then is passed
-	// to Options.Release with the others of the same group, in one call.
-	DeleteLockedAsync(op *Op, then Then)
-	// DeleteInsteadOfLock turns lock, queued by LockStart, into the
-	// success delete of its job, deleting the row whatever its lock, if
-	// no group took the lock yet: a job that completed before its lock was
-	// written then costs the row one write instead of two. It reports
-	// whether it did; then is given the answer as with DeleteLockedAsync
-	// (nil: Wait waits for it). false means the lock is written or being
-	// written (LockWait has or will have its answer), or that the store
-	// does not do this (SQLite).
-	DeleteInsteadOfLock(lock *Op, then Then) bool
-	// Wait waits for the answer of an op queued by LockStart, or of the
-	// delete that replaced it.
-	Wait(ctx context.Context, op *Op) (bool, error)
-	// WaitQueue waits until fewer than n writes wait for a group (or ctx
-	// ends).
-	WaitQueue(ctx context.Context, n int)
 	// DeleteJob deletes the row whatever its state. It reports whether it
 	// existed.
 	DeleteJob(ctx context.Context, jobID string) (bool, error)

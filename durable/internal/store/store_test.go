@@ -314,7 +314,7 @@ WHERE n.nspname = $1 AND t.relname = $2 AND c.conname = $3`, schema, table, tabl
 	require.NoError(t, rows.Err())
 	// Amigo's unique index, and the reconciler's on (assume_dead_at,
 	// job_id) and the outbox's partial one that gojob adds
-	// (DueIndexName and OutboxIndexName say why).
+	// (DueIndexName and outboxIndexName say why).
 	require.Len(t, indexes, 3)
 	require.Contains(t, indexes[0], "(assume_dead_at, job_id)")
 	require.Contains(t, indexes[1], "UNIQUE INDEX")
