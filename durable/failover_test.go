@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/pgtest"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -19,11 +20,11 @@ import (
 // kills a job that completed into the dead set.
 func TestRepushAfterFailoverLeavesNoStaleRow(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		table := uniqueTable()
 		up := setup(t, bundleOpts{urls: urls[:], table: table})
-		down := setup(t, bundleOpts{urls: []string{be.unreachable, urls[1]}, table: table})
+		down := setup(t, bundleOpts{urls: []string{be.Unreachable, urls[1]}, table: table})
 		down.clk.Set(up.clk.Now())
 		ctx := context.Background()
 
@@ -62,8 +63,8 @@ func TestRepushAfterFailoverLeavesNoStaleRow(t *testing.T) {
 // it there and touches no other database; a first push never does.
 func TestRepushInPlaceTouchesNoOtherDatabase(t *testing.T) {
 	t.Parallel()
-	urls := backends[1].urls(t)
-	b := setup(t, bundleOpts{urls: []string{urls[0], backends[1].unreachable}})
+	urls := pgtest.Backends[1].URLs(t)
+	b := setup(t, bundleOpts{urls: []string{urls[0], pgtest.Backends[1].Unreachable}})
 	ctx := context.Background()
 	job := newJob(t, "DurableJob")
 	res, err := b.client.Push(ctx, job, &sidekiq.PushOpts{In: time.Minute})

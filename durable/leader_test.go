@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gojob/gojob/internal/pgtest"
 	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
@@ -12,7 +13,7 @@ import (
 
 func TestPollerLeaderElection(t *testing.T) {
 	t.Parallel()
-	urls := backends[1].urls(t)
+	urls := pgtest.Backends[1].URLs(t)
 	b := setup(t, bundleOpts{urls: urls[:]})
 	ctx := context.Background()
 	newPoller := func(id string) *Poller {
@@ -59,7 +60,7 @@ func TestPollerLeaderElection(t *testing.T) {
 
 func TestPollerLoopReconciles(t *testing.T) {
 	t.Parallel()
-	urls := backends[1].urls(t)
+	urls := pgtest.Backends[1].URLs(t)
 	b := setup(t, bundleOpts{urls: urls[:]})
 	job := newJob(t, "DurableJob")
 	b.insert(t, job, ptr(testNow))
@@ -82,7 +83,7 @@ func TestPollerLoopReconciles(t *testing.T) {
 // process reconciles while it runs.
 func TestPollerKeepsLeaseDuringLongPass(t *testing.T) {
 	t.Parallel()
-	urls := backends[1].urls(t)
+	urls := pgtest.Backends[1].URLs(t)
 	b := setup(t, bundleOpts{urls: urls[:]})
 	ctx := context.Background()
 	job := newJob(t, "DurableJob")
@@ -116,7 +117,7 @@ func TestPollerKeepsLeaseDuringLongPass(t *testing.T) {
 // A leader that finds its lease taken by another process stops its pass.
 func TestPollerStopsPassWhenLeaseIsLost(t *testing.T) {
 	t.Parallel()
-	urls := backends[1].urls(t)
+	urls := pgtest.Backends[1].URLs(t)
 	b := setup(t, bundleOpts{urls: urls[:]})
 	ctx := context.Background()
 	job := newJob(t, "DurableJob")
@@ -149,7 +150,7 @@ func TestPollerStopsPassWhenLeaseIsLost(t *testing.T) {
 // forever by a process that makes no progress.
 func TestPollerBoundsAStuckPass(t *testing.T) {
 	t.Parallel()
-	urls := backends[1].urls(t)
+	urls := pgtest.Backends[1].URLs(t)
 	b := setup(t, bundleOpts{urls: urls[:]})
 	ctx := context.Background()
 	job := newJob(t, "DurableJob")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/pgtest"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -51,8 +52,8 @@ func startReliableServer(t *testing.T, b *testBundle, h sidekiq.HandlerFunc) *si
 // deleted after its success, as with the lock taken at start.
 func TestJobFetchedAheadRunsUnderTheLockQueuedOnItsArrival(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, lockAheadOpts(urls[:1]))
 		const n = 20
 		jids := make([]string, n)
@@ -110,8 +111,8 @@ func TestJobFetchedAheadRunsUnderTheLockQueuedOnItsArrival(t *testing.T) {
 // keeps its row, locked; a later run takes the lock again and deletes it.
 func TestJobLockedAheadAndGivenBackKeepsItsRowForItsNextRun(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, lockAheadOpts(urls[:1]))
 		first, err := b.client.Enqueue(context.Background(), "", "DurableJob", 1)
 		require.NoError(t, err)

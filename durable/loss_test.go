@@ -17,6 +17,7 @@ import (
 
 	"github.com/gojob/gojob/internal/clocktest"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/pgtest"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/internal/wait"
@@ -265,7 +266,7 @@ type lossEnv struct {
 
 func startLoss(t *testing.T) *lossEnv {
 	t.Helper()
-	e := &lossEnv{dbURL: pgDatabases(t)[0], table: uniqueTable(), rs: redistest.Start(t), ctx: context.Background()}
+	e := &lossEnv{dbURL: pgtest.Databases(t)[0], table: uniqueTable(), rs: redistest.Start(t), ctx: context.Background()}
 	e.pool = e.rs.Pool(t)
 	e.conn = e.pool.Get()
 	t.Cleanup(func() { e.conn.Close() })

@@ -2,18 +2,14 @@ package durable
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/gojob/gojob/durable/internal/store"
 	"github.com/gojob/gojob/internal/clocktest"
@@ -29,80 +25,15 @@ import (
 // The PostgreSQL tests create two databases of their own (pgtest), one
 // table per test inside them.
 
-var pg struct {
-	urls [2]string // the two test databases
-	err  error     // why they could not be created
-}
-
 func TestMain(m *testing.M) {
 	if os.Getenv(lossChildEnv) != "" {
 		os.Exit(lossChild())
 	}
-	urls, drop, err := pgtest.Create("gojob_durable", 2)
-	pg.err = err
-	copy(pg.urls[:], urls)
-	code := m.Run()
-	drop()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(pgtest.Main(m, "gojob_durable", 2))
 }
-
-// pgDatabases returns the two test databases' URLs, failing the test when
-// PostgreSQL is not available.
-func pgDatabases(t testing.TB) [2]string {
-	t.Helper()
-	if pg.err != nil {
-		t.Fatalf("durable: PostgreSQL is required for this test: %v", pg.err)
-	}
-	return pg.urls
-}
-
-var tableSeq atomic.Int64
 
 // uniqueTable names a table for one test, so tests share the databases.
-func uniqueTable() string {
-	return fmt.Sprintf("dj_%d_%d", os.Getpid()%100000, tableSeq.Add(1))
-}
-
-// backend is a kind of storage database the suites run against.
-type backend struct {
-	name string
-	// urls returns two databases of that kind for a test.
-	urls func(t testing.TB) [2]string
-	// unreachable is a URL of that kind that cannot be connected to.
-	unreachable string
-}
-
-var backends = []backend{
-	{
-		name:        "postgres",
-		urls:        pgDatabases,
-		unreachable: "postgres://postgres@127.0.0.1:1/nowhere?sslmode=disable&connect_timeout=2",
-	},
-	{
-		name: "sqlite",
-		urls: func(t testing.TB) [2]string {
-			dir := t.TempDir()
-			return [2]string{"sqlite:" + filepath.Join(dir, "one.db"), "sqlite:" + filepath.Join(dir, "two.db")}
-		},
-		unreachable: "sqlite:/nonexistent-gojob-dir/durable.db",
-	},
-}
-
-// eachBackend runs f as a parallel subtest per backend.
-func eachBackend(t *testing.T, f func(t *testing.T, be backend)) {
-	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
-			t.Parallel()
-			f(t, be)
-		})
-	}
-}
+func uniqueTable() string { return pgtest.UniqueTable("dj") }
 
 // testBundle is a Durable on fresh tables, a private Redis, a client with
 // the durable middleware and a fake clock.

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/pgtest"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
@@ -29,8 +30,8 @@ import (
 // Checklist item 1 (docs/durable.md#conformance-checklist).
 func TestMigrateCreatesTableInEachDatabase(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		d, err := New(&Config{URLs: urls[:], Table: uniqueTable()})
 		require.NoError(t, err)
 		defer d.Close()
@@ -58,8 +59,8 @@ func rubyPush(t *testing.T, b *testBundle, job *wire.Job) {
 // Checklist item 2 (docs/durable.md#conformance-checklist).
 func TestClientInsertsIntoFirstDatabase(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		ctx := context.Background()
 		now := micro(testNow)
@@ -107,9 +108,9 @@ func TestClientInsertsIntoFirstDatabase(t *testing.T) {
 // Checklist item 3 (docs/durable.md#conformance-checklist).
 func TestFallsBackToSecondDatabase(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
-		b := setup(t, bundleOpts{urls: []string{be.unreachable, urls[1]}})
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
+		b := setup(t, bundleOpts{urls: []string{be.Unreachable, urls[1]}})
 		res, err := b.client.Enqueue(context.Background(), "", "DurableJob", 1)
 		require.NoError(t, err)
 		require.NotNil(t, b.rowIn(t, 1, res.JID))
@@ -121,8 +122,8 @@ func TestFallsBackToSecondDatabase(t *testing.T) {
 // Checklist item 4 (docs/durable.md#conformance-checklist).
 func TestNoDatabaseLogsAndStillPushes(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		b := setup(t, bundleOpts{urls: []string{be.unreachable}})
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		b := setup(t, bundleOpts{urls: []string{be.Unreachable}})
 		_, err := b.client.Enqueue(context.Background(), "", "DurableJob", 1)
 		require.NoError(t, err)
 		require.Equal(t, 1, b.llen(t, "default"))
@@ -173,8 +174,8 @@ func (c *spyConn) ReceiveWithTimeout(d time.Duration) (any, error) {
 // Checklist item 5 (docs/durable.md#conformance-checklist).
 func TestInsertHappensBeforeRedisPush(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		var mu sync.Mutex
 		var order []string
@@ -275,8 +276,8 @@ func (s *serverBundle) wait(t *testing.T) jobOutcome {
 // Checklist items 7, 8 (docs/durable.md#conformance-checklist).
 func TestLockedWhileRunningDeletedAfterSuccess(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		var during *Row
 		var active bool
@@ -302,8 +303,8 @@ func TestLockedWhileRunningDeletedAfterSuccess(t *testing.T) {
 // Checklist item 9 (docs/durable.md#conformance-checklist).
 func TestErrorUnlocksAndRecordsError(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		s := startServer(t, b, map[string]sidekiq.HandlerFunc{"DurableJob": func(ctx context.Context, job *wire.Job) error {
 			b.clk.Advance(time.Minute) // the job took a minute
@@ -329,7 +330,7 @@ func TestErrorUnlocksAndRecordsError(t *testing.T) {
 // Checklist item 9 (docs/durable.md#conformance-checklist).
 func TestPanicUnlocksAndRecordsError(t *testing.T) {
 	t.Parallel()
-	urls := backends[1].urls(t)
+	urls := pgtest.Backends[1].URLs(t)
 	b := setup(t, bundleOpts{urls: urls[:]})
 	s := startServer(t, b, map[string]sidekiq.HandlerFunc{"DurableJob": func(ctx context.Context, job *wire.Job) error {
 		panic("boom")
@@ -350,8 +351,8 @@ func TestPanicUnlocksAndRecordsError(t *testing.T) {
 // Checklist item 10 (docs/durable.md#conformance-checklist).
 func TestNoRowLogsAndRuns(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		res, err := b.client.Enqueue(context.Background(), "", "DurableJob", 1)
 		require.NoError(t, err)
@@ -372,8 +373,8 @@ func TestNoRowLogsAndRuns(t *testing.T) {
 // Checklist item 12 (docs/durable.md#conformance-checklist).
 func TestNonDurableClassIsUntouched(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		ran := make(chan bool, 1)
 		s := startServer(t, b, map[string]sidekiq.HandlerFunc{"PlainJob": func(ctx context.Context, job *wire.Job) error {
@@ -393,8 +394,8 @@ func TestNonDurableClassIsUntouched(t *testing.T) {
 // Checklist items 13, 14, 15 (docs/durable.md#conformance-checklist).
 func TestInsertJob(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		ctx := context.Background()
 		job := newJob(t, "DurableJob")
@@ -433,8 +434,8 @@ func TestInsertJob(t *testing.T) {
 // quarter of the extension, and reports a row that is gone.
 func TestHeartbeat(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		ctx := context.Background()
 		require.NoError(t, sidekiq.Heartbeat(ctx), "outside a job a heartbeat does nothing")
@@ -494,8 +495,8 @@ func TestSidekiqHeartbeatMovesTheRowsDeadline(t *testing.T) {
 
 func TestLockFindsRowInAnotherDatabase(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		table := uniqueTable()
 		b := setup(t, bundleOpts{urls: urls[:], table: table})
 		job := newJob(t, "DurableJob")
@@ -519,7 +520,7 @@ func TestLockFindsRowInAnotherDatabase(t *testing.T) {
 		// With the first database unreachable, the row in the second is found.
 		j2 := newJob(t, "DurableJob")
 		reversed.insert(t, j2, nil) // into urls[1]
-		down := setup(t, bundleOpts{urls: []string{be.unreachable, urls[1]}, table: table})
+		down := setup(t, bundleOpts{urls: []string{be.Unreachable, urls[1]}, table: table})
 		err = down.d.Run(context.Background(), &sidekiq.Run{Job: j2, Identity: "h:1:n"}, func(ctx context.Context) error {
 			_, active := activeJID(ctx)
 			require.True(t, active)
@@ -533,7 +534,7 @@ func TestLockFindsRowInAnotherDatabase(t *testing.T) {
 
 func TestInJobPushOfSameJIDKeepsRow(t *testing.T) {
 	t.Parallel()
-	urls := backends[1].urls(t)
+	urls := pgtest.Backends[1].URLs(t)
 	b := setup(t, bundleOpts{urls: urls[:]})
 	ctx := context.Background()
 	job := newJob(t, "DurableJob")
@@ -554,7 +555,7 @@ func TestInJobPushOfSameJIDKeepsRow(t *testing.T) {
 
 func TestActiveJobWrapperUsesWrappedClass(t *testing.T) {
 	t.Parallel()
-	urls := backends[1].urls(t)
+	urls := pgtest.Backends[1].URLs(t)
 	b := setup(t, bundleOpts{urls: urls[:]})
 	job := newJob(t, contract.ActiveJobWrapper, map[string]any{"job_class": "ShortJob", "arguments": []any{}})
 	job.Set("wrapped", rubyjson.StringValue("ShortJob"))

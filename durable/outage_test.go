@@ -19,6 +19,7 @@ import (
 
 	"github.com/gojob/gojob/durable/internal/store"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/pgtest"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -36,16 +37,16 @@ type outage struct {
 	up   func() error
 }
 
-func newOutage(t *testing.T, be backend) *outage {
+func newOutage(t *testing.T, be pgtest.Backend) *outage {
 	t.Helper()
-	urls := be.urls(t)
-	if be.name == "sqlite" {
+	urls := be.URLs(t)
+	if be.Name == "sqlite" {
 		return sqliteOutage(t, urls)
 	}
 	return postgresOutage(t, urls)
 }
 
-func postgresOutage(t *testing.T, urls [2]string) *outage {
+func postgresOutage(t *testing.T, urls []string) *outage {
 	t.Helper()
 	pc, err := pgx.ParseConfig(urls[0])
 	require.NoError(t, err)
@@ -68,7 +69,7 @@ func postgresOutage(t *testing.T, urls [2]string) *outage {
 	}
 }
 
-func sqliteOutage(t *testing.T, urls [2]string) *outage {
+func sqliteOutage(t *testing.T, urls []string) *outage {
 	t.Helper()
 	path, _, _ := store.SQLitePath(urls[0])
 	locker, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
@@ -225,7 +226,7 @@ func waitNoPendingWrites(t *testing.T, d *Durable) {
 // no completed job's row is left and the reconciler kills nothing.
 func TestOutageFinishingWritesLandWhenTheDatabaseIsBack(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
 		o := newOutage(t, be)
 		b := setup(t, bundleOpts{urls: o.urls, configure: fastRetry})
 		ctx := context.Background()
@@ -318,7 +319,7 @@ func TestOutageFinishingWritesLandWhenTheDatabaseIsBack(t *testing.T) {
 // pending write is killed, as before.
 func TestReconcilerLeavesRowsWithPendingWrites(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
 		o := newOutage(t, be)
 		b := setup(t, bundleOpts{urls: o.urls, configure: noRetry})
 		ctx := context.Background()
@@ -360,7 +361,7 @@ func TestReconcilerLeavesRowsWithPendingWrites(t *testing.T) {
 // that the success leaves no row anywhere.
 func TestLockAppliesThePendingRemovalFirst(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
 		o := newOutage(t, be)
 		b := setup(t, bundleOpts{urls: o.urls, configure: noRetry})
 		ctx := context.Background()
@@ -407,7 +408,7 @@ func TestLockAppliesThePendingRemovalFirst(t *testing.T) {
 // land, the others are logged at error level with jid and database.
 func TestStopTriesPendingWritesOnceAndLogsTheRest(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
 		o := newOutage(t, be)
 		table := uniqueTable()
 		ctx := context.Background()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gojob/gojob/durable/internal/store"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/pgtest"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -87,8 +88,8 @@ func newRelay(t testing.TB, b *testBundle) *Relay {
 // one push it again; the reconciler leaves rows to push alone.
 func TestOutboxPushesCommittedOnce(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:1]})
 		ctx := context.Background()
 		var committed []string
@@ -189,7 +190,7 @@ func TestOutboxScheduledAndBadInput(t *testing.T) {
 // not at the next poll.
 func TestOutboxNotifyLatency(t *testing.T) {
 	t.Parallel()
-	urls := pgDatabases(t)
+	urls := pgtest.Databases(t)
 	b := setup(t, bundleOpts{urls: urls[:1]})
 	b.clk.Set(time.Now())
 	ctx := context.Background()
@@ -217,8 +218,8 @@ func TestOutboxNotifyLatency(t *testing.T) {
 // runs under its lock.
 func TestAdoptWritesMissingRow(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:], configure: func(c *Config) { c.Adopt = true }})
 		plain, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: b.pool, Clock: b.clk})
 		require.NoError(t, err)

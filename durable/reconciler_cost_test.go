@@ -14,6 +14,7 @@ import (
 
 	"github.com/gojob/gojob/durable/internal/store"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/pgtest"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -133,9 +134,9 @@ func redisCalls(t testing.TB, conn redis.Conn) (total int, byCmd map[string]int)
 // row up where it should be, and never streams the sets.
 func TestReconcilerCommandsDoNotGrowWithTheRetrySet(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
 		pass := func(fillers int) (int, map[string]int, *ReconcileResult) {
-			urls := be.urls(t)
+			urls := be.URLs(t)
 			b := setup(t, bundleOpts{urls: urls[:1]})
 			dueScenario{retryExact: 100, retryFailed: 100, queued: 100, dead: 50, retryFillers: fillers}.build(t, b)
 			before, bcmds := redisCalls(t, b.conn)
@@ -174,13 +175,13 @@ func TestReconcilerCommandsDoNotGrowWithTheRetrySet(t *testing.T) {
 func BenchmarkReconcilePass(b *testing.B) {
 	due := envOr("GOJOB_BENCH_DUE", 100_000)
 	fillers := envOr("GOJOB_BENCH_RETRY", 1_000_000)
-	be := backends[0]
+	be := pgtest.Backends[0]
 	if os.Getenv("GOJOB_BENCH_DB") == "sqlite" {
-		be = backends[1]
+		be = pgtest.Backends[1]
 	}
 	for b.Loop() {
 		b.StopTimer()
-		urls := be.urls(b)
+		urls := be.URLs(b)
 		tb := setupB(b, urls[:1])
 		sc := dueScenario{retryExact: due * 40 / 100, retryFailed: due * 10 / 100, queued: due * 25 / 100, dead: due * 20 / 100,
 			missing: due * 5 / 100, retryFillers: fillers}
@@ -200,7 +201,7 @@ func BenchmarkReconcilePass(b *testing.B) {
 		b.ReportMetric(elapsed.Seconds(), "s/pass")
 		b.ReportMetric(float64(after-before-1), "redis-commands/pass")
 		b.ReportMetric(float64(tb.d.Stats().Statements-stmts), "sql-statements/pass")
-		b.Logf("%s: %d due rows, %d retry members: pass %.2f s, %+v", be.name, sc.rows(), sc.retryExact+sc.retryFailed+fillers, elapsed.Seconds(), res.ReconcileCounts)
+		b.Logf("%s: %d due rows, %d retry members: pass %.2f s, %+v", be.Name, sc.rows(), sc.retryExact+sc.retryFailed+fillers, elapsed.Seconds(), res.ReconcileCounts)
 		b.StartTimer()
 	}
 }

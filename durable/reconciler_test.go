@@ -11,6 +11,7 @@ import (
 
 	"github.com/gojob/gojob/durable/internal/store"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/pgtest"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
@@ -38,8 +39,8 @@ func filler(n int, class string) []any {
 // Checklist item 19 (docs/durable.md#conformance-checklist).
 func TestKillsExpiredMissingJobLeavesOthers(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		ctx := context.Background()
 		lost := newJob(t, "DurableJob", "a", 1)
@@ -74,8 +75,8 @@ func TestKillsExpiredMissingJobLeavesOthers(t *testing.T) {
 // Checklist item 20 (docs/durable.md#conformance-checklist).
 func TestFailureNotifierInsteadOfDeathHandlers(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		job := newJob(t, "DurableJob")
 		b.insert(t, job, ptr(testNow))
@@ -99,8 +100,8 @@ func TestFailureNotifierInsteadOfDeathHandlers(t *testing.T) {
 // Checklist item 21 (docs/durable.md#conformance-checklist).
 func TestDeathHandlersWithoutNotifier(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		job := newJob(t, "DurableJob")
 		b.insert(t, job, ptr(testNow))
@@ -117,8 +118,8 @@ func TestDeathHandlersWithoutNotifier(t *testing.T) {
 // Checklist item 22 (docs/durable.md#conformance-checklist).
 func TestTwoStrikes(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		never := newJob(t, "DurableJob", 1)
 		b.insert(t, never, nil)
@@ -153,8 +154,8 @@ func TestTwoStrikes(t *testing.T) {
 // Checklist items 23, 24 (docs/durable.md#conformance-checklist).
 func TestLargeRetryAndDeadSetsDoNotDisable(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		conn := b.conn
 		args := []any{contract.KeyRetry}
@@ -199,8 +200,8 @@ func TestLargeRetryAndDeadSetsDoNotDisable(t *testing.T) {
 // Checklist item 25 (docs/durable.md#conformance-checklist).
 func TestJobsWaitingInQueuesAreExtended(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		ctx := context.Background()
 		// q1 is long (chunked reads); its job sits deep in it.
@@ -236,8 +237,8 @@ func TestJobsWaitingInQueuesAreExtended(t *testing.T) {
 // Checklist item 26 (docs/durable.md#conformance-checklist).
 func TestJobInRetrySet(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		job := newJob(t, "DurableJob")
 		b.insert(t, job, ptr(testNow))
@@ -256,8 +257,8 @@ func TestJobInRetrySet(t *testing.T) {
 // Checklist item 27 (docs/durable.md#conformance-checklist).
 func TestJobInDeadSet(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		job := newJob(t, "DurableJob")
 		b.insert(t, job, nil)
@@ -272,8 +273,8 @@ func TestJobInDeadSet(t *testing.T) {
 
 func TestScheduledJobIsFoundInScheduleSet(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		// Pushed with perform_in: the client middleware sees "at", so the
 		// row's deadline is run time + extension.
@@ -316,8 +317,8 @@ func (b *testBundle) fakeProcess(t testing.TB, identity string, job *wire.Job) {
 
 func TestRunningJobIsNotKilled(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		// A job that runs past two extensions without heartbeating: Ruby
 		// kills it into the dead set while it runs.
@@ -345,8 +346,8 @@ func TestRunningJobIsNotKilled(t *testing.T) {
 
 func TestRowErrorsAffectOnlyTheirRow(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		ctx := context.Background()
 		// A class this process does not know (Ruby's const_get raises and
@@ -374,8 +375,8 @@ func TestRowErrorsAffectOnlyTheirRow(t *testing.T) {
 
 func TestReconcilerPagesAndCoversEveryDatabase(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		table := uniqueTable()
 		b := setup(t, bundleOpts{urls: urls[:], table: table})
 		second := setup(t, bundleOpts{urls: []string{urls[1]}, table: table})
@@ -403,9 +404,9 @@ func TestReconcilerPagesAndCoversEveryDatabase(t *testing.T) {
 
 func TestUnreachableDatabaseDoesNotStopThePass(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
-		b := setup(t, bundleOpts{urls: []string{be.unreachable, urls[1]}})
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
+		b := setup(t, bundleOpts{urls: []string{be.Unreachable, urls[1]}})
 		job := newJob(t, "DurableJob")
 		b.insert(t, job, ptr(testNow))
 		b.clk.Advance(6 * time.Minute)
@@ -419,7 +420,7 @@ func TestUnreachableDatabaseDoesNotStopThePass(t *testing.T) {
 
 func TestKillTrimsDeadSet(t *testing.T) {
 	t.Parallel()
-	urls := backends[1].urls(t)
+	urls := pgtest.Backends[1].URLs(t)
 	b := setup(t, bundleOpts{urls: urls[:]})
 	admin, err := api.New(&api.Config{Pool: b.pool, Clock: b.clk, DeadMaxJobs: 3})
 	require.NoError(t, err)
@@ -460,8 +461,8 @@ func TestNewReconcilerValidates(t *testing.T) {
 // extension after the first.
 func TestStrikeTimeIsWhenTheRowIsChecked(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		lost := newJob(t, "DurableJob", 1)
 		b.insert(t, lost, ptr(testNow)) // second strike due: killed in page 1
@@ -494,7 +495,7 @@ func TestStrikeTimeIsWhenTheRowIsChecked(t *testing.T) {
 // before the second.
 func TestReconcilerUsesWrappedClassExtension(t *testing.T) {
 	t.Parallel()
-	urls := backends[1].urls(t)
+	urls := pgtest.Backends[1].URLs(t)
 	b := setup(t, bundleOpts{urls: urls[:], classes: map[string]time.Duration{allClasses: 0, "LongJob": 20 * time.Minute}})
 	job := newJob(t, contract.ActiveJobWrapper, map[string]any{"job_class": "LongJob", "arguments": []any{}})
 	job.Set("wrapped", rubyjson.StringValue("LongJob"))
@@ -511,7 +512,7 @@ func TestReconcilerUsesWrappedClassExtension(t *testing.T) {
 // process; the job is in the dead set and the pass goes on.
 func TestPanickingDeathHandlerDoesNotStopThePass(t *testing.T) {
 	t.Parallel()
-	urls := backends[1].urls(t)
+	urls := pgtest.Backends[1].URLs(t)
 	b := setup(t, bundleOpts{urls: urls[:]})
 	admin, err := api.New(&api.Config{Pool: b.pool, Clock: b.clk, DeathHandlers: []sidekiq.DeathHandler{
 		func(context.Context, *wire.Job, error) { panic("handler bug") },

@@ -8,13 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/pgtest"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
 func TestRowsListsEveryDatabaseEarliestDeadlineFirst(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		b := setup(t, bundleOpts{urls: urls[:]})
 		ctx := context.Background()
 		later := newJob(t, "DurableJob", 1)

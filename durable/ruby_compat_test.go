@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/pgtest"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/rubytest"
 	"github.com/gojob/gojob/sidekiq"
@@ -81,7 +82,7 @@ JOIN pg_class t ON t.oid = c.conrelid WHERE t.relname = $1 ORDER BY 1`, table)
 func TestRubyAmigoSharesTheTable(t *testing.T) {
 	t.Parallel()
 	rubytest.Require(t)
-	url := pgDatabases(t)[0]
+	url := pgtest.Databases(t)[0]
 	rs := redistest.StartWith(t, redistest.Options{TCP: true})
 	table := uniqueTable()
 	ruby := func(script string) string {

@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/pgtest"
 )
 
 // Status before Migrate says the table is missing (ErrNoTable) and how to
 // create it, on PostgreSQL and SQLite alike.
 func TestStatusBeforeMigrateHintsAtMigrate(t *testing.T) {
-	eachBackend(t, func(t *testing.T, be backend) {
-		urls := be.urls(t)
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
+		urls := be.URLs(t)
 		d, err := New(&Config{URLs: urls[:1], Table: uniqueTable(), Classes: map[string]time.Duration{"X": 0}, ConnectTimeout: 2 * time.Second})
 		require.NoError(t, err)
 		defer d.Close()

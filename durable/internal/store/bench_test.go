@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/pgtest"
 )
 
 // The drain's group statements, without gojob's workers or Redis: rows
@@ -89,9 +91,9 @@ func writeDrainGroup(b *testing.B, s *sqlStore, locks, done []LockParams) {
 //
 //	go test -run '^$' -bench GroupStatement -benchtime 2000x ./durable/internal/store/
 func BenchmarkGroupStatement(b *testing.B) {
-	for _, be := range backends {
+	for _, be := range pgtest.Backends {
 		for _, size := range []int{1, 12, 24} {
-			b.Run(fmt.Sprintf("%s/%d", be.name, size), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/%d", be.Name, size), func(b *testing.B) {
 				s := openTestStore(b, be)
 				jids := pushBenchRows(b, s, (b.N+1)*size)
 				var prev []LockParams

@@ -3,92 +3,23 @@ package store
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gojob/gojob/internal/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
 // The PostgreSQL tests create a database of their own (pgtest), one table
 // per test inside it.
 
-var pg struct {
-	url string // the test database
-	err error  // why it could not be created
-}
-
-func TestMain(m *testing.M) {
-	urls, drop, err := pgtest.Create("gojob_store", 1)
-	pg.err = err
-	if len(urls) == 1 {
-		pg.url = urls[0]
-	}
-	code := m.Run()
-	drop()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// pgDatabase returns the test database's URL, failing the test when
-// PostgreSQL is not available.
-func pgDatabase(t testing.TB) string {
-	t.Helper()
-	if pg.err != nil {
-		t.Fatalf("durable: PostgreSQL is required for this test: %v", pg.err)
-	}
-	return pg.url
-}
-
-var tableSeq atomic.Int64
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, "gojob_store", 1)) }
 
 // uniqueTable names a table for one test, so tests share the database.
-func uniqueTable() string {
-	return fmt.Sprintf("st_%d_%d", os.Getpid()%100000, tableSeq.Add(1))
-}
-
-// backend is a kind of storage database the suites run against.
-type backend struct {
-	name string
-	// url returns a database of that kind for a test.
-	url func(t testing.TB) string
-	// unreachable is a URL of that kind that cannot be connected to.
-	unreachable string
-}
-
-var backends = []backend{
-	{
-		name:        "postgres",
-		url:         pgDatabase,
-		unreachable: "postgres://postgres@127.0.0.1:1/nowhere?sslmode=disable&connect_timeout=2",
-	},
-	{
-		name:        "sqlite",
-		url:         func(t testing.TB) string { return "sqlite:" + filepath.Join(t.TempDir(), "one.db") },
-		unreachable: "sqlite:/nonexistent-gojob-dir/durable.db",
-	},
-}
-
-// eachBackend runs f as a parallel subtest per backend.
-func eachBackend(t *testing.T, f func(t *testing.T, be backend)) {
-	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
-			t.Parallel()
-			f(t, be)
-		})
-	}
-}
+func uniqueTable() string { return pgtest.UniqueTable("st") }
 
 var testNow = time.Date(2026, 3, 4, 5, 6, 7, 123456000, time.UTC)
 
@@ -108,9 +39,9 @@ func openStore(tb testing.TB, url, table string) *sqlStore {
 }
 
 // openTestStore opens one store of a backend on a fresh, migrated table.
-func openTestStore(tb testing.TB, be backend) *sqlStore {
+func openTestStore(tb testing.TB, be pgtest.Backend) *sqlStore {
 	tb.Helper()
-	s := openStore(tb, be.url(tb), uniqueTable())
+	s := openStore(tb, be.URL(tb), uniqueTable())
 	_, err := s.Migrate(context.Background())
 	require.NoError(tb, err)
 	return s

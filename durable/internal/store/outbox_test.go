@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/pgtest"
 )
 
 // outboxRow writes a row to push as Enqueue does, outside any transaction.
@@ -22,7 +24,7 @@ func outboxRow(t *testing.T, s *sqlStore, jid string, at time.Time) {
 // lock meanwhile, and the reconciler's pages skip rows to push.
 func TestStoreOutbox(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
 		ctx := context.Background()
 		s := openTestStore(t, be)
 		t0 := testNow

@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/pgtest"
 	"github.com/gojob/gojob/internal/testlog"
 )
 
@@ -16,8 +17,8 @@ import (
 // first write.
 func TestPendingWritesReplaceAndBound(t *testing.T) {
 	t.Parallel()
-	be := backends[1]
-	st, err := Open(be.unreachable, testOptions(uniqueTable()))
+	be := pgtest.Backends[1]
+	st, err := Open(be.Unreachable, testOptions(uniqueTable()))
 	require.NoError(t, err)
 	defer st.Close()
 	logs := testlog.New(t)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/pgtest"
 )
 
 // A group connection the server closed while it sat idle (a restart, an
@@ -17,7 +19,7 @@ import (
 // connection of its own.
 func TestGroupConnectionClosedByTheServerIsReplacedBeforeTheNextGroup(t *testing.T) {
 	t.Parallel()
-	url := pgDatabase(t)
+	url := pgtest.Databases(t)[0]
 	st := openStore(t, url, uniqueTable())
 	ctx := context.Background()
 	_, err := st.Migrate(ctx)
@@ -58,7 +60,7 @@ func TestGroupConnectionClosedByTheServerIsReplacedBeforeTheNextGroup(t *testing
 // write them.
 func TestGroupStatementWritesTextTimesAndNullsExactly(t *testing.T) {
 	t.Parallel()
-	st := openTestStore(t, backends[0])
+	st := openTestStore(t, pgtest.Backends[0])
 	ctx := context.Background()
 	at := time.Date(2031, 5, 6, 7, 8, 9, 123456789, time.FixedZone("x", 3600))
 	missing := time.Date(1999, 12, 31, 23, 59, 59, 999999000, time.UTC)
@@ -104,9 +106,9 @@ func TestGroupStatementWritesTextTimesAndNullsExactly(t *testing.T) {
 // every write lands.
 func TestGroupDeadlockedByAnotherStatementIsAppliedOpByOp(t *testing.T) {
 	t.Parallel()
-	url := pgDatabase(t)
+	url := pgtest.Databases(t)[0]
 	// PostgreSQL looks for a deadlock once per wait, deadlock_timeout after
-	// it began: the store's backends look 3 s after the group starts
+	// it began: the store's pgtest.Backends look 3 s after the group starts
 	// waiting, by when the other transaction waits too.
 	st := openStore(t, url+"&deadlock_timeout=3s", uniqueTable())
 	ctx := context.Background()
@@ -188,7 +190,7 @@ WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '
 func TestPostgresDeleteInPlaceOfTheLockRemovesTheRowWhateverItsLock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url, table := backends[0].url(t), uniqueTable()
+	url, table := pgtest.Backends[0].URL(t), uniqueTable()
 	setup := openStore(t, url, table)
 	_, err := setup.Migrate(ctx)
 	require.NoError(t, err)

@@ -8,12 +8,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gojob/gojob/internal/pgtest"
 )
 
 // TestStoreSuite is the conformance suite every store must pass.
 func TestStoreSuite(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
 		ctx := context.Background()
 		t0 := testNow
 
@@ -204,18 +206,18 @@ func TestStoreSuite(t *testing.T) {
 			add("missing2", -time.Minute, true)
 			st, err = s.Status(ctx, t0)
 			require.NoError(t, err)
-			require.Equal(t, be.name, s.Kind())
+			require.Equal(t, be.Name, s.Kind())
 			require.Equal(t, Counts{Total: 6, Locked: 1, Waiting: 2, Missing: 2, Overdue: 1,
 				NextDue: ptr(Micro(t0.Add(-time.Minute)))}, *st)
 		})
 
 		t.Run("migrate_adds_missing_at_and_is_idempotent", func(t *testing.T) {
 			t.Parallel()
-			url := be.url(t)
+			url := be.URL(t)
 			table := uniqueTable()
 			// The table as Amigo created it before missing_at existed.
 			old := `CREATE TABLE "` + table + `" ("job_id" text NOT NULL UNIQUE, "job_class" text NOT NULL, "job_item_json" text NOT NULL, "queue" text NOT NULL, "inserted_at" timestamptz DEFAULT now() NOT NULL, "assume_dead_at" timestamptz NOT NULL, "locked_by" text, "locked_at" timestamptz)`
-			if be.name == "sqlite" {
+			if be.Name == "sqlite" {
 				old = `CREATE TABLE "` + table + `" ("job_id" text NOT NULL UNIQUE, "job_class" text NOT NULL, "job_item_json" text NOT NULL, "queue" text NOT NULL, "inserted_at" text NOT NULL, "assume_dead_at" text NOT NULL, "locked_by" text, "locked_at" text)`
 			}
 			rawExec(t, url, old)
@@ -239,7 +241,7 @@ func TestStoreSuite(t *testing.T) {
 
 		t.Run("unreachable_is_a_connection_error", func(t *testing.T) {
 			t.Parallel()
-			s, err := Open(be.unreachable, testOptions(uniqueTable()))
+			s, err := Open(be.Unreachable, testOptions(uniqueTable()))
 			require.NoError(t, err, "opening is lazy")
 			defer s.Close()
 			_, err = s.Upsert(ctx, UpsertParams{JobID: "j", JobClass: "C", ItemJSON: "{}", Queue: "q", InsertedAt: t0, AssumeDeadAt: t0})
@@ -249,7 +251,7 @@ func TestStoreSuite(t *testing.T) {
 
 		t.Run("sql_error_is_not_a_connection_error", func(t *testing.T) {
 			t.Parallel()
-			s := openStore(t, be.url(t), "no_such_table_"+uniqueTable())
+			s := openStore(t, be.URL(t), "no_such_table_"+uniqueTable())
 			_, err := s.Upsert(ctx, UpsertParams{JobID: "j", JobClass: "C", ItemJSON: "{}", Queue: "q", InsertedAt: t0, AssumeDeadAt: t0})
 			require.Error(t, err)
 			require.False(t, s.IsConnError(err), "%v", err)
@@ -262,7 +264,7 @@ func TestStoreSuite(t *testing.T) {
 // non-default schema.
 func TestPostgresTableMatchesAmigo(t *testing.T) {
 	t.Parallel()
-	url := pgDatabase(t)
+	url := pgtest.Databases(t)[0]
 	schema := "s_" + uniqueTable()
 	table := "durable_jobs"
 	o := testOptions(table)
@@ -323,7 +325,7 @@ WHERE n.nspname = $1 AND t.relname = $2 AND c.conname = $3`, schema, table, tabl
 
 func TestStoreUpsertReportsCreation(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, be backend) {
+	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
 		s := openTestStore(t, be)
 		ctx := context.Background()
 		p := UpsertParams{JobID: "j", JobClass: "C", ItemJSON: "{}", Queue: "q", InsertedAt: testNow, AssumeDeadAt: testNow}
