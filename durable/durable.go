@@ -276,23 +276,6 @@ func (d *Durable) rowExtension(class, itemJSON string) time.Duration {
 	return d.cfg.DefaultExtension
 }
 
-// get returns a job's row as the first database that has it holds it, or
-// nil.
-func (d *Durable) get(ctx context.Context, jid string) (*Row, error) {
-	var errs []error
-	for _, s := range d.stores {
-		r, err := s.Get(ctx, jid)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
-			continue
-		}
-		if r != nil {
-			return exportRow(r, s.Name()), nil
-		}
-	}
-	return nil, errors.Join(errs...)
-}
-
 // Row is a durable_jobs row as Rows returns it.
 type Row struct {
 	// Database is where the row is.

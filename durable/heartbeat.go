@@ -53,12 +53,3 @@ func (a *activeJob) heartbeat(ctx context.Context, now time.Time) (time.Time, er
 	}
 	return deadline, nil
 }
-
-// activeJID reports whether ctx carries a durable job, and its jid.
-func activeJID(ctx context.Context) (jid string, ok bool) {
-	a, _ := ctx.Value(activeKey{}).(*activeJob)
-	if a == nil {
-		return "", false
-	}
-	return a.jid, true
-}

@@ -2,6 +2,8 @@ package durable
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -201,3 +203,35 @@ func (b *testBundle) deadJobs(t testing.TB) []*wire.Job {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// get returns a job's row as the first database that has it holds it, or
+// nil.
+func (d *Durable) get(ctx context.Context, jid string) (*Row, error) {
+	var errs []error
+	for _, s := range d.stores {
+		r, err := s.Get(ctx, jid)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
+			continue
+		}
+		if r != nil {
+			return exportRow(r, s.Name()), nil
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+// activeJID reports whether ctx carries a durable job, and its jid.
+func activeJID(ctx context.Context) (jid string, ok bool) {
+	a, _ := ctx.Value(activeKey{}).(*activeJob)
+	if a == nil {
+		return "", false
+	}
+	return a.jid, true
+}
+
+// runOf returns the jobRun of the durable job ctx runs, nil when none.
+func runOf(ctx context.Context) *jobRun {
+	r, _ := ctx.Value(runKey{}).(*jobRun)
+	return r
+}

@@ -403,12 +403,6 @@ func (c *runCtx) Value(key any) any {
 
 type runKey struct{}
 
-// runOf returns the jobRun of the durable job ctx runs, nil when none.
-func runOf(ctx context.Context) *jobRun {
-	r, _ := ctx.Value(runKey{}).(*jobRun)
-	return r
-}
-
 // deleted handles the answer of a completed job's row delete. It reports
 // whether the job's acknowledgement (release, when held) may be released
 // now: once the row is gone or the delete was refused. When the database

@@ -131,19 +131,6 @@ func (e *jobNotFoundError) Is(target error) bool { return target == ErrJobNotFou
 // its methods fail with ErrJobNotFound (errors.Is) when it does not.
 func (c *Client) Job(id int64) *Job { return &Job{c: c, id: id} }
 
-// load returns the job with this id, or a *jobNotFoundError.
-func (c *Client) load(ctx context.Context, id int64) (*Job, error) {
-	j := c.Job(id)
-	ok, err := j.exists(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, &jobNotFoundError{ID: id}
-	}
-	return j, nil
-}
-
 // Find looks a job up by alias, then by decimal id. It returns nil, nil when
 // there is no such job. Unlike Ruby's SideJob.find, Redis errors are
 // returned, not swallowed.

@@ -18,7 +18,7 @@
 //   - Job (job.go, run.go, family.go, state.go): status, Run, Terminate,
 //     Delete, aliases, info, children and parent, state (State, Get, Set);
 //     child jobs are created with Job.Queue.
-//   - Port (ports.go, port_defs.go, connect.go, data.go): Read, Write, Each,
+//   - Port (ports.go, port_defs.go, data.go): Read, Write, Each,
 //     defaults (SetDefault, ClearDefault), channels, envelopes (Data).
 //   - WithContext (context.go): SideJob.context, carried by
 //     context.Context; port groups (Port.group) are carried the same way.

@@ -146,18 +146,6 @@ func (j *Job) checkAdopt(ctx context.Context, orphan *Job, name string) error {
 	return nil
 }
 
-// disownNamed removes the child named name.
-func (j *Job) disownNamed(ctx context.Context, name string) error {
-	child, err := j.Child(ctx, name)
-	if err != nil {
-		return err
-	}
-	if child == nil {
-		return fmt.Errorf("%w: job %d has no child named %q", errNotChild, j.id, name)
-	}
-	return j.disown(ctx, name, child)
-}
-
 // disownJob removes child from j's children.
 func (j *Job) disownJob(ctx context.Context, child *Job) error {
 	children, err := j.Children(ctx)

@@ -162,7 +162,7 @@ func (j *Job) Aliases(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// errAlias is matched by the errors of AddAlias and removeAlias.
+// errAlias is matched by the errors of AddAlias.
 var errAlias = errors.New("sidejob: alias")
 
 // AddAlias gives the job an alias name (it must start with a letter).
@@ -200,25 +200,6 @@ func validAlias(name string) bool {
 	}
 	ch := name[0]
 	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')
-}
-
-// removeAlias removes one of the job's aliases; it fails when name is not
-// one of them.
-func (j *Job) removeAlias(ctx context.Context, name string) error {
-	if err := j.checkExists(ctx); err != nil {
-		return err
-	}
-	ok, err := redis.Bool(j.c.do(ctx, "SISMEMBER", j.key("aliases"), name))
-	if err != nil {
-		return fmt.Errorf("sidejob: job %d remove alias: %w", j.id, err)
-	}
-	if !ok {
-		return fmt.Errorf("%w: %q is not an alias of job %d", errAlias, name, j.id)
-	}
-	if _, err := j.c.multi(ctx, command("SREM", j.key("aliases"), name), command("HDEL", sidejobwire.KeyAliases, name)); err != nil {
-		return fmt.Errorf("sidejob: job %d remove alias: %w", j.id, err)
-	}
-	return nil
 }
 
 // Info is what job:<id>:worker and the timestamps say about a job.

@@ -163,27 +163,6 @@ func (p *Port) Size(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// hasData reports whether a read would return something: data is waiting or
-// the port has a default (Ruby's data?).
-func (p *Port) hasData(ctx context.Context) (bool, error) {
-	replies, err := p.job.c.pipeline(ctx, command("LLEN", p.String()), command("HEXISTS", p.defaultKey(), p.name))
-	if err != nil {
-		return false, fmt.Errorf("sidejob: %s data?: %w", p, err)
-	}
-	n, _ := redis.Int64(replies[0], nil)
-	d, _ := redis.Bool(replies[1], nil)
-	return n > 0 || d, nil
-}
-
-// hasDefault reports whether the port has a default (Ruby's default?).
-func (p *Port) hasDefault(ctx context.Context) (bool, error) {
-	ok, err := redis.Bool(p.job.c.do(ctx, "HEXISTS", p.defaultKey(), p.name))
-	if err != nil {
-		return false, fmt.Errorf("sidejob: %s default?: %w", p, err)
-	}
-	return ok, nil
-}
-
 // Default returns the port's default, or nil when it has none. A null or
 // false default is a non-nil *Data.
 func (p *Port) Default(ctx context.Context) (*Data, error) {
@@ -236,28 +215,6 @@ func (p *Port) Channels(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("sidejob: %s channels: %w", p, err)
 	}
 	return chans, nil
-}
-
-// setChannels replaces the port's channels; an empty list removes them. For
-// an inport, the job id is added to channel:<ch> for each channel. Old
-// memberships are not removed: the next publish on them cleans up. (Ruby
-// raises on a nil list for an inport; here nil is the same as empty.)
-func (p *Port) setChannels(ctx context.Context, channels []string) error {
-	var cmds []cmd
-	if len(channels) == 0 {
-		cmds = append(cmds, command("HDEL", p.channelsKey(), p.name))
-	} else {
-		cmds = append(cmds, command("HSET", p.channelsKey(), p.name, channelsJSON(channels)))
-		if p.typ == inPort {
-			for _, ch := range channels {
-				cmds = append(cmds, command("SADD", sidejobwire.ChannelKey(ch), p.job.id))
-			}
-		}
-	}
-	if _, err := p.job.c.multi(ctx, cmds...); err != nil {
-		return fmt.Errorf("sidejob: %s channels: %w", p, err)
-	}
-	return nil
 }
 
 func channelsJSON(chans []string) []byte {

@@ -30,7 +30,7 @@ type runtimeConfig struct {
 	// LockRetryDelay bounds the random wait between attempts (default
 	// 200 ms).
 	LockRetryDelay time.Duration
-	// ReturnErrors makes worker errors come back from executeJob (after the
+	// ReturnErrors makes worker errors come back from running a job (after the
 	// status is set) instead of being written to the SideJob log, like the
 	// gem's ServerMiddleware.raise_errors. For tests.
 	ReturnErrors bool
@@ -94,12 +94,6 @@ func (rt *jobRuntime) mount(srv *sidekiq.Server) {
 func (rt *jobRuntime) Perform(ctx context.Context, job *wire.Job) error {
 	id, _ := rubyToI(job.JID())
 	return rt.execute(ctx, job.Class(), id, job.Args(), rt.returnErrors)
-}
-
-// executeJob runs the middleware algorithm once for job id with the worker of
-// class (docs/sidejob.md#executing-a-job).
-func (rt *jobRuntime) executeJob(ctx context.Context, class string, id int64, args []rubyjson.Value) error {
-	return rt.execute(ctx, class, id, args, rt.returnErrors)
 }
 
 func (rt *jobRuntime) execute(ctx context.Context, class string, id int64, args []rubyjson.Value, returnErrors bool) error {

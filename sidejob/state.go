@@ -147,16 +147,6 @@ func (j *Job) lock(ctx context.Context, ttl time.Duration, o *lockOpts) (string,
 	return "", nil
 }
 
-// refreshLock resets the lock's TTL; it reports false when there is no
-// lock.
-func (j *Job) refreshLock(ctx context.Context, ttl time.Duration) (bool, error) {
-	ok, err := redis.Bool(j.c.do(ctx, "EXPIRE", j.key("lock"), max(int64(ttl/time.Second), 1)))
-	if err != nil {
-		return false, fmt.Errorf("sidejob: job %d refresh lock: %w", j.id, err)
-	}
-	return ok, nil
-}
-
 // unlock releases the lock if it still holds token (compare-and-delete, so
 // Go and Ruby processes only release their own locks).
 func (j *Job) unlock(ctx context.Context, token string) (bool, error) {

@@ -480,10 +480,6 @@ func (s *Server) requestStop() {
 	s.life.stopOne.Do(func() { close(s.life.stopCh) })
 }
 
-// stopRequested is closed when a TERM (from Redis or Signal) asks the
-// server to stop.
-func (s *Server) stopRequested() <-chan struct{} { return s.life.stopCh }
-
 // Signal acts on a Sidekiq signal name: TSTP quiets, TERM and INT stop
 // gracefully (Run returns), TTIN logs every goroutine's stack.
 func (s *Server) Signal(sig string) {

@@ -332,7 +332,7 @@ end
 	require.NoError(t, srv.Start(context.Background()))
 	<-started
 	srv.Signal("TERM")
-	<-srv.stopRequested()
+	<-srv.life.stopCh
 	require.NoError(t, srv.Stop(context.Background()))
 	gojob := readHardShutdownState(t, gc)
 

@@ -72,7 +72,7 @@ func TestHeartbeatRegistersProcessAndDeliversSignals(t *testing.T) {
 			require.NoError(t, err)
 			b.beat(t)
 			select {
-			case <-b.srv.stopRequested():
+			case <-b.srv.life.stopCh:
 			default:
 				t.Fatal("TERM did not request a stop")
 			}

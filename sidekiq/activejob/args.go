@@ -85,16 +85,9 @@ type HashEntry struct {
 	Value any
 }
 
-// symbolHash returns a Ruby Hash with Symbol keys from m, keys sorted
-// (Go maps have no order): {a: 1, b: 2}.
-func symbolHash(m map[string]any) *Hash { return ajHashFrom(HashPlain, m, true) }
-
 // Keywords returns keyword arguments from m, keys sorted: perform(x, a: 1)
 // is SerializeArguments(x, Keywords(map[string]any{"a": 1})).
 func Keywords(m map[string]any) *Hash { return ajHashFrom(HashKeywords, m, true) }
-
-// indifferentHash returns a HashWithIndifferentAccess from m, keys sorted.
-func indifferentHash(m map[string]any) *Hash { return ajHashFrom(HashIndifferent, m, false) }
 
 func ajHashFrom(kind HashKind, m map[string]any, sym bool) *Hash {
 	h := &Hash{Kind: kind}
@@ -104,9 +97,6 @@ func ajHashFrom(kind HashKind, m map[string]any, sym bool) *Hash {
 	return h
 }
 
-// count returns the number of entries.
-func (h *Hash) count() int { return len(h.Entries) }
-
 // Get returns the value of key (String or Symbol) and whether it is present.
 func (h *Hash) Get(key string) (any, bool) {
 	for _, e := range h.Entries {
@@ -115,32 +105,6 @@ func (h *Hash) Get(key string) (any, bool) {
 		}
 	}
 	return nil, false
-}
-
-// setString sets a String key, keeping the position (and Symbol-ness) of an
-// existing key.
-func (h *Hash) setString(key string, v any) { h.set(key, false, v) }
-
-// setSymbol sets a Symbol key, keeping the position of an existing key.
-func (h *Hash) setSymbol(key string, v any) { h.set(key, true, v) }
-
-func (h *Hash) set(key string, sym bool, v any) {
-	for i := range h.Entries {
-		if h.Entries[i].Key == key {
-			h.Entries[i].Value = v
-			return
-		}
-	}
-	h.Entries = append(h.Entries, HashEntry{Key: key, Symbol: sym, Value: v})
-}
-
-// toMap returns the entries as a Go map (key order and Symbol-ness are lost).
-func (h *Hash) toMap() map[string]any {
-	out := make(map[string]any, len(h.Entries))
-	for _, e := range h.Entries {
-		out[e.Key] = e.Value
-	}
-	return out
 }
 
 // rubyJSON implements argValue: the entries, then the kind's marker,

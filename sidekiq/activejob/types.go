@@ -1,9 +1,7 @@
 package activejob
 
 import (
-	"errors"
 	"fmt"
-	"math/big"
 	"strconv"
 	"strings"
 	"time"
@@ -46,13 +44,6 @@ func (g GlobalID) rubyJSON() (rubyjson.Value, error) {
 // app returns the application part of the URI ("app" in gid://app/Model/1).
 func (g GlobalID) app() string { app, _, _ := g.parts(); return app }
 
-// modelName returns the model class name ("Person" in gid://app/Person/42).
-func (g GlobalID) modelName() string { _, model, _ := g.parts(); return model }
-
-// modelID returns the model id ("42" in gid://app/Person/42), without any
-// query parameters.
-func (g GlobalID) modelID() string { _, _, id := g.parts(); return id }
-
 func (g GlobalID) parts() (app, model, id string) {
 	rest, ok := strings.CutPrefix(string(g), "gid://")
 	if !ok {
@@ -73,16 +64,6 @@ type BigDecimal string
 // rubyJSON implements argValue.
 func (d BigDecimal) rubyJSON() (rubyjson.Value, error) {
 	return ajSerializedValue(ajBigDecimalSerializer, "value", rubyjson.StringValue(string(d))), nil
-}
-
-// rat returns the exact value. It returns false for text big.Rat cannot
-// read (for example "NaN" or "Infinity").
-func (d BigDecimal) rat() (*big.Rat, bool) { return new(big.Rat).SetString(string(d)) }
-
-// toFloat64 returns the nearest float64.
-func (d BigDecimal) toFloat64() (float64, bool) {
-	f, err := strconv.ParseFloat(string(d), 64)
-	return f, err == nil || errors.Is(err, strconv.ErrRange)
 }
 
 // Date is a Ruby Date (DateSerializer): a civil date with no time of day.
@@ -302,12 +283,6 @@ func newDuration(d time.Duration) Duration {
 	return out
 }
 
-// std returns the length as a time.Duration (from Seconds).
-func (d Duration) std() time.Duration {
-	f, _ := d.Seconds.Float()
-	return time.Duration(f * float64(time.Second))
-}
-
 // rubyJSON implements argValue.
 func (d Duration) rubyJSON() (rubyjson.Value, error) {
 	parts := make([]rubyjson.Value, len(d.Parts))
@@ -355,18 +330,6 @@ func (r Range) rubyJSON() (rubyjson.Value, error) {
 // inside it are still in serialized form (as Decode leaves them).
 type Serialized struct {
 	Object *rubyjson.Map
-}
-
-// newSerialized builds a custom-serializer object: "_aj_serialized" first
-// (as ObjectSerializer#serialize writes it), then fields in order.
-func newSerialized(serializer string, fields *rubyjson.Map) Serialized {
-	m := rubyjson.NewMap()
-	m.Set(ajSerializerKey, rubyjson.StringValue(serializer))
-	for i := range fields.Len() {
-		k, v := fields.At(i)
-		m.Set(k, v)
-	}
-	return Serialized{Object: m}
 }
 
 // serializer returns the serializer class name.

@@ -13,20 +13,12 @@ func init() {
 	lazyjson.Install(&lazyjson.Decoder[Value, *Map]{Scan: scanLazy, Get: lazyGet, String: lazyString, Map: lazyMap})
 }
 
-// scanObjectShared checks that data is one JSON object exactly as
-// parseObjectShared does (the same errors for the same input) and returns
-// it undecoded. data must never be modified afterwards: the strings of
-// the values decoded from it share its memory.
-func scanObjectShared(data []byte) (*lazyjson.Object, error) {
-	l := new(lazyjson.Object)
-	if err := scanLazy(l, data); err != nil {
-		return nil, err
-	}
-	return l, nil
-}
-
-// scanLazy is scanObjectShared into l, which it resets (an Object inside a
-// larger struct costs no allocation of its own). On error l is left empty.
+// scanLazy checks that data is one JSON object exactly as
+// parseObjectShared does (the same errors for the same input) and keeps it
+// undecoded in l, which it resets (an Object inside a larger struct costs
+// no allocation of its own). On error l is left empty. data must never be
+// modified afterwards: the strings of the values decoded from it share its
+// memory.
 func scanLazy(l *lazyjson.Object, data []byte) error {
 	*l = lazyjson.Object{}
 	err := scanLazyInto(l, data)
@@ -285,7 +277,7 @@ func lazyGet(l *lazyjson.Object, k string) (Value, bool) {
 	m := l.Members[i]
 	v, err := parse(l.Data[m.Start:m.End], l.Src[m.Start:m.End])
 	if err != nil {
-		// Checked by scanObjectShared: cannot happen.
+		// Checked by scanLazy: cannot happen.
 		return Value{}, false
 	}
 	return v, true
@@ -316,7 +308,7 @@ func lazyString(l *lazyjson.Object, k string) (string, bool) {
 func lazyMap(l *lazyjson.Object) *Map {
 	m, err := parseObjectShared(l.Data)
 	if err != nil {
-		// Checked by scanObjectShared: cannot happen.
+		// Checked by scanLazy: cannot happen.
 		return NewMap()
 	}
 	return m

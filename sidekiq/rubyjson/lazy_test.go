@@ -3,6 +3,8 @@ package rubyjson
 import (
 	"strings"
 	"testing"
+
+	"github.com/gojob/gojob/sidekiq/internal/lazyjson"
 )
 
 // A lazily scanned object accepts and refuses exactly what ParseObject
@@ -113,4 +115,13 @@ func TestLazyIndexMissesAbsentKeys(t *testing.T) {
 			}
 		}
 	}
+}
+
+// scanObjectShared is scanLazy into a new Object, nil on error.
+func scanObjectShared(data []byte) (*lazyjson.Object, error) {
+	l := new(lazyjson.Object)
+	if err := scanLazy(l, data); err != nil {
+		return nil, err
+	}
+	return l, nil
 }

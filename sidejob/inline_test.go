@@ -1,5 +1,7 @@
 package sidejob
 
+// The gem's testing helpers (run_inline, drain_queue), for the tests.
+
 import (
 	"context"
 	"errors"
@@ -23,24 +25,6 @@ type inlineOpts struct {
 	SwallowErrors bool
 	// Args are passed to Perform (Ruby passes [] unless told otherwise).
 	Args []rubyjson.Value
-}
-
-// runInline runs the job once in this goroutine through the middleware
-// algorithm, with the worker of its class.
-func (rt *jobRuntime) runInline(ctx context.Context, j *Job, o *inlineOpts) error {
-	if o == nil {
-		o = &inlineOpts{}
-	}
-	w, err := j.worker(ctx)
-	if err != nil {
-		return err
-	}
-	if !o.KeepStatus {
-		if err := j.setStatus(ctx, statusQueued); err != nil {
-			return err
-		}
-	}
-	return rt.execute(ctx, w.class, j.id, o.Args, !o.SwallowErrors)
 }
 
 // drainOpts are the options of drain.
@@ -97,4 +81,22 @@ func (rt *jobRuntime) drain(ctx context.Context, o *drainOpts) (int, error) {
 			return n, nil
 		}
 	}
+}
+
+// runInline runs the job once in this goroutine through the middleware
+// algorithm, with the worker of its class.
+func (rt *jobRuntime) runInline(ctx context.Context, j *Job, o *inlineOpts) error {
+	if o == nil {
+		o = &inlineOpts{}
+	}
+	w, err := j.worker(ctx)
+	if err != nil {
+		return err
+	}
+	if !o.KeepStatus {
+		if err := j.setStatus(ctx, statusQueued); err != nil {
+			return err
+		}
+	}
+	return rt.execute(ctx, w.class, j.id, o.Args, !o.SwallowErrors)
 }
