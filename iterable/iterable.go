@@ -17,7 +17,7 @@
 // "ex", the executions so far; "c", the cursor of the next item as JSON;
 // "rt", the run time of the ended executions in seconds (Ruby's
 // Float#to_s; "0" during the first); "cancelled", epoch seconds, set by a
-// cancel. It is written every FlushInterval (5 s, as Sidekiq), when an
+// cancel. It is written every 5 s (as Sidekiq), when an
 // item fails, and at an interruption; it is deleted when the job
 // completes or is cancelled.
 package iterable
@@ -39,9 +39,9 @@ import (
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// FlushInterval is how often a running job's state is written and its
+// flushInterval is how often a running job's state is written and its
 // cancel looked for (Sidekiq's STATE_FLUSH_INTERVAL).
-const FlushInterval = 5 * time.Second
+const flushInterval = 5 * time.Second
 
 var (
 	//go:embed lua/flush.lua
@@ -100,7 +100,7 @@ func (j *Job[C]) Perform(ctx context.Context, job *wire.Job) error {
 	lastFlush := start
 	stopping := sidekiq.Stopping(ctx)
 	for {
-		if now().Sub(lastFlush) >= FlushInterval {
+		if now().Sub(lastFlush) >= flushInterval {
 			lastFlush = now()
 			cancelled, err := j.flush(ctx, key, st, 0)
 			if err != nil {

@@ -246,7 +246,7 @@ func TestCancelWhileRunningEndsTheJob(t *testing.T) {
 			defer conn.Close()
 			_, err := conn.Do("HSETNX", contract.IterationKey("b"), "cancelled", 1795886882)
 			require.NoError(t, err)
-			clk.add(FlushInterval) // the next item flushes first
+			clk.add(flushInterval) // the next item flushes first
 		}
 	})})
 	b.push(t, "b", 10)

@@ -84,10 +84,10 @@ const DefaultFetchPipeline = 8
 // otherwise.
 const DefaultFetchAhead = 16
 
-// DefaultFetchAheadHold is how long a job fetched ahead waits for its slot
+// defaultFetchAheadHold is how long a job fetched ahead waits for its slot
 // before it goes back to its queue unless ServerConfig.FetchAheadHold says
 // otherwise.
-const DefaultFetchAheadHold = 25 * time.Millisecond
+const defaultFetchAheadHold = 25 * time.Millisecond
 
 // ServerConfig configures a Server.
 type ServerConfig struct {
@@ -140,7 +140,7 @@ type ServerConfig struct {
 	// waits for its slot before it goes back to its queue; a slot whose
 	// last job took a fifth of it or more fetches none ahead, and a slot
 	// holds no more than it runs within half of it at the pace of its last
-	// job. 0 means DefaultFetchAheadHold. A longer hold suits a Redis far
+	// job. 0 means 25 ms. A longer hold suits a Redis far
 	// away, and tests that must see jobs fetched ahead on a loaded machine.
 	FetchAheadHold time.Duration
 	// ShutdownTimeout bounds the wait for running jobs at stop (-t). Default
@@ -214,7 +214,7 @@ func (c *ServerConfig) withDefaults() *ServerConfig {
 		out.FetchPipeline = DefaultFetchPipeline
 	}
 	if out.FetchAheadHold == 0 {
-		out.FetchAheadHold = DefaultFetchAheadHold
+		out.FetchAheadHold = defaultFetchAheadHold
 	}
 	if out.ShutdownTimeout <= 0 {
 		out.ShutdownTimeout = 25 * time.Second

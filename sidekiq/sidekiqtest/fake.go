@@ -94,9 +94,6 @@ func New(c *sidekiq.Client, mode Mode) *Fake {
 // Client returns the Fake's client: pass it to the code under test.
 func (f *Fake) Client() *sidekiq.Client { return f.client }
 
-// Mode returns the Fake's mode.
-func (f *Fake) Mode() Mode { return f.mode }
-
 // Handle registers the handler of a class (for an ActiveJob payload, of
 // its ActiveJob class), as Server.Handle does; typed.Handler makes one
 // from a typed function.
