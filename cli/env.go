@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -14,7 +13,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/internal/contract"
-	"github.com/gojob/gojob/internal/redact"
+	"github.com/gojob/gojob/internal/redisflag"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -23,15 +22,7 @@ import (
 // Flags are built fresh for every App: urfave/cli writes into a flag when
 // it parses, so sharing one between concurrent Apps (tests) would race.
 
-func newRedisFlag() *ucli.StringFlag {
-	return &ucli.StringFlag{
-		Name:    "redis",
-		Aliases: []string{"r"},
-		Usage:   "Redis URL (redis://host:port/db, rediss://…, unix:///path, redis+sentinel://host:port[,host:port…]/MASTER[/DB])",
-		EnvVars: []string{"REDIS_URL"},
-		Value:   "redis://127.0.0.1:6379/0",
-	}
-}
+func newRedisFlag() *ucli.StringFlag { return redisflag.Flag() }
 
 func newVersionFlag() *ucli.StringFlag {
 	return &ucli.StringFlag{
@@ -69,20 +60,7 @@ func isTerminal(w io.Writer) bool {
 
 // openPool opens a pool for the --redis flag and checks it answers.
 func openPool(ctx context.Context, url string, maxActive int) (*redis.Pool, error) {
-	pool, err := sidekiq.NewPool(url, &sidekiq.PoolOptions{MaxActive: maxActive})
-	if err != nil {
-		return nil, ucli.Exit(redact.String(err.Error(), url), exitUsage)
-	}
-	conn, err := pool.GetContext(ctx)
-	if err == nil {
-		_, err = redis.DoContext(conn, ctx, "PING")
-		conn.Close()
-	}
-	if err != nil {
-		pool.Close()
-		return nil, ucli.Exit(redact.String(fmt.Sprintf("cannot reach Redis at %s: %v", redact.URL(url), err), url), exitUnreachable)
-	}
-	return pool, nil
+	return redisflag.Open(ctx, url, maxActive, exitUsage, exitUnreachable)
 }
 
 // resolveVersion turns the --sidekiq-version flag into the version a

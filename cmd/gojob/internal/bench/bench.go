@@ -37,6 +37,7 @@ import (
 
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/procstat"
+	"github.com/gojob/gojob/internal/redisflag"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -106,7 +107,7 @@ It only writes its own keys, never flushes, and removes them when done; the
 gojob work it starts does what any gojob work does besides (a heartbeat in
 processes, polls of the retry and schedule sets).`,
 		Flags: append([]ucli.Flag{
-			newRedisFlag(),
+			redisflag.Flag(),
 			&ucli.IntFlag{Name: "jobs", Aliases: []string{"n"}, Value: 100000, Usage: "jobs to process"},
 			&ucli.IntFlag{Name: "concurrency", Aliases: []string{"c"}, Value: 25, Usage: "server concurrency"},
 			&ucli.IntFlag{Name: "latency-jobs", Value: 500, Usage: "single pushes for the pickup latency"},

@@ -20,6 +20,7 @@ import (
 	"github.com/gojob/gojob/cli"
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/procstat"
+	"github.com/gojob/gojob/internal/redisflag"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -46,7 +47,7 @@ func WorkerCommand() *ucli.Command {
 		Usage:     "gojob work with the bench's no-op handlers (run by gojob bench)",
 		ArgsUsage: "-- work [flags]",
 		Flags: []ucli.Flag{
-			newRedisFlag(),
+			redisflag.Flag(),
 			&ucli.IntFlag{Name: "jobs", Usage: "BenchJobs to count before marking --done"},
 			&ucli.StringFlag{Name: "done", Usage: "list that gets a mark after the last BenchJob"},
 			&ucli.StringFlag{Name: "pickup", Usage: "list that gets each BenchPickup's pickup latency in µs"},
