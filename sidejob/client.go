@@ -97,9 +97,6 @@ func NewClient(cfg *Config) (*Client, error) {
 	return c, nil
 }
 
-// now returns the client's current time.
-func (c *Client) now() time.Time { return c.clock.Now() }
-
 // timestamp returns the current time as a SideJob timestamp.
 func (c *Client) timestamp() string { return sidejobwire.Timestamp(c.clock.Now()) }
 

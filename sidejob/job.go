@@ -38,9 +38,6 @@ func (j *Job) ID() int64 { return j.id }
 // String returns "job:<id>" (Ruby's redis_key and to_s).
 func (j *Job) String() string { return sidejobwire.JobKey(j.id) }
 
-// equal reports whether o is the same job (by id).
-func (j *Job) equal(o *Job) bool { return o != nil && o.id == j.id }
-
 func (j *Job) key(suffix string) string { return sidejobwire.JobKey(j.id) + ":" + suffix }
 
 // exists reports whether the job exists (SISMEMBER jobs id).
@@ -140,11 +137,6 @@ func (j *Job) publishStatus(ctx context.Context, s string) error {
 	return j.c.inGroup(ctx, &groupOptions{Log: opt(false)}, func(ctx context.Context) error {
 		return j.c.Publish(ctx, sidejobwire.JobChannel(j.id), rubyjson.ObjectValue(m))
 	})
-}
-
-// publish publishes msg to the job's channel, /sidejob/job/<id>.
-func (j *Job) publish(ctx context.Context, msg any) error {
-	return j.c.Publish(ctx, sidejobwire.JobChannel(j.id), msg)
 }
 
 // Aliases returns the job's alias names.
@@ -265,18 +257,6 @@ func parseWorkerKey(reply any) (*workerKey, error) {
 	v, _ = m.Get("class")
 	w.class, _ = v.Str()
 	w.args, _ = m.Get("args")
-	return w, nil
-}
-
-func (j *Job) worker(ctx context.Context) (*workerKey, error) {
-	reply, err := j.c.do(ctx, "GET", j.key("worker"))
-	if err != nil {
-		return nil, fmt.Errorf("sidejob: job %d worker: %w", j.id, err)
-	}
-	w, err := parseWorkerKey(reply)
-	if err != nil {
-		return nil, fmt.Errorf("sidejob: job %d: %w", j.id, err)
-	}
 	return w, nil
 }
 

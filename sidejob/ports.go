@@ -63,12 +63,6 @@ func (p *Port) Name() string { return p.name }
 // redis_key and to_s).
 func (p *Port) String() string { return p.job.key(p.typ.String() + ":" + p.name) }
 
-// equal reports whether p and o are the same port of the same job (names
-// are case sensitive).
-func (p *Port) equal(o *Port) bool {
-	return o != nil && p.job.id == o.job.id && p.typ == o.typ && p.name == o.name
-}
-
 func (p *Port) setKey() string      { return p.job.key(p.typ.String() + "ports") }
 func (p *Port) defaultKey() string  { return p.job.key(p.typ.String() + "ports:default") }
 func (p *Port) channelsKey() string { return p.job.key(p.typ.String() + "ports:channels") }
@@ -326,12 +320,4 @@ func (p *Port) Each(ctx context.Context, fn func(*Data) error) error {
 			return err
 		}
 	}
-}
-
-// entries drains the port and returns its values, oldest first (the default
-// is not included).
-func (p *Port) entries(ctx context.Context) ([]*Data, error) {
-	var out []*Data
-	err := p.Each(ctx, func(d *Data) error { out = append(out, d); return nil })
-	return out, err
 }

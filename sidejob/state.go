@@ -84,24 +84,6 @@ func (j *Job) setMany(ctx context.Context, fields *rubyjson.Map) error {
 	return nil
 }
 
-// unset removes state fields.
-func (j *Job) unset(ctx context.Context, keys ...string) error {
-	if err := j.checkExists(ctx); err != nil {
-		return err
-	}
-	if len(keys) == 0 {
-		return nil
-	}
-	args := []any{j.key("state")}
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	if _, err := j.c.do(ctx, "HDEL", args...); err != nil {
-		return fmt.Errorf("sidejob: job %d unset: %w", j.id, err)
-	}
-	return nil
-}
-
 // lockOpts tune Job.lock. A nil *lockOpts means 3 tries with up to 0.2 s
 // between them.
 type lockOpts struct {

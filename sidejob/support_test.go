@@ -231,3 +231,58 @@ func (j *Job) refreshLock(ctx context.Context, ttl time.Duration) (bool, error) 
 	}
 	return ok, nil
 }
+
+// now returns the client's current time.
+func (c *Client) now() time.Time { return c.clock.Now() }
+
+// publish publishes msg to the job's channel, /sidejob/job/<id>.
+func (j *Job) publish(ctx context.Context, msg any) error {
+	return j.c.Publish(ctx, sidejobwire.JobChannel(j.id), msg)
+}
+
+func (j *Job) worker(ctx context.Context) (*workerKey, error) {
+	reply, err := j.c.do(ctx, "GET", j.key("worker"))
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: job %d worker: %w", j.id, err)
+	}
+	w, err := parseWorkerKey(reply)
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: job %d: %w", j.id, err)
+	}
+	return w, nil
+}
+
+// equal reports whether o is the same job (by id).
+func (j *Job) equal(o *Job) bool { return o != nil && o.id == j.id }
+
+// equal reports whether p and o are the same port of the same job (names
+// are case sensitive).
+func (p *Port) equal(o *Port) bool {
+	return o != nil && p.job.id == o.job.id && p.typ == o.typ && p.name == o.name
+}
+
+// entries drains the port and returns its values, oldest first (the default
+// is not included).
+func (p *Port) entries(ctx context.Context) ([]*Data, error) {
+	var out []*Data
+	err := p.Each(ctx, func(d *Data) error { out = append(out, d); return nil })
+	return out, err
+}
+
+// unset removes state fields.
+func (j *Job) unset(ctx context.Context, keys ...string) error {
+	if err := j.checkExists(ctx); err != nil {
+		return err
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	args := []any{j.key("state")}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	if _, err := j.c.do(ctx, "HDEL", args...); err != nil {
+		return fmt.Errorf("sidejob: job %d unset: %w", j.id, err)
+	}
+	return nil
+}

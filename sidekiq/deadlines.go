@@ -371,7 +371,3 @@ func (p *processor) perform(ctx context.Context, job *wire.Job, reg *registratio
 	}()
 	return cause
 }
-
-// leftRunning returns how many handlers are still running after their job
-// was cancelled for a missed deadline and given up.
-func (s *Server) leftRunning() int64 { return s.proc.leftBehind.Load() }

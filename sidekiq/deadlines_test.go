@@ -275,3 +275,7 @@ func TestWorkHashShowsTheLastHeartbeat(t *testing.T) {
 		require.Regexp(t, `,"run_at":\d+,"heartbeat_at":\d+\.\d+\}$`, js)
 	}
 }
+
+// leftRunning returns how many handlers are still running after their job
+// was cancelled for a missed deadline and given up.
+func (s *Server) leftRunning() int64 { return s.proc.leftBehind.Load() }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"math/big"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gojob/gojob/sidekiq/rubyjson"
@@ -82,4 +83,25 @@ func (h *Hash) set(key string, sym bool, v any) {
 		}
 	}
 	h.Entries = append(h.Entries, HashEntry{Key: key, Symbol: sym, Value: v})
+}
+
+// app returns the application part of the URI ("app" in gid://app/Model/1).
+func (g GlobalID) app() string { app, _, _ := g.parts(); return app }
+
+// serializer returns the serializer class name.
+func (s Serialized) serializer() string {
+	v, _ := s.Object.Get(ajSerializerKey)
+	str, _ := v.Str()
+	return str
+}
+
+func (g GlobalID) parts() (app, model, id string) {
+	rest, ok := strings.CutPrefix(string(g), "gid://")
+	if !ok {
+		return "", "", ""
+	}
+	rest, _, _ = strings.Cut(rest, "?")
+	app, rest, _ = strings.Cut(rest, "/")
+	model, id, _ = strings.Cut(rest, "/")
+	return app, model, id
 }

@@ -41,20 +41,6 @@ func (g GlobalID) rubyJSON() (rubyjson.Value, error) {
 	return rubyjson.ObjectValue(m), nil
 }
 
-// app returns the application part of the URI ("app" in gid://app/Model/1).
-func (g GlobalID) app() string { app, _, _ := g.parts(); return app }
-
-func (g GlobalID) parts() (app, model, id string) {
-	rest, ok := strings.CutPrefix(string(g), "gid://")
-	if !ok {
-		return "", "", ""
-	}
-	rest, _, _ = strings.Cut(rest, "?")
-	app, rest, _ = strings.Cut(rest, "/")
-	model, id, _ = strings.Cut(rest, "/")
-	return app, model, id
-}
-
 // BigDecimal is a Ruby BigDecimal kept as its exact decimal text
 // (BigDecimalSerializer, Rails 7.1+). ActiveJob 6.1 has no such serializer:
 // it writes a BigDecimal as a plain JSON string (so it arrives as a String),
@@ -330,13 +316,6 @@ func (r Range) rubyJSON() (rubyjson.Value, error) {
 // inside it are still in serialized form (as Decode leaves them).
 type Serialized struct {
 	Object *rubyjson.Map
-}
-
-// serializer returns the serializer class name.
-func (s Serialized) serializer() string {
-	v, _ := s.Object.Get(ajSerializerKey)
-	str, _ := v.Str()
-	return str
 }
 
 // rubyJSON implements argValue.
