@@ -73,12 +73,12 @@ func killDuringDrain(t *testing.T, queues []string) {
 	killedInFlight := 0
 	for k := 0; k < kills; k++ {
 		w := startWorker(t, rs.URL(), args...)
-		id := w.identity(t)
+		id := w.Identity(t)
 		before := runs.total(t)
 		step := rand.IntN(max(n/(2*kills), 50)) + 20
 		wait.Within(t, 60*time.Second, "progress before the kill", func() bool { return runs.total(t) >= before+step })
-		require.NoError(t, w.cmd.Process.Signal(syscall.SIGKILL))
-		w.wait()
+		require.NoError(t, w.Cmd.Process.Signal(syscall.SIGKILL))
+		w.Wait()
 		// Nothing else recovers until the next process starts: the killed
 		// process's list holds exactly the jobs in flight at the kill.
 		for _, jid := range workingJIDs(t, conn, id) {
@@ -114,8 +114,8 @@ func killDuringDrain(t *testing.T, queues []string) {
 		}
 		return true
 	})
-	require.NoError(t, final.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, final.wait(), final.logs.String())
+	require.NoError(t, final.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, final.Wait(), final.Logs.String())
 
 	counts := runs.counts(t)
 	dead := deadJIDs(t, conn)

@@ -22,10 +22,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/durable"
+	"github.com/gojob/gojob/internal/gojobtest"
 	"github.com/gojob/gojob/internal/pgtest"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/rubytest"
-	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -121,9 +121,9 @@ func TestPushDurableWritesRow(t *testing.T) {
 		return strings.Count(string(b), "\n") >= 2
 	})
 	wait.Within(t, 30*time.Second, "the rows to be deleted", func() bool { return durableStatusOf(t, db).Total == 0 })
-	require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, w.wait(), w.logs.String())
-	require.NotContains(t, w.logs.String(), "no row found")
+	require.NoError(t, w.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, w.Wait(), w.Logs.String())
+	require.NotContains(t, w.Logs.String(), "no row found")
 }
 
 // 1,000 outbox rows, written by Go (pgx) and by Ruby (Sequel, the Rails
@@ -149,20 +149,9 @@ func TestOutboxKillRelayPushesCommittedOnce(t *testing.T) {
 		return n
 	}
 	startRelay := func() *workerProc {
-		w := &workerProc{logs: testlog.New(nil), done: make(chan struct{})}
-		w.cmd = exec.Command(gojobBinary(t), "durable", "relay", "-r", rs.URL(), "--sidekiq-version", "7", "--db", db, "--lease", "2s")
-		w.cmd.Env = append(os.Environ(), "DATABASE_URL=", "DURABLE_JOB_SERVER_URLS=")
-		w.cmd.Stdout, w.cmd.Stderr = w.logs, w.logs
-		require.NoError(t, w.cmd.Start())
-		go func() { w.err = w.cmd.Wait(); close(w.done) }()
-		t.Cleanup(func() {
-			w.cmd.Process.Kill()
-			<-w.done
-			if t.Failed() {
-				t.Logf("gojob durable relay log:\n%s", w.logs.String())
-			}
-		})
-		return w
+		cmd := exec.Command(gojobBinary(t), "durable", "relay", "-r", rs.URL(), "--sidekiq-version", "7", "--db", db, "--lease", "2s")
+		cmd.Env = append(os.Environ(), "DATABASE_URL=", "DURABLE_JOB_SERVER_URLS=")
+		return gojobtest.StartCmd(t, cmd)
 	}
 	first := startRelay()
 
@@ -227,8 +216,8 @@ func TestOutboxKillRelayPushesCommittedOnce(t *testing.T) {
 		mu.Unlock()
 	}()
 	wait.Within(t, 60*time.Second, "the first relay to push 100 jobs", func() bool { return queued() >= 100 })
-	require.NoError(t, first.cmd.Process.Signal(syscall.SIGKILL))
-	first.wait()
+	require.NoError(t, first.Cmd.Process.Signal(syscall.SIGKILL))
+	first.Wait()
 	killedAt := queued()
 	// Two relays at once take over: they share the rows.
 	second, third := startRelay(), startRelay()
@@ -237,8 +226,8 @@ func TestOutboxKillRelayPushesCommittedOnce(t *testing.T) {
 	require.Len(t, committed, 500)
 	wait.Within(t, 60*time.Second, "every committed row to be pushed", func() bool { return durableStatusOf(t, db).ToPush == 0 })
 	for _, r := range []*workerProc{second, third} {
-		require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
-		require.NoError(t, r.wait(), r.logs.String())
+		require.NoError(t, r.Cmd.Process.Signal(syscall.SIGTERM))
+		require.NoError(t, r.Wait(), r.Logs.String())
 	}
 	t.Logf("first relay killed with %d jobs pushed", killedAt)
 
@@ -272,8 +261,8 @@ func TestOutboxKillRelayPushesCommittedOnce(t *testing.T) {
 		return len(runs) >= len(committed)
 	})
 	wait.Within(t, 60*time.Second, "the rows to be deleted", func() bool { return durableStatusOf(t, db).Total == 0 })
-	require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, w.wait(), w.logs.String())
+	require.NoError(t, w.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, w.Wait(), w.Logs.String())
 	runMu.Lock()
 	defer runMu.Unlock()
 	for _, jid := range committed {

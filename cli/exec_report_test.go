@@ -58,7 +58,7 @@ func TestLastReportLinesSurviveTheCommandsExit(t *testing.T) {
 	w := startWorker(t, rs.URL(), "-c", "2", "--exec",
 		`Many=i=0; while [ $i -lt 2000 ]; do echo '{"progress":0.5}'; i=$((i+1)); done >&4; echo '{"result":{"last":true}}' >&4`,
 		"--exec", `Orphan=echo '{"result":{"left":1}}' >&4; sleep 30 >/dev/null 2>&1 &`)
-	w.identity(t)
+	w.Identity(t)
 	for _, c := range []struct{ class, result string }{{"Many", `{"last":true}`}, {"Orphan", `{"left":1}`}} {
 		jid := pushOne(t, pool, c.class)
 		start := time.Now()

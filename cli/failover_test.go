@@ -143,15 +143,15 @@ func TestFailoverMidDrainStrandsNoJob(t *testing.T) {
 				return len(redistest.InProgress(t, nc, "")) == 0
 			})
 			wait.Within(t, 30*time.Second, "the log to name the failover", func() bool {
-				return strings.Contains(w.logs.String(), "master changed")
+				return strings.Contains(w.Logs.String(), "master changed")
 			})
 			twice := runs.twice(jids)
 			t.Logf("%s mid-drain of %d at -c 10: every job ran %s after the promotion, %d twice",
 				how, len(jids), took.Round(time.Millisecond), twice)
 			require.Less(t, took, 30*time.Second, "every job ran within 30 s of the promotion")
 			require.LessOrEqual(t, twice, 40, "jobs run twice")
-			require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
-			require.NoError(t, w.wait(), w.logs.String())
+			require.NoError(t, w.Cmd.Process.Signal(syscall.SIGTERM))
+			require.NoError(t, w.Wait(), w.Logs.String())
 			require.Empty(t, redistest.InProgress(t, nc, ""))
 			q, err := redis.Int(nc.Do("LLEN", "queue:drain"))
 			require.NoError(t, err)
@@ -199,10 +199,10 @@ func TestEmptyRestartsUnderABusyWorker(t *testing.T) {
 		require.Less(t, d, 2*time.Second, "restart %d: the job pushed after it ran %s after Redis was back", i+1, d)
 	}
 	wait.Within(t, 30*time.Second, "the log to name each restart", func() bool {
-		return w.logs.Count("", "redis lost its data")+w.logs.Count("", "redis master changed") >= 3
+		return w.Logs.Count("", "redis lost its data")+w.Logs.Count("", "redis master changed") >= 3
 	})
-	require.GreaterOrEqual(t, w.logs.Count("", "redis lost its data"), 1, "the log says Redis lost its data")
-	require.NotContains(t, w.logs.String(), "was it stopped for a minute")
-	require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, w.wait(), w.logs.String())
+	require.GreaterOrEqual(t, w.Logs.Count("", "redis lost its data"), 1, "the log says Redis lost its data")
+	require.NotContains(t, w.Logs.String(), "was it stopped for a minute")
+	require.NoError(t, w.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, w.Wait(), w.Logs.String())
 }

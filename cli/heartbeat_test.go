@@ -23,8 +23,8 @@ import (
 
 	"github.com/gojob/gojob/durable"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/gojobtest"
 	"github.com/gojob/gojob/internal/redistest"
-	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -64,19 +64,7 @@ func heartbeatWorker(t *testing.T) string {
 // startBinary runs `bin work -r url args…` like startWorker.
 func startBinary(t *testing.T, bin, url string, args ...string) *workerProc {
 	t.Helper()
-	w := &workerProc{logs: testlog.New(nil), done: make(chan struct{})}
-	w.cmd = exec.Command(bin, append([]string{"work", "-r", url, "--sidekiq-version", "7"}, args...)...)
-	w.cmd.Stdout, w.cmd.Stderr = w.logs, w.logs
-	require.NoError(t, w.cmd.Start())
-	go func() { w.err = w.cmd.Wait(); close(w.done) }()
-	t.Cleanup(func() {
-		w.cmd.Process.Kill()
-		<-w.done
-		if t.Failed() {
-			t.Logf("%s work log:\n%s", filepath.Base(bin), w.logs.String())
-		}
-	})
-	return w
+	return gojobtest.Start(t, bin, append([]string{"work", "-r", url, "--sidekiq-version", "7"}, args...)...)
 }
 
 // gojobOutput runs the gojob binary and returns its standard output.
@@ -201,13 +189,13 @@ func TestGoHandlerThatStopsHeartbeatingIsRetried(t *testing.T) {
 	e := newHBEnv(t)
 	log := filepath.Join(e.dir, "log")
 	w := startBinary(t, heartbeatWorker(t), e.rs.URL())
-	id := w.identity(t)
+	id := w.Identity(t)
 	e.push(t, "gobeat1", "GoBeat", 0, hbTimeout.Seconds(), hbBeats, log)
 	last := epoch(t, logLine(t, log, "gobeat1 ")[0])
 	requireRetriedAfterSilence(t, e.retried(t, "gobeat1"), last)
 	require.Empty(t, workingJIDs(t, e.conn, id))
 	select {
-	case <-w.done:
+	case <-w.Done():
 		t.Fatal("the worker exited")
 	default:
 	}
@@ -223,7 +211,7 @@ func TestExecHandlerThatStopsHeartbeatingIsRetried(t *testing.T) {
 	script := `for i in $(seq ` + strconv.Itoa(hbBeats) + `); do echo beat >&"$GOJOB_HEARTBEAT_FD"; last=$(date +%s.%N); sleep 0.1; done; ` +
 		`echo "$GOJOB_JID $last $$ $GOJOB_HEARTBEAT_FD $GOJOB_HEARTBEAT_TIMEOUT" >> ` + log + `; sleep 30`
 	w := startWorker(t, e.rs.URL(), "--exec", "ExecBeat="+script)
-	id := w.identity(t)
+	id := w.Identity(t)
 	e.push(t, "execbeat1", "ExecBeat", 0, hbTimeout.Seconds())
 	f := logLine(t, log, "execbeat1 ")
 	require.Equal(t, []string{"4", hbTimeoutText}, f[2:4], "GOJOB_HEARTBEAT_FD, GOJOB_HEARTBEAT_TIMEOUT")
@@ -281,7 +269,7 @@ func TestHTTPHandlerThatStopsHeartbeatingIsRetried(t *testing.T) {
 	}))
 	defer ts.Close()
 	w := startWorker(t, e.rs.URL(), "--http", "HTTPBeat="+ts.URL)
-	id := w.identity(t)
+	id := w.Identity(t)
 	e.push(t, "httpbeat1", "HTTPBeat", 0, hbTimeout.Seconds())
 	job := e.retried(t, "httpbeat1")
 	var res result
@@ -306,7 +294,7 @@ func TestHungGoHandlerFreesItsSlot(t *testing.T) {
 	e := newHBEnv(t)
 	log := filepath.Join(e.dir, "log")
 	w := startBinary(t, heartbeatWorker(t), e.rs.URL(), "-c", "1", "--cancel-grace", "200ms")
-	id := w.identity(t)
+	id := w.Identity(t)
 	e.push(t, "hang1", "GoHang", 0, 0.2, log)
 	logLine(t, log, "hang1 started")
 	job := e.retried(t, "hang1")
@@ -314,7 +302,7 @@ func TestHungGoHandlerFreesItsSlot(t *testing.T) {
 	require.Contains(t, job.ErrorMessage(), "its handler ignored the cancellation for 0.2s and was left running")
 	e.push(t, "next1", "GoNext", 0, 0, log)
 	logLine(t, log, "next1 ran")
-	require.Contains(t, w.logs.String(), "a cancelled handler did not return")
+	require.Contains(t, w.Logs.String(), "a cancelled handler did not return")
 	wait.For(t, "nothing in progress", func() bool { return len(workingJIDs(t, e.conn, id)) == 0 })
 	n, err := redis.Int(e.conn.Do("ZCARD", contract.KeyRetry))
 	require.NoError(t, err)
@@ -353,7 +341,7 @@ func TestProcessesShowEachRunningJobsLastHeartbeat(t *testing.T) {
 	log := filepath.Join(e.dir, "log")
 	// Version 6: a heartbeat every 5 s.
 	w := startBinary(t, heartbeatWorker(t), e.rs.URL(), "--sidekiq-version", "6")
-	id := w.identity(t)
+	id := w.Identity(t)
 	e.push(t, "shown1", "GoBeat", 0, 5, 1000, log)
 	e.push(t, "quiet1", "GoHang", 0, 0, log)
 	logLine(t, log, "quiet1 started")
@@ -423,18 +411,18 @@ func TestDeadProcessJobIsRecoveredNotTimedOutNorKilled(t *testing.T) {
 
 	args := []string{"--durable", "--durable-db", db, "--durable-class", "GoForever=1s", "--durable-poll-interval", "200ms"}
 	a := startBinary(t, heartbeatWorker(t), e.rs.URL(), args...)
-	a.identity(t)
+	a.Identity(t)
 	_, err = client.Push(context.Background(), job, nil)
 	require.NoError(t, err)
 	logLine(t, log, "dead1 started")
-	require.NoError(t, a.cmd.Process.Kill())
-	a.wait()
+	require.NoError(t, a.Cmd.Process.Kill())
+	a.Wait()
 	// Past the heartbeat_timeout and the durable extension (1 s, two
 	// strikes) before anyone looks.
 	time.Sleep(2500 * time.Millisecond)
 
 	b := startBinary(t, heartbeatWorker(t), e.rs.URL(), args...)
-	b.identity(t)
+	b.Identity(t)
 	wait.Within(t, 20*time.Second, "the job to run again", func() bool {
 		out, _ := os.ReadFile(log)
 		return strings.Count(string(out), "dead1 started") == 2
@@ -447,7 +435,7 @@ func TestDeadProcessJobIsRecoveredNotTimedOutNorKilled(t *testing.T) {
 	}
 	out, _ := os.ReadFile(log)
 	require.Equal(t, 2, strings.Count(string(out), "dead1 started"), "the job ran once in each process")
-	logs := b.logs.String()
+	logs := b.Logs.String()
 	require.Contains(t, logs, "recovered the jobs of a process that is gone")
 	require.NotRegexp(t, `killed=[1-9]|marked_missing=[1-9]`, logs)
 	rows, err := d.Rows(context.Background(), 0)

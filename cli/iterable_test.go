@@ -30,8 +30,8 @@ func TestIterableJobResumesInAnotherProcessAfterSIGTERM(t *testing.T) {
 	require.NoError(t, err)
 	first := startBinary(t, bin, e.rs.URL())
 	logLine(t, log, "waiting at 3")
-	require.NoError(t, first.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, first.wait())
+	require.NoError(t, first.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, first.Wait())
 
 	st, err := redis.StringMap(e.conn.Do("HGETALL", contract.IterationKey(jid)))
 	require.NoError(t, err)

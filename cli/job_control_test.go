@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/gojob/gojob/batch"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/gojobtest"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
@@ -97,26 +97,26 @@ func TestBatchSuccessCallbackOnceAcrossKills(t *testing.T) {
 	killedInFlight := 0
 	for k := range 3 {
 		w := startWorker(t, rs.URL(), args...)
-		id := w.identity(t)
+		id := w.Identity(t)
 		target := (k + 1) * n / 5
 		wait.Within(t, 60*time.Second, "progress before the kill", func() bool { return runs.total(t) >= target })
-		require.NoError(t, w.cmd.Process.Signal(syscall.SIGKILL))
-		w.wait()
+		require.NoError(t, w.Cmd.Process.Signal(syscall.SIGKILL))
+		w.Wait()
 		killedInFlight += len(workingJIDs(t, conn, id))
 	}
 	final := startWorker(t, rs.URL(), args...)
 	wait.Within(t, 2*time.Minute, "every job to run", func() bool { return len(runs.counts(t)) == n })
-	wait.Within(t, 30*time.Second, "the success callback", func() bool { return len(readLines(t, callbacks)) >= 1 })
+	wait.Within(t, 30*time.Second, "the success callback", func() bool { return len(gojobtest.Lines(t, callbacks)) >= 1 })
 	// Let anything that would push it again happen, then stop gracefully.
 	wait.Within(t, 30*time.Second, "the queues to empty", func() bool {
 		w, _ := redis.Int(conn.Do("LLEN", "queue:work"))
 		d, _ := redis.Int(conn.Do("LLEN", "queue:default"))
 		return w+d == 0
 	})
-	require.NoError(t, final.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, final.wait(), final.logs.String())
+	require.NoError(t, final.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, final.Wait(), final.Logs.String())
 
-	require.Len(t, readLines(t, callbacks), 1, "the success callback ran exactly once")
+	require.Len(t, gojobtest.Lines(t, callbacks), 1, "the success callback ran exactly once")
 	out, errOut, code = runBinary(t, "batch", "status", "-r", rs.URL(), "--json", bid)
 	require.Zero(t, code, errOut)
 	var st batch.Status
@@ -128,24 +128,6 @@ func TestBatchSuccessCallbackOnceAcrossKills(t *testing.T) {
 	again := runs.total(t) - n
 	t.Logf("batch: %d jobs, 3 kills, %d in flight at the kills, %d ran again, 1 callback", n, killedInFlight, again)
 	require.Positive(t, killedInFlight, "the kills hit jobs in flight")
-}
-
-func readLines(t *testing.T, path string) []string {
-	t.Helper()
-	f, err := os.Open(path)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	require.NoError(t, err)
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if l := strings.TrimSpace(sc.Text()); l != "" {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 // gojob cancel of a running exec job: TERM reaches its process group, what
@@ -162,11 +144,11 @@ func TestCancelExecJobKillsTreeWithinGrace(t *testing.T) {
 	// The shell, a child that ignores TERM and one that does not.
 	script := fmt.Sprintf(`echo $$ >> %[1]s; (trap '' TERM; exec sleep 300) & echo $! >> %[1]s; sleep 300 & echo $! >> %[1]s; wait`, pids)
 	w := startWorker(t, rs.URL(), "-c", "2", "--cancel-grace", grace.String(), "--exec", "Slow="+script)
-	w.identity(t)
+	w.Identity(t)
 	jid := pushOne(t, pool, "Slow")
-	wait.Within(t, 30*time.Second, "the job's processes", func() bool { return len(readLines(t, pids)) == 3 })
+	wait.Within(t, 30*time.Second, "the job's processes", func() bool { return len(gojobtest.Lines(t, pids)) == 3 })
 	var procs []int
-	for _, l := range readLines(t, pids) {
+	for _, l := range gojobtest.Lines(t, pids) {
 		pid, err := strconv.Atoi(l)
 		require.NoError(t, err)
 		procs = append(procs, pid)
@@ -193,7 +175,7 @@ func TestCancelExecJobKillsTreeWithinGrace(t *testing.T) {
 	n, err := redis.Int(conn.Do("EXISTS", contract.CancelKey(jid)))
 	require.NoError(t, err)
 	require.Zero(t, n, "the request is done with")
-	require.Len(t, readLines(t, pids), 3, "not run again")
+	require.Len(t, gojobtest.Lines(t, pids), 3, "not run again")
 	t.Logf("cancel: tree gone %.1f s after the request (grace %s)", took.Seconds(), grace)
 
 	// A queued job is removed; an unknown one is not found (exit 4).
@@ -221,9 +203,9 @@ func TestCancelThroughSidekiqIterationKey(t *testing.T) {
 	started := filepath.Join(t.TempDir(), "started")
 	w := startWorker(t, rs.URL(), "-c", "2", "--cancel-grace", "2s",
 		"--exec", `Slow=echo "$GOJOB_JID" >> `+started+`; exec sleep 300`)
-	w.identity(t)
+	w.Identity(t)
 	jid := pushOne(t, pool, "Slow")
-	wait.Within(t, 30*time.Second, "the job to start", func() bool { return len(readLines(t, started)) == 1 })
+	wait.Within(t, 30*time.Second, "the job to start", func() bool { return len(gojobtest.Lines(t, started)) == 1 })
 
 	key := contract.IterationKey(jid)
 	conn.Send("HSETNX", key, "cancelled", time.Now().Unix())
@@ -283,7 +265,7 @@ func TestExecSnoozeSchedulesWithoutFailure(t *testing.T) {
 	conn := pool.Get()
 	defer conn.Close()
 	w := startWorker(t, rs.URL(), "-c", "2", "--exec", `Sleepy=echo '{"outcome":"snooze","in":60}' >&4; exit 1`)
-	w.identity(t)
+	w.Identity(t)
 	jid := pushOne(t, pool, "Sleepy")
 	var vals [][]byte
 	wait.Within(t, 30*time.Second, "the schedule set", func() bool {
@@ -324,7 +306,7 @@ func TestJobCommandShowsResultAndBacktrace(t *testing.T) {
 	defer conn.Close()
 	w := startWorker(t, rs.URL(), "-c", "2", "--exec",
 		`Report=echo beat >&4; echo '{"progress":0.5,"message":"half way"}' >&4; echo '{"result":{"rows":42,"file":"a.csv"}}' >&4`)
-	w.identity(t)
+	w.Identity(t)
 	jid := pushOne(t, pool, "Report")
 	var v jobView
 	wait.Within(t, 30*time.Second, "the job's outcome", func() bool {
@@ -349,7 +331,7 @@ func TestJobCommandShowsResultAndBacktrace(t *testing.T) {
 	require.NoError(t, err)
 	_, err = conn.Do("ZADD", contract.KeyDead, 1795443862.5, strings.TrimSpace(string(raw)))
 	require.NoError(t, err)
-	want := readLines(t, "../testdata/ruby-fixtures/7.3.10/capture/backtrace-decoded.txt")[1:] // after the comment line
+	want := gojobtest.Lines(t, "../testdata/ruby-fixtures/7.3.10/capture/backtrace-decoded.txt")[1:] // after the comment line
 	out, errOut, code := runBinary(t, "job", "-r", rs.URL(), "--json", "530d5ea00d9a9b5d4be29a8b")
 	require.Zero(t, code, errOut)
 	var d jobView
@@ -401,7 +383,7 @@ func TestJobCommandFollowsARunningJob(t *testing.T) {
 	// Each job says it started, then runs until it is released.
 	script := fmt.Sprintf(`touch %[1]s/$GOJOB_JID.started; while [ ! -e %[1]s/$GOJOB_JID.release ]; do sleep 0.05; done`, dir)
 	w := startWorker(t, rs.URL(), "-c", "2", "--exec", "Quiet="+script)
-	id := w.identity(t)
+	id := w.Identity(t)
 	started := func(jid string) {
 		wait.For(t, "job "+jid+" to start", func() bool {
 			_, err := os.Stat(filepath.Join(dir, jid+".started"))

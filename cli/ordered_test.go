@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/gojob/gojob/internal/gojobtest"
 	"github.com/gojob/gojob/internal/orderedstore"
 	"github.com/gojob/gojob/internal/redistest"
-	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/ordered"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -41,20 +41,9 @@ func startOrderedWorker(t *testing.T, url, logPath string, args ...string) *work
 // the queue) with env added to the environment.
 func startOrderedWork(t *testing.T, bin, url string, env []string, args ...string) *workerProc {
 	t.Helper()
-	w := &workerProc{logs: testlog.New(nil), done: make(chan struct{})}
-	w.cmd = exec.Command(bin, append([]string{"ordered", "work", "-r", url}, args...)...)
-	w.cmd.Env = append(os.Environ(), env...)
-	w.cmd.Stdout, w.cmd.Stderr = w.logs, w.logs
-	require.NoError(t, w.cmd.Start())
-	go func() { w.err = w.cmd.Wait(); close(w.done) }()
-	t.Cleanup(func() {
-		w.cmd.Process.Kill()
-		<-w.done
-		if t.Failed() {
-			t.Logf("worker %d log:\n%s", w.cmd.Process.Pid, w.logs.String())
-		}
-	})
-	return w
+	cmd := exec.Command(bin, append([]string{"ordered", "work", "-r", url}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	return gojobtest.StartCmd(t, cmd)
 }
 
 type probeEvent struct {
@@ -138,8 +127,8 @@ func TestOrderedKillKeepsEveryKeyInOrder(t *testing.T) {
 		return n
 	}
 	wait.Within(t, 20*time.Second, "a third of the jobs to run", func() bool { return ended() >= keys*perKey/3 })
-	require.NoError(t, a.cmd.Process.Signal(syscall.SIGKILL))
-	a.wait()
+	require.NoError(t, a.Cmd.Process.Signal(syscall.SIGKILL))
+	a.Wait()
 	f, err := os.OpenFile(logPath, os.O_APPEND|os.O_WRONLY, 0)
 	require.NoError(t, err)
 	_, err = f.WriteString("k\n")
@@ -153,11 +142,11 @@ func TestOrderedKillKeepsEveryKeyInOrder(t *testing.T) {
 		return st.Pending == 0 && st.Processing == 0
 	}
 	wait.Within(t, 20*time.Second, "the survivor to drain the queue", done)
-	require.NoError(t, b.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, b.wait(), b.logs.String())
+	require.NoError(t, b.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, b.Wait(), b.Logs.String())
 
 	events := readProbeLog(t, logPath)
-	killed := a.cmd.Process.Pid
+	killed := a.Cmd.Process.Pid
 	type keyState struct {
 		running   *probeEvent
 		maxEnded  int // highest i such that 0..i all ended
@@ -254,8 +243,8 @@ func TestOrderedCommandsAndExecHandler(t *testing.T) {
 		args = append(args, string(j.Args()[0].Encode()))
 	}
 	require.Equal(t, []string{"0", "1", "2"}, args, "push order")
-	require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, w.wait())
+	require.NoError(t, w.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, w.Wait())
 
 	// Fail failed once: retry_count 0, retried in 15+ s (Lowkiq's
 	// retry_in(0)); the morgue and its rules are pinned in ordered/.

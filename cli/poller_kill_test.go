@@ -58,8 +58,8 @@ func TestKillDuringPollerMovesLosesNoJob(t *testing.T) {
 		before := queued()
 		step := 200 + rand.IntN(max(n/(2*kills), 1))
 		wait.Within(t, 60*time.Second, "the poller moving jobs", func() bool { return queued() >= min(before+step, n) })
-		require.NoError(t, w.cmd.Process.Signal(syscall.SIGKILL))
-		w.wait()
+		require.NoError(t, w.Cmd.Process.Signal(syscall.SIGKILL))
+		w.Wait()
 		if queued() < n {
 			landed++
 		}
@@ -74,8 +74,8 @@ func TestKillDuringPollerMovesLosesNoJob(t *testing.T) {
 		}
 		return left == 0
 	})
-	require.NoError(t, final.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, final.wait(), final.logs.String())
+	require.NoError(t, final.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, final.Wait(), final.Logs.String())
 
 	raws, err := redis.ByteSlices(conn.Do("LRANGE", "queue:moved", 0, -1))
 	require.NoError(t, err)

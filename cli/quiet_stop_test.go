@@ -36,7 +36,7 @@ func TestQuietAndStopRefuseAnUnknownIdentity(t *testing.T) {
 	require.Zero(t, n, "no signals list for a ghost")
 
 	w := startWorker(t, url, "-c", "1", "--sidekiq-version", "6") // a beat every 5 s
-	id := w.identity(t)
+	id := w.Identity(t)
 	out, errOut, code = runCLI(t, "quiet", "-r", url, id)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "sent TSTP to "+id)
@@ -44,11 +44,11 @@ func TestQuietAndStopRefuseAnUnknownIdentity(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "sent TERM to "+id)
 	done := make(chan error, 1)
-	go func() { done <- w.wait() }()
+	go func() { done <- w.Wait() }()
 	select {
 	case err := <-done:
-		require.NoError(t, err, w.logs.String())
+		require.NoError(t, err, w.Logs.String())
 	case <-time.After(30 * time.Second):
-		t.Fatalf("gojob work did not stop after gojob stop all:\n%s", w.logs.String())
+		t.Fatalf("gojob work did not stop after gojob stop all:\n%s", w.Logs.String())
 	}
 }

@@ -210,12 +210,12 @@ func TestRedisRestartAndScriptFlushAreSurvived(t *testing.T) {
 					t.Fatalf("%d jobs of the drain never ran: %s", len(m), whereAre(t, conn, m))
 				}
 			}
-			require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
-			require.NoError(t, w.wait(), w.logs.String())
-			require.NotContains(t, w.logs.String(), "at_stop=true", "every finished job was acknowledged: nothing is left to requeue at stop")
-			outages := w.logs.Count("", "redis unavailable")
+			require.NoError(t, w.Cmd.Process.Signal(syscall.SIGTERM))
+			require.NoError(t, w.Wait(), w.Logs.String())
+			require.NotContains(t, w.Logs.String(), "at_stop=true", "every finished job was acknowledged: nothing is left to requeue at stop")
+			outages := w.Logs.Count("", "redis unavailable")
 			require.GreaterOrEqual(t, outages, 1)
-			require.LessOrEqual(t, outages, 2, "the outage is logged once (a second line may come from the restart's stale connections):\n%s", w.logs.String())
+			require.LessOrEqual(t, outages, 2, "the outage is logged once (a second line may come from the restart's stale connections):\n%s", w.Logs.String())
 			t.Logf("%s: /readyz during the outage: %q; jobs ran again %s after the restart; %d jobs drained, 0 lost",
 				c.name, body, took.Round(time.Millisecond), len(jids))
 		})
@@ -259,8 +259,8 @@ func TestOrderedWorkerSurvivesARedisRestart(t *testing.T) {
 		return strings.Contains(r, `"o2"`) && strings.Contains(r, `"o3"`)
 	})
 	require.Less(t, strings.Index(ran(), `"o2"`), strings.Index(ran(), `"o3"`), "in push order")
-	require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, w.wait(), w.logs.String())
+	require.NoError(t, w.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, w.Wait(), w.Logs.String())
 }
 
 // whereAre says in which lists of Redis the jobs jids are (a test's

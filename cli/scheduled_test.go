@@ -38,11 +38,11 @@ func TestInvalidScheduledJobDoesNotBlockThePoller(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{invalid}, dead)
 	stopped := time.Now()
-	require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, w.wait(), w.logs.String())
+	require.NoError(t, w.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, w.Wait(), w.Logs.String())
 	require.Less(t, time.Since(stopped), 5*time.Second)
-	require.Zero(t, w.logs.Count("", "redis unavailable"), w.logs.String())
-	require.Equal(t, 1, w.logs.Count("", "cannot be pushed"), w.logs.String())
+	require.Zero(t, w.Logs.Count("", "redis unavailable"), w.Logs.String())
+	require.Equal(t, 1, w.Logs.Count("", "cannot be pushed"), w.Logs.String())
 }
 
 // gojob scheduled and gojob retries list the next due first even when the

@@ -69,8 +69,8 @@ func TestWorkFollowsASentinelFailover(t *testing.T) {
 			twice++
 		}
 	}
-	require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, w.wait(), w.logs.String())
+	require.NoError(t, w.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, w.Wait(), w.Logs.String())
 	t.Logf("failover mid-drain: a job pushed after the promotion ran in %s; %d jobs, 0 lost, %d ran twice",
 		took.Round(time.Millisecond), len(jids), twice)
 }

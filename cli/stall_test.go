@@ -48,7 +48,7 @@ func TestRedisStallLosesNoJob(t *testing.T) {
 			// The waits below are for events; their deadlines only bound a
 			// hang, and a loaded machine is far from them.
 			wait.Within(t, 2*time.Minute, "the stall to be logged", func() bool {
-				return w.logs.Count("", "redis is not answering") > 0
+				return w.Logs.Count("", "redis is not answering") > 0
 			})
 			time.Sleep(stallFor - time.Since(stalled)) // the stall itself, at least stallFor
 			require.NoError(t, rs.Resume())
@@ -59,15 +59,15 @@ func TestRedisStallLosesNoJob(t *testing.T) {
 				q, _ := redis.Int(conn.Do("LLEN", "queue:default"))
 				return q == 0
 			})
-			require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
-			require.NoError(t, w.wait(), w.logs.String())
+			require.NoError(t, w.Cmd.Process.Signal(syscall.SIGTERM))
+			require.NoError(t, w.Wait(), w.Logs.String())
 			counts := runs.counts(t)
 			for _, jid := range jids {
 				require.Equal(t, 1, counts[jid], "%s ran %d times", jid, counts[jid])
 			}
-			require.Equal(t, 1, w.logs.Count("", "redis is not answering"), w.logs.String())
-			require.Zero(t, w.logs.Count("", "i/o timeout"), "no connection given up on a timeout:\n%s", w.logs.String())
-			require.GreaterOrEqual(t, w.logs.Count("", "redis is back"), 1)
+			require.Equal(t, 1, w.Logs.Count("", "redis is not answering"), w.Logs.String())
+			require.Zero(t, w.Logs.Count("", "i/o timeout"), "no connection given up on a timeout:\n%s", w.Logs.String())
+			require.GreaterOrEqual(t, w.Logs.Count("", "redis is back"), 1)
 			t.Logf("%s: %d jobs, 0 lost, stall logged once, %s", m.name, n, strconv.Quote("redis is back"))
 		})
 	}

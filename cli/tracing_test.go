@@ -19,8 +19,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gojob/gojob/internal/gojobtest"
 	"github.com/gojob/gojob/internal/redistest"
-	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/internal/wait"
 )
 
@@ -68,21 +68,11 @@ func TestWorkExportsJobSpanAndTraceparent(t *testing.T) {
 	defer collector.Close()
 
 	seen := filepath.Join(t.TempDir(), "traceparent")
-	w := &workerProc{logs: testlog.New(nil), done: make(chan struct{})}
-	w.cmd = exec.Command(gojobBinary(t), "work", "-r", rs.URL(), "--sidekiq-version", "7", "-q", "tq",
+	cmd := exec.Command(gojobBinary(t), "work", "-r", rs.URL(), "--sidekiq-version", "7", "-q", "tq",
 		"--exec", "Traced=sh -c 'echo \"$TRACEPARENT\" > "+seen+"'", "--http", "TracedHTTP="+handler.URL)
-	w.cmd.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+collector.URL, "OTEL_BSP_SCHEDULE_DELAY=50",
+	cmd.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+collector.URL, "OTEL_BSP_SCHEDULE_DELAY=50",
 		"OTEL_TRACES_EXPORTER=", "OTEL_SDK_DISABLED=")
-	w.cmd.Stdout, w.cmd.Stderr = w.logs, w.logs
-	require.NoError(t, w.cmd.Start())
-	go func() { w.err = w.cmd.Wait(); close(w.done) }()
-	t.Cleanup(func() {
-		w.cmd.Process.Kill()
-		<-w.done
-		if t.Failed() {
-			t.Logf("gojob work log:\n%s", w.logs.String())
-		}
-	})
+	w := gojobtest.StartCmd(t, cmd)
 	var child string
 	wait.Within(t, 30*time.Second, "the job to run", func() bool {
 		b, _ := os.ReadFile(seen)
@@ -100,8 +90,8 @@ func TestWorkExportsJobSpanAndTraceparent(t *testing.T) {
 		defer mu.Unlock()
 		return len(spans) >= 2
 	})
-	require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, w.wait(), w.logs.String())
+	require.NoError(t, w.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, w.Wait(), w.Logs.String())
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -24,7 +24,7 @@ func TestWorkAloneWritesForEveryWebUI(t *testing.T) {
 	conn := pool.Get()
 	defer conn.Close()
 	w := startWorker(t, rs.URL(), "--sidekiq-version", "auto", "-c", "2", "--exec", "Slow=sleep 30")
-	id := w.identity(t)
+	id := w.Identity(t)
 	_, err := conn.Do("LPUSH", "queue:default", `{"retry":true,"queue":"default","class":"Slow","args":[],"jid":"slow00000000000000000001","created_at":1795443862.1}`)
 	require.NoError(t, err)
 	// The job shows at the next beat (5 s in 6.x, 10 s from 7.0).
@@ -44,7 +44,7 @@ func TestWorkAloneWritesForEveryWebUI(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, h["info"], `"version":"7.3.10"`)
 	require.Equal(t, "2", h["concurrency"])
-	require.Contains(t, w.logs.String(), "every Web UI")
+	require.Contains(t, w.Logs.String(), "every Web UI")
 	rec, err := redis.String(conn.Do("GET", contract.KeyRecordedFormat))
 	require.NoError(t, err)
 	require.Contains(t, rec, `"for_all":true`)
@@ -64,15 +64,15 @@ func TestWorkRefusesAVersionLiveProcessesCannotRead(t *testing.T) {
 	require.NoError(t, err)
 
 	w := startWorker(t, rs.URL(), "--sidekiq-version", "8")
-	err = w.wait()
+	err = w.Wait()
 	var exit *exec.ExitError
-	require.ErrorAs(t, err, &exit, w.logs.String())
-	require.Equal(t, 2, exit.ExitCode(), w.logs.String())
-	require.Contains(t, w.logs.String(), "--force-version")
-	require.Contains(t, w.logs.String(), "ruby:9:bbbbbbbbbbbb=7.3.10")
+	require.ErrorAs(t, err, &exit, w.Logs.String())
+	require.Equal(t, 2, exit.ExitCode(), w.Logs.String())
+	require.Contains(t, w.Logs.String(), "--force-version")
+	require.Contains(t, w.Logs.String(), "ruby:9:bbbbbbbbbbbb=7.3.10")
 
 	forced := startWorker(t, rs.URL(), "--sidekiq-version", "8", "--force-version")
-	forced.identity(t)
-	require.Contains(t, forced.logs.String(), "ERR live Sidekiq processes cannot read")
-	require.Contains(t, forced.logs.String(), "writing it anyway")
+	forced.Identity(t)
+	require.Contains(t, forced.Logs.String(), "ERR live Sidekiq processes cannot read")
+	require.Contains(t, forced.Logs.String(), "writing it anyway")
 }

@@ -5,18 +5,15 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/gojobtest"
 	"github.com/gojob/gojob/internal/redistest"
-	"github.com/gojob/gojob/internal/testlog"
-	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -60,51 +57,12 @@ func (r runLog) total(t testing.TB) int {
 }
 
 // workerProc is a real `gojob work` process.
-type workerProc struct {
-	cmd  *exec.Cmd
-	logs *testlog.Buffer
-	done chan struct{} // closed when it has exited
-	err  error         // its exit, once done
-}
-
-// wait waits for the process to exit and returns how it did.
-func (w *workerProc) wait() error {
-	<-w.done
-	return w.err
-}
-
-var identityRE = regexp.MustCompile(`identity=(\S+)`)
+type workerProc = gojobtest.Proc
 
 // startWorker runs `gojob work -r url args…`.
 func startWorker(t *testing.T, url string, args ...string) *workerProc {
 	t.Helper()
-	w := &workerProc{logs: testlog.New(nil), done: make(chan struct{})}
-	w.cmd = exec.Command(gojobBinary(t), append([]string{"work", "-r", url, "--sidekiq-version", "7"}, args...)...)
-	w.cmd.Stdout, w.cmd.Stderr = w.logs, w.logs
-	require.NoError(t, w.cmd.Start())
-	go func() { w.err = w.cmd.Wait(); close(w.done) }()
-	t.Cleanup(func() {
-		w.cmd.Process.Kill()
-		<-w.done
-		if t.Failed() {
-			t.Logf("gojob work log:\n%s", w.logs.String())
-		}
-	})
-	return w
-}
-
-// identity reads the process identity from the start log line.
-func (w *workerProc) identity(t *testing.T) string {
-	t.Helper()
-	var id string
-	wait.For(t, "the worker to start", func() bool {
-		m := identityRE.FindStringSubmatch(w.logs.String())
-		if m != nil {
-			id = m[1]
-		}
-		return id != ""
-	})
-	return id
+	return gojobtest.Start(t, gojobBinary(t), append([]string{"work", "-r", url, "--sidekiq-version", "7"}, args...)...)
 }
 
 // pushJobs pushes n jobs of class with jids "<prefix><i>".

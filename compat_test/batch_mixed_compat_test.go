@@ -1,13 +1,11 @@
 package compat_test
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,49 +17,16 @@ import (
 	"github.com/gojob/gojob/internal/gojobtest"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/rubytest"
-	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/internal/wait"
 )
 
 // gojobProc is a real `gojob work` process.
-type gojobProc struct {
-	cmd  *exec.Cmd
-	logs *testlog.Buffer
-	done chan struct{}
-	err  error
-}
-
-var identityRE = regexp.MustCompile(`identity=(\S+)`)
-
-// identity waits for the process's start line and returns its identity.
-func (p *gojobProc) identity(t *testing.T) string {
-	t.Helper()
-	var id string
-	wait.Within(t, 60*time.Second, "gojob work to start", func() bool {
-		if m := identityRE.FindStringSubmatch(p.logs.String()); m != nil {
-			id = m[1]
-		}
-		return id != ""
-	})
-	return id
-}
+type gojobProc = gojobtest.Proc
 
 // startGojob runs `gojob work -r url args…`, killed at the end of the test.
 func startGojob(t *testing.T, url string, args ...string) *gojobProc {
 	t.Helper()
-	p := &gojobProc{logs: testlog.New(nil), done: make(chan struct{})}
-	p.cmd = exec.Command(gojobtest.Binary(t), append([]string{"work", "-r", url}, args...)...)
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	require.NoError(t, p.cmd.Start())
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("gojob work log:\n%s", p.logs.String())
-		}
-	})
-	return p
+	return gojobtest.Start(t, gojobtest.Binary(t), append([]string{"work", "-r", url}, args...)...)
 }
 
 // gojobCLI runs a gojob command and returns its standard output.
@@ -73,25 +38,6 @@ func gojobCLI(t *testing.T, args ...string) string {
 	out, err := cmd.Output()
 	require.NoError(t, err, "gojob %s: %s", strings.Join(args, " "), stderr.String())
 	return strings.TrimSpace(string(out))
-}
-
-// lines reads the non-empty lines of a file ("" lines when it is absent).
-func lines(t *testing.T, path string) []string {
-	t.Helper()
-	f, err := os.Open(path)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	require.NoError(t, err)
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if l := strings.TrimSpace(sc.Text()); l != "" {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 // mixedWorker is the -r file of the Ruby server: contrib/ruby/gojob.rb
@@ -208,14 +154,14 @@ cli.run
 
 	// 2. gojob alone, then kill -9 while it holds jobs.
 	g := startGojob(t, url, gojobArgs...)
-	id := g.identity(t)
+	id := g.Identity(t)
 	var held []string
 	wait.Within(t, 60*time.Second, "gojob to run jobs and hold more", func() bool {
 		held = redistest.InProgress(t, conn, id)
-		return len(lines(t, goRan)) >= 5 && len(held) > 0
+		return len(gojobtest.Lines(t, goRan)) >= 5 && len(held) > 0
 	})
-	require.NoError(t, g.cmd.Process.Signal(syscall.SIGKILL))
-	<-g.done
+	require.NoError(t, g.Cmd.Process.Signal(syscall.SIGKILL))
+	<-g.Done()
 	heldAtKill := len(redistest.InProgress(t, conn, id))
 
 	// 3. Both again.
@@ -224,7 +170,7 @@ cli.run
 	startRuby()
 	wait.Within(t, 60*time.Second, "the restarted Ruby to run jobs", func() bool { return rubyRan() > ranBeforeKill })
 	g = startGojob(t, url, gojobArgs...)
-	g.identity(t)
+	g.Identity(t)
 
 	// Everything but the lost jobs runs and is counted; the batch waits.
 	wait.Within(t, 2*time.Minute, "every job but the lost ones to be counted", func() bool {
@@ -240,24 +186,23 @@ cli.run
 		}
 	}
 	require.ElementsMatch(t, lost, pending, "the batch waits for the lost jobs, and only for them")
-	require.Empty(t, lines(t, callbacks))
+	require.Empty(t, gojobtest.Lines(t, callbacks))
 	require.Empty(t, status()["success_at"])
 
 	// The lost jobs pushed again: the batch succeeds, its callback once.
 	e.ruby(t, fmt.Sprintf(`load %q
 %q.split(",").each { |jid| GojobBatch.push(%q, "class" => "MixWork", "args" => ["again"], "queue" => "mix", "jid" => jid) }
 `, helper, strings.Join(lost, ","), bid))
-	wait.Within(t, 60*time.Second, "the success callback", func() bool { return len(lines(t, callbacks)) >= 1 })
+	wait.Within(t, 60*time.Second, "the success callback", func() bool { return len(gojobtest.Lines(t, callbacks)) >= 1 })
 	wait.Within(t, 30*time.Second, "the queues to empty", func() bool {
 		m, _ := redis.Int(conn.Do("LLEN", "queue:mix"))
 		c, _ := redis.Int(conn.Do("LLEN", "queue:callbacks"))
 		return m+c == 0 && len(redistest.InProgress(t, conn, "")) == 0
 	})
-	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
-	<-g.done
-	require.NoError(t, g.err, g.logs.String())
+	require.NoError(t, g.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, g.Wait(), g.Logs.String())
 
-	require.Len(t, lines(t, callbacks), 1, "the success callback ran exactly once")
+	require.Len(t, gojobtest.Lines(t, callbacks), 1, "the success callback ran exactly once")
 	st := status()
 	require.Equal(t, fmt.Sprint(n), st["total"])
 	require.Equal(t, fmt.Sprint(n), st["succeeded"])
@@ -265,7 +210,7 @@ cli.run
 	require.NotEmpty(t, st["success_at"])
 	rubyJIDs, err := redis.Strings(conn.Do("LRANGE", "ruby-ran", 0, -1))
 	require.NoError(t, err)
-	goJIDs := lines(t, goRan)
+	goJIDs := gojobtest.Lines(t, goRan)
 	ran := map[string]int{}
 	for _, jid := range append(rubyJIDs, goJIDs...) {
 		ran[jid]++

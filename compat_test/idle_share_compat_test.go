@@ -9,6 +9,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/gojobtest"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
 )
@@ -36,7 +37,7 @@ func TestIdleGojobTakesItsShareOfATrickleBesideIdleRuby(t *testing.T) {
 	svRubySidekiq(t, e, trickleWorker, "-c", "5", "-q", "trickle")
 	g := startGojob(t, e.srv.URL(), "--sidekiq-version", "6", "-c", "5", "-q", "trickle",
 		"--exec", `Trickle=echo "$GOJOB_JID" >> `+goRan)
-	g.identity(t)
+	g.Identity(t)
 	wait.Within(t, 60*time.Second, "both sides idle: five BRPOPs and gojob's blocking moves", func() bool {
 		return redistest.BlockedIn(t, conn, "CLIENT", "brpop") >= 5 && redistest.BlockedIn(t, conn, "CLIENT", "blmove") >= 5
 	})
@@ -55,9 +56,9 @@ func TestIdleGojobTakesItsShareOfATrickleBesideIdleRuby(t *testing.T) {
 		return r
 	}
 	wait.Within(t, 2*time.Minute, "every job to run", func() bool {
-		return len(rubyRan())+len(lines(t, goRan)) >= n
+		return len(rubyRan())+len(gojobtest.Lines(t, goRan)) >= n
 	})
-	goJIDs, rubyJIDs := lines(t, goRan), rubyRan()
+	goJIDs, rubyJIDs := gojobtest.Lines(t, goRan), rubyRan()
 	ran := map[string]int{}
 	for _, jid := range append(goJIDs, rubyJIDs...) {
 		ran[jid]++
