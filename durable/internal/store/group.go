@@ -96,18 +96,6 @@ func (o *Op) LockedAt() time.Time { return o.lk.LockedAt }
 // Answered reports whether the op's write has its answer.
 func (o *Op) Answered() bool { return o.answered.Load() }
 
-// Group is a store's group commit as its callers see it: the writes that
-// finish a job's row (its lock, its success delete), given as Ops the
-// caller allocates, waited for, started and waited for later, or answered
-// through a Then. Writes that arrive while a group is being written share
-// the next one.
-type Group struct {
-	gc *groupCommit
-	// replaces is set when the dialect writes the deletes that replaced a
-	// lock (DeleteInsteadOfLock).
-	replaces bool
-}
-
 // Lock marks the row as run by a process (op set by SetLock; written once,
 // not reused). It reports whether the row exists.
 func (g *Group) Lock(ctx context.Context, op *Op) (bool, error) { return g.gc.do(ctx, op) }
@@ -147,13 +135,6 @@ func (g *Group) DeleteInsteadOfLock(lock *Op, then Then) bool {
 
 // WaitQueue waits until fewer than n writes wait for a group (or ctx ends).
 func (g *Group) WaitQueue(ctx context.Context, n int) { g.gc.waitQueue(ctx, n) }
-
-// Then receives the answer of an op queued with Group.DeleteAsync, on the
-// goroutine that wrote its group; release reports whether the op's
-// acknowledgement may be released now (by Options.Release).
-type Then interface {
-	Answered(ok bool, err error) (release bool)
-}
 
 // gcWait is one group's completion, shared by every op in it: the writer
 // closes done once it has answered them all, one close for the group

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -30,22 +29,6 @@ func outboxIndexName(table string) string { return table + "_outbox_idx" }
 // errNoListen is returned by OutboxListen for a database without
 // notifications (SQLite): relays poll it.
 var errNoListen = errors.New("durable: database has no notifications")
-
-// OutboxLeaseParams leases rows to push.
-type OutboxLeaseParams struct {
-	// Now: leases that ended by then are free.
-	Now time.Time
-	// Until is the end of the new lease.
-	Until time.Time
-	Limit int
-}
-
-// OutboxRow is a row to push.
-type OutboxRow struct {
-	JobID    string
-	ItemJSON string
-	Queue    string
-}
 
 // OutboxInsert returns the statement and arguments that write p as a row
 // to push, for the caller to run in its own transaction, and the

@@ -431,3 +431,16 @@ func placeholders(rows, cols int) string {
 	}
 	return b.String()
 }
+
+func parseSQLiteTime(s string) (time.Time, error) {
+	for _, layout := range []string{sqliteTimeLayout, "2006-01-02 15:04:05.999999999-07:00", "2006-01-02 15:04:05.999999999", time.RFC3339Nano} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("durable: bad time %q in the table", s)
+}
+
+// sqliteTimeLayout is how SQLite rows keep times: UTC, fixed width, so
+// that text order is time order and equal times are equal strings.
+const sqliteTimeLayout = "2006-01-02 15:04:05.000000+00:00"

@@ -14,8 +14,6 @@ package store
 import (
 	"context"
 	"errors"
-	"fmt"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -119,17 +117,6 @@ type Options struct {
 	// Release is given, in one call per group, the Thens of the group's
 	// asynchronous deletes that returned true. It must not keep the slice.
 	Release func([]Then)
-}
-
-// Open opens the database of a URL lazily: postgres:// (or postgresql://,
-// or a libpq key=value string) or sqlite:PATH (see SQLitePath). Nothing is
-// dialed until the first statement, so an unreachable database is only
-// skipped at use.
-func Open(url string, o Options) (Store, error) {
-	if _, _, ok := SQLitePath(url); ok {
-		return openSQLite(url, o)
-	}
-	return openPostgres(url, o)
 }
 
 // Row is one durable_jobs row.
@@ -274,29 +261,37 @@ func microPtr(t *time.Time) *time.Time {
 	return &m
 }
 
-// DatabaseKey names the database a URL opens, so two spellings of one
-// database (a --db flag and DATABASE_URL, postgres:// and postgresql://, a
-// URL and a libpq key=value string, a relative and an absolute SQLite
-// path) compare equal: "sqlite:" and the absolute path, or "postgres:"
-// with the user, hosts, ports and database name as pgx reads them. A URL
-// that does not parse is its own key.
-func DatabaseKey(url string) string {
-	url = strings.TrimSpace(url)
-	if path, _, ok := SQLitePath(url); ok {
-		if path != ":memory:" {
-			if abs, err := filepath.Abs(path); err == nil {
-				path = abs
-			}
-		}
-		return "sqlite:" + path
-	}
-	cc, err := pgconn.ParseConfig(url)
-	if err != nil {
-		return url
-	}
-	hosts := []string{fmt.Sprintf("%s:%d", cc.Host, cc.Port)}
-	for _, f := range cc.Fallbacks {
-		hosts = append(hosts, fmt.Sprintf("%s:%d", f.Host, f.Port))
-	}
-	return "postgres:" + cc.User + "@" + strings.Join(hosts, ",") + "/" + cc.Database
+// Group is a store's group commit as its callers see it: the writes that
+// finish a job's row (its lock, its success delete), given as Ops the
+// caller allocates, waited for, started and waited for later, or answered
+// through a Then. Writes that arrive while a group is being written share
+// the next one.
+type Group struct {
+	gc *groupCommit
+	// replaces is set when the dialect writes the deletes that replaced a
+	// lock (DeleteInsteadOfLock).
+	replaces bool
+}
+
+// Then receives the answer of an op queued with Group.DeleteAsync, on the
+// goroutine that wrote its group; release reports whether the op's
+// acknowledgement may be released now (by Options.Release).
+type Then interface {
+	Answered(ok bool, err error) (release bool)
+}
+
+// OutboxLeaseParams leases rows to push.
+type OutboxLeaseParams struct {
+	// Now: leases that ended by then are free.
+	Now time.Time
+	// Until is the end of the new lease.
+	Until time.Time
+	Limit int
+}
+
+// OutboxRow is a row to push.
+type OutboxRow struct {
+	JobID    string
+	ItemJSON string
+	Queue    string
 }
