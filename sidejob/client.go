@@ -124,41 +124,6 @@ var ErrJobNotFound = errors.New("sidejob: job does not exist")
 // Is makes errors.Is(err, ErrJobNotFound) true.
 func (e *jobNotFoundError) Is(target error) bool { return target == ErrJobNotFound }
 
-// Job returns a handle on job id without checking that it exists. Most of
-// its methods fail with ErrJobNotFound (errors.Is) when it does not.
-func (c *Client) Job(id int64) *Job { return &Job{c: c, id: id} }
-
-// Find looks a job up by alias, then by decimal id. It returns nil, nil when
-// there is no such job. Unlike Ruby's SideJob.find, Redis errors are
-// returned, not swallowed.
-func (c *Client) Find(ctx context.Context, aliasOrID string) (*Job, error) {
-	conn, err := c.conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	ref := aliasOrID
-	got, err := redis.String(redis.DoContext(conn, ctx, "HGET", sidejobwire.KeyAliases, aliasOrID))
-	switch {
-	case err == nil:
-		ref = got
-	case !errors.Is(err, redis.ErrNil):
-		return nil, fmt.Errorf("sidejob: find %q: %w", aliasOrID, err)
-	}
-	id, ok := rubyToI(ref)
-	if !ok {
-		return nil, nil
-	}
-	exists, err := redis.Bool(redis.DoContext(conn, ctx, "SISMEMBER", sidejobwire.KeyJobs, id))
-	if err != nil {
-		return nil, fmt.Errorf("sidejob: find %q: %w", aliasOrID, err)
-	}
-	if !exists {
-		return nil, nil
-	}
-	return c.Job(id), nil
-}
-
 // rubyToI parses the leading decimal integer of s as Ruby's String#to_i
 // does (leading spaces, optional sign, digits, underscores between digits).
 // ok is false when no digit was found.

@@ -15,13 +15,14 @@
 //     JobIDs, Publish (channels.go), Log (log.go); the reaper (reaper.go)
 //     queues again the jobs a dead process left running
 //     (ServeOpts.ReapInterval).
-//   - Job (job.go, run.go, family.go, state.go): status, Run, Terminate,
-//     Delete, aliases, info, children and parent, state (State, Get, Set);
-//     child jobs are created with Job.Queue.
+//   - Job (job.go, status.go, run.go, family.go, state.go): status, Run,
+//     Terminate, Delete, aliases, info, children and parent, state (State,
+//     Get, Set); child jobs are created with Job.Queue.
 //   - Port (ports.go, port_defs.go, data.go): Read, Write, Each,
 //     defaults (SetDefault, ClearDefault), channels, envelopes (Data).
 //   - WithContext (context.go): SideJob.context, carried by
-//     context.Context; port groups (Port.group) are carried the same way.
+//     context.Context; port groups (Port.group, group.go) are carried the
+//     same way.
 //   - Worker, Starter, Stopper, Suspend, ForInputs (worker.go), Registry and
 //     ServerSetup (setup.go): the server middleware (runtime.go) executes
 //     jobs as a sidekiq.Handler.

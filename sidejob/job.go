@@ -12,17 +12,6 @@ import (
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
-// Job statuses (docs/sidejob.md#statuses).
-const (
-	statusQueued      = "queued"
-	statusRunning     = "running"
-	statusSuspended   = "suspended"
-	statusCompleted   = "completed"
-	statusFailed      = "failed"
-	statusTerminating = "terminating"
-	statusTerminated  = "terminated"
-)
-
 // Job is a handle on a SideJob job (SideJob::Job and the JobMethods that
 // workers share). It holds only the id; every method reads Redis, so two
 // handles on the same id are interchangeable. Nearly every method fails with
@@ -31,6 +20,10 @@ type Job struct {
 	c  *Client
 	id int64
 }
+
+// Job returns a handle on job id without checking that it exists. Most of
+// its methods fail with ErrJobNotFound (errors.Is) when it does not.
+func (c *Client) Job(id int64) *Job { return &Job{c: c, id: id} }
 
 // ID returns the job id.
 func (j *Job) ID() int64 { return j.id }
@@ -60,57 +53,35 @@ func (j *Job) checkExists(ctx context.Context) error {
 	return nil
 }
 
-// Status returns the job's status ("" when the key is missing).
-func (j *Job) Status(ctx context.Context) (string, error) {
-	s, err := redis.String(j.c.do(ctx, "GET", j.key("status")))
-	if errors.Is(err, redis.ErrNil) {
-		return "", nil
-	}
+// Find looks a job up by alias, then by decimal id. It returns nil, nil when
+// there is no such job. Unlike Ruby's SideJob.find, Redis errors are
+// returned, not swallowed.
+func (c *Client) Find(ctx context.Context, aliasOrID string) (*Job, error) {
+	conn, err := c.conn(ctx)
 	if err != nil {
-		return "", fmt.Errorf("sidejob: job %d status: %w", j.id, err)
+		return nil, err
 	}
-	return s, nil
-}
-
-// setStatus sets the status unconditionally (Ruby's status=, a GETSET)
-// and publishes {"status": s} to the job channel when it changed, unless
-// the worker config has "status_publish": false. Like the gem's status=
-// (which calls check_exists), it fails with ErrJobNotFound when the job
-// does not exist, and then writes nothing. Callers outside the package
-// change the status through Run and Terminate.
-func (j *Job) setStatus(ctx context.Context, s string) error {
-	_, err := j.setStatusIf(ctx, s, "any")
-	return err
-}
-
-// setStatusIf changes the status atomically when the job exists and its
-// current status matches mode ("any", "in" or "notin") and list, and
-// publishes a change. It reports whether the status was written; a job that
-// does not exist is a *jobNotFoundError (see ignoreGone).
-func (j *Job) setStatusIf(ctx context.Context, s, mode string, list ...string) (bool, error) {
-	conn, err := j.c.conn(ctx)
+	defer conn.Close()
+	ref := aliasOrID
+	got, err := redis.String(redis.DoContext(conn, ctx, "HGET", sidejobwire.KeyAliases, aliasOrID))
+	switch {
+	case err == nil:
+		ref = got
+	case !errors.Is(err, redis.ErrNil):
+		return nil, fmt.Errorf("sidejob: find %q: %w", aliasOrID, err)
+	}
+	id, ok := rubyToI(ref)
+	if !ok {
+		return nil, nil
+	}
+	exists, err := redis.Bool(redis.DoContext(conn, ctx, "SISMEMBER", sidejobwire.KeyJobs, id))
 	if err != nil {
-		return false, err
+		return nil, fmt.Errorf("sidejob: find %q: %w", aliasOrID, err)
 	}
-	args := []any{j.key("status"), sidejobwire.KeyJobs, s, j.id, mode}
-	for _, l := range list {
-		args = append(args, l)
+	if !exists {
+		return nil, nil
 	}
-	reply, err := redis.Values(setStatusScript.DoContext(ctx, conn, args...))
-	conn.Close()
-	if err != nil {
-		return false, fmt.Errorf("sidejob: job %d status %s: %w", j.id, s, err)
-	}
-	code, _ := redis.Int(reply[0], nil)
-	switch code {
-	case -2:
-		return false, &jobNotFoundError{ID: j.id}
-	case 1:
-		if err := j.publishStatus(ctx, s); err != nil {
-			return true, err
-		}
-	}
-	return code >= 0, nil
+	return c.Job(id), nil
 }
 
 // ignoreGone drops a *jobNotFoundError: the middleware and the reaper leave
@@ -120,23 +91,6 @@ func ignoreGone(err error) error {
 		return nil
 	}
 	return err
-}
-
-func (j *Job) publishStatus(ctx context.Context, s string) error {
-	cfg, err := j.workerConfig(ctx)
-	if err != nil {
-		return err
-	}
-	if v, ok := cfg.Get("status_publish"); ok {
-		if b, isBool := v.Bool(); isBool && !b {
-			return nil
-		}
-	}
-	m := rubyjson.NewMap()
-	m.Set("status", rubyjson.StringValue(s))
-	return j.c.inGroup(ctx, &groupOptions{Log: opt(false)}, func(ctx context.Context) error {
-		return j.c.Publish(ctx, sidejobwire.JobChannel(j.id), rubyjson.ObjectValue(m))
-	})
 }
 
 // Aliases returns the job's alias names.
@@ -276,4 +230,21 @@ func (j *Job) workerConfig(ctx context.Context) (*rubyjson.Map, error) {
 		return nil, fmt.Errorf("sidejob: job %d: %w", j.id, err)
 	}
 	return j.c.workerConfig(ctx, w.queue, w.class)
+}
+
+// workerConfig returns the config of class in workers:<queue>, or nil when
+// it is not registered (Worker.config).
+func (c *Client) workerConfig(ctx context.Context, queue, class string) (*rubyjson.Map, error) {
+	raw, err := redis.Bytes(c.do(ctx, "HGET", sidejobwire.WorkersKey(queue), class))
+	if errors.Is(err, redis.ErrNil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: worker config %s/%s: %w", queue, class, err)
+	}
+	m, err := rubyjson.ParseObject(raw)
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: worker config %s/%s: %w", queue, class, err)
+	}
+	return m, nil
 }

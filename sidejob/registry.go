@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gomodule/redigo/redis"
-
 	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
@@ -95,21 +93,4 @@ func (c *Client) registerAll(ctx context.Context, queue string, r *Registry) err
 	return c.inGroup(ctx, &groupOptions{Log: opt(false)}, func(ctx context.Context) error {
 		return c.Publish(ctx, sidejobwire.WorkersChannel(queue), rubyjson.ObjectValue(all))
 	})
-}
-
-// workerConfig returns the config of class in workers:<queue>, or nil when
-// it is not registered (Worker.config).
-func (c *Client) workerConfig(ctx context.Context, queue, class string) (*rubyjson.Map, error) {
-	raw, err := redis.Bytes(c.do(ctx, "HGET", sidejobwire.WorkersKey(queue), class))
-	if errors.Is(err, redis.ErrNil) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sidejob: worker config %s/%s: %w", queue, class, err)
-	}
-	m, err := rubyjson.ParseObject(raw)
-	if err != nil {
-		return nil, fmt.Errorf("sidejob: worker config %s/%s: %w", queue, class, err)
-	}
-	return m, nil
 }

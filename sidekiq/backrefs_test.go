@@ -24,7 +24,6 @@ const maxBackRefs = 4
 // backRefsAllowed lists packages above maxBackRefs with their count today;
 // the list only shrinks, and a listed package may not grow.
 var backRefsAllowed = map[string]int{
-	"sidejob": 7,
 	"sidekiq": 12,
 }
 
