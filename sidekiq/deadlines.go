@@ -6,10 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/gojob/gojob/internal/callers"
-	"github.com/gojob/gojob/sidekiq/internal/redisx"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // Per-job heartbeats and timeouts (docs/heartbeats.md), Ocypod's model: a
@@ -143,24 +139,6 @@ type watchKey struct{}
 type jobLimits struct {
 	timeout   time.Duration
 	heartbeat time.Duration
-}
-
-// limitsOf reads the job's limits: "timeout" (else the server's
-// JobTimeout) and "heartbeat_timeout". A value that is not a positive
-// number fails the job with an ArgumentError, before it runs.
-func (p *processor) limitsOf(job *wire.Job) (jobLimits, error) {
-	t, err := job.Timeout()
-	if err != nil {
-		return jobLimits{}, WithErrorClass("ArgumentError", err)
-	}
-	if t == 0 {
-		t = p.cfg.JobTimeout
-	}
-	hb, err := job.HeartbeatTimeout()
-	if err != nil {
-		return jobLimits{}, WithErrorClass("ArgumentError", err)
-	}
-	return jobLimits{timeout: t, heartbeat: hb}, nil
 }
 
 // jobWatch follows one running job: its heartbeats, and with limits a
@@ -316,58 +294,4 @@ func (w *jobWatch) expiredCause() error {
 	default:
 		return nil
 	}
-}
-
-// perform runs a handler. A job with limits runs in a goroutine of its own
-// so that the slot can give it up: after a missed deadline the handler has
-// CancelGrace to return; then it is left running, the incident is logged,
-// and perform returns the limit's error, which the caller's middleware and
-// the retry path see as the job's failure. What the handler returns later
-// is logged and discarded: the slot has written the job's outcome (and, with
-// reliable fetch, taken it out of the in-progress list) exactly once.
-func (p *processor) perform(ctx context.Context, job *wire.Job, reg *registration) error {
-	w, _ := ctx.Value(watchKey{}).(*jobWatch)
-	if w == nil || !w.limited() {
-		return reg.h.Perform(ctx, job)
-	}
-	done := make(chan error, 1)
-	go func() {
-		var err error
-		defer func() {
-			if p := recover(); p != nil {
-				err = &PanicError{Value: p, Stack: callers.Stack(3)}
-			}
-			done <- err
-		}()
-		err = reg.h.Perform(ctx, job)
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-w.expired:
-	}
-	grace := time.NewTimer(p.cfg.CancelGrace)
-	defer grace.Stop()
-	select {
-	case err := <-done:
-		return err // the caller replaces it with the limit's error
-	case <-grace.C:
-	}
-	cause := leftRunning(w.cause, p.cfg.CancelGrace)
-	n := p.leftBehind.Add(1)
-	p.log.Error().Str("component", "processor").Str("jid", job.JID()).Str("class", job.Class()).
-		Str("grace", redisx.LogDuration(p.cfg.CancelGrace)).Int64("left_running", n).Str("cause", w.cause.Error()).
-		Msg("a cancelled handler did not return: its slot is freed and the job goes to the retry path; the handler goroutine is left running")
-	jid, class := job.JID(), job.Class()
-	go func() {
-		err := <-done
-		left := p.leftBehind.Add(-1)
-		ev := p.log.Warn().Str("component", "processor").Str("jid", jid).Str("class", class).
-			Str("after", redisx.LogDuration(time.Since(w.begin))).Int64("left_running", left)
-		if err != nil {
-			ev = ev.Str("error", err.Error())
-		}
-		ev.Msg("a handler left running after its cancellation returned; its outcome is discarded (the job had already failed)")
-	}()
-	return cause
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gojob/gojob/sidekiq/internal/fetch"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -60,6 +61,17 @@ type RunHook interface {
 // discarded on its last failure), after the ServerConfig.DeathHandlers.
 type DeathHook interface {
 	JobDied(ctx context.Context, job *wire.Job, err error)
+}
+
+// JobObserver is an extension told about every job the server finishes
+// (metrics exporters; package metrics). JobDone runs on the job's slot
+// after its outcome is written: it must be quick and must not block.
+type JobObserver interface {
+	// JobDone reports a finished job: err is nil for a success or a
+	// Snooze, an *OverLimitError for a job rescheduled by a limiter,
+	// otherwise its failure. class is "" for a payload that could not be
+	// parsed.
+	JobDone(queue, class string, took time.Duration, err error)
 }
 
 // ScopedExtension is an extension whose PrepareHook and RunHook concern

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -12,17 +11,6 @@ import (
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 )
-
-// JobObserver is an extension told about every job the server finishes
-// (metrics exporters; package metrics). JobDone runs on the job's slot
-// after its outcome is written: it must be quick and must not block.
-type JobObserver interface {
-	// JobDone reports a finished job: err is nil for a success or a
-	// Snooze, an *OverLimitError for a job rescheduled by a limiter,
-	// otherwise its failure. class is "" for a payload that could not be
-	// parsed.
-	JobDone(queue, class string, took time.Duration, err error)
-}
 
 // running reports whether the server has started and not stopped.
 func (s *Server) running() bool { return s.life.state.Load() == stateRunning }
@@ -76,24 +64,6 @@ func (s *Server) readyAt(ctx context.Context, started int64) error {
 			redisx.LogDuration(idle))
 	}
 	return nil
-}
-
-// progressWatch tells, from the count of jobs started, how long none has
-// started: Ready asks it each time it is called (no clock is read per job).
-type progressWatch struct {
-	mu    sync.Mutex
-	count int64
-	seen  time.Time // when count last changed, or Ready first asked
-}
-
-func (p *progressWatch) idle(started int64) time.Duration {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := time.Now()
-	if p.seen.IsZero() || started != p.count {
-		p.count, p.seen = started, now
-	}
-	return now.Sub(p.seen)
 }
 
 // waitingJobs returns the jobs waiting in the server's unpaused queues and

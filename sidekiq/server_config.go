@@ -273,3 +273,30 @@ func (c *ServerConfig) validate() error {
 	}
 	return nil
 }
+
+// validateQueueConcurrency checks ServerConfig.QueueConcurrency against
+// the queues and the concurrency.
+func validateQueueConcurrency(c *ServerConfig) error {
+	if len(c.QueueConcurrency) > 0 && !c.Fetch.reliable() {
+		// A blocking fetch (BRPOP, BLMPOP) issued while a capped queue was
+		// full keeps skipping it until the command times out (2 s, longer
+		// behind the other BRPOPs of its pipeline): the capped queue would
+		// crawl whenever the other queues are idle. The reliable fetch
+		// picks its queue afresh for every move and rechecks parked slots
+		// every 100 ms.
+		return fmt.Errorf("sidekiq: queue concurrency needs the reliable fetch (the %s fetch blocks on its queues)", c.Fetch)
+	}
+	for q, n := range c.QueueConcurrency {
+		found := false
+		for _, qw := range c.Queues {
+			found = found || qw.Name == q
+		}
+		if !found {
+			return fmt.Errorf("sidekiq: queue concurrency of %q: not one of the queues processed", q)
+		}
+		if n < 1 || n >= c.Concurrency {
+			return fmt.Errorf("sidekiq: queue concurrency of %q is %d: want 1 to %d (less than the concurrency)", q, n, c.Concurrency-1)
+		}
+	}
+	return nil
+}

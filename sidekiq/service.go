@@ -3,7 +3,6 @@ package sidekiq
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 )
 
@@ -21,32 +20,6 @@ type Service interface {
 	Start(ctx context.Context) error
 	// Stop stops it, waiting within ctx for its work to end.
 	Stop(ctx context.Context) error
-}
-
-// Serve adds services (Service); call it before Start.
-func (s *Server) Serve(svc ...Service) { s.services = append(s.services, svc...) }
-
-// startServices starts the services in order; when one fails, those
-// started are stopped again.
-func (s *Server) startServices(ctx context.Context) error {
-	for i, svc := range s.services {
-		if err := svc.Start(ctx); err != nil {
-			s.stopServices(context.WithoutCancel(ctx), s.services[:i])
-			return fmt.Errorf("sidekiq: start service %T: %w", svc, err)
-		}
-	}
-	return nil
-}
-
-// stopServices stops services in reverse order.
-func (s *Server) stopServices(ctx context.Context, services []Service) error {
-	var errs []error
-	for i := len(services) - 1; i >= 0; i-- {
-		if err := services[i].Stop(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("sidekiq: stop service %T: %w", services[i], err))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // Loop is a Service that runs loop in a goroutine from Start until Stop
