@@ -182,45 +182,40 @@ func pgTextArray(buf []byte, n int, str func(i int) string) []byte {
 // pgTextArrayNull appends a text[] of the n strings str(i), NULL where
 // str returns false.
 func pgTextArrayNull(buf []byte, n int, str func(i int) (string, bool)) []byte {
-	hasNull := false
-	for i := range n {
-		if _, ok := str(i); !ok {
-			hasNull = true
-			break
-		}
-	}
-	buf = pgArrayHeader(buf, n, pgOIDText, hasNull)
-	for i := range n {
-		s, ok := str(i)
-		if !ok {
-			buf = binary.BigEndian.AppendUint32(buf, 0xFFFFFFFF) // -1: NULL
-			continue
-		}
+	return pgArrayNull(buf, n, pgOIDText, str, func(buf []byte, s string) []byte {
 		buf = binary.BigEndian.AppendUint32(buf, uint32(len(s)))
-		buf = append(buf, s...)
-	}
-	return buf
+		return append(buf, s...)
+	})
 }
 
 // pgTimeArray appends a timestamptz[] of the n times at(i), NULL where at
 // returns false.
 func pgTimeArray(buf []byte, n int, at func(i int) (time.Time, bool)) []byte {
+	return pgArrayNull(buf, n, pgOIDTimestamptz, at, func(buf []byte, t time.Time) []byte {
+		buf = binary.BigEndian.AppendUint32(buf, 8)
+		return binary.BigEndian.AppendUint64(buf, uint64(t.UnixMicro()-pgEpochMicros))
+	})
+}
+
+// pgArrayNull appends a one-dimensional array of element type oid: the n
+// values get(i), each appended by enc with its length, NULL where get
+// returns false.
+func pgArrayNull[T any](buf []byte, n int, oid uint32, get func(i int) (T, bool), enc func([]byte, T) []byte) []byte {
 	hasNull := false
 	for i := range n {
-		if _, ok := at(i); !ok {
+		if _, ok := get(i); !ok {
 			hasNull = true
 			break
 		}
 	}
-	buf = pgArrayHeader(buf, n, pgOIDTimestamptz, hasNull)
+	buf = pgArrayHeader(buf, n, oid, hasNull)
 	for i := range n {
-		t, ok := at(i)
+		v, ok := get(i)
 		if !ok {
 			buf = binary.BigEndian.AppendUint32(buf, 0xFFFFFFFF) // -1: NULL
 			continue
 		}
-		buf = binary.BigEndian.AppendUint32(buf, 8)
-		buf = binary.BigEndian.AppendUint64(buf, uint64(t.UnixMicro()-pgEpochMicros))
+		buf = enc(buf, v)
 	}
 	return buf
 }
