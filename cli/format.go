@@ -42,11 +42,11 @@ func firstLine(s string, max int) string {
 	return s
 }
 
-// jobClass is the class a person reads (api.DisplayClass): an
+// jobClass is the class a person reads (JobRecord.DisplayClass): an
 // ActiveJob's wrapped class, a mailer's "Mailer#method".
-func jobClass(j *wire.Job) string { return api.DisplayClass(j) }
+func jobClass(j *wire.Job) string { return (&api.JobRecord{Job: j}).DisplayClass() }
 
-// displayArgsJSON is api.DisplayArgs as a JSON array.
+// displayArgsJSON is JobRecord.DisplayArgs as a JSON array.
 func displayArgsJSON(j *wire.Job) json.RawMessage {
-	return json.RawMessage(rubyjson.ArrayValue(api.DisplayArgs(j)...).Encode())
+	return json.RawMessage(rubyjson.ArrayValue((&api.JobRecord{Job: j}).DisplayArgs()...).Encode())
 }

@@ -84,7 +84,7 @@ type jobView struct {
 	Payload      json.RawMessage `json:"payload,omitempty"`
 	// Class is the class a person reads (an ActiveJob's wrapped class, a
 	// mailer's "Mailer#method"); Wrapper the payload's class when it
-	// differs; Args the arguments shown (api.DisplayArgs); JobID an
+	// differs; Args the arguments shown (JobRecord.DisplayArgs); JobID an
 	// ActiveJob's job_id.
 	Class    string          `json:"class,omitempty"`
 	Wrapper  string          `json:"wrapper,omitempty"`
@@ -137,12 +137,12 @@ func findJob(ctx context.Context, a *api.API, jid string) (*jobView, error) {
 		v.Payload, _ = json.Marshal(string(loc.Raw))
 	}
 	if job := loc.Job; job != nil {
-		v.Class = api.DisplayClass(job)
+		v.Class = (&api.JobRecord{Job: job}).DisplayClass()
 		if job.Class() != v.Class {
 			v.Wrapper = job.Class()
 		}
 		v.Args = displayArgsJSON(job)
-		v.JobID = api.ActiveJobID(job)
+		v.JobID = (&api.JobRecord{Job: job}).ActiveJobID()
 		if m, ok := job.Get("error_message"); ok {
 			v.Error, _ = m.Str()
 		}

@@ -98,7 +98,7 @@ func queueJobsAction(ctx context.Context, e *adminEnv) error {
 				rows = append(rows, row{Raw: string(r.Value)})
 				continue
 			}
-			out := row{JID: r.Job.JID(), Class: jobClass(r.Job), Args: displayArgsJSON(r.Job), JobID: api.ActiveJobID(r.Job), Payload: json.RawMessage(r.Value)}
+			out := row{JID: r.Job.JID(), Class: jobClass(r.Job), Args: displayArgsJSON(r.Job), JobID: (&api.JobRecord{Job: r.Job}).ActiveJobID(), Payload: json.RawMessage(r.Value)}
 			if t, ok := r.Job.EnqueuedAt(); ok {
 				t = t.UTC()
 				out.EnqueuedAt = &t

@@ -295,7 +295,7 @@ type entryJSON struct {
 	JID   string    `json:"jid"`
 	Class string    `json:"class"`
 	// DisplayClass, DisplayArgs and ActiveJobID are what Sidekiq's Web UI
-	// shows (api.DisplayClass): an ActiveJob's wrapped class and its own
+	// shows (JobRecord.DisplayClass): an ActiveJob's wrapped class and its own
 	// arguments.
 	DisplayClass string          `json:"display_class"`
 	DisplayArgs  json.RawMessage `json:"display_args,omitempty"`

@@ -18,7 +18,7 @@ import (
 // exportedBudget bounds the module's public surface, as counted by
 // publicSurface: every exported name is a promise to users, so a new one
 // should replace an old one or earn a raise of the budget here.
-const exportedBudget = 595
+const exportedBudget = 592
 
 // publicSurface counts the exported identifiers of the packages a user of
 // the module can import: every package except those under an internal/
@@ -132,14 +132,15 @@ func receiverExported(x ast.Expr) bool {
 
 func TestExportedIdentifiersWithinBudget(t *testing.T) {
 	total, perPkg := publicSurface(t, "..")
-	if total <= exportedBudget {
-		return
-	}
 	pkgs := slices.Collect(maps.Keys(perPkg))
 	sort.Slice(pkgs, func(i, j int) bool { return perPkg[pkgs[i]] > perPkg[pkgs[j]] })
 	var b strings.Builder
 	for _, p := range pkgs {
 		fmt.Fprintf(&b, "\n  %s: %d", p, perPkg[p])
+	}
+	t.Logf("%d exported identifiers, budget %d; per package:%s", total, exportedBudget, b.String())
+	if total <= exportedBudget {
+		return
 	}
 	t.Errorf("%d exported identifiers, budget %d (see publicSurface); per package:%s", total, exportedBudget, b.String())
 }

@@ -185,8 +185,8 @@ var funcs = template.FuncMap{
 		}
 		return nil
 	},
-	"displayClass": api.DisplayClass,
-	"displayArgs":  api.DisplayArgs,
+	"displayClass": func(j *wire.Job) string { return (&api.JobRecord{Job: j}).DisplayClass() },
+	"displayArgs":  func(j *wire.Job) []rubyjson.Value { return (&api.JobRecord{Job: j}).DisplayArgs() },
 	"mul100":       func(f *float64) float64 { return *f * 100 },
 	"retryCount": func(j *wire.Job) string {
 		if n, ok := j.RetryCount(); ok {

@@ -15,12 +15,12 @@ const (
 	mailerMailDeliveryJob = "ActionMailer::MailDeliveryJob"
 )
 
-// DisplayClass is the class a person reads for job j, as Sidekiq's Web UI
+// displayClass is the class a person reads for job j, as Sidekiq's Web UI
 // shows it (JobRecord#display_class, lib/sidekiq/api.rb, 8.1.7): the
 // payload's "display_class" when set; for an ActiveJob wrapper its
 // "wrapped" class (or args[0] when there is none), and for a mailer job
 // "MailerClass#method"; otherwise the class.
-func DisplayClass(j *wire.Job) string {
+func displayClass(j *wire.Job) string {
 	if j == nil {
 		return ""
 	}
@@ -58,13 +58,13 @@ func DisplayClass(j *wire.Job) string {
 	return jobClass
 }
 
-// DisplayArgs are the arguments a person reads for job j, as Sidekiq's
+// displayArgs are the arguments a person reads for job j, as Sidekiq's
 // Web UI shows them (JobRecord#display_args, lib/sidekiq/api.rb, 8.1.7):
 // an ActiveJob's own arguments with ActiveJob's serialization undone
 // (GlobalIDs as their URI, "_aj_" keys dropped), a mailer job's without
 // the mailer, method and delivery method; an encrypted job's last
 // argument as "[encrypted data]"; otherwise the args.
-func DisplayArgs(j *wire.Job) []rubyjson.Value {
+func displayArgs(j *wire.Job) []rubyjson.Value {
 	if j == nil {
 		return nil
 	}
@@ -106,29 +106,41 @@ func DisplayArgs(j *wire.Job) []rubyjson.Value {
 	return args
 }
 
-// ActiveJobID is the ActiveJob's "job_id" of an ActiveJob wrapper job, ""
+// activeJobID is the ActiveJob's "job_id" of an ActiveJob wrapper job, ""
 // for any other job.
-func ActiveJobID(j *wire.Job) string {
+func activeJobID(j *wire.Job) string {
 	if j == nil || !contract.IsActiveJobWrapper(j.Class()) {
 		return ""
 	}
 	return mapStr(activeJobData(j), "job_id")
 }
 
-// DisplayClass is DisplayClass of the record's job ("" when unparsable).
-func (r *JobRecord) DisplayClass() string { return DisplayClass(r.Job) }
+// DisplayClass is the class a person reads for the record's job, as
+// Sidekiq's Web UI shows it (JobRecord#display_class, lib/sidekiq/api.rb,
+// 8.1.7): the payload's "display_class" when set; for an ActiveJob wrapper
+// its "wrapped" class (or args[0] when there is none), and for a mailer
+// job "MailerClass#method"; otherwise the class ("" when unparsable).
+// For a payload that is not a record (a running job's), wrap it:
+// (&api.JobRecord{Job: job}).DisplayClass().
+func (r *JobRecord) DisplayClass() string { return displayClass(r.Job) }
 
-// DisplayArgs is DisplayArgs of the record's job; for an unparsable
+// DisplayArgs are the arguments a person reads for the record's job, as
+// Sidekiq's Web UI shows them (JobRecord#display_args, lib/sidekiq/api.rb,
+// 8.1.7): an ActiveJob's own arguments with ActiveJob's serialization
+// undone (GlobalIDs as their URI, "_aj_" keys dropped), a mailer job's
+// without the mailer, method and delivery method; an encrypted job's last
+// argument as "[encrypted data]"; otherwise the args. For an unparsable
 // payload the raw string, as Args.
 func (r *JobRecord) DisplayArgs() []rubyjson.Value {
 	if r.Job == nil {
 		return r.Args()
 	}
-	return DisplayArgs(r.Job)
+	return displayArgs(r.Job)
 }
 
-// ActiveJobID is ActiveJobID of the record's job.
-func (r *JobRecord) ActiveJobID() string { return ActiveJobID(r.Job) }
+// ActiveJobID is the ActiveJob's "job_id" of an ActiveJob wrapper job, ""
+// for any other job.
+func (r *JobRecord) ActiveJobID() string { return activeJobID(r.Job) }
 
 // matchesClass reports whether the job is of class name under either of
 // its names: the payload's class or the one displayed (an ActiveJob's
@@ -140,7 +152,7 @@ func matchesClass(j *wire.Job, name string) bool {
 	if j.Class() == name || contract.Wrapped(j) == name {
 		return true
 	}
-	d := DisplayClass(j)
+	d := displayClass(j)
 	if d == name {
 		return true
 	}

@@ -28,28 +28,28 @@ func TestDisplayClassAndArgsUnwrapActiveJob(t *testing.T) {
 	require.NoError(t, err)
 	m, err := wire.ParseJob([]byte(strings.TrimSpace(string(raw))))
 	require.NoError(t, err)
-	require.Equal(t, "UserMailer#welcome", api.DisplayClass(m))
-	require.Equal(t, `[{"user":"gid://app/User/7"},["gid://app/User/7"]]`, encodeArgs(api.DisplayArgs(m)))
-	require.Equal(t, "1b6f3c9e-4d0a-4c8e-9d5e-2f1a7b3c4d5e", api.ActiveJobID(m))
+	require.Equal(t, "UserMailer#welcome", (&api.JobRecord{Job: m}).DisplayClass())
+	require.Equal(t, `[{"user":"gid://app/User/7"},["gid://app/User/7"]]`, encodeArgs((&api.JobRecord{Job: m}).DisplayArgs()))
+	require.Equal(t, "1b6f3c9e-4d0a-4c8e-9d5e-2f1a7b3c4d5e", (&api.JobRecord{Job: m}).ActiveJobID())
 
 	// A real Rails capture (Sidekiq 7.3.10).
 	raw, err = os.ReadFile("../../testdata/ruby-fixtures/7.3.10/client_activejob.json")
 	require.NoError(t, err)
 	aj, err := wire.ParseJob([]byte(strings.TrimSpace(string(raw))))
 	require.NoError(t, err)
-	require.Equal(t, "AjJob", api.DisplayClass(aj))
-	require.Equal(t, `[1,"x"]`, encodeArgs(api.DisplayArgs(aj)))
-	require.Equal(t, "89c94c75-7239-4dc5-a691-12325327a1b0", api.ActiveJobID(aj))
+	require.Equal(t, "AjJob", (&api.JobRecord{Job: aj}).DisplayClass())
+	require.Equal(t, `[1,"x"]`, encodeArgs((&api.JobRecord{Job: aj}).DisplayArgs()))
+	require.Equal(t, "89c94c75-7239-4dc5-a691-12325327a1b0", (&api.JobRecord{Job: aj}).ActiveJobID())
 
 	// Plain jobs: the class, the args; display_class wins; encrypted
 	// args are hidden.
 	p, err := wire.ParseJob([]byte(`{"class":"HardJob","args":[1,"secret"],"jid":"j1","encrypt":true}`))
 	require.NoError(t, err)
-	require.Equal(t, "HardJob", api.DisplayClass(p))
-	require.Equal(t, `[1,"[encrypted data]"]`, encodeArgs(api.DisplayArgs(p)))
+	require.Equal(t, "HardJob", (&api.JobRecord{Job: p}).DisplayClass())
+	require.Equal(t, `[1,"[encrypted data]"]`, encodeArgs((&api.JobRecord{Job: p}).DisplayArgs()))
 	require.Equal(t, `[1,"secret"]`, encodeArgs(p.Args()), "the job itself is untouched")
-	require.Empty(t, api.ActiveJobID(p))
+	require.Empty(t, (&api.JobRecord{Job: p}).ActiveJobID())
 	d, err := wire.ParseJob([]byte(`{"class":"X","display_class":"Shown","args":[],"jid":"j2"}`))
 	require.NoError(t, err)
-	require.Equal(t, "Shown", api.DisplayClass(d))
+	require.Equal(t, "Shown", (&api.JobRecord{Job: d}).DisplayClass())
 }

@@ -171,7 +171,7 @@ func (s *APISource) Snapshot(ctx context.Context) (*Snapshot, error) {
 			j.StartedAfter = w.StartedAfter.UTC()
 		}
 		if w.Payload != nil {
-			j.JID, j.Class = w.Payload.JID(), api.DisplayClass(w.Payload)
+			j.JID, j.Class = w.Payload.JID(), (&api.JobRecord{Job: w.Payload}).DisplayClass()
 		}
 		snap.Jobs = append(snap.Jobs, j)
 	}
