@@ -46,7 +46,7 @@ func (tb *testBundle) startServer(t *testing.T, handlers map[string]sidekiq.Hand
 		Fetch: sidekiq.FetchReliable, Extensions: []sidekiq.Extension{tb.batches}, Queues: []wire.QueueWeight{{Name: "work"}}})
 	require.NoError(t, err)
 	for class, h := range handlers {
-		srv.HandleFunc(class, h)
+		srv.Handle(class, sidekiq.HandlerFunc(h), nil)
 	}
 	require.NoError(t, srv.Start(context.Background()))
 	t.Cleanup(func() {

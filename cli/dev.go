@@ -130,7 +130,7 @@ const hardJobMax = 60 * time.Second
 func registerDemo(srv *sidekiq.Server, log zerolog.Logger, skip map[string]bool) {
 	handle := func(class string, f func(ctx context.Context, job *wire.Job) error) {
 		if !skip[class] {
-			srv.HandleFunc(class, f)
+			srv.Handle(class, sidekiq.HandlerFunc(f), nil)
 		}
 	}
 	// HardJob works for its first argument's seconds (1 by default, at

@@ -60,15 +60,15 @@ end
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: e.pool, Concurrency: 2, Logger: zerolog.Nop(),
 		Version: wire.Version6, Extensions: []sidekiq.Extension{b}})
 	require.NoError(t, err)
-	srv.HandleFunc("RubyBatchWork", func(ctx context.Context, job *wire.Job) error {
+	srv.Handle("RubyBatchWork", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		p := 1.0
 		ran.Add(1)
 		return jobctl.WriteStatus(ctx, e.pool, job.JID(), &jobctl.Status{Progress: &p, Result: json.RawMessage(`{"ok":true}`)}, time.Now())
-	})
-	srv.HandleFunc("RubyBatchDone", func(ctx context.Context, job *wire.Job) error {
+	}), nil)
+	srv.Handle("RubyBatchDone", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		callbacks.Add(1)
 		return nil
-	})
+	}), nil)
 	require.NoError(t, srv.Start(ctx))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

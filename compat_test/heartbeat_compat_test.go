@@ -30,7 +30,7 @@ func TestWebUICompatBusyRendersAJobWithAHeartbeat(t *testing.T) {
 	srv := svServer(t, e, sidekiq.ServerConfig{
 		Queues: []wire.QueueWeight{{Name: "svbeat"}}, Concurrency: 2, DisablePoller: true, FollowVersion: true,
 	}, func(s *sidekiq.Server) {
-		s.HandleFunc("SvBeatJob", func(ctx context.Context, job *wire.Job) error {
+		s.Handle("SvBeatJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 			sidekiq.Heartbeat(ctx)
 			beaten <- time.Now()
 			for {
@@ -43,7 +43,7 @@ func TestWebUICompatBusyRendersAJobWithAHeartbeat(t *testing.T) {
 					sidekiq.Heartbeat(ctx)
 				}
 			}
-		})
+		}), nil)
 	})
 	t.Cleanup(func() { close(release) })
 	ui := rubytest.StartWebUI(t, e.srv.URL())

@@ -155,7 +155,7 @@ func TestServerCompatRubyPushedJobsRunExactlyOnce(t *testing.T) {
 	srv := svServer(t, e, sidekiq.ServerConfig{
 		Queues: []wire.QueueWeight{{Name: "svbulk"}}, Concurrency: 10, DisablePoller: true,
 	}, func(s *sidekiq.Server) {
-		s.HandleFunc("SvBulkJob", func(ctx context.Context, job *wire.Job) error {
+		s.Handle("SvBulkJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 			a, ok := job.Args()[0].Int()
 			require.True(t, ok)
 			mu.Lock()
@@ -166,7 +166,7 @@ func TestServerCompatRubyPushedJobsRunExactlyOnce(t *testing.T) {
 				close(all)
 			}
 			return nil
-		})
+		}), nil)
 	})
 
 	out := e.ruby(t, `
@@ -271,18 +271,18 @@ func TestServerCompatPollersNeverDoubleRun(t *testing.T) {
 		Queues: []wire.QueueWeight{{Name: "svsched"}}, Concurrency: 5, Client: client,
 		PollIntervalAverage: 200 * time.Millisecond,
 	}, func(s *sidekiq.Server) {
-		s.HandleFunc("SvSchedJob", func(ctx context.Context, job *wire.Job) error {
+		s.Handle("SvSchedJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 			by, _ := job.Get("sv_pushed_by")
 			s, _ := by.Str()
 			mu.Lock()
 			goRuns = append(goRuns, run{job.JID(), s})
 			mu.Unlock()
 			return nil
-		})
-		s.HandleFunc("SvProbeJob", func(ctx context.Context, job *wire.Job) error {
+		}), nil)
+		s.Handle("SvProbeJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 			close(probed)
 			return nil
-		})
+		}), nil)
 	})
 	probe, err := wire.NewJob("SvProbeJob")
 	require.NoError(t, err)

@@ -176,14 +176,14 @@ func TestWebUICompatBusyShowsGojobAndRuby(t *testing.T) {
 		Queues: []wire.QueueWeight{{Name: "svbusy"}}, Concurrency: 3, DisablePoller: true,
 		Tag: "gojob-busy", Labels: []string{"go-label"},
 	}, func(s *sidekiq.Server) {
-		s.HandleFunc("SvBlockJob", func(ctx context.Context, job *wire.Job) error {
+		s.Handle("SvBlockJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 			started <- job.JID()
 			select {
 			case <-release:
 			case <-ctx.Done():
 			}
 			return nil
-		})
+		}), nil)
 	})
 	t.Cleanup(func() { close(release) })
 	ruby := svRubySidekiq(t, e, uiBusyWorker, "-q", "svruby", "-c", "2", "-g", "rubytag")
@@ -260,14 +260,14 @@ func TestWebUICompatBusyShowsAGojobAloneWritingForAllReaders(t *testing.T) {
 	srv := svServer(t, e, sidekiq.ServerConfig{
 		Queues: []wire.QueueWeight{{Name: "svalone"}}, Concurrency: 3, DisablePoller: true, FollowVersion: true,
 	}, func(s *sidekiq.Server) {
-		s.HandleFunc("SvAloneJob", func(ctx context.Context, job *wire.Job) error {
+		s.Handle("SvAloneJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 			started <- job.JID()
 			select {
 			case <-release:
 			case <-ctx.Done():
 			}
 			return nil
-		})
+		}), nil)
 	})
 	t.Cleanup(func() { close(release) })
 	require.Equal(t, wire.Version7, srv.Client().Version(), "the format every reader shows")
@@ -305,10 +305,10 @@ func TestWebUICompatQuietAndStop(t *testing.T) {
 		Queues: []wire.QueueWeight{{Name: "svquiet"}}, Concurrency: 2,
 		OnSignal: func(sig string) { signals <- sig },
 	}, func(s *sidekiq.Server) {
-		s.HandleFunc("SvQuietJob", func(ctx context.Context, job *wire.Job) error {
+		s.Handle("SvQuietJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 			ran.Add(1)
 			return nil
-		})
+		}), nil)
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
@@ -400,7 +400,7 @@ func TestWebUICompatRetryNow(t *testing.T) {
 	svServer(t, e, sidekiq.ServerConfig{
 		Queues: []wire.QueueWeight{{Name: "svretry"}}, Concurrency: 2, DisablePoller: true,
 	}, func(s *sidekiq.Server) {
-		s.HandleFunc("SvFlakyJob", func(ctx context.Context, job *wire.Job) error {
+		s.Handle("SvFlakyJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 			mu.Lock()
 			attempts[job.JID()]++
 			n := attempts[job.JID()]
@@ -411,7 +411,7 @@ func TestWebUICompatRetryNow(t *testing.T) {
 			}
 			rerun <- job
 			return nil
-		})
+		}), nil)
 	})
 	ui := rubytest.StartWebUI(t, e.srv.URL())
 	before := contract.EpochSeconds(time.Now())
@@ -506,7 +506,7 @@ func TestWebUICompatDeadPage(t *testing.T) {
 			deaths <- job.JID()
 		}},
 	}, func(s *sidekiq.Server) {
-		s.HandleFunc("SvDoomedJob", func(ctx context.Context, job *wire.Job) error {
+		s.Handle("SvDoomedJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 			switch arg, _ := job.Args()[0].Str(); arg {
 			case "A":
 				panic("kaboom <A>")
@@ -515,7 +515,7 @@ func TestWebUICompatDeadPage(t *testing.T) {
 			default:
 				return errors.New("gone quietly")
 			}
-		})
+		}), nil)
 	})
 	ui := rubytest.StartWebUI(t, e.srv.URL())
 
@@ -605,13 +605,13 @@ func TestWebUICompatDashboardStats(t *testing.T) {
 	e := newEnv(t)
 	var ok atomic.Int32
 	register := func(s *sidekiq.Server) {
-		s.HandleFunc("SvStatsOK", func(ctx context.Context, job *wire.Job) error {
+		s.Handle("SvStatsOK", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 			ok.Add(1)
 			return nil
-		})
-		s.HandleFunc("SvStatsFail", func(ctx context.Context, job *wire.Job) error {
+		}), nil)
+		s.Handle("SvStatsFail", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 			return errors.New("stats failure")
-		})
+		}), nil)
 	}
 	cfg := sidekiq.ServerConfig{
 		Queues: []wire.QueueWeight{{Name: "svstats"}}, Concurrency: 4, DisablePoller: true,

@@ -127,12 +127,12 @@ func TestKillInsideTheDeleteWindowLosesNoRowAndKillsNoCompletedJob(t *testing.T)
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Extensions: []sidekiq.Extension{e.d}, Pool: e.pool, Client: e.client, Concurrency: lossConc, DisablePoller: true,
 		Logger: e.log, Fetch: sidekiq.FetchReliable})
 	require.NoError(t, err)
-	srv.HandleFunc("LossJob", func(ctx context.Context, job *wire.Job) error {
+	srv.Handle("LossJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		c := e.pool.Get()
 		defer c.Close()
 		_, err := c.Do("SADD", keyLossDone, job.JID())
 		return err
-	})
+	}), nil)
 	require.NoError(t, srv.Start(ctx))
 	defer srv.Stop(ctx)
 	wait.Within(t, 30*time.Second, "every job to run", func() bool {
@@ -240,12 +240,12 @@ func TestKillWhileJobsRunBeforeTheirLocksLosesNoRowAndKillsNoJob(t *testing.T) {
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Extensions: []sidekiq.Extension{e.d}, Pool: e.pool, Client: e.client, Concurrency: lossConc, DisablePoller: true,
 		Logger: e.log, Fetch: sidekiq.FetchReliable})
 	require.NoError(t, err)
-	srv.HandleFunc("LossJob", func(ctx context.Context, job *wire.Job) error {
+	srv.Handle("LossJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		c := e.pool.Get()
 		defer c.Close()
 		_, err := c.Do("SADD", keyLossDone, job.JID())
 		return err
-	})
+	}), nil)
 	require.NoError(t, srv.Start(ctx))
 	defer srv.Stop(ctx)
 	wait.Within(t, 30*time.Second, "every job to run", func() bool {

@@ -74,19 +74,19 @@ func lossChild() int {
 	}
 	var started atomic.Int64
 	completeAll := os.Getenv("LOSS_MODE") == "complete" // every job completes (group_commit_crash_test.go)
-	srv.HandleFunc("LossJob", func(ctx context.Context, job *wire.Job) error {
+	srv.Handle("LossJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		conn := pool.Get()
 		defer conn.Close()
 		if started.Add(1) > lossBlockAfter && !completeAll {
 			if _, err := conn.Do("LPUSH", keyLossBlocked, job.JID()); err != nil {
 				return err
 			}
-			<-ctx.Done() // the kill comes first
+			<-ctx.Done()
 			return ctx.Err()
 		}
 		_, err := conn.Do("SADD", keyLossDone, job.JID())
 		return err
-	})
+	}), nil)
 	if err := srv.Start(context.Background()); err != nil {
 		return fail(err)
 	}
@@ -227,12 +227,12 @@ func TestLossKill9WithReliableFetchKillsNothing(t *testing.T) {
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Extensions: []sidekiq.Extension{d}, Pool: pool, Client: client, Concurrency: lossConc, DisablePoller: true,
 		Logger: log, Fetch: sidekiq.FetchReliable})
 	require.NoError(t, err)
-	srv.HandleFunc("LossJob", func(ctx context.Context, job *wire.Job) error {
+	srv.Handle("LossJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		c := pool.Get()
 		defer c.Close()
 		_, err := c.Do("SADD", keyLossDone, job.JID())
 		return err
-	})
+	}), nil)
 	require.NoError(t, srv.Start(ctx))
 	defer srv.Stop(ctx)
 	wait.Within(t, 30*time.Second, "every job to run", func() bool {

@@ -101,12 +101,12 @@ func TestExpiredJobsDoNotRun(t *testing.T) {
 	require.NoError(t, err)
 	var mu sync.Mutex
 	ran := map[string]bool{}
-	srv.HandleFunc("Digest", func(ctx context.Context, job *wire.Job) error {
+	srv.Handle("Digest", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		mu.Lock()
 		defer mu.Unlock()
 		ran[job.JID()] = true
 		return nil
-	})
+	}), nil)
 	ctx := context.Background()
 	conn := pool.Get()
 	defer conn.Close()

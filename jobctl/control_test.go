@@ -39,11 +39,11 @@ func setup(t *testing.T, poll time.Duration) *testBundle {
 	ctl, err := New(&Config{Pool: pool, Server: srv, PollInterval: poll})
 	require.NoError(t, err)
 	tb := &testBundle{rs: rs, pool: pool, ctl: ctl, started: make(chan string, 4)}
-	srv.HandleFunc("Block", func(ctx context.Context, job *wire.Job) error {
+	srv.Handle("Block", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		tb.started <- job.JID()
 		<-ctx.Done()
 		return context.Cause(ctx)
-	})
+	}), nil)
 	require.NoError(t, srv.Start(context.Background()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -34,7 +34,7 @@ func TestConcurrentLimitHoldsAcrossServers(t *testing.T) {
 		l, err := NewConcurrent(pool, "class:Limited", 3, &Options{WaitTimeout: time.Minute})
 		require.NoError(t, err)
 		srv.Use(ClassMiddleware("Limited", l))
-		srv.HandleFunc("Limited", func(ctx context.Context, job *wire.Job) error {
+		srv.Handle("Limited", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 			n := running.Add(1)
 			for {
 				p := peak.Load()
@@ -46,7 +46,7 @@ func TestConcurrentLimitHoldsAcrossServers(t *testing.T) {
 			running.Add(-1)
 			done.Add(1)
 			return nil
-		})
+		}), nil)
 		require.NoError(t, srv.Start(context.Background()))
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

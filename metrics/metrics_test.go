@@ -89,11 +89,11 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: pool, Concurrency: 3, DisablePoller: true,
 		Fetch: sidekiq.FetchReliable, Logger: zerolog.Nop(), Queues: []wire.QueueWeight{{Name: "default"}, {Name: "mail"}}})
 	require.NoError(t, err)
-	srv.HandleFunc("Ok", func(ctx context.Context, job *wire.Job) error { return nil })
-	srv.HandleFunc("Bad", func(ctx context.Context, job *wire.Job) error { return errors.New("boom") })
-	srv.HandleFunc("Limited", func(ctx context.Context, job *wire.Job) error {
+	srv.Handle("Ok", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error { return nil }), nil)
+	srv.Handle("Bad", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error { return errors.New("boom") }), nil)
+	srv.Handle("Limited", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		return &sidekiq.OverLimitError{Limiter: "api", RetryAfter: time.Hour}
-	})
+	}), nil)
 	admin, err := api.New(&api.Config{Pool: pool})
 	require.NoError(t, err)
 	e := New(srv, admin, pool)

@@ -48,8 +48,7 @@ func TestHandlerThatStopsHeartbeatingIsRetriedWithinItsHeartbeatTimeout(t *testi
 			b := newTestServer(t, ServerConfig{Fetch: mode})
 			lastBeat := make(chan time.Time, 1)
 			cause := make(chan error, 1)
-			b.srv.HandleFunc("Beater", func(ctx context.Context, job *wire.Job) error {
-				// 0.6 s of heartbeats, twice the heartbeat_timeout.
+			b.srv.Handle("Beater", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 				for range 12 {
 					if err := Heartbeat(ctx); err != nil {
 						return err
@@ -61,7 +60,7 @@ func TestHandlerThatStopsHeartbeatingIsRetriedWithinItsHeartbeatTimeout(t *testi
 				<-ctx.Done()
 				cause <- Heartbeat(ctx)
 				return ctx.Err()
-			})
+			}), nil)
 			b.start(t)
 			b.push(t, "default", `{"class":"Beater","args":[],"jid":"b1","queue":"default","heartbeat_timeout":0.3}`)
 			var last time.Time
@@ -101,16 +100,16 @@ func TestHungHandlerIgnoringCancellationFreesItsSlot(t *testing.T) {
 			b := newTestServer(t, ServerConfig{Fetch: mode, Concurrency: 1, CancelGrace: 200 * time.Millisecond})
 			release := make(chan struct{})
 			returned := make(chan struct{})
-			b.srv.HandleFunc("Hangs", func(ctx context.Context, job *wire.Job) error {
+			b.srv.Handle("Hangs", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 				defer close(returned)
-				<-release // ignores ctx
+				<-release
 				return nil
-			})
+			}), nil)
 			ran := make(chan string, 1)
-			b.srv.HandleFunc("Next", func(ctx context.Context, job *wire.Job) error {
+			b.srv.Handle("Next", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 				ran <- job.JID()
 				return nil
-			})
+			}), nil)
 			b.start(t)
 			t.Cleanup(func() {
 				select {
@@ -157,13 +156,13 @@ func TestTotalTimeoutCancelsAJobThatHeartbeats(t *testing.T) {
 	t.Parallel()
 	b := newTestServer(t, ServerConfig{JobTimeout: 400 * time.Millisecond})
 	started := make(chan time.Time, 2)
-	b.srv.HandleFunc("Busy", func(ctx context.Context, job *wire.Job) error {
+	b.srv.Handle("Busy", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		started <- time.Now()
 		for Heartbeat(ctx) == nil {
 			time.Sleep(20 * time.Millisecond)
 		}
 		return context.Cause(ctx)
-	})
+	}), nil)
 	b.start(t)
 	b.push(t, "default", `{"class":"Busy","args":[],"jid":"t1","queue":"default","timeout":0.2,"heartbeat_timeout":1}`)
 	at := <-started
@@ -189,10 +188,10 @@ func TestTotalTimeoutCancelsAJobThatHeartbeats(t *testing.T) {
 func TestInvalidLimitFailsTheJobWithoutRunningIt(t *testing.T) {
 	t.Parallel()
 	b := newTestServer(t, ServerConfig{})
-	b.srv.HandleFunc("Never", func(ctx context.Context, job *wire.Job) error {
+	b.srv.Handle("Never", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		t.Error("a job with an invalid limit ran")
 		return nil
-	})
+	}), nil)
 	b.start(t)
 	b.push(t, "default", `{"class":"Never","args":[],"jid":"i1","queue":"default","heartbeat_timeout":"soon"}`)
 	job := retryEntry(t, b)
@@ -212,11 +211,11 @@ func TestHeartbeatOutsideAJobAndWithoutLimits(t *testing.T) {
 
 	b := newTestServer(t, ServerConfig{})
 	done := make(chan error, 1)
-	b.srv.HandleFunc("Free", func(ctx context.Context, job *wire.Job) error {
+	b.srv.Handle("Free", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		time.Sleep(100 * time.Millisecond)
 		done <- Heartbeat(ctx)
 		return nil
-	})
+	}), nil)
 	b.start(t)
 	b.push(t, "default", `{"class":"Free","args":[],"jid":"f1","queue":"default"}`)
 	require.NoError(t, <-done)
@@ -232,14 +231,14 @@ func TestWorkHashShowsTheLastHeartbeat(t *testing.T) {
 	b := newTestServer(t, ServerConfig{Concurrency: 2})
 	beaten := make(chan time.Time, 1)
 	release := make(chan struct{})
-	b.srv.HandleFunc("Shows", func(ctx context.Context, job *wire.Job) error {
+	b.srv.Handle("Shows", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		if job.JID() == "w1" {
 			Heartbeat(ctx)
 			beaten <- time.Now()
 		}
 		<-release
 		return nil
-	})
+	}), nil)
 	b.start(t)
 	defer close(release)
 	b.push(t, "default", `{"class":"Shows","args":[],"jid":"w1","queue":"default","heartbeat_timeout":60}`)

@@ -78,11 +78,11 @@ func ExampleServer() {
 		panic(err)
 	}
 	done := make(chan struct{})
-	srv.HandleFunc("HardJob", func(ctx context.Context, job *wire.Job) error {
+	srv.Handle("HardJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		fmt.Println("HardJob", job.JID(), string(job.Args()[1].Encode()))
 		close(done)
 		return nil
-	})
+	}), nil)
 	ctx := context.Background()
 	if err := srv.Start(ctx); err != nil {
 		panic(err)

@@ -151,7 +151,7 @@ func TestExtensionFetchesAheadHoldsAcksAndHearsHeartbeats(t *testing.T) {
 			for i := range n {
 				b.push(t, "default", fmt.Sprintf(`{"class":"Job","args":[],"jid":"j%d","queue":"default","retry":true}`, i))
 			}
-			b.srv.HandleFunc("Job", func(ctx context.Context, _ *wire.Job) error { return Heartbeat(ctx) })
+			b.srv.Handle("Job", HandlerFunc(func(ctx context.Context, _ *wire.Job) error { return Heartbeat(ctx) }), nil)
 			b.start(t)
 			b.waitProcessed(t, n)
 			ext.mu.Lock()
@@ -193,10 +193,10 @@ func TestHeartbeatReturnsTheExtensionsError(t *testing.T) {
 	ext := &testExtension{beatErr: gone}
 	b := newTestServer(t, ServerConfig{Concurrency: 1, Extensions: []Extension{ext}})
 	got := make(chan error, 1)
-	b.srv.HandleFunc("Job", func(ctx context.Context, _ *wire.Job) error {
+	b.srv.Handle("Job", HandlerFunc(func(ctx context.Context, _ *wire.Job) error {
 		got <- Heartbeat(ctx)
 		return nil
-	})
+	}), nil)
 	b.push(t, "default", `{"class":"Job","args":[],"jid":"h","queue":"default"}`)
 	b.start(t)
 	require.ErrorIs(t, <-got, gone)
@@ -258,7 +258,7 @@ func TestScopedHooksRunOnlyForTheirJobs(t *testing.T) {
 		}
 		b.push(t, "default", fmt.Sprintf(`{"class":"Job","args":[],"jid":"j%d","queue":"default"%s}`, i, mine))
 	}
-	b.srv.HandleFunc("Job", func(context.Context, *wire.Job) error { return nil })
+	b.srv.Handle("Job", HandlerFunc(func(context.Context, *wire.Job) error { return nil }), nil)
 	b.start(t)
 	b.waitProcessed(t, n)
 	for range n {
@@ -296,7 +296,7 @@ func TestCancelRunningCancelsOneJob(t *testing.T) {
 	started := make(chan string, 2)
 	causes := make(chan error, 2)
 	release := make(chan struct{})
-	b.srv.HandleFunc("Block", func(ctx context.Context, job *wire.Job) error {
+	b.srv.Handle("Block", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		started <- job.JID()
 		select {
 		case <-ctx.Done():
@@ -305,7 +305,7 @@ func TestCancelRunningCancelsOneJob(t *testing.T) {
 		case <-release:
 			return nil
 		}
-	})
+	}), nil)
 	b.push(t, "default", `{"class":"Block","args":[],"jid":"a","queue":"default","retry":false}`)
 	b.push(t, "default", `{"class":"Block","args":[],"jid":"b","queue":"default","retry":false}`)
 	b.start(t)

@@ -48,13 +48,13 @@ func newMetricsServer(t *testing.T, cfg ServerConfig) *metricsBundle {
 		return nil
 	}
 	for _, c := range []string{"HardJob", "FailOnly", "MyAjJob"} {
-		b.srv.HandleFunc(c, run)
+		b.srv.Handle(c, HandlerFunc(run), nil)
 	}
-	b.srv.HandleFunc("Slow", func(ctx context.Context, job *wire.Job) error {
+	b.srv.Handle("Slow", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		b.started <- job.JID()
 		<-ctx.Done()
 		return ctx.Err()
-	})
+	}), nil)
 	return b
 }
 

@@ -32,15 +32,15 @@ func TestServerSurvivesRedisRestart(t *testing.T) {
 	inFlight := make(chan struct{})
 	release := make(chan struct{})
 	ran := make(chan string, 10)
-	srv.HandleFunc("Blocker", func(ctx context.Context, job *wire.Job) error {
+	srv.Handle("Blocker", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		close(inFlight)
 		<-release
 		return errors.New("failed during the outage")
-	})
-	srv.HandleFunc("After", func(ctx context.Context, job *wire.Job) error {
+	}), nil)
+	srv.Handle("After", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		ran <- job.JID()
 		return nil
-	})
+	}), nil)
 	require.NoError(t, srv.Start(context.Background()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

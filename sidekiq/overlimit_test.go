@@ -20,9 +20,9 @@ import (
 func TestOverLimitReschedulesThenFails(t *testing.T) {
 	t.Parallel()
 	b := newTestServer(t, ServerConfig{Concurrency: 1})
-	b.srv.HandleFunc("Limited", func(ctx context.Context, job *wire.Job) error {
+	b.srv.Handle("Limited", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		return &OverLimitError{Limiter: "api", RetryAfter: time.Minute}
-	})
+	}), nil)
 	b.start(t)
 	b.push(t, "default", `{"class":"Limited","args":[],"jid":"aaaaaaaaaaaaaaaaaaaaaaaa","queue":"default","retry":true}`)
 	wait.For(t, "the reschedule", func() bool {
@@ -70,9 +70,9 @@ func mustGet(t *testing.T, j *wire.Job, key string) rubyjson.Value {
 func TestOverLimitNotCountedNeverFails(t *testing.T) {
 	t.Parallel()
 	b := newTestServer(t, ServerConfig{Concurrency: 1})
-	b.srv.HandleFunc("Busy", func(ctx context.Context, job *wire.Job) error {
+	b.srv.Handle("Busy", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		return &OverLimitError{Limiter: "class:Busy", RetryAfter: time.Second, NotCounted: true}
-	})
+	}), nil)
 	b.start(t)
 	b.push(t, "default", `{"class":"Busy","args":[],"jid":"bbbbbbbbbbbbbbbbbbbbbbbb","queue":"default","retry":true,"overrated":20}`)
 	wait.For(t, "the reschedule", func() bool {

@@ -19,9 +19,9 @@ import (
 func TestOwnRetryAndDeadEntriesAreNotEvidence(t *testing.T) {
 	t.Parallel()
 	b := newTestServer(t, ServerConfig{})
-	b.srv.HandleFunc("FailJob", func(ctx context.Context, job *wire.Job) error {
+	b.srv.Handle("FailJob", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		return WithErrorClass("ArgumentError", errors.New("boom"))
-	})
+	}), nil)
 	b.start(t)
 	b.push(t, "default", `{"retry":2,"queue":"default","backtrace":true,"args":[1],"class":"FailJob","jid":"0e0000000000000000000001","created_at":1795296573.1,"enqueued_at":1795296573.1}`)
 	b.push(t, "default", `{"retry":0,"queue":"default","backtrace":true,"args":[2],"class":"FailJob","jid":"0e0000000000000000000002","created_at":1795296573.1,"enqueued_at":1795296573.1}`)

@@ -27,12 +27,12 @@ func TestPausedQueueIsNotFetchedWhileOthersDrain(t *testing.T) {
 				Queues: []wire.QueueWeight{{Name: "first"}, {Name: "second"}}})
 			var mu sync.Mutex
 			ran := map[string]int{}
-			b.srv.HandleFunc("Job", func(ctx context.Context, job *wire.Job) error {
+			b.srv.Handle("Job", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 				mu.Lock()
 				ran[job.Queue()]++
 				mu.Unlock()
 				return nil
-			})
+			}), nil)
 			_, err := b.conn.Do("SADD", contract.KeyPausedQueues, "first")
 			require.NoError(t, err)
 			for i := range 50 {
@@ -75,12 +75,12 @@ func TestPauseOfTheOnlyQueueHoldsJobsPushedDuringIt(t *testing.T) {
 			b := newTestServer(t, ServerConfig{Concurrency: 2, Fetch: mode})
 			var mu sync.Mutex
 			var starts []time.Time
-			b.srv.HandleFunc("Job", func(ctx context.Context, job *wire.Job) error {
+			b.srv.Handle("Job", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 				mu.Lock()
 				starts = append(starts, time.Now())
 				mu.Unlock()
 				return nil
-			})
+			}), nil)
 			b.start(t)
 			// The slots are blocked in their fetch now; pause, give the
 			// watcher its half second, then push.

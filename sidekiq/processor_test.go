@@ -38,7 +38,7 @@ func TestPanicFailsTheJobAndCallsDeathHandlers(t *testing.T) {
 		died = append(died, job.JID()+":"+err.Error())
 		mu.Unlock()
 	}}})
-	b.srv.HandleFunc("Panics", func(ctx context.Context, job *wire.Job) error { panic("kaboom") })
+	b.srv.Handle("Panics", HandlerFunc(func(ctx context.Context, job *wire.Job) error { panic("kaboom") }), nil)
 	b.start(t)
 	b.push(t, "default", `{"retry":0,"queue":"default","backtrace":true,"class":"Panics","args":[],"jid":"p1"}`)
 	wait.For(t, "dead entry", func() bool { return zcard(t, b.conn, contract.KeyDead) == 1 })
@@ -66,10 +66,10 @@ func TestActiveJobPayloadsRunTheirJobClass(t *testing.T) {
 	t.Parallel()
 	b := newTestServer(t, ServerConfig{})
 	got := make(chan *wire.Job, 2)
-	b.srv.HandleFunc("MyAjJob", func(ctx context.Context, job *wire.Job) error {
+	b.srv.Handle("MyAjJob", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		got <- job
 		return nil
-	})
+	}), nil)
 	b.start(t)
 	for _, wrapper := range []string{contract.ActiveJobWrapper, contract.ActiveJobWrapper8} {
 		b.push(t, "default", `{"retry":true,"queue":"default","class":"`+wrapper+`","wrapped":"MyAjJob","args":[{"job_class":"MyAjJob","job_id":"2a9e29a2-a6ef-44aa-b262-1774d5db212d","provider_job_id":null,"queue_name":"default","arguments":[1]}],"jid":"c1361047e1fbb605ada036ad"}`)
@@ -116,10 +116,10 @@ func TestProcessReportsHowLongTheJobRan(t *testing.T) {
 			cfg.Clock = clock.Or(nil)
 		}
 		b := newTestServer(t, cfg)
-		b.srv.HandleFunc("Sleeps", func(ctx context.Context, job *wire.Job) error {
+		b.srv.Handle("Sleeps", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 			time.Sleep(30 * time.Millisecond)
 			return nil
-		})
+		}), nil)
 		f := &finishedFetcher{}
 		b.srv.proc.fetcher = f
 		raw := []byte(`{"retry":true,"queue":"default","class":"Sleeps","args":[],"jid":"s1"}`)

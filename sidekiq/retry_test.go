@@ -22,9 +22,9 @@ import (
 func TestFailureWritesRubysRetryEntry(t *testing.T) {
 	t.Parallel()
 	b := newTestServer(t, ServerConfig{})
-	b.srv.HandleFunc("FailJob", func(ctx context.Context, job *wire.Job) error {
+	b.srv.Handle("FailJob", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		return WithErrorClass("ArgumentError", errors.New("boom é"))
-	})
+	}), nil)
 	b.start(t)
 	b.push(t, "default", `{"retry":2,"queue":"default","backtrace":3,"args":[42],"class":"FailJob","jid":"9e8c00000000000000000000","created_at":1795296573.166795,"enqueued_at":1795296573.1668046,"custom":{"k":[1.5]}}`)
 	wait.For(t, "retry entry", func() bool { return zcard(t, b.conn, contract.KeyRetry) == 1 })
@@ -278,7 +278,7 @@ func TestFailureLogSaysWhereTheJobWent(t *testing.T) {
 	clk := clocktest.NewFake(time.Unix(1795296573, 0))
 	srv, err := NewServer(&ServerConfig{Pool: pool, Clock: clk, DisablePoller: true, HeartbeatInterval: time.Hour, Logger: logs.Logger()})
 	require.NoError(t, err)
-	srv.HandleFunc("Fail", func(ctx context.Context, job *wire.Job) error { return errors.New("boom") })
+	srv.Handle("Fail", HandlerFunc(func(ctx context.Context, job *wire.Job) error { return errors.New("boom") }), nil)
 	require.NoError(t, srv.Start(context.Background()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

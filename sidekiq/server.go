@@ -286,18 +286,16 @@ func (s *Server) probeRedis() error {
 }
 
 // Handle registers h for jobs whose class (or, for ActiveJob payloads, whose
-// wrapped job class) is class. Call it before Start.
+// wrapped job class) is class, with opts (nil for none). Call it before
+// Start. A function is a Handler through HandlerFunc:
+//
+//	srv.Handle("HardJob", sidekiq.HandlerFunc(perform), nil)
 func (s *Server) Handle(class string, h Handler, opts *HandlerOptions) {
 	r := &registration{h: h}
 	if opts != nil {
 		r.opts = *opts
 	}
 	s.proc.handlers[class] = r
-}
-
-// HandleFunc registers a function.
-func (s *Server) HandleFunc(class string, f func(ctx context.Context, job *wire.Job) error) {
-	s.Handle(class, HandlerFunc(f), nil)
 }
 
 // Use appends server middleware. Call it before Start.

@@ -106,10 +106,10 @@ func TestServerRunsJobAndCountsIt(t *testing.T) {
 	t.Parallel()
 	b := newTestServer(t, ServerConfig{Concurrency: 2})
 	got := make(chan *wire.Job, 1)
-	b.srv.HandleFunc("HardJob", func(ctx context.Context, job *wire.Job) error {
+	b.srv.Handle("HardJob", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		got <- job
 		return nil
-	})
+	}), nil)
 	b.start(t)
 	b.push(t, "default", `{"retry":true,"queue":"default","args":[1,"two"],"class":"HardJob","jid":"aaaaaaaaaaaaaaaaaaaaaaaa","created_at":1795296573.1,"enqueued_at":1795296573.2}`)
 	select {

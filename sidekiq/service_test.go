@@ -55,13 +55,13 @@ func TestServicesRunForTheServersLife(t *testing.T) {
 	b := newTestServer(t, ServerConfig{Concurrency: 1, Queues: []wire.QueueWeight{{Name: "default"}}})
 	ev := &events{}
 	running := make(chan struct{})
-	b.srv.HandleFunc("Job", func(ctx context.Context, _ *wire.Job) error {
+	b.srv.Handle("Job", HandlerFunc(func(ctx context.Context, _ *wire.Job) error {
 		ev.add("job")
 		close(running)
-		<-Stopping(ctx) // still running when Stop begins
+		<-Stopping(ctx)
 		ev.add("job done")
 		return nil
-	})
+	}), nil)
 	looped := make(chan struct{})
 	b.srv.Serve(&recordingService{name: "a", ev: ev}, &recordingService{name: "b", ev: ev},
 		Loop(func(ctx context.Context) {
@@ -100,11 +100,11 @@ func TestStoppingClosesAtQuiet(t *testing.T) {
 	require.Nil(t, Stopping(context.Background()))
 	b := newTestServer(t, ServerConfig{Concurrency: 1, Queues: []wire.QueueWeight{{Name: "default"}}})
 	stopping := make(chan (<-chan struct{}), 1)
-	b.srv.HandleFunc("Job", func(ctx context.Context, _ *wire.Job) error {
+	b.srv.Handle("Job", HandlerFunc(func(ctx context.Context, _ *wire.Job) error {
 		stopping <- Stopping(ctx)
 		<-Stopping(ctx)
 		return Interrupt()
-	})
+	}), nil)
 	b.push(t, "default", `{"class":"Job","args":[],"jid":"j","queue":"default","retry":true}`)
 	b.start(t)
 	ch := <-stopping

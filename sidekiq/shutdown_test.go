@@ -46,11 +46,11 @@ func TestStopRequeuesUnfinishedJobs(t *testing.T) {
 			t.Parallel()
 			b := newTestServer(t, ServerConfig{Concurrency: 1, ShutdownTimeout: 100 * time.Millisecond, Fetch: mode})
 			started := make(chan struct{})
-			b.srv.HandleFunc("Slow", func(ctx context.Context, job *wire.Job) error {
+			b.srv.Handle("Slow", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 				close(started)
 				<-ctx.Done()
 				return ctx.Err()
-			})
+			}), nil)
 			require.NoError(t, b.srv.Start(context.Background()))
 			raw := `{"retry":true,"queue":"default","class":"Slow","args":[],"jid":"slow1","enqueued_at":1.5}`
 			b.push(t, "default", raw)
@@ -70,11 +70,11 @@ func TestStopWithSpentContextStillRequeues(t *testing.T) {
 	t.Parallel()
 	b := newTestServer(t, ServerConfig{Concurrency: 1, ShutdownTimeout: time.Minute})
 	started := make(chan struct{})
-	b.srv.HandleFunc("Slow", func(ctx context.Context, job *wire.Job) error {
+	b.srv.Handle("Slow", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		close(started)
 		<-ctx.Done()
 		return ctx.Err()
-	})
+	}), nil)
 	require.NoError(t, b.srv.Start(context.Background()))
 	raw := `{"retry":true,"queue":"default","class":"Slow","args":[],"jid":"slow2"}`
 	b.push(t, "default", raw)
@@ -185,12 +185,12 @@ func TestRetryWrittenDuringHardShutdown(t *testing.T) {
 	require.NoError(t, err)
 	hard := make(chan struct{})
 	started := make(chan string, 1)
-	srv.HandleFunc("Slow", func(ctx context.Context, job *wire.Job) error {
+	srv.Handle("Slow", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		started <- job.JID()
 		<-ctx.Done()
 		close(hard)
 		return ctx.Err()
-	})
+	}), nil)
 	inHook := make(chan struct{})
 	srv.Handle("Fails", HandlerFunc(func(ctx context.Context, job *wire.Job) error { return errors.New("boom") }),
 		&HandlerOptions{RetryIn: func(count int, err error, job *wire.Job) (time.Duration, RetryDecision) {
@@ -357,12 +357,12 @@ func TestStopUnderLoadLosesAndDuplicatesNothing(t *testing.T) {
 			const n = 20000
 			var mu sync.Mutex
 			ran := map[string]int{}
-			b.srv.HandleFunc("Job", func(ctx context.Context, job *wire.Job) error {
+			b.srv.Handle("Job", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 				mu.Lock()
 				ran[job.JID()]++
 				mu.Unlock()
 				return nil
-			})
+			}), nil)
 			for i := 0; i < n; i++ {
 				b.conn.Send("LPUSH", "queue:default", fmt.Sprintf(`{"class":"Job","args":[],"jid":"j%d","queue":"default"}`, i))
 			}

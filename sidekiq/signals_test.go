@@ -23,11 +23,11 @@ func TestHeartbeatRegistersProcessAndDeliversSignals(t *testing.T) {
 			b := newTestServer(t, ServerConfig{Version: v, Concurrency: 3, Tag: "mytag", Queues: []wire.QueueWeight{{Name: "default", Weight: 2}, {Name: "slow", Weight: 1}}})
 			block := make(chan struct{})
 			running := make(chan struct{})
-			b.srv.HandleFunc("Slow", func(ctx context.Context, job *wire.Job) error {
+			b.srv.Handle("Slow", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 				close(running)
 				<-block
 				return nil
-			})
+			}), nil)
 			b.start(t)
 			b.push(t, "slow", `{"retry":true,"queue":"slow","class":"Slow","args":[],"jid":"s1"}`)
 			<-running

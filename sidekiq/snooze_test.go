@@ -18,9 +18,9 @@ import (
 func TestSnoozeReschedulesWithoutFailure(t *testing.T) {
 	t.Parallel()
 	b := newTestServer(t, ServerConfig{Concurrency: 1})
-	b.srv.HandleFunc("Sleepy", func(ctx context.Context, job *wire.Job) error {
+	b.srv.Handle("Sleepy", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		return Snooze(time.Minute)
-	})
+	}), nil)
 	b.start(t)
 	raw := `{"class":"Sleepy","args":[],"jid":"aaaaaaaaaaaaaaaaaaaaaaaa","queue":"default","retry":true,"retry_count":2}`
 	b.push(t, "default", raw)

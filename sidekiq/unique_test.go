@@ -106,12 +106,12 @@ func TestUniqueLockReleasedAtSuccessStartOrDeath(t *testing.T) {
 	b := newTestServer(t, ServerConfig{Concurrency: 2})
 	release := make(chan struct{})
 	started := make(chan string, 10)
-	b.srv.HandleFunc("Slow", func(ctx context.Context, job *wire.Job) error {
+	b.srv.Handle("Slow", HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		started <- job.JID()
 		<-release
 		return nil
-	})
-	b.srv.HandleFunc("Fails", func(ctx context.Context, job *wire.Job) error { return errors.New("boom") })
+	}), nil)
+	b.srv.Handle("Fails", HandlerFunc(func(ctx context.Context, job *wire.Job) error { return errors.New("boom") }), nil)
 	b.start(t)
 	c := b.srv.Client()
 	ctx := context.Background()

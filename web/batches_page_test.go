@@ -56,7 +56,7 @@ func TestBatchesPageShowsProgress(t *testing.T) {
 	w, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: pool, Concurrency: 1, Logger: zerolog.Nop(),
 		Queues: []wire.QueueWeight{{Name: "import"}}, Extensions: []sidekiq.Extension{b}})
 	require.NoError(t, err)
-	w.HandleFunc("ImportPart", func(context.Context, *wire.Job) error { return nil })
+	w.Handle("ImportPart", sidekiq.HandlerFunc(func(context.Context, *wire.Job) error { return nil }), nil)
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -37,13 +37,13 @@ func TestBusyPageShowsARunningJobOnceAndItsPage(t *testing.T) {
 		FollowVersion: true, Fetch: sidekiq.FetchReliable, HeartbeatInterval: 100 * time.Millisecond,
 		Queues: []wire.QueueWeight{{Name: "default"}}})
 	require.NoError(t, err)
-	w.HandleFunc("Quiet", func(ctx context.Context, _ *wire.Job) error {
+	w.Handle("Quiet", sidekiq.HandlerFunc(func(ctx context.Context, _ *wire.Job) error {
 		select {
 		case <-release:
 		case <-ctx.Done():
 		}
 		return nil
-	})
+	}), nil)
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() {
 		close(release)

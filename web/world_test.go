@@ -98,17 +98,17 @@ func newWorld(t *testing.T, cfg *web.Config) *world {
 		HeartbeatInterval: time.Second, ShutdownTimeout: time.Second,
 	})
 	require.NoError(t, err)
-	w.srv.HandleFunc("GoOkJob", func(ctx context.Context, job *wire.Job) error {
+	w.srv.Handle("GoOkJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		time.Sleep(25 * time.Millisecond)
 		return nil
-	})
-	w.srv.HandleFunc("GoFailJob", func(ctx context.Context, job *wire.Job) error {
+	}), nil)
+	w.srv.Handle("GoFailJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		return errors.New("GoFailJob failed: the payment gateway said no")
-	})
-	w.srv.HandleFunc("GoSlowJob", func(ctx context.Context, job *wire.Job) error {
+	}), nil)
+	w.srv.Handle("GoSlowJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		<-ctx.Done()
 		return ctx.Err()
-	})
+	}), nil)
 	runCtx, stop := context.WithCancel(ctx)
 	w.srvDone = make(chan struct{})
 	go func() { w.srv.Run(runCtx); close(w.srvDone) }()

@@ -162,12 +162,12 @@ func run(ctx context.Context, redisURL, dbURL string, demo bool, out io.Writer) 
 		fmt.Fprintf(out, "imported %s\n", a.File)
 		return nil
 	}, nil)
-	srv.HandleFunc("ImportDone", func(ctx context.Context, job *wire.Job) error {
+	srv.Handle("ImportDone", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		fmt.Fprintln(out, "import done")
 		done <- "ImportDone"
 		return nil
-	})
-	srv.HandleFunc("NightlyReport", func(ctx context.Context, job *wire.Job) error { return nil })
+	}), nil)
+	srv.Handle("NightlyReport", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error { return nil }), nil)
 
 	if !demo {
 		return srv.Run(ctx)

@@ -103,11 +103,6 @@ func (f *Fake) Handle(class string, h sidekiq.Handler) {
 	f.handlers[class] = h
 }
 
-// HandleFunc registers a function.
-func (f *Fake) HandleFunc(class string, fn func(ctx context.Context, job *wire.Job) error) {
-	f.Handle(class, sidekiq.HandlerFunc(fn))
-}
-
 // BeforePush implements sidekiq.PushHook: it captures the jobs (normalized:
 // with jid, queue, retry and created_at, and "at" for a scheduled job),
 // and in inline mode runs them. It sees a push before the unique lock is

@@ -62,25 +62,25 @@ func TestFakeCapturesPushes(t *testing.T) {
 		_, err := typed.Enqueue(ctx, f.Client(), "", "AuditJob", "sent")
 		return err
 	}))
-	f.HandleFunc("RemindJob", func(ctx context.Context, job *wire.Job) error {
+	f.Handle("RemindJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		mu.Lock()
 		ran = append(ran, "remind")
 		mu.Unlock()
 		return nil
-	})
+	}))
 	err = f.Drain(ctx)
 	require.ErrorIs(t, err, sidekiqtest.ErrNoHandler, "AuditJob has no handler")
 	require.Equal(t, []string{"welcome 7", "remind"}, ran)
-	f.HandleFunc("AuditJob", func(ctx context.Context, job *wire.Job) error { ran = append(ran, "audit"); return nil })
+	f.Handle("AuditJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error { ran = append(ran, "audit"); return nil }))
 	require.NoError(t, f.Drain(ctx), "AuditJob stayed pending")
 	require.Equal(t, []string{"welcome 7", "remind", "audit"}, ran)
 	require.NoError(t, f.Drain(ctx))
-	f.HandleFunc("AuditJob", func(ctx context.Context, job *wire.Job) error { return errors.New("boom") })
+	f.Handle("AuditJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error { return errors.New("boom") }))
 	_, err = typed.Enqueue(ctx, f.Client(), "", "AuditJob", "again")
 	require.NoError(t, err)
 	require.EqualError(t, f.Drain(ctx), "boom")
 	require.EqualError(t, f.Drain(ctx), "boom", "a failed job stays pending")
-	f.HandleFunc("AuditJob", func(ctx context.Context, job *wire.Job) error { return nil })
+	f.Handle("AuditJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error { return nil }))
 	require.NoError(t, f.Drain(ctx))
 	require.Len(t, ran, 3, "each job runs once")
 
@@ -137,7 +137,7 @@ func TestInlineRunsOnPush(t *testing.T) {
 		got = append(got, w)
 		return nil
 	}))
-	f.HandleFunc("RemindJob", func(ctx context.Context, job *wire.Job) error { return nil })
+	f.Handle("RemindJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error { return nil }))
 	ctx := context.Background()
 	require.NoError(t, signup(ctx, f.Client(), 3, time.Now().Add(time.Hour)))
 	require.Equal(t, []Welcome{{3, "nb"}}, got, "ran during the push")

@@ -277,7 +277,7 @@ func runBench(ctx context.Context, pool *redis.Pool, spec benchSpec) (*Result, e
 		return nil, err
 	}
 	hooks.server(srv)
-	srv.HandleFunc("BenchJob", func(ctx context.Context, job *wire.Job) error {
+	srv.Handle("BenchJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		if measuring.Load() {
 			if t, ok := job.EnqueuedAt(); ok {
 				d := time.Since(t)
@@ -291,7 +291,7 @@ func runBench(ctx context.Context, pool *redis.Pool, spec benchSpec) (*Result, e
 			close(finished)
 		}
 		return nil
-	})
+	}), nil)
 	cmdsBefore, _ := commandCount(pool)
 	redisCPUBefore, _ := redisCPU(pool)
 	cpuBefore := processCPU()
