@@ -96,24 +96,24 @@ TcAj.perform_later(Person.new(9), :welcome, Time.utc(2024, 1, 2, 3, 4, 5), 5.min
 	charges := map[string]tcCharge{}
 	notifies := map[string]tcNotify{}
 	srv := svNewServer(t, e, sidekiq.ServerConfig{Queues: []wire.QueueWeight{{Name: "tc"}}, Concurrency: 2, DisablePoller: true}, func(s *sidekiq.Server) {
-		typed.Handle(s, "TcHash", func(ctx context.Context, job *wire.Job, a tcSignup) error {
+		s.Handle("TcHash", typed.Handler(func(ctx context.Context, job *wire.Job, a tcSignup) error {
 			mu.Lock()
 			defer mu.Unlock()
 			signups[job.JID()] = a
 			return nil
-		}, nil)
-		typed.Handle(s, "TcPos", func(ctx context.Context, job *wire.Job, a tcCharge) error {
+		}), nil)
+		s.Handle("TcPos", typed.Handler(func(ctx context.Context, job *wire.Job, a tcCharge) error {
 			mu.Lock()
 			defer mu.Unlock()
 			charges[job.JID()] = a
 			return nil
-		}, nil)
-		typed.Handle(s, "TcAj", func(ctx context.Context, job *wire.Job, a tcNotify) error {
+		}), nil)
+		s.Handle("TcAj", typed.Handler(func(ctx context.Context, job *wire.Job, a tcNotify) error {
 			mu.Lock()
 			defer mu.Unlock()
 			notifies[job.JID()] = a
 			return nil
-		}, nil)
+		}), nil)
 	})
 	require.NoError(t, srv.Start(context.Background()))
 	wait.For(t, "four jobs run and one retry", func() bool {

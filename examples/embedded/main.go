@@ -153,15 +153,15 @@ func run(ctx context.Context, redisURL, dbURL string, demo bool, out io.Writer) 
 
 	// The handlers.
 	done := make(chan string, 8)
-	typed.Handle(srv, "ChargeCard", func(ctx context.Context, job *wire.Job, a ChargeArgs) error {
+	srv.Handle("ChargeCard", typed.Handler(func(ctx context.Context, job *wire.Job, a ChargeArgs) error {
 		fmt.Fprintf(out, "charged account %d %d cents\n", a.AccountID, a.Cents)
 		done <- "ChargeCard"
 		return nil
-	}, nil)
-	typed.Handle(srv, "ImportPart", func(ctx context.Context, job *wire.Job, a ImportArgs) error {
+	}), nil)
+	srv.Handle("ImportPart", typed.Handler(func(ctx context.Context, job *wire.Job, a ImportArgs) error {
 		fmt.Fprintf(out, "imported %s\n", a.File)
 		return nil
-	}, nil)
+	}), nil)
 	srv.Handle("ImportDone", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		fmt.Fprintln(out, "import done")
 		done <- "ImportDone"

@@ -165,7 +165,7 @@ func TestDrainQueues(t *testing.T) {
 	seen := map[int64]bool{}
 	res := sidekiqtest.DrainQueues(t, sidekiq.ServerConfig{Pool: pool, Queues: []wire.QueueWeight{{Name: "drain"}}, Concurrency: 2, DisablePoller: true},
 		func(s *sidekiq.Server) {
-			typed.Handle(s, "WelcomeMailJob", func(ctx context.Context, job *wire.Job, w Welcome) error {
+			s.Handle("WelcomeMailJob", typed.Handler(func(ctx context.Context, job *wire.Job, w Welcome) error {
 				if w.UserID == 4 {
 					return errors.New("no such user")
 				}
@@ -177,7 +177,7 @@ func TestDrainQueues(t *testing.T) {
 					return err
 				}
 				return nil
-			}, nil)
+			}), nil)
 		})
 	require.Len(t, res.Outcomes, 9)
 	require.Len(t, res.Failed(), 1)

@@ -29,7 +29,8 @@ type ArgsWithOptions interface {
 	JobOptions() JobOptions
 }
 
-// Register registers fn on s for the class T names, as Handle does.
+// Register registers fn on s for the class T names, as
+// s.Handle(class, Handler(fn), opts) does.
 func Register[T Args](s *sidekiq.Server, fn Func[T], opts *sidekiq.HandlerOptions) {
 	var zero T
 	s.Handle(zero.JobClass(), Handler(fn), opts)

@@ -26,7 +26,7 @@ type ChargeArgs struct {
 }
 
 // A typed handler for a job Ruby pushed with ChargeJob.perform_async(42,
-// 9.5). Register it with typed.Handle(srv, "ChargeJob", fn, nil).
+// 9.5). Register it with srv.Handle("ChargeJob", h, nil).
 func ExampleHandler() {
 	h := typed.Handler(func(ctx context.Context, job *wire.Job, a ChargeArgs) error {
 		fmt.Printf("charge account %d %.2f %q\n", a.AccountID, a.Amount, a.Currency)

@@ -22,9 +22,3 @@ func Handler[T any](fn Func[T]) sidekiq.Handler {
 		return fn(ctx, job, args)
 	})
 }
-
-// Handle registers fn on s for jobs of class (or, for ActiveJob payloads,
-// of that ActiveJob class), with opts as Server.Handle takes them.
-func Handle[T any](s *sidekiq.Server, class string, fn Func[T], opts *sidekiq.HandlerOptions) {
-	s.Handle(class, Handler(fn), opts)
-}
