@@ -118,20 +118,25 @@ type Status struct {
 	// RedisErrors is how many Redis commands failed; RedisOutages how many
 	// outages began (a failure or a stall after a success).
 	RedisErrors, RedisOutages int64
+	// FetchPipeline is how many BRPOPs each fetch connection carries at
+	// most, once started: ServerConfig.FetchPipeline capped by the
+	// concurrency, 1 where Redis refuses CLIENT UNBLOCK, 0 with FetchBatch.
+	FetchPipeline int
 }
 
 // Status returns the server's state and counters now.
 func (s *Server) Status() Status {
 	errs, outages := s.redis.outage.Counts()
 	return Status{
-		Running:      s.running(),
-		Quiet:        s.isQuiet(),
-		RedisDown:    s.redisDown(),
-		Busy:         int(s.proc.busy.Load()),
-		Concurrency:  s.cfg.Concurrency,
-		Recovered:    s.fetch.stats.Recovered.Load(),
-		PoisonPills:  s.fetch.stats.PoisonPills.Load(),
-		RedisErrors:  errs,
-		RedisOutages: outages,
+		Running:       s.running(),
+		Quiet:         s.isQuiet(),
+		RedisDown:     s.redisDown(),
+		Busy:          int(s.proc.busy.Load()),
+		Concurrency:   s.cfg.Concurrency,
+		Recovered:     s.fetch.stats.Recovered.Load(),
+		PoisonPills:   s.fetch.stats.PoisonPills.Load(),
+		RedisErrors:   errs,
+		RedisOutages:  outages,
+		FetchPipeline: int(s.fetch.depth.Load()),
 	}
 }

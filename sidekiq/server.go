@@ -362,11 +362,6 @@ func (s *Server) Client() *Client { return s.client }
 // Done is closed when the server has stopped.
 func (s *Server) Done() <-chan struct{} { return s.life.done }
 
-// FetchPipeline returns how many BRPOPs each fetch connection carries at
-// most, once started: ServerConfig.FetchPipeline capped by the concurrency,
-// 1 where Redis refuses CLIENT UNBLOCK, 0 with FetchBatch.
-func (s *Server) FetchPipeline() int { return int(s.fetch.depth.Load()) }
-
 // Quiet stops fetching new jobs and polling, as TSTP does. Running jobs
 // finish; the heartbeat goes on and reports quiet.
 func (s *Server) Quiet() {

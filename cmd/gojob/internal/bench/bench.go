@@ -318,7 +318,7 @@ func runBench(ctx context.Context, pool *redis.Pool, spec benchSpec) (*Result, e
 	}
 	elapsed := time.Since(start)
 	hooks.drained()
-	res.FetchPipeline = srv.FetchPipeline()
+	res.FetchPipeline = srv.Status().FetchPipeline
 	if spec.memProfile != "" {
 		if err := writeHeapProfile(spec.memProfile); err != nil {
 			return nil, err
