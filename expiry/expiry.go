@@ -24,8 +24,8 @@ import (
 	"github.com/gojob/gojob/sidekiq"
 )
 
-// Key is the payload key of a job's expiry time.
-const Key = "expires_at"
+// payloadKey is the payload key of a job's expiry time.
+const payloadKey = "expires_at"
 
 // msThreshold tells epoch milliseconds from seconds: 1e11 seconds is in
 // the year 5138, 1e11 milliseconds in 1973.
@@ -43,7 +43,7 @@ type Config struct {
 	OnExpired func(ctx context.Context, run *sidekiq.Run)
 }
 
-// Extension is the sidekiq.Extension (a RunHook scoped to Key) that drops
+// Extension is the sidekiq.Extension (a RunHook scoped to "expires_at") that drops
 // expired jobs. Add it with Server.Extend.
 type Extension struct {
 	cfg   Config
@@ -60,13 +60,13 @@ func New(cfg Config) *Extension {
 }
 
 // PayloadKeys implements sidekiq.ScopedExtension.
-func (e *Extension) PayloadKeys() []string { return []string{Key} }
+func (e *Extension) PayloadKeys() []string { return []string{payloadKey} }
 
 // Run implements sidekiq.RunHook: it runs the job unless its expires_at
 // has passed. As Pro's server middleware, a job runs while now <=
 // expires_at; a non-numeric expires_at is ignored (the job runs).
 func (e *Extension) Run(ctx context.Context, run *sidekiq.Run, next func(context.Context) error) error {
-	v, _ := run.Job.Get(Key)
+	v, _ := run.Job.Get(payloadKey)
 	at, ok := v.Float()
 	if ok && at > msThreshold {
 		// Epoch milliseconds, Sidekiq 8's timestamp unit

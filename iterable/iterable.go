@@ -74,13 +74,13 @@ type state[C any] struct {
 	runtime    float64 // of the ended executions, seconds
 }
 
-// ErrNoPool is Perform's error for a Job without a Pool.
-var ErrNoPool = errors.New("iterable: Job.Pool is required")
+// errNoPool is Perform's error for a Job without a Pool.
+var errNoPool = errors.New("iterable: Job.Pool is required")
 
 // Perform runs the job from its saved cursor (sidekiq.Handler).
 func (j *Job[C]) Perform(ctx context.Context, job *wire.Job) error {
 	if j.Pool == nil {
-		return ErrNoPool
+		return errNoPool
 	}
 	now := time.Now
 	if j.Clock != nil {

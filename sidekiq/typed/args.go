@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // Args is an arguments type that names its job class, as River's JobArgs
@@ -13,7 +14,9 @@ type Args interface {
 }
 
 // JobOptions are a class's sidekiq_options that perform_async writes in
-// the payload.
+// the payload. An Args type whose class has options (sidekiq_options
+// queue: "billing", retry: 5) returns them from a JobOptions() JobOptions
+// method; Push writes them in the payload.
 type JobOptions struct {
 	// Queue is the queue ("" for the client's default).
 	Queue string
@@ -22,16 +25,15 @@ type JobOptions struct {
 	Retry any
 }
 
-// ArgsWithOptions is Args whose class has options (sidekiq_options
-// queue: "billing", retry: 5): Push writes them in the payload.
-type ArgsWithOptions interface {
+// argsWithOptions is Args with JobOptions.
+type argsWithOptions interface {
 	Args
 	JobOptions() JobOptions
 }
 
 // Register registers fn on s for the class T names, as
 // s.Handle(class, Handler(fn), opts) does.
-func Register[T Args](s *sidekiq.Server, fn Func[T], opts *sidekiq.HandlerOptions) {
+func Register[T Args](s *sidekiq.Server, fn func(ctx context.Context, job *wire.Job, args T) error, opts *sidekiq.HandlerOptions) {
 	var zero T
 	s.Handle(zero.JobClass(), Handler(fn), opts)
 }
@@ -43,7 +45,7 @@ func Push[T Args](ctx context.Context, c *sidekiq.Client, args T, opts *sidekiq.
 	if err != nil {
 		return nil, err
 	}
-	if o, ok := any(args).(ArgsWithOptions); ok {
+	if o, ok := any(args).(argsWithOptions); ok {
 		jo := o.JobOptions()
 		if jo.Queue != "" {
 			job.SetQueue(jo.Queue)
