@@ -39,7 +39,7 @@ func exampleClient() (*sidekiq.Client, func()) {
 func ExampleNewFake() {
 	c, closeAll := exampleClient()
 	defer closeAll()
-	f := sidekiqtest.New(c, sidekiqtest.FakeMode)
+	f := sidekiqtest.New(c)
 
 	ctx := context.Background()
 	typed.Enqueue(ctx, f.Client(), "mailers", "WelcomeMailJob", Welcome{UserID: 7, Locale: "nb"})
@@ -63,7 +63,7 @@ func ExampleNewFake() {
 func ExampleFake_Drain() {
 	c, closeAll := exampleClient()
 	defer closeAll()
-	f := sidekiqtest.New(c, sidekiqtest.FakeMode)
+	f := sidekiqtest.New(c)
 	f.Handle("WelcomeMailJob", typed.Handler(func(ctx context.Context, job *wire.Job, w Welcome) error {
 		fmt.Println("welcome", w.UserID)
 		_, err := typed.Enqueue(ctx, f.Client(), "", "AuditJob", "welcome sent")
@@ -90,7 +90,8 @@ func ExampleFake_Drain() {
 func ExampleNewInline() {
 	c, closeAll := exampleClient()
 	defer closeAll()
-	f := sidekiqtest.New(c, sidekiqtest.InlineMode)
+	f := sidekiqtest.New(c)
+	f.Inline = true
 	f.Handle("WelcomeMailJob", typed.Handler(func(ctx context.Context, job *wire.Job, w Welcome) error {
 		if w.UserID == 0 {
 			return fmt.Errorf("no user")

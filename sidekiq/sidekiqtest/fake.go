@@ -31,22 +31,15 @@ import (
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// Mode is how a Fake treats pushes.
-type Mode int
-
-// The modes.
-const (
-	// FakeMode captures pushes; Drain runs them.
-	FakeMode Mode = iota
-	// InlineMode runs each pushed job's handler during the push.
-	InlineMode
-)
-
 // Fake captures the jobs pushed through its client (or any client
 // extended with it) and runs them through its handlers. It is safe for
 // concurrent use.
 type Fake struct {
-	mode   Mode
+	// Inline makes each push run the job's handler during the push
+	// (inline mode) instead of only capturing it (fake mode). NewInline
+	// sets it; set it before the first push.
+	Inline bool
+
 	client *sidekiq.Client
 
 	mu       sync.Mutex
@@ -57,12 +50,12 @@ type Fake struct {
 
 // NewFake returns a Fake in fake mode whose Client pushes to an
 // in-process Redis (closed at the end of the test).
-func NewFake(t testing.TB) *Fake { return newFake(t, FakeMode) }
+func NewFake(t testing.TB) *Fake { return newFake(t, false) }
 
 // NewInline returns a Fake in inline mode.
-func NewInline(t testing.TB) *Fake { return newFake(t, InlineMode) }
+func NewInline(t testing.TB) *Fake { return newFake(t, true) }
 
-func newFake(t testing.TB, mode Mode) *Fake {
+func newFake(t testing.TB, inline bool) *Fake {
 	t.Helper()
 	m := miniredis.NewMiniRedis()
 	if err := m.Start(); err != nil {
@@ -78,14 +71,16 @@ func newFake(t testing.TB, mode Mode) *Fake {
 	if err != nil {
 		t.Fatalf("sidekiqtest: %v", err)
 	}
-	return New(c, mode)
+	f := New(c)
+	f.Inline = inline
+	return f
 }
 
-// New returns a Fake in mode attached to c (Client.Extend): c's pushes are
-// captured, and, in inline mode, run. In fake mode they still reach c's
-// Redis; NewFake's client has a Redis of its own.
-func New(c *sidekiq.Client, mode Mode) *Fake {
-	f := &Fake{mode: mode, handlers: map[string]sidekiq.Handler{}}
+// New returns a Fake in fake mode attached to c (Client.Extend): c's
+// pushes are captured, and, with Inline set, run. In fake mode they still
+// reach c's Redis; NewFake's client has a Redis of its own.
+func New(c *sidekiq.Client) *Fake {
+	f := &Fake{handlers: map[string]sidekiq.Handler{}}
 	c.Extend(f)
 	f.client = c
 	return f
@@ -113,7 +108,7 @@ func (f *Fake) BeforePush(ctx context.Context, jobs []*wire.Job) error {
 	for _, j := range jobs {
 		f.jobs = append(f.jobs, j.Clone())
 	}
-	if f.mode == FakeMode {
+	if !f.Inline {
 		f.mu.Unlock()
 		return nil
 	}
