@@ -50,7 +50,7 @@ func (s *Scheduler) Run(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
-		if _, err := s.pass(ctx); err != nil {
+		if _, err := s.Pass(ctx); err != nil {
 			if !failing && ctx.Err() == nil {
 				s.Logger.Error().Err(err).Str("component", "cron").Msg("cron pass failed; retrying every pass, logged once until it succeeds")
 			}
@@ -63,9 +63,9 @@ func (s *Scheduler) Run(ctx context.Context) {
 	}
 }
 
-// pass looks at every job once and pushes those with a due tick that no
+// Pass looks at every job once and pushes those with a due tick that no
 // process has claimed; it returns how many it pushed.
-func (s *Scheduler) pass(ctx context.Context) (int, error) {
+func (s *Scheduler) Pass(ctx context.Context) (int, error) {
 	jobs, err := s.Store.List(ctx)
 	if err != nil {
 		return 0, err
