@@ -180,7 +180,7 @@ func act(ctx context.Context, action string, en *api.SortedEntry, dropped *int64
 		_, err = en.Retry(ctx)
 	case "kill":
 		var n int64
-		n, err = en.KillDropping(ctx, nil)
+		n, err = en.Kill(ctx, nil)
 		*dropped += n
 	case "delete":
 		var ok bool

@@ -408,14 +408,16 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		{
 			name: "kill_one",
 			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
-				require.NoError(t, find(t, ctx, a.RetrySet(), firstRetry).Kill(ctx, nil))
+				_, err := find(t, ctx, a.RetrySet(), firstRetry).Kill(ctx, nil)
+				require.NoError(t, err)
 			},
 			ruby: fmt.Sprintf(`Sidekiq::RetrySet.new.find_job(%q).kill`, firstRetry),
 		},
 		{
 			name: "kill_sibling",
 			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
-				require.NoError(t, find(t, ctx, a.RetrySet(), rep.SibJIDs[0]).Kill(ctx, nil))
+				_, err := find(t, ctx, a.RetrySet(), rep.SibJIDs[0]).Kill(ctx, nil)
+				require.NoError(t, err)
 			},
 			ruby: fmt.Sprintf(`Sidekiq::RetrySet.new.find_job(%q).kill`, rep.SibJIDs[0]),
 		},

@@ -194,7 +194,7 @@ func (h *handler) apply(ctx context.Context, k *setKind, e *api.SortedEntry, act
 		// Retry of a scheduled entry is the Web UI's "Add to queue".
 		_, err = e.Retry(ctx)
 	case "kill":
-		return e.KillDropping(ctx, nil)
+		return e.Kill(ctx, nil)
 	case "delete":
 		_, err = e.Delete(ctx)
 	}

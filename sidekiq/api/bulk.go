@@ -18,7 +18,7 @@ const bulkChunk = 500
 // entry), one entry at a time as the Web UI's buttons do, and reports what
 // happened. action is "retry" (SortedEntry.Retry: the retry and dead sets'
 // "Retry now", the schedule set's "Add to queue"), "kill"
-// (SortedEntry.KillDropping, into the dead set: not of the dead set
+// (SortedEntry.Kill, into the dead set: not of the dead set
 // itself) or "delete" (SortedEntry.Delete).
 //
 // It first counts the matches (ZCARD, or Search's scan), then works
@@ -46,7 +46,7 @@ func (s *JobSet) Bulk(ctx context.Context, action string, f *Filter, progress fu
 		if s.name == contract.KeyDead {
 			return &BulkActionResult{}, errors.New("sidekiq: kill: the entries of the dead set are dead already")
 		}
-		act = func(e *SortedEntry) (int64, error) { return e.KillDropping(ctx, nil) }
+		act = func(e *SortedEntry) (int64, error) { return e.Kill(ctx, nil) }
 	case "delete":
 		act = func(e *SortedEntry) (int64, error) {
 			ok, err := e.Delete(ctx)

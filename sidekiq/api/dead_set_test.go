@@ -48,7 +48,7 @@ func TestDeadSetKillCallsHandlers(t *testing.T) {
 	require.ElementsMatch(t, []string{string(payload), `{"jid":"quiet"}`, "garbage"}, members)
 }
 
-// KillDrops predicts, and KillAll and KillDropping report, the dead-set
+// KillDrops predicts, and KillAll and SortedEntry.Kill report, the dead-set
 // entries the cap drops: with DeadMaxJobs 5 the trim keeps 4.
 func TestKillReportsWhatTheDeadSetCapDropped(t *testing.T) {
 	t.Parallel()
@@ -73,7 +73,7 @@ func TestKillReportsWhatTheDeadSetCapDropped(t *testing.T) {
 
 	entries, _, err := a.ScheduledSet().Page(ctx, 0, 1)
 	require.NoError(t, err)
-	dropped, err := entries[0].KillDropping(ctx, nil)
+	dropped, err := entries[0].Kill(ctx, nil)
 	require.NoError(t, err)
 	require.Equal(t, int64(0), dropped)
 

@@ -366,16 +366,11 @@ func (e *SortedEntry) Retry(ctx context.Context) (*sidekiq.PushResult, error) {
 }
 
 // Kill moves the entry to the dead set (Ruby's SortedEntry#kill):
-// remove_job, then the dead set's Kill with the exact stored bytes.
-func (e *SortedEntry) Kill(ctx context.Context, opts *KillOpts) error {
-	_, err := e.KillDropping(ctx, opts)
-	return err
-}
-
-// KillDropping is Kill, and returns how many dead-set entries the set's
-// limits dropped to make room (API.DeadLimits): the oldest, or this one
-// when the limits leave no room at all.
-func (e *SortedEntry) KillDropping(ctx context.Context, opts *KillOpts) (int64, error) {
+// remove_job, then the dead set's Kill with the exact stored bytes. It
+// returns how many dead-set entries the set's limits dropped to make room
+// (API.DeadLimits): the oldest, or this one when the limits leave no room
+// at all.
+func (e *SortedEntry) Kill(ctx context.Context, opts *KillOpts) (int64, error) {
 	conn, err := e.set.api.conn(ctx, "kill")
 	if err != nil {
 		return 0, err
@@ -500,7 +495,7 @@ func (s *JobSet) KillAll(ctx context.Context, opts *KillOpts) (*BulkActionResult
 	}
 	var dropped int64
 	res, err := s.drain(ctx, false, func(e *SortedEntry) error {
-		n, err := e.KillDropping(ctx, opts)
+		n, err := e.Kill(ctx, opts)
 		dropped += n
 		return err
 	})
