@@ -43,9 +43,6 @@ type Location struct {
 	Entry *SortedEntry
 }
 
-// Running reports whether the job is running (Where "running").
-func (l *Location) Running() bool { return l != nil && l.Where == "running" }
-
 // Locate finds the job jid wherever it is, and returns nil, nil when it is
 // nowhere. It looks where a job is found cheaply first and at each place
 // reads only what matches:
