@@ -32,9 +32,9 @@ func ExampleNew() {
 	run(`{"class":"DigestJob","args":[],"jid":"fresh","expires_at":1700000060.0}`)
 	run(`{"class":"DigestJob","args":[],"jid":"stale1","expires_at":1699999940.0}`)
 	run(`{"class":"DigestJob","args":[],"jid":"stale2","expires_at":1699999999.5}`)
-	fmt.Println("expired:", ext.Expired())
+	fmt.Println("expired:", ext.ExpiredByClass())
 	// Output:
 	// ran fresh
 	// {"level":"info","class":"DigestJob","jid":"stale1","expired_at":"2023-11-14T22:12:20.000Z","message":"expired job skipped; later expired jobs of this class are counted, not logged"}
-	// expired: 2
+	// expired: map[DigestJob:2]
 }

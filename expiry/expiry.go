@@ -14,7 +14,6 @@ package expiry
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -46,8 +45,7 @@ type Config struct {
 // Extension is the sidekiq.Extension (a RunHook scoped to "expires_at") that drops
 // expired jobs. Add it with Server.Extend.
 type Extension struct {
-	cfg   Config
-	total atomic.Int64
+	cfg Config
 
 	mu      sync.Mutex
 	byClass map[string]int64
@@ -81,7 +79,6 @@ func (e *Extension) Run(ctx context.Context, run *sidekiq.Run, next func(context
 	if class == "" {
 		class = run.Job.Class()
 	}
-	e.total.Add(1)
 	e.mu.Lock()
 	e.byClass[class]++
 	first := e.byClass[class] == 1
@@ -97,11 +94,8 @@ func (e *Extension) Run(ctx context.Context, run *sidekiq.Run, next func(context
 	return nil
 }
 
-// Expired returns the number of jobs dropped since New.
-func (e *Extension) Expired() int64 { return e.total.Load() }
-
-// ExpiredByClass returns the number of jobs dropped per class (the
-// ActiveJob class for wrapped jobs).
+// ExpiredByClass returns the number of jobs dropped since New per class
+// (the ActiveJob class for wrapped jobs).
 func (e *Extension) ExpiredByClass() map[string]int64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
