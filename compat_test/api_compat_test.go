@@ -513,7 +513,7 @@ func apiOps(rep *apiRubyReport) []apiOp {
 			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
 				r, err := a.Queue("default").FindJob(ctx, queueJob.JID())
 				require.NoError(t, err)
-				ok, err := r.Delete(ctx)
+				ok, err := a.Queue("default").DeleteJob(ctx, r.Value)
 				require.NoError(t, err)
 				require.True(t, ok)
 				require.NoError(t, a.Queue("low").Clear(ctx))

@@ -310,7 +310,7 @@ func (q *Queue) Search(ctx context.Context, f *Filter, offset, limit int) ([]*Jo
 				continue
 			}
 			if matches >= int64(offset) && len(out) < limit {
-				out = append(out, newJobRecord(q.api, v, q.name))
+				out = append(out, newJobRecord(v, q.name))
 			}
 			matches++
 		}

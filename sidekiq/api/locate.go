@@ -158,7 +158,7 @@ func (q *Queue) locate(ctx context.Context, jid string) (*JobRecord, error) {
 		found, _ := redis.ByteSlices(reply[1], nil)
 		for _, v := range found {
 			if _, ok := contract.MemberJID(v, want); ok {
-				return newJobRecord(q.api, v, q.name), nil
+				return newJobRecord(v, q.name), nil
 			}
 		}
 	}

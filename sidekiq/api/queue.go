@@ -25,12 +25,10 @@ type JobRecord struct {
 	Job *wire.Job
 	// ParseErr is why Job is nil.
 	ParseErr error
-
-	api *API
 }
 
-func newJobRecord(api *API, value []byte, queue string) *JobRecord {
-	r := &JobRecord{Value: value, api: api}
+func newJobRecord(value []byte, queue string) *JobRecord {
+	r := &JobRecord{Value: value}
 	r.Job, r.ParseErr = wire.ParseJob(value)
 	if queue == "" && r.Job != nil {
 		queue = r.Job.Queue()
@@ -62,12 +60,6 @@ func (r *JobRecord) Args() []rubyjson.Value {
 		return []rubyjson.Value{rubyjson.StringValue(string(r.Value))}
 	}
 	return r.Job.Args()
-}
-
-// Delete removes this job from its queue by its exact bytes (LREM
-// queue:<q> 1 <value>). It reports whether a job was removed.
-func (r *JobRecord) Delete(ctx context.Context) (bool, error) {
-	return r.api.Queue(r.Queue).DeleteJob(ctx, r.Value)
 }
 
 // Queue is one queue (Ruby's Sidekiq::Queue). The handle holds no state.
@@ -170,7 +162,7 @@ func (q *Queue) Page(ctx context.Context, offset, limit int) ([]*JobRecord, int6
 	}
 	records := make([]*JobRecord, len(vals))
 	for i, v := range vals {
-		records[i] = newJobRecord(q.api, v, q.name)
+		records[i] = newJobRecord(v, q.name)
 	}
 	return records, size, nil
 }
@@ -197,7 +189,7 @@ func (q *Queue) Each(ctx context.Context, fn func(*JobRecord) error) error {
 			return nil
 		}
 		for _, v := range vals {
-			if err := fn(newJobRecord(q.api, v, q.name)); err != nil {
+			if err := fn(newJobRecord(v, q.name)); err != nil {
 				return err
 			}
 		}

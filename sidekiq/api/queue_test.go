@@ -115,7 +115,7 @@ func TestAPIQueueEachAndFind(t *testing.T) {
 	require.NoError(t, q.Each(ctx, func(r *api.JobRecord) error {
 		seen = append(seen, r.JID())
 		if n, _ := r.Args()[0].Int(); n%2 == 1 {
-			ok, err := r.Delete(ctx)
+			ok, err := q.DeleteJob(ctx, r.Value)
 			require.NoError(t, err)
 			require.True(t, ok)
 		}
@@ -149,7 +149,7 @@ func TestAPIQueueDeleteExactBytesAndClear(t *testing.T) {
 	r, err := q.FindJob(ctx, "odd")
 	require.NoError(t, err)
 	require.Equal(t, odd, string(r.Value))
-	ok, err := r.Delete(ctx)
+	ok, err := q.DeleteJob(ctx, r.Value)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, []string{odd, `{"class":"A","args":[],"jid":"odd"}`}, b.strings(t, "LRANGE", "queue:default", 0, -1))

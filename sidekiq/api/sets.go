@@ -57,7 +57,7 @@ type SortedEntry struct {
 type setIteration struct{ deleted int64 }
 
 func (s *JobSet) entry(value []byte, score float64) *SortedEntry {
-	return &SortedEntry{JobRecord: newJobRecord(s.api, value, ""), Score: score, set: s}
+	return &SortedEntry{JobRecord: newJobRecord(value, ""), Score: score, set: s}
 }
 
 // At returns the score as a time.
