@@ -60,7 +60,7 @@ func (s *pushSpec) build() (*wire.Job, *sidekiq.PushOpts, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	job.SetArgs(s.args...)
+	job.Set("args", rubyjson.ArrayValue(s.args...))
 	job.SetQueue(s.queue)
 	switch s.retry {
 	case "":

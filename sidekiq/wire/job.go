@@ -203,9 +203,6 @@ func (j *Job) Args() []rubyjson.Value {
 	return a
 }
 
-// SetArgs sets "args".
-func (j *Job) SetArgs(args ...rubyjson.Value) { j.Set("args", rubyjson.ArrayValue(args...)) }
-
 // JID returns "jid". SideJob pushes integer jids; those are returned as their
 // decimal text.
 func (j *Job) JID() string {
