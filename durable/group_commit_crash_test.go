@@ -1,7 +1,6 @@
 package durable
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,13 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/internal/clocktest"
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
-	"github.com/gojob/gojob/sidekiq"
-	"github.com/gojob/gojob/sidekiq/api"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // A worker killed with SIGKILL while the success deletes of completed jobs
@@ -89,20 +84,11 @@ func TestKillInsideTheDeleteWindowLosesNoRowAndKillsNoCompletedJob(t *testing.T)
 	require.Len(t, ids, 1)
 	_, err = conn.Do("DEL", ids[0]) // its Sidekiq heartbeat expires
 	require.NoError(t, err)
-	var inProgress [][]byte
-	for _, raw := range redistest.InProgress(t, conn, ids[0]) {
-		inProgress = append(inProgress, []byte(raw))
+	var heldIDs []string
+	for _, j := range held {
+		heldIDs = append(heldIDs, j.JID())
 	}
-	want := map[string]bool{}
-	for _, jid := range heldJIDs {
-		want[jid.(string)] = true
-	}
-	found := 0
-	for _, raw := range inProgress {
-		if _, ok := contract.MemberJID(raw, want); ok {
-			found++
-		}
-	}
+	found := jobsAmong(redistest.InProgress(t, conn, ids[0]), heldIDs)
 	require.Equal(t, len(held), found, "the completed jobs whose rows were not deleted are still in the in-progress list")
 	// The row is kept, unless the dead worker's backend, blocked on the
 	// test's lock when its client died, completes the delete now that the
@@ -110,40 +96,13 @@ func TestKillInsideTheDeleteWindowLosesNoRowAndKillsNoCompletedJob(t *testing.T)
 	// talks to it). Either way the job is recovered below.
 
 	// Two passes, an extension apart: nothing is missing, nothing killed.
-	clk := clocktest.NewFake(killedAt.Add(lossExt + time.Second))
-	admin, err := api.New(&api.Config{Pool: e.pool, Clock: clk, Client: e.client})
-	require.NoError(t, err)
-	r, err := NewReconciler(&ReconcilerConfig{Durable: e.d, API: admin, Clock: clk})
-	require.NoError(t, err)
-	for pass := range 2 {
-		res, err := r.RunOnce(ctx)
-		require.NoError(t, err)
+	e.killedAt = killedAt
+	e.reconcileKillsNothing(t, func(pass int, res *ReconcileResult) {
 		require.GreaterOrEqual(t, res.InProgress, len(held), "pass %d", pass)
-		require.Zero(t, res.Marked+res.Killed, "pass %d", pass)
-		clk.Advance(lossExt + time.Second)
-	}
+	})
 
 	// A new process recovers the dead one's list and runs what is left.
-	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Extensions: []sidekiq.Extension{e.d}, Pool: e.pool, Client: e.client, Concurrency: lossConc, DisablePoller: true,
-		Logger: e.log, Fetch: sidekiq.FetchReliable})
-	require.NoError(t, err)
-	srv.Handle("LossJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
-		c := e.pool.Get()
-		defer c.Close()
-		_, err := c.Do("SADD", keyLossDone, job.JID())
-		return err
-	}), nil)
-	require.NoError(t, srv.Start(ctx))
-	defer srv.Stop(ctx)
-	wait.Within(t, 30*time.Second, "every job to run", func() bool {
-		n, _ := redis.Int(conn.Do("SCARD", keyLossDone))
-		return n == lossJobs
-	})
-	wait.Within(t, 30*time.Second, "every row to go", func() bool {
-		st, err := e.d.Status(ctx)
-		return err == nil && st.Databases[0].Total == 0
-	})
-	require.Equal(t, 0, zcard(t, conn, contract.KeyDead))
+	e.recoverAndRunAll(t)
 }
 
 // A job starts as soon as its lock is queued (one PostgreSQL database),
@@ -206,16 +165,7 @@ func TestKillWhileJobsRunBeforeTheirLocksLosesNoRowAndKillsNoJob(t *testing.T) {
 	require.Len(t, ids, 1)
 	_, err = conn.Do("DEL", ids[0]) // its Sidekiq heartbeat expires
 	require.NoError(t, err)
-	want := map[string]bool{}
-	for _, jid := range done {
-		want[jid] = true
-	}
-	found := 0
-	for _, raw := range redistest.InProgress(t, conn, ids[0]) {
-		if _, ok := contract.MemberJID([]byte(raw), want); ok {
-			found++
-		}
-	}
+	found := jobsAmong(redistest.InProgress(t, conn, ids[0]), done)
 	require.Equal(t, len(done), found, "the completed jobs, whose rows could not be deleted, are still in the in-progress list")
 	// Every row is still there, unless the dead worker's backend, blocked
 	// on the test's lock when its client died, writes its group now that
@@ -224,37 +174,9 @@ func TestKillWhileJobsRunBeforeTheirLocksLosesNoRowAndKillsNoJob(t *testing.T) {
 	// are recovered below either way.
 
 	// Two passes, an extension apart: nothing is missing, nothing killed.
-	clk := clocktest.NewFake(killedAt.Add(lossExt + time.Second))
-	admin, err := api.New(&api.Config{Pool: e.pool, Clock: clk, Client: e.client})
-	require.NoError(t, err)
-	r, err := NewReconciler(&ReconcilerConfig{Durable: e.d, API: admin, Clock: clk})
-	require.NoError(t, err)
-	for pass := range 2 {
-		res, err := r.RunOnce(ctx)
-		require.NoError(t, err)
-		require.Zero(t, res.Marked+res.Killed, "pass %d", pass)
-		clk.Advance(lossExt + time.Second)
-	}
+	e.killedAt = killedAt
+	e.reconcileKillsNothing(t, func(int, *ReconcileResult) {})
 
 	// A new process recovers the dead one's list and runs what is left.
-	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Extensions: []sidekiq.Extension{e.d}, Pool: e.pool, Client: e.client, Concurrency: lossConc, DisablePoller: true,
-		Logger: e.log, Fetch: sidekiq.FetchReliable})
-	require.NoError(t, err)
-	srv.Handle("LossJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
-		c := e.pool.Get()
-		defer c.Close()
-		_, err := c.Do("SADD", keyLossDone, job.JID())
-		return err
-	}), nil)
-	require.NoError(t, srv.Start(ctx))
-	defer srv.Stop(ctx)
-	wait.Within(t, 30*time.Second, "every job to run", func() bool {
-		n, _ := redis.Int(conn.Do("SCARD", keyLossDone))
-		return n == lossJobs
-	})
-	wait.Within(t, 30*time.Second, "every row to go", func() bool {
-		st, err := e.d.Status(ctx)
-		return err == nil && st.Databases[0].Total == 0
-	})
-	require.Equal(t, 0, zcard(t, conn, contract.KeyDead))
+	e.recoverAndRunAll(t)
 }

@@ -201,49 +201,83 @@ func TestLossKill9WithReliableFetchKillsNothing(t *testing.T) {
 	// Expire the dead process's Sidekiq heartbeat now, as in TestLossKill9.
 	_, err := e.conn.Do("DEL", ids[0])
 	require.NoError(t, err)
-	conn, pool, ctx, d, client, log := e.conn, e.pool, e.ctx, e.d, e.client, e.log
+	conn := e.conn
 	inFlight := len(redistest.InProgress(t, conn, ids[0]))
 	require.Equal(t, lossConc, inFlight, "the jobs in flight are in the dead process's in-progress list")
 
 	// Rows are due one extension after their job's start (in flight) or
 	// push (queued); on a loaded machine the last start can be seconds after
 	// the push, so the clock starts from the kill.
-	clk := clocktest.NewFake(e.killedAt.Add(lossExt + time.Second))
-	admin, err := api.New(&api.Config{Pool: pool, Clock: clk, Client: client})
-	require.NoError(t, err)
-	r, err := NewReconciler(&ReconcilerConfig{Durable: d, API: admin, Clock: clk})
-	require.NoError(t, err)
-	for pass := range 2 {
-		res, err := r.RunOnce(ctx)
-		require.NoError(t, err)
+	e.reconcileKillsNothing(t, func(pass int, res *ReconcileResult) {
 		require.Equal(t, lossConc, res.InProgress, "pass %d", pass)
-		require.Zero(t, res.Marked+res.Killed, "pass %d", pass)
-		clk.Advance(lossExt + time.Second)
-	}
+	})
 	require.Equal(t, 0, zcard(t, conn, contract.KeyDead))
 
 	// A new process recovers the dead one's jobs at once (same host, its
 	// pid is gone) and runs everything left.
-	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Extensions: []sidekiq.Extension{d}, Pool: pool, Client: client, Concurrency: lossConc, DisablePoller: true,
-		Logger: log, Fetch: sidekiq.FetchReliable})
+	e.recoverAndRunAll(t)
+}
+
+// reconcileKillsNothing runs two reconciler passes, the first one
+// extension after the kill and the second one extension later: neither
+// marks a row missing nor kills a job; check looks at each pass's result
+// too.
+func (e *lossEnv) reconcileKillsNothing(t *testing.T, check func(pass int, res *ReconcileResult)) {
+	t.Helper()
+	clk := clocktest.NewFake(e.killedAt.Add(lossExt + time.Second))
+	admin, err := api.New(&api.Config{Pool: e.pool, Clock: clk, Client: e.client})
+	require.NoError(t, err)
+	r, err := NewReconciler(&ReconcilerConfig{Durable: e.d, API: admin, Clock: clk})
+	require.NoError(t, err)
+	for pass := range 2 {
+		res, err := r.RunOnce(e.ctx)
+		require.NoError(t, err)
+		check(pass, res)
+		require.Zero(t, res.Marked+res.Killed, "pass %d", pass)
+		clk.Advance(lossExt + time.Second)
+	}
+}
+
+// recoverAndRunAll starts a new process with reliable fetch, which
+// recovers the killed one's in-progress list, and waits until every job
+// has run and every row is gone, with none in the dead set.
+func (e *lossEnv) recoverAndRunAll(t *testing.T) {
+	t.Helper()
+	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Extensions: []sidekiq.Extension{e.d}, Pool: e.pool, Client: e.client, Concurrency: lossConc, DisablePoller: true,
+		Logger: e.log, Fetch: sidekiq.FetchReliable})
 	require.NoError(t, err)
 	srv.Handle("LossJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
-		c := pool.Get()
+		c := e.pool.Get()
 		defer c.Close()
 		_, err := c.Do("SADD", keyLossDone, job.JID())
 		return err
 	}), nil)
-	require.NoError(t, srv.Start(ctx))
-	defer srv.Stop(ctx)
+	require.NoError(t, srv.Start(e.ctx))
+	defer srv.Stop(e.ctx)
 	wait.Within(t, 30*time.Second, "every job to run", func() bool {
-		n, _ := redis.Int(conn.Do("SCARD", keyLossDone))
+		n, _ := redis.Int(e.conn.Do("SCARD", keyLossDone))
 		return n == lossJobs
 	})
 	wait.Within(t, 30*time.Second, "every row to go", func() bool {
-		st, err := d.Status(ctx)
+		st, err := e.d.Status(e.ctx)
 		return err == nil && st.Databases[0].Total == 0
 	})
-	require.Equal(t, 0, zcard(t, conn, contract.KeyDead))
+	require.Equal(t, 0, zcard(t, e.conn, contract.KeyDead))
+}
+
+// jobsAmong counts the entries of raws whose jid is one of jids.
+func jobsAmong[R string | []byte](raws []R, jids []string) int {
+	want := map[string]bool{}
+	for _, jid := range jids {
+		want[jid] = true
+	}
+	n := 0
+	for _, raw := range raws {
+		if _, ok := contract.MemberJID([]byte(raw), want); ok {
+			n++
+		}
+	}
+	return n
 }
 
 // lossEnv is a durable store, a Redis and lossJobs durable jobs pushed.
