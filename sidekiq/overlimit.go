@@ -38,6 +38,14 @@ func (e *OverLimitError) Error() string {
 // the next over-limit counts as a failure (Enterprise: 20).
 const maxOverrated = 20
 
+// isOverLimit reports whether err is an *OverLimitError. (A function of
+// its own: the target errors.As needs escapes, and a job that succeeded
+// should not pay for its allocation.)
+func isOverLimit(err error) bool {
+	var ol *OverLimitError
+	return errors.As(err, &ol)
+}
+
 // rescheduleOverLimit puts a job whose handler reported OverLimitError
 // back in the schedule set, counting the reschedule in its "overrated"
 // field unless the error says not to. It reports false when err is not an over-limit or the job has

@@ -20,7 +20,7 @@ import (
 // fetching ahead by it): the duration finish measured on the system
 // clock, without another reading; on a test's clock, a reading of the
 // system clock's own.
-func (p *processor) process(slot int, tid string, u fetch.Unit) time.Duration {
+func (p *processor) process(slot int, u fetch.Unit) time.Duration {
 	var realStart time.Time
 	if !clock.IsSystem(p.cfg.Clock) {
 		realStart = time.Now()
@@ -32,7 +32,7 @@ func (p *processor) process(slot int, tid string, u fetch.Unit) time.Duration {
 		return 0
 	}
 	defer p.caps.leave(u.Queue)
-	w := p.take(slot, tid, u)
+	w := p.take(slot, u)
 	if w == nil {
 		return 0
 	}
@@ -49,7 +49,7 @@ func (p *processor) process(slot int, tid string, u fetch.Unit) time.Duration {
 // job that does not run here: popped from a queue paused meanwhile or
 // fetched while the hard shutdown began (both go back to their queue), or
 // unparsable (to the dead set unchanged).
-func (p *processor) take(slot int, tid string, u fetch.Unit) *workItem {
+func (p *processor) take(slot int, u fetch.Unit) *workItem {
 	if p.order.Paused(u.Queue) && (p.caps == nil || p.order.PausedByRedis(u.Queue)) {
 		// (A queue full of its own running jobs is skipped by the fetch as
 		// a paused one; this job entered it: queue_concurrency.go.)
@@ -60,7 +60,7 @@ func (p *processor) take(slot int, tid string, u fetch.Unit) *workItem {
 	}
 	// The fetch's reply is this job's own buffer, kept unchanged for its
 	// acknowledgement: the job's strings can share it.
-	w := &workItem{unit: u, tid: tid}
+	w := &workItem{unit: u}
 	var job *wire.Job
 	var err error
 	ahead, _ := u.Prepared.(*preparedAhead)
@@ -185,8 +185,7 @@ func (p *processor) finish(w *workItem, err error) (took time.Duration) {
 		defer p.observe(u.Queue, job.Class(), took, err)
 	}
 	if w.class != "" {
-		var ol *OverLimitError
-		p.metrics.Record(w.class, took, err != nil && !errors.As(err, &ol) && !snoozed && !interrupted)
+		p.metrics.Record(w.class, took, err != nil && !isOverLimit(err) && !snoozed && !interrupted)
 	}
 	switch {
 	case err == nil:

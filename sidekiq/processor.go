@@ -68,9 +68,8 @@ type processor struct {
 // workItem is one running job, shown in the work hash of the heartbeat.
 type workItem struct {
 	// unit is the job as fetched: its queue, its bytes, and where the
-	// fetch keeps it; tid is its slot's thread id.
+	// fetch keeps it. (Its slot's thread id is the slot's: fetch.TIDFor.)
 	unit  fetch.Unit
-	tid   string
 	runAt time.Time
 	state atomic.Int32 // workRunning, workFinished, workAbandoned
 	job   *wire.Job
@@ -170,10 +169,14 @@ func (p *processor) eachRunning(f func(w *workItem)) {
 // runningWork lists the running jobs for the heartbeat's work hash.
 func (p *processor) runningWork() []maintenance.Work {
 	var out []maintenance.Work
-	p.eachRunning(func(w *workItem) {
-		out = append(out, maintenance.Work{TID: w.tid, Queue: w.unit.Queue, Raw: w.unit.Raw, RunAt: w.runAt,
+	for slot := range p.work {
+		w := p.work[slot].Load()
+		if w == nil {
+			continue
+		}
+		out = append(out, maintenance.Work{TID: fetch.TIDFor(slot), Queue: w.unit.Queue, Raw: w.unit.Raw, RunAt: w.runAt,
 			HeartbeatAt: w.watch.lastBeat()})
-	})
+	}
 	return out
 }
 

@@ -28,7 +28,7 @@ type srvBundle struct {
 
 // newTestServer builds a server without a poller and with an hourly
 // heartbeat, so that a test drives both itself.
-func newTestServer(t *testing.T, cfg ServerConfig) *srvBundle {
+func newTestServer(t testing.TB, cfg ServerConfig) *srvBundle {
 	t.Helper()
 	rs := redistest.Start(t)
 	pool := rs.Pool(t)

@@ -211,7 +211,7 @@ func (f *reliableFetch) aheadDepthAfter(lastRun time.Duration, size int) int {
 // process runs u in the slot, armed for FetchAhead when the slot's last
 // job was short; when every slot is busy, the slot fetches ahead at once
 // (a saturated process: see "Busy slots" above).
-func (a *ahead) process(slot int, tid string, u Unit) {
+func (a *ahead) process(slot int, u Unit) {
 	f := a.f
 	if f.aheadDepth > 0 && a.lastRun < f.aheadMaxRun && !f.cfg.quiet() {
 		a.armed.Store(true)
@@ -221,7 +221,7 @@ func (a *ahead) process(slot int, tid string, u Unit) {
 		}
 	}
 	a.lastSize = len(u.Raw)
-	a.lastRun = a.f.cfg.Process(slot, tid, u)
+	a.lastRun = a.f.cfg.Process(slot, u)
 	a.armed.Store(false)
 }
 

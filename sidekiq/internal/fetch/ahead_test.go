@@ -386,7 +386,7 @@ func TestNoFetchAheadWhileASlotIsIdle(t *testing.T) {
 		defer a.mu.Unlock()
 		return a.started
 	}
-	run := func() { a.process(0, tidFor(0), Unit{Queue: "default", Raw: []byte("running")}) }
+	run := func() { a.process(0, Unit{Queue: "default", Raw: []byte("running")}) }
 
 	f.idle <- 1 // slot 1 is idle: its token waits for a taker
 	run()

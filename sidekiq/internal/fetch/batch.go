@@ -141,9 +141,8 @@ func (b *batchFetch) fetch() {
 // worker runs jobs handed over by the fetcher.
 func (b *batchFetch) worker(slot int) {
 	defer b.wg.Done()
-	tid := tidFor(slot)
 	for u := range b.jobs {
-		b.cfg.Process(slot, tid, u)
+		b.cfg.Process(slot, u)
 		b.idle <- struct{}{}
 	}
 }

@@ -54,7 +54,6 @@ func (f *brpopFetch) slot(i int) {
 	defer f.wg.Done()
 	cfg := f.cfg
 	r := NewRand(uint64(i))
-	tid := tidFor(i)
 	req := &fetchReq{cmds: make([]pipeCmd, 1), decode: brpopReply, reply: make(chan fetchReply, 1)}
 	for {
 		if !cfg.Order.WaitUnpaused(cfg.Quiet) {
@@ -73,7 +72,7 @@ func (f *brpopFetch) slot(i int) {
 			cfg.requeue(rep.queue, rep.raw)
 			return
 		}
-		cfg.Process(i, tid, Unit{Queue: rep.queue, Raw: rep.raw})
+		cfg.Process(i, Unit{Queue: rep.queue, Raw: rep.raw})
 	}
 }
 

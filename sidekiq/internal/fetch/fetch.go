@@ -104,11 +104,11 @@ type Config struct {
 	// Quiet is closed when the server goes quiet: slots stop fetching.
 	Quiet <-chan struct{}
 	// Process runs one job to completion in slot (0 to Concurrency-1),
-	// whose thread id is tid, and returns how long the job ran (0 when it
+	// whose thread id is TIDFor(slot), and returns how long the job ran (0 when it
 	// did not run): the reliable fetch fetches ahead for slots whose jobs
 	// are short. The processor times its jobs anyway; the fetch reads no
 	// clock of its own per job.
-	Process func(slot int, tid string, u Unit) time.Duration
+	Process func(slot int, u Unit) time.Duration
 	// Writes carries the requeues through an outage.
 	Writes *redisx.Retrier
 	// Outage is told about fetch connection failures.
@@ -475,12 +475,12 @@ func (f *conn) close() {
 	}
 }
 
-// tidFor returns the base-36 thread id of a slot as Ruby makes it,
+// TIDFor returns the base-36 thread id of a slot as Ruby makes it,
 // (Thread#object_id ^ pid).to_s(36) (lib/sidekiq/component.rb#tid): Ruby's
 // object ids are small multiples of 8, so its tids are as long as its pid
 // in base 36, 3 or 4 characters (captured 7.3.10: `eip`, pid 19741, object
 // id 1180). XOR with the pid keeps the slots' ids distinct.
-func tidFor(slot int) string {
+func TIDFor(slot int) string {
 	n := uint64(8*(slot+1)) ^ uint64(os.Getpid())
 	const digits = "0123456789abcdefghijklmnopqrstuvwxyz"
 	var b [13]byte

@@ -65,7 +65,7 @@ func newFetchBundle(t *testing.T, rs *redistest.Server, mod func(*Config)) *fetc
 		Concurrency: 4,
 		Pipeline:    DefaultPipeline,
 		Quiet:       b.quiet,
-		Process: func(_ int, tid string, u Unit) time.Duration {
+		Process: func(_ int, u Unit) time.Duration {
 			start := time.Now()
 			b.mu.Lock()
 			b.runs[string(u.Raw)]++
@@ -144,7 +144,7 @@ func TestTIDsAreDistinctAndRubySized(t *testing.T) {
 	seen := map[string]bool{}
 	width := len(strconv.FormatInt(int64(os.Getpid()), 36))
 	for i := range 100 {
-		tid := tidFor(i)
+		tid := TIDFor(i)
 		require.Regexp(t, `^[0-9a-z]+$`, tid)
 		require.InDelta(t, width, len(tid), 1, tid)
 		require.False(t, seen[tid], tid)

@@ -604,7 +604,6 @@ func (f *reliableFetch) freed(i int) {
 func (f *reliableFetch) worker(st *slotState) {
 	defer f.wg.Done()
 	cfg := f.cfg
-	tid := tidFor(st.i)
 	ah := newAhead(f, st, NewRand(uint64(cfg.Concurrency+st.i)))
 	defer ah.close()
 	for {
@@ -621,6 +620,6 @@ func (f *reliableFetch) worker(st *slotState) {
 			f.Requeue([]Unit{u})
 			continue
 		}
-		ah.process(st.i, tid, u)
+		ah.process(st.i, u)
 	}
 }
