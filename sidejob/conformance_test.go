@@ -23,7 +23,7 @@ func TestConformQueueArgsAndParent(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	var got []string
-	b.register(t, "Args", WorkerFunc(func(_ context.Context, _ *Job, args []rubyjson.Value) error {
+	b.register(t, "Args", workerFunc(func(_ context.Context, _ *Job, args []rubyjson.Value) error {
 		got = append(got, string(rubyjson.ArrayValue(args...).Encode()))
 		return nil
 	}), "")
@@ -295,7 +295,7 @@ func TestConformConcurrentExecutions(t *testing.T) {
 	var inside, maxInside, performs atomic.Int32
 	w := &hookWorker{}
 	j := b.hook(t, w)
-	b.register(t, "Hook", WorkerFunc(func(ctx context.Context, j *Job, _ []rubyjson.Value) error {
+	b.register(t, "Hook", workerFunc(func(ctx context.Context, j *Job, _ []rubyjson.Value) error {
 		n := inside.Add(1)
 		defer inside.Add(-1)
 		for {

@@ -33,7 +33,7 @@ func TestGoldenScenario(t *testing.T) {
 	b.do(t, "FLUSHALL")
 	reg := &Registry{}
 	require.NoError(t, reg.Register("TestSum", testSum{}, `{"description":"sums","inports":{"ready":{},"in":{}},"outports":{"sum":{}}}`))
-	require.NoError(t, reg.Register("TestWorker", WorkerFunc(func(context.Context, *Job, []rubyjson.Value) error { return nil }), ""))
+	require.NoError(t, reg.Register("TestWorker", workerFunc(func(context.Context, *Job, []rubyjson.Value) error { return nil }), ""))
 	require.NoError(t, reg.Register("QuietWorker", quietWorker{}, `{"status_publish":false,"inports":{"*":{"default":"star"}}}`))
 	rt, err := newJobRuntime(&runtimeConfig{Client: b.c, Registry: reg})
 	require.NoError(t, err)

@@ -35,7 +35,7 @@ func setup(t *testing.T) *testBundle {
 	require.NoError(t, err)
 	reg := &Registry{}
 	require.NoError(t, reg.Register("TestSum", testSum{}, `{"description":"sums","inports":{"ready":{},"in":{}},"outports":{"sum":{}}}`))
-	require.NoError(t, reg.Register("TestWorker", WorkerFunc(func(context.Context, *Job, []rubyjson.Value) error { return nil }), ""))
+	require.NoError(t, reg.Register("TestWorker", workerFunc(func(context.Context, *Job, []rubyjson.Value) error { return nil }), ""))
 	rt, err := newJobRuntime(&runtimeConfig{Client: c, Registry: reg, ReturnErrors: true, LockRetryDelay: 10 * time.Millisecond})
 	require.NoError(t, err)
 	b := &testBundle{srv: srv, pool: pool, c: c, reg: reg, rt: rt}

@@ -131,7 +131,7 @@ func TestIntegrationFib(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	// Outputs are written as defaults so the parent can read them again.
-	b.register(t, "TestFib", WorkerFunc(func(ctx context.Context, j *Job, args []rubyjson.Value) error {
+	b.register(t, "TestFib", workerFunc(func(ctx context.Context, j *Job, args []rubyjson.Value) error {
 		return j.c.inGroup(ctx, &groupOptions{SetDefault: opt(true)}, func(ctx context.Context) error {
 			return testFib{}.Perform(ctx, j, args)
 		})
@@ -246,7 +246,7 @@ func TestIntegrationSidekiqServer(t *testing.T) {
 	require.NoError(t, ServerSetup("testq", b.reg, nil)(srv))
 	done := make(chan struct{})
 	var once sync.Once
-	b.register(t, "TestSumFlow", WorkerFunc(func(ctx context.Context, j *Job, args []rubyjson.Value) error {
+	b.register(t, "TestSumFlow", workerFunc(func(ctx context.Context, j *Job, args []rubyjson.Value) error {
 		err := testSumFlow{}.Perform(ctx, j, args)
 		if err == nil {
 			once.Do(func() { close(done) })

@@ -286,3 +286,10 @@ func (j *Job) unset(ctx context.Context, keys ...string) error {
 	}
 	return nil
 }
+
+// workerFunc adapts a function to Worker for the tests.
+type workerFunc func(ctx context.Context, job *Job, args []rubyjson.Value) error
+
+func (f workerFunc) Perform(ctx context.Context, job *Job, args []rubyjson.Value) error {
+	return f(ctx, job, args)
+}

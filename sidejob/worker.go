@@ -12,19 +12,12 @@ import (
 // includes SideJob::Worker). job gives access to everything JobMethods
 // offers (ports, state, children, …); args are the job's Sidekiq args.
 //
-// Return nil to complete the job, Suspend() to suspend it
-// until it is run again, or any other error to fail it. A panic fails it
-// too. A Worker may also implement Starter and Stopper.
+// A worker is a type (usually a struct holding what Perform needs), so it
+// can also implement Starter and Stopper. Return nil to complete the job,
+// Suspend() to suspend it until it is run again, or any other error to
+// fail it. A panic fails it too.
 type Worker interface {
 	Perform(ctx context.Context, job *Job, args []rubyjson.Value) error
-}
-
-// WorkerFunc adapts a function to Worker.
-type WorkerFunc func(ctx context.Context, job *Job, args []rubyjson.Value) error
-
-// Perform calls f.
-func (f WorkerFunc) Perform(ctx context.Context, job *Job, args []rubyjson.Value) error {
-	return f(ctx, job, args)
 }
 
 // Starter is implemented by workers with a startup hook, called before the
