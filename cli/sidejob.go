@@ -14,6 +14,7 @@ import (
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidejob"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
 // sidejobCommand is `gojob sidejob …`: operator commands for SideJob jobs
@@ -110,11 +111,12 @@ func sjCreate(ctx context.Context, e *sjEnv) error {
 		return ucli.Exit("create: --at: "+err.Error(), exitUsage)
 	}
 	o.At = at
-	for flag, dst := range map[string]*[]sidejob.PortDef{"inports": &o.Inports, "outports": &o.Outports} {
+	for flag, dst := range map[string]*string{"inports": &o.Inports, "outports": &o.Outports} {
 		if s := e.c.String(flag); s != "" {
-			if *dst, err = sidejob.PortDefsFromJSON(s); err != nil {
+			if err := checkPortsJSON(s); err != nil {
 				return ucli.Exit(fmt.Sprintf("create: --%s: %v", flag, err), exitUsage)
 			}
+			*dst = s
 		}
 	}
 	if ref := e.c.String("parent"); ref != "" {
@@ -141,6 +143,19 @@ func sjCreate(ctx context.Context, e *sjEnv) error {
 		return e.printJSON(map[string]any{"job": j.ID()})
 	}
 	fmt.Fprintf(e.out, "created job %d (%s in %s)\n", j.ID(), args[1], args[0])
+	return nil
+}
+
+// checkPortsJSON checks a --inports or --outports value: a JSON object of
+// port name to options (or null), as sidejob.QueueOpts takes it.
+func checkPortsJSON(s string) error {
+	v, err := rubyjson.Parse([]byte(s))
+	if err != nil {
+		return fmt.Errorf("sidejob: ports: %w", err)
+	}
+	if _, ok := v.Map(); !ok && !v.IsNull() {
+		return fmt.Errorf("sidejob: ports must be an object, got %s", v.Kind())
+	}
 	return nil
 }
 

@@ -121,13 +121,13 @@ func TestConformSetPorts(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	j := b.queue(t, "TestWorker", &QueueOpts{
-		Inports:  []PortDef{{Name: "a", HasDefault: true, Default: 1}, {Name: "gone"}},
-		Outports: []PortDef{{Name: "o", Channels: []string{"/out/chan"}}},
+		Inports:  `{"a":{"default":1},"gone":{}}`,
+		Outports: `{"o":{"channels":["/out/chan"]}}`,
 	})
 	require.Equal(t, []string{"1"}, b.set(t, "channel:/out/chan"), "set_ports adds outport channels too")
 	b.write(t, b.input(t, j, "a"), "x")
 	b.write(t, b.input(t, j, "gone"), "y")
-	require.NoError(t, j.setInports(ctx, []PortDef{
+	require.NoError(t, j.setInports(ctx, []portDef{
 		{Name: "a", HasDefault: true, Default: 2, Channels: []string{"/in/chan"}},
 		{Name: "new"},
 	}))
@@ -155,7 +155,7 @@ func TestConformConnectToOutport(t *testing.T) {
 	src := b.queue(t, "TestSum", nil)
 	parent := b.queue(t, "TestWorker", nil)
 	dst, err := parent.Queue(ctx, "testq", "TestSum", &QueueOpts{Name: "kid",
-		Outports: []PortDef{{Name: "sum", Channels: []string{"/dst/out"}}}})
+		Outports: `{"sum":{"channels":["/dst/out"]}}`})
 	require.NoError(t, err)
 	from, to := b.output(t, src, "sum"), b.output(t, dst, "sum")
 	require.NoError(t, from.SetDefault(ctx, 0))

@@ -43,11 +43,11 @@ func TestGoldenScenario(t *testing.T) {
 	job1, err := b.c.Queue(ctx, "testq", "TestSum", &QueueOpts{
 		Args:     []any{1, "a"},
 		By:       "user:1",
-		Inports:  []PortDef{{Name: "extra", HasDefault: true, Default: []any{1, 2}, Channels: []string{"/test/chan"}}},
-		Outports: []PortDef{{Name: "sum", Channels: []string{"/test/out"}}},
+		Inports:  `{"extra":{"default":[1,2],"channels":["/test/chan"]}}`,
+		Outports: `{"sum":{"channels":["/test/out"]}}`,
 	})
 	require.NoError(t, err)
-	job2, err := job1.Queue(ctx, "testq", "TestWorker", &QueueOpts{Name: "kid", Inports: []PortDef{{Name: "*", HasDefault: true, Default: 5}}})
+	job2, err := job1.Queue(ctx, "testq", "TestWorker", &QueueOpts{Name: "kid", Inports: `{"*":{"default":5}}`})
 	require.NoError(t, err)
 	_, err = job2.Input(ctx, "dyn")
 	require.NoError(t, err)

@@ -35,7 +35,7 @@ func TestQueue(t *testing.T) {
 	require.Equal(t, "", info.RanAt)
 	_, err = sidejobwire.ParseTimestamp(info.CreatedAt)
 	require.NoError(t, err)
-	j3 := b.queue(t, "TestSum", &QueueOpts{Inports: []PortDef{{Name: "in", HasDefault: true, Default: 3}}, By: "me"})
+	j3 := b.queue(t, "TestSum", &QueueOpts{Inports: `{"in":{"default":3}}`, By: "me"})
 	require.Equal(t, "3", b.read(t, b.input(t, j3, "in")))
 	require.Equal(t, "me", b.str(t, "job:3:created_by"))
 	found, err := b.c.Find(ctx, "3")

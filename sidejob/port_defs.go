@@ -10,11 +10,11 @@ import (
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
-// PortDef declares a port and its options, as the gem's port hashes
+// portDef declares a port and its options, as the gem's port hashes
 // ({name => {default:, channels:}}) do. The name "*" declares a dynamic
 // port: ports that do not exist are created on first use and get its
 // default.
-type PortDef struct {
+type portDef struct {
 	// Name is the port name ([a-zA-Z0-9_]+, or "*").
 	Name string
 	// HasDefault tells whether the port has a default; Default is its value
@@ -29,7 +29,7 @@ type PortDef struct {
 
 // portDefsFromJSON reads a ports object of a worker config or the web API:
 // {"name": {"default": v, "channels": [..]}, …}. Keys stay in order.
-func portDefsFromJSON(v rubyjson.Value) ([]PortDef, error) {
+func portDefsFromJSON(v rubyjson.Value) ([]portDef, error) {
 	if v.IsNull() {
 		return nil, nil
 	}
@@ -37,10 +37,10 @@ func portDefsFromJSON(v rubyjson.Value) ([]PortDef, error) {
 	if !ok {
 		return nil, fmt.Errorf("sidejob: ports must be an object, got %s", v.Kind())
 	}
-	out := make([]PortDef, 0, m.Len())
+	out := make([]portDef, 0, m.Len())
 	for i := 0; i < m.Len(); i++ {
 		name, opts := m.At(i)
-		d := PortDef{Name: name}
+		d := portDef{Name: name}
 		if om, isObj := opts.Map(); isObj {
 			if def, ok := om.Get("default"); ok {
 				d.HasDefault, d.Default = true, def
@@ -60,9 +60,13 @@ func portDefsFromJSON(v rubyjson.Value) ([]PortDef, error) {
 	return out, nil
 }
 
-// PortDefsFromJSON parses a ports object such as
-// {"in":{},"extra":{"default":[1,2],"channels":["/test/chan"]}}.
-func PortDefsFromJSON(js string) ([]PortDef, error) {
+// parsePortDefs parses a ports object such as
+// {"in":{},"extra":{"default":[1,2],"channels":["/test/chan"]}}; "" is
+// no ports.
+func parsePortDefs(js string) ([]portDef, error) {
+	if js == "" {
+		return nil, nil
+	}
 	v, err := rubyjson.Parse([]byte(js))
 	if err != nil {
 		return nil, fmt.Errorf("sidejob: ports: %w", err)
@@ -72,8 +76,8 @@ func PortDefsFromJSON(js string) ([]PortDef, error) {
 
 // mergePortDefs is Hash#merge: base order, given entries replace base
 // entries of the same name in place, new names are appended.
-func mergePortDefs(base, given []PortDef) []PortDef {
-	out := append([]PortDef(nil), base...)
+func mergePortDefs(base, given []portDef) []portDef {
+	out := append([]portDef(nil), base...)
 	for _, g := range given {
 		replaced := false
 		for i := range out {
@@ -92,12 +96,12 @@ func mergePortDefs(base, given []PortDef) []PortDef {
 
 // setInports replaces the job's input ports (Ruby's inports=): the worker
 // config's inports merged with defs (defs win). See setPorts.
-func (j *Job) setInports(ctx context.Context, defs []PortDef) error {
+func (j *Job) setInports(ctx context.Context, defs []portDef) error {
 	return j.setPorts(ctx, inPort, defs)
 }
 
 // setOutports replaces the job's output ports (Ruby's outports=).
-func (j *Job) setOutports(ctx context.Context, defs []PortDef) error {
+func (j *Job) setOutports(ctx context.Context, defs []portDef) error {
 	return j.setPorts(ctx, outPort, defs)
 }
 
@@ -105,7 +109,7 @@ func (j *Job) setOutports(ctx context.Context, defs []PortDef) error {
 // that are not kept is deleted, the name set, defaults and channels are
 // rewritten, and the job is added to channel:<ch> for every channel (in and
 // out). Defaults are encoded with the context and group options of ctx.
-func (j *Job) setPorts(ctx context.Context, typ portType, defs []PortDef) error {
+func (j *Job) setPorts(ctx context.Context, typ portType, defs []portDef) error {
 	if err := j.checkExists(ctx); err != nil {
 		return err
 	}
@@ -168,8 +172,8 @@ func (j *Job) setPorts(ctx context.Context, typ portType, defs []PortDef) error 
 // in the worker config cfg (nil: none) merged with defs, every name checked
 // and every default converted (values, by port name). It writes nothing,
 // so Client.Queue can validate the ports before it allocates a job id.
-func resolvePorts(cfg *rubyjson.Map, typ portType, defs []PortDef) ([]PortDef, map[string]rubyjson.Value, error) {
-	var base []PortDef
+func resolvePorts(cfg *rubyjson.Map, typ portType, defs []portDef) ([]portDef, map[string]rubyjson.Value, error) {
+	var base []portDef
 	if cfg != nil {
 		pv, _ := cfg.Get(typ.String() + "ports")
 		var err error

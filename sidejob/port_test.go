@@ -259,8 +259,8 @@ func TestDynamicPorts(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	j := b.queue(t, "TestWorker", &QueueOpts{
-		Inports:  []PortDef{{Name: "*", HasDefault: true, Default: "d", Channels: []string{"/star"}}},
-		Outports: []PortDef{{Name: "*"}},
+		Inports:  `{"*":{"default":"d","channels":["/star"]}}`,
+		Outports: `{"*":{}}`,
 	})
 	p := b.input(t, j, "new1")
 	require.Equal(t, `"d"`, b.read(t, p))

@@ -25,8 +25,13 @@ type QueueOpts struct {
 	At time.Time
 	// By is stored in created_by (free text; "" when not given).
 	By string
-	// Inports and Outports are merged over the worker config's ports.
-	Inports, Outports []PortDef
+	// Inports and Outports declare ports as the gem's port hashes do, a
+	// JSON object of port name to options, such as
+	// {"in":{},"extra":{"default":[1,2],"channels":["/test/chan"]}}
+	// (the form of the worker config's "inports" and "outports"; a name
+	// may be "*"). They are merged over the worker config's ports; ""
+	// adds none.
+	Inports, Outports string
 }
 
 // Queue creates a job of class in queue and queues its first run
@@ -56,10 +61,18 @@ func (c *Client) Queue(ctx context.Context, queue, class string, o *QueueOpts) (
 			return nil, fmt.Errorf("sidejob: queue %s args: %w", class, err)
 		}
 	}
-	if _, _, err := resolvePorts(cfg, inPort, o.Inports); err != nil {
+	inports, err := parsePortDefs(o.Inports)
+	if err == nil {
+		_, _, err = resolvePorts(cfg, inPort, inports)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("sidejob: queue %s inports: %w", class, err)
 	}
-	if _, _, err := resolvePorts(cfg, outPort, o.Outports); err != nil {
+	outports, err := parsePortDefs(o.Outports)
+	if err == nil {
+		_, _, err = resolvePorts(cfg, outPort, outports)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("sidejob: queue %s outports: %w", class, err)
 	}
 	if o.Parent != nil {
@@ -93,11 +106,11 @@ func (c *Client) Queue(ctx context.Context, queue, class string, o *QueueOpts) (
 			return nil, err
 		}
 	}
-	if err := j.setInports(ctx, o.Inports); err != nil {
+	if err := j.setInports(ctx, inports); err != nil {
 		j.discard(ctx, o.Parent, o.Name)
 		return nil, err
 	}
-	if err := j.setOutports(ctx, o.Outports); err != nil {
+	if err := j.setOutports(ctx, outports); err != nil {
 		j.discard(ctx, o.Parent, o.Name)
 		return nil, err
 	}

@@ -20,11 +20,11 @@ func TestQueueRefusesInvalidPortsBeforeCreatingAJob(t *testing.T) {
 	b := setup(t)
 	parent := b.queue(t, "TestWorker", nil)
 	for _, o := range []*QueueOpts{
-		{Inports: []PortDef{{Name: "bad name"}}},
-		{Outports: []PortDef{{Name: "ok"}, {Name: ""}}},
-		{Inports: []PortDef{{Name: "in", HasDefault: true, Default: make(chan int)}}},
-		{Parent: parent, Name: "kid", Inports: []PortDef{{Name: "multi\nline"}}},
-		{Parent: parent, Name: "kid", Outports: []PortDef{{Name: "x", HasDefault: true, Default: func() {}}}},
+		{Inports: `{"bad name":{}}`},
+		{Outports: `{"ok":{},"":{}}`},
+		{Inports: `["in"]`},
+		{Parent: parent, Name: "kid", Inports: `{"multi\nline":{}}`},
+		{Parent: parent, Name: "kid", Outports: `{"x":{"default":1}`},
 	} {
 		_, err := b.c.Queue(ctx, "testq", "TestSum", o)
 		require.Error(t, err)

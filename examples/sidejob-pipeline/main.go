@@ -208,14 +208,14 @@ func run(ctx context.Context, url string, n int, serve bool, out io.Writer) erro
 		return err
 	}
 	if _, err := parent.Queue(ctx, Queue, "Square", &sidejob.QueueOpts{Name: "square",
-		Inports:  []sidejob.PortDef{{Name: "in", Channels: []string{"/pipeline/numbers"}}},
-		Outports: []sidejob.PortDef{{Name: "out", Channels: []string{"/pipeline/squares"}}},
+		Inports:  `{"in":{"channels":["/pipeline/numbers"]}}`,
+		Outports: `{"out":{"channels":["/pipeline/squares"]}}`,
 	}); err != nil {
 		return err
 	}
 	if _, err := parent.Queue(ctx, Queue, "Total", &sidejob.QueueOpts{Name: "total",
-		Inports:  []sidejob.PortDef{{Name: "in", Channels: []string{"/pipeline/squares"}}},
-		Outports: []sidejob.PortDef{{Name: "total", Channels: []string{"/pipeline/total"}}},
+		Inports:  `{"in":{"channels":["/pipeline/squares"]}}`,
+		Outports: `{"total":{"channels":["/pipeline/total"]}}`,
 	}); err != nil {
 		return err
 	}
