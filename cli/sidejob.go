@@ -280,12 +280,18 @@ func sjTree(ctx context.Context, e *sjEnv) error {
 		}
 		roots = append(roots, j)
 	} else {
-		ids, err := e.sj.JobIDs(ctx)
+		ids, err := e.jobIDs(ctx)
 		if err != nil {
 			return err
 		}
 		for _, id := range ids {
-			j := e.sj.Job(id)
+			j, err := e.sj.Find(ctx, strconv.FormatInt(id, 10))
+			if err != nil {
+				return err
+			}
+			if j == nil {
+				continue // deleted meanwhile
+			}
 			p, err := j.Parent(ctx)
 			if err != nil {
 				return err

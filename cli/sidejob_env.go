@@ -6,6 +6,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidejob"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
@@ -41,6 +42,16 @@ func (e *sjEnv) job(ctx context.Context, n int) (*sidejob.Job, error) {
 		return nil, ucli.Exit(fmt.Sprintf("no job %s", ref), exitNotFound)
 	}
 	return j, nil
+}
+
+// jobIDs returns the ids of all live jobs, in ascending order.
+func (e *sjEnv) jobIDs(ctx context.Context) ([]int64, error) {
+	conn, err := e.pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return sidejobwire.JobIDs(ctx, conn)
 }
 
 // jsonArg parses a command-line value: JSON, or else a string.

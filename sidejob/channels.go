@@ -84,7 +84,7 @@ func (c *Client) subscriber(ctx context.Context, raw string) (*subscriber, error
 	if !ok {
 		return nil, nil
 	}
-	j := c.Job(id)
+	j := c.job(id)
 	replies, err := c.pipeline(ctx,
 		command("SISMEMBER", sidejobwire.KeyJobs, id),
 		command("HGETALL", j.key("inports:channels")))

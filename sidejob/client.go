@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -236,14 +235,4 @@ func (c *Client) pipeline(ctx context.Context, cmds ...cmd) ([]any, error) {
 		out[i] = r
 	}
 	return out, first
-}
-
-// JobIDs returns the ids of all live jobs, in ascending order.
-func (c *Client) JobIDs(ctx context.Context) ([]int64, error) {
-	ids, err := redis.Int64s(c.do(ctx, "SMEMBERS", sidejobwire.KeyJobs))
-	if err != nil {
-		return nil, fmt.Errorf("sidejob: list jobs: %w", err)
-	}
-	slices.Sort(ids)
-	return ids, nil
 }

@@ -38,7 +38,7 @@ func (j *Job) Children(ctx context.Context) ([]Child, error) {
 		if !ok {
 			continue
 		}
-		out = append(out, Child{Name: kv[i], Job: j.c.Job(id)})
+		out = append(out, Child{Name: kv[i], Job: j.c.job(id)})
 		checks = append(checks, command("SISMEMBER", sidejobwire.KeyJobs, id))
 	}
 	replies, err := j.c.pipeline(ctx, checks...)
@@ -68,7 +68,7 @@ func (j *Job) Child(ctx context.Context, name string) (*Job, error) {
 	if !ok {
 		return nil, nil
 	}
-	ch := j.c.Job(id)
+	ch := j.c.job(id)
 	exists, err := ch.exists(ctx)
 	if err != nil || !exists {
 		return nil, err
@@ -90,7 +90,7 @@ func (j *Job) Parent(ctx context.Context) (*Job, error) {
 	if !ok {
 		return nil, nil
 	}
-	p := j.c.Job(id)
+	p := j.c.job(id)
 	exists, err := p.exists(ctx)
 	if err != nil || !exists {
 		return nil, err

@@ -21,9 +21,9 @@ type Job struct {
 	id int64
 }
 
-// Job returns a handle on job id without checking that it exists. Most of
+// job returns a handle on job id without checking that it exists. Most of
 // its methods fail with ErrJobNotFound (errors.Is) when it does not.
-func (c *Client) Job(id int64) *Job { return &Job{c: c, id: id} }
+func (c *Client) job(id int64) *Job { return &Job{c: c, id: id} }
 
 // ID returns the job id.
 func (j *Job) ID() int64 { return j.id }
@@ -53,8 +53,10 @@ func (j *Job) checkExists(ctx context.Context) error {
 	return nil
 }
 
-// Find looks a job up by alias, then by decimal id. It returns nil, nil when
-// there is no such job. Unlike Ruby's SideJob.find, Redis errors are
+// Find looks a job up by alias, then by decimal id (aliases start with a
+// letter, so an id is never taken for one): Find(ctx, "myalias") or
+// Find(ctx, strconv.FormatInt(id, 10)). It returns nil, nil when there is
+// no such job. Unlike Ruby's SideJob.find, Redis errors are
 // returned, not swallowed.
 func (c *Client) Find(ctx context.Context, aliasOrID string) (*Job, error) {
 	conn, err := c.conn(ctx)
@@ -81,7 +83,7 @@ func (c *Client) Find(ctx context.Context, aliasOrID string) (*Job, error) {
 	if !exists {
 		return nil, nil
 	}
-	return c.Job(id), nil
+	return c.job(id), nil
 }
 
 // ignoreGone drops a *jobNotFoundError: the middleware and the reaper leave

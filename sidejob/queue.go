@@ -84,7 +84,7 @@ func (c *Client) Queue(ctx context.Context, queue, class string, o *QueueOpts) (
 	if err != nil {
 		return nil, fmt.Errorf("sidejob: queue %s: %w", class, err)
 	}
-	j := c.Job(id)
+	j := c.job(id)
 	worker := rubyjson.NewMap()
 	worker.Set("queue", rubyjson.StringValue(queue))
 	worker.Set("class", rubyjson.StringValue(class))

@@ -51,7 +51,7 @@ func TestQueueDiscardsAHalfCreatedJob(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	parent := b.queue(t, "TestWorker", nil)
-	j := b.c.Job(2)
+	j := b.c.job(2)
 	// simulate: job 2 created and adopted, then the port write fails
 	b.do(t, "SET", sidejobwire.KeyLastID, 2)
 	b.do(t, "SADD", sidejobwire.KeyJobs, 2)
@@ -68,6 +68,6 @@ func TestQueueDiscardsAHalfCreatedJob(t *testing.T) {
 
 	// the parent's entry is left alone when it names another job
 	other := b.queue(t, "TestWorker", &QueueOpts{Parent: parent, Name: "kid2"})
-	b.c.Job(99).discard(ctx, parent, "kid2")
+	b.c.job(99).discard(ctx, parent, "kid2")
 	require.Equal(t, strconv.FormatInt(other.ID(), 10), b.hash(t, parent.key("children"))["kid2"])
 }

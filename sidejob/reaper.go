@@ -50,7 +50,7 @@ func (c *Client) reap(ctx context.Context, p *reapParams) (*reapResult, error) {
 		chunk := ids[start:min(start+1000, len(ids))]
 		cmds := make([]cmd, len(chunk))
 		for i, id := range chunk {
-			cmds[i] = command("GET", c.Job(id).key("status"))
+			cmds[i] = command("GET", c.job(id).key("status"))
 		}
 		replies, err := c.pipeline(ctx, cmds...)
 		if err != nil {
@@ -69,7 +69,7 @@ func (c *Client) reap(ctx context.Context, p *reapParams) (*reapResult, error) {
 	now := c.clock.Now()
 	var candidates []int64
 	for _, id := range running {
-		j := c.Job(id)
+		j := c.job(id)
 		replies, err := c.pipeline(ctx, command("EXISTS", j.key("lock")), command("GET", j.key("ran_at")))
 		if err != nil {
 			return nil, fmt.Errorf("sidejob: reap: %w", err)
@@ -105,7 +105,7 @@ func (c *Client) reap(ctx context.Context, p *reapParams) (*reapResult, error) {
 		if busy[strconv.FormatInt(id, 10)] {
 			continue
 		}
-		j := c.Job(id)
+		j := c.job(id)
 		ok, err := j.setStatusIf(ctx, statusQueued, "in", statusRunning)
 		if err = ignoreGone(err); err != nil {
 			return res, err

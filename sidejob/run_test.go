@@ -124,7 +124,7 @@ func TestDuplicateRunCheckMatchesRuby(t *testing.T) {
 			}
 			b.do(t, "RPUSH", key, entry)
 		}
-		found, err := c.Job(id).waitingInQueue(ctx, fmt.Sprintf("case%d", i))
+		found, err := c.job(id).waitingInQueue(ctx, fmt.Sprintf("case%d", i))
 		require.NoError(t, err)
 		require.Equal(t, e.wantFound, found, e.name)
 		fmt.Fprintf(&script, "puts Sidekiq::Queue.new('case%d').find_job(%d).nil? ? 'no' : 'yes'\n", i, id)

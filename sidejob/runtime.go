@@ -98,7 +98,7 @@ func (rt *jobRuntime) Perform(ctx context.Context, job *wire.Job) error {
 
 func (rt *jobRuntime) execute(ctx context.Context, class string, id int64, args []rubyjson.Value, returnErrors bool) error {
 	c := rt.c
-	j := c.Job(id)
+	j := c.job(id)
 	replies, err := c.pipeline(ctx, command("SISMEMBER", sidejobwire.KeyJobs, id), command("GET", j.key("status")))
 	if err != nil {
 		return fmt.Errorf("sidejob: run job %d: %w", id, err)

@@ -16,7 +16,7 @@ import (
 
 // load returns the job with this id, or a *jobNotFoundError.
 func (c *Client) load(ctx context.Context, id int64) (*Job, error) {
-	j := c.Job(id)
+	j := c.job(id)
 	ok, err := j.exists(ctx)
 	if err != nil {
 		return nil, err

@@ -33,7 +33,7 @@ type sjTreeData struct {
 
 func (h *handler) sidejobTree(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	ids, err := h.sj.JobIDs(ctx)
+	ids, err := h.sjJobIDs(ctx)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -45,7 +45,14 @@ func (h *handler) sidejobTree(w http.ResponseWriter, r *http.Request) {
 			d.Limited = true
 			break
 		}
-		j := h.sj.Job(id)
+		j, err := h.sj.Find(ctx, strconv.FormatInt(id, 10))
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		if j == nil {
+			continue // deleted meanwhile
+		}
 		p, err := j.Parent(ctx)
 		if err != nil {
 			if isGone(err) {
@@ -67,6 +74,16 @@ func (h *handler) sidejobTree(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.render(w, r, "sidejob", "SideJob", "sidejob", d)
+}
+
+// sjJobIDs returns the ids of all live SideJob jobs, in ascending order.
+func (h *handler) sjJobIDs(ctx context.Context) ([]int64, error) {
+	conn, err := h.cfg.Pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return sidejobwire.JobIDs(ctx, conn)
 }
 
 // isGone reports an error about a job deleted while the page was built.
@@ -142,7 +159,15 @@ func (h *handler) sidejobJob(w http.ResponseWriter, r *http.Request) {
 		notFound(w, "SideJob job "+strconv.Quote(r.PathValue("id")))
 		return
 	}
-	j := h.sj.Job(id)
+	j, err := h.sj.Find(ctx, strconv.FormatInt(id, 10))
+	if err == nil && j == nil {
+		notFound(w, "SideJob job "+strconv.FormatInt(id, 10))
+		return
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	d := &sjJobData{ID: id}
 	if d.Info, err = j.Info(ctx); err != nil {
 		if isGone(err) {

@@ -1,13 +1,17 @@
 // Package sidejobwire is the part of the SideJob gem's Redis contract
 // (docs/sidejob.md#redis-keys, #channels, #port-envelope) that package
 // sidejob shares with the command line and the dashboard: key and channel
-// names, timestamps and port envelopes.
+// names, timestamps and port envelopes, and the listings the two show.
 package sidejobwire
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
+
+	"github.com/gomodule/redigo/redis"
 
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
@@ -78,4 +82,15 @@ func DecodeEnvelope(raw []byte) (value rubyjson.Value, context, options *rubyjso
 		}
 	}
 	return value, context, options, nil
+}
+
+// JobIDs returns the ids of all live jobs (the set KeyJobs), in ascending
+// order.
+func JobIDs(ctx context.Context, conn redis.Conn) ([]int64, error) {
+	ids, err := redis.Int64s(redis.DoContext(conn, ctx, "SMEMBERS", KeyJobs))
+	if err != nil {
+		return nil, fmt.Errorf("sidejob: list jobs: %w", err)
+	}
+	slices.Sort(ids)
+	return ids, nil
 }
