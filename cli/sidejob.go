@@ -171,18 +171,11 @@ func sjShow(ctx context.Context, e *sjEnv) error {
 	if err != nil {
 		return err
 	}
-	status, err := j.Status(ctx)
-	if err != nil {
-		return err
-	}
 	info, err := j.Info(ctx)
 	if err != nil {
 		return err
 	}
-	aliases, err := j.Aliases(ctx)
-	if err != nil {
-		return err
-	}
+	status, aliases := info.Status, info.Aliases
 	parent, err := j.Parent(ctx)
 	if err != nil {
 		return err
@@ -249,11 +242,7 @@ func buildTree(ctx context.Context, j *sidejob.Job, name string, depth int) (*tr
 	if err != nil {
 		return nil, err
 	}
-	status, err := j.Status(ctx)
-	if err != nil {
-		return nil, err
-	}
-	n := &treeNode{Job: j.ID(), Name: name, Class: info.Class, Status: status}
+	n := &treeNode{Job: j.ID(), Name: name, Class: info.Class, Status: info.Status}
 	if depth > 64 {
 		return n, nil
 	}
@@ -353,10 +342,11 @@ func sjRun(ctx context.Context, e *sjEnv) error {
 	if err != nil {
 		return err
 	}
-	status, err := j.Status(ctx)
+	info, err := j.Info(ctx)
 	if err != nil {
 		return err
 	}
+	status := info.Status
 	if e.json {
 		return e.printJSON(map[string]any{"job": j.ID(), "run": got != nil, "status": status})
 	}
@@ -376,10 +366,11 @@ func sjTerminate(ctx context.Context, e *sjEnv) error {
 	if err := j.Terminate(ctx, e.c.Bool("recursive")); err != nil {
 		return err
 	}
-	status, err := j.Status(ctx)
+	info, err := j.Info(ctx)
 	if err != nil {
 		return err
 	}
+	status := info.Status
 	if e.json {
 		return e.printJSON(map[string]any{"job": j.ID(), "status": status})
 	}

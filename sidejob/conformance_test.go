@@ -305,7 +305,7 @@ func TestConformConcurrentExecutions(t *testing.T) {
 			}
 		}
 		performs.Add(1)
-		_, err := j.Status(ctx) // a round trip while holding the lock
+		_, err := j.status(ctx) // a round trip while holding the lock
 		return err
 	}), "")
 	var wg sync.WaitGroup

@@ -111,7 +111,7 @@ func (b *testBundle) queue(t *testing.T, class string, o *QueueOpts) *Job {
 
 func (b *testBundle) status(t *testing.T, j *Job) string {
 	t.Helper()
-	s, err := j.Status(context.Background())
+	s, err := j.status(context.Background())
 	require.NoError(t, err)
 	return s
 }

@@ -51,7 +51,7 @@ func TestIntegrationChannels(t *testing.T) {
 type testFib struct{}
 
 func (testFib) Perform(ctx context.Context, j *Job, _ []rubyjson.Value) error {
-	v, known, err := j.Get(ctx, "n")
+	v, known, err := j.get(ctx, "n")
 	if err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func (testFib) Perform(ctx context.Context, j *Job, _ []rubyjson.Value) error {
 				return err
 			}
 		}
-		st, err := child.Status(ctx)
+		st, err := child.status(ctx)
 		if err != nil {
 			return err
 		}
@@ -153,7 +153,7 @@ type testSumFlow struct{}
 func (testSumFlow) Perform(ctx context.Context, j *Job, _ []rubyjson.Value) error {
 	// Under a concurrent server the child's runs ask for more parent runs
 	// than drain does; once the result is forwarded, they just complete.
-	if _, done, err := j.Get(ctx, "done"); err != nil || done {
+	if _, done, err := j.get(ctx, "done"); err != nil || done {
 		return err
 	}
 	children, err := j.Children(ctx)
@@ -167,7 +167,7 @@ func (testSumFlow) Perform(ctx context.Context, j *Job, _ []rubyjson.Value) erro
 		return Suspend()
 	}
 	child := children[0].Job
-	if _, sent, err := j.Get(ctx, "sent"); err != nil {
+	if _, sent, err := j.get(ctx, "sent"); err != nil {
 		return err
 	} else if sent {
 		sum, err := child.Output(ctx, "sum")

@@ -95,21 +95,6 @@ func ignoreGone(err error) error {
 	return err
 }
 
-// Aliases returns the job's alias names.
-func (j *Job) Aliases(ctx context.Context) ([]string, error) {
-	if err := j.checkExists(ctx); err != nil {
-		return nil, err
-	}
-	out, err := redis.Strings(j.c.do(ctx, "SMEMBERS", j.key("aliases")))
-	if err != nil {
-		return nil, fmt.Errorf("sidejob: job %d aliases: %w", j.id, err)
-	}
-	if out == nil {
-		out = []string{}
-	}
-	return out, nil
-}
-
 // errAlias is matched by the errors of AddAlias.
 var errAlias = errors.New("sidejob: alias")
 
@@ -150,10 +135,13 @@ func validAlias(name string) bool {
 	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')
 }
 
-// Info is what job:<id>:worker and the timestamps say about a job.
+// Info is what the job's keys say about it: its status, worker, aliases
+// and timestamps.
 type Info struct {
-	Queue string
-	Class string
+	// Status is the job's status ("" when the key is missing).
+	Status string
+	Queue  string
+	Class  string
 	// Args are the worker args (JSON null when the job was queued without
 	// args).
 	Args rubyjson.Value
@@ -163,9 +151,12 @@ type Info struct {
 	// has never run.
 	CreatedAt string
 	RanAt     string
+	// Aliases are the job's alias names ([] when none).
+	Aliases []string
 }
 
-// Info returns the job's info (Ruby's info hash).
+// Info returns the job's info (Ruby's info hash, with its status and
+// aliases), read in one round trip.
 func (j *Job) Info(ctx context.Context) (*Info, error) {
 	if err := j.checkExists(ctx); err != nil {
 		return nil, err
@@ -174,7 +165,9 @@ func (j *Job) Info(ctx context.Context) (*Info, error) {
 		command("GET", j.key("worker")),
 		command("GET", j.key("created_by")),
 		command("GET", j.key("created_at")),
-		command("GET", j.key("ran_at")))
+		command("GET", j.key("ran_at")),
+		command("GET", j.key("status")),
+		command("SMEMBERS", j.key("aliases")))
 	if err != nil {
 		return nil, fmt.Errorf("sidejob: job %d info: %w", j.id, err)
 	}
@@ -186,6 +179,10 @@ func (j *Job) Info(ctx context.Context) (*Info, error) {
 	info.CreatedBy, _ = redis.String(replies[1], nil)
 	info.CreatedAt, _ = redis.String(replies[2], nil)
 	info.RanAt, _ = redis.String(replies[3], nil)
+	info.Status, _ = redis.String(replies[4], nil)
+	if info.Aliases, _ = redis.Strings(replies[5], nil); info.Aliases == nil {
+		info.Aliases = []string{}
+	}
 	return info, nil
 }
 

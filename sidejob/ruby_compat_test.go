@@ -66,7 +66,7 @@ end
 	require.NoError(t, err)
 	require.Equal(t, `{"x":[1,null]}`, string(d.Value.Encode()))
 	require.Equal(t, `{"job":5}`, string(d.Context.Encode()))
-	v, _, err := j.Get(ctx, "k")
+	v, _, err := j.get(ctx, "k")
 	require.NoError(t, err)
 	require.Equal(t, `["é",2.0]`, string(v.Encode()))
 	info, err := j.Info(ctx)

@@ -230,7 +230,7 @@ func (j *Job) Terminate(ctx context.Context, recursive bool) error {
 // terminated reports whether the job and all its descendants are
 // terminated.
 func (j *Job) terminated(ctx context.Context) (bool, error) {
-	s, err := j.Status(ctx)
+	s, err := j.status(ctx)
 	if err != nil || s != statusTerminated {
 		return false, err
 	}

@@ -126,7 +126,7 @@ func (rt *jobRuntime) execute(ctx context.Context, class string, id int64, args 
 	if token == "" {
 		// Locked out: try again in a second. Unlike the gem, a terminating
 		// job is rescheduled too (docs/sidejob.md#weakness-1-terminate-lost-under-the-job-lock).
-		st, err := j.Status(ctx)
+		st, err := j.status(ctx)
 		if err != nil {
 			return err
 		}
@@ -137,7 +137,7 @@ func (rt *jobRuntime) execute(ctx context.Context, class string, id int64, args 
 	}
 	jctx := WithContext(ctx, "job", id)
 	runErr := func() error {
-		st, err := j.Status(jctx)
+		st, err := j.status(jctx)
 		if err != nil {
 			return err
 		}
@@ -210,7 +210,7 @@ func (rt *jobRuntime) runWorker(ctx context.Context, j *Job, w Worker, args []ru
 		return ignoreGone(err)
 	}
 	if !ok {
-		st, err := j.Status(ctx)
+		st, err := j.status(ctx)
 		if err != nil || st != statusTerminating {
 			return err
 		}

@@ -84,7 +84,7 @@ func TestMiddlewareRun(t *testing.T) {
 	var seen string
 	var ranAt string
 	w := &hookWorker{perform: func(ctx context.Context, j *Job) error {
-		seen, _ = j.Status(ctx)
+		seen, _ = j.status(ctx)
 		ranAt = b.str(t, j.key("ran_at"))
 		require.True(t, b.exists(t, j.key("lock")), "the job lock is held during the run")
 		return nil

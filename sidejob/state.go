@@ -14,7 +14,8 @@ import (
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
-// State returns the job's state hash, each field decoded from JSON.
+// State returns the job's state hash, each field decoded from JSON (the
+// gem's state; its get(key) is State(ctx) then Get(key) on the map).
 func (j *Job) State(ctx context.Context) (*rubyjson.Map, error) {
 	if err := j.checkExists(ctx); err != nil {
 		return nil, err
@@ -34,8 +35,8 @@ func (j *Job) State(ctx context.Context) (*rubyjson.Map, error) {
 	return m, nil
 }
 
-// Get returns one state field; ok is false when it is missing.
-func (j *Job) Get(ctx context.Context, key string) (v rubyjson.Value, ok bool, err error) {
+// get returns one state field; ok is false when it is missing.
+func (j *Job) get(ctx context.Context, key string) (v rubyjson.Value, ok bool, err error) {
 	if err := j.checkExists(ctx); err != nil {
 		return v, false, err
 	}

@@ -22,8 +22,8 @@ const (
 	statusTerminated  = "terminated"
 )
 
-// Status returns the job's status ("" when the key is missing).
-func (j *Job) Status(ctx context.Context) (string, error) {
+// status returns the job's status ("" when the key is missing).
+func (j *Job) status(ctx context.Context) (string, error) {
 	s, err := redis.String(j.c.do(ctx, "GET", j.key("status")))
 	if errors.Is(err, redis.ErrNil) {
 		return "", nil

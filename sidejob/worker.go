@@ -117,7 +117,7 @@ func (j *Job) ForInputs(ctx context.Context, ports []string, fn func(ctx context
 						values[i] = d.Value
 					}
 				}
-				last, ok, err := j.Get(gctx, "for_inputs")
+				last, ok, err := j.get(gctx, "for_inputs")
 				if err != nil {
 					return err
 				}

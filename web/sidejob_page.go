@@ -100,11 +100,7 @@ func (h *handler) sjNode(ctx context.Context, j *sidejob.Job, name string, depth
 		}
 		return nil, err
 	}
-	status, err := j.Status(ctx)
-	if err != nil {
-		return nil, err
-	}
-	n := &sjNode{ID: j.ID(), Name: name, Class: info.Class, Queue: info.Queue, Status: status}
+	n := &sjNode{ID: j.ID(), Name: name, Class: info.Class, Queue: info.Queue, Status: info.Status}
 	if depth > 32 || *seen >= treeLimit {
 		return n, nil
 	}
@@ -139,9 +135,7 @@ type sjPortView struct {
 
 type sjJobData struct {
 	ID       int64
-	Status   string
 	Info     *sidejob.Info
-	Aliases  []string
 	Parent   int64
 	Children []sidejob.Child
 	// State is the job's state hash, key and JSON value.
@@ -177,13 +171,9 @@ func (h *handler) sidejobJob(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	if d.Status, err = j.Status(ctx); err == nil {
-		if d.Aliases, err = j.Aliases(ctx); err == nil {
-			var p *sidejob.Job
-			if p, err = j.Parent(ctx); err == nil && p != nil {
-				d.Parent = p.ID()
-			}
-		}
+	var p *sidejob.Job
+	if p, err = j.Parent(ctx); err == nil && p != nil {
+		d.Parent = p.ID()
 	}
 	if err == nil {
 		if d.Children, err = j.Children(ctx); err == nil {

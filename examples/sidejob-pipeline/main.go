@@ -103,10 +103,11 @@ func (total) Perform(ctx context.Context, j *sidejob.Job, _ []rubyjson.Value) er
 	if err != nil {
 		return err
 	}
-	v, _, err := j.Get(ctx, "sum")
+	state, err := j.State(ctx)
 	if err != nil {
 		return err
 	}
+	v, _ := state.Get("sum")
 	sum, _ := v.Int()
 	seen := false
 	if err := in.Each(ctx, func(d *sidejob.Data) error {
