@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -194,8 +197,8 @@ func sjShow(ctx context.Context, e *sjEnv) error {
 	}
 	if e.json {
 		kids := map[string]int64{}
-		for _, c := range children {
-			kids[c.Name] = c.Job.ID()
+		for name, c := range children {
+			kids[name] = c.ID()
 		}
 		var pid any
 		if parent != nil {
@@ -217,8 +220,8 @@ func sjShow(ctx context.Context, e *sjEnv) error {
 	if parent != nil {
 		fmt.Fprintf(tw, "parent\t%d\n", parent.ID())
 	}
-	for _, c := range children {
-		fmt.Fprintf(tw, "child\t%s = %d\n", c.Name, c.Job.ID())
+	for _, name := range childNames(children) {
+		fmt.Fprintf(tw, "child\t%s = %d\n", name, children[name].ID())
 	}
 	for i := 0; i < state.Len(); i++ {
 		k, v := state.At(i)
@@ -250,14 +253,24 @@ func buildTree(ctx context.Context, j *sidejob.Job, name string, depth int) (*tr
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range children {
-		cn, err := buildTree(ctx, c.Job, c.Name, depth+1)
+	for _, name := range childNames(children) {
+		cn, err := buildTree(ctx, children[name], name, depth+1)
 		if err != nil {
 			return nil, err
 		}
 		n.Children = append(n.Children, cn)
 	}
 	return n, nil
+}
+
+// childNames returns the names of children in the order their jobs were
+// created (by id).
+func childNames(children map[string]*sidejob.Job) []string {
+	names := slices.Collect(maps.Keys(children))
+	slices.SortFunc(names, func(a, b string) int {
+		return cmp.Or(cmp.Compare(children[a].ID(), children[b].ID()), strings.Compare(a, b))
+	})
+	return names
 }
 
 func sjTree(ctx context.Context, e *sjEnv) error {

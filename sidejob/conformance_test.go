@@ -41,7 +41,7 @@ func TestConformQueueArgsAndParent(t *testing.T) {
 	_, err = child.Run(ctx, &RunOpts{Parent: true})
 	require.NoError(t, err)
 	require.Equal(t, 2, b.enqueued(t), "and its parent")
-	kid, err := parent.Child(ctx, "kid")
+	kid, err := parent.child(ctx, "kid")
 	require.NoError(t, err)
 	require.True(t, kid.equal(child))
 	p, err := child.Parent(ctx)

@@ -11,10 +11,10 @@ import (
 	"github.com/gojob/gojob/internal/sidejobwire"
 )
 
-// Child is a named child job.
-type Child struct {
-	Name string
-	Job  *Job
+// namedChild is a child job with its name.
+type namedChild struct {
+	name string
+	job  *Job
 }
 
 // errNotChild is matched when disownJob is given a job that is not a child.
@@ -23,22 +23,37 @@ var errNotChild = errors.New("sidejob: not a child")
 // errAdopt is matched by the errors of adopt.
 var errAdopt = errors.New("sidejob: cannot adopt")
 
-// Children returns the job's children in the order of job:<id>:children.
-// As in Ruby (children maps each id through SideJob.find), an entry whose
-// job no longer exists is not a child: it is left out (Ruby maps it to nil).
-func (j *Job) Children(ctx context.Context) ([]Child, error) {
+// Children returns the job's children by name (Ruby's children, {name =>
+// job}): children["total"] is the child named total. As in Ruby (children
+// maps each id through SideJob.find), an entry whose job no longer exists
+// is not a child: it is left out (Ruby maps it to nil).
+func (j *Job) Children(ctx context.Context) (map[string]*Job, error) {
+	kids, err := j.children(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*Job, len(kids))
+	for _, ch := range kids {
+		out[ch.name] = ch.job
+	}
+	return out, nil
+}
+
+// children returns the job's children in the order of job:<id>:children,
+// the order in which the gem terminates and deletes them.
+func (j *Job) children(ctx context.Context) ([]namedChild, error) {
 	kv, err := redis.Strings(j.c.do(ctx, "HGETALL", j.key("children")))
 	if err != nil {
 		return nil, fmt.Errorf("sidejob: job %d children: %w", j.id, err)
 	}
-	out := make([]Child, 0, len(kv)/2)
+	out := make([]namedChild, 0, len(kv)/2)
 	var checks []cmd
 	for i := 0; i+1 < len(kv); i += 2 {
 		id, ok := rubyToI(kv[i+1])
 		if !ok {
 			continue
 		}
-		out = append(out, Child{Name: kv[i], Job: j.c.job(id)})
+		out = append(out, namedChild{name: kv[i], job: j.c.job(id)})
 		checks = append(checks, command("SISMEMBER", sidejobwire.KeyJobs, id))
 	}
 	replies, err := j.c.pipeline(ctx, checks...)
@@ -54,9 +69,9 @@ func (j *Job) Children(ctx context.Context) ([]Child, error) {
 	return live, nil
 }
 
-// Child returns the child named name, or nil when there is none or its job
+// child returns the child named name, or nil when there is none or its job
 // no longer exists (Ruby's child is SideJob.find of the child id).
-func (j *Job) Child(ctx context.Context, name string) (*Job, error) {
+func (j *Job) child(ctx context.Context, name string) (*Job, error) {
 	s, err := redis.String(j.c.do(ctx, "HGET", j.key("children"), name))
 	if errors.Is(err, redis.ErrNil) {
 		return nil, nil
@@ -136,7 +151,7 @@ func (j *Job) checkAdopt(ctx context.Context, orphan *Job, name string) error {
 	}
 	// As in Ruby (child(name) must be nil), a name whose job is gone is
 	// free again.
-	used, err := j.Child(ctx, name)
+	used, err := j.child(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -148,13 +163,13 @@ func (j *Job) checkAdopt(ctx context.Context, orphan *Job, name string) error {
 
 // disownJob removes child from j's children.
 func (j *Job) disownJob(ctx context.Context, child *Job) error {
-	children, err := j.Children(ctx)
+	children, err := j.children(ctx)
 	if err != nil {
 		return err
 	}
 	for _, ch := range children {
-		if ch.Job.id == child.id {
-			return j.disown(ctx, ch.Name, child)
+		if ch.job.id == child.id {
+			return j.disown(ctx, ch.name, child)
 		}
 	}
 	return fmt.Errorf("%w: job %d is not a child of job %d", errNotChild, child.id, j.id)

@@ -201,9 +201,8 @@ func TestReadGoldenState(t *testing.T) {
 	children, err := job1.Children(ctx)
 	require.NoError(t, err)
 	require.Len(t, children, 1)
-	require.Equal(t, "kid", children[0].Name)
-	require.Equal(t, int64(2), children[0].Job.ID())
-	parent, err := children[0].Job.Parent(ctx)
+	require.Equal(t, int64(2), children["kid"].ID())
+	parent, err := children["kid"].Parent(ctx)
 	require.NoError(t, err)
 	require.True(t, parent.equal(job1))
 
@@ -230,7 +229,7 @@ func TestReadGoldenState(t *testing.T) {
 	s, _ := v.Str()
 	require.Equal(t, "x", s)
 
-	job2 := children[0].Job
+	job2 := children["kid"]
 	require.Equal(t, "queued", b.status(t, job2))
 	info2, err := job2.Info(ctx)
 	require.NoError(t, err)

@@ -83,7 +83,7 @@ func (testFib) Perform(ctx context.Context, j *Job, _ []rubyjson.Value) error {
 	var sum int64
 	waiting := false
 	for i, name := range []string{"job1", "job2"} {
-		child, err := j.Child(ctx, name)
+		child, err := j.child(ctx, name)
 		if err != nil {
 			return err
 		}
@@ -166,7 +166,7 @@ func (testSumFlow) Perform(ctx context.Context, j *Job, _ []rubyjson.Value) erro
 		}
 		return Suspend()
 	}
-	child := children[0].Job
+	child := children["sum"]
 	if _, sent, err := j.get(ctx, "sent"); err != nil {
 		return err
 	} else if sent {

@@ -154,7 +154,7 @@ func TestFamilyAndDelete(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, gc.AddAlias(ctx, "grand"))
 	b.write(t, b.input(t, c1, "in"), 1)
-	ch, err := p.Child(ctx, "c1")
+	ch, err := p.child(ctx, "c1")
 	require.NoError(t, err)
 	require.True(t, ch.equal(c1))
 	par, err := c1.Parent(ctx)

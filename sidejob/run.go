@@ -214,12 +214,12 @@ func (j *Job) Terminate(ctx context.Context, recursive bool) error {
 		}
 	}
 	if recursive {
-		children, err := j.Children(ctx)
+		children, err := j.children(ctx)
 		if err != nil {
 			return err
 		}
 		for _, ch := range children {
-			if err := ch.Job.Terminate(ctx, true); err != nil {
+			if err := ch.job.Terminate(ctx, true); err != nil {
 				return err
 			}
 		}
@@ -234,12 +234,12 @@ func (j *Job) terminated(ctx context.Context) (bool, error) {
 	if err != nil || s != statusTerminated {
 		return false, err
 	}
-	children, err := j.Children(ctx)
+	children, err := j.children(ctx)
 	if err != nil {
 		return false, err
 	}
 	for _, ch := range children {
-		ok, err := ch.Job.terminated(ctx)
+		ok, err := ch.job.terminated(ctx)
 		if err != nil || !ok {
 			return false, err
 		}
@@ -267,7 +267,7 @@ func (j *Job) Delete(ctx context.Context) (bool, error) {
 			return false, err
 		}
 	}
-	children, err := j.Children(ctx)
+	children, err := j.children(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -275,7 +275,7 @@ func (j *Job) Delete(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	for _, ch := range children {
-		if _, err := ch.Job.Delete(ctx); err != nil {
+		if _, err := ch.job.Delete(ctx); err != nil {
 			return true, err
 		}
 	}

@@ -144,7 +144,7 @@ func (p *Port) connectTo(ctx context.Context, dests ...*Port) ([]*Data, error) {
 
 // disownNamed removes the child named name.
 func (j *Job) disownNamed(ctx context.Context, name string) error {
-	child, err := j.Child(ctx, name)
+	child, err := j.child(ctx, name)
 	if err != nil {
 		return err
 	}

@@ -1,10 +1,13 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/gomodule/redigo/redis"
 
@@ -108,8 +111,8 @@ func (h *handler) sjNode(ctx context.Context, j *sidejob.Job, name string, depth
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range kids {
-		cn, err := h.sjNode(ctx, c.Job, c.Name, depth+1, seen)
+	for _, c := range sjChildren(kids) {
+		cn, err := h.sjNode(ctx, kids[c.Name], c.Name, depth+1, seen)
 		if err != nil {
 			return nil, err
 		}
@@ -133,11 +136,30 @@ type sjPortView struct {
 	More bool
 }
 
+// sjChild is a child job as the job page links it.
+type sjChild struct {
+	Name string
+	ID   int64
+}
+
+// sjChildren returns children in the order their jobs were created (by
+// id).
+func sjChildren(kids map[string]*sidejob.Job) []sjChild {
+	out := make([]sjChild, 0, len(kids))
+	for name, j := range kids {
+		out = append(out, sjChild{Name: name, ID: j.ID()})
+	}
+	slices.SortFunc(out, func(a, b sjChild) int {
+		return cmp.Or(cmp.Compare(a.ID, b.ID), strings.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
 type sjJobData struct {
 	ID       int64
 	Info     *sidejob.Info
 	Parent   int64
-	Children []sidejob.Child
+	Children []sjChild
 	// State is the job's state hash, key and JSON value.
 	State [][2]string
 	Ports []sjPortView
@@ -176,7 +198,9 @@ func (h *handler) sidejobJob(w http.ResponseWriter, r *http.Request) {
 		d.Parent = p.ID()
 	}
 	if err == nil {
-		if d.Children, err = j.Children(ctx); err == nil {
+		var kids map[string]*sidejob.Job
+		if kids, err = j.Children(ctx); err == nil {
+			d.Children = sjChildren(kids)
 			var st *rubyjson.Map
 			if st, err = j.State(ctx); err == nil {
 				for i := range st.Len() {

@@ -130,7 +130,8 @@ type pipeline struct{}
 
 // Perform records the latest total and suspends.
 func (pipeline) Perform(ctx context.Context, j *sidejob.Job, _ []rubyjson.Value) error {
-	child, err := j.Child(ctx, "total")
+	children, err := j.Children(ctx)
+	child := children["total"]
 	if err != nil || child == nil {
 		return err
 	}
