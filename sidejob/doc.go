@@ -14,7 +14,7 @@
 //   - Client (client.go, queue.go): the SideJob module: Queue, Find, Job,
 //     JobIDs, Publish (channels.go), Log (log.go); the reaper (reaper.go)
 //     queues again the jobs a dead process left running
-//     (ServeOpts.ReapInterval).
+//     (Registry.ReapInterval).
 //   - Job (job.go, status.go, run.go, family.go, state.go): status, Run,
 //     Terminate, Delete, aliases, info, children and parent, state (State,
 //     Get, Set); child jobs are created with Job.Queue.
@@ -32,7 +32,7 @@
 //	reg := &sidejob.Registry{}
 //	reg.Register("Sum", sumWorker{}, `{"inports":{"in":{}},"outports":{"sum":{}}}`)
 //	os.Exit(cli.Run(ctx, os.Args, os.Stdout, os.Stderr,
-//		cli.WithServerSetup(sidejob.ServerSetup("core", reg, nil))))
+//		cli.WithServerSetup(sidejob.ServerSetup("core", reg))))
 //
 // then `mybinary work -q core`. SideJob requires one queue per process, and
 // ServerSetup replaces the queue's whole registry, so Ruby and Go processes

@@ -243,7 +243,7 @@ func TestIntegrationSidekiqServer(t *testing.T) {
 		DisablePoller: true, HeartbeatInterval: time.Second,
 	})
 	require.NoError(t, err)
-	require.NoError(t, ServerSetup("testq", b.reg, nil)(srv))
+	require.NoError(t, ServerSetup("testq", b.reg)(srv))
 	done := make(chan struct{})
 	var once sync.Once
 	b.register(t, "TestSumFlow", workerFunc(func(ctx context.Context, j *Job, args []rubyjson.Value) error {

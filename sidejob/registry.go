@@ -4,15 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
 // Registry is the process-local worker registry (the classes that called
-// register in Ruby), in registration order. The zero value is an empty
-// registry.
+// register in Ruby), in registration order, and how ServerSetup serves
+// them. The zero value is an empty registry.
 type Registry struct {
+	// Logger receives the runtime's logs (not the SideJob log channel).
+	Logger zerolog.Logger
+	// ReapInterval, when positive, is how often the server looks for jobs
+	// left running by a dead process and queues them again
+	// (docs/sidejob.md#weakness-3-job-stuck-in-running).
+	ReapInterval time.Duration
+
 	classes []string
 	entries map[string]*registered
 }

@@ -187,7 +187,8 @@ func run(ctx context.Context, url string, n int, serve bool, out io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if err := sidejob.ServerSetup(Queue, reg, &sidejob.ServeOpts{ReapInterval: time.Minute, Logger: logger})(srv); err != nil {
+	reg.ReapInterval, reg.Logger = time.Minute, logger
+	if err := sidejob.ServerSetup(Queue, reg)(srv); err != nil {
 		return err
 	}
 	c, err := sidejob.NewClient(&sidejob.Config{Pool: pool, Sidekiq: srv.Client()})
