@@ -123,7 +123,7 @@ func TestSideJobCommands(t *testing.T) {
 	})
 	run("log", "hello", "there")
 	run("publish", "/nowhere", "7")
-	require.NoError(t, c.Log(sidejob.WithContext(ctx, "job", 9), "second"))
+	require.NoError(t, c.Log(ctx, map[string]any{"job": 9, "message": "second"}))
 	wait.Within(t, 20*time.Second, "both entries", func() bool { return strings.Contains(follow.String(), "second") })
 	cancel()
 	followed := <-done

@@ -32,7 +32,7 @@ func (c *Client) Publish(ctx context.Context, channel string, message any) error
 	if _, err := c.do(ctx, "PUBLISH", channel, v.Encode()); err != nil {
 		return fmt.Errorf("sidejob: publish to %s: %w", channel, err)
 	}
-	wctx := WithContext(ctx, "channel", channel)
+	wctx := withContext(ctx, "channel", channel)
 	subs := map[string]*subscriber{}
 	for _, level := range ascend(channel) {
 		ids, err := redis.Strings(c.do(ctx, "SMEMBERS", sidejobwire.ChannelKey(level)))

@@ -14,13 +14,14 @@ const (
 	groupKey
 )
 
-// WithContext returns a ctx whose SideJob log context has key set to value
-// (the Go form of SideJob.context(key => value) { }). Every log entry and
-// every port write made with the returned ctx carries the context. Keys keep
+// withContext returns a ctx whose SideJob log context has key set to value
+// (the Go form of SideJob.context(key => value) { }): the runtime sets
+// "job" for a run, Publish sets "channel". Every log entry and every port
+// write made with the returned ctx carries the context. Keys keep
 // the order in which they were first set; setting a key again replaces its
 // value in place. value is converted with rubyjson.FromGo; a value that has
 // no JSON form is stored as its fmt.Sprint text.
-func WithContext(ctx context.Context, key string, value any) context.Context {
+func withContext(ctx context.Context, key string, value any) context.Context {
 	v, err := rubyjson.FromGo(value)
 	if err != nil {
 		v = rubyjson.StringValue(fmt.Sprint(value))

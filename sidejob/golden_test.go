@@ -53,7 +53,7 @@ func TestGoldenScenario(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, job1.AddAlias(ctx, "myalias"))
 	in := b.input(t, job1, "in")
-	require.NoError(t, in.Write(WithContext(ctx, "user", "x"), 3))
+	require.NoError(t, in.Write(withContext(ctx, "user", "x"), 3))
 	require.NoError(t, in.Write(ctx, 4))
 	require.NoError(t, b.input(t, job1, "ready").Write(ctx, true))
 	state := rubyjson.NewMap()

@@ -19,8 +19,9 @@ import (
 //   - anything else: converted with rubyjson.FromGo and, when it is not an
 //     object, stored as {"message": value}.
 //
-// The published object is the log context of ctx, then "timestamp", then the
-// entry (later keys replace earlier ones in place). It is published inside a
+// The published object is the log context of ctx ({"job": id} for the ctx
+// a worker's Perform gets), then "timestamp", then the entry (later keys
+// replace earlier ones in place). It is published inside a
 // group with logging off, so ports subscribed to the log channel do not log
 // again.
 func (c *Client) Log(ctx context.Context, entry any) error {

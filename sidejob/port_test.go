@@ -118,7 +118,7 @@ func TestPortLogging(t *testing.T) {
 	require.NoError(t, b.c.inGroup(ctx, nil, func(ctx context.Context) error {
 		return nil
 	}))
-	gctx := WithContext(ctx, "user", "u")
+	gctx := withContext(ctx, "user", "u")
 	require.NoError(t, b.c.inGroup(gctx, nil, func(ctx context.Context) error {
 		require.NoError(t, in.Write(ctx, 1))
 		require.NoError(t, b.c.inGroup(ctx, &groupOptions{Notify: opt(false)}, func(ctx context.Context) error {
@@ -146,7 +146,7 @@ func TestPortEnvelopes(t *testing.T) {
 	require.Equal(t, `{"data":1}`, string(encodeData(ctx, v)))
 	cctx := withContextMap(ctx, nil)
 	require.Equal(t, `{"data":1,"context":{}}`, string(encodeData(cctx, v)))
-	cctx = WithContext(WithContext(ctx, "job", 1), "user", "x")
+	cctx = withContext(withContext(ctx, "job", 1), "user", "x")
 	require.Equal(t, `{"data":1,"context":{"job":1,"user":"x"}}`, string(encodeData(cctx, v)))
 	b := setup(t)
 	require.NoError(t, b.c.inGroup(ctx, &groupOptions{Log: opt(true)}, func(ctx context.Context) error {
@@ -224,7 +224,7 @@ func TestPortConnectTo(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, got)
 	require.NoError(t, b.c.inGroup(ctx, &groupOptions{Notify: opt(false)}, func(ctx context.Context) error {
-		return from.Write(WithContext(ctx, "by", "me"), 1)
+		return from.Write(withContext(ctx, "by", "me"), 1)
 	}))
 	b.write(t, from, 2)
 	require.NoError(t, to.SetDefault(ctx, 0))

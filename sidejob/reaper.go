@@ -119,7 +119,7 @@ func (c *Client) reap(ctx context.Context, p *reapParams) (*reapResult, error) {
 		res.Requeued = append(res.Requeued, id)
 		m := rubyjson.NewMap()
 		m.Set("message", rubyjson.StringValue("job was left running by a process that is gone; queued again"))
-		if err := c.Log(WithContext(ctx, "job", id), m); err != nil {
+		if err := c.Log(withContext(ctx, "job", id), m); err != nil {
 			return res, err
 		}
 	}

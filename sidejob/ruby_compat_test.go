@@ -32,7 +32,7 @@ func TestRubyInterop(t *testing.T) {
 	require.NoError(t, err)
 	in, err := j.Input(ctx, "in")
 	require.NoError(t, err)
-	require.NoError(t, in.Write(WithContext(ctx, "user", "ü"), map[string]any{"k": "☃"}))
+	require.NoError(t, in.Write(withContext(ctx, "user", "ü"), map[string]any{"k": "☃"}))
 
 	out := rubytest.Run(t, srv.URL(), `
 q = Sidekiq::Queue.new('testq')

@@ -135,7 +135,7 @@ func (rt *jobRuntime) execute(ctx context.Context, class string, id int64, args 
 		}
 		return nil
 	}
-	jctx := WithContext(ctx, "job", id)
+	jctx := withContext(ctx, "job", id)
 	runErr := func() error {
 		st, err := j.status(jctx)
 		if err != nil {

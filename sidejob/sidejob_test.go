@@ -36,8 +36,8 @@ func TestLog(t *testing.T) {
 	require.NoError(t, b.c.Log(ctx, m))
 	require.NoError(t, b.c.Log(ctx, errors.New("bad")))
 	require.NoError(t, b.c.Log(ctx, &tracedError{msg: "e", trace: []string{"a.rb:1", "b.rb:2", "gems/sidekiq/x.rb:3", "c.rb:4"}}))
-	cctx := WithContext(WithContext(ctx, "a", 1), "b", "x")
-	require.NoError(t, b.c.Log(WithContext(cctx, "a", 2), "msg"))
+	cctx := withContext(withContext(ctx, "a", 1), "b", "x")
+	require.NoError(t, b.c.Log(withContext(cctx, "a", 2), "msg"))
 	require.NoError(t, b.c.Log(cctx, "after"))
 	require.Equal(t, []string{
 		`/sidejob/log  {"timestamp":"…","abc":123}`,
