@@ -191,7 +191,7 @@ func sjShow(ctx context.Context, e *sjEnv) error {
 	if err != nil {
 		return err
 	}
-	ports, err := portViews(ctx, j)
+	ports, err := portViews(ctx, e, j)
 	if err != nil {
 		return err
 	}

@@ -8,8 +8,10 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/gojob/gojob/sidejob"
 	ucli "github.com/urfave/cli/v2"
+
+	"github.com/gojob/gojob/internal/sidejobwire"
+	"github.com/gojob/gojob/sidejob"
 )
 
 // portView is a port as show and ports print it.
@@ -21,26 +23,21 @@ type portView struct {
 	Channels []string        `json:"channels,omitempty"`
 }
 
-func portViews(ctx context.Context, j *sidejob.Job) ([]portView, error) {
-	ports, err := j.Ports(ctx)
+func portViews(ctx context.Context, e *sjEnv, j *sidejob.Job) ([]portView, error) {
+	conn, err := e.pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ports, err := sidejobwire.Ports(ctx, conn, j.ID())
 	if err != nil {
 		return nil, err
 	}
 	var out []portView
 	for _, p := range ports {
-		v := portView{Type: p.Type(), Name: p.Name()}
-		if v.Size, err = p.Size(ctx); err != nil {
-			return nil, err
-		}
-		d, err := p.Default(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if d != nil {
-			v.Default = d.Value.Encode()
-		}
-		if v.Channels, err = p.Channels(ctx); err != nil {
-			return nil, err
+		v := portView{Type: p.Type, Name: p.Name, Size: p.Size, Channels: p.Channels}
+		if p.HasDefault {
+			v.Default = p.Default.Encode()
 		}
 		out = append(out, v)
 	}
@@ -69,7 +66,7 @@ func sjPorts(ctx context.Context, e *sjEnv) error {
 	if err != nil {
 		return err
 	}
-	ports, err := portViews(ctx, j)
+	ports, err := portViews(ctx, e, j)
 	if err != nil {
 		return err
 	}

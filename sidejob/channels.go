@@ -2,7 +2,6 @@ package sidejob
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -100,7 +99,7 @@ func (c *Client) subscriber(ctx context.Context, raw string) (*subscriber, error
 	}
 	s := &subscriber{job: j, ports: map[string][]string{}}
 	for i := 0; i+1 < len(kv); i += 2 {
-		chans, err := decodeChannels(kv[i+1])
+		chans, err := sidejobwire.DecodeChannels(kv[i+1])
 		if err != nil {
 			return nil, fmt.Errorf("job %d port %s channels: %w", id, kv[i], err)
 		}
@@ -109,28 +108,6 @@ func (c *Client) subscriber(ctx context.Context, raw string) (*subscriber, error
 		}
 	}
 	return s, nil
-}
-
-// decodeChannels reads a channels hash value, a JSON array of strings.
-func decodeChannels(s string) ([]string, error) {
-	v, err := rubyjson.Parse([]byte(s))
-	if err != nil {
-		return nil, err
-	}
-	if v.IsNull() {
-		return nil, nil
-	}
-	arr, ok := v.Array()
-	if !ok {
-		return nil, errors.New("not a JSON array")
-	}
-	out := make([]string, 0, len(arr))
-	for _, e := range arr {
-		if str, ok := e.Str(); ok {
-			out = append(out, str)
-		}
-	}
-	return out, nil
 }
 
 // ascend returns channel and its ancestors as Ruby's Pathname#ascend yields

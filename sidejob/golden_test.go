@@ -212,7 +212,7 @@ func TestReadGoldenState(t *testing.T) {
 	require.Equal(t, `{"hello":1}`, string(d.Value.Encode()))
 	require.Equal(t, `{"channel":"/test/chan/sub"}`, string(d.Context.Encode()))
 	require.Equal(t, `[1,2]`, b.read(t, extra), "then the default")
-	chans, err := extra.Channels(ctx)
+	chans, err := extra.channels(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{"/test/chan"}, chans)
 	sum := b.output(t, job1, "sum")

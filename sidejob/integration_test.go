@@ -107,7 +107,7 @@ func (testFib) Perform(ctx context.Context, j *Job, _ []rubyjson.Value) error {
 		if err != nil {
 			return err
 		}
-		d, err := num.Default(ctx)
+		d, err := num.defaultData(ctx)
 		if err != nil {
 			return err
 		}

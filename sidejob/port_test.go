@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
@@ -41,7 +42,7 @@ func TestPortDataAndDefaults(t *testing.T) {
 	require.False(t, ok)
 	vals := []any{1, 2.5, "x", true, false, nil, []any{1, "a"}, map[string]any{"k": []any{}}}
 	b.write(t, p, vals...)
-	n, err := p.Size(ctx)
+	n, err := p.size(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(len(vals)), n)
 	for _, want := range []string{"1", "2.5", `"x"`, "true", "false", "null", `[1,"a"]`, `{"k":[]}`} {
@@ -53,19 +54,19 @@ func TestPortDataAndDefaults(t *testing.T) {
 		has, err := p.hasDefault(ctx)
 		require.NoError(t, err)
 		require.True(t, has)
-		d, err := p.Default(ctx)
+		d, err := p.defaultData(ctx)
 		require.NoError(t, err)
 		want, _ := rubyjson.FromGo(def)
 		require.Equal(t, string(want.Encode()), string(d.Value.Encode()))
 		require.Equal(t, string(want.Encode()), b.read(t, p), "returned on every read")
 		require.Equal(t, string(want.Encode()), b.read(t, p))
-		n, _ := p.Size(ctx)
+		n, _ := p.size(ctx)
 		require.Zero(t, n, "a default is not data")
 		ok, _ := p.hasData(ctx)
 		require.True(t, ok, "data? counts a default")
 	}
-	require.NoError(t, p.SetDefault(ctx, none))
-	d, err := p.Default(ctx)
+	require.NoError(t, p.SetDefault(ctx, (*Data)(nil)))
+	d, err := p.defaultData(ctx)
 	require.NoError(t, err)
 	require.Nil(t, d)
 	require.Equal(t, "None", b.read(t, p))
@@ -180,7 +181,7 @@ func TestPortSetDefaultGroup(t *testing.T) {
 	require.NoError(t, b.c.inGroup(ctx, &groupOptions{SetDefault: opt(true)}, func(ctx context.Context) error {
 		return sum.Write(ctx, 9)
 	}))
-	n, _ := sum.Size(ctx)
+	n, _ := sum.size(ctx)
 	require.Zero(t, n)
 	require.Equal(t, map[string]string{"sum": `{"data":9,"options":{"set_default":true}}`}, b.hash(t, "job:1:outports:default"))
 }
@@ -193,10 +194,10 @@ func TestPortChannels(t *testing.T) {
 	in, sum := b.input(t, j, "in"), b.output(t, j, "sum")
 	require.NoError(t, in.setChannels(ctx, []string{"/a", "/b"}))
 	require.Equal(t, []string{"1"}, b.set(t, "channel:/a"))
-	chans, _ := in.Channels(ctx)
+	chans, _ := in.channels(ctx)
 	require.Equal(t, []string{"/a", "/b"}, chans)
 	require.NoError(t, in.setChannels(ctx, nil))
-	chans, _ = in.Channels(ctx)
+	chans, _ = in.channels(ctx)
 	require.Equal(t, []string{}, chans)
 	require.Equal(t, []string{"1"}, b.set(t, "channel:/a"), "membership kept (lazy)")
 	require.NoError(t, sum.setChannels(ctx, []string{"/out"}))
@@ -264,13 +265,17 @@ func TestDynamicPorts(t *testing.T) {
 	})
 	p := b.input(t, j, "new1")
 	require.Equal(t, `"d"`, b.read(t, p))
-	chans, _ := p.Channels(ctx)
+	chans, _ := p.channels(ctx)
 	require.Empty(t, chans, "channels are not inherited")
 	o := b.output(t, j, "o1")
 	require.Equal(t, "None", b.read(t, o))
-	ports, err := j.Ports(ctx)
+	conn := b.pool.Get()
+	defer conn.Close()
+	ports, err := sidejobwire.Ports(ctx, conn, j.ID())
 	require.NoError(t, err)
 	require.Len(t, ports, 2)
-	require.Equal(t, [2]string{"in", "new1"}, [2]string{ports[0].Type(), ports[0].Name()})
-	require.Equal(t, [2]string{"out", "o1"}, [2]string{ports[1].Type(), ports[1].Name()})
+	require.Equal(t, [2]string{"in", "new1"}, [2]string{ports[0].Type, ports[0].Name})
+	require.Equal(t, [2]string{"out", "o1"}, [2]string{ports[1].Type, ports[1].Name})
+	require.Equal(t, `"d"`, string(ports[0].Default.Encode()), "the default of * is copied")
+	require.False(t, ports[1].HasDefault)
 }

@@ -30,14 +30,6 @@ func (t portType) String() string {
 	return "in"
 }
 
-// none is the "no default" marker (Ruby's Port::None): SetDefault(ctx, none)
-// removes a port's default. It is distinct from nil, which is the JSON null
-// default, and from false.
-var none = noneType{}
-
-// noneType is the type of none.
-type noneType struct{}
-
 // errNoPort is matched by errors about a port that does not exist.
 var errNoPort = errors.New("sidejob: no such port")
 
@@ -53,15 +45,9 @@ type Port struct {
 	name string
 }
 
-// Type returns the port's direction: "in" or "out", as in the Redis keys.
-func (p *Port) Type() string { return p.typ.String() }
-
-// Name returns the port name.
-func (p *Port) Name() string { return p.name }
-
 // String returns the port's data key, "job:<id>:<in|out>:<name>" (Ruby's
 // redis_key and to_s).
-func (p *Port) String() string { return p.job.key(p.typ.String() + ":" + p.name) }
+func (p *Port) String() string { return sidejobwire.PortKey(p.job.id, p.typ.String(), p.name) }
 
 func (p *Port) setKey() string      { return p.job.key(p.typ.String() + "ports") }
 func (p *Port) defaultKey() string  { return p.job.key(p.typ.String() + "ports:default") }
@@ -112,21 +98,6 @@ func (j *Job) port(ctx context.Context, typ portType, name string) (*Port, error
 	return p, nil
 }
 
-// Ports returns the job's input ports, then its output ports (Ruby's
-// inports and outports), each sorted by name ("*" is left out). Port.Type
-// tells them apart.
-func (j *Job) Ports(ctx context.Context) ([]*Port, error) {
-	in, err := j.ports(ctx, inPort)
-	if err != nil {
-		return nil, err
-	}
-	out, err := j.ports(ctx, outPort)
-	if err != nil {
-		return nil, err
-	}
-	return append(in, out...), nil
-}
-
 // ports returns the job's ports of one type, sorted by name ("*" is left
 // out).
 func (j *Job) ports(ctx context.Context, typ portType) ([]*Port, error) {
@@ -147,9 +118,9 @@ func (j *Job) ports(ctx context.Context, typ portType) ([]*Port, error) {
 	return out, nil
 }
 
-// Size returns the number of values waiting on the port (LLEN; a default is
+// size returns the number of values waiting on the port (LLEN; a default is
 // not counted).
-func (p *Port) Size(ctx context.Context) (int64, error) {
+func (p *Port) size(ctx context.Context) (int64, error) {
 	n, err := redis.Int64(p.job.c.do(ctx, "LLEN", p.String()))
 	if err != nil {
 		return 0, fmt.Errorf("sidejob: %s size: %w", p, err)
@@ -157,9 +128,9 @@ func (p *Port) Size(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// Default returns the port's default, or nil when it has none. A null or
-// false default is a non-nil *Data.
-func (p *Port) Default(ctx context.Context) (*Data, error) {
+// defaultData returns the port's default, or nil when it has none. A null
+// or false default is a non-nil *Data.
+func (p *Port) defaultData(ctx context.Context) (*Data, error) {
 	raw, err := redis.Bytes(p.job.c.do(ctx, "HGET", p.defaultKey(), p.name))
 	if errors.Is(err, redis.ErrNil) {
 		return nil, nil
@@ -170,12 +141,14 @@ func (p *Port) Default(ctx context.Context) (*Data, error) {
 	return decodeData(raw)
 }
 
-// SetDefault sets the port's default to v (nil is JSON null), encoded with
-// the log context and group options of ctx. ClearDefault removes the
-// default.
+// SetDefault sets the port's default, the value a read returns while the
+// port has no data, to v (converted as Write converts it; nil is JSON
+// null), encoded with the log context and group options of ctx. A nil
+// *Data (what Read returns when there is neither data nor a default; the
+// gem's Port::None) removes the default.
 func (p *Port) SetDefault(ctx context.Context, v any) error {
-	if _, none := v.(noneType); none {
-		return p.ClearDefault(ctx)
+	if d, isData := v.(*Data); isData && d == nil {
+		return p.clearDefault(ctx)
 	}
 	val, err := toValue(v)
 	if err != nil {
@@ -187,16 +160,16 @@ func (p *Port) SetDefault(ctx context.Context, v any) error {
 	return nil
 }
 
-// ClearDefault removes the port's default.
-func (p *Port) ClearDefault(ctx context.Context) error {
+// clearDefault removes the port's default.
+func (p *Port) clearDefault(ctx context.Context) error {
 	if _, err := p.job.c.do(ctx, "HDEL", p.defaultKey(), p.name); err != nil {
 		return fmt.Errorf("sidejob: %s clear default: %w", p, err)
 	}
 	return nil
 }
 
-// Channels returns the port's channels ([] when none).
-func (p *Port) Channels(ctx context.Context) ([]string, error) {
+// channels returns the port's channels ([] when none).
+func (p *Port) channels(ctx context.Context) ([]string, error) {
 	raw, err := redis.String(p.job.c.do(ctx, "HGET", p.channelsKey(), p.name))
 	if errors.Is(err, redis.ErrNil) {
 		return []string{}, nil
@@ -204,7 +177,7 @@ func (p *Port) Channels(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sidejob: %s channels: %w", p, err)
 	}
-	chans, err := decodeChannels(raw)
+	chans, err := sidejobwire.DecodeChannels(raw)
 	if err != nil {
 		return nil, fmt.Errorf("sidejob: %s channels: %w", p, err)
 	}
@@ -257,7 +230,7 @@ func (p *Port) Write(ctx context.Context, v any) error {
 		return err
 	}
 	if p.typ == outPort {
-		chans, err := p.Channels(ctx)
+		chans, err := p.channels(ctx)
 		if err != nil {
 			return err
 		}
@@ -302,7 +275,7 @@ func (p *Port) Read(ctx context.Context) (*Data, error) {
 // (Enumerable#each: the default is never yielded).
 func (p *Port) Each(ctx context.Context, fn func(*Data) error) error {
 	for {
-		n, err := p.Size(ctx)
+		n, err := p.size(ctx)
 		if err != nil {
 			return err
 		}

@@ -55,7 +55,7 @@ func TestLogNoLoop(t *testing.T) {
 	j := b.queue(t, "TestSum", nil)
 	require.NoError(t, b.input(t, j, "in").setChannels(ctx, []string{"/sidejob/log", "/"}))
 	require.NoError(t, b.c.Log(ctx, "hello"))
-	n, err := b.input(t, j, "in").Size(ctx)
+	n, err := b.input(t, j, "in").size(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), n, "delivered at both levels, no further log entries")
 	d, err := b.input(t, j, "in").Read(ctx)

@@ -112,7 +112,7 @@ func (p *Port) connectTo(ctx context.Context, dests ...*Port) ([]*Data, error) {
 			if dst.typ != outPort {
 				continue
 			}
-			chans, err := dst.Channels(ctx)
+			chans, err := dst.channels(ctx)
 			if err != nil {
 				return data, err
 			}

@@ -109,7 +109,7 @@ func (j *Job) ForInputs(ctx context.Context, ports []string, fn func(ctx context
 				done = true
 				values := make([]rubyjson.Value, len(ps))
 				for i, p := range ps {
-					d, err := p.Default(gctx)
+					d, err := p.defaultData(gctx)
 					if err != nil {
 						return err
 					}

@@ -86,7 +86,7 @@ func TestForInputs(t *testing.T) {
 	w.rows = nil
 	require.NoError(t, b.rt.runInline(ctx, j, nil))
 	require.Equal(t, []string{"[5,100]"}, w.rows)
-	d, err := out.Default(ctx)
+	d, err := out.defaultData(ctx)
 	require.NoError(t, err)
 	require.Equal(t, "105", string(d.Value.Encode()))
 	require.NoError(t, b.rt.runInline(ctx, j, nil))
@@ -96,7 +96,7 @@ func TestForInputs(t *testing.T) {
 	require.Equal(t, []string{"[5,100]", "[6,100]"}, w.rows, "a changed default yields again")
 
 	// defaults plus an empty port without default: no yield
-	require.NoError(t, a.ClearDefault(ctx))
+	require.NoError(t, a.SetDefault(ctx, (*Data)(nil)))
 	w.rows = nil
 	require.NoError(t, b.rt.runInline(ctx, j, nil))
 	require.Empty(t, w.rows)

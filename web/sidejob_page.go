@@ -219,27 +219,22 @@ func (h *handler) sidejobJob(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) sjPorts(ctx context.Context, j *sidejob.Job) ([]sjPortView, error) {
-	ports, err := j.Ports(ctx)
+	conn, err := h.cfg.Pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ports, err := sidejobwire.Ports(ctx, conn, j.ID())
 	if err != nil {
 		return nil, err
 	}
 	var out []sjPortView
 	for _, p := range ports {
-		v := sjPortView{Type: p.Type(), Name: p.Name()}
-		if v.Size, err = p.Size(ctx); err != nil {
-			return nil, err
+		v := sjPortView{Type: p.Type, Name: p.Name, Size: p.Size, Channels: p.Channels}
+		if p.HasDefault {
+			v.HasDefault, v.Default = true, string(p.Default.Encode())
 		}
-		def, err := p.Default(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if def != nil {
-			v.HasDefault, v.Default = true, string(def.Value.Encode())
-		}
-		if v.Channels, err = p.Channels(ctx); err != nil {
-			return nil, err
-		}
-		if v.Data, err = h.peekPort(ctx, p); err != nil {
+		if v.Data, err = peekPort(ctx, conn, sidejobwire.PortKey(j.ID(), p.Type, p.Name)); err != nil {
 			return nil, err
 		}
 		v.More = v.Size > int64(len(v.Data))
@@ -248,15 +243,10 @@ func (h *handler) sjPorts(ctx context.Context, j *sidejob.Job) ([]sjPortView, er
 	return out, nil
 }
 
-// peekPort reads the first waiting values of a port (LRANGE of its list;
-// Port.Read pops from the same end) without consuming them.
-func (h *handler) peekPort(ctx context.Context, p *sidejob.Port) ([]string, error) {
-	conn, err := h.cfg.Pool.GetContext(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	raws, err := redis.ByteSlices(redis.DoContext(conn, ctx, "LRANGE", p.String(), 0, portPeek-1))
+// peekPort reads the first waiting values of a port's data list (LRANGE;
+// a read pops from the same end) without consuming them.
+func peekPort(ctx context.Context, conn redis.Conn, key string) ([]string, error) {
+	raws, err := redis.ByteSlices(redis.DoContext(conn, ctx, "LRANGE", key, 0, portPeek-1))
 	if err != nil {
 		return nil, err
 	}

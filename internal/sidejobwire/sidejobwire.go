@@ -6,6 +6,7 @@ package sidejobwire
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -32,6 +33,10 @@ const (
 // JobKey returns the key prefix of a job, "job:<id>" (Ruby's redis_key and
 // to_s).
 func JobKey(id int64) string { return "job:" + strconv.FormatInt(id, 10) }
+
+// PortKey returns the data list of a port, "job:<id>:<in|out>:<name>"
+// (Ruby's Port#redis_key); typ is "in" or "out".
+func PortKey(id int64, typ, name string) string { return JobKey(id) + ":" + typ + ":" + name }
 
 // ChannelKey returns the set of job ids that may listen on channel.
 func ChannelKey(channel string) string { return "channel:" + channel }
@@ -93,4 +98,94 @@ func JobIDs(ctx context.Context, conn redis.Conn) ([]int64, error) {
 	}
 	slices.Sort(ids)
 	return ids, nil
+}
+
+// DecodeChannels reads a value of a job's inports:channels or
+// outports:channels hash, a JSON array of channel names (null is none).
+func DecodeChannels(s string) ([]string, error) {
+	v, err := rubyjson.Parse([]byte(s))
+	if err != nil {
+		return nil, err
+	}
+	if v.IsNull() {
+		return nil, nil
+	}
+	arr, ok := v.Array()
+	if !ok {
+		return nil, errors.New("not a JSON array")
+	}
+	out := make([]string, 0, len(arr))
+	for _, e := range arr {
+		if str, ok := e.Str(); ok {
+			out = append(out, str)
+		}
+	}
+	return out, nil
+}
+
+// PortView is a port as the command line and the dashboard list it.
+type PortView struct {
+	// Type is "in" or "out".
+	Type string
+	Name string
+	// Size is the number of values waiting (LLEN of the data list).
+	Size int64
+	// HasDefault tells whether the port has a default; Default is its
+	// value then.
+	HasDefault bool
+	Default    rubyjson.Value
+	// Channels are the port's channels ([] when none).
+	Channels []string
+}
+
+// Ports reads the ports of job id: its input ports, then its output ports,
+// each sorted by name ("*" is left out), as Ruby's inports and outports
+// list them. A job that does not exist has none.
+func Ports(ctx context.Context, conn redis.Conn, id int64) ([]PortView, error) {
+	var out []PortView
+	for _, typ := range []string{"in", "out"} {
+		names, err := redis.Strings(redis.DoContext(conn, ctx, "SMEMBERS", JobKey(id)+":"+typ+"ports"))
+		if err != nil {
+			return nil, fmt.Errorf("sidejob: job %d %sports: %w", id, typ, err)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			if name == "*" {
+				continue
+			}
+			v, err := portView(ctx, conn, id, typ, name)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+func portView(ctx context.Context, conn redis.Conn, id int64, typ, name string) (PortView, error) {
+	v := PortView{Type: typ, Name: name, Channels: []string{}}
+	conn.Send("LLEN", PortKey(id, typ, name))
+	conn.Send("HGET", JobKey(id)+":"+typ+"ports:default", name)
+	conn.Send("HGET", JobKey(id)+":"+typ+"ports:channels", name)
+	replies, err := redis.Values(redis.DoContext(conn, ctx, ""))
+	if err == nil && len(replies) != 3 {
+		err = errors.New("short reply")
+	}
+	if err != nil {
+		return v, fmt.Errorf("sidejob: job %d %sport %s: %w", id, typ, name, err)
+	}
+	v.Size, _ = redis.Int64(replies[0], nil)
+	if raw, err := redis.Bytes(replies[1], nil); err == nil {
+		if v.Default, _, _, err = DecodeEnvelope(raw); err != nil {
+			return v, err
+		}
+		v.HasDefault = true
+	}
+	if raw, err := redis.String(replies[2], nil); err == nil {
+		if v.Channels, err = DecodeChannels(raw); err != nil {
+			return v, fmt.Errorf("sidejob: job %d %sport %s channels: %w", id, typ, name, err)
+		}
+	}
+	return v, nil
 }
