@@ -11,18 +11,20 @@
 //
 // # Layout
 //
-//   - Client (client.go, queue.go): the SideJob module: Queue, Find, Job,
-//     JobIDs, Publish (channels.go), Log (log.go); the reaper (reaper.go)
-//     queues again the jobs a dead process left running
+//   - Client (client.go, queue.go): the SideJob module: Queue, Find (by
+//     alias or id), Publish (channels.go), Log (log.go); the reaper
+//     (reaper.go) queues again the jobs a dead process left running
 //     (Registry.ReapInterval).
-//   - Job (job.go, status.go, run.go, family.go, state.go): status, Run,
-//     Terminate, Delete, aliases, info, children and parent, state (State,
-//     Get, Set); child jobs are created with Job.Queue.
+//   - Job (job.go, status.go, run.go, family.go, state.go): Info (status,
+//     worker, aliases, timestamps), Run, Terminate, Delete, AddAlias,
+//     Children (by name) and Parent, state (State, Set); child jobs are
+//     created with Job.Queue.
 //   - Port (ports.go, port_defs.go, data.go): Read, Write, Each,
-//     defaults (SetDefault, ClearDefault), channels, envelopes (Data).
-//   - WithContext (context.go): SideJob.context, carried by
-//     context.Context; port groups (Port.group, group.go) are carried the
-//     same way.
+//     SetDefault, envelopes (Data). Ports are declared as the gem's JSON
+//     port hashes, in a worker's config and in QueueOpts.
+//   - The log context (context.go, SideJob.context: the job id of a run,
+//     the channel of a publish) and port groups (group.go) are carried by
+//     context.Context.
 //   - Worker, Starter, Stopper, Suspend, ForInputs (worker.go), Registry and
 //     ServerSetup (setup.go): the server middleware (runtime.go) executes
 //     jobs as a sidekiq.Handler.
