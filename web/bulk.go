@@ -12,6 +12,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/gojob/gojob/internal/lease"
+	"github.com/gojob/gojob/internal/numfmt"
 	"github.com/gojob/gojob/sidekiq/api"
 )
 
@@ -81,17 +82,17 @@ func (s *bulkStatus) Summary() string {
 	}
 	switch s.State {
 	case "running":
-		return fmt.Sprintf("%s%s: %s of %s done", s.Label, scope, num(s.Done), plural(int(s.Total), "job"))
+		return fmt.Sprintf("%s%s: %s of %s done", s.Label, scope, numfmt.Int(s.Done), plural(int(s.Total), "job"))
 	case "interrupted":
 		return fmt.Sprintf("%s%s stopped after %s of %s: the dashboard process running it ended; press the button again for the rest",
-			s.Label, scope, num(s.Done), plural(int(s.Total), "job"))
+			s.Label, scope, numfmt.Int(s.Done), plural(int(s.Total), "job"))
 	}
 	msg := fmt.Sprintf("%s%s finished: %s", s.Label, scope, plural(int(s.Moved), "job"))
 	if s.Gone > 0 {
-		msg += fmt.Sprintf(", %s no longer there", num(s.Gone))
+		msg += fmt.Sprintf(", %s no longer there", numfmt.Int(s.Gone))
 	}
 	if s.Left > 0 {
-		msg += fmt.Sprintf(", %s left in place (unparsable)", num(s.Left))
+		msg += fmt.Sprintf(", %s left in place (unparsable)", numfmt.Int(s.Left))
 	}
 	if s.Dropped > 0 {
 		msg += fmt.Sprintf("; the dead set's cap dropped %s, the oldest", plural(int(s.Dropped), "dead job"))
@@ -184,7 +185,7 @@ func (e *errBulkRunning) Error() string {
 		return "another bulk action is running on this set: wait for it to finish (its progress shows on the page)"
 	}
 	return fmt.Sprintf("refused: %s is still running (%s of %s done, started %s ago); wait for it to finish",
-		e.st.Label, num(e.st.Done), plural(int(e.st.Total), "job"), humanDuration(time.Since(e.st.Started)))
+		e.st.Label, numfmt.Int(e.st.Done), plural(int(e.st.Total), "job"), humanDuration(time.Since(e.st.Started)))
 }
 
 // start takes the set's lease and runs action in the background. q is the

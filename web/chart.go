@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/numfmt"
 	"github.com/gojob/gojob/sidekiq/api"
 )
 
@@ -59,7 +60,7 @@ func historyChart(days []api.DayStats) template.HTML {
 		for i := range n {
 			d := days[n-1-i]
 			fmt.Fprintf(&b, `<circle class="dot %s" cx="%.1f" cy="%.1f" r="3"><title>%s: %s %s</title></circle>`,
-				class, x(i), y(val(d)), d.Date, num(val(d)), class)
+				class, x(i), y(val(d)), d.Date, numfmt.Int(val(d)), class)
 		}
 	}
 	series("processed", func(d api.DayStats) int64 { return d.Processed })
@@ -93,7 +94,7 @@ func histogramChart(counts []int64) template.HTML {
 		h := plotH * float64(c) / float64(maxV)
 		x := padL + bw*float64(i)
 		fmt.Fprintf(&b, `<rect class="bar" x="%.1f" y="%.1f" width="%.1f" height="%.1f"><title>%s: %s jobs</title></rect>`,
-			x+2, padT+plotH-h, bw-4, h, bucketLabel(i), num(c))
+			x+2, padT+plotH-h, bw-4, h, bucketLabel(i), numfmt.Int(c))
 		if i%3 == 0 {
 			fmt.Fprintf(&b, `<text class="axis" x="%.1f" y="%d" text-anchor="middle">%s</text>`, x+bw/2, chartH-padB+18, bucketLabel(i))
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gojob/gojob/batch"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/numfmt"
 	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -135,7 +136,7 @@ func (h *handler) render(w http.ResponseWriter, r *http.Request, page, title, na
 }
 
 var funcs = template.FuncMap{
-	"num":      num,
+	"num":      numfmt.Int,
 	"cnum":     compactNum,
 	"ago":      when,
 	"utc":      utc,
@@ -196,24 +197,6 @@ var funcs = template.FuncMap{
 	},
 }
 
-// num formats n with thousands separators.
-func num(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
-
 // utc is the absolute form of a time on every page.
 func utc(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }
 
@@ -255,7 +238,7 @@ func compactNum(n int64) string {
 		a = -a
 	}
 	if a < 1_000_000 {
-		return num(n)
+		return numfmt.Int(n)
 	}
 	units := []struct {
 		div  float64
@@ -273,7 +256,7 @@ func compactNum(n int64) string {
 			return strconv.FormatFloat(math.Trunc(v*math.Pow10(prec))/math.Pow10(prec), 'f', prec, 64) + u.unit
 		}
 	}
-	return num(n)
+	return numfmt.Int(n)
 }
 
 // ago is a short relative time: "12 s ago", "in 3 min".
@@ -400,7 +383,7 @@ func pluralAny(n any, word string) string {
 	if v == 1 {
 		return "1 " + word
 	}
-	return num(v) + " " + pluralWord(word)
+	return numfmt.Int(v) + " " + pluralWord(word)
 }
 
 // plural returns "1 job" / "3 jobs" / "1,234 processes".
@@ -408,7 +391,7 @@ func plural(n int, word string) string {
 	if n == 1 {
 		return "1 " + word
 	}
-	return num(int64(n)) + " " + pluralWord(word)
+	return numfmt.Int(int64(n)) + " " + pluralWord(word)
 }
 
 // pluralWord is the plural of an English noun phrase's last word.

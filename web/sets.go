@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gojob/gojob/internal/numfmt"
 	"github.com/gojob/gojob/sidekiq/api"
 )
 
@@ -314,7 +315,7 @@ func (h *handler) setBulk(k *setKind) http.HandlerFunc {
 		}
 		msg := fmt.Sprintf("%s: %s", actionLabels[action], plural(done, "job"))
 		if gone > 0 {
-			msg += fmt.Sprintf(" (%s no longer there)", num(int64(gone)))
+			msg += fmt.Sprintf(" (%s no longer there)", numfmt.Int(int64(gone)))
 		}
 		msg += droppedNote(dropped)
 		h.redirectBack(w, r, back, msg)

@@ -8,6 +8,8 @@ import (
 
 	"charm.land/lipgloss/v2"
 	"github.com/charmbracelet/x/ansi"
+
+	"github.com/gojob/gojob/internal/numfmt"
 )
 
 // State is what Render shows.
@@ -151,13 +153,13 @@ func statItems(s State) []string {
 		conc += p.Concurrency
 	}
 	return []string{
-		"processed " + num(sn.Processed) + rate(s.Rates.Processed),
-		"failed " + num(sn.Failed) + rate(s.Rates.Failed),
-		"busy " + num(sn.Busy) + "/" + num(conc),
-		"enqueued " + num(sn.Enqueued),
-		"scheduled " + num(sn.Scheduled),
-		"retries " + num(sn.Retries),
-		"dead " + num(sn.Dead),
+		"processed " + numfmt.Int(sn.Processed) + rate(s.Rates.Processed),
+		"failed " + numfmt.Int(sn.Failed) + rate(s.Rates.Failed),
+		"busy " + numfmt.Int(sn.Busy) + "/" + numfmt.Int(conc),
+		"enqueued " + numfmt.Int(sn.Enqueued),
+		"scheduled " + numfmt.Int(sn.Scheduled),
+		"retries " + numfmt.Int(sn.Retries),
+		"dead " + numfmt.Int(sn.Dead),
 	}
 }
 
@@ -389,7 +391,7 @@ func queueList(s State) *list {
 		if q.Size == 0 {
 			lat = "-"
 		}
-		l.rows = append(l.rows, []string{q.Name, num(q.Size), lat, state})
+		l.rows = append(l.rows, []string{q.Name, numfmt.Int(q.Size), lat, state})
 		if q.Name == s.Selected[paneQueues] {
 			l.sel = i
 		}
@@ -415,7 +417,7 @@ func processList(s State) *list {
 		if !p.Beat.IsZero() {
 			beat = dur(max(0, s.Now.Sub(p.Beat)))
 		}
-		l.rows = append(l.rows, []string{p.Identity, num(p.Busy) + "/" + num(p.Concurrency), state, version, beat, p.Tag})
+		l.rows = append(l.rows, []string{p.Identity, numfmt.Int(p.Busy) + "/" + numfmt.Int(p.Concurrency), state, version, beat, p.Tag})
 		if p.Identity == s.Selected[paneProcesses] {
 			l.sel = i
 		}
@@ -460,24 +462,6 @@ func fit(s string, width int) string {
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	return s
-}
-
-// num formats n with thousands separators.
-func num(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
 }
 
 // dur formats a duration in at most two units: 850ms, 4.2s, 3m05s, 2h07m,
