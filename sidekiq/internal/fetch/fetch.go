@@ -461,6 +461,19 @@ func (f *conn) refused(err error) bool {
 	return f.cfg.backoff(f.b.Next())
 }
 
+// errorReply handles an error reply to a round (a queue key that is not
+// a list, say): it backs off as an outage does instead of spinning; a
+// refusal of a Redis that is loading or no longer the master (READONLY
+// after a failover) is handled by refused. false when the server went
+// quiet.
+func (f *conn) errorReply(err error) bool {
+	if redisx.IsTransient(err) {
+		return f.refused(err)
+	}
+	f.health().failed(err)
+	return f.cfg.sleepOrQuiet(time.Second)
+}
+
 // ok records the success of a command sent at sent.
 func (f *conn) ok(sent time.Time) {
 	f.cfg.Outage.OKSince(sent)

@@ -9,7 +9,6 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/gojob/gojob/internal/contract"
-	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/internal/resp"
 )
 
@@ -271,14 +270,7 @@ func (bs *blockers) run(b *blocker, seed uint64) {
 		}
 		if err != nil {
 			giveBack()
-			if redisx.IsTransient(err) {
-				if !fc.refused(err) {
-					return
-				}
-				continue
-			}
-			cfg.Health.failed(err)
-			if !cfg.sleepOrQuiet(time.Second) {
+			if !fc.errorReply(err) {
 				return
 			}
 			continue

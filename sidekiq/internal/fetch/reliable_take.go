@@ -11,7 +11,6 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/gojob/gojob/internal/contract"
-	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/internal/resp"
 )
 
@@ -408,19 +407,7 @@ func (f *reliableFetch) taker(taking *atomic.Int64, g *gathering, seed uint64) {
 		clear(rd.acks)
 		clear(rd.moves)
 		if err != nil {
-			// An error reply (a queue key that is not a list, say) backs
-			// off as an outage does, instead of spinning. A refusal of a
-			// Redis that is loading or no longer the master (READONLY
-			// after a failover) drops the connection: the next one is
-			// dialled to the master of the moment.
-			if redisx.IsTransient(err) {
-				if !fc.refused(err) {
-					return
-				}
-				continue
-			}
-			cfg.Health.failed(err)
-			if !cfg.sleepOrQuiet(time.Second) {
+			if !fc.errorReply(err) {
 				return
 			}
 			continue
