@@ -394,17 +394,11 @@ func (l *reliableLife) ownEntries(lists []string) (map[string]map[string]int, er
 	if len(lists) == 0 {
 		return out, nil
 	}
-	ctx, cancel := ctxTimeout(30 * time.Second)
-	defer cancel()
-	conn, err := l.cfg.Pool.GetContext(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	for _, k := range lists {
-		conn.Send("LRANGE", k, 0, -1)
-	}
-	replies, err := redisreply.Pipeline(ctx, conn)
+	replies, err := l.pipeline(func(conn redis.Conn) {
+		for _, k := range lists {
+			conn.Send("LRANGE", k, 0, -1)
+		}
+	})
 	if err != nil {
 		return nil, err
 	}

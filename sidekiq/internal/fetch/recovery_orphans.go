@@ -67,6 +67,30 @@ func (l *reliableLife) pass(stop <-chan struct{}) error {
 	return errors.Join(errs...)
 }
 
+// conn returns a connection of the pool for a step of a recovery pass,
+// with the step's context (30 s); release closes both.
+func (l *reliableLife) conn() (context.Context, redis.Conn, func(), error) {
+	ctx, cancel := ctxTimeout(30 * time.Second)
+	conn, err := l.cfg.Pool.GetContext(ctx)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, conn, func() { conn.Close(); cancel() }, nil
+}
+
+// pipeline sends the commands send queues on a connection of the pool, in
+// one round trip, and returns their replies.
+func (l *reliableLife) pipeline(send func(conn redis.Conn)) ([]any, error) {
+	ctx, conn, release, err := l.conn()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	send(conn)
+	return redisreply.Pipeline(ctx, conn)
+}
+
 // gone returns the owners among identities that are gone, each with
 // whether it is known gone although its keys have not expired yet (same
 // host, its pid ended): one pipeline for all of them.
@@ -75,18 +99,12 @@ func (l *reliableLife) gone(identities []string) (map[string]bool, error) {
 	if len(identities) == 0 {
 		return out, nil
 	}
-	ctx, cancel := ctxTimeout(30 * time.Second)
-	defer cancel()
-	conn, err := l.cfg.Pool.GetContext(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	for _, id := range identities {
-		conn.Send("GET", contract.ReliableHeartbeatKey(id))
-		conn.Send("EXISTS", id)
-	}
-	replies, err := redisreply.Pipeline(ctx, conn)
+	replies, err := l.pipeline(func(conn redis.Conn) {
+		for _, id := range identities {
+			conn.Send("GET", contract.ReliableHeartbeatKey(id))
+			conn.Send("EXISTS", id)
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -108,13 +126,11 @@ func (l *reliableLife) gone(identities []string) (map[string]bool, error) {
 // candidateLists returns the registered in-progress lists and, once per
 // scanInterval cluster-wide, those a SCAN finds.
 func (l *reliableLife) candidateLists() ([]string, error) {
-	ctx, cancel := ctxTimeout(30 * time.Second)
-	defer cancel()
-	conn, err := l.cfg.Pool.GetContext(ctx)
+	ctx, conn, release, err := l.conn()
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
+	defer release()
 	lists, err := redis.Strings(redis.DoContext(conn, ctx, "SMEMBERS", contract.KeyWorkingLists))
 	if err != nil {
 		return nil, err
@@ -163,13 +179,11 @@ func (l *reliableLife) recoverList(key string, force bool) (int, error) {
 	if !ok {
 		return 0, nil
 	}
-	ctx, cancel := ctxTimeout(30 * time.Second)
-	defer cancel()
-	conn, err := l.cfg.Pool.GetContext(ctx)
+	ctx, conn, release, err := l.conn()
 	if err != nil {
 		return 0, err
 	}
-	defer conn.Close()
+	defer release()
 	hbKey := contract.ReliableHeartbeatKey(identity)
 	jobs, err := redis.ByteSlices(redis.DoContext(conn, ctx, "LRANGE", key, 0, -1))
 	if err != nil {
