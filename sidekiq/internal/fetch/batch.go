@@ -152,18 +152,9 @@ func (b *batchFetch) worker(slot int) {
 // denied where BLMPOP is not).
 func probeBLMPOP(writes *redisx.Retrier) (bool, error) {
 	var ok bool
-	err := writes.Do(func(conn redis.Conn) error {
-		_, err := conn.Do("BLMPOP", 0.01, 1, "gojob-probe-absent", "RIGHT")
-		var re redis.Error
-		switch {
-		case err == nil:
-			ok = true
-		case errors.As(err, &re) && isRefused(re):
-			ok = false
-		default:
-			return err
-		}
-		return nil
+	err := writes.Do(func(conn redis.Conn) (err error) {
+		ok, err = knows(conn, "BLMPOP", 0.01, 1, "gojob-probe-absent", "RIGHT")
+		return err
 	})
 	if err != nil {
 		return false, fmt.Errorf("sidekiq: batch fetch setup: %w", err)

@@ -166,6 +166,21 @@ func isRefused(e redis.Error) bool {
 		strings.Contains(msg, "unknown subcommand")
 }
 
+// knows sends a probe command: true when Redis ran it, false when it
+// refused it (isRefused: a command it does not have, or one not allowed).
+// Any other error is returned.
+func knows(conn redis.Conn, cmd string, args ...any) (bool, error) {
+	_, err := conn.Do(cmd, args...)
+	var re redis.Error
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &re) && isRefused(re):
+		return false, nil
+	}
+	return false, err
+}
+
 // run is one pipe: it gathers the requests of the waiting slots, sends them
 // in one write, hands out the replies as they come, and repeats.
 func (p *pipes) run(fp *fetchPipe, wg *sync.WaitGroup) {

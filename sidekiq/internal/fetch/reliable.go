@@ -81,15 +81,8 @@ func NewReliable(ctx context.Context, cfg *Config) (Fetcher, error) {
 // and reports a Redis that cannot be reached.
 func probeLMOVE(writes *redisx.Retrier) (bool, error) {
 	var ok bool
-	err := writes.Do(func(conn redis.Conn) error {
-		_, err := conn.Do("LMOVE", "gojob-probe-absent", "gojob-probe-absent", "RIGHT", "LEFT")
-		var re redis.Error
-		switch {
-		case err == nil:
-			ok = true
-		case errors.As(err, &re) && isRefused(re):
-			ok = false
-		default:
+	err := writes.Do(func(conn redis.Conn) (err error) {
+		if ok, err = knows(conn, "LMOVE", "gojob-probe-absent", "gojob-probe-absent", "RIGHT", "LEFT"); err != nil {
 			return err
 		}
 		return loadScripts(conn)
