@@ -160,33 +160,30 @@ func (qs *queues) pick(r *rand.Rand) (*queueState, uint64) {
 	return nil, 0
 }
 
-// woke returns the channel closed when a queue may have jobs again.
-func (qs *queues) wokeChan() <-chan struct{} {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	return qs.woken
-}
+// wokeChan returns the channel closed when a queue may have jobs again.
+func (qs *queues) wokeChan() <-chan struct{} { return qs.signal(&qs.woken) }
 
 // wake wakes the parked takers.
-func (qs *queues) wake() {
-	qs.mu.Lock()
-	close(qs.woken)
-	qs.woken = make(chan struct{})
-	qs.mu.Unlock()
-}
+func (qs *queues) wake() { qs.broadcast(&qs.woken) }
 
 // driedChan returns the channel closed when a queue is next marked empty.
-func (qs *queues) driedChan() <-chan struct{} {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	return qs.dry
-}
+func (qs *queues) driedChan() <-chan struct{} { return qs.signal(&qs.dry) }
 
 // dried wakes those waiting for a queue to be marked empty.
-func (qs *queues) dried() {
+func (qs *queues) dried() { qs.broadcast(&qs.dry) }
+
+// signal returns the channel *ch holds: broadcast closes it.
+func (qs *queues) signal(ch *chan struct{}) <-chan struct{} {
 	qs.mu.Lock()
-	close(qs.dry)
-	qs.dry = make(chan struct{})
+	defer qs.mu.Unlock()
+	return *ch
+}
+
+// broadcast wakes those waiting on *ch and puts a new channel in its place.
+func (qs *queues) broadcast(ch *chan struct{}) {
+	qs.mu.Lock()
+	close(*ch)
+	*ch = make(chan struct{})
 	qs.mu.Unlock()
 }
 
