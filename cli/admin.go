@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,6 +11,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/queuelist"
 	"github.com/gojob/gojob/sidekiq/api"
 )
 
@@ -115,7 +115,9 @@ func statsAction(ctx context.Context, e *adminEnv) error {
 }
 
 func queuesAction(ctx context.Context, e *adminEnv) error {
-	qs, err := e.api.Queues(ctx)
+	// A queue known only from the retry, schedule and dead sets is listed
+	// too.
+	qs, counts, err := queuelist.List(ctx, e.api)
 	if err != nil {
 		return err
 	}
@@ -135,31 +137,6 @@ func queuesAction(ctx context.Context, e *adminEnv) error {
 	paused := map[string]bool{}
 	for _, n := range pausedNames {
 		paused[n] = true
-	}
-	// Each queue's jobs in the retry, schedule and dead sets; a queue known
-	// only from them is listed too.
-	var counts [3]map[string]int64
-	for i, set := range []*api.JobSet{e.api.RetrySet(), e.api.ScheduledSet(), e.api.DeadSet()} {
-		if counts[i], err = set.QueueCounts(ctx); err != nil {
-			return err
-		}
-	}
-	known := map[string]bool{}
-	for _, q := range qs {
-		known[q.Name()] = true
-	}
-	var extra []string
-	for _, c := range counts {
-		for name := range c {
-			if name != "" && !known[name] {
-				known[name] = true
-				extra = append(extra, name)
-			}
-		}
-	}
-	slices.Sort(extra)
-	for _, name := range extra {
-		qs = append(qs, e.api.Queue(name))
 	}
 	rows := make([]row, 0, len(qs))
 	for _, q := range qs {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gojob/gojob/internal/queuelist"
 	"github.com/gojob/gojob/sidekiq/api"
 )
 
@@ -24,7 +25,9 @@ type queueRow struct {
 
 func (h *handler) queues(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	qs, err := h.api.Queues(ctx)
+	// A queue whose jobs are all in the retry, schedule and dead sets (not
+	// in the queues set) gets a row too.
+	qs, counts, err := queuelist.List(ctx, h.api)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -33,31 +36,6 @@ func (h *handler) queues(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		h.fail(w, r, err)
 		return
-	}
-	// Per-queue counts of the sets; a queue whose jobs are all in them
-	// (not in the queues set) gets a row too.
-	var counts [3]map[string]int64
-	for i, set := range []*api.JobSet{h.api.RetrySet(), h.api.ScheduledSet(), h.api.DeadSet()} {
-		if counts[i], err = set.QueueCounts(ctx); err != nil {
-			h.fail(w, r, err)
-			return
-		}
-	}
-	names := make([]string, 0, len(qs))
-	for _, q := range qs {
-		names = append(names, q.Name())
-	}
-	var extra []string
-	for _, c := range counts {
-		for name := range c {
-			if name != "" && !slices.Contains(names, name) && !slices.Contains(extra, name) {
-				extra = append(extra, name)
-			}
-		}
-	}
-	slices.Sort(extra)
-	for _, name := range extra {
-		qs = append(qs, h.api.Queue(name))
 	}
 	rows := make([]queueRow, 0, len(qs))
 	for _, q := range qs {

@@ -1,0 +1,46 @@
+// Package queuelist lists the queues as the dashboard's Queues page and
+// gojob queues show them: with each queue's jobs in the retry, schedule
+// and dead sets.
+package queuelist
+
+import (
+	"context"
+	"slices"
+
+	"github.com/gojob/gojob/sidekiq/api"
+)
+
+// List returns the queues of the queues set (sorted by name), then the
+// queues known only from the retry, schedule and dead sets (every job of
+// theirs is there, sorted by name), and the sets' counts per queue
+// (JobSet.QueueCounts), in that order: retry, schedule, dead.
+func List(ctx context.Context, a *api.API) ([]*api.Queue, [3]map[string]int64, error) {
+	var counts [3]map[string]int64
+	qs, err := a.Queues(ctx)
+	if err != nil {
+		return nil, counts, err
+	}
+	for i, set := range []*api.JobSet{a.RetrySet(), a.ScheduledSet(), a.DeadSet()} {
+		if counts[i], err = set.QueueCounts(ctx); err != nil {
+			return nil, counts, err
+		}
+	}
+	known := map[string]bool{}
+	for _, q := range qs {
+		known[q.Name()] = true
+	}
+	var extra []string
+	for _, c := range counts {
+		for name := range c {
+			if name != "" && !known[name] {
+				known[name] = true
+				extra = append(extra, name)
+			}
+		}
+	}
+	slices.Sort(extra)
+	for _, name := range extra {
+		qs = append(qs, a.Queue(name))
+	}
+	return qs, counts, nil
+}
