@@ -35,19 +35,14 @@ gojob durable poll.`,
 				Name:  "migrate",
 				Usage: "create the table in every database, or add missing_at to an old one",
 				Flags: append(durableDBFlags(""), newJSONFlag()),
-				Action: func(c *ucli.Context) error {
-					d, err := openDurable(c, "", nil, zerolog.Nop())
-					if err != nil {
-						return err
-					}
-					defer d.Close()
+				Action: withDurable(func(c *ucli.Context, d *durable.Durable) error {
 					res, err := d.Migrate(c.Context)
 					printMigrate(c.App.Writer, res, c.Bool("json"))
 					if err != nil {
 						return ucli.Exit("", exitFailed)
 					}
 					return nil
-				},
+				}),
 			},
 			{
 				Name:  "poll",
@@ -67,15 +62,11 @@ gojob durable poll.`,
 						return err
 					}
 					defer d.Close()
-					pool, err := openPool(c.Context, c.String("redis"), 4)
+					pool, v, err := openRedis(c, 4, log)
 					if err != nil {
 						return err
 					}
 					defer pool.Close()
-					v, err := resolveVersion(c.Context, pool, c.String("sidekiq-version"), log)
-					if err != nil {
-						return err
-					}
 					admin, err := api.New(&api.Config{Pool: pool, Version: v})
 					if err != nil {
 						return err
@@ -144,12 +135,7 @@ uses the databases. Relays share the rows: each is pushed once.`,
 				Name:  "status",
 				Usage: "rows per database by state: locked, waiting, missing, overdue",
 				Flags: append(durableDBFlags(""), newJSONFlag()),
-				Action: func(c *ucli.Context) error {
-					d, err := openDurable(c, "", nil, zerolog.Nop())
-					if err != nil {
-						return err
-					}
-					defer d.Close()
+				Action: withDurable(func(c *ucli.Context, d *durable.Durable) error {
 					st, err := d.Status(c.Context)
 					if err != nil {
 						return err
@@ -166,9 +152,22 @@ uses the databases. Relays share the rows: each is pushed once.`,
 						}
 					}
 					return ucli.Exit("no durable_jobs table: run gojob durable migrate with the same --db first", exitNotFound)
-				},
+				}),
 			},
 		},
+	}
+}
+
+// withDurable is the action of a command on the --db databases alone: it
+// opens them and runs f.
+func withDurable(f func(c *ucli.Context, d *durable.Durable) error) ucli.ActionFunc {
+	return func(c *ucli.Context) error {
+		d, err := openDurable(c, "", nil, zerolog.Nop())
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		return f(c, d)
 	}
 }
 

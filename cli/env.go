@@ -96,21 +96,32 @@ type cmdEnv struct {
 	json    bool
 }
 
-// withRedis opens the --redis pool, settles the wire format (the
-// --sidekiq-version flag when the command has one and it is set, otherwise
-// the oldest live process's) and runs f.
+// withRedis opens the --redis pool, settles the wire format (openRedis)
+// and runs f.
 func withRedis(c *ucli.Context, f func(e *cmdEnv) error) error {
-	pool, err := openPool(c.Context, c.String("redis"), 4)
+	pool, v, err := openRedis(c, 4, newLogger(c.App.ErrWriter, false, "warn"))
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	log := newLogger(c.App.ErrWriter, false, "warn")
+	return f(&cmdEnv{c: c, pool: pool, version: v, out: c.App.Writer, json: c.Bool("json")})
+}
+
+// openRedis opens the --redis pool (maxActive connections at the most)
+// and settles the wire format: the --sidekiq-version flag when the
+// command has one and it is set, otherwise the oldest live process's
+// (resolveVersion, which logs its decision to log).
+func openRedis(c *ucli.Context, maxActive int, log zerolog.Logger) (*redis.Pool, wire.Version, error) {
+	pool, err := openPool(c.Context, c.String("redis"), maxActive)
+	if err != nil {
+		return nil, wire.Version{}, err
+	}
 	v, err := resolveVersion(c.Context, pool, c.String("sidekiq-version"), log)
 	if err != nil {
-		return err
+		pool.Close()
+		return nil, wire.Version{}, err
 	}
-	return f(&cmdEnv{c: c, pool: pool, version: v, out: c.App.Writer, json: c.Bool("json")})
+	return pool, v, nil
 }
 
 // printJSON prints v indented, without HTML escapes.

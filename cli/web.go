@@ -54,15 +54,11 @@ background with their progress on the page. See docs/web.md.`,
 			if bp := c.String("base-path"); bp != "" && (!strings.HasPrefix(bp, "/") || strings.ContainsAny(bp, "?# ")) {
 				return ucli.Exit(fmt.Sprintf("--base-path %q: the path must start with /, e.g. /sidekiq", bp), 2)
 			}
-			pool, err := openPool(c.Context, c.String("redis"), 8)
+			pool, v, err := openRedis(c, 8, log)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			v, err := resolveVersion(c.Context, pool, c.String("sidekiq-version"), log)
-			if err != nil {
-				return err
-			}
 			cfg := &web.Config{Pool: pool, ReadOnly: c.Bool("read-only"), BasicAuth: c.String("auth"),
 				Token: c.String("token"), Logger: log, AllowHosts: webAllowHosts(addr, c.StringSlice("allow-host")),
 				BasePath: strings.TrimSuffix(c.String("base-path"), "/")}
