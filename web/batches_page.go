@@ -1,7 +1,6 @@
 package web
 
 import (
-	"errors"
 	"net/http"
 	"strconv"
 
@@ -71,24 +70,14 @@ func (h *handler) batchPage(w http.ResponseWriter, r *http.Request) {
 	if err == nil && st.Sealed && st.Pending > 0 && !h.cfg.ReadOnly {
 		st, err = b.Reconcile(r.Context(), bid)
 	}
-	if errors.Is(err, batch.ErrNotFound) {
-		notFound(w, "batch "+strconv.Quote(bid))
-		return
-	}
-	if err != nil {
-		h.fail(w, r, err)
+	if h.failed(w, r, err, "batch "+strconv.Quote(bid), batch.ErrNotFound) {
 		return
 	}
 	d := &batchPageData{batchRow: newBatchRow(st)}
 	var nPending, nDead int
 	d.PendingJobs, d.DeadJobs, nPending, nDead, err = b.Members(r.Context(), bid, batchMembersShown)
 	d.NPending, d.NDead = int64(nPending), int64(nDead)
-	if errors.Is(err, batch.ErrNotFound) {
-		notFound(w, "batch "+strconv.Quote(bid))
-		return
-	}
-	if err != nil {
-		h.fail(w, r, err)
+	if h.failed(w, r, err, "batch "+strconv.Quote(bid), batch.ErrNotFound) {
 		return
 	}
 	h.render(w, r, "batch", "Batch "+bid, "batches", d)

@@ -1,7 +1,6 @@
 package web
 
 import (
-	"errors"
 	"net/http"
 
 	"github.com/gojob/gojob/cron"
@@ -42,12 +41,7 @@ func (h *handler) cronAction(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `action must be "enable", "disable" or "run_now"`, http.StatusBadRequest)
 		return
 	}
-	if errors.Is(err, cron.ErrNotFound) {
-		notFound(w, "periodic job "+name)
-		return
-	}
-	if err != nil {
-		h.fail(w, r, err)
+	if h.failed(w, r, err, "periodic job "+name, cron.ErrNotFound) {
 		return
 	}
 	h.redirectBack(w, r, "/cron", msg)

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"errors"
 	"html/template"
 	"net/http"
 	"net/url"
@@ -32,6 +33,23 @@ type handler struct {
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	h.cfg.Logger.Error().Err(err).Str("component", "web").Str("path", r.URL.Path).Msg("request failed")
 	http.Error(w, problem(err), http.StatusInternalServerError)
+}
+
+// failed answers a request whose step ended in err and reports whether it
+// did: a 404 naming what when err is one of gone, a 500 (fail) for any
+// other error, nothing when err is nil.
+func (h *handler) failed(w http.ResponseWriter, r *http.Request, err error, what string, gone ...error) bool {
+	if err == nil {
+		return false
+	}
+	for _, g := range gone {
+		if errors.Is(err, g) {
+			notFound(w, what)
+			return true
+		}
+	}
+	h.fail(w, r, err)
+	return true
 }
 
 // notFound shows a 404 page with what was not found.

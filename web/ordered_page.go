@@ -1,7 +1,6 @@
 package web
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -53,12 +52,7 @@ func (h *handler) orderedQueue(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := r.PathValue("queue")
 	st, err := orderedstore.Status(ctx, h.cfg.Pool, q, h.clock.Now())
-	if errors.Is(err, orderedstore.ErrNoQueue) || errors.Is(err, ordered.ErrBadQueueName) {
-		notFound(w, "ordered queue "+strconv.Quote(q))
-		return
-	}
-	if err != nil {
-		h.fail(w, r, err)
+	if h.failed(w, r, err, "ordered queue "+strconv.Quote(q), orderedstore.ErrNoQueue, ordered.ErrBadQueueName) {
 		return
 	}
 	pg, off := newPager(r, int64(st.MorgueKeys))
@@ -91,12 +85,7 @@ func (h *handler) orderedAction(w http.ResponseWriter, r *http.Request) {
 		keys, what = []string{key}, "key "+key
 	}
 	n, err := orderedstore.MorgueApply(ctx, h.cfg.Pool, q, action, keys, h.clock.Now())
-	if errors.Is(err, orderedstore.ErrNoQueue) || errors.Is(err, ordered.ErrBadQueueName) {
-		notFound(w, "ordered queue "+strconv.Quote(q))
-		return
-	}
-	if err != nil {
-		h.fail(w, r, err)
+	if h.failed(w, r, err, "ordered queue "+strconv.Quote(q), orderedstore.ErrNoQueue, ordered.ErrBadQueueName) {
 		return
 	}
 	verb := "requeued"
