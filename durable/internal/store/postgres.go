@@ -144,12 +144,7 @@ func pgEach(ctx context.Context, db pgQuerier, q string, args []any, row func(sc
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		if err := row(rows.Scan); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return scanRows(rows, row)
 }
 
 // pgScalar reads a query's one value.

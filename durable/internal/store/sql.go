@@ -38,6 +38,23 @@ type dialect interface {
 	close() error
 }
 
+// rowIter is the rows of a query, as both drivers give them.
+type rowIter interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// scanRows calls row with the Scan of each row of rs: the dialects' each.
+func scanRows(rs rowIter, row func(scan func(dest ...any) error) error) error {
+	for rs.Next() {
+		if err := row(rs.Scan); err != nil {
+			return err
+		}
+	}
+	return rs.Err()
+}
+
 // groupSlots is how many groups a store writes at once: 1. SQLite has a
 // single writer. On PostgreSQL, measured on the bench (2 cores shared by
 // gojob, PostgreSQL and Redis), two or more groups at once split the same

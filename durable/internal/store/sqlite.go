@@ -48,12 +48,7 @@ func (d *sqliteDialect) each(ctx context.Context, q string, args []any, row func
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		if err := row(rows.Scan); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return scanRows(rows, row)
 }
 
 func (d *sqliteDialect) close() error {
