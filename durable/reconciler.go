@@ -276,6 +276,20 @@ func (p *pageCheck) dead(rw *store.Row) {
 	p.claims = append(p.claims, store.ClaimParams{JobID: rw.JobID, Expect: rw.AssumeDeadAt})
 }
 
+// inSet places the rows found in a sorted set: dead in the dead set
+// (counter nil); in the retry or schedule set, due at their entry's time
+// plus their extension, counted in counter.
+func (p *pageCheck) inSet(found map[string]contract.SetMember, counter *int) {
+	for jid, m := range found {
+		rw := p.pending[jid]
+		if counter == nil {
+			p.dead(rw)
+			continue
+		}
+		p.found(rw, contract.FromEpochSeconds(m.Score).Add(p.r.ext(rw)), counter)
+	}
+}
+
 func (p *pageCheck) rowsLeft(rows []*store.Row) []*lookupRow {
 	var out []*lookupRow
 	for _, rw := range rows {
@@ -421,14 +435,7 @@ func (r *Reconciler) checkPage(ctx context.Context, st store.Store, rows []*stor
 		if err != nil {
 			return nil, err
 		}
-		for jid, m := range found {
-			rw := p.pending[jid]
-			if set.counter == nil {
-				p.dead(rw)
-				continue
-			}
-			p.found(rw, contract.FromEpochSeconds(m.Score).Add(r.ext(rw)), set.counter)
-		}
+		p.inSet(found, set.counter)
 	}
 	// 6. Not found by the targeted lookups: left for the end of the pass.
 	for _, rw := range rows {
@@ -547,14 +554,7 @@ func (r *Reconciler) searchEverywhere(ctx context.Context, conn redis.Conn, p *p
 		if err != nil {
 			return err
 		}
-		for jid, m := range found {
-			rw := p.pending[jid]
-			if set.counter == nil {
-				p.dead(rw)
-				continue
-			}
-			p.found(rw, contract.FromEpochSeconds(m.Score).Add(r.ext(rw)), set.counter)
-		}
+		p.inSet(found, set.counter)
 	}
 	return nil
 }
