@@ -49,19 +49,13 @@ func scanNumber(data []byte, pos int) (end int, isFloat, ok bool) {
 	case data[pos] == '0':
 		pos++
 	case data[pos] >= '1' && data[pos] <= '9':
-		for pos < len(data) && data[pos] >= '0' && data[pos] <= '9' {
-			pos++
-		}
+		pos = digitsEnd(data, pos)
 	default:
 		return pos, false, false
 	}
 	if pos < len(data) && data[pos] == '.' {
-		pos++
-		d := pos
-		for pos < len(data) && data[pos] >= '0' && data[pos] <= '9' {
-			pos++
-		}
-		if pos == d {
+		d := pos + 1
+		if pos = digitsEnd(data, d); pos == d {
 			return pos, false, false
 		}
 		isFloat = true
@@ -72,15 +66,20 @@ func scanNumber(data []byte, pos int) (end int, isFloat, ok bool) {
 			pos++
 		}
 		d := pos
-		for pos < len(data) && data[pos] >= '0' && data[pos] <= '9' {
-			pos++
-		}
-		if pos == d {
+		if pos = digitsEnd(data, d); pos == d {
 			return pos, false, false
 		}
 		isFloat = true
 	}
 	return pos, isFloat, true
+}
+
+// digitsEnd returns the end of the run of ASCII digits at data[pos:].
+func digitsEnd(data []byte, pos int) int {
+	for pos < len(data) && data[pos] >= '0' && data[pos] <= '9' {
+		pos++
+	}
+	return pos
 }
 
 // shapeFloat returns the Float#to_s form of a valid JSON float's text.
