@@ -256,19 +256,10 @@ func (p *parser) object(depth int) (Value, error) {
 	var big *Map
 	for {
 		p.skipSpace()
-		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
-			return Value{}, p.errorf("expected an object key")
-		}
-		k, err := p.key()
+		k, err := p.memberKey()
 		if err != nil {
 			return Value{}, err
 		}
-		p.skipSpace()
-		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
-			return Value{}, p.errorf("expected ':'")
-		}
-		p.pos++
-		p.skipSpace()
 		v, err := p.value(depth)
 		if err != nil {
 			return Value{}, err
@@ -353,3 +344,22 @@ func (p *parser) array(depth int) (Value, error) {
 // key reads an object key: a slice of the document's text, as any string
 // without escapes.
 func (p *parser) key() (string, error) { return p.str() }
+
+// memberKey reads an object member's key and the ':' after it, up to its
+// value.
+func (p *parser) memberKey() (string, error) {
+	if p.pos >= len(p.data) || p.data[p.pos] != '"' {
+		return "", p.errorf("expected an object key")
+	}
+	k, err := p.key()
+	if err != nil {
+		return "", err
+	}
+	p.skipSpace()
+	if p.pos >= len(p.data) || p.data[p.pos] != ':' {
+		return "", p.errorf("expected ':'")
+	}
+	p.pos++
+	p.skipSpace()
+	return k, nil
+}

@@ -145,19 +145,10 @@ func scanLazyObject(l *lazyjson.Object, p *parser) error {
 	}
 	for {
 		p.skipSpace()
-		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
-			return p.errorf("expected an object key")
-		}
-		k, err := p.key()
+		k, err := p.memberKey()
 		if err != nil {
 			return err
 		}
-		p.skipSpace()
-		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
-			return p.errorf("expected ':'")
-		}
-		p.pos++
-		p.skipSpace()
 		start := p.pos
 		if err := p.skip(1); err != nil {
 			return err
@@ -230,18 +221,9 @@ func (p *parser) skipContainer(depth int, end byte, keyed bool) error {
 	for {
 		p.skipSpace()
 		if keyed {
-			if p.pos >= len(p.data) || p.data[p.pos] != '"' {
-				return p.errorf("expected an object key")
-			}
-			if _, err := p.key(); err != nil {
+			if _, err := p.memberKey(); err != nil {
 				return err
 			}
-			p.skipSpace()
-			if p.pos >= len(p.data) || p.data[p.pos] != ':' {
-				return p.errorf("expected ':'")
-			}
-			p.pos++
-			p.skipSpace()
 		}
 		if err := p.skip(depth); err != nil {
 			return err
