@@ -2,9 +2,10 @@ package rubyjson
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/big"
-	"sort"
+	"slices"
 	"strconv"
 )
 
@@ -355,13 +356,8 @@ func FromGo(x any) (Value, error) {
 		}
 		return ArrayValue(out...), nil
 	case map[string]any:
-		keys := make([]string, 0, len(t))
-		for k := range t {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
 		m := NewMap()
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(t)) {
 			v, err := FromGo(t[k])
 			if err != nil {
 				return Value{}, fmt.Errorf("key %q: %w", k, err)
@@ -370,13 +366,8 @@ func FromGo(x any) (Value, error) {
 		}
 		return ObjectValue(m), nil
 	case map[string]string:
-		keys := make([]string, 0, len(t))
-		for k := range t {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
 		m := NewMap()
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(t)) {
 			m.Set(k, StringValue(t[k]))
 		}
 		return ObjectValue(m), nil
