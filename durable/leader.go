@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/internal/lease"
+	"github.com/gojob/gojob/internal/tick"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -219,26 +220,19 @@ func (p *Poller) runOnce(ctx context.Context) (*pollOutcome, error) {
 // cancels the pass if another process holds the lease. A renewal that
 // fails (Redis unreachable) is tried again at the next tick.
 func (p *Poller) keepLease(ctx context.Context, cancel context.CancelCauseFunc) {
-	t := time.NewTicker(max(p.cfg.Interval/2, time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, max(p.cfg.Interval/2, time.Millisecond), func() bool {
 		held, err := p.acquire(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				p.log.Warn().Err(err).Str("component", "durable-reconciler").Msg("could not renew the reconciler lease")
 			}
-			continue
+			return true
 		}
 		if !held {
 			cancel(errLeaseLost)
-			return
 		}
-	}
+		return held
+	})
 }
 
 func (p *Poller) acquire(ctx context.Context) (bool, error) {

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/tick"
 	"github.com/gojob/gojob/sidekiq"
 )
 
@@ -198,18 +199,12 @@ func (c *Control) subscribeOnce(ctx context.Context) error {
 
 // poll checks the cancel keys of the running jobs every PollInterval.
 func (c *Control) poll(ctx context.Context) {
-	t := time.NewTicker(c.cfg.PollInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, c.cfg.PollInterval, func() bool {
 		if _, err := c.runOnce(ctx); err != nil && ctx.Err() == nil {
 			c.cfg.Logger.Warn().Str("component", "jobctl").Err(err).Msg("check of cancel requests failed")
 		}
-	}
+		return true
+	})
 }
 
 // runOnce cancels the running jobs that have a cancel key; it returns

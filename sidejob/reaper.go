@@ -9,6 +9,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/gojob/gojob/internal/sidejobwire"
+	"github.com/gojob/gojob/internal/tick"
 	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
@@ -128,23 +129,14 @@ func (c *Client) reap(ctx context.Context, p *reapParams) (*reapResult, error) {
 
 // reapLoop runs reap every interval until ctx ends.
 func (rt *jobRuntime) reapLoop(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, interval, func() bool {
 		res, err := rt.c.reap(ctx, nil)
-		if err != nil {
-			if ctx.Err() == nil {
-				rt.log.Error().Err(err).Str("component", "sidejob-reaper").Msg("reap failed")
-			}
-			continue
-		}
-		if len(res.Requeued) > 0 {
+		switch {
+		case err != nil && ctx.Err() == nil:
+			rt.log.Error().Err(err).Str("component", "sidejob-reaper").Msg("reap failed")
+		case err == nil && len(res.Requeued) > 0:
 			rt.log.Warn().Str("component", "sidejob-reaper").Ints64("jobs", res.Requeued).Msg("requeued jobs left running by a dead process")
 		}
-	}
+		return true
+	})
 }
