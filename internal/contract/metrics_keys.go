@@ -37,25 +37,27 @@ func MetricsKeys(v wire.Version, now time.Time) (keys []string, ttls []int) {
 	now = now.UTC()
 	if !v.AtLeast(8, 0, 0) {
 		// %Y%m%d|%-H:%-M
-		b := make([]byte, 0, 24)
-		b = append(b, "j|"...)
-		b = now.AppendFormat(b, "20060102")
-		b = append(b, '|')
-		b = strconv.AppendInt(b, int64(now.Hour()), 10)
-		b = append(b, ':')
-		b = strconv.AppendInt(b, int64(now.Minute()), 10)
-		return []string{string(b)}, []int{MetricsShortTTL}
+		return []string{metricsMinuteKey(now, "20060102", false)}, []int{MetricsShortTTL}
 	}
 	// %y%m%d|%-H:%M; the 10-minute bucket drops the last character.
+	minute := metricsMinuteKey(now, "060102", true)
+	return []string{minute[:len(minute)-1], minute}, []int{MetricsMidTTL, MetricsShortTTL}
+}
+
+// metricsMinuteKey is the key of now's minute, j|DATE|H:M: the date in
+// dateLayout, the hour without padding, the minute padded to two digits
+// or not.
+func metricsMinuteKey(now time.Time, dateLayout string, padMinute bool) string {
 	b := make([]byte, 0, 24)
 	b = append(b, "j|"...)
-	b = now.AppendFormat(b, "060102")
+	b = now.AppendFormat(b, dateLayout)
 	b = append(b, '|')
 	b = strconv.AppendInt(b, int64(now.Hour()), 10)
 	b = append(b, ':')
-	b = now.AppendFormat(b, "04")
-	minute := string(b)
-	return []string{minute[:len(minute)-1], minute}, []int{MetricsMidTTL, MetricsShortTTL}
+	if padMinute {
+		return string(now.AppendFormat(b, "04"))
+	}
+	return string(strconv.AppendInt(b, int64(now.Minute()), 10))
 }
 
 // HistogramKey is the BITFIELD key of class for a flush at now: 7.x
