@@ -166,14 +166,19 @@ func (w *Worker) heldShards() []int {
 	return out
 }
 
+// swapState moves the worker to state st and returns the one it was in.
+func (w *Worker) swapState(st int) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	old := w.state
+	w.state = st
+	return old
+}
+
 // Start declares the queue, takes a first share of shards and starts the
 // heartbeat and the slots.
 func (w *Worker) Start(ctx context.Context) error {
-	w.mu.Lock()
-	st := w.state
-	w.state = 1
-	w.mu.Unlock()
-	if st != 0 {
+	if w.swapState(1) != 0 {
 		return errClosed
 	}
 	n, err := declare(ctx, w.cfg.Pool, w.cfg.Queue, w.cfg.Shards, w.cfg.Clock.Now())
@@ -198,11 +203,7 @@ func (w *Worker) Start(ctx context.Context) error {
 // batches, cancels the rest (their unfinished jobs go back to the queue
 // unchanged), and gives the leases back.
 func (w *Worker) Stop(ctx context.Context) error {
-	w.mu.Lock()
-	st := w.state
-	w.state = 2
-	w.mu.Unlock()
-	if st != 1 {
+	if w.swapState(2) != 1 {
 		return nil
 	}
 	close(w.quit)
