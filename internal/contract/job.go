@@ -130,6 +130,12 @@ func Wrapped(j *wire.Job) string { return str(j, "wrapped") }
 // Tags returns the job's "tags" (its string elements).
 func Tags(j *wire.Job) []string {
 	v, _ := j.Get("tags")
+	return StringElems(v)
+}
+
+// StringElems returns the string elements of an array (none when v is not
+// one); the other elements are left out.
+func StringElems(v rubyjson.Value) []string {
 	a, _ := v.Array()
 	out := make([]string, 0, len(a))
 	for _, e := range a {

@@ -241,14 +241,7 @@ func (a *API) newProcess(f []any) (*Process, error) {
 	}
 	strs := func(k string) []string {
 		v, _ := m.Get(k)
-		a, _ := v.Array()
-		out := make([]string, 0, len(a))
-		for _, e := range a {
-			if s, ok := e.Str(); ok {
-				out = append(out, s)
-			}
-		}
-		return out
+		return contract.StringElems(v)
 	}
 	num := func(k string) int64 {
 		v, _ := m.Get(k)
