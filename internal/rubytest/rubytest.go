@@ -54,7 +54,7 @@ func Run(t testing.TB, redisURL, script string) string {
 }
 
 // Start starts a long-running Ruby script (after Prelude) in the background
-// and stops it (SIGTERM, then SIGKILL after 10 s) at the end of the test.
+// and stops it (SIGINT, then SIGKILL after 10 s) at the end of the test.
 func Start(t testing.TB, redisURL, script string, extraEnv ...string) *exec.Cmd {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), "script.rb")
@@ -70,16 +70,22 @@ func Start(t testing.TB, redisURL, script string, extraEnv ...string) *exec.Cmd 
 	}
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
+	stopAtCleanup(t, cmd, done, os.Interrupt, 10*time.Second)
+	return cmd
+}
+
+// stopAtCleanup stops cmd at the end of the test: sig, then SIGKILL when
+// it has not exited (done closed) within grace.
+func stopAtCleanup(t testing.TB, cmd *exec.Cmd, done <-chan struct{}, sig os.Signal, grace time.Duration) {
 	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
+		cmd.Process.Signal(sig)
 		select {
 		case <-done:
-		case <-time.After(10 * time.Second):
+		case <-time.After(grace):
 			cmd.Process.Kill()
 			<-done
 		}
 	})
-	return cmd
 }
 
 type testWriter struct{ t testing.TB }

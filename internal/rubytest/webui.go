@@ -103,15 +103,7 @@ func StartWebUI(t testing.TB, redisURL string, requires ...string) *WebUI {
 		cmd.Wait()
 		close(done)
 	}()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
+	stopAtCleanup(t, cmd, done, syscall.SIGTERM, 5*time.Second)
 	var port string
 	select {
 	case port = <-portc:
@@ -166,14 +158,7 @@ func (w *WebUI) Do(ctx context.Context, method, path string, form url.Values) (i
 // the test.
 func (w *WebUI) Get(t testing.TB, path string) string {
 	t.Helper()
-	status, body, err := w.Do(context.Background(), http.MethodGet, path, nil)
-	if err != nil {
-		t.Fatalf("rubytest: GET %s: %v", path, err)
-	}
-	if status != http.StatusOK {
-		t.Fatalf("rubytest: GET %s: status %d\n%s", path, status, body)
-	}
-	return body
+	return w.must(t, http.MethodGet, path, nil)
 }
 
 // Post submits form to action as a browser submits a form of page (the
@@ -192,12 +177,19 @@ func (w *WebUI) Post(t testing.TB, page, action string, form url.Values) string 
 	for k, v := range form {
 		all[k] = append(all[k], v...)
 	}
-	status, body, err := w.Do(context.Background(), http.MethodPost, action, all)
+	return w.must(t, http.MethodPost, action, all)
+}
+
+// must does a request whose answer must be a 200: an error or another
+// status fails the test. It returns the body.
+func (w *WebUI) must(t testing.TB, method, path string, form url.Values) string {
+	t.Helper()
+	status, body, err := w.Do(context.Background(), method, path, form)
 	if err != nil {
-		t.Fatalf("rubytest: POST %s: %v", action, err)
+		t.Fatalf("rubytest: %s %s: %v", method, path, err)
 	}
 	if status != http.StatusOK {
-		t.Fatalf("rubytest: POST %s: status %d\n%s", action, status, body)
+		t.Fatalf("rubytest: %s %s: status %d\n%s", method, path, status, body)
 	}
 	return body
 }
