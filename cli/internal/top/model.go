@@ -347,25 +347,26 @@ func (m *Model) move(d int) {
 }
 
 func (m *Model) selectedQueue() (Queue, bool) {
-	if m.snap != nil {
-		for _, q := range m.snap.Queues {
-			if q.Name == m.sel[paneQueues] {
-				return q, true
-			}
-		}
+	if m.snap == nil {
+		return Queue{}, false
 	}
-	return Queue{}, false
+	return first(m.snap.Queues, func(q Queue) bool { return q.Name == m.sel[paneQueues] })
 }
 
 func (m *Model) selectedProcess() (Process, bool) {
-	if m.snap != nil {
-		for _, p := range m.snap.Processes {
-			if p.Identity == m.sel[paneProcesses] {
-				return p, true
-			}
-		}
+	if m.snap == nil {
+		return Process{}, false
 	}
-	return Process{}, false
+	return first(m.snap.Processes, func(p Process) bool { return p.Identity == m.sel[paneProcesses] })
+}
+
+// first returns the first of items that match accepts.
+func first[T any](items []T, match func(T) bool) (T, bool) {
+	if i := slices.IndexFunc(items, match); i >= 0 {
+		return items[i], true
+	}
+	var zero T
+	return zero, false
 }
 
 // View renders the model in the alternate screen.
