@@ -357,11 +357,11 @@ func (p *linePusher) push(ctx context.Context, lines []pushLine, first int) erro
 		}
 	}
 	if len(plain) > 0 {
-		res, err := p.e.api.Client().PushBulk(ctx, plain, nil)
+		jids, err := p.e.api.Client().PushBulk(ctx, plain, nil)
 		if err != nil {
 			return err
 		}
-		for k, jid := range res.JIDs {
+		for k, jid := range jids {
 			i := plainIdx[k]
 			if jid == "" {
 				p.rep.Duplicates++

@@ -159,8 +159,8 @@ func TestClientCompatGoPushRubyReads(t *testing.T) {
 	}
 	bres, err := e.client.PushBulk(ctx, bulk, nil)
 	require.NoError(t, err)
-	require.Len(t, bres.JIDs, nBulk)
-	for i, jid := range bres.JIDs {
+	require.Len(t, bres, nBulk)
+	for i, jid := range bres {
 		pushed[jid] = bulk[i]
 	}
 
@@ -191,7 +191,7 @@ func TestClientCompatGoPushRubyReads(t *testing.T) {
 	}
 	sres, err := e.client.PushBulk(ctx, sbulk, &sidekiq.PushOpts{At: at})
 	require.NoError(t, err)
-	for i, jid := range sres.JIDs {
+	for i, jid := range sres {
 		pushed[jid] = sbulk[i]
 	}
 
@@ -268,8 +268,8 @@ puts JSON.generate({
 	rubyKeys := recs[rres.RubyPush].Keys
 	require.Equal(t, []string{"retry", "queue", "class", "args", "jid", "created_at", "enqueued_at"}, rubyKeys)
 	require.Equal(t, performAsyncKeys(t), recs[plainJID].Keys)
-	require.Equal(t, rubyKeys, recs[bres.JIDs[0]].Keys)
-	require.Equal(t, recs[rres.RubyBulk[0]].Keys, recs[bres.JIDs[nBulk-1]].Keys)
+	require.Equal(t, rubyKeys, recs[bres[0]].Keys)
+	require.Equal(t, recs[rres.RubyBulk[0]].Keys, recs[bres[nBulk-1]].Keys)
 	require.Equal(t, rubyKeys[:6], recs[inJID].Keys)
 
 	// Bulk: one created_at for the whole call (as Ruby's push_bulk), one
@@ -283,7 +283,7 @@ puts JSON.generate({
 	require.Equal(t, 1, len(created), "Ruby's bulk jobs share created_at")
 	created = map[string]bool{}
 	enqByBatch := map[int]map[string]bool{}
-	for i, jid := range bres.JIDs {
+	for i, jid := range bres {
 		job, err := wire.ParseJob([]byte(recs[jid].Value))
 		require.NoError(t, err)
 		created[pcField(t, job, "created_at")] = true
@@ -300,7 +300,7 @@ puts JSON.generate({
 	}
 	head, err := redis.Strings(e.do(t, "LRANGE", contract.QueueKey("pc_bulk"), -1, -1), nil)
 	require.NoError(t, err)
-	require.Equal(t, recs[bres.JIDs[0]].Value, head[0], "the first bulk job is the oldest (fetched first)")
+	require.Equal(t, recs[bres[0]].Value, head[0], "the first bulk job is the oldest (fetched first)")
 	rhead, err := redis.Strings(e.do(t, "LRANGE", contract.QueueKey("pc_ruby_bulk"), -1, -1), nil)
 	require.NoError(t, err)
 	require.Equal(t, recs[rres.RubyBulk[0]].Value, rhead[0], "Ruby's first bulk job is the oldest too")

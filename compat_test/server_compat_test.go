@@ -255,12 +255,13 @@ func TestServerCompatPollersNeverDoubleRun(t *testing.T) {
 		mu     sync.Mutex
 		goRuns []run
 	)
-	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: wire.Version6})
+	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: wire.Version6, Middleware: []sidekiq.ClientMiddleware{
+		func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
+			job.Set("sv_pushed_by", rubyjson.StringValue("go"))
+			return next(ctx)
+		},
+	}})
 	require.NoError(t, err)
-	client.Use(func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
-		job.Set("sv_pushed_by", rubyjson.StringValue("go"))
-		return next(ctx)
-	})
 
 	// gojob's poller, like Ruby's, first waits rand*5 s. A probe job
 	// scheduled before Ruby starts can only be enqueued by gojob's poller:

@@ -272,7 +272,7 @@ func TestOutageFinishingWritesLandWhenTheDatabaseIsBack(t *testing.T) {
 		b.clk.Advance(time.Hour)
 		scheduled, err := wire.ParseJob(sched.Payload)
 		require.NoError(t, err)
-		_, err = b.client.Repush(ctx, scheduled)
+		_, err = b.client.Push(ctx, scheduled, &sidekiq.PushOpts{Repush: true})
 		require.NoError(t, err)
 		require.Equal(t, jobOutcome{sched.JID, nil}, s.wait(t))
 		require.NoError(t, s.srv.Stop(ctx)) // the failed job's retry is stored when it returns
@@ -373,7 +373,7 @@ func TestLockAppliesThePendingRemovalFirst(t *testing.T) {
 
 		require.NoError(t, o.down())
 		b.clk.Advance(time.Hour)
-		_, err = b.client.Repush(ctx, job)
+		_, err = b.client.Push(ctx, job, &sidekiq.PushOpts{Repush: true})
 		require.NoError(t, err)
 		require.NotNil(t, b.rowIn(t, 1, res.JID))
 		require.Equal(t, store.PendingRemove, b.d.pend.Get(st0, res.JID).Kind)
@@ -394,7 +394,7 @@ func TestLockAppliesThePendingRemovalFirst(t *testing.T) {
 		require.Equal(t, store.PendingDelete, b.d.pend.Get(st0, again.JID).Kind)
 		require.NoError(t, o.up())
 		b.clk.Advance(time.Hour)
-		_, err = b.client.Repush(ctx, j2)
+		_, err = b.client.Push(ctx, j2, &sidekiq.PushOpts{Repush: true})
 		require.NoError(t, err)
 		require.Zero(t, b.d.pend.Len())
 		rw := b.rowIn(t, 0, again.JID)

@@ -103,9 +103,6 @@ func (c *Client) Clock() clock.Clock { return c.clock }
 // DefaultQueue returns the queue of jobs that name none.
 func (c *Client) DefaultQueue() string { return c.queue }
 
-// Use appends client middleware. Call it before the client is shared.
-func (c *Client) Use(mw ...ClientMiddleware) { c.mw = append(c.mw, mw...) }
-
 // Extend appends extensions; the client calls their PushHook, and one
 // the client has already is not added twice. Call it before the client
 // is shared. It panics on a value that implements no hook (Extension).
@@ -145,6 +142,11 @@ type PushOpts struct {
 	// time has passed. A payload's own "expires_in" (seconds, the Pro
 	// client's set(expires_in:) form) does the same when ExpiresIn is zero.
 	ExpiresIn time.Duration
+	// Repush marks a job pushed once already: taken from the retry or
+	// schedule set, or retried from the API. A unique job's lock is not
+	// taken again (refusing the job now would lose it); its release still
+	// only drops a lock it holds.
+	Repush bool
 }
 
 // setExpiry writes "expires_at" from opts.ExpiresIn or the payload's
@@ -200,7 +202,7 @@ type PushResult struct {
 // either SADD queues + LPUSH queue:<q> (with a fresh enqueued_at) or ZADD
 // schedule (without enqueued_at). The job is modified in place.
 func (c *Client) Push(ctx context.Context, job *wire.Job, opts *PushOpts) (*PushResult, error) {
-	return c.push(ctx, job, opts, true)
+	return c.push(ctx, job, opts, opts == nil || !opts.Repush)
 }
 
 func (c *Client) push(ctx context.Context, job *wire.Job, opts *PushOpts, lock bool) (*PushResult, error) {
@@ -313,13 +315,6 @@ func performAsyncJob(class string, args ...any) (*wire.Job, error) {
 	return wire.JobFromMap(m), nil
 }
 
-// BulkResult reports a bulk push.
-type BulkResult struct {
-	// JIDs holds one jid per job in order; "" where middleware stopped it
-	// or a unique job's lock was held (a duplicate).
-	JIDs []string
-}
-
 // PushBulk pushes many jobs, 1000 per pipelined round trip (as Sidekiq 7.1+
 // does). All jobs share one created_at (when they have none) and, per
 // round trip, one enqueued_at, as in Ruby. Jobs are grouped by queue: one
@@ -327,7 +322,10 @@ type BulkResult struct {
 // all jobs go to the schedule set; without, a job whose payload carries a
 // numeric "at" in the future is scheduled by it, as Push does (Ruby's
 // push_bulk takes one "at" per job too), and the others are pushed now.
-func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts) (*BulkResult, error) {
+// It returns one jid per job in order: "" where middleware stopped it or
+// a unique job's lock was held (a duplicate). After an error, the jids of
+// the jobs pushed before it.
+func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts) ([]string, error) {
 	now := c.clock.Now()
 	v := c.Version()
 	created := contract.TimestampValue(now, v)
@@ -369,7 +367,7 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 			setExpiry(j, opts, due)
 		}
 	}
-	res := &BulkResult{JIDs: make([]string, len(jobs))}
+	jids := make([]string, len(jobs))
 	conn, err := c.pool.GetContext(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sidekiq: push bulk: %w", err)
@@ -395,7 +393,7 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 			ok, err := c.runMiddleware(ctx, j)
 			if err != nil {
 				j.Delete("at")
-				return res, fmt.Errorf("sidekiq: bulk job %d: %w", i, err)
+				return jids, fmt.Errorf("sidekiq: bulk job %d: %w", i, err)
 			}
 			if ok {
 				passed = append(passed, i)
@@ -404,7 +402,7 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 			}
 		}
 		if err := c.beforeBulkPush(ctx, jobs, passed); err != nil {
-			return res, fmt.Errorf("sidekiq: push bulk: %w", err)
+			return jids, fmt.Errorf("sidekiq: push bulk: %w", err)
 		}
 		type uniqueJob struct {
 			i   int
@@ -416,13 +414,13 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 			j.Delete("at")
 			ttl, unique, err := uniqueFor(j)
 			if err != nil {
-				return res, fmt.Errorf("sidekiq: bulk job %d: %w", i, err)
+				return jids, fmt.Errorf("sidekiq: bulk job %d: %w", i, err)
 			}
 			if unique {
 				uniques = append(uniques, uniqueJob{i, ttl})
 				continue
 			}
-			res.JIDs[i] = j.JID()
+			jids[i] = j.JID()
 			if at, scheduled := runAt(i); scheduled {
 				j.Delete("enqueued_at")
 				zadd = append(zadd, contract.Score(at), j.Encode())
@@ -447,10 +445,10 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 			}
 			pushed, err := pushUnique(ctx, conn, j, u.ttl, j.Encode(), at, now)
 			if err != nil {
-				return res, err
+				return jids, err
 			}
 			if pushed {
-				res.JIDs[u.i] = j.JID()
+				jids[u.i] = j.JID()
 			}
 		}
 		n := 0
@@ -470,19 +468,10 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 			continue
 		}
 		if _, err := redisreply.Pipeline(ctx, conn); err != nil {
-			return res, fmt.Errorf("sidekiq: push bulk: %w", err)
+			return jids, fmt.Errorf("sidekiq: push bulk: %w", err)
 		}
 	}
-	return res, nil
-}
-
-// Repush pushes a job taken from the retry or schedule set, or retried from
-// the API, through the normal client path: defaults filled, middleware run,
-// a new enqueued_at, SADD + LPUSH to its queue. A unique job's lock is not
-// taken again (the job was already pushed once; refusing it now would lose
-// it): its release still only drops a lock it holds.
-func (c *Client) Repush(ctx context.Context, job *wire.Job) (*PushResult, error) {
-	return c.push(ctx, job, nil, false)
+	return jids, nil
 }
 
 // PushPayload does what Push does before its write (Ruby's

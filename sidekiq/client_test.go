@@ -18,12 +18,12 @@ import (
 
 var fixedNow = time.Unix(1795296573, 165170700)
 
-func newClient(t *testing.T, v wire.Version) (*sidekiq.Client, *redis.Pool, *clocktest.Fake) {
+func newClient(t *testing.T, v wire.Version, mw ...sidekiq.ClientMiddleware) (*sidekiq.Client, *redis.Pool, *clocktest.Fake) {
 	t.Helper()
 	srv := redistest.Start(t)
 	pool := srv.Pool(t)
 	clk := clocktest.NewFake(fixedNow)
-	c, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: v, Clock: clk})
+	c, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: v, Clock: clk, Middleware: mw})
 	require.NoError(t, err)
 	return c, pool, clk
 }
@@ -66,8 +66,7 @@ func TestPushScheduledV8(t *testing.T) {
 
 func TestPushBulkAndMiddleware(t *testing.T) {
 	t.Parallel()
-	c, pool, _ := newClient(t, wire.Version7)
-	c.Use(func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
+	c, pool, _ := newClient(t, wire.Version7, func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
 		if a := job.Args(); len(a) > 0 {
 			if n, _ := a[0].Int(); n%2 == 1 {
 				return nil // stop odd ones
@@ -80,11 +79,11 @@ func TestPushBulkAndMiddleware(t *testing.T) {
 		j, _ := wire.NewJob("Bulk", i)
 		jobs = append(jobs, j)
 	}
-	res, err := c.PushBulk(context.Background(), jobs, nil)
+	jids, err := c.PushBulk(context.Background(), jobs, nil)
 	require.NoError(t, err)
-	require.Len(t, res.JIDs, 2500)
-	require.Empty(t, res.JIDs[1])
-	require.NotEmpty(t, res.JIDs[2])
+	require.Len(t, jids, 2500)
+	require.Empty(t, jids[1])
+	require.NotEmpty(t, jids[2])
 	conn := pool.Get()
 	defer conn.Close()
 	n, _ := redis.Int(conn.Do("LLEN", "queue:default"))
@@ -96,9 +95,8 @@ func TestPushBulkAndMiddleware(t *testing.T) {
 // the stored payloads carry no "at", and middleware sees each job's own.
 func TestPushBulkPerJobAt(t *testing.T) {
 	t.Parallel()
-	c, pool, _ := newClient(t, wire.Version7)
 	var seen []string
-	c.Use(func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
+	c, pool, _ := newClient(t, wire.Version7, func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
 		v, _ := job.Get("at")
 		seen = append(seen, v.NumberText())
 		return next(ctx)
@@ -113,9 +111,9 @@ func TestPushBulkPerJobAt(t *testing.T) {
 		}
 		jobs = append(jobs, j)
 	}
-	res, err := c.PushBulk(context.Background(), jobs, nil)
+	jids, err := c.PushBulk(context.Background(), jobs, nil)
 	require.NoError(t, err)
-	for _, jid := range res.JIDs {
+	for _, jid := range jids {
 		require.NotEmpty(t, jid)
 	}
 	require.Equal(t, []string{"", "1795296633.1651707", "", "1795300173.1651707"}, seen)
@@ -145,9 +143,8 @@ func TestPushBulkPerJobAt(t *testing.T) {
 
 func TestMiddlewareSeesAt(t *testing.T) {
 	t.Parallel()
-	c, pool, _ := newClient(t, wire.Version6)
 	var seen []string
-	c.Use(func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
+	c, pool, _ := newClient(t, wire.Version6, func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
 		v, _ := job.Get("at")
 		seen = append(seen, v.NumberText())
 		return next(ctx)

@@ -70,14 +70,14 @@ func ExampleClient_PushBulk() {
 		j, _ := wire.NewJob("ImportRow", i)
 		jobs = append(jobs, j)
 	}
-	res, err := c.PushBulk(context.Background(), jobs, nil)
+	jids, err := c.PushBulk(context.Background(), jobs, nil)
 	if err != nil {
 		panic(err)
 	}
 	conn := c.Pool().Get()
 	defer conn.Close()
 	n, _ := conn.Do("LLEN", "queue:default")
-	fmt.Println(len(res.JIDs), n)
+	fmt.Println(len(jids), n)
 	// Output:
 	// 3 3
 }

@@ -32,7 +32,7 @@ type Extension any
 
 // PushHook is called once per push after the client middleware, before
 // anything of the push reaches Redis, with the jobs it writes: one for
-// Push, Repush and Prepare, up to a bulk batch (1,000) for PushBulk. A
+// Push and PushPayload, up to a bulk batch (1,000) for PushBulk. A
 // scheduled job carries "at" (epoch seconds) there, as the middleware sees
 // it. An error aborts the push of those jobs.
 type PushHook interface {

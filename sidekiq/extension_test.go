@@ -93,14 +93,14 @@ func TestExtensionSeesEveryPushBeforeRedis(t *testing.T) {
 	rs := redistest.Start(t)
 	ext := &testExtension{}
 	pool := rs.Pool(t)
-	c, err := NewClient(&ClientConfig{Pool: pool, Extensions: []Extension{ext}})
-	require.NoError(t, err)
-	c.Use(func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
+	stop := func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
 		if job.JID() == "stopped" {
 			return nil // the middleware stops this push: no extension call
 		}
 		return next(ctx)
-	})
+	}
+	c, err := NewClient(&ClientConfig{Pool: pool, Extensions: []Extension{ext}, Middleware: []ClientMiddleware{stop}})
+	require.NoError(t, err)
 	ctx := context.Background()
 	one := newJob(t, "X")
 	one.SetJID("one")

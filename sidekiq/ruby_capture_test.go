@@ -160,7 +160,7 @@ func pollerPushAsRubyDid(t *testing.T, dir string, v wire.Version) {
 	require.NoError(t, err)
 	c, err := NewClient(&ClientConfig{Pool: redistest.Start(t).Pool(t), Version: v, Clock: clocktest.NewSequence(enq)})
 	require.NoError(t, err)
-	res, err := c.Repush(context.Background(), member)
+	res, err := c.Push(context.Background(), member, &PushOpts{Repush: true})
 	require.NoError(t, err)
 	require.Equal(t, string(raw), string(res.Payload))
 }

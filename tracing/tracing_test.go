@@ -130,7 +130,7 @@ func TestProducerSpanLinksPushToRun(t *testing.T) {
 
 	// A push again without a span in ctx (the retry or schedule poller)
 	// continues the trace the payload carries.
-	_, err = client.Repush(context.Background(), job)
+	_, err = client.Push(context.Background(), job, &sidekiq.PushOpts{Repush: true})
 	require.NoError(t, err)
 	again := b.spans(t, 3)[2]
 	require.Equal(t, producer.SpanContext.SpanID(), again.Parent.SpanID())

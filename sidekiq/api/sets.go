@@ -356,7 +356,7 @@ func (e *SortedEntry) Retry(ctx context.Context) (*sidekiq.PushResult, error) {
 				contract.SetRetryCount(job, n-1)
 			}
 		}
-		res, err = e.set.api.client.Repush(ctx, job)
+		res, err = e.set.api.client.Push(ctx, job, &sidekiq.PushOpts{Repush: true})
 		return err
 	})
 	if err != nil {
