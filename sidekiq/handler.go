@@ -2,7 +2,6 @@ package sidekiq
 
 import (
 	"context"
-	"time"
 
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -32,24 +31,18 @@ type HandlerOptions struct {
 	// Retry is used when a payload has no "retry" key: nil means true (the
 	// Sidekiq default), otherwise a bool or an int.
 	Retry any
-	// RetryIn is sidekiq_retry_in: it returns the delay before the next
-	// retry, or a RetryDecision. A zero delay with RetryDefault means the
-	// default backoff.
-	RetryIn func(count int, err error, job *wire.Job) (time.Duration, RetryDecision)
-	// RetriesExhausted is sidekiq_retries_exhausted. Returning RetryDiscard
-	// keeps the job out of the dead set.
-	RetriesExhausted func(ctx context.Context, job *wire.Job, err error) RetryDecision
+	// RetryIn is sidekiq_retry_in: it decides what follows a failure that
+	// has retries left, with the outcomes a handler returns: nil for the
+	// default backoff, RetryIn(d, err) for a retry after d (0: the
+	// default backoff), Kill(err) to send the job to the dead set now
+	// (:kill), Discard(err) to drop it (:discard). Any other error means
+	// the default backoff. The job's failure stays the one it is given.
+	RetryIn func(count int, err error, job *wire.Job) error
+	// RetriesExhausted is sidekiq_retries_exhausted. Returning Discard(err)
+	// keeps the job out of the dead set (:discard); anything else leaves
+	// it to go there.
+	RetriesExhausted func(ctx context.Context, job *wire.Job, err error) error
 }
-
-// RetryDecision is what a retry hook asks for.
-type RetryDecision int
-
-// Retry hook decisions.
-const (
-	RetryDefault RetryDecision = iota
-	RetryKill                  // send to the dead set now (:kill)
-	RetryDiscard               // drop the job (:discard)
-)
 
 type registration struct {
 	h    Handler

@@ -110,14 +110,14 @@ func (p *processor) planRetry(queue string, raw []byte, reg *registration, failu
 			delay, custom = out.retryIn, true
 		} else if reg != nil && reg.opts.RetryIn != nil {
 			d, decision := p.callRetryIn(reg, count, failure, msg)
-			switch decision {
-			case RetryDiscard:
+			switch {
+			case decision.discard:
 				// 8.0.7+ runs the death handlers; 8.0.8+ marks the job.
 				if v.AtLeast(8, 0, 8) {
 					msg.Set("discarded_at", rubyjson.IntValue(now.UnixMilli()))
 				}
 				return retryPlan{job: msg, died: v.AtLeast(8, 0, 7), why: "the RetryIn hook discarded it"}
-			case RetryKill:
+			case decision.kill:
 				kill = true
 			default:
 				if d > 0 {
@@ -147,7 +147,7 @@ func (p *processor) planRetry(queue string, raw []byte, reg *registration, failu
 		why += ", dead: false"
 	}
 	if reg != nil && reg.opts.RetriesExhausted != nil {
-		if p.callRetriesExhausted(reg, msg, failure) == RetryDiscard {
+		if p.callRetriesExhausted(reg, msg, failure) {
 			toDead = false
 			why += ", the RetriesExhausted hook discarded it"
 		}
@@ -158,32 +158,43 @@ func (p *processor) planRetry(queue string, raw []byte, reg *registration, failu
 	return retryPlan{payload: msg.Encode(), job: msg, toDead: toDead, died: true, why: why}
 }
 
-// callRetryIn calls the class's RetryIn hook. A panic in it is logged and
-// means the default delay, as Ruby rescues an error in sidekiq_retry_in
-// ("falling back to default").
-func (p *processor) callRetryIn(reg *registration, count int, failure error, msg *wire.Job) (d time.Duration, dec RetryDecision) {
+// callRetryIn calls the class's RetryIn hook and returns the delay and
+// the decision (kill, discard) of the outcome it returned. A panic in it
+// is logged and means the default delay, as Ruby rescues an error in
+// sidekiq_retry_in ("falling back to default").
+func (p *processor) callRetryIn(reg *registration, count int, failure error, msg *wire.Job) (d time.Duration, dec outcome) {
 	defer func() {
 		if r := recover(); r != nil {
 			p.log.Error().Interface("panic", r).Str("jid", msg.JID()).Str("component", "retry").
 				Msg("retry_in hook panicked; falling back to the default delay")
-			d, dec = 0, RetryDefault
+			d, dec = 0, outcome{}
 		}
 	}()
-	return reg.opts.RetryIn(count, failure, msg)
+	var o *outcome
+	if !errors.As(reg.opts.RetryIn(count, failure, msg), &o) {
+		return 0, outcome{}
+	}
+	dec = outcome{discard: o.discard, kill: o.kill}
+	if o.hasDelay {
+		d = o.retryIn
+	}
+	return d, dec
 }
 
-// callRetriesExhausted calls the class's RetriesExhausted hook. A panic in
-// it is logged and ignored (the job still goes to the dead set), as Ruby
-// rescues an error in sidekiq_retries_exhausted.
-func (p *processor) callRetriesExhausted(reg *registration, msg *wire.Job, failure error) (dec RetryDecision) {
+// callRetriesExhausted calls the class's RetriesExhausted hook and reports
+// whether it discarded the job. A panic in it is logged and ignored (the
+// job still goes to the dead set), as Ruby rescues an error in
+// sidekiq_retries_exhausted.
+func (p *processor) callRetriesExhausted(reg *registration, msg *wire.Job, failure error) (discard bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			p.log.Error().Interface("panic", r).Str("jid", msg.JID()).Str("component", "retry").
 				Msg("retries_exhausted hook panicked")
-			dec = RetryDefault
+			discard = false
 		}
 	}()
-	return reg.opts.RetriesExhausted(p.hardCtx, msg, failure)
+	var o *outcome
+	return errors.As(reg.opts.RetriesExhausted(p.hardCtx, msg, failure), &o) && o.discard
 }
 
 // jitter is Sidekiq's retry jitter: rand(10)*(count+1) up to 7.x,

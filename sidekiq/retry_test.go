@@ -106,11 +106,17 @@ func TestRetryPlanPerVersion(t *testing.T) {
 		{name: "RetryIn", version: wire.Version6, payload: base + `}`, reg: &registration{}, err: RetryIn(time.Minute, errors.New("x")), rnd: zero, wantRetry: time.Minute},
 		{name: "Kill", version: wire.Version6, payload: base + `}`, reg: &registration{}, err: Kill(errors.New("x")), rnd: zero, wantDead: true, wantDied: true},
 		{name: "Discard", version: wire.Version6, payload: base + `}`, reg: &registration{}, err: Discard(errors.New("x")), rnd: zero},
-		{name: "hook retry_in", version: wire.Version6, payload: base + `}`, reg: &registration{opts: HandlerOptions{RetryIn: func(count int, err error, job *wire.Job) (time.Duration, RetryDecision) {
-			return 7 * time.Second, RetryDefault
+		{name: "hook retry_in", version: wire.Version6, payload: base + `}`, reg: &registration{opts: HandlerOptions{RetryIn: func(count int, err error, job *wire.Job) error {
+			return RetryIn(7*time.Second, err)
 		}}}, err: errors.New("x"), rnd: zero, wantRetry: 7 * time.Second},
-		{name: "hook exhausted discard", version: wire.Version6, payload: `{"retry":0,"queue":"default","class":"X","args":[],"jid":"j"}`, reg: &registration{opts: HandlerOptions{RetriesExhausted: func(ctx context.Context, job *wire.Job, err error) RetryDecision {
-			return RetryDiscard
+		{name: "hook retry_in kill", version: wire.Version6, payload: base + `}`, reg: &registration{opts: HandlerOptions{RetryIn: func(count int, err error, job *wire.Job) error {
+			return Kill(err)
+		}}}, err: errors.New("x"), rnd: zero, wantDead: true, wantDied: true},
+		{name: "hook retry_in other error", version: wire.Version6, payload: base + `}`, reg: &registration{opts: HandlerOptions{RetryIn: func(count int, err error, job *wire.Job) error {
+			return err
+		}}}, err: errors.New("x"), rnd: zero, wantRetry: 15 * time.Second},
+		{name: "hook exhausted discard", version: wire.Version6, payload: `{"retry":0,"queue":"default","class":"X","args":[],"jid":"j"}`, reg: &registration{opts: HandlerOptions{RetriesExhausted: func(ctx context.Context, job *wire.Job, err error) error {
+			return Discard(err)
 		}}}, err: errors.New("x"), rnd: zero, wantDied: true},
 	}
 	for _, c := range cases {
@@ -219,8 +225,8 @@ func TestErrorMessageScrubbedAsRuby(t *testing.T) {
 func TestDiscardFromRetryInSetsDiscardedAt(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1795296600, 0)
-	reg := &registration{opts: HandlerOptions{RetryIn: func(int, error, *wire.Job) (time.Duration, RetryDecision) {
-		return 0, RetryDiscard
+	reg := &registration{opts: HandlerOptions{RetryIn: func(_ int, err error, _ *wire.Job) error {
+		return Discard(err)
 	}}}
 	for _, c := range []struct {
 		v    wire.Version
@@ -247,8 +253,8 @@ func TestRetryHookPanicsFallBackToDefaults(t *testing.T) {
 	now := time.Unix(1795296600, 0)
 	s := planServer(wire.Version6)
 	reg := &registration{opts: HandlerOptions{
-		RetryIn: func(int, error, *wire.Job) (time.Duration, RetryDecision) { panic("retry_in bug") },
-		RetriesExhausted: func(context.Context, *wire.Job, error) RetryDecision {
+		RetryIn: func(int, error, *wire.Job) error { panic("retry_in bug") },
+		RetriesExhausted: func(context.Context, *wire.Job, error) error {
 			panic("exhausted bug")
 		},
 	}}

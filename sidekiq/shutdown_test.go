@@ -193,10 +193,10 @@ func TestRetryWrittenDuringHardShutdown(t *testing.T) {
 	}), nil)
 	inHook := make(chan struct{})
 	srv.Handle("Fails", HandlerFunc(func(ctx context.Context, job *wire.Job) error { return errors.New("boom") }),
-		&HandlerOptions{RetryIn: func(count int, err error, job *wire.Job) (time.Duration, RetryDecision) {
+		&HandlerOptions{RetryIn: func(count int, err error, job *wire.Job) error {
 			close(inHook)
 			<-hard // the retry is decided while the server hard-stops
-			return 0, RetryDefault
+			return nil
 		}})
 	conn, err := rs.Dial()
 	require.NoError(t, err)
