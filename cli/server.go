@@ -17,6 +17,8 @@ import (
 	"github.com/gojob/gojob/batch"
 	"github.com/gojob/gojob/expiry"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/fetchflag"
+	"github.com/gojob/gojob/internal/tuning"
 	"github.com/gojob/gojob/jobctl"
 	"github.com/gojob/gojob/sidekiq"
 )
@@ -40,7 +42,7 @@ func serverConfigFromFlags(c *ucli.Context, log zerolog.Logger) (*sidekiq.Server
 		return nil, ucli.Exit("--poll-interval must not be negative", exitUsage)
 	}
 	if c.IsSet("fetch") || c.String("fetch") != "" {
-		mode, err := sidekiq.ParseFetchMode(c.String("fetch"))
+		mode, err := fetchflag.Parse(c.String("fetch"))
 		if err != nil {
 			return nil, ucli.Exit(err.Error(), exitUsage)
 		}
@@ -160,7 +162,7 @@ func buildServer(c *ucli.Context, cfg *sidekiq.ServerConfig, o *options, log zer
 func heartbeatWorkFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.DurationFlag{Name: "job-timeout", Usage: "default total timeout of jobs whose payload has no timeout key: a job running longer is cancelled and retried as Gojob::Timeout (0 = none)"},
-		&ucli.DurationFlag{Name: "cancel-grace", Value: sidekiq.DefaultCancelGrace, Usage: "how long a handler cancelled for a missed timeout or heartbeat has to return before its slot is freed and it is left running"},
+		&ucli.DurationFlag{Name: "cancel-grace", Value: tuning.CancelGrace, Usage: "how long a handler cancelled for a missed timeout or heartbeat has to return before its slot is freed and it is left running"},
 		&ucli.StringFlag{Name: "heartbeat-listen", Value: "127.0.0.1:0", Usage: "`HOST:PORT` where --http handlers send heartbeats (a POST to the URL in X-Gojob-Heartbeat-Url); port 0 picks a free one"},
 		&ucli.StringFlag{Name: "heartbeat-url", Usage: "base `URL` of --heartbeat-listen as the --http handlers reach it (default http://HOST:PORT)"},
 	}
@@ -194,7 +196,7 @@ func runServer(ctx context.Context, srv *sidekiq.Server, log zerolog.Logger) err
 		}
 	}()
 	if err := srv.Run(ctx); err != nil {
-		if errors.Is(err, sidekiq.ErrVersionUnreadable) {
+		if errors.Is(err, contract.ErrVersionUnreadable) {
 			return ucli.Exit(err.Error(), exitUsage)
 		}
 		log.Error().Err(err).Msg("shutdown finished with errors")

@@ -7,7 +7,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/internal/tuning"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -53,8 +53,8 @@ ordered work (docs/ordered.md).`,
 			&ucli.StringSliceFlag{Name: "exec", Usage: "run `CLASS=COMMAND` (sh -c) for each job of CLASS; repeat"},
 			&ucli.StringSliceFlag{Name: "http", Usage: "POST each job of CLASS to URL: `CLASS=URL`; repeat"},
 			&ucli.StringFlag{Name: "fetch", Value: "reliable", Usage: "reliable (recommended: no job lost when a process dies), basic (Sidekiq's BasicFetch, Ruby's Redis traffic byte for byte) or batch (one BLMPOP for all idle slots, Redis 7+; loses what basic loses)"},
-			&ucli.IntFlag{Name: "fetch-pipeline", Value: sidekiq.DefaultFetchPipeline, Usage: "basic fetch: idle slots whose BRPOPs share one connection, pipelined (1 = a connection per slot, as Ruby)"},
-			&ucli.IntFlag{Name: "fetch-ahead", Value: sidekiq.DefaultFetchAhead, Usage: "reliable fetch: jobs a slot may hold ahead of the one it runs while every slot is busy and its jobs are short (0 = none; docs/reliable-fetch.md)"},
+			&ucli.IntFlag{Name: "fetch-pipeline", Value: tuning.FetchPipeline, Usage: "basic fetch: idle slots whose BRPOPs share one connection, pipelined (1 = a connection per slot, as Ruby)"},
+			&ucli.IntFlag{Name: "fetch-ahead", Value: tuning.FetchAhead, Usage: "reliable fetch: jobs a slot may hold ahead of the one it runs while every slot is busy and its jobs are short (0 = none; docs/reliable-fetch.md)"},
 			&ucli.IntFlag{Name: "max-recoveries", Value: 3, Usage: "reliable fetch: a job whose process died this many times while running it goes to the dead set (poison pill)"},
 			&ucli.IntFlag{Name: "max-retries", Value: 25, Usage: "retries for jobs with retry: true"},
 			&ucli.DurationFlag{Name: "poll-interval", Usage: "average time between this process's polls of the retry and schedule sets (Sidekiq's average_scheduled_poll_interval; default: 5 s times the number of processes)"},

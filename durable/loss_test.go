@@ -17,6 +17,7 @@ import (
 
 	"github.com/gojob/gojob/internal/clocktest"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/fetchflag"
 	"github.com/gojob/gojob/internal/pgtest"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/testlog"
@@ -64,7 +65,7 @@ func lossChild() int {
 	if err != nil {
 		return fail(err)
 	}
-	fetch, err := sidekiq.ParseFetchMode(os.Getenv("LOSS_FETCH"))
+	fetch, err := fetchflag.Parse(os.Getenv("LOSS_FETCH"))
 	if err != nil {
 		return fail(err)
 	}

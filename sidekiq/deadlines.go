@@ -18,10 +18,6 @@ import (
 // left running: its slot is freed, the incident logged, and whatever it
 // returns later is discarded.
 
-// DefaultCancelGrace is how long a handler cancelled for a missed deadline
-// has to return before it is left behind and its slot freed.
-const DefaultCancelGrace = 5 * time.Second
-
 // Heartbeat tells gojob that the job running with ctx is alive: its
 // heartbeat_timeout starts again, the Busy page (the work hash) and
 // `gojob processes` show the time, and the extensions that follow the job

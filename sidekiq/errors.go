@@ -6,8 +6,6 @@ import (
 	"reflect"
 	"strings"
 	"time"
-
-	"github.com/gojob/gojob/sidekiq/internal/maintenance"
 )
 
 // errorClasser is implemented by errors that name their Ruby-style class
@@ -163,8 +161,3 @@ func ErrorClassOf(err error) string {
 	}
 	return name
 }
-
-// ErrVersionUnreadable is returned by Start when ServerConfig.Version would
-// break the readers of the live Ruby processes (8.x over older ones) and
-// ForceVersion is not set.
-var ErrVersionUnreadable = maintenance.ErrVersionUnreadable

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/tuning"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -44,7 +44,8 @@ const (
 	FetchReliable
 )
 
-// String returns the name ParseFetchMode reads.
+// String returns the mode's name: "basic", "batch" or "reliable" (gojob
+// work --fetch).
 func (m FetchMode) String() string {
 	switch m {
 	case FetchBRPOP:
@@ -59,30 +60,6 @@ func (m FetchMode) String() string {
 
 // reliable reports whether the mode keeps running jobs in Redis.
 func (m FetchMode) reliable() bool { return m == FetchReliable }
-
-// ParseFetchMode reads "reliable", "basic" (or "brpop") or "batch".
-func ParseFetchMode(s string) (FetchMode, error) {
-	switch strings.ToLower(s) {
-	case "", "brpop", "basic":
-		return FetchBRPOP, nil
-	case "batch", "blmpop":
-		return FetchBatch, nil
-	case "reliable":
-		return FetchReliable, nil
-	case "reliable-batch":
-		return 0, fmt.Errorf("sidekiq: fetch mode %q is gone: reliable now takes the jobs of all idle slots in one call", s)
-	}
-	return 0, fmt.Errorf("sidekiq: unknown fetch mode %q (want reliable, basic or batch)", s)
-}
-
-// DefaultFetchPipeline is how many BRPOPs one fetch connection carries at
-// once unless ServerConfig.FetchPipeline says otherwise.
-const DefaultFetchPipeline = 8
-
-// DefaultFetchAhead is how many jobs a busy slot of the reliable fetch
-// holds fetched ahead at most unless ServerConfig.FetchAhead says
-// otherwise.
-const DefaultFetchAhead = 16
 
 // defaultFetchAheadHold is how long a job fetched ahead waits for its slot
 // before it goes back to its queue unless ServerConfig.FetchAheadHold says
@@ -123,8 +100,7 @@ type ServerConfig struct {
 	// FetchPipeline is, in BRPOP mode, how many idle slots' BRPOPs one
 	// fetch connection carries at once, pipelined; the server opens
 	// ceil(Concurrency/FetchPipeline) fetch connections. 1 gives each slot
-	// its own connection and round trips, as Ruby does. Default
-	// DefaultFetchPipeline (8).
+	// its own connection and round trips, as Ruby does. Default 8.
 	FetchPipeline int
 	// FetchAhead is, with reliable fetch, how many jobs a busy slot holds
 	// fetched ahead at most: its next jobs, moved to its in-progress list
@@ -133,7 +109,7 @@ type ServerConfig struct {
 	// job that calls Run.FetchAhead); a job fetched ahead goes back to the
 	// pop end of its queue when its slot has not started it within 25 ms,
 	// and a slot whose last job took 5 ms or more fetches none
-	// (docs/reliable-fetch.md). 0 means DefaultFetchAhead; a negative value
+	// (docs/reliable-fetch.md). 0 means 16; a negative value
 	// turns it off.
 	FetchAhead int
 	// FetchAheadHold is, with reliable fetch, how long a job fetched ahead
@@ -152,7 +128,7 @@ type ServerConfig struct {
 	JobTimeout time.Duration
 	// CancelGrace is how long a handler cancelled for a missed deadline
 	// (timeout, heartbeat_timeout) has to return before its slot is freed
-	// and it is left running. Default DefaultCancelGrace (5 s).
+	// and it is left running. Default 5 s.
 	CancelGrace time.Duration
 	// Version is the Sidekiq release whose format is written. Default
 	// wire.DefaultVersion. Ignored with FollowVersion.
@@ -166,7 +142,7 @@ type ServerConfig struct {
 	// ForceVersion lets Start write a Version that live Ruby processes
 	// cannot read (8.x millisecond timestamps where a 7.x or 6.x process
 	// or Web UI reads them). Without it Start refuses with
-	// ErrVersionUnreadable.
+	// an error.
 	ForceVersion bool
 	// MaxRetries is the retry count for `"retry": true`. Default 25.
 	MaxRetries int
@@ -211,7 +187,7 @@ func (c *ServerConfig) withDefaults() *ServerConfig {
 		out.Concurrency = 10
 	}
 	if out.FetchPipeline <= 0 {
-		out.FetchPipeline = DefaultFetchPipeline
+		out.FetchPipeline = tuning.FetchPipeline
 	}
 	if out.FetchAheadHold == 0 {
 		out.FetchAheadHold = defaultFetchAheadHold
@@ -223,7 +199,7 @@ func (c *ServerConfig) withDefaults() *ServerConfig {
 		out.Version = wire.DefaultVersion
 	}
 	if out.CancelGrace <= 0 {
-		out.CancelGrace = DefaultCancelGrace
+		out.CancelGrace = tuning.CancelGrace
 	}
 	if out.MaxRetries <= 0 {
 		out.MaxRetries = 25

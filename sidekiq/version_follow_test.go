@@ -74,7 +74,7 @@ func TestStartRefusesAVersionLiveProcessesCannotRead(t *testing.T) {
 	_, err = b.conn.Do("HSET", "ruby:9:bbbbbbbbbbbb", "info", `{"hostname":"ruby","version":"7.3.10"}`)
 	require.NoError(t, err)
 	err = b.srv.Start(context.Background())
-	require.True(t, errors.Is(err, ErrVersionUnreadable), "%v", err)
+	require.True(t, errors.Is(err, contract.ErrVersionUnreadable), "%v", err)
 	require.ErrorContains(t, err, "ForceVersion")
 	n, _ := redis.Int(b.conn.Do("SCARD", contract.KeyProcesses))
 	require.Equal(t, 1, n, "nothing registered")

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,6 +16,12 @@ import (
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
+
+// ErrVersionUnreadable is what a server that would write a format the
+// live Ruby processes cannot read (8.x over older ones) fails to start
+// with, unless told to write it anyway (ServerConfig.ForceVersion,
+// gojob work --force-version).
+var ErrVersionUnreadable = errors.New("live Sidekiq processes cannot read the version gojob writes")
 
 // Keys gojob keeps beside Sidekiq's for the version decision
 // (docs/version-follow.md). The Web UI reads neither.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/gojob/gojob/internal/tuning"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 )
 
@@ -91,7 +92,7 @@ const (
 	// aheadMaxRun with it, a fifth of it).
 	aheadHold = 25 * time.Millisecond
 	// aheadDepth is how many jobs a slot holds fetched ahead at most.
-	aheadDepth = 16
+	aheadDepth = tuning.FetchAhead
 )
 
 // aheadJob is a job fetched ahead and when it goes back if its slot has

@@ -59,7 +59,7 @@ func NewVersionFollower(cfg *VersionFollowerConfig) (*VersionFollower, error) {
 
 // ErrVersionUnreadable is returned by Check when the fixed format would
 // break the readers of the live Ruby processes.
-var ErrVersionUnreadable = errors.New("live Sidekiq processes cannot read the version gojob writes")
+var ErrVersionUnreadable = contract.ErrVersionUnreadable
 
 // Check registers the process as gojob's, decides, and switches (Follow)
 // or warns (fixed format). It logs the first decision, each switch, and a

@@ -36,8 +36,10 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/fetchflag"
 	"github.com/gojob/gojob/internal/procstat"
 	"github.com/gojob/gojob/internal/redisflag"
+	"github.com/gojob/gojob/internal/tuning"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -117,7 +119,7 @@ processes, polls of the retry and schedule sets).`,
 			&ucli.IntFlag{Name: "queues", Value: 1, Usage: "spread the jobs evenly over this many queues"},
 			&ucli.StringFlag{Name: "weights", Value: "strict", Usage: "with --queues: strict (no weights), equal (weight 1 each) or 1..N (queue i weighs i)"},
 			&ucli.IntFlag{Name: "payload-bytes", Usage: "make each job about this many bytes long (a string argument; 0: about 100)"},
-			&ucli.IntFlag{Name: "fetch-pipeline", Value: sidekiq.DefaultFetchPipeline, Usage: "basic fetch: idle slots' BRPOPs pipelined per connection (1 = a connection per slot, as Ruby)"},
+			&ucli.IntFlag{Name: "fetch-pipeline", Value: tuning.FetchPipeline, Usage: "basic fetch: idle slots' BRPOPs pipelined per connection (1 = a connection per slot, as Ruby)"},
 			&ucli.BoolFlag{Name: "ruby", Usage: "also run Ruby Sidekiq 6.4.1 (Debian ruby-sidekiq) and print the ratio"},
 			&ucli.BoolFlag{Name: "redis-benchmark", Usage: "also run redis-benchmark -t rpop -c C and print the ratio"},
 			newJSONFlag(),
@@ -156,7 +158,7 @@ processes, polls of the retry and schedule sets).`,
 			}
 			var modes []sidekiq.FetchMode
 			for _, name := range strings.Split(c.String("fetch"), ",") {
-				mode, err := sidekiq.ParseFetchMode(strings.TrimSpace(name))
+				mode, err := fetchflag.Parse(strings.TrimSpace(name))
 				if err != nil {
 					return ucli.Exit(err.Error(), exitUsage)
 				}
