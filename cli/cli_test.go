@@ -176,7 +176,7 @@ func TestDevStartsEmbeddedRedis(t *testing.T) {
 		}
 		return false
 	})
-	pool, err := sidekiq.NewPool(url, nil)
+	pool, err := sidekiq.NewPool(url)
 	require.NoError(t, err)
 	defer pool.Close()
 	conn := pool.Get()

@@ -88,7 +88,7 @@ func TestDevWritesJobMetrics(t *testing.T) {
 		}
 		return url != ""
 	})
-	pool, err := sidekiq.NewPool(url, nil)
+	pool, err := sidekiq.NewPool(url)
 	require.NoError(t, err)
 	defer pool.Close()
 	admin, err := api.New(&api.Config{Pool: pool})

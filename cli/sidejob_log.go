@@ -37,11 +37,11 @@ func sjLog(ctx context.Context, e *sjEnv) error {
 	}
 	// A connection of its own: a subscribed connection cannot go back to
 	// the pool.
-	dial, err := sidekiq.Dialer(e.c.String("redis"), 0)
+	pool, err := sidekiq.NewPool(e.c.String("redis"))
 	if err != nil {
 		return err
 	}
-	conn, err := dial(ctx)
+	conn, err := pool.DialContext(ctx)
 	if err != nil {
 		return err
 	}

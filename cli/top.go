@@ -48,10 +48,11 @@ is not a terminal, or with --once or --json, it prints one snapshot and exits.`,
 
 func topAction(c *ucli.Context) error {
 	url := c.String("redis")
-	pool, err := sidekiq.NewPool(url, &sidekiq.PoolOptions{MaxActive: 4})
+	pool, err := sidekiq.NewPool(url)
 	if err != nil {
 		return ucli.Exit(redact.String(err.Error(), url), exitUsage)
 	}
+	pool.MaxActive, pool.Wait = 4, true
 	defer pool.Close()
 	admin, err := api.New(&api.Config{Pool: pool})
 	if err != nil {

@@ -53,7 +53,7 @@ func lossChild() int {
 		log.Error().Err(err).Msg("loss child failed")
 		return 2
 	}
-	pool, err := sidekiq.NewPool(os.Getenv("LOSS_REDIS"), nil)
+	pool, err := sidekiq.NewPool(os.Getenv("LOSS_REDIS"))
 	if err != nil {
 		return fail(err)
 	}

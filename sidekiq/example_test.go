@@ -15,7 +15,7 @@ import (
 
 // Push a job the way Ruby's HardJob.perform_async(1, "two") does. The
 // example runs on an in-process Redis and a fixed clock so that its output
-// is stable; use sidekiq.NewPool("redis://…", nil) and the default clock in
+// is stable; use sidekiq.NewPool("redis://…") and the default clock in
 // a program.
 func ExampleClient_Push() {
 	m := miniredis.NewMiniRedis()
@@ -23,7 +23,7 @@ func ExampleClient_Push() {
 		panic(err)
 	}
 	defer m.Close()
-	pool, err := sidekiq.NewPool("redis://"+m.Addr(), nil)
+	pool, err := sidekiq.NewPool("redis://" + m.Addr())
 	if err != nil {
 		panic(err)
 	}
@@ -62,7 +62,7 @@ func ExampleServer() {
 		panic(err)
 	}
 	defer m.Close()
-	pool, err := sidekiq.NewPool("redis://"+m.Addr(), nil)
+	pool, err := sidekiq.NewPool("redis://" + m.Addr())
 	if err != nil {
 		panic(err)
 	}

@@ -17,43 +17,26 @@ import (
 	"github.com/gojob/gojob/sidekiq/internal/sentinel"
 )
 
-// PoolOptions tune NewPool.
-type PoolOptions struct {
-	// MaxActive limits open connections (0 = no limit).
-	MaxActive int
-	// MaxIdle is how many idle connections are kept (default 16).
-	MaxIdle int
-	// ReadTimeout bounds a reply; blocking commands pass their own timeout
-	// on top of it. Default 0 (none).
-	ReadTimeout time.Duration
-}
-
 // NewPool returns a redigo pool for a Redis URL: redis://[:pass@]host:port/db,
 // rediss://… (TLS), unix:///path/to/socket[?db=N], or
 // redis+sentinel://[user:pass@]host:port[,host:port…]/MASTER[/DB] for the
 // master a Redis Sentinel deployment monitors as MASTER (followed through
 // failovers: docs/sentinel.md). An empty URL means
-// $REDIS_URL, then redis://127.0.0.1:6379/0.
-func NewPool(rawURL string, o *PoolOptions) (*redis.Pool, error) {
-	if o == nil {
-		o = &PoolOptions{}
-	}
+// redis://127.0.0.1:6379/0. The pool keeps up to 16 idle connections and
+// opens as many as asked (set MaxActive and Wait to bound them); its
+// DialContext opens a connection of its own, outside the pool (for a
+// subscription, say). Errors never show the URL's password.
+func NewPool(rawURL string) (*redis.Pool, error) {
 	if rawURL == "" {
 		rawURL = "redis://127.0.0.1:6379/0"
 	}
-	dial, err := Dialer(rawURL, o.ReadTimeout)
+	dial, err := dialer(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	maxIdle := o.MaxIdle
-	if maxIdle == 0 {
-		maxIdle = 16
-	}
 	return &redis.Pool{
-		MaxActive:   o.MaxActive,
-		MaxIdle:     maxIdle,
+		MaxIdle:     16,
 		IdleTimeout: 5 * time.Minute,
-		Wait:        o.MaxActive > 0,
 		DialContext: dial,
 		TestOnBorrow: func(c redis.Conn, t time.Time) error {
 			// Cheap: the fetchers own their connections, so the pool only
@@ -73,9 +56,8 @@ func NewPool(rawURL string, o *PoolOptions) (*redis.Pool, error) {
 // still answers) keeps its connections, and the commands on them.
 var keepAlive = net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, Interval: 5 * time.Second, Count: 3}
 
-// Dialer returns a dial function for a Redis URL. Errors never show the
-// URL's password.
-func Dialer(rawURL string, readTimeout time.Duration) (func(ctx context.Context) (redis.Conn, error), error) {
+// dialer returns the dial function of a Redis URL.
+func dialer(rawURL string) (func(ctx context.Context) (redis.Conn, error), error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("sidekiq: redis url: %s", redact.String(err.Error(), rawURL))
@@ -84,9 +66,6 @@ func Dialer(rawURL string, readTimeout time.Duration) (func(ctx context.Context)
 	// Connections are corkable (resp.Cork): the fetch writes each round
 	// of commands in one write.
 	opts := []redis.DialOption{redis.DialConnectTimeout(5 * time.Second)}
-	if readTimeout > 0 {
-		opts = append(opts, redis.DialReadTimeout(readTimeout))
-	}
 	switch u.Scheme {
 	case "unix":
 		path := u.Path
@@ -101,7 +80,7 @@ func Dialer(rawURL string, readTimeout time.Duration) (func(ctx context.Context)
 			opts = append(opts, redis.DialPassword(p))
 		}
 		return func(ctx context.Context) (redis.Conn, error) {
-			return resp.DialCorkable(ctx, readTimeout, dialer.DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
+			return resp.DialCorkable(ctx, 0, dialer.DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
 				return redis.DialContext(ctx, "unix", path, opts...)
 			}, opts...)
 		}, nil
@@ -111,7 +90,7 @@ func Dialer(rawURL string, readTimeout time.Duration) (func(ctx context.Context)
 		}
 		s := u.String()
 		return func(ctx context.Context) (redis.Conn, error) {
-			c, err := resp.DialCorkable(ctx, readTimeout, dialer.DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
+			c, err := resp.DialCorkable(ctx, 0, dialer.DialContext, func(ctx context.Context, opts ...redis.DialOption) (redis.Conn, error) {
 				return redis.DialURLContext(ctx, s, opts...)
 			}, opts...)
 			if err != nil {
@@ -120,7 +99,7 @@ func Dialer(rawURL string, readTimeout time.Duration) (func(ctx context.Context)
 			return c, nil
 		}, nil
 	case "redis+sentinel":
-		d, err := sentinelDialer(u, dialer, readTimeout, opts)
+		d, err := sentinelDialer(u, dialer, opts)
 		if err != nil {
 			return nil, fmt.Errorf("sidekiq: redis url %s: %w", redact.URL(rawURL), err)
 		}
@@ -133,7 +112,7 @@ func Dialer(rawURL string, readTimeout time.Duration) (func(ctx context.Context)
 // the sentinels (port 26379 when none is given), the name they monitor
 // the master under, the database. The credentials are the master's; a
 // sentinel that asks for a password gets them too.
-func sentinelDialer(u *url.URL, netDialer *net.Dialer, readTimeout time.Duration, opts []redis.DialOption) (*sentinel.Dialer, error) {
+func sentinelDialer(u *url.URL, netDialer *net.Dialer, opts []redis.DialOption) (*sentinel.Dialer, error) {
 	var addrs []string
 	for _, h := range strings.Split(u.Host, ",") {
 		if h == "" {
@@ -162,7 +141,7 @@ func sentinelDialer(u *url.URL, netDialer *net.Dialer, readTimeout time.Duration
 	cfg := sentinel.Config{Addrs: addrs, Master: parts[0], DB: db, Username: u.User.Username(), NetDial: netDialer.DialContext,
 		Dial: func(ctx context.Context, addr string, netDial func(ctx context.Context, network, addr string) (net.Conn, error),
 			o ...redis.DialOption) (redis.Conn, error) {
-			return resp.DialCorkable(ctx, readTimeout, netDial, func(ctx context.Context, o ...redis.DialOption) (redis.Conn, error) {
+			return resp.DialCorkable(ctx, 0, netDial, func(ctx context.Context, o ...redis.DialOption) (redis.Conn, error) {
 				return redis.DialContext(ctx, "tcp", addr, o...)
 			}, append(opts[:len(opts):len(opts)], o...)...)
 		}}

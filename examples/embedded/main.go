@@ -68,7 +68,7 @@ func main() {
 // jobs are done).
 func run(ctx context.Context, redisURL, dbURL string, demo bool, out io.Writer) error {
 	log := zerolog.New(zerolog.ConsoleWriter{Out: out, NoColor: true}).With().Timestamp().Logger()
-	pool, err := sidekiq.NewPool(redisURL, nil)
+	pool, err := sidekiq.NewPool(redisURL)
 	if err != nil {
 		return err
 	}

@@ -22,7 +22,7 @@ func main() {
 	if len(os.Args) > 1 {
 		url = os.Args[1]
 	}
-	pool, err := sidekiq.NewPool(url, nil)
+	pool, err := sidekiq.NewPool(url)
 	check(err)
 	defer pool.Close()
 

@@ -171,7 +171,7 @@ func Registry() (*sidejob.Registry, error) {
 }
 
 func run(ctx context.Context, url string, n int, serve bool, out io.Writer) error {
-	pool, err := sidekiq.NewPool(url, nil)
+	pool, err := sidekiq.NewPool(url)
 	if err != nil {
 		return err
 	}
@@ -261,11 +261,11 @@ func run(ctx context.Context, url string, n int, serve bool, out io.Writer) erro
 // subscribe returns the messages of a Redis channel, read on a connection
 // of its own (a subscribed connection cannot go back to a pool).
 func subscribe(ctx context.Context, url, channel string) (<-chan string, func(), error) {
-	dial, err := sidekiq.Dialer(url, 0)
+	pool, err := sidekiq.NewPool(url)
 	if err != nil {
 		return nil, nil, err
 	}
-	conn, err := dial(ctx)
+	conn, err := pool.DialContext(ctx)
 	if err != nil {
 		return nil, nil, err
 	}

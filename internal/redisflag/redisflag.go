@@ -31,10 +31,11 @@ func Flag() *ucli.StringFlag {
 // unreachable (the caller's exit codes); the errors never show the URL's
 // password.
 func Open(ctx context.Context, url string, maxActive, usage, unreachable int) (*redis.Pool, error) {
-	pool, err := sidekiq.NewPool(url, &sidekiq.PoolOptions{MaxActive: maxActive})
+	pool, err := sidekiq.NewPool(url)
 	if err != nil {
 		return nil, ucli.Exit(redact.String(err.Error(), url), usage)
 	}
+	pool.MaxActive, pool.Wait = maxActive, maxActive > 0
 	conn, err := pool.GetContext(ctx)
 	if err == nil {
 		_, err = redis.DoContext(conn, ctx, "PING")

@@ -20,7 +20,7 @@ func ExampleAPI() {
 		panic(err)
 	}
 	defer m.Close()
-	pool, err := sidekiq.NewPool("redis://"+m.Addr(), nil)
+	pool, err := sidekiq.NewPool("redis://" + m.Addr())
 	if err != nil {
 		panic(err)
 	}

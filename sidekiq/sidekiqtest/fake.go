@@ -62,7 +62,7 @@ func newFake(t testing.TB, inline bool) *Fake {
 		t.Fatalf("sidekiqtest: start in-process redis: %v", err)
 	}
 	t.Cleanup(m.Close)
-	pool, err := sidekiq.NewPool("redis://"+m.Addr(), nil)
+	pool, err := sidekiq.NewPool("redis://" + m.Addr())
 	if err != nil {
 		t.Fatalf("sidekiqtest: %v", err)
 	}

@@ -161,7 +161,7 @@ func exampleClient() (*sidekiq.Client, func()) {
 	if err := m.Start(); err != nil {
 		panic(err)
 	}
-	pool, err := sidekiq.NewPool("redis://"+m.Addr(), nil)
+	pool, err := sidekiq.NewPool("redis://" + m.Addr())
 	if err != nil {
 		panic(err)
 	}
