@@ -127,7 +127,7 @@ func TestJobLockedAheadAndGivenBackKeepsItsRowForItsNextRun(t *testing.T) {
 					r := b.row(t, second.JID)
 					return r != nil && r.LockedBy == srv.Identity()
 				})
-				srv.Quiet()
+				srv.Signal("TSTP")
 				close(quiet)
 				<-release
 			}

@@ -197,7 +197,7 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 	require.True(t, strings.HasPrefix(body, "redis unreachable"), body)
 	code, _ = status(t, web.URL+"/healthz")
 	require.Equal(t, http.StatusOK, code, "a Redis outage does not make the process unhealthy")
-	srv.Quiet()
+	srv.Signal("TSTP")
 	code, body = status(t, web.URL+"/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "quiet")

@@ -29,12 +29,7 @@ func ServerSetup(queue string, reg *Registry) func(*sidekiq.Server) error {
 		}
 		rt.mount(srv)
 		if reg.ReapInterval > 0 {
-			ctx, cancel := context.WithCancel(context.Background())
-			go func() {
-				<-srv.Done()
-				cancel()
-			}()
-			go rt.reapLoop(ctx, reg.ReapInterval)
+			srv.Serve(sidekiq.Loop(func(ctx context.Context) { rt.reapLoop(ctx, reg.ReapInterval) }))
 		}
 		return nil
 	}

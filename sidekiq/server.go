@@ -359,12 +359,9 @@ func dirTag() string {
 // follows the cluster's version with FollowVersion.
 func (s *Server) Client() *Client { return s.client }
 
-// Done is closed when the server has stopped.
-func (s *Server) Done() <-chan struct{} { return s.life.done }
-
-// Quiet stops fetching new jobs and polling, as TSTP does. Running jobs
-// finish; the heartbeat goes on and reports quiet.
-func (s *Server) Quiet() {
+// quiet stops fetching new jobs and polling (TSTP). Running jobs finish;
+// the heartbeat goes on and reports quiet.
+func (s *Server) quiet() {
 	s.life.quietOne.Do(func() {
 		s.log.Info().Str("identity", s.identity).Msg("quiet: no new jobs will be fetched")
 		close(s.life.quietCh)
@@ -385,15 +382,18 @@ func (s *Server) requestStop() {
 	s.life.stopOne.Do(func() { close(s.life.stopCh) })
 }
 
-// Signal acts on a Sidekiq signal name: TSTP quiets, TERM and INT stop
-// gracefully (Run returns), TTIN logs every goroutine's stack.
+// Signal acts on a Sidekiq signal name, as the signals the Web UI sends
+// through Redis are acted on: TSTP quiets the server (it fetches no new
+// jobs and stops polling; running jobs finish, and the heartbeat goes on
+// and reports quiet), TERM and INT stop it gracefully (Run returns), TTIN
+// logs every goroutine's stack.
 func (s *Server) Signal(sig string) {
 	s.log.Info().Str("signal", sig).Msg("got signal")
 	switch sig {
 	case "TSTP":
-		s.Quiet()
+		s.quiet()
 	case "TERM", "INT":
-		s.Quiet()
+		s.quiet()
 		s.requestStop()
 	case "TTIN", "INFO":
 		var buf bytes.Buffer

@@ -109,7 +109,7 @@ func TestStoppingClosesAtQuiet(t *testing.T) {
 	b.start(t)
 	ch := <-stopping
 	require.NotNil(t, ch)
-	b.srv.Quiet()
+	b.srv.Signal("TSTP")
 	<-ch
 	wait.For(t, "the interrupted job back in its queue", func() bool {
 		n, _ := redis.Int(b.conn.Do("LLEN", "queue:default"))

@@ -25,7 +25,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		<-s.life.done
 		return s.life.stopErr
 	}
-	s.Quiet()
+	s.quiet()
 	s.requestStop()
 	fetchersDone := make(chan struct{})
 	go func() { s.fetch.fetcher.Wait(); close(fetchersDone) }()
