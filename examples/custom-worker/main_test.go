@@ -26,7 +26,8 @@ func TestHardJobFake(t *testing.T) {
 // Inline mode: hardJob runs during the push; a payload that does not fit
 // its arguments is the push's error.
 func TestHardJobInline(t *testing.T) {
-	f := sidekiqtest.NewInline(t)
+	f := sidekiqtest.NewFake(t)
+	f.Inline = true
 	f.Handle("HardJob", typed.Handler(hardJob))
 	ctx := context.Background()
 	_, err := typed.Enqueue(ctx, f.Client(), "", "HardJob", HardJobArgs{Name: "bob", Count: 5})

@@ -23,42 +23,26 @@ type Outcome struct {
 	Err error
 }
 
-// DrainResult is what DrainQueues ran, in the order the jobs finished.
-type DrainResult struct {
-	Outcomes []Outcome
-}
-
-// Failed returns the outcomes with an error.
-func (r *DrainResult) Failed() []Outcome {
-	var out []Outcome
-	for _, o := range r.Outcomes {
-		if o.Err != nil {
-			out = append(out, o)
-		}
-	}
-	return out
-}
-
-// DrainTimeout is how long DrainQueues waits for the queues to empty.
-var DrainTimeout = time.Minute
+// drainTimeout is how long DrainQueues waits for the queues to empty.
+const drainTimeout = time.Minute
 
 // DrainQueues runs a real sidekiq.Server with cfg (cfg.Pool and cfg.Queues
 // required: a Redis and queues the test owns) until cfg.Queues are empty
 // and no job runs, then stops it and returns what ran; setup registers
 // the handlers (and middleware, extensions) on the server before it
-// starts. Jobs the drained jobs push to these queues are drained too;
-// scheduled jobs and retries are not waited for. It fails the test after
-// DrainTimeout.
-func DrainQueues(t testing.TB, cfg sidekiq.ServerConfig, setup func(*sidekiq.Server)) *DrainResult {
+// starts. What ran is returned in the order the jobs finished. Jobs the
+// drained jobs push to these queues are drained too; scheduled jobs and
+// retries are not waited for. It fails the test after a minute.
+func DrainQueues(t testing.TB, cfg sidekiq.ServerConfig, setup func(*sidekiq.Server)) []Outcome {
 	t.Helper()
 	if cfg.Pool == nil || len(cfg.Queues) == 0 {
 		t.Fatal("sidekiqtest: DrainQueues needs cfg.Pool and cfg.Queues")
 	}
 	if cfg.ShutdownTimeout == 0 {
-		cfg.ShutdownTimeout = DrainTimeout
+		cfg.ShutdownTimeout = drainTimeout
 	}
 	rec := &recorder{}
-	deadline := time.Now().Add(DrainTimeout)
+	deadline := time.Now().Add(drainTimeout)
 	for {
 		c := cfg
 		c.Extensions = append([]sidekiq.Extension{rec}, cfg.Extensions...)
@@ -76,7 +60,7 @@ func DrainQueues(t testing.TB, cfg sidekiq.ServerConfig, setup func(*sidekiq.Ser
 		for !(rec.running.Load() == 0 && queuesEmpty(t, cfg.Pool, cfg.Queues)) {
 			if time.Now().After(deadline) {
 				srv.Stop(ctx)
-				t.Fatalf("sidekiqtest: queues not drained after %s", DrainTimeout)
+				t.Fatalf("sidekiqtest: queues not drained after %s", drainTimeout)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -91,7 +75,7 @@ func DrainQueues(t testing.TB, cfg sidekiq.ServerConfig, setup func(*sidekiq.Ser
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	return &DrainResult{Outcomes: append([]Outcome(nil), rec.outcomes...)}
+	return append([]Outcome(nil), rec.outcomes...)
 }
 
 func queuesEmpty(t testing.TB, pool *redis.Pool, queues []wire.QueueWeight) bool {

@@ -4,9 +4,9 @@
 //   - Fake mode (NewFake, Sidekiq::Testing.fake!): pushes are captured;
 //     assert on them with Jobs, RequirePushed and RequireNotPushed, and run
 //     them through the registered handlers with Drain (Worker.drain_all).
-//   - Inline mode (NewInline, Sidekiq::Testing.inline!): a push runs the
-//     job's handler at once, on the pushing goroutine; its error is the
-//     push's error.
+//   - Inline mode (Fake.Inline, Sidekiq::Testing.inline!): a push runs
+//     the job's handler at once, on the pushing goroutine; its error is
+//     the push's error.
 //   - DrainQueues runs the real Server on a Redis the test gives until the
 //     queues it names are empty: the whole runtime, middleware and
 //     extensions included.
@@ -36,8 +36,8 @@ import (
 // concurrent use.
 type Fake struct {
 	// Inline makes each push run the job's handler during the push
-	// (inline mode) instead of only capturing it (fake mode). NewInline
-	// sets it; set it before the first push.
+	// (inline mode) instead of only capturing it (fake mode); set it
+	// before the first push.
 	Inline bool
 
 	client *sidekiq.Client
@@ -49,13 +49,9 @@ type Fake struct {
 }
 
 // NewFake returns a Fake in fake mode whose Client pushes to an
-// in-process Redis (closed at the end of the test).
-func NewFake(t testing.TB) *Fake { return newFake(t, false) }
-
-// NewInline returns a Fake in inline mode.
-func NewInline(t testing.TB) *Fake { return newFake(t, true) }
-
-func newFake(t testing.TB, inline bool) *Fake {
+// in-process Redis (closed at the end of the test). Set its Inline for
+// inline mode.
+func NewFake(t testing.TB) *Fake {
 	t.Helper()
 	m := miniredis.NewMiniRedis()
 	if err := m.Start(); err != nil {
@@ -71,9 +67,7 @@ func newFake(t testing.TB, inline bool) *Fake {
 	if err != nil {
 		t.Fatalf("sidekiqtest: %v", err)
 	}
-	f := New(c)
-	f.Inline = inline
-	return f
+	return New(c)
 }
 
 // New returns a Fake in fake mode attached to c (Client.Extend): c's
@@ -122,8 +116,8 @@ func (f *Fake) BeforePush(ctx context.Context, jobs []*wire.Job) error {
 	return nil
 }
 
-// ErrNoHandler is returned for a job whose class has no handler.
-var ErrNoHandler = errors.New("sidekiqtest: no handler")
+// errNoHandler is the error of a job whose class has no handler.
+var errNoHandler = errors.New("sidekiqtest: no handler")
 
 func (f *Fake) perform(ctx context.Context, job *wire.Job) error {
 	job.Delete("at")
@@ -136,7 +130,7 @@ func (f *Fake) perform(ctx context.Context, job *wire.Job) error {
 	}
 	f.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("%w for class %s (jid %s)", ErrNoHandler, job.Class(), job.JID())
+		return fmt.Errorf("%w for class %s (jid %s)", errNoHandler, job.Class(), job.JID())
 	}
 	return h.Perform(ctx, job)
 }

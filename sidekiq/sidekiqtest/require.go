@@ -60,8 +60,8 @@ func dueAt(j *wire.Job) (time.Time, bool) {
 	return contract.FromEpochSeconds(f), true
 }
 
-// Match returns the captured jobs of class that match w.
-func (f *Fake) Match(class string, w *Want) ([]*wire.Job, error) {
+// match returns the captured jobs of class that match w.
+func (f *Fake) match(class string, w *Want) ([]*wire.Job, error) {
 	if w == nil {
 		w = &Want{}
 	}
@@ -99,7 +99,7 @@ func (f *Fake) Match(class string, w *Want) ([]*wire.Job, error) {
 // jobs that were pushed.
 func RequirePushed(t testing.TB, f *Fake, class string, w *Want) *wire.Job {
 	t.Helper()
-	got, err := f.Match(class, w)
+	got, err := f.match(class, w)
 	if err != nil {
 		t.Fatalf("sidekiqtest: %v", err)
 	}
@@ -116,7 +116,7 @@ func RequirePushed(t testing.TB, f *Fake, class string, w *Want) *wire.Job {
 // RequireNotPushed fails the test if a job of class matching w was pushed.
 func RequireNotPushed(t testing.TB, f *Fake, class string, w *Want) {
 	t.Helper()
-	got, err := f.Match(class, w)
+	got, err := f.match(class, w)
 	if err != nil {
 		t.Fatalf("sidekiqtest: %v", err)
 	}
@@ -195,19 +195,4 @@ func same(a, b rubyjson.Value) bool {
 		return true
 	}
 	return rubyjson.Equal(a, b)
-}
-
-// RequirePushedArgs is RequirePushed for an arguments type that names its
-// class (typed.Args), as rivertest.RequireInserted: it fails the test
-// unless a job of T's class matching w (nil: any) was pushed, and returns
-// the first one's arguments decoded into a T.
-func RequirePushedArgs[T typed.Args](t testing.TB, f *Fake, w *Want) T {
-	t.Helper()
-	var zero T
-	j := RequirePushed(t, f, zero.JobClass(), w)
-	args, err := typed.Decode[T](j)
-	if err != nil {
-		t.Fatalf("sidekiqtest: %v", err)
-	}
-	return args
 }

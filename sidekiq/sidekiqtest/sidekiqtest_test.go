@@ -69,7 +69,7 @@ func TestFakeCapturesPushes(t *testing.T) {
 		return nil
 	}))
 	err = f.Drain(ctx)
-	require.ErrorIs(t, err, sidekiqtest.ErrNoHandler, "AuditJob has no handler")
+	require.ErrorContains(t, err, "sidekiqtest: no handler for class AuditJob", "AuditJob has no handler")
 	require.Equal(t, []string{"welcome 7", "remind"}, ran)
 	f.Handle("AuditJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error { ran = append(ran, "audit"); return nil }))
 	require.NoError(t, f.Drain(ctx), "AuditJob stayed pending")
@@ -127,7 +127,8 @@ func TestRequirePushedFails(t *testing.T) {
 }
 
 func TestInlineRunsOnPush(t *testing.T) {
-	f := sidekiqtest.NewInline(t)
+	f := sidekiqtest.NewFake(t)
+	f.Inline = true
 	var got []Welcome
 	boom := errors.New("smtp down")
 	f.Handle("WelcomeMailJob", typed.Handler(func(ctx context.Context, job *wire.Job, w Welcome) error {
@@ -179,9 +180,15 @@ func TestDrainQueues(t *testing.T) {
 				return nil
 			}), nil)
 		})
-	require.Len(t, res.Outcomes, 9)
-	require.Len(t, res.Failed(), 1)
-	require.True(t, strings.Contains(res.Failed()[0].Err.Error(), "no such user"))
+	require.Len(t, res, 9)
+	var failed []sidekiqtest.Outcome
+	for _, o := range res {
+		if o.Err != nil {
+			failed = append(failed, o)
+		}
+	}
+	require.Len(t, failed, 1)
+	require.True(t, strings.Contains(failed[0].Err.Error(), "no such user"))
 	require.Len(t, seen, 8)
 	conn := pool.Get()
 	defer conn.Close()
@@ -197,15 +204,22 @@ type Report struct {
 
 func (Report) JobClass() string { return "ReportJob" }
 
-func TestRequirePushedArgs(t *testing.T) {
+// A pushed job's arguments decode into the type that names its class.
+func TestRequirePushedDecoded(t *testing.T) {
 	f := sidekiqtest.NewFake(t)
 	ctx := context.Background()
 	_, err := typed.Push(ctx, f.Client(), Report{Day: "mon"}, nil)
 	require.NoError(t, err)
 	_, err = typed.Push(ctx, f.Client(), Report{Day: "tue"}, nil)
 	require.NoError(t, err)
-	require.Equal(t, Report{Day: "tue"}, sidekiqtest.RequirePushedArgs[Report](t, f, &sidekiqtest.Want{Args: []any{Report{Day: "tue"}}}))
-	require.Equal(t, Report{Day: "mon"}, sidekiqtest.RequirePushedArgs[Report](t, f, nil))
-	msg := failure(func(tb testing.TB) { sidekiqtest.RequirePushedArgs[Report](tb, f, &sidekiqtest.Want{Queue: "other"}) })
+	got, err := typed.Decode[Report](sidekiqtest.RequirePushed(t, f, Report{}.JobClass(), &sidekiqtest.Want{Args: []any{Report{Day: "tue"}}}))
+	require.NoError(t, err)
+	require.Equal(t, Report{Day: "tue"}, got)
+	got, err = typed.Decode[Report](sidekiqtest.RequirePushed(t, f, Report{}.JobClass(), nil))
+	require.NoError(t, err)
+	require.Equal(t, Report{Day: "mon"}, got)
+	msg := failure(func(tb testing.TB) {
+		sidekiqtest.RequirePushed(tb, f, Report{}.JobClass(), &sidekiqtest.Want{Queue: "other"})
+	})
 	require.Contains(t, msg, "want 1 pushed ReportJob job(s) matching queue=other, got 0")
 }
