@@ -185,7 +185,9 @@ TcAj.perform_later(Person.new(9), :welcome, Time.utc(2024, 1, 2, 3, 4, 5), 5.min
 	same(rm, gm)
 
 	// A typed ActiveJob push writes the arguments perform_later wrote.
-	res, err = typed.PushActiveJob(context.Background(), e.client, activejob.Params{Class: "TcAj", Queue: "tc"}, notifies[notifyJID], nil)
+	ajArgs, err := typed.ActiveJobArgs(notifies[notifyJID])
+	require.NoError(t, err)
+	res, err = activejob.Push(context.Background(), e.client, &activejob.Params{Class: "TcAj", Queue: "tc", Args: ajArgs}, nil)
 	require.NoError(t, err)
 	ajArguments := func(payload []byte) string {
 		j, err := wire.ParseJob(payload)

@@ -30,7 +30,9 @@ func TestHardJobInline(t *testing.T) {
 	f.Inline = true
 	f.Handle("HardJob", typed.Handler(hardJob))
 	ctx := context.Background()
-	_, err := typed.Enqueue(ctx, f.Client(), "", "HardJob", HardJobArgs{Name: "bob", Count: 5})
+	job, err := typed.NewJob("HardJob", HardJobArgs{Name: "bob", Count: 5})
+	require.NoError(t, err)
+	_, err = f.Client().Push(ctx, job, nil)
 	require.NoError(t, err)
 	_, err = f.Client().Enqueue(ctx, "", "HardJob", "bob", "five")
 	require.EqualError(t, err, `typed: HardJob args[1] (HardJobArgs.Count): cannot decode string "five" into int`)

@@ -42,7 +42,9 @@ func ExampleNewFake() {
 	f := sidekiqtest.New(c)
 
 	ctx := context.Background()
-	typed.Enqueue(ctx, f.Client(), "mailers", "WelcomeMailJob", Welcome{UserID: 7, Locale: "nb"})
+	welcome, _ := typed.NewJob("WelcomeMailJob", Welcome{UserID: 7, Locale: "nb"})
+	welcome.SetQueue("mailers")
+	f.Client().Push(ctx, welcome, nil)
 	j, _ := wire.NewJob("RemindJob", 7)
 	f.Client().Push(ctx, j, &sidekiq.PushOpts{In: time.Hour})
 
@@ -63,7 +65,8 @@ func ExampleFake_Drain() {
 	f := sidekiqtest.New(c)
 	f.Handle("WelcomeMailJob", typed.Handler(func(ctx context.Context, job *wire.Job, w Welcome) error {
 		fmt.Println("welcome", w.UserID)
-		_, err := typed.Enqueue(ctx, f.Client(), "", "AuditJob", "welcome sent")
+		audit, _ := typed.NewJob("AuditJob", "welcome sent")
+		_, err := f.Client().Push(ctx, audit, nil)
 		return err
 	}))
 	f.Handle("AuditJob", typed.Handler(func(ctx context.Context, job *wire.Job, note string) error {
@@ -71,7 +74,8 @@ func ExampleFake_Drain() {
 		return nil
 	}))
 	ctx := context.Background()
-	typed.Enqueue(ctx, f.Client(), "", "WelcomeMailJob", Welcome{UserID: 7})
+	welcome, _ := typed.NewJob("WelcomeMailJob", Welcome{UserID: 7})
+	f.Client().Push(ctx, welcome, nil)
 	fmt.Println("before drain:", len(f.Jobs("")), "pushed")
 	if err := f.Drain(ctx); err != nil {
 		fmt.Println(err)
@@ -98,10 +102,11 @@ func ExampleFake_inline() {
 		return nil
 	}))
 	ctx := context.Background()
-	_, err := typed.Enqueue(ctx, f.Client(), "", "WelcomeMailJob", Welcome{UserID: 7})
-	fmt.Println("push:", err)
-	_, err = typed.Enqueue(ctx, f.Client(), "", "WelcomeMailJob", Welcome{})
-	fmt.Println("push:", err)
+	for _, w := range []Welcome{{UserID: 7}, {}} {
+		job, _ := typed.NewJob("WelcomeMailJob", w)
+		_, err := f.Client().Push(ctx, job, nil)
+		fmt.Println("push:", err)
+	}
 	// Output:
 	// sending welcome to 7
 	// push: <nil>

@@ -33,11 +33,11 @@ type Want struct {
 func encodeArgs(args []any) (rubyjson.Value, error) {
 	out := make([]rubyjson.Value, 0, len(args))
 	for i, a := range args {
-		v, err := typed.Encode[any](a)
+		j, err := typed.NewJob[any]("", a)
 		if err != nil {
 			return rubyjson.Value{}, fmt.Errorf("Want.Args[%d]: %w", i, err)
 		}
-		out = append(out, v...)
+		out = append(out, j.Args()...)
 	}
 	return rubyjson.ArrayValue(out...), nil
 }

@@ -24,9 +24,22 @@ type Welcome struct {
 	Locale string
 }
 
+// enqueue pushes a job of class with args to queue ("" for the client's
+// default), as perform_async does.
+func enqueue[T any](ctx context.Context, c *sidekiq.Client, queue, class string, args T) (*sidekiq.PushResult, error) {
+	job, err := typed.NewJob(class, args)
+	if err != nil {
+		return nil, err
+	}
+	if queue != "" {
+		job.SetQueue(queue)
+	}
+	return c.Push(ctx, job, nil)
+}
+
 // signup is code under test: it pushes a welcome mail and a reminder.
 func signup(ctx context.Context, c *sidekiq.Client, userID int64, remindAt time.Time) error {
-	if _, err := typed.Enqueue(ctx, c, "mailers", "WelcomeMailJob", Welcome{UserID: userID, Locale: "nb"}); err != nil {
+	if _, err := enqueue(ctx, c, "mailers", "WelcomeMailJob", Welcome{UserID: userID, Locale: "nb"}); err != nil {
 		return err
 	}
 	j, err := wire.NewJob("RemindJob", userID)
@@ -59,7 +72,7 @@ func TestFakeCapturesPushes(t *testing.T) {
 		mu.Lock()
 		ran = append(ran, fmt.Sprint("welcome ", w.UserID))
 		mu.Unlock()
-		_, err := typed.Enqueue(ctx, f.Client(), "", "AuditJob", "sent")
+		_, err := enqueue(ctx, f.Client(), "", "AuditJob", "sent")
 		return err
 	}))
 	f.Handle("RemindJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
@@ -76,7 +89,7 @@ func TestFakeCapturesPushes(t *testing.T) {
 	require.Equal(t, []string{"welcome 7", "remind", "audit"}, ran)
 	require.NoError(t, f.Drain(ctx))
 	f.Handle("AuditJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error { return errors.New("boom") }))
-	_, err = typed.Enqueue(ctx, f.Client(), "", "AuditJob", "again")
+	_, err = enqueue(ctx, f.Client(), "", "AuditJob", "again")
 	require.NoError(t, err)
 	require.EqualError(t, f.Drain(ctx), "boom")
 	require.EqualError(t, f.Drain(ctx), "boom", "a failed job stays pending")
@@ -159,7 +172,7 @@ func TestDrainQueues(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	for i := range 5 {
-		_, err := typed.Enqueue(ctx, c, "drain", "WelcomeMailJob", Welcome{UserID: int64(i)})
+		_, err := enqueue(ctx, c, "drain", "WelcomeMailJob", Welcome{UserID: int64(i)})
 		require.NoError(t, err)
 	}
 	var mu sync.Mutex
@@ -174,7 +187,7 @@ func TestDrainQueues(t *testing.T) {
 				seen[w.UserID] = true
 				mu.Unlock()
 				if w.UserID < 10 {
-					_, err := typed.Enqueue(ctx, s.Client(), "drain", "WelcomeMailJob", Welcome{UserID: w.UserID + 10})
+					_, err := enqueue(ctx, s.Client(), "drain", "WelcomeMailJob", Welcome{UserID: w.UserID + 10})
 					return err
 				}
 				return nil

@@ -1,11 +1,9 @@
 package typed
 
 import (
-	"context"
 	"fmt"
 	"reflect"
 
-	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/activejob"
 )
 
@@ -14,6 +12,7 @@ import (
 // struct bound to a hash becomes a Ruby Hash with Symbol keys, as
 // perform_later(user, {count: 3}) writes it; fields of the activejob
 // types (GlobalID, Symbol, Time, *Hash...) are written as those types.
+// activejob.Push then pushes the job as Rails' perform_later does.
 func ActiveJobArgs[T any](args T) ([]any, error) {
 	rv := reflect.ValueOf(&args).Elem()
 	if rv.Kind() == reflect.Interface && !rv.IsNil() {
@@ -93,19 +92,4 @@ func ajValue(rv reflect.Value) (any, error) {
 		}
 	}
 	return rv.Interface(), nil
-}
-
-// PushActiveJob pushes an ActiveJob of class p.Class with args (see
-// ActiveJobArgs) through the wrapper, as Rails' perform_later does; p.Args
-// must be empty. It is activejob.Push with typed arguments.
-func PushActiveJob[T any](ctx context.Context, c *sidekiq.Client, p activejob.Params, args T, opts *sidekiq.PushOpts) (*sidekiq.PushResult, error) {
-	if len(p.Args) != 0 {
-		return nil, fmt.Errorf("typed: PushActiveJob takes its arguments from args, not Params.Args")
-	}
-	a, err := ActiveJobArgs(args)
-	if err != nil {
-		return nil, err
-	}
-	p.Args = a
-	return activejob.Push(ctx, c, &p, opts)
 }

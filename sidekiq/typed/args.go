@@ -4,11 +4,11 @@ import (
 	"context"
 
 	"github.com/gojob/gojob/sidekiq"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // Args is an arguments type that names its job class, as River's JobArgs
-// names its kind: Register and Push then need no class name.
+// names its kind: Push then needs no class name, and a server registers
+// its handler with srv.Handle(T{}.JobClass(), Handler(fn), opts).
 type Args interface {
 	JobClass() string
 }
@@ -29,13 +29,6 @@ type JobOptions struct {
 type argsWithOptions interface {
 	Args
 	JobOptions() JobOptions
-}
-
-// Register registers fn on s for the class T names, as
-// s.Handle(class, Handler(fn), opts) does.
-func Register[T Args](s *sidekiq.Server, fn func(ctx context.Context, job *wire.Job, args T) error, opts *sidekiq.HandlerOptions) {
-	var zero T
-	s.Handle(zero.JobClass(), Handler(fn), opts)
 }
 
 // Push pushes a job of the class args names, with the queue and retry of

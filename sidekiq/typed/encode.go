@@ -1,7 +1,6 @@
 package typed
 
 import (
-	"context"
 	"fmt"
 	"math/big"
 	"reflect"
@@ -9,17 +8,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 var mapPtrType = reflect.TypeFor[*rubyjson.Map]()
 
-// Encode returns the job arguments for args: a Positional struct's fields
-// in order, anything else as the single argument args[0]. For an
+// encodeArgs returns the job arguments for args: a Positional struct's
+// fields in order, anything else as the single argument args[0]. For an
 // interface T, the dynamic type decides.
-func Encode[T any](args T) ([]rubyjson.Value, error) {
+func encodeArgs[T any](args T) ([]rubyjson.Value, error) {
 	rv := reflect.ValueOf(&args).Elem()
 	if rv.Kind() == reflect.Interface && !rv.IsNil() {
 		rv = rv.Elem()
@@ -44,10 +42,14 @@ func Encode[T any](args T) ([]rubyjson.Value, error) {
 }
 
 // NewJob builds the job Ruby's Class.perform_async(*args) hands to the
-// client, with its key order ("args", then "class"); Client.Push adds the
-// rest (retry, queue, jid, created_at) as Ruby does.
+// client, with its key order ("args", then "class"): a Positional
+// struct's fields are the arguments in order, anything else the single
+// argument args[0] (for an interface T, the dynamic type decides).
+// Client.Push adds the rest (retry, queue, jid, created_at) as Ruby does;
+// set the queue first with job.SetQueue for Class.set(queue:), and
+// schedule with PushOpts for perform_in and perform_at.
 func NewJob[T any](class string, args T) (*wire.Job, error) {
-	vals, err := Encode(args)
+	vals, err := encodeArgs(args)
 	if err != nil {
 		return nil, err
 	}
@@ -55,21 +57,6 @@ func NewJob[T any](class string, args T) (*wire.Job, error) {
 	m.Set("args", rubyjson.ArrayValue(vals...))
 	m.Set("class", rubyjson.StringValue(class))
 	return wire.JobFromMap(m), nil
-}
-
-// Enqueue pushes a job of class with args to queue (the client's default
-// queue when ""): the typed form of Client.Enqueue and of Ruby's
-// perform_async. Build the job with NewJob and push it with Client.Push
-// for other options (scheduling, retry).
-func Enqueue[T any](ctx context.Context, c *sidekiq.Client, queue, class string, args T) (*sidekiq.PushResult, error) {
-	job, err := NewJob(class, args)
-	if err != nil {
-		return nil, err
-	}
-	if queue != "" {
-		job.SetQueue(queue)
-	}
-	return c.Push(ctx, job, nil)
 }
 
 func encode(rv reflect.Value) (rubyjson.Value, error) {

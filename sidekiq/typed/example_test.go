@@ -86,17 +86,17 @@ func ExampleNewJob() {
 	// {"args":[{"user_id":7,"plan":"pro","labels":[]}],"class":"SignupJob"}
 }
 
-// Encode writes floats and times as Ruby does: 20.0 keeps its ".0" and a
+// NewJob writes floats and times as Ruby does: 20.0 keeps its ".0" and a
 // time.Time is Time#to_f.
-func ExampleEncode() {
+func ExampleNewJob_rubyFormats() {
 	type Reading struct {
 		typed.Positional
 		Sensor string
 		Value  float64
 		At     time.Time
 	}
-	args, _ := typed.Encode(Reading{Sensor: "t1", Value: 20, At: time.Unix(1700000000, 500000000)})
-	for _, a := range args {
+	job, _ := typed.NewJob("ReadingJob", Reading{Sensor: "t1", Value: 20, At: time.Unix(1700000000, 500000000)})
+	for _, a := range job.Args() {
 		fmt.Println(string(a.Encode()))
 	}
 	// Output:
@@ -124,7 +124,7 @@ func ExampleActiveJobArgs() {
 }
 
 // ReportArgs name their class and its sidekiq_options, as River's JobArgs
-// name their kind: typed.Register and typed.Push need no class name.
+// name their kind: typed.Push needs no class name.
 type ReportArgs struct {
 	typed.Positional
 	Day string
@@ -138,7 +138,7 @@ func (ReportArgs) JobOptions() typed.JobOptions {
 
 // Push writes what ReportJob.perform_async("2024-01-02") writes for a
 // class with sidekiq_options queue: "reports", retry: 3. A Server would
-// run it with typed.Register(srv, func(ctx, job, a ReportArgs) error {...}, nil).
+// run it with srv.Handle(ReportArgs{}.JobClass(), typed.Handler(report), nil).
 func ExamplePush() {
 	c, closeAll := exampleClient()
 	defer closeAll()

@@ -222,9 +222,9 @@ func TestActiveJobArgsRoundTrip(t *testing.T) {
 	require.Equal(t, in, out)
 }
 
-// TestRegisterByArgsClass: Register takes the class from the args type,
-// and the registered handler runs the server's jobs of that class.
-func TestRegisterByArgsClass(t *testing.T) {
+// TestHandleByArgsClass: the class the args type names registers the
+// handler that runs the server's jobs Push pushed.
+func TestHandleByArgsClass(t *testing.T) {
 	rs := redistest.Start(t)
 	pool := rs.Pool(t)
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: pool, Queues: []wire.QueueWeight{{Name: "reports"}}, Concurrency: 1, DisablePoller: true})
@@ -234,10 +234,10 @@ func TestRegisterByArgsClass(t *testing.T) {
 		args  ReportArgs
 	}
 	got := make(chan ran, 1)
-	typed.Register(srv, func(ctx context.Context, job *wire.Job, a ReportArgs) error {
+	srv.Handle(ReportArgs{}.JobClass(), typed.Handler(func(ctx context.Context, job *wire.Job, a ReportArgs) error {
 		got <- ran{job.Queue(), a}
 		return nil
-	}, nil)
+	}), nil)
 	ctx := context.Background()
 	require.NoError(t, srv.Start(ctx))
 	defer srv.Stop(ctx)
