@@ -11,10 +11,10 @@
 //     queues it names are empty: the whole runtime, middleware and
 //     extensions included.
 //
-// A Fake is a sidekiq.PushHook: its Client is a real client (on an
-// in-process Redis) with the Fake attached, so a push is normalized and
-// passed through the client middleware as in production, and any client
-// can be given the Fake with Client.Extend.
+// A Fake's Client is a real client (on an in-process Redis) with the Fake
+// attached as a push hook (sidekiq.PushHook), so a push is normalized and
+// passed through the client middleware as in production; New attaches a
+// Fake to a client of the test's own, a server's client say.
 package sidekiqtest
 
 import (
@@ -70,12 +70,12 @@ func NewFake(t testing.TB) *Fake {
 	return New(c)
 }
 
-// New returns a Fake in fake mode attached to c (Client.Extend): c's
+// New returns a Fake in fake mode attached to c as a push hook: c's
 // pushes are captured, and, with Inline set, run. In fake mode they still
 // reach c's Redis; NewFake's client has a Redis of its own.
 func New(c *sidekiq.Client) *Fake {
 	f := &Fake{handlers: map[string]sidekiq.Handler{}}
-	c.Extend(f)
+	c.Extend(pushHook{f})
 	f.client = c
 	return f
 }
@@ -92,12 +92,16 @@ func (f *Fake) Handle(class string, h sidekiq.Handler) {
 	f.handlers[class] = h
 }
 
-// BeforePush implements sidekiq.PushHook: it captures the jobs (normalized:
-// with jid, queue, retry and created_at, and "at" for a scheduled job),
-// and in inline mode runs them. It sees a push before the unique lock is
-// taken, so a duplicate push of a unique job is captured (and run) too, as
-// uniqueness does not apply under Sidekiq::Testing.
-func (f *Fake) BeforePush(ctx context.Context, jobs []*wire.Job) error {
+// pushHook is a Fake as its client's sidekiq.PushHook.
+type pushHook struct{ f *Fake }
+
+// BeforePush captures the jobs (normalized: with jid, queue, retry and
+// created_at, and "at" for a scheduled job), and in inline mode runs
+// them. It sees a push before the unique lock is taken, so a duplicate
+// push of a unique job is captured (and run) too, as uniqueness does not
+// apply under Sidekiq::Testing.
+func (h pushHook) BeforePush(ctx context.Context, jobs []*wire.Job) error {
+	f := h.f
 	f.mu.Lock()
 	for _, j := range jobs {
 		f.jobs = append(f.jobs, j.Clone())
