@@ -11,19 +11,18 @@ import (
 // Per-job heartbeats and timeouts (docs/heartbeats.md), Ocypod's model: a
 // job may carry "timeout" (seconds it may run in all) and
 // "heartbeat_timeout" (seconds it may go without a heartbeat). A job that
-// exceeds either is cancelled (its context ends with a *TimeoutError or
-// *HeartbeatTimeoutError as the cause) and fails through the ordinary
-// retry path with error_class Gojob::Timeout or Gojob::HeartbeatTimeout. A
-// handler that ignores the cancellation for ServerConfig.CancelGrace is
-// left running: its slot is freed, the incident logged, and whatever it
-// returns later is discarded.
+// exceeds either is cancelled (its context ends with a *TimeoutError as
+// the cause) and fails through the ordinary retry path with error_class
+// Gojob::Timeout or Gojob::HeartbeatTimeout. A handler that ignores the
+// cancellation for ServerConfig.CancelGrace is left running: its slot is
+// freed, the incident logged, and whatever it returns later is discarded.
 
 // Heartbeat tells gojob that the job running with ctx is alive: its
 // heartbeat_timeout starts again, the Busy page (the work hash) and
 // `gojob processes` show the time, and the extensions that follow the job
 // hear of it (a durable job's row gets a later deadline: Run.OnHeartbeat).
 // It is cheap and safe from any goroutine. It returns the cause of the
-// job's cancellation (*TimeoutError, *HeartbeatTimeoutError, or
+// job's cancellation (*TimeoutError for a missed deadline, or
 // context.Canceled at shutdown), else an extension's error (a durable job
 // whose row is gone), or nil while the job may go on. Outside a job it
 // does nothing.
@@ -58,38 +57,32 @@ func Stopping(ctx context.Context) <-chan struct{} {
 	return nil
 }
 
-// TimeoutError is the failure of a job that ran longer than its timeout
-// (the payload's "timeout", else ServerConfig.JobTimeout).
+// TimeoutError is the failure of a job cancelled for a missed deadline:
+// it ran longer than its timeout (the payload's "timeout", else
+// ServerConfig.JobTimeout), error_class Gojob::Timeout, or, with
+// Heartbeat set, it went longer than its heartbeat_timeout without a
+// heartbeat, error_class Gojob::HeartbeatTimeout.
 type TimeoutError struct {
-	// Limit is the job's timeout.
+	// Heartbeat is set for a missed heartbeat_timeout.
+	Heartbeat bool
+	// Limit is the job's timeout, or its heartbeat_timeout.
 	Limit time.Duration
+	// Silent is, for a missed heartbeat_timeout, the time since the last
+	// heartbeat (or the start, when the job never sent one) at the
+	// cancellation.
+	Silent time.Duration
+	// Beats reports, for a missed heartbeat_timeout, whether the job had
+	// sent any heartbeat.
+	Beats bool
 	// LeftRunning is set when the handler ignored the cancellation for this
 	// long; it was left running and its outcome is discarded.
 	LeftRunning time.Duration
 }
 
 func (e *TimeoutError) Error() string {
-	return fmt.Sprintf("the job ran longer than its timeout of %s and was cancelled%s", secs(e.Limit), leftRunningText(e.LeftRunning))
-}
-
-// ErrorClass is the retry entry's error_class.
-func (e *TimeoutError) ErrorClass() string { return "Gojob::Timeout" }
-
-// HeartbeatTimeoutError is the failure of a job that went longer than its
-// heartbeat_timeout without a heartbeat.
-type HeartbeatTimeoutError struct {
-	// Limit is the job's heartbeat_timeout.
-	Limit time.Duration
-	// Silent is the time since the last heartbeat (or the start, when the
-	// job never sent one) at the cancellation.
-	Silent time.Duration
-	// Beats reports whether the job had sent any heartbeat.
-	Beats bool
-	// LeftRunning is as in TimeoutError.
-	LeftRunning time.Duration
-}
-
-func (e *HeartbeatTimeoutError) Error() string {
+	if !e.Heartbeat {
+		return fmt.Sprintf("the job ran longer than its timeout of %s and was cancelled%s", secs(e.Limit), leftRunningText(e.LeftRunning))
+	}
 	since := "its last heartbeat"
 	if !e.Beats {
 		since = "its start (it never sent one)"
@@ -98,8 +91,14 @@ func (e *HeartbeatTimeoutError) Error() string {
 		secs(e.Silent), since, secs(e.Limit), leftRunningText(e.LeftRunning))
 }
 
-// ErrorClass is the retry entry's error_class.
-func (e *HeartbeatTimeoutError) ErrorClass() string { return "Gojob::HeartbeatTimeout" }
+// ErrorClass is the retry entry's error_class: Gojob::Timeout, or
+// Gojob::HeartbeatTimeout for a missed heartbeat_timeout.
+func (e *TimeoutError) ErrorClass() string {
+	if e.Heartbeat {
+		return "Gojob::HeartbeatTimeout"
+	}
+	return "Gojob::Timeout"
+}
 
 func leftRunningText(d time.Duration) string {
 	if d <= 0 {
@@ -116,12 +115,7 @@ func secs(d time.Duration) string {
 // leftRunning returns a copy of a limit error marked as left running (the
 // original may be read by the handler through context.Cause meanwhile).
 func leftRunning(cause error, grace time.Duration) error {
-	switch e := cause.(type) {
-	case *TimeoutError:
-		c := *e
-		c.LeftRunning = grace
-		return &c
-	case *HeartbeatTimeoutError:
+	if e, ok := cause.(*TimeoutError); ok {
 		c := *e
 		c.LeftRunning = grace
 		return &c
@@ -252,7 +246,7 @@ func (w *jobWatch) check() {
 	}
 	if w.lim.heartbeat > 0 {
 		if silent, beats := w.silence(now); silent >= w.lim.heartbeat {
-			w.expireLocked(&HeartbeatTimeoutError{Limit: w.lim.heartbeat, Silent: silent, Beats: beats})
+			w.expireLocked(&TimeoutError{Heartbeat: true, Limit: w.lim.heartbeat, Silent: silent, Beats: beats})
 			return
 		}
 	}

@@ -78,8 +78,9 @@ func TestHandlerThatStopsHeartbeatingIsRetriedWithinItsHeartbeatTimeout(t *testi
 			n, ok := job.RetryCount()
 			require.True(t, ok)
 			require.Zero(t, n)
-			var he *HeartbeatTimeoutError
+			var he *TimeoutError
 			require.ErrorAs(t, <-cause, &he)
+			require.True(t, he.Heartbeat)
 			require.True(t, he.Beats)
 			requireNoWorkingEntries(t, b)
 			require.Zero(t, b.srv.leftRunning())

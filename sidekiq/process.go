@@ -151,8 +151,7 @@ func (p *processor) run(w *workItem) error {
 func (p *processor) missedDeadline(w *workItem, err, cause error) error {
 	job := w.job
 	var te *TimeoutError
-	var he *HeartbeatTimeoutError
-	if !errors.As(err, &te) && !errors.As(err, &he) {
+	if !errors.As(err, &te) {
 		if err != nil {
 			p.log.Debug().Str("component", "processor").Str("jid", job.JID()).Err(err).Msg("error of a cancelled job, replaced by its deadline's")
 		}
