@@ -255,7 +255,7 @@ func TestServerCompatPollersNeverDoubleRun(t *testing.T) {
 		mu     sync.Mutex
 		goRuns []run
 	)
-	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: wire.Version6, Middleware: []sidekiq.ClientMiddleware{
+	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: e.pool, Version: wire.Version6, Middleware: []sidekiq.Middleware{
 		func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
 			job.Set("sv_pushed_by", rubyjson.StringValue("go"))
 			return next(ctx)

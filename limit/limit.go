@@ -269,7 +269,7 @@ func (w *window) Within(ctx context.Context, fn func(context.Context) error) err
 
 // ClassMiddleware runs every job of class inside l (gojob work --limit
 // CLASS=N uses a concurrent limiter (NewConcurrent) named "class:CLASS").
-func ClassMiddleware(class string, l Limiter) sidekiq.ServerMiddleware {
+func ClassMiddleware(class string, l Limiter) sidekiq.Middleware {
 	return func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
 		if job.Class() != class {
 			return next(ctx)

@@ -17,10 +17,14 @@ import (
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// ClientMiddleware wraps a push, as Sidekiq's client middleware does. It may
-// change the job, and it stops the push by returning without calling next
-// (the job is then reported with an empty jid). An error aborts the push.
-type ClientMiddleware func(ctx context.Context, job *wire.Job, next func(context.Context) error) error
+// Middleware wraps a push (client middleware, ClientConfig.Middleware) or
+// the execution of a job (server middleware, Server.Use), as Sidekiq's
+// middleware chains do; next runs the rest of the chain. A client
+// middleware may change the job, and it stops the push by returning
+// without calling next (the job is then reported with an empty jid); an
+// error aborts the push. A server middleware's error is the job's
+// outcome; the first added is outermost.
+type Middleware func(ctx context.Context, job *wire.Job, next func(context.Context) error) error
 
 // ClientConfig configures a Client.
 type ClientConfig struct {
@@ -32,7 +36,7 @@ type ClientConfig struct {
 	// Clock is the time source. Default the system clock.
 	Clock clock.Clock
 	// Middleware runs around every push, first added first.
-	Middleware []ClientMiddleware
+	Middleware []Middleware
 	// DefaultQueue replaces "default" as the queue of jobs that have none.
 	DefaultQueue string
 	// Extensions are told of every push after the middleware
@@ -58,7 +62,7 @@ type Client struct {
 	pool   *redis.Pool
 	format *contract.LiveFormat
 	clock  clock.Clock
-	mw     []ClientMiddleware
+	mw     []Middleware
 	pushes []PushHook // the extensions' push hooks
 	queue  string
 }

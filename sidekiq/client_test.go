@@ -18,7 +18,7 @@ import (
 
 var fixedNow = time.Unix(1795296573, 165170700)
 
-func newClient(t *testing.T, v wire.Version, mw ...sidekiq.ClientMiddleware) (*sidekiq.Client, *redis.Pool, *clocktest.Fake) {
+func newClient(t *testing.T, v wire.Version, mw ...sidekiq.Middleware) (*sidekiq.Client, *redis.Pool, *clocktest.Fake) {
 	t.Helper()
 	srv := redistest.Start(t)
 	pool := srv.Pool(t)

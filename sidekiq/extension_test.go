@@ -99,7 +99,7 @@ func TestExtensionSeesEveryPushBeforeRedis(t *testing.T) {
 		}
 		return next(ctx)
 	}
-	c, err := NewClient(&ClientConfig{Pool: pool, Extensions: []Extension{ext}, Middleware: []ClientMiddleware{stop}})
+	c, err := NewClient(&ClientConfig{Pool: pool, Extensions: []Extension{ext}, Middleware: []Middleware{stop}})
 	require.NoError(t, err)
 	ctx := context.Background()
 	one := newJob(t, "X")

@@ -17,10 +17,6 @@ type HandlerFunc func(ctx context.Context, job *wire.Job) error
 // Perform calls f.
 func (f HandlerFunc) Perform(ctx context.Context, job *wire.Job) error { return f(ctx, job) }
 
-// ServerMiddleware wraps the execution of a job, first added outermost, as
-// Sidekiq's server middleware chain.
-type ServerMiddleware func(ctx context.Context, job *wire.Job, next func(context.Context) error) error
-
 // DeathHandler is called when a job dies: retries exhausted (whether or not
 // it goes to the dead set), or a failure of a job with retry disabled.
 type DeathHandler func(ctx context.Context, job *wire.Job, err error)

@@ -39,7 +39,7 @@ type processor struct {
 	quiet <-chan struct{}
 
 	handlers map[string]*registration
-	mw       []ServerMiddleware
+	mw       []Middleware
 	// The extensions' hooks (extension.go), in the order they were added.
 	prepares  []prepareHook
 	runs      []runHook

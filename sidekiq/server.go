@@ -298,8 +298,8 @@ func (s *Server) Handle(class string, h Handler, opts *HandlerOptions) {
 	s.proc.handlers[class] = r
 }
 
-// Use appends server middleware. Call it before Start.
-func (s *Server) Use(mw ...ServerMiddleware) { s.proc.mw = append(s.proc.mw, mw...) }
+// Use appends server middleware (Middleware). Call it before Start.
+func (s *Server) Use(mw ...Middleware) { s.proc.mw = append(s.proc.mw, mw...) }
 
 // Extend appends extensions (Extension), after those of
 // ServerConfig.Extensions; the server's client gets them too. Call it

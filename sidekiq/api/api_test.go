@@ -98,7 +98,7 @@ func TestAPIUsesGivenClient(t *testing.T) {
 	var seen []string
 	b := apiSetup(t, func(c *api.Config) {
 		cl, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: c.Pool, Version: wire.Version8, Clock: c.Clock,
-			Middleware: []sidekiq.ClientMiddleware{func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
+			Middleware: []sidekiq.Middleware{func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
 				seen = append(seen, job.JID())
 				return next(ctx)
 			}}})

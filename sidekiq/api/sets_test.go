@@ -274,7 +274,7 @@ func TestAPIEntryRetryPushFailurePutsBack(t *testing.T) {
 	errNo := errors.New("no pushes today")
 	b := apiSetup(t, func(c *api.Config) {
 		cl, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: c.Pool, Clock: c.Clock,
-			Middleware: []sidekiq.ClientMiddleware{func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
+			Middleware: []sidekiq.Middleware{func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
 				return errNo
 			}}})
 		require.NoError(t, err)
