@@ -43,7 +43,7 @@ func setup(t *testing.T) *testBundle {
 func (tb *testBundle) startServer(t *testing.T, handlers map[string]sidekiq.HandlerFunc) {
 	t.Helper()
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: tb.pool, Concurrency: 4, Logger: zerolog.Nop(),
-		Fetch: sidekiq.FetchReliable, Extensions: []sidekiq.Extension{tb.batches}, Queues: []wire.QueueWeight{{Name: "work"}}})
+		Fetch: "reliable", Extensions: []sidekiq.Extension{tb.batches}, Queues: []wire.QueueWeight{{Name: "work"}}})
 	require.NoError(t, err)
 	for class, h := range handlers {
 		srv.Handle(class, sidekiq.HandlerFunc(h), nil)

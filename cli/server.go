@@ -17,7 +17,7 @@ import (
 	"github.com/gojob/gojob/batch"
 	"github.com/gojob/gojob/expiry"
 	"github.com/gojob/gojob/internal/contract"
-	"github.com/gojob/gojob/internal/fetchflag"
+	"github.com/gojob/gojob/internal/fetchmode"
 	"github.com/gojob/gojob/internal/tuning"
 	"github.com/gojob/gojob/jobctl"
 	"github.com/gojob/gojob/sidekiq"
@@ -42,7 +42,7 @@ func serverConfigFromFlags(c *ucli.Context, log zerolog.Logger) (*sidekiq.Server
 		return nil, ucli.Exit("--poll-interval must not be negative", exitUsage)
 	}
 	if c.IsSet("fetch") || c.String("fetch") != "" {
-		mode, err := fetchflag.Parse(c.String("fetch"))
+		mode, err := fetchmode.Parse(c.String("fetch"))
 		if err != nil {
 			return nil, ucli.Exit(err.Error(), exitUsage)
 		}

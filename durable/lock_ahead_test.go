@@ -31,7 +31,7 @@ func lockAheadOpts(urls []string) bundleOpts {
 func startReliableServer(t *testing.T, b *testBundle, h sidekiq.HandlerFunc) *sidekiq.Server {
 	t.Helper()
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Extensions: []sidekiq.Extension{b.d},
-		Pool: b.pool, Client: b.client, Clock: b.clk, Logger: b.log, Concurrency: 1, Fetch: sidekiq.FetchReliable,
+		Pool: b.pool, Client: b.client, Clock: b.clk, Logger: b.log, Concurrency: 1, Fetch: "reliable",
 		FetchAheadHold: time.Minute,
 		DisablePoller:  true, HeartbeatInterval: time.Hour, Queues: []wire.QueueWeight{{Name: "default"}},
 	})

@@ -17,7 +17,7 @@ import (
 
 	"github.com/gojob/gojob/internal/clocktest"
 	"github.com/gojob/gojob/internal/contract"
-	"github.com/gojob/gojob/internal/fetchflag"
+	"github.com/gojob/gojob/internal/fetchmode"
 	"github.com/gojob/gojob/internal/pgtest"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/testlog"
@@ -65,7 +65,7 @@ func lossChild() int {
 	if err != nil {
 		return fail(err)
 	}
-	fetch, err := fetchflag.Parse(os.Getenv("LOSS_FETCH"))
+	fetch, err := fetchmode.Parse(os.Getenv("LOSS_FETCH"))
 	if err != nil {
 		return fail(err)
 	}
@@ -245,7 +245,7 @@ func (e *lossEnv) reconcileKillsNothing(t *testing.T, check func(pass int, res *
 func (e *lossEnv) recoverAndRunAll(t *testing.T) {
 	t.Helper()
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Extensions: []sidekiq.Extension{e.d}, Pool: e.pool, Client: e.client, Concurrency: lossConc, DisablePoller: true,
-		Logger: e.log, Fetch: sidekiq.FetchReliable})
+		Logger: e.log, Fetch: "reliable"})
 	require.NoError(t, err)
 	srv.Handle("LossJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		c := e.pool.Get()

@@ -29,7 +29,7 @@ func TestConcurrentLimitHoldsAcrossServers(t *testing.T) {
 	var running, peak, done atomic.Int64
 	for i := range 3 {
 		srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: pool, Concurrency: 5, DisablePoller: true,
-			Fetch: sidekiq.FetchReliable, Logger: zerolog.Nop(), Tag: fmt.Sprint("s", i)})
+			Fetch: "reliable", Logger: zerolog.Nop(), Tag: fmt.Sprint("s", i)})
 		require.NoError(t, err)
 		l, err := NewConcurrent(pool, "class:Limited", 3, &Options{WaitTimeout: time.Minute})
 		require.NoError(t, err)

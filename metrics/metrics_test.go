@@ -87,7 +87,7 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 	rs := redistest.Start(t)
 	pool := rs.Pool(t)
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: pool, Concurrency: 3, DisablePoller: true,
-		Fetch: sidekiq.FetchReliable, Logger: zerolog.Nop(), Queues: []wire.QueueWeight{{Name: "default"}, {Name: "mail"}}})
+		Fetch: "reliable", Logger: zerolog.Nop(), Queues: []wire.QueueWeight{{Name: "default"}, {Name: "mail"}}})
 	require.NoError(t, err)
 	srv.Handle("Ok", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error { return nil }), nil)
 	srv.Handle("Bad", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error { return errors.New("boom") }), nil)

@@ -43,7 +43,7 @@ func TestHandlerThatStopsHeartbeatingIsRetriedWithinItsHeartbeatTimeout(t *testi
 	t.Parallel()
 	const hbTimeout = 300 * time.Millisecond
 	for _, mode := range fetchModes {
-		t.Run(mode.String(), func(t *testing.T) {
+		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			b := newTestServer(t, ServerConfig{Fetch: mode})
 			lastBeat := make(chan time.Time, 1)
@@ -96,7 +96,7 @@ func TestHandlerThatStopsHeartbeatingIsRetriedWithinItsHeartbeatTimeout(t *testi
 func TestHungHandlerIgnoringCancellationFreesItsSlot(t *testing.T) {
 	t.Parallel()
 	for _, mode := range fetchModes {
-		t.Run(mode.String(), func(t *testing.T) {
+		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			b := newTestServer(t, ServerConfig{Fetch: mode, Concurrency: 1, CancelGrace: 200 * time.Millisecond})
 			release := make(chan struct{})

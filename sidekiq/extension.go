@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gojob/gojob/internal/fetchmode"
 	"github.com/gojob/gojob/sidekiq/internal/fetch"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -199,7 +200,7 @@ func (r *Run) FetchAhead() bool {
 // back at a hard shutdown. Server.Stop waits for held acknowledgements,
 // within its shutdown deadline, before it closes the fetch.
 func (r *Run) HoldAck() (release func(), ok bool) {
-	if r.w == nil || !r.p.cfg.Fetch.reliable() {
+	if r.w == nil || r.p.cfg.Fetch != fetchmode.Reliable {
 		return nil, false
 	}
 	g := r.w.gate.Load()

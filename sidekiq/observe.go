@@ -120,7 +120,7 @@ type Status struct {
 	RedisErrors, RedisOutages int64
 	// FetchPipeline is how many BRPOPs each fetch connection carries at
 	// most, once started: ServerConfig.FetchPipeline capped by the
-	// concurrency, 1 where Redis refuses CLIENT UNBLOCK, 0 with FetchBatch.
+	// concurrency, 1 where Redis refuses CLIENT UNBLOCK, 0 with the batch fetch.
 	FetchPipeline int
 }
 

@@ -20,8 +20,8 @@ import (
 // already had on its way go back; unpausing lets it drain.
 func TestPausedQueueIsNotFetchedWhileOthersDrain(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []FetchMode{FetchBRPOP, FetchBatch, FetchReliable} {
-		t.Run(mode.String(), func(t *testing.T) {
+	for _, mode := range []string{"basic", "batch", "reliable"} {
+		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			b := newTestServer(t, ServerConfig{Concurrency: 4, Fetch: mode,
 				Queues: []wire.QueueWeight{{Name: "first"}, {Name: "second"}}})
@@ -69,8 +69,8 @@ func TestPausedQueueIsNotFetchedWhileOthersDrain(t *testing.T) {
 // back), and runs once the queue is unpaused.
 func TestPauseOfTheOnlyQueueHoldsJobsPushedDuringIt(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []FetchMode{FetchBRPOP, FetchReliable} {
-		t.Run(mode.String(), func(t *testing.T) {
+	for _, mode := range []string{"basic", "reliable"} {
+		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			b := newTestServer(t, ServerConfig{Concurrency: 2, Fetch: mode})
 			var mu sync.Mutex

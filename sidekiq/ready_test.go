@@ -19,8 +19,8 @@ import (
 // running all the while.
 func TestServerWhoseFetchFailsIsNotReady(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []FetchMode{FetchReliable, FetchBRPOP} {
-		t.Run(mode.String(), func(t *testing.T) {
+	for _, mode := range []string{"reliable", "basic"} {
+		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			rs := redistest.StartWith(t, redistest.Options{Args: []string{
 				"--rename-command", "LMOVE", "", "--rename-command", "RPOPLPUSH", "", "--rename-command", "BRPOP", ""}})

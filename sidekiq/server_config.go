@@ -12,54 +12,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/fetchmode"
 	"github.com/gojob/gojob/internal/tuning"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
-
-// FetchMode selects how jobs are taken from the queues.
-type FetchMode int
-
-const (
-	// FetchBRPOP is Sidekiq's BasicFetch: every idle concurrency slot has
-	// one `BRPOP queue:a queue:b … 2` in Redis, one BRPOP per job. The
-	// BRPOPs of up to ServerConfig.FetchPipeline slots share a connection
-	// as a pipeline.
-	FetchBRPOP FetchMode = iota
-	// FetchBatch takes, in one `BLMPOP 2 n queue:a … RIGHT COUNT k`
-	// (Redis 7.0+), as many jobs as there are idle slots, from the first
-	// non-empty queue in the same order BRPOP would use. A job is only
-	// popped when a slot is free to run it, so a crash loses exactly what
-	// BasicFetch loses (the jobs being run), but a busy process needs far
-	// fewer round trips. On a Redis without BLMPOP it falls back to
-	// FetchBRPOP.
-	FetchBatch
-	// FetchReliable keeps every job in Redis until its outcome is written:
-	// a job moves atomically from its queue into this process's
-	// in-progress hash and leaves it with its acknowledgement or, in the
-	// same script, its retry or dead entry. The jobs of a process that dies
-	// (kill -9, OOM, a lost node) are pushed back to their queues by the
-	// live processes, so no job is lost. One script call takes the jobs of
-	// all idle slots and acknowledges the finished ones
-	// (docs/reliable-fetch.md).
-	FetchReliable
-)
-
-// String returns the mode's name: "basic", "batch" or "reliable" (gojob
-// work --fetch).
-func (m FetchMode) String() string {
-	switch m {
-	case FetchBRPOP:
-		return "basic"
-	case FetchBatch:
-		return "batch"
-	case FetchReliable:
-		return "reliable"
-	}
-	return fmt.Sprintf("FetchMode(%d)", int(m))
-}
-
-// reliable reports whether the mode keeps running jobs in Redis.
-func (m FetchMode) reliable() bool { return m == FetchReliable }
 
 // defaultFetchAheadHold is how long a job fetched ahead waits for its slot
 // before it goes back to its queue unless ServerConfig.FetchAheadHold says
@@ -86,10 +42,32 @@ type ServerConfig struct {
 	// queue that is empty leaves its slots to the others. Reliable fetch
 	// only (docs/queue-concurrency.md).
 	QueueConcurrency map[string]int
-	// Fetch selects how jobs are taken from the queues: Sidekiq's
-	// BasicFetch (FetchBRPOP, the zero value), FetchBatch, or the reliable
-	// fetch (FetchReliable), which loses no job when the process dies.
-	Fetch FetchMode
+	// Fetch names how jobs are taken from the queues, as gojob work
+	// --fetch does (any case):
+	//
+	//   - "basic" (or "brpop", or "": the default) is Sidekiq's
+	//     BasicFetch: every idle concurrency slot has one
+	//     `BRPOP queue:a queue:b … 2` in Redis, one BRPOP per job. The
+	//     BRPOPs of up to FetchPipeline slots share a connection as a
+	//     pipeline.
+	//   - "batch" (or "blmpop") takes, in one
+	//     `BLMPOP 2 n queue:a … RIGHT COUNT k` (Redis 7.0+), as many jobs
+	//     as there are idle slots, from the first non-empty queue in the
+	//     same order BRPOP would use. A job is only popped when a slot is
+	//     free to run it, so a crash loses exactly what BasicFetch loses
+	//     (the jobs being run), but a busy process needs far fewer round
+	//     trips. On a Redis without BLMPOP it falls back to basic.
+	//   - "reliable" keeps every job in Redis until its outcome is
+	//     written: a job moves atomically from its queue into this
+	//     process's in-progress hash and leaves it with its
+	//     acknowledgement or, in the same script, its retry or dead entry.
+	//     The jobs of a process that dies (kill -9, OOM, a lost node) are
+	//     pushed back to their queues by the live processes, so no job is
+	//     lost. One script call takes the jobs of all idle slots and
+	//     acknowledges the finished ones (docs/reliable-fetch.md).
+	//
+	// Another name fails NewServer.
+	Fetch string
 	// RecoveryLimit is, with reliable fetch, how many times a job may be
 	// recovered from a dead process before it is a poison pill and goes to
 	// the dead set. Default 3.
@@ -180,6 +158,9 @@ type ServerConfig struct {
 
 func (c *ServerConfig) withDefaults() *ServerConfig {
 	out := *c
+	if mode, err := fetchmode.Parse(out.Fetch); err == nil {
+		out.Fetch = mode // validate reports another name
+	}
 	if len(out.Queues) == 0 {
 		out.Queues = []wire.QueueWeight{{Name: "default"}}
 	}
@@ -238,14 +219,14 @@ func (c *ServerConfig) validate() error {
 			return errors.New("sidekiq: empty queue name")
 		}
 	}
+	if _, err := fetchmode.Parse(c.Fetch); err != nil {
+		return err
+	}
 	if err := validateQueueConcurrency(c.withDefaults()); err != nil {
 		return err
 	}
 	if c.FetchAheadHold < 0 {
 		return fmt.Errorf("sidekiq: negative FetchAheadHold %v", c.FetchAheadHold)
-	}
-	if c.Fetch < FetchBRPOP || c.Fetch > FetchReliable {
-		return fmt.Errorf("sidekiq: unknown fetch mode %d", c.Fetch)
 	}
 	return nil
 }
@@ -253,7 +234,7 @@ func (c *ServerConfig) validate() error {
 // validateQueueConcurrency checks ServerConfig.QueueConcurrency against
 // the queues and the concurrency.
 func validateQueueConcurrency(c *ServerConfig) error {
-	if len(c.QueueConcurrency) > 0 && !c.Fetch.reliable() {
+	if len(c.QueueConcurrency) > 0 && c.Fetch != fetchmode.Reliable {
 		// A blocking fetch (BRPOP, BLMPOP) issued while a capped queue was
 		// full keeps skipping it until the command times out (2 s, longer
 		// behind the other BRPOPs of its pipeline): the capped queue would

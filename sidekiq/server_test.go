@@ -83,7 +83,7 @@ func (b *srvBundle) waitProcessed(t *testing.T, n int64) {
 }
 
 // fetchModes are the fetch layouts the shutdown tests run under.
-var fetchModes = []FetchMode{FetchBRPOP, FetchReliable}
+var fetchModes = []string{"basic", "reliable"}
 
 // requireNothingInProgress checks that a stopped reliable server left no
 // in-progress list, registry entry or reliable-fetch heartbeat.
@@ -143,7 +143,7 @@ func TestNewServerValidates(t *testing.T) {
 	pool := &redis.Pool{}
 	_, err = NewServer(&ServerConfig{Pool: pool, Queues: []wire.QueueWeight{{Name: ""}}})
 	require.ErrorContains(t, err, "empty queue name")
-	_, err = NewServer(&ServerConfig{Pool: pool, Fetch: FetchMode(9)})
+	_, err = NewServer(&ServerConfig{Pool: pool, Fetch: "fast"})
 	require.ErrorContains(t, err, "unknown fetch mode")
 	_, err = NewServer(&ServerConfig{Pool: pool, FetchAheadHold: -time.Second})
 	require.ErrorContains(t, err, "negative FetchAheadHold")

@@ -42,7 +42,7 @@ func slowPayload(jid string, retry string) string {
 func TestStopRequeuesUnfinishedJobs(t *testing.T) {
 	t.Parallel()
 	for _, mode := range fetchModes {
-		t.Run(mode.String(), func(t *testing.T) {
+		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			b := newTestServer(t, ServerConfig{Concurrency: 1, ShutdownTimeout: 100 * time.Millisecond, Fetch: mode})
 			started := make(chan struct{})
@@ -348,9 +348,9 @@ end
 func TestStopUnderLoadLosesAndDuplicatesNothing(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		mode  FetchMode
+		mode  string
 		depth int
-	}{{FetchBRPOP, 1}, {FetchBRPOP, 8}, {FetchReliable, 0}} {
+	}{{"basic", 1}, {"basic", 8}, {"reliable", 0}} {
 		t.Run(fmt.Sprint(c.mode, " pipeline ", c.depth), func(t *testing.T) {
 			t.Parallel()
 			b := newTestServer(t, ServerConfig{Concurrency: 25, FetchPipeline: c.depth, Fetch: c.mode})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gojob/gojob/internal/fetchmode"
 	"github.com/gojob/gojob/sidekiq/internal/fetch"
 	"github.com/gojob/gojob/sidekiq/internal/maintenance"
 )
@@ -56,7 +57,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.maint.poller != nil {
 		s.maint.poller.Start(s.life.hardCtx)
 	}
-	s.log.Info().Str("identity", s.identity).Int("concurrency", s.cfg.Concurrency).Str("fetch", s.cfg.Fetch.String()).
+	s.log.Info().Str("identity", s.identity).Int("concurrency", s.cfg.Concurrency).Str("fetch", s.cfg.Fetch).
 		Str("queues", s.fetch.order.String()).Str("sidekiq_version", s.format.Format().String()).
 		Func(func(e *zerolog.Event) {
 			if s.proc.caps != nil {
@@ -97,9 +98,9 @@ func (s *Server) newFetcher(ctx context.Context) (fetch.Fetcher, error) {
 		},
 	}
 	switch s.cfg.Fetch {
-	case FetchBatch:
+	case fetchmode.Batch:
 		return fetch.NewBatch(fc)
-	case FetchReliable:
+	case fetchmode.Reliable:
 		return fetch.NewReliable(ctx, fc)
 	}
 	return fetch.NewBRPOP(fc), nil

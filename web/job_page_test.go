@@ -34,7 +34,7 @@ func TestBusyPageShowsARunningJobOnceAndItsPage(t *testing.T) {
 	ctx := context.Background()
 	release := make(chan struct{})
 	w, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: pool, Concurrency: 2, Logger: zerolog.Nop(),
-		FollowVersion: true, Fetch: sidekiq.FetchReliable, HeartbeatInterval: 100 * time.Millisecond,
+		FollowVersion: true, Fetch: "reliable", HeartbeatInterval: 100 * time.Millisecond,
 		Queues: []wire.QueueWeight{{Name: "default"}}})
 	require.NoError(t, err)
 	w.Handle("Quiet", sidekiq.HandlerFunc(func(ctx context.Context, _ *wire.Job) error {

@@ -36,7 +36,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/internal/contract"
-	"github.com/gojob/gojob/internal/fetchflag"
+	"github.com/gojob/gojob/internal/fetchmode"
 	"github.com/gojob/gojob/internal/procstat"
 	"github.com/gojob/gojob/internal/redisflag"
 	"github.com/gojob/gojob/internal/tuning"
@@ -156,9 +156,9 @@ processes, polls of the retry and schedule sets).`,
 			if err != nil {
 				return ucli.Exit(err.Error(), exitUsage)
 			}
-			var modes []sidekiq.FetchMode
+			var modes []string
 			for _, name := range strings.Split(c.String("fetch"), ",") {
-				mode, err := fetchflag.Parse(strings.TrimSpace(name))
+				mode, err := fetchmode.Parse(strings.TrimSpace(name))
 				if err != nil {
 					return ucli.Exit(err.Error(), exitUsage)
 				}
@@ -224,7 +224,7 @@ processes, polls of the retry and schedule sets).`,
 // queues.
 type benchSpec struct {
 	jobs, conc, latencyJobs int
-	mode                    sidekiq.FetchMode
+	mode                    string
 	pipeline                int
 	shape                   benchShape
 	profile                 io.Writer
@@ -254,7 +254,7 @@ func runBench(ctx context.Context, pool *redis.Pool, spec benchSpec) (*Result, e
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Jobs: n, Concurrency: conc, LatencySample: latencyJobs, Fetch: mode.String(), Process: processInProcess,
+	res := &Result{Jobs: n, Concurrency: conc, LatencySample: latencyJobs, Fetch: mode, Process: processInProcess,
 		Queues: len(queues), Weights: spec.shape.weightsName(), PayloadBytes: spec.shape.payloadBytes}
 	hooks := benchHooksFrom(ctx)
 	hooks.client(client)

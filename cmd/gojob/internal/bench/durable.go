@@ -95,13 +95,13 @@ type DurableResult struct {
 	MedianRatio float64        `json:"median_ratio"`
 }
 
-func runDurableBenchCmd(c *ucli.Context, pool *redis.Pool, mode sidekiq.FetchMode) error {
+func runDurableBenchCmd(c *ucli.Context, pool *redis.Pool, mode string) error {
 	n, conc := c.Int("jobs"), c.Int("concurrency")
 	rounds := c.Int("rounds")
 	if rounds <= 0 {
 		return ucli.Exit("--rounds must be positive", exitUsage)
 	}
-	res := &DurableResult{Jobs: n, Concurrency: conc, Fetch: mode.String()}
+	res := &DurableResult{Jobs: n, Concurrency: conc, Fetch: mode}
 	var profile io.Writer // the last durable run's drain
 	if f := c.String("cpuprofile"); f != "" {
 		out, err := os.Create(f)
@@ -163,7 +163,7 @@ func printDurableRound(w io.Writer, i int, r *DurableRound) {
 // runDurableBench runs the bench with every BenchJob durable, in a table
 // of its own, dropped afterwards.
 func runDurableBench(ctx context.Context, pool *redis.Pool, url string, window time.Duration, n, conc, latencyJobs int,
-	mode sidekiq.FetchMode, pipeline int, profile io.Writer) (*DurableRound, string, error) {
+	mode string, pipeline int, profile io.Writer) (*DurableRound, string, error) {
 	d, err := durable.New(&durable.Config{
 		URLs:        []string{url},
 		Table:       "gojob_bench_" + wire.NewJID()[:8],

@@ -114,8 +114,8 @@ func startWorker(ctx context.Context, pool *redis.Pool, spec benchSpec, queues [
 	}
 	args := []string{"bench-worker", "-r", spec.redisURL, "--jobs", strconv.Itoa(spec.jobs),
 		"--done", doneKey, "--pickup", pickupKey, "--",
-		"work", "-r", spec.redisURL, "-c", strconv.Itoa(spec.conc), "--fetch", spec.mode.String()}
-	if spec.mode == sidekiq.FetchBRPOP {
+		"work", "-r", spec.redisURL, "-c", strconv.Itoa(spec.conc), "--fetch", spec.mode}
+	if spec.mode == "basic" {
 		args = append(args, "--fetch-pipeline", strconv.Itoa(spec.pipeline))
 	}
 	if spec.cpuProfilePath != "" {
@@ -206,7 +206,7 @@ func runExternalBench(ctx context.Context, pool *redis.Pool, spec benchSpec) (*R
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Jobs: n, Concurrency: spec.conc, LatencySample: spec.latencyJobs, Fetch: spec.mode.String(),
+	res := &Result{Jobs: n, Concurrency: spec.conc, LatencySample: spec.latencyJobs, Fetch: spec.mode,
 		Process: processWork, Queues: len(queues), Weights: spec.shape.weightsName(), PayloadBytes: spec.shape.payloadBytes}
 	pushStart := time.Now()
 	if err := pushBenchJobs(ctx, client, staging, n, spec.shape.payloadBytes); err != nil {

@@ -56,7 +56,7 @@ func orderedBenchFlags() []ucli.Flag {
 
 // runOrderedBenchCommand is gojob bench --ordered: the plain bench (same
 // jobs, concurrency and fetch mode), then the ordered one, and the ratio.
-func runOrderedBenchCommand(c *ucli.Context, pool *redis.Pool, mode sidekiq.FetchMode) error {
+func runOrderedBenchCommand(c *ucli.Context, pool *redis.Pool, mode string) error {
 	n, conc, keys := c.Int("jobs"), c.Int("concurrency"), c.Int("keys")
 	shards := c.Int("shards")
 	if shards == 0 {
@@ -80,7 +80,7 @@ func runOrderedBenchCommand(c *ucli.Context, pool *redis.Pool, mode sidekiq.Fetc
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
-	printOrderedBench(c.App.Writer, res, mode.String())
+	printOrderedBench(c.App.Writer, res, mode)
 	return nil
 }
 

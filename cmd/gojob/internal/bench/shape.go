@@ -10,7 +10,6 @@ import (
 	"github.com/gomodule/redigo/redis"
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -134,7 +133,7 @@ type Summary struct {
 
 // variant is one column of a comparison: a fetch mode in a process mode.
 type variant struct {
-	mode    sidekiq.FetchMode
+	mode    string
 	process string
 	// labelProcess names the process in the label (when several are
 	// compared).
@@ -143,9 +142,9 @@ type variant struct {
 
 func (v variant) String() string {
 	if v.labelProcess {
-		return v.process + " " + v.mode.String()
+		return v.process + " " + v.mode
 	}
-	return v.mode.String()
+	return v.mode
 }
 
 // runBenchComparison runs each variant once per round, the order turned
@@ -195,7 +194,7 @@ func runBenchComparison(c *ucli.Context, pool *redis.Pool, spec benchSpec, modes
 			p99 = append(p99, round[i].LatencyP99ms)
 			rss = append(rss, float64(round[i].PeakRSSKB)/1024)
 		}
-		s := Summary{Fetch: m.mode.String(), Process: m.process, Label: m.String()}
+		s := Summary{Fetch: m.mode, Process: m.process, Label: m.String()}
 		s.JobsPerSec, s.LowestJobsPerSec = median(jps)
 		s.Ratio, s.LowestRatio = median(ratio)
 		s.RedisCalls, _ = median(calls)
