@@ -5,9 +5,9 @@ import (
 	"errors"
 	"time"
 
-	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/callers"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/monoclock"
 	"github.com/gojob/gojob/sidekiq/internal/fetch"
 	"github.com/gojob/gojob/sidekiq/internal/maintenance"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
@@ -22,7 +22,7 @@ import (
 // system clock's own.
 func (p *processor) process(slot int, u fetch.Unit) time.Duration {
 	var realStart time.Time
-	if !clock.IsSystem(p.cfg.Clock) {
+	if !monoclock.IsSystem(p.cfg.Clock) {
 		realStart = time.Now()
 	}
 	if !p.caps.enter(u.Queue) {
@@ -81,7 +81,7 @@ func (p *processor) take(slot int, u fetch.Unit) *workItem {
 		p.observe(u.Queue, "", 0, err)
 		return nil
 	}
-	w.runAt, w.job = clock.Stamp(p.cfg.Clock), job
+	w.runAt, w.job = monoclock.Stamp(p.cfg.Clock), job
 	w.reg, _ = p.handlerFor(job)
 	lim, limErr := p.limitsOf(job)
 	w.limErr = limErr
@@ -170,7 +170,7 @@ func (p *processor) missedDeadline(w *workItem, err, cause error) error {
 // reschedule, or the retry path; then its metrics and observers. It
 // returns how long the job ran.
 func (p *processor) finish(w *workItem, err error) (took time.Duration) {
-	took = clock.Since(p.cfg.Clock, w.runAt)
+	took = monoclock.Since(p.cfg.Clock, w.runAt)
 	if !w.finish() {
 		// Hard shutdown requeued it while it ran; whatever happened is moot.
 		return took
