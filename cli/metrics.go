@@ -35,18 +35,18 @@ func startMetrics(c *ucli.Context, srv *sidekiq.Server, pool *redis.Pool, log ze
 		}
 		return func() {}, nil
 	}
-	admin, err := api.New(&api.Config{Pool: pool, Client: srv.Client()})
-	if err != nil {
-		return nil, err
+	if c.Bool("cluster-metrics") {
+		admin, err := api.New(&api.Config{Pool: pool, Client: srv.Client()})
+		if err != nil {
+			return nil, err
+		}
+		extra = append(extra, metrics.NewCluster(admin))
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, ucli.Exit(fmt.Sprintf("--metrics-addr %s: %v", addr, err), exitUsage)
 	}
-	exp := metrics.New(srv, admin, pool).Register(extra...)
-	if c.Bool("cluster-metrics") {
-		exp.ExportCluster()
-	}
+	exp := metrics.New(srv, pool).Register(extra...)
 	hs := &http.Server{Handler: exp.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -30,7 +30,7 @@ type cluster struct {
 // NewCluster returns the collector of the cluster-wide figures every
 // process shares (queues, sets, Sidekiq's counters), read through admin at
 // scrape time. `gojob web` serves one in a registry of its own; a worker's
-// Exporter adds one only with ExportCluster.
+// Exporter adds one only through Register.
 func NewCluster(admin *api.API) prometheus.Collector { return &cluster{admin: admin} }
 
 // Describe implements prometheus.Collector.

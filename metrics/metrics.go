@@ -1,6 +1,6 @@
 // Package metrics serves a gojob process's Prometheus metrics and its
 // health endpoints: /metrics (this process's jobs by queue and class, its
-// slots and Redis state, its build, and, when asked with ExportCluster, the
+// slots and Redis state, its build, and, when NewCluster is registered, the
 // cluster's queues and sets read through the admin API at scrape time),
 // /healthz (the process runs) and /readyz (Redis answers and the process
 // takes jobs). The cluster's figures are the same from every process, so
@@ -21,16 +21,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gojob/gojob/sidekiq"
-	"github.com/gojob/gojob/sidekiq/api"
 )
 
 // Exporter collects a server's metrics. Create it with New before the
 // server starts (it observes the server's jobs).
 type Exporter struct {
-	srv   *sidekiq.Server
-	admin *api.API
-	pool  *redis.Pool
-	reg   *prometheus.Registry
+	srv  *sidekiq.Server
+	pool *redis.Pool
+	reg  *prometheus.Registry
 
 	processed *prometheus.CounterVec
 	failed    *prometheus.CounterVec
@@ -38,9 +36,9 @@ type Exporter struct {
 	duration  *prometheus.HistogramVec
 }
 
-// New returns the exporter of srv; admin reads the cluster-wide figures.
-func New(srv *sidekiq.Server, admin *api.API, pool *redis.Pool) *Exporter {
-	e := &Exporter{srv: srv, admin: admin, pool: pool, reg: prometheus.NewRegistry()}
+// New returns the exporter of srv; pool is the Redis it reports on.
+func New(srv *sidekiq.Server, pool *redis.Pool) *Exporter {
+	e := &Exporter{srv: srv, pool: pool, reg: prometheus.NewRegistry()}
 	labels := []string{"queue", "class"}
 	e.processed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gojob_jobs_processed_total",
 		Help: "Jobs this process finished (successes, failures and over-limit reschedules)."}, labels)
@@ -57,17 +55,11 @@ func New(srv *sidekiq.Server, admin *api.API, pool *redis.Pool) *Exporter {
 	return e
 }
 
-// ExportCluster adds the cluster-wide figures (NewCluster) to the
-// exporter's /metrics. Call it on one exporter of a cluster only (or on
-// none when `gojob web` is scraped), before serving. It returns e.
-func (e *Exporter) ExportCluster() *Exporter {
-	e.reg.MustRegister(NewCluster(e.admin))
-	return e
-}
-
-// Register adds collectors of the server's extensions (expiry's
-// gojob_jobs_expired_total, say) to the exporter's /metrics. Call it
-// before serving. It returns e.
+// Register adds collectors to the exporter's /metrics: those of the
+// server's extensions (expiry's gojob_jobs_expired_total, say), and
+// NewCluster's cluster-wide figures on one exporter of a cluster only (or
+// on none when `gojob web` is scraped). Call it before serving. It
+// returns e.
 func (e *Exporter) Register(cs ...prometheus.Collector) *Exporter {
 	e.reg.MustRegister(cs...)
 	return e
