@@ -36,17 +36,6 @@ type ClassMetrics struct {
 	Milliseconds int64
 }
 
-// Succeeded is Processed - Failed.
-func (c ClassMetrics) Succeeded() int64 { return c.Processed - c.Failed }
-
-// AvgMillis is the mean time of a successful run, 0 without one.
-func (c ClassMetrics) AvgMillis() float64 {
-	if s := c.Succeeded(); s > 0 {
-		return float64(c.Milliseconds) / float64(s)
-	}
-	return 0
-}
-
 // JobMetrics reads the metrics of the last minutes minutes, the current
 // one included: 1 to 480 (the keys' 8-hour TTL), 0 means 60 (the Web UI's
 // default). It sums the `j|<minute>` hashes of every minute of the window,
