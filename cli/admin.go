@@ -172,7 +172,7 @@ func queuesAction(ctx context.Context, e *adminEnv) error {
 }
 
 func processesAction(ctx context.Context, e *adminEnv) error {
-	list, err := e.api.Processes(ctx, nil)
+	list, err := e.api.Processes(ctx)
 	if err != nil {
 		return err
 	}
@@ -208,7 +208,7 @@ func processesAction(ctx context.Context, e *adminEnv) error {
 			Jobs        []job     `json:"jobs"`
 		}
 		rows := []row{}
-		for _, p := range list.Processes {
+		for _, p := range list {
 			v, _ := p.Attributes.Get("version")
 			vs, _ := v.Str()
 			jobs := []job{}
@@ -235,14 +235,14 @@ func processesAction(ctx context.Context, e *adminEnv) error {
 		}
 		return e.printJSON(rows)
 	}
-	if len(list.Processes) == 0 {
+	if len(list) == 0 {
 		fmt.Fprintln(e.out, "no live processes")
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "IDENTITY\tTAG\tQUEUES\tBUSY\tSTATE\tRSS\tBEAT")
 	live := map[string]bool{}
-	for _, p := range list.Processes {
+	for _, p := range list {
 		live[p.Identity] = true
 		state := "running"
 		if p.Stopping() {
@@ -296,11 +296,11 @@ func signalAction(sig string) func(ctx context.Context, e *adminEnv) error {
 		var ids []string
 		embedded := 0
 		if id == "all" {
-			list, err := e.api.Processes(ctx, nil)
+			list, err := e.api.Processes(ctx)
 			if err != nil {
 				return err
 			}
-			for _, p := range list.Processes {
+			for _, p := range list {
 				if p.Embedded {
 					embedded++
 				} else {

@@ -291,22 +291,27 @@ func apiCompareRead(t *testing.T, ctx context.Context, admin *api.API, rep *apiR
 	require.Equal(t, rep.Scan, scanned)
 	require.Len(t, scanned, 11) // boom 1, boom 10…19
 
-	procs, err := admin.Processes(ctx, &api.ProcessListParams{SkipCleanup: true})
+	procs, err := admin.Processes(ctx)
 	require.NoError(t, err)
 	var attrs []string
-	for _, p := range procs.Processes {
+	for _, p := range procs {
 		attrs = append(attrs, string(p.Attributes.Encode()))
 	}
 	require.Equal(t, rep.Processes, attrs)
 	require.Len(t, attrs, 1)
-	p := procs.Processes[0]
+	p := procs[0]
 	require.Equal(t, "apitag", p.Tag)
 	require.EqualValues(t, 4, p.Concurrency)
 	require.Equal(t, []string{"default", "critical"}, p.Queues)
 	require.EqualValues(t, 2, p.Busy)
 	require.False(t, p.Stopping())
-	require.Equal(t, rep.TotalConcurrency, procs.TotalConcurrency)
-	require.Equal(t, rep.TotalRSS, procs.TotalRSS)
+	var concurrency, rss int64
+	for _, p := range procs {
+		concurrency += p.Concurrency
+		rss += p.RSS
+	}
+	require.Equal(t, rep.TotalConcurrency, concurrency)
+	require.Equal(t, rep.TotalRSS, rss)
 	require.Equal(t, rep.ProcessSize, st.Processes)
 
 	work, err := admin.WorkSet(ctx)
@@ -523,9 +528,9 @@ func apiOps(rep *apiRubyReport) []apiOp {
 		{
 			name: "processes_signals_cleanup",
 			goOp: func(t *testing.T, ctx context.Context, a *api.API) {
-				list, err := a.Processes(ctx, nil)
+				list, err := a.Processes(ctx)
 				require.NoError(t, err)
-				p := list.Processes[0]
+				p := list[0]
 				require.NoError(t, p.Quiet(ctx))
 				require.NoError(t, p.DumpThreads(ctx))
 				require.NoError(t, p.Stop(ctx))
@@ -713,9 +718,9 @@ cli.run
 
 	var proc *api.Process
 	wait.Within(t, 30*time.Second, "the process registers", func() bool {
-		list, err := admin.Processes(ctx, &api.ProcessListParams{SkipCleanup: true})
+		list, err := admin.Processes(ctx)
 		require.NoError(t, err)
-		for _, p := range list.Processes {
+		for _, p := range list {
 			if p.Tag == "apilive" {
 				proc = p
 			}
@@ -735,9 +740,9 @@ cli.run
 
 	require.NoError(t, proc.Quiet(ctx))
 	wait.Within(t, 20*time.Second, "the process turns quiet", func() bool {
-		list, err := admin.Processes(ctx, &api.ProcessListParams{SkipCleanup: true})
+		list, err := admin.Processes(ctx)
 		require.NoError(t, err)
-		return len(list.Processes) == 1 && list.Processes[0].Stopping()
+		return len(list) == 1 && list[0].Stopping()
 	})
 	require.Equal(t, "true\n", e.ruby(t, `puts Sidekiq::ProcessSet.new(false).first.stopping?`))
 

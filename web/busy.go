@@ -8,15 +8,16 @@ import (
 )
 
 type busyData struct {
-	Processes *api.ProcessList
+	Processes []*api.Process
 	Work      []*api.Work
-	Busy      int64
-	Leader    string
+	// Busy, Concurrency and RSS (KB) are the processes' sums.
+	Busy, Concurrency, RSS int64
+	Leader                 string
 }
 
 func (h *handler) busy(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	procs, err := h.api.Processes(ctx, nil)
+	procs, err := h.api.Processes(ctx)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -28,8 +29,10 @@ func (h *handler) busy(w http.ResponseWriter, r *http.Request) {
 	}
 	leader, _ := h.api.Leader(ctx)
 	d := &busyData{Processes: procs, Work: work, Leader: leader}
-	for _, p := range procs.Processes {
+	for _, p := range procs {
 		d.Busy += p.Busy
+		d.Concurrency += p.Concurrency
+		d.RSS += p.RSS
 	}
 	h.render(w, r, "busy", "Busy", "busy", d)
 }
@@ -44,7 +47,7 @@ func (h *handler) busyAction(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `action must be "quiet" or "stop"`, http.StatusBadRequest)
 		return
 	}
-	procs, err := h.api.Processes(ctx, nil)
+	procs, err := h.api.Processes(ctx)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -55,7 +58,7 @@ func (h *handler) busyAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n := 0
-	for _, p := range procs.Processes {
+	for _, p := range procs {
 		if !all && p.Identity != identity {
 			continue
 		}

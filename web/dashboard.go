@@ -23,7 +23,7 @@ type dashboardData struct {
 	Chart     template.HTML
 	History   []api.DayStats
 	Redis     [][2]string
-	Processes *api.ProcessList
+	Processes []*api.Process
 }
 
 func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
@@ -42,7 +42,7 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	procs, err := h.api.Processes(ctx, nil)
+	procs, err := h.api.Processes(ctx)
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -209,11 +209,11 @@ func newWorld(t *testing.T, cfg *web.Config) *world {
 	// Settled: both processes beat, the failing jobs are in the retry set,
 	// both slow jobs run.
 	wait.Within(t, 20*time.Second, "both processes busy and 3 retries", func() bool {
-		procs, err := w.api.Processes(ctx, nil)
-		if err != nil || len(procs.Processes) != 2 {
+		procs, err := w.api.Processes(ctx)
+		if err != nil || len(procs) != 2 {
 			return false
 		}
-		for _, p := range procs.Processes {
+		for _, p := range procs {
 			if p.Busy != 1 {
 				return false
 			}
@@ -267,9 +267,9 @@ func startOrdered(t *testing.T, w *world) {
 // process returns the live process tagged tag.
 func (w *world) process(t *testing.T, tag string) *api.Process {
 	t.Helper()
-	procs, err := w.api.Processes(context.Background(), nil)
+	procs, err := w.api.Processes(context.Background())
 	require.NoError(t, err)
-	for _, p := range procs.Processes {
+	for _, p := range procs {
 		if p.Tag == tag {
 			return p
 		}

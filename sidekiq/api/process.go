@@ -139,38 +139,20 @@ func (a *API) SignalLiveProcess(ctx context.Context, identity, sig string) error
 	return nil
 }
 
-// ProcessListParams tune Processes.
-type ProcessListParams struct {
-	// SkipCleanup leaves the processes set as it is (Ruby's
-	// ProcessSet.new(false)): no cleanup of dead processes first.
-	SkipCleanup bool
-}
-
-// ProcessList is the live processes.
-type ProcessList struct {
-	// Processes are sorted by identity; ids without an info field are
-	// skipped.
-	Processes []*Process
-	// TotalConcurrency is the sum of Concurrency.
-	TotalConcurrency int64
-	// TotalRSS is the sum of RSS, in KB.
-	TotalRSS int64
-}
-
-// Processes lists the live processes as Ruby's ProcessSet does: cleanup
-// (unless skipped), SSCAN processes (sorted), then one pipeline of HMGET
-// <id> info busy beat quiet rss rtt_us concurrency.
+// Processes lists the live processes, sorted by identity, as Ruby's
+// ProcessSet does: cleanup, SSCAN processes (sorted), then one pipeline of
+// HMGET <id> info busy beat quiet rss rtt_us concurrency; ids without an
+// info field are skipped. Ruby's total_concurrency and total_rss are the
+// sums of Concurrency and RSS.
 //
 // The cleanup is Sidekiq 6.5.2+'s: only when SET process_cleanup 1 NX EX
 // 60 succeeds (once a minute across callers), SSCAN processes, pipelined
 // HGET <id> info, and one SREM of the ids whose hash has no info (it
 // expired 60 s after the last beat). The listing skips those ids either
 // way; the cleanup keeps the processes set (Stats.Processes) exact.
-func (a *API) Processes(ctx context.Context, p *ProcessListParams) (*ProcessList, error) {
-	if p == nil || !p.SkipCleanup {
-		if _, err := a.cleanupProcesses(ctx); err != nil {
-			return nil, err
-		}
+func (a *API) Processes(ctx context.Context) ([]*Process, error) {
+	if _, err := a.cleanupProcesses(ctx); err != nil {
+		return nil, err
 	}
 	conn, err := a.conn(ctx, "list processes")
 	if err != nil {
@@ -187,7 +169,7 @@ func (a *API) Processes(ctx context.Context, p *ProcessListParams) (*ProcessList
 	if err := conn.Flush(); err != nil {
 		return nil, fmt.Errorf("sidekiq: list processes: %w", err)
 	}
-	out := &ProcessList{}
+	var out []*Process
 	for _, id := range ids {
 		f, err := redis.Values(redis.ReceiveContext(conn, ctx))
 		if err != nil {
@@ -200,9 +182,7 @@ func (a *API) Processes(ctx context.Context, p *ProcessListParams) (*ProcessList
 		if err != nil {
 			return nil, fmt.Errorf("sidekiq: process %s: %w", id, err)
 		}
-		out.Processes = append(out.Processes, proc)
-		out.TotalConcurrency += proc.Concurrency
-		out.TotalRSS += proc.RSS
+		out = append(out, proc)
 	}
 	return out, nil
 }

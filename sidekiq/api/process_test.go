@@ -36,14 +36,12 @@ func TestAPIProcesses(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 3, st.Processes) // SCARD, before the cleanup
 
-	list, err := b.api.Processes(ctx, nil)
+	list, err := b.api.Processes(ctx)
 	require.NoError(t, err)
-	require.Len(t, list.Processes, 2)
-	require.EqualValues(t, 10, list.TotalConcurrency)
-	require.EqualValues(t, 42234, list.TotalRSS)
+	require.Len(t, list, 2)
 
 	// Sorted by identity: "vm2:…" < "vm:…".
-	p := list.Processes[1]
+	p := list[1]
 	require.Equal(t, "vm:14670:c2a2a23ead83", p.Identity)
 	require.Equal(t, "vm", p.Hostname)
 	require.EqualValues(t, 14670, p.PID)
@@ -62,7 +60,7 @@ func TestAPIProcesses(t *testing.T) {
 	require.Equal(t, `{"hostname":"vm","started_at":1795296576.251191,"pid":14670,"tag":"mytag","concurrency":3,"queues":["default","critical"],"labels":["l1"],"identity":"vm:14670:c2a2a23ead83","busy":2,"beat":1795296570.25,"quiet":"false","rss":41234,"rtt_us":153}`,
 		string(p.Attributes.Encode()))
 
-	p2 := list.Processes[0]
+	p2 := list[0]
 	require.EqualValues(t, 7, p2.Concurrency) // the 8.1.2+ hash field
 	require.True(t, p2.Stopping())
 	require.True(t, p2.Embedded)
@@ -78,9 +76,9 @@ func TestAPIProcesses(t *testing.T) {
 	res, err := api.CleanupProcesses(ctx, b.api)
 	require.NoError(t, err)
 	require.Equal(t, &contract.CleanupResult{}, res)
-	list, err = b.api.Processes(ctx, &api.ProcessListParams{SkipCleanup: true})
+	list, err = b.api.Processes(ctx)
 	require.NoError(t, err)
-	require.Len(t, list.Processes, 2)
+	require.Len(t, list, 2)
 	b.do(t, "DEL", "process_cleanup")
 	res, err = api.CleanupProcesses(ctx, b.api)
 	require.NoError(t, err)
@@ -100,9 +98,9 @@ func TestAPIProcessSignals(t *testing.T) {
 	b := apiSetup(t)
 	ctx := context.Background()
 	apiAddProcesses(t, b)
-	list, err := b.api.Processes(ctx, &api.ProcessListParams{SkipCleanup: true})
+	list, err := b.api.Processes(ctx)
 	require.NoError(t, err)
-	p := list.Processes[1]
+	p := list[1]
 	require.NoError(t, p.Quiet(ctx))
 	require.NoError(t, p.DumpThreads(ctx))
 	require.NoError(t, p.Stop(ctx))
@@ -112,7 +110,7 @@ func TestAPIProcessSignals(t *testing.T) {
 	ttl := b.int(t, "TTL", key)
 	require.True(t, ttl > 0 && ttl <= 60, "ttl %d", ttl)
 
-	embedded := list.Processes[0]
+	embedded := list[0]
 	require.ErrorContains(t, embedded.Quiet(ctx), "embedded")
 	require.ErrorContains(t, embedded.Stop(ctx), "embedded")
 	require.NoError(t, embedded.DumpThreads(ctx))
@@ -127,7 +125,7 @@ func TestAPIProcessBadInfo(t *testing.T) {
 	b := apiSetup(t)
 	b.do(t, "SADD", "processes", "p:1:x")
 	b.do(t, "HSET", "p:1:x", "info", "{bad")
-	_, err := b.api.Processes(context.Background(), nil)
+	_, err := b.api.Processes(context.Background())
 	require.ErrorContains(t, err, "process p:1:x")
 }
 

@@ -148,11 +148,11 @@ func (s *APISource) Snapshot(ctx context.Context) (*Snapshot, error) {
 		snap.Queues = append(snap.Queues, Queue{Name: q, Paused: true})
 	}
 	slices.SortFunc(snap.Queues, func(a, b Queue) int { return cmp.Compare(a.Name, b.Name) })
-	procs, err := s.API.Processes(ctx, nil)
+	procs, err := s.API.Processes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range procs.Processes {
+	for _, p := range procs {
 		v, _ := p.Attributes.Get("version")
 		version, _ := v.Str()
 		snap.Processes = append(snap.Processes, Process{Identity: p.Identity, Tag: p.Tag, Version: version,
