@@ -10,6 +10,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/gojob/gojob/cli/internal/procsignal"
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/queuelist"
 	"github.com/gojob/gojob/sidekiq/api"
@@ -313,11 +314,11 @@ func signalAction(sig string) func(ctx context.Context, e *adminEnv) error {
 		sent := []string{}
 		all := id == "all"
 		for _, id := range ids {
-			err := e.api.SignalLiveProcess(ctx, id, sig)
-			if errors.Is(err, api.ErrProcessNotFound) && all {
+			err := procsignal.Send(ctx, e.pool, id, sig)
+			if errors.Is(err, procsignal.ErrNotLive) && all {
 				continue // it exited since the listing
 			}
-			if errors.Is(err, api.ErrProcessNotFound) {
+			if errors.Is(err, procsignal.ErrNotLive) {
 				return ucli.Exit(fmt.Sprintf("%s: no live process %s (see gojob processes)", e.c.Command.Name, id), exitNotFound)
 			}
 			if err != nil {

@@ -58,7 +58,7 @@ func topAction(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	src := &top.APISource{API: admin}
+	src := &top.APISource{API: admin, Pool: pool}
 	interval := c.Duration("interval")
 	out, isFile := c.App.Writer.(*os.File)
 	if c.Bool("once") || c.Bool("json") || !isFile || !term.IsTerminal(out.Fd()) {

@@ -2,8 +2,6 @@ package api
 
 import (
 	"context"
-	_ "embed"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -100,41 +98,6 @@ func (a *API) signalProcess(ctx context.Context, identity, sig string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("sidekiq: signal %s to %s: %w", sig, identity, err)
-	}
-	return nil
-}
-
-// ErrProcessNotFound is SignalLiveProcess's error for an identity that is
-// not a live process.
-var ErrProcessNotFound = errors.New("sidekiq: no live process with this identity")
-
-// signalLive pushes a signal only when the process hash (the heartbeat's
-// <identity> key, with its info field, which expires 60 s after the last
-// beat) exists: the check and the write are one step, so a signal for a
-// process that is gone leaves no <identity>-signals key behind.
-var (
-	//go:embed lua/signal_live.lua
-	signalLiveLua string
-	signalLive    = redis.NewScript(2, signalLiveLua)
-)
-
-// SignalLiveProcess sends a signal name to a live process by identity:
-// "TSTP", "TERM" or "TTIN", as Process.Quiet, Stop and DumpThreads send
-// them. Unlike those it refuses (ErrProcessNotFound) an identity whose
-// heartbeat hash does not exist instead of writing its signals list: a
-// mistyped identity is reported, not silently queued for no one.
-func (a *API) SignalLiveProcess(ctx context.Context, identity, sig string) error {
-	conn, err := a.conn(ctx, "signal process")
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ok, err := redis.Bool(signalLive.DoContext(ctx, conn, identity, contract.SignalsKey(identity), sig))
-	if err != nil {
-		return fmt.Errorf("sidekiq: signal %s to %s: %w", sig, identity, err)
-	}
-	if !ok {
-		return fmt.Errorf("%w: %s", ErrProcessNotFound, identity)
 	}
 	return nil
 }

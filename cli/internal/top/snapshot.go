@@ -17,6 +17,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/cli/internal/procsignal"
 	"github.com/gojob/gojob/sidekiq/api"
 )
 
@@ -112,6 +115,8 @@ type Source interface {
 // APISource is the Source of a Redis, through sidekiq/api.
 type APISource struct {
 	API *api.API
+	// Pool is the Redis of API, for Quiet.
+	Pool *redis.Pool
 }
 
 // Snapshot reads the cluster: stats, paused queues, each queue's latency,
@@ -191,8 +196,8 @@ var ErrNoProcess = errors.New("no such live process")
 
 // Quiet is `gojob quiet IDENTITY`.
 func (s *APISource) Quiet(ctx context.Context, identity string) error {
-	err := s.API.SignalLiveProcess(ctx, identity, "TSTP")
-	if errors.Is(err, api.ErrProcessNotFound) {
+	err := procsignal.Send(ctx, s.Pool, identity, "TSTP")
+	if errors.Is(err, procsignal.ErrNotLive) {
 		return ErrNoProcess
 	}
 	return err
