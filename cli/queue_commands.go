@@ -72,9 +72,9 @@ func queueJobsAction(ctx context.Context, e *adminEnv) error {
 	var jobs []*api.JobRecord
 	var matching, size int64
 	if f == nil {
-		jobs, size, err = q.Page(ctx, e.c.Int("offset"), e.c.Int("limit"))
+		jobs, size, err = q.Page(ctx, nil, e.c.Int("offset"), e.c.Int("limit"))
 	} else if size, err = q.Size(ctx); err == nil {
-		jobs, matching, err = q.Search(ctx, f, e.c.Int("offset"), e.c.Int("limit"))
+		jobs, matching, err = q.Page(ctx, f, e.c.Int("offset"), e.c.Int("limit"))
 	}
 	if err != nil {
 		return err

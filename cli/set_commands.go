@@ -64,7 +64,7 @@ func parseSetName(s string) string {
 // setAction lists a set: Retries and Scheduled the next due first, Dead the
 // newest first, as the Web UI (and JobSet.Page) does. With a filter, it
 // counts every match and shows the --offset/--limit window of them in
-// that order (api.JobSet.Search).
+// that order (api.JobSet.Page with a filter).
 func setAction(name string) func(ctx context.Context, e *adminEnv) error {
 	return func(ctx context.Context, e *adminEnv) error {
 		set := e.set(name)
@@ -73,8 +73,8 @@ func setAction(name string) func(ctx context.Context, e *adminEnv) error {
 		var matching, size int64
 		var err error
 		if f == nil {
-			entries, size, err = set.Page(ctx, e.c.Int("offset"), e.c.Int("limit"))
-		} else if entries, matching, err = set.Search(ctx, f, e.c.Int("offset"), e.c.Int("limit")); err == nil {
+			entries, size, err = set.Page(ctx, nil, e.c.Int("offset"), e.c.Int("limit"))
+		} else if entries, matching, err = set.Page(ctx, f, e.c.Int("offset"), e.c.Int("limit")); err == nil {
 			size, err = set.Size(ctx)
 		}
 		if err != nil {
@@ -229,7 +229,7 @@ func bulkAction(ctx context.Context, e *adminEnv, action, name string, f *api.Fi
 		if f == nil {
 			n, err = set.Size(ctx)
 		} else {
-			_, n, err = set.Search(ctx, f, 0, 1)
+			_, n, err = set.Page(ctx, f, 0, 1)
 		}
 		if err != nil {
 			return err

@@ -231,7 +231,7 @@ func apiCompareRead(t *testing.T, ctx context.Context, admin *api.API, rep *apiR
 			return nil
 		}))
 		require.Equal(t, rq.Values, values, rq.Name)
-		records, _, err := q.Page(ctx, 0, 100)
+		records, _, err := q.Page(ctx, nil, 0, 100)
 		require.NoError(t, err)
 		require.Equal(t, rq.Values, apiValues(records))
 	}
@@ -253,7 +253,7 @@ func apiCompareRead(t *testing.T, ctx context.Context, admin *api.API, rep *apiR
 		require.Greater(t, len(got), 6)
 		// Page lists the dead set in JobSet#each order, the retry and
 		// schedule sets lowest score first (the reverse, as the Web UI).
-		page, _, err := set.js.Page(ctx, 3, 4)
+		page, _, err := set.js.Page(ctx, nil, 3, 4)
 		require.NoError(t, err)
 		require.Len(t, page, 4)
 		for i, e := range page {

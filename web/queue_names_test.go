@@ -159,7 +159,7 @@ func TestKillAllWarnsAndReportsTheDeadSetCap(t *testing.T) {
 	require.Regexp(t, `value="kill_all"[^>]*data-confirm="[^"]*The dead set's cap will drop 4 dead jobs`, page)
 
 	// A checked job first: the dead set has room for it (2 + 1 <= 4)...
-	entries, _, err := a.RetrySet().Page(context.Background(), 0, 2)
+	entries, _, err := a.RetrySet().Page(context.Background(), nil, 0, 2)
 	require.NoError(t, err)
 	resp := csrfPost(t, c, srv.URL+"/retries", srv.URL+"/retries", url.Values{"action": {"kill"},
 		"key": {setKey(entries[0])}})

@@ -95,7 +95,7 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pg, off := newPager(r, size)
-	records, size, err := q.Page(ctx, off, pageSize)
+	records, size, err := q.Page(ctx, nil, off, pageSize)
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -107,7 +107,7 @@ func (h *handler) setList(k *setKind) http.HandlerFunc {
 			page, _ := strconv.Atoi(r.URL.Query().Get("page"))
 			page = max(page, 1)
 			filter := &api.Filter{Text: d.Search}
-			entries, total, err := set.Search(ctx, filter, (page-1)*pageSize, pageSize)
+			entries, total, err := set.Page(ctx, filter, (page-1)*pageSize, pageSize)
 			if err != nil {
 				h.fail(w, r, err)
 				return
@@ -116,7 +116,7 @@ func (h *handler) setList(k *setKind) http.HandlerFunc {
 			d.Pager, off = newPager(r, total)
 			if off != (page-1)*pageSize {
 				// Past the last page: show the last.
-				if entries, total, err = set.Search(ctx, filter, off, pageSize); err != nil {
+				if entries, total, err = set.Page(ctx, filter, off, pageSize); err != nil {
 					h.fail(w, r, err)
 					return
 				}
@@ -130,7 +130,7 @@ func (h *handler) setList(k *setKind) http.HandlerFunc {
 			}
 			var off int
 			d.Pager, off = newPager(r, size)
-			if d.Entries, d.Size, err = set.Page(ctx, off, pageSize); err != nil {
+			if d.Entries, d.Size, err = set.Page(ctx, nil, off, pageSize); err != nil {
 				h.fail(w, r, err)
 				return
 			}

@@ -21,7 +21,7 @@ const bulkChunk = 500
 // (SortedEntry.Kill, into the dead set: not of the dead set
 // itself) or "delete" (SortedEntry.Delete).
 //
-// It first counts the matches (ZCARD, or Search's scan), then works
+// It first counts the matches (ZCARD, or Page's scan), then works
 // through the set in Page's order (next due first; the dead set newest
 // first), reading it by score from where it got to, so entries that others
 // remove meanwhile shift nothing and entries that arrive behind that point

@@ -71,7 +71,7 @@ func TestKillReportsWhatTheDeadSetCapDropped(t *testing.T) {
 	require.Equal(t, int64(0), must(a.KillDrops(ctx, 1)), "3 dead + 1 fits in 4")
 	require.Equal(t, int64(5), must(a.KillDrops(ctx, 6)), "3 + 6 = 9, the trim keeps 4")
 
-	entries, _, err := a.ScheduledSet().Page(ctx, 0, 1)
+	entries, _, err := a.ScheduledSet().Page(ctx, nil, 0, 1)
 	require.NoError(t, err)
 	dropped, err := entries[0].Kill(ctx, nil)
 	require.NoError(t, err)

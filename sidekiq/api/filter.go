@@ -15,8 +15,8 @@ import (
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// Filter selects the jobs of a set or a queue, for JobSet.Search,
-// Queue.Search and JobSet.Bulk. Every field that is set must match; the
+// Filter selects the jobs of a set or a queue, for JobSet.Page,
+// Queue.Page and JobSet.Bulk. Every field that is set must match; the
 // zero Filter (or a nil *Filter) matches every entry.
 //
 // Text is the Web UI's search: it matches the stored bytes, so it finds
@@ -165,21 +165,37 @@ type rawMember struct {
 	value []byte
 }
 
-// Search returns the entries that match f, limit of them (0 means 25)
-// after the first offset matches, in Page's order, with the number of all
-// matches. Redis filters (ZSCAN MATCH on the filter's most selective part,
+// Page reads limit entries (0 means 25, the Web UI's page size) after the
+// first offset that f selects (nil: every entry), in the order the Web UI
+// lists the set, and returns them with the set's size when f selects every
+// entry, else with the number of all matches.
+//
+// Without a filter the page is read by index (page). The retry and
+// schedule sets are read lowest score first, the next due first (MULTI
+// ZCARD; ZRANGE <set> offset offset+limit-1 WITHSCORES; EXEC: the page
+// helper of Sidekiq 6.4.1 lib/sidekiq/paginator.rb, as web/application.rb
+// calls it for /retries and /scheduled). The dead set is read newest death
+// first, in Ruby's JobSet#each order (ties: the greater member first), with
+// a negative-index range: ZRANGE <set> -(offset+limit) -(offset+1)
+// WITHSCORES, the page reversed.
+//
+// With a filter, Redis filters (ZSCAN MATCH on the filter's most selective part,
 // COUNT 1000), so the whole set is read once but only candidates reach
 // this process; it keeps the offset+limit first matches seen so far,
 // unparsed unless a field other than Text needs the job, and an 8-byte
 // hash per match to count each once (ZSCAN may return a member twice while
 // the set changes), never the whole set. The page's entries are then read
 // again by score: one processed meanwhile is left out.
-func (s *JobSet) Search(ctx context.Context, f *Filter, offset, limit int) ([]*SortedEntry, int64, error) {
+func (s *JobSet) Page(ctx context.Context, f *Filter, offset, limit int) ([]*SortedEntry, int64, error) {
+	m := newMatcher(f)
+	if m.all() {
+		return s.page(ctx, offset, limit)
+	}
 	offset, limit, err := pageBounds(offset, limit)
 	if err != nil {
 		return nil, 0, err
 	}
-	best, total, err := s.search(ctx, newMatcher(f), offset+limit)
+	best, total, err := s.search(ctx, m, offset+limit)
 	if err != nil || offset >= len(best) {
 		return nil, total, err
 	}
@@ -288,16 +304,22 @@ func cmpFloat(a, b float64) int {
 	return 0
 }
 
-// Search returns the jobs that match f, limit of them (0 means 25) after
-// the first offset matches, newest first as Page, with the number of all
-// matches. The queue is read in order, 1,000 jobs at a time (LRANGE); only
-// the bytes that may match are parsed.
-func (q *Queue) Search(ctx context.Context, f *Filter, offset, limit int) ([]*JobRecord, int64, error) {
+// Page reads limit jobs (0 means 25, the Web UI's page size) after the
+// newest offset that f selects (nil: every job), newest first, as the Web
+// UI's queue page does, and returns them with the queue's length when f
+// selects every job, else with the number of all matches. Without a
+// filter it reads the page alone (MULTI LLEN + LRANGE); with one, the
+// queue is read in order, 1,000 jobs at a time (LRANGE), and only the
+// bytes that may match are parsed.
+func (q *Queue) Page(ctx context.Context, f *Filter, offset, limit int) ([]*JobRecord, int64, error) {
+	m := newMatcher(f)
+	if m.all() {
+		return q.page(ctx, offset, limit)
+	}
 	offset, limit, err := pageBounds(offset, limit)
 	if err != nil {
 		return nil, 0, err
 	}
-	m := newMatcher(f)
 	var out []*JobRecord
 	var matches int64
 	for off := int64(0); ; off += searchBatch {

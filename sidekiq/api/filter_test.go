@@ -42,7 +42,7 @@ func seedFilterSet(t *testing.T, b *apiBundle, set string) {
 
 func searchJIDs(t *testing.T, s *api.JobSet, f *api.Filter) []string {
 	t.Helper()
-	entries, n, err := s.Search(context.Background(), f, 0, 100)
+	entries, n, err := s.Page(context.Background(), f, 0, 100)
 	require.NoError(t, err)
 	require.EqualValues(t, len(entries), n, "every match counted once")
 	out := make([]string, len(entries))
@@ -97,15 +97,15 @@ func TestFilterFieldsSelectJobs(t *testing.T) {
 
 	// Paging through the matches: offset and limit count matches.
 	ctx := context.Background()
-	entries, n, err := rs.Search(ctx, &api.Filter{Text: "HardJob"}, 1, 2)
+	entries, n, err := rs.Page(ctx, &api.Filter{Text: "HardJob"}, 1, 2)
 	require.NoError(t, err)
 	require.EqualValues(t, 4, n)
 	require.Equal(t, []string{"a10", "a2"}, apiJIDs(entries))
-	entries, n, err = rs.Search(ctx, &api.Filter{Text: "HardJob"}, 10, 2)
+	entries, n, err = rs.Page(ctx, &api.Filter{Text: "HardJob"}, 10, 2)
 	require.NoError(t, err)
 	require.EqualValues(t, 4, n)
 	require.Empty(t, entries)
-	_, _, err = rs.Search(ctx, nil, -1, 2)
+	_, _, err = rs.Page(ctx, nil, -1, 2)
 	require.Error(t, err)
 }
 
@@ -123,7 +123,7 @@ func TestQueueSearchPagesNewestFirst(t *testing.T) {
 	}
 	b.do(t, "LPUSH", "queue:default", "not a job HardJob")
 	q := b.api.Queue("default")
-	jobs, n, err := q.Search(ctx, &api.Filter{Class: "HardJob"}, 1, 3)
+	jobs, n, err := q.Page(ctx, &api.Filter{Class: "HardJob"}, 1, 3)
 	require.NoError(t, err)
 	require.EqualValues(t, 500, n)
 	var got []string
@@ -131,11 +131,11 @@ func TestQueueSearchPagesNewestFirst(t *testing.T) {
 		got = append(got, r.JID())
 	}
 	require.Equal(t, []string{"q2490", "q2485", "q2480"}, got)
-	jobs, n, err = q.Search(ctx, &api.Filter{Text: "HardJob"}, 0, 1)
+	jobs, n, err = q.Page(ctx, &api.Filter{Text: "HardJob"}, 0, 1)
 	require.NoError(t, err)
 	require.EqualValues(t, 501, n, "the text finds the unparsable one too")
 	require.Nil(t, jobs[0].Job)
-	jobs, n, err = q.Search(ctx, nil, 0, 0)
+	jobs, n, err = q.Page(ctx, nil, 0, 0)
 	require.NoError(t, err)
 	require.EqualValues(t, 2501, n)
 	require.Len(t, jobs, 25)
@@ -261,7 +261,7 @@ func TestBulkKillReportsTheDeadSetCap(t *testing.T) {
 		b.do(t, "ZADD", "retry", apiNow.Unix()+int64(i), filterPayload("default", class, fmt.Sprintf("r%d", i), "E", "boom"))
 	}
 	f := &api.Filter{Class: "Doomed"}
-	_, n, err := b.api.RetrySet().Search(ctx, f, 0, 1)
+	_, n, err := b.api.RetrySet().Page(ctx, f, 0, 1)
 	require.NoError(t, err)
 	require.EqualValues(t, 6, n)
 	drops, err := b.api.KillDrops(ctx, n)

@@ -131,10 +131,11 @@ func (q *Queue) Latency(ctx context.Context) (time.Duration, error) {
 	return job.Latency(q.api.clock.Now()), nil
 }
 
-// Page reads limit jobs (0 means 25, the Web UI's page size) after the
-// newest offset, newest first, as the Web UI's queue page does (MULTI LLEN
-// + LRANGE). It returns them with the queue's length when they were read.
-func (q *Queue) Page(ctx context.Context, offset, limit int) ([]*JobRecord, int64, error) {
+// page is Page without a filter: it reads limit jobs (0 means 25) after
+// the newest offset, newest first, as the Web UI's queue page does (MULTI
+// LLEN + LRANGE). It returns them with the queue's length when they were
+// read.
+func (q *Queue) page(ctx context.Context, offset, limit int) ([]*JobRecord, int64, error) {
 	off, limit, err := pageBounds(offset, limit)
 	if err != nil {
 		return nil, 0, err

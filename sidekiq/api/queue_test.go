@@ -70,7 +70,7 @@ func TestAPIQueuePage(t *testing.T) {
 	apiFillQueue(t, b, "default", 30)
 	b.do(t, "LPUSH", "queue:default", "not json")
 
-	page, size, err := b.api.Queue("default").Page(ctx, 0, 0)
+	page, size, err := b.api.Queue("default").Page(ctx, nil, 0, 0)
 	require.NoError(t, err)
 	require.EqualValues(t, 31, size)
 	require.Len(t, page, 25)
@@ -81,7 +81,7 @@ func TestAPIQueuePage(t *testing.T) {
 	require.Equal(t, "j029", page[1].JID())
 	require.Equal(t, "A", page[1].Class())
 
-	page, size, err = b.api.Queue("default").Page(ctx, 25, 10)
+	page, size, err = b.api.Queue("default").Page(ctx, nil, 25, 10)
 	require.NoError(t, err)
 	require.EqualValues(t, 31, size)
 	require.Len(t, page, 6)
@@ -89,7 +89,7 @@ func TestAPIQueuePage(t *testing.T) {
 	require.Equal(t, "j000", page[5].JID())
 	require.InDelta(t, 572.6651707, page[5].Job.Latency(apiNow).Seconds(), 1e-6)
 
-	_, _, err = b.api.Queue("default").Page(ctx, -1, 0)
+	_, _, err = b.api.Queue("default").Page(ctx, nil, -1, 0)
 	require.Error(t, err)
 }
 

@@ -81,17 +81,9 @@ func (s *JobSet) size(ctx context.Context, conn redis.Conn) (int64, error) {
 	return n, nil
 }
 
-// Page reads limit entries (0 means 25, the Web UI's page size) after the
-// first offset, in the order the Web UI lists the set. The retry and
-// schedule sets are read lowest score first, the next due first (MULTI
-// ZCARD; ZRANGE <set> offset offset+limit-1 WITHSCORES; EXEC: the page
-// helper of Sidekiq 6.4.1 lib/sidekiq/paginator.rb, as web/application.rb
-// calls it for /retries and /scheduled). The dead set is read newest death
-// first, in Ruby's JobSet#each order (ties: the greater member first), with
-// a negative-index range: ZRANGE <set> -(offset+limit) -(offset+1)
-// WITHSCORES, the page reversed. It returns the entries with the set's size
-// when they were read.
-func (s *JobSet) Page(ctx context.Context, offset, limit int) ([]*SortedEntry, int64, error) {
+// page is Page without a filter (see there for the commands). It returns
+// the entries with the set's size when they were read.
+func (s *JobSet) page(ctx context.Context, offset, limit int) ([]*SortedEntry, int64, error) {
 	off, limit, err := pageBounds(offset, limit)
 	if err != nil {
 		return nil, 0, err

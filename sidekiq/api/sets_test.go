@@ -79,15 +79,15 @@ func TestAPISetPageAndEachOrder(t *testing.T) {
 	require.Equal(t, time.Unix(1795300119, 0), got[0].At())
 	require.Equal(t, "default", got[0].Queue)
 
-	page, size, err := ds.Page(ctx, 60, 30)
+	page, size, err := ds.Page(ctx, nil, 60, 30)
 	require.NoError(t, err)
 	require.EqualValues(t, 122, size)
 	require.Equal(t, want[60:90], apiJIDs(page))
-	page, size, err = ds.Page(ctx, 110, 30)
+	page, size, err = ds.Page(ctx, nil, 110, 30)
 	require.NoError(t, err)
 	require.EqualValues(t, 122, size)
 	require.Equal(t, want[110:], apiJIDs(page))
-	page, size, err = ds.Page(ctx, 0, 0)
+	page, size, err = ds.Page(ctx, nil, 0, 0)
 	require.NoError(t, err)
 	require.EqualValues(t, 122, size)
 	require.Equal(t, want[:25], apiJIDs(page))
@@ -101,11 +101,11 @@ func TestAPISetPageAndEachOrder(t *testing.T) {
 		asc[i] = j.JID()
 	}
 	require.Equal(t, "r000", asc[0])
-	page, size, err = rs.Page(ctx, 0, 5)
+	page, size, err = rs.Page(ctx, nil, 0, 5)
 	require.NoError(t, err)
 	require.EqualValues(t, 122, size)
 	require.Equal(t, asc[:5], apiJIDs(page))
-	page, size, err = rs.Page(ctx, 110, 30)
+	page, size, err = rs.Page(ctx, nil, 110, 30)
 	require.NoError(t, err)
 	require.EqualValues(t, 122, size)
 	require.Equal(t, asc[110:], apiJIDs(page))
@@ -113,7 +113,7 @@ func TestAPISetPageAndEachOrder(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 122, n)
 
-	page, size, err = rs.Page(ctx, 25, 30)
+	page, size, err = rs.Page(ctx, nil, 25, 30)
 	require.NoError(t, err)
 	require.EqualValues(t, 122, size)
 	require.Equal(t, asc[25:55], apiJIDs(page))
@@ -189,7 +189,7 @@ func TestAPISetScanFindFetch(t *testing.T) {
 	require.Empty(t, got)
 
 	// Unparsable members are listed, with args = [raw].
-	page, _, err := ds.Page(ctx, 297, 5)
+	page, _, err := ds.Page(ctx, nil, 297, 5)
 	require.NoError(t, err)
 	require.Len(t, page, 4)
 	require.ElementsMatch(t, []string{"r001", ""}, apiJIDs(page[1:3]))
@@ -297,7 +297,7 @@ func TestAPIEntryUnparsable(t *testing.T) {
 	b := apiSetup(t)
 	ctx := context.Background()
 	b.do(t, "ZADD", "dead", 5, "garbage {", 5, apiPayload("g1", ""))
-	page, _, err := b.api.DeadSet().Page(ctx, 0, 0)
+	page, _, err := b.api.DeadSet().Page(ctx, nil, 0, 0)
 	require.NoError(t, err)
 	// Equal scores: the greater member ('{' > 'g') is listed first.
 	bad := page[1]
@@ -309,7 +309,7 @@ func TestAPIEntryUnparsable(t *testing.T) {
 
 	// Kill and delete work on the exact bytes, siblings are kept.
 	b.do(t, "ZADD", "retry", 5, "garbage {", 5, apiPayload("g1", ""))
-	page, _, err = b.api.RetrySet().Page(ctx, 0, 0)
+	page, _, err = b.api.RetrySet().Page(ctx, nil, 0, 0)
 	require.NoError(t, err)
 	// Lowest first: the lesser member ('g' < '{') is listed first.
 	_, err = page[0].Kill(ctx, nil)
