@@ -48,13 +48,6 @@ const (
 	keyTracestate  = "tracestate"
 )
 
-// Config configures Tracing.
-type Config struct {
-	// TracerProvider makes the spans. Default: the global provider
-	// (otel.GetTracerProvider).
-	TracerProvider trace.TracerProvider
-}
-
 // Tracing is the sidekiq.Extension that makes the spans. Add it to every
 // client and server, before other extensions (a durable row then records
 // the payload with its traceparent).
@@ -65,11 +58,11 @@ type Tracing struct {
 
 var _ sidekiq.Extension = (*Tracing)(nil)
 
-// New returns a Tracing; a nil cfg takes the defaults.
-func New(cfg *Config) *Tracing {
-	tp := otel.GetTracerProvider()
-	if cfg != nil && cfg.TracerProvider != nil {
-		tp = cfg.TracerProvider
+// New returns a Tracing whose spans tp makes; nil means the global
+// provider (otel.GetTracerProvider).
+func New(tp trace.TracerProvider) *Tracing {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
 	}
 	return &Tracing{tracer: tp.Tracer(instrumentation)}
 }
@@ -97,7 +90,7 @@ func FromEnv(ctx context.Context) (*Tracing, func(context.Context) error, error)
 		res = resource.Default()
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	return New(&Config{TracerProvider: tp}), tp.Shutdown, nil
+	return New(tp), tp.Shutdown, nil
 }
 
 func enabled() bool {

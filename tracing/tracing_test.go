@@ -40,7 +40,7 @@ func setup(t *testing.T) *bundle {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	return &bundle{exp: exp, tr: tracing.New(&tracing.Config{TracerProvider: tp}), pool: redistest.Start(t).Pool(t)}
+	return &bundle{exp: exp, tr: tracing.New(tp), pool: redistest.Start(t).Pool(t)}
 }
 
 // run starts a server with the extension and a handler for class.
