@@ -37,8 +37,8 @@ func jobControlCommands() []*ucli.Command {
 
 func cancelAction(ctx context.Context, e *adminEnv) error {
 	jid := e.c.Args().First()
-	res, err := e.api.Cancel(ctx, jid)
-	if errors.Is(err, api.ErrJobNotFound) && res != nil && res.Location != nil && res.Location.Where == "dead" {
+	loc, err := e.api.Cancel(ctx, jid)
+	if errors.Is(err, api.ErrJobNotFound) && loc != nil && loc.Where == "dead" {
 		if e.json {
 			e.printJSON(map[string]any{"jid": jid, "from": "dead", "requested": true})
 		}
@@ -53,19 +53,29 @@ func cancelAction(ctx context.Context, e *adminEnv) error {
 	if err != nil {
 		return err
 	}
+	from := cancelledFrom(loc)
 	if e.json {
-		return e.printJSON(map[string]any{"jid": jid, "from": res.From, "requested": res.From == "running" || res.From == "orphaned"})
+		return e.printJSON(map[string]any{"jid": jid, "from": from, "requested": from == "running" || from == "orphaned"})
 	}
-	switch res.From {
+	switch from {
 	case "running":
-		fmt.Fprintf(e.out, "cancel of running job %s requested (%s)\n", jid, res.Location.Process)
+		fmt.Fprintf(e.out, "cancel of running job %s requested (%s)\n", jid, loc.Process)
 		return nil
 	case "orphaned":
-		fmt.Fprintf(e.out, "cancel of job %s requested: it is cancelled when it runs again (orphaned by %s)\n", jid, res.Location.Process)
+		fmt.Fprintf(e.out, "cancel of job %s requested: it is cancelled when it runs again (orphaned by %s)\n", jid, loc.Process)
 		return nil
 	}
-	fmt.Fprintf(e.out, "removed %s from %s\n", jid, res.From)
+	fmt.Fprintf(e.out, "removed %s from %s\n", jid, from)
 	return nil
+}
+
+// cancelledFrom names where a cancelled job was: "queue:<name>",
+// "schedule", "retry", "running" or "orphaned".
+func cancelledFrom(loc *api.Location) string {
+	if loc.Where == "queue" {
+		return "queue:" + loc.Queue
+	}
+	return loc.Where
 }
 
 // jobView is `gojob job`'s answer.

@@ -209,7 +209,8 @@ func TestCancelWaitingJobRemovesIt(t *testing.T) {
 	jid := tb.push(t, "not-worked")
 	res, err := tb.api.Cancel(ctx, jid)
 	require.NoError(t, err)
-	require.Equal(t, "queue:not-worked", res.From)
+	require.Equal(t, "queue", res.Where)
+	require.Equal(t, "not-worked", res.Queue)
 	n, err := redis.Int(tb.conn.Do("LLEN", "queue:not-worked"))
 	require.NoError(t, err)
 	require.Zero(t, n)
@@ -220,7 +221,7 @@ func TestCancelWaitingJobRemovesIt(t *testing.T) {
 	require.NoError(t, err)
 	res, err = tb.api.Cancel(ctx, pr.JID)
 	require.NoError(t, err)
-	require.Equal(t, contract.KeySchedule, res.From)
+	require.Equal(t, contract.KeySchedule, res.Where)
 }
 
 // A status written is read back; a job without one reads nil.

@@ -146,22 +146,24 @@ func jobBatch(j *wire.Job) string {
 // where it runs.
 func (h *handler) jobCancel(w http.ResponseWriter, r *http.Request) {
 	jid := r.PathValue("jid")
-	res, err := h.api.Cancel(r.Context(), jid)
+	loc, err := h.api.Cancel(r.Context(), jid)
 	msg := ""
 	switch {
-	case errors.Is(err, api.ErrJobNotFound) && res != nil && res.Location != nil && res.Location.Where == "dead":
+	case errors.Is(err, api.ErrJobNotFound) && loc != nil && loc.Where == "dead":
 		msg = "job " + jid + " is in the dead set already; a cancel is kept for a day in case it is retried"
 	case errors.Is(err, api.ErrJobNotFound):
 		msg = "job " + jid + " was found nowhere; a cancel is kept for a day in case it starts"
 	case err != nil:
 		h.fail(w, r, err)
 		return
-	case res.From == "running":
+	case loc.Where == "running":
 		msg = "asked the process running " + jid + " to cancel it"
-	case res.From == "orphaned":
+	case loc.Where == "orphaned":
 		msg = "job " + jid + " is cancelled when it runs again (its process is gone)"
+	case loc.Where == "queue":
+		msg = "removed " + jid + " from queue:" + loc.Queue
 	default:
-		msg = "removed " + jid + " from " + res.From
+		msg = "removed " + jid + " from " + loc.Where
 	}
 	h.redirectBack(w, r, backPath(r, "/jobs/"+url.PathEscape(jid)), msg)
 }

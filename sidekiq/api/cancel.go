@@ -11,19 +11,11 @@ import (
 	"github.com/gojob/gojob/internal/contract"
 )
 
-// CancelResult reports a Cancel.
-type CancelResult struct {
-	// From is where the job was: "queue:<name>", "schedule" or "retry"
-	// (removed), "running" (its process was asked to cancel it),
-	// "orphaned" (in the in-progress list of a gone process: it is
-	// cancelled when it runs again), or "" when it was found nowhere.
-	From string
-	// Location is where Locate found it, nil when nowhere.
-	Location *Location
-}
-
-// Cancel cancels the job jid (docs/job-control.md), found by Locate. A
-// job waiting in a queue, the schedule set or the retry set is removed.
+// Cancel cancels the job jid (docs/job-control.md), found by Locate, and
+// returns where it was. A job waiting in a queue, the schedule set or the
+// retry set is removed from it; a job "running" has its process asked to
+// cancel it; one "orphaned" (in the in-progress list of a gone process)
+// is cancelled when it runs again.
 // Otherwise Cancel records the request in gojob-cancel:<jid> for a day
 // and publishes the jid on gojob-cancel: the gojob process that runs the
 // job (package jobctl) cancels its context, and the job ends in the dead
@@ -33,19 +25,21 @@ type CancelResult struct {
 // iterable job stops it at its next state flush. The request is recorded
 // also when the job is found nowhere (it may be between two places) or
 // in the dead set (it may be retried); Cancel then returns an error
-// wrapping ErrJobNotFound. Other jobs running in
+// wrapping ErrJobNotFound, with the dead set's Location in the second
+// case and nil in the first. Other jobs running in
 // Ruby Sidekiq processes are not stopped.
-func (a *API) Cancel(ctx context.Context, jid string) (*CancelResult, error) {
+func (a *API) Cancel(ctx context.Context, jid string) (*Location, error) {
 	if jid == "" {
 		return nil, errors.New("sidekiq: cancel: jid is required")
 	}
-	res := &CancelResult{}
+	// found is where the job was removed from or signalled in.
+	var found, loc *Location
 	for range 3 {
-		loc, err := a.Locate(ctx, jid)
+		var err error
+		loc, err = a.Locate(ctx, jid)
 		if err != nil {
 			return nil, err
 		}
-		res.Location = loc
 		if loc == nil {
 			break
 		}
@@ -56,8 +50,7 @@ func (a *API) Cancel(ctx context.Context, jid string) (*CancelResult, error) {
 				return nil, err
 			}
 			if ok {
-				res.From = "queue:" + loc.Queue
-				return res, nil
+				return loc, nil
 			}
 			continue // it left the queue meanwhile: look again
 		case "schedule", "retry":
@@ -66,15 +59,14 @@ func (a *API) Cancel(ctx context.Context, jid string) (*CancelResult, error) {
 				return nil, err
 			}
 			if ok {
-				res.From = loc.Where
-				return res, nil
+				return loc, nil
 			}
 			continue
 		case "dead":
 			// Nothing to stop; the request below still cancels it should
 			// someone retry it within the day.
 		default:
-			res.From = loc.Where
+			found = loc
 		}
 		break
 	}
@@ -91,13 +83,13 @@ func (a *API) Cancel(ctx context.Context, jid string) (*CancelResult, error) {
 	if _, err := redis.DoContext(conn, ctx, "EXEC"); err != nil {
 		return nil, fmt.Errorf("sidekiq: cancel %s: %w", jid, err)
 	}
-	if res.From == "" && res.Location != nil && res.Location.Where == "dead" {
-		return res, fmt.Errorf("sidekiq: cancel %s: it is in the dead set (the request is kept for a day in case it is retried): %w", jid, ErrJobNotFound)
+	if found == nil && loc != nil && loc.Where == "dead" {
+		return loc, fmt.Errorf("sidekiq: cancel %s: it is in the dead set (the request is kept for a day in case it is retried): %w", jid, ErrJobNotFound)
 	}
-	if res.From == "" {
-		return res, fmt.Errorf("sidekiq: cancel %s: not in a queue, a set, an in-progress list or a process's work (the request is kept for a day): %w", jid, ErrJobNotFound)
+	if found == nil {
+		return nil, fmt.Errorf("sidekiq: cancel %s: not in a queue, a set, an in-progress list or a process's work (the request is kept for a day): %w", jid, ErrJobNotFound)
 	}
-	return res, nil
+	return found, nil
 }
 
 // expireUnlessSet is EXPIRE … NX (Redis 7.0+) for any Redis: the expiry is

@@ -77,6 +77,7 @@ func TestCancelOfAQueuedJobLeavesNoRequest(t *testing.T) {
 	require.NoError(t, err)
 	got, err := b.api.Cancel(ctx, res.JID)
 	require.NoError(t, err)
-	require.Equal(t, "queue:default", got.From)
+	require.Equal(t, "queue", got.Where)
+	require.Equal(t, "default", got.Queue)
 	require.Zero(t, b.int(t, "EXISTS", "it-"+res.JID, "gojob-cancel:"+res.JID))
 }
