@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,7 +15,6 @@ import (
 	"github.com/gojob/gojob/cli/internal/procsignal"
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/queuelist"
-	"github.com/gojob/gojob/sidekiq/api"
 )
 
 // adminCommands returns the commands built on the admin API.
@@ -123,7 +123,7 @@ func statsAction(ctx context.Context, e *adminEnv) error {
 func queuesAction(ctx context.Context, e *adminEnv) error {
 	// A queue known only from the retry, schedule and dead sets is listed
 	// too.
-	qs, counts, err := queuelist.List(ctx, e.api)
+	qs, counts, err := queuelist.List(ctx, e.api, e.pool)
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ func (h *handler) queues(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	// A queue whose jobs are all in the retry, schedule and dead sets (not
 	// in the queues set) gets a row too.
-	qs, counts, err := queuelist.List(ctx, h.api)
+	qs, counts, err := queuelist.List(ctx, h.api, h.cfg.Pool)
 	if err != nil {
 		h.fail(w, r, err)
 		return

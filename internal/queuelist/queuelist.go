@@ -7,21 +7,26 @@ import (
 	"context"
 	"slices"
 
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/setcount"
 	"github.com/gojob/gojob/sidekiq/api"
 )
 
 // List returns the queues of the queues set (sorted by name), then the
 // queues known only from the retry, schedule and dead sets (every job of
 // theirs is there, sorted by name), and the sets' counts per queue
-// (JobSet.QueueCounts), in that order: retry, schedule, dead.
-func List(ctx context.Context, a *api.API) ([]*api.Queue, [3]map[string]int64, error) {
+// (setcount.ByQueue on pool, a's Redis), in that order: retry, schedule,
+// dead.
+func List(ctx context.Context, a *api.API, pool *redis.Pool) ([]*api.Queue, [3]map[string]int64, error) {
 	var counts [3]map[string]int64
 	qs, err := a.Queues(ctx)
 	if err != nil {
 		return nil, counts, err
 	}
-	for i, set := range []*api.JobSet{a.RetrySet(), a.ScheduledSet(), a.DeadSet()} {
-		if counts[i], err = set.QueueCounts(ctx); err != nil {
+	for i, set := range []string{contract.KeyRetry, contract.KeySchedule, contract.KeyDead} {
+		if counts[i], err = setcount.ByQueue(ctx, pool, set); err != nil {
 			return nil, counts, err
 		}
 	}

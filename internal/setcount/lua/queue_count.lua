@@ -1,4 +1,4 @@
--- Counts a page of a sorted set's members by queue (sidekiq/api/sets.go).
+-- Counts a page of a sorted set's members by queue (internal/setcount).
 -- KEYS[1]: the set; ARGV[1]: the page's first index; ARGV[2]: its size.
 -- Returns the page's size, the counts as name, count pairs, and the
 -- members whose queue it leaves to the caller.
