@@ -191,6 +191,17 @@ func act(ctx context.Context, action string, en *api.SortedEntry, dropped *int64
 	return err
 }
 
+// killDrops is how many dead jobs killing n jobs now drops to keep the
+// dead set within its limits (contract.KillDrops).
+func killDrops(ctx context.Context, e *adminEnv, n int64) (int64, error) {
+	conn, err := e.pool.GetContext(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	return contract.KillDrops(ctx, conn, time.Now(), e.api.DeadLimits(), n)
+}
+
 // deadCapNote explains the dead set's cap in a sentence's tail.
 func deadCapNote(e *adminEnv) string {
 	lim := e.api.DeadLimits()
@@ -234,7 +245,7 @@ func bulkAction(ctx context.Context, e *adminEnv, action, name string, f *api.Fi
 		if err != nil {
 			return err
 		}
-		drops, err := e.api.KillDrops(ctx, n)
+		drops, err := killDrops(ctx, e, n)
 		if err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/numfmt"
 	"github.com/gojob/gojob/sidekiq/api"
 )
@@ -94,6 +95,17 @@ func (k *setKind) bulkLabels(search string, matches int64) [][2]string {
 	return out
 }
 
+// killDrops is how many dead jobs killing n jobs now drops to keep the
+// dead set within its limits (contract.KillDrops).
+func (h *handler) killDrops(ctx context.Context, n int64) (int64, error) {
+	conn, err := h.cfg.Pool.GetContext(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	return contract.KillDrops(ctx, conn, h.clock.Now(), h.api.DeadLimits(), n)
+}
+
 func (h *handler) setList(k *setKind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
@@ -137,7 +149,7 @@ func (h *handler) setList(k *setKind) http.HandlerFunc {
 		}
 		d.Bulk = k.bulkLabels(d.Search, d.Size)
 		if slices.Contains(k.bulk, "kill_all") {
-			if d.KillDrops, err = h.api.KillDrops(ctx, d.Size); err != nil {
+			if d.KillDrops, err = h.killDrops(ctx, d.Size); err != nil {
 				h.fail(w, r, err)
 				return
 			}

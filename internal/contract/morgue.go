@@ -85,3 +85,28 @@ func MorgueDrops(size, expired, n int64, l MorgueLimits) int64 {
 	}
 	return expired + max(0, size-expired+n-keep)
 }
+
+// KillDrops is how many dead-set entries killing n jobs at now would drop
+// to keep the dead set within l (MorgueDrops of MULTI ZCARD dead; ZCOUNT
+// dead -inf <now - timeout>; EXEC): those older than the timeout, then the
+// oldest beyond the cap; when n alone exceeds the cap, the first of the n
+// killed. `gojob retries kill` and the dashboard tell an operator before a
+// bulk kill that loses jobs this way.
+func KillDrops(ctx context.Context, conn redis.Conn, now time.Time, l MorgueLimits, n int64) (int64, error) {
+	if n <= 0 {
+		return 0, nil
+	}
+	l = l.OrDefault()
+	cutoff := EpochSeconds(now) - l.Timeout.Seconds()
+	conn.Send("MULTI")
+	conn.Send("ZCARD", KeyDead)
+	conn.Send("ZCOUNT", KeyDead, "-inf", FormatScore(cutoff))
+	replies, err := redis.Int64s(redis.DoContext(conn, ctx, "EXEC"))
+	if err == nil && len(replies) != 2 {
+		err = fmt.Errorf("unexpected reply of %d elements", len(replies))
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sidekiq: dead set room: %w", err)
+	}
+	return MorgueDrops(replies[0], replies[1], n, l), nil
+}

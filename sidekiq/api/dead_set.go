@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/gojob/gojob/internal/contract"
-	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/wire"
 	"github.com/gomodule/redigo/redis"
 )
@@ -62,29 +61,3 @@ func (s *JobSet) kill(ctx context.Context, conn redis.Conn, payload []byte, opts
 // dead_max_jobs (the trim keeps at most MaxJobs-1 entries, as Ruby's) and
 // dead_timeout_in_seconds (Config.DeadMaxJobs, Config.DeadTimeout).
 func (a *API) DeadLimits() contract.MorgueLimits { return a.morgue.OrDefault() }
-
-// KillDrops is how many dead-set entries killing n jobs now would drop to
-// keep the dead set within its limits (DeadLimits): those older than the
-// timeout, then the oldest beyond the cap; when n alone exceeds the cap,
-// the first of the n killed. An operator is told before a bulk kill that
-// loses jobs this way.
-func (a *API) KillDrops(ctx context.Context, n int64) (int64, error) {
-	if n <= 0 {
-		return 0, nil
-	}
-	conn, err := a.conn(ctx, "dead set room")
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	lim := a.DeadLimits()
-	cutoff := contract.EpochSeconds(a.clock.Now()) - lim.Timeout.Seconds()
-	replies, err := redis.Int64s(redisx.ExecMulti(ctx, conn, func(c redis.Conn) {
-		c.Send("ZCARD", contract.KeyDead)
-		c.Send("ZCOUNT", contract.KeyDead, "-inf", contract.FormatScore(cutoff))
-	}))
-	if err != nil {
-		return 0, fmt.Errorf("sidekiq: dead set room: %w", err)
-	}
-	return contract.MorgueDrops(replies[0], replies[1], n, lim), nil
-}

@@ -48,7 +48,7 @@ func TestDeadSetKillCallsHandlers(t *testing.T) {
 	require.ElementsMatch(t, []string{string(payload), `{"jid":"quiet"}`, "garbage"}, members)
 }
 
-// KillDrops predicts, and KillAll and SortedEntry.Kill report, the dead-set
+// contract.KillDrops predicts, and KillAll and SortedEntry.Kill report, the dead-set
 // entries the cap drops: with DeadMaxJobs 5 the trim keeps 4.
 func TestKillReportsWhatTheDeadSetCapDropped(t *testing.T) {
 	t.Parallel()
@@ -68,8 +68,9 @@ func TestKillReportsWhatTheDeadSetCapDropped(t *testing.T) {
 		_, err := conn.Do("ZADD", "schedule", now+100+int64(i), `{"class":"X","args":[],"jid":"s`+string(rune('a'+i))+`"}`)
 		require.NoError(t, err)
 	}
-	require.Equal(t, int64(0), must(a.KillDrops(ctx, 1)), "3 dead + 1 fits in 4")
-	require.Equal(t, int64(5), must(a.KillDrops(ctx, 6)), "3 + 6 = 9, the trim keeps 4")
+	lim := a.DeadLimits()
+	require.Equal(t, int64(0), must(contract.KillDrops(ctx, conn, time.Now(), lim, 1)), "3 dead + 1 fits in 4")
+	require.Equal(t, int64(5), must(contract.KillDrops(ctx, conn, time.Now(), lim, 6)), "3 + 6 = 9, the trim keeps 4")
 
 	entries, _, err := a.ScheduledSet().Page(ctx, nil, 0, 1)
 	require.NoError(t, err)

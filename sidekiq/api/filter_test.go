@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/api"
 )
 
@@ -245,7 +246,7 @@ func TestBulkWalksEqualScoresAndTheDeadSetInOrder(t *testing.T) {
 }
 
 // A filtered bulk kill reports what the dead set's cap dropped, as
-// KillDrops predicted from the matches' count.
+// contract.KillDrops predicted from the matches' count.
 func TestBulkKillReportsTheDeadSetCap(t *testing.T) {
 	t.Parallel()
 	b := apiSetup(t, func(c *api.Config) { c.DeadMaxJobs = 5 })
@@ -264,7 +265,9 @@ func TestBulkKillReportsTheDeadSetCap(t *testing.T) {
 	_, n, err := b.api.RetrySet().Page(ctx, f, 0, 1)
 	require.NoError(t, err)
 	require.EqualValues(t, 6, n)
-	drops, err := b.api.KillDrops(ctx, n)
+	conn := b.pool.Get()
+	defer conn.Close()
+	drops, err := contract.KillDrops(ctx, conn, b.clk.Now(), b.api.DeadLimits(), n)
 	require.NoError(t, err)
 	require.EqualValues(t, 5, drops, "3 + 6 = 9, the trim keeps 4")
 	res, err := b.api.RetrySet().Bulk(ctx, "kill", f, nil)
