@@ -237,7 +237,7 @@ func processesAction(ctx context.Context, e *adminEnv) error {
 				jobs = append(jobs, j)
 			}
 			rows = append(rows, row{p.Identity, p.Hostname, p.PID, p.Tag, p.Labels, p.Queues, p.Concurrency, p.Busy,
-				p.Stopping(), p.Beat.UTC(), p.StartedAt.UTC(), p.RSS, vs, jobs})
+				p.Stopping, p.Beat.UTC(), p.StartedAt.UTC(), p.RSS, vs, jobs})
 		}
 		return e.printJSON(rows)
 	}
@@ -251,7 +251,7 @@ func processesAction(ctx context.Context, e *adminEnv) error {
 	for _, p := range list {
 		live[p.Identity] = true
 		state := "running"
-		if p.Stopping() {
+		if p.Stopping {
 			state = "quiet"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%.1f MB\t%s ago\n", p.Identity, p.Tag, strings.Join(p.Queues, ","),

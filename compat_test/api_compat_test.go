@@ -297,7 +297,7 @@ func apiCompareRead(t *testing.T, ctx context.Context, admin *api.API, rep *apiR
 	require.EqualValues(t, 4, p.Concurrency)
 	require.Equal(t, []string{"default", "critical"}, p.Queues)
 	require.EqualValues(t, 2, p.Busy)
-	require.False(t, p.Stopping())
+	require.False(t, p.Stopping)
 	var concurrency, rss int64
 	for _, p := range procs {
 		concurrency += p.Concurrency
@@ -722,7 +722,7 @@ cli.run
 	})
 	require.EqualValues(t, 2, proc.Concurrency)
 	require.Equal(t, []string{"apilive"}, proc.Queues)
-	require.False(t, proc.Stopping())
+	require.False(t, proc.Stopping)
 	// Ruby's ProcessSet sees the same process with the same attributes.
 	rubyAttrs := e.ruby(t, `puts Sidekiq.dump_json(Sidekiq::ProcessSet.new(false).first.instance_variable_get(:@attribs).except("beat", "rtt_us", "rss"))`)
 	m := proc.Attributes.Clone()
@@ -735,7 +735,7 @@ cli.run
 	wait.Within(t, 20*time.Second, "the process turns quiet", func() bool {
 		list, err := admin.Processes(ctx)
 		require.NoError(t, err)
-		return len(list) == 1 && list[0].Stopping()
+		return len(list) == 1 && list[0].Stopping
 	})
 	require.Equal(t, "true\n", e.ruby(t, `puts Sidekiq::ProcessSet.new(false).first.stopping?`))
 

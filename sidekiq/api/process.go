@@ -51,14 +51,12 @@ type Process struct {
 	// Embedded is info's "embedded" (7.0.3+); embedded processes cannot be
 	// quieted or stopped through the API.
 	Embedded bool
+	// Stopping is whether the process is quiet: its "quiet" field is
+	// "true" (Ruby's stopping?).
+	Stopping bool
 
-	quiet string
-	api   *API
+	api *API
 }
-
-// Stopping reports whether the process is quiet: its "quiet" field is
-// "true" (Ruby's stopping?).
-func (p *Process) Stopping() bool { return p.quiet == "true" }
 
 // Quiet sends TSTP: the process stops fetching new jobs.
 func (p *Process) Quiet(ctx context.Context) error {
@@ -169,8 +167,9 @@ func (a *API) newProcess(f []any) (*Process, error) {
 	if f[3] == nil {
 		m.Set("quiet", rubyjson.NullValue())
 	} else {
-		p.quiet = redisx.OptString(f[3])
-		m.Set("quiet", rubyjson.StringValue(p.quiet))
+		quiet := redisx.OptString(f[3])
+		p.Stopping = quiet == "true"
+		m.Set("quiet", rubyjson.StringValue(quiet))
 	}
 	m.Set("rss", rubyjson.IntValue(p.RSS))
 	m.Set("rtt_us", rubyjson.IntValue(p.RTTMicros))

@@ -54,7 +54,7 @@ func TestAPIProcesses(t *testing.T) {
 	require.WithinDuration(t, time.Unix(1795296576, 251191000), p.StartedAt, time.Microsecond)
 	require.EqualValues(t, 153, p.RTTMicros)
 	require.EqualValues(t, 41234, p.RSS)
-	require.False(t, p.Stopping())
+	require.False(t, p.Stopping)
 	require.False(t, p.Embedded)
 	// Ruby's hash.merge: info keys first, the heartbeat fields after.
 	require.Equal(t, `{"hostname":"vm","started_at":1795296576.251191,"pid":14670,"tag":"mytag","concurrency":3,"queues":["default","critical"],"labels":["l1"],"identity":"vm:14670:c2a2a23ead83","busy":2,"beat":1795296570.25,"quiet":"false","rss":41234,"rtt_us":153}`,
@@ -62,7 +62,7 @@ func TestAPIProcesses(t *testing.T) {
 
 	p2 := list[0]
 	require.EqualValues(t, 7, p2.Concurrency) // the 8.1.2+ hash field
-	require.True(t, p2.Stopping())
+	require.True(t, p2.Stopping)
 	require.True(t, p2.Embedded)
 
 	// The stale id was cleaned up under the lock.

@@ -161,7 +161,7 @@ func (s *APISource) Snapshot(ctx context.Context) (*Snapshot, error) {
 		v, _ := p.Attributes.Get("version")
 		version, _ := v.Str()
 		snap.Processes = append(snap.Processes, Process{Identity: p.Identity, Tag: p.Tag, Version: version,
-			Busy: p.Busy, Concurrency: p.Concurrency, Quiet: p.Stopping(), Embedded: p.Embedded, Beat: p.Beat.UTC(),
+			Busy: p.Busy, Concurrency: p.Concurrency, Quiet: p.Stopping, Embedded: p.Embedded, Beat: p.Beat.UTC(),
 			StartedAt: p.StartedAt.UTC()})
 	}
 	slices.SortFunc(snap.Processes, func(a, b Process) int { return cmp.Compare(a.Identity, b.Identity) })
