@@ -9,6 +9,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/jobctl"
 	"github.com/gojob/gojob/sidekiq/api"
 )
@@ -152,7 +153,7 @@ func findJob(ctx context.Context, a *api.API, jid string) (*jobView, error) {
 			v.Wrapper = job.Class()
 		}
 		v.Args = displayArgsJSON(job)
-		v.JobID = (&api.JobRecord{Job: job}).ActiveJobID()
+		v.JobID = contract.ActiveJobID(job)
 		if m, ok := job.Get("error_message"); ok {
 			v.Error, _ = m.Str()
 		}

@@ -10,6 +10,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/api"
 )
 
@@ -98,7 +99,7 @@ func queueJobsAction(ctx context.Context, e *adminEnv) error {
 				rows = append(rows, row{Raw: string(r.Value)})
 				continue
 			}
-			out := row{JID: r.Job.JID(), Class: jobClass(r.Job), Args: displayArgsJSON(r.Job), JobID: (&api.JobRecord{Job: r.Job}).ActiveJobID(), Payload: json.RawMessage(r.Value)}
+			out := row{JID: r.Job.JID(), Class: jobClass(r.Job), Args: displayArgsJSON(r.Job), JobID: contract.ActiveJobID(r.Job), Payload: json.RawMessage(r.Value)}
 			if t, ok := r.Job.EnqueuedAt(); ok {
 				t = t.UTC()
 				out.EnqueuedAt = &t

@@ -326,7 +326,7 @@ func toEntryJSON(set string, en *api.SortedEntry) entryJSON {
 		return out
 	}
 	out.Payload = json.RawMessage(en.Value)
-	out.DisplayClass, out.DisplayArgs, out.ActiveJobID = en.DisplayClass(), displayArgsJSON(en.Job), en.ActiveJobID()
+	out.DisplayClass, out.DisplayArgs, out.ActiveJobID = en.DisplayClass(), displayArgsJSON(en.Job), contract.ActiveJobID(en.Job)
 	out.ErrorClass = en.Job.ErrorClass()
 	out.ErrorMessage = en.Job.ErrorMessage()
 	if c, ok := en.Job.RetryCount(); ok {

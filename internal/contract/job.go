@@ -124,6 +124,22 @@ func ActiveJobClass(j *wire.Job) string {
 	return Wrapped(j)
 }
 
+// ActiveJobID returns the ActiveJob's args[0]["job_id"] of a wrapper
+// job, the ID Rails logs. It returns "" for other jobs and for nil.
+func ActiveJobID(j *wire.Job) string {
+	if j == nil || !IsActiveJob(j) {
+		return ""
+	}
+	if a := j.Args(); len(a) > 0 {
+		if m, ok := a[0].Map(); ok {
+			v, _ := m.Get("job_id")
+			s, _ := v.Str()
+			return s
+		}
+	}
+	return ""
+}
+
 // Wrapped returns the job's "wrapped" (the ActiveJob class).
 func Wrapped(j *wire.Job) string { return str(j, "wrapped") }
 

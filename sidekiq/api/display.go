@@ -106,15 +106,6 @@ func displayArgs(j *wire.Job) []rubyjson.Value {
 	return args
 }
 
-// activeJobID is the ActiveJob's "job_id" of an ActiveJob wrapper job, ""
-// for any other job.
-func activeJobID(j *wire.Job) string {
-	if j == nil || !contract.IsActiveJobWrapper(j.Class()) {
-		return ""
-	}
-	return mapStr(activeJobData(j), "job_id")
-}
-
 // DisplayClass is the class a person reads for the record's job, as
 // Sidekiq's Web UI shows it (JobRecord#display_class, lib/sidekiq/api.rb,
 // 8.1.7): the payload's "display_class" when set; for an ActiveJob wrapper
@@ -137,10 +128,6 @@ func (r *JobRecord) DisplayArgs() []rubyjson.Value {
 	}
 	return displayArgs(r.Job)
 }
-
-// ActiveJobID is the ActiveJob's "job_id" of an ActiveJob wrapper job, ""
-// for any other job.
-func (r *JobRecord) ActiveJobID() string { return activeJobID(r.Job) }
 
 // matchesClass reports whether the job is of class name under either of
 // its names: the payload's class or the one displayed (an ActiveJob's
