@@ -93,7 +93,7 @@ uses the databases. Relays share the rows: each is pushed once.`,
 				Flags: append(append([]ucli.Flag{newRedisFlag(), newVersionFlag(),
 					&ucli.DurationFlag{Name: "lease", Value: 30 * time.Second, Usage: "how long this relay holds the rows it takes before another may take them"},
 					&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn, error"},
-				}, durableDBFlags("")...), &ucli.DurationFlag{Name: "extension", Value: durable.DefaultExtension, Usage: "default heartbeat extension"}),
+				}, durableDBFlags("")...), &ucli.DurationFlag{Name: "extension", Value: defaultDurableExtension, Usage: "default heartbeat extension"}),
 				Action: func(c *ucli.Context) error {
 					log := newLogger(c.App.ErrWriter, false, c.String("log-level"))
 					d, err := openDurable(c, "", nil, log)
@@ -178,10 +178,7 @@ func errString(err error) string {
 	return err.Error()
 }
 
-func printMigrate(w io.Writer, res *durable.MigrateResult, asJSON bool) {
-	if res == nil {
-		return
-	}
+func printMigrate(w io.Writer, res []durable.DatabaseMigration, asJSON bool) {
 	if asJSON {
 		type row struct {
 			Database       string `json:"database"`
@@ -190,13 +187,13 @@ func printMigrate(w io.Writer, res *durable.MigrateResult, asJSON bool) {
 			Error          string `json:"error,omitempty"`
 		}
 		rows := []row{}
-		for _, m := range res.Databases {
+		for _, m := range res {
 			rows = append(rows, row{m.Database, m.Created, m.AddedMissingAt, errString(m.Err)})
 		}
 		printJSONTo(w, rows)
 		return
 	}
-	for _, m := range res.Databases {
+	for _, m := range res {
 		switch {
 		case m.Err != nil:
 			fmt.Fprintf(w, "%s: error: %v\n", m.Database, m.Err)

@@ -33,11 +33,19 @@ func durableDBFlags(prefix string) []ucli.Flag {
 	}
 }
 
+// The defaults of durable.Config.DefaultExtension (Amigo's
+// heartbeat_extension) and durable.PollerConfig.Interval (webhookdb's
+// poll), shown in the flags' help.
+const (
+	defaultDurableExtension    = 5 * time.Minute
+	defaultDurablePollInterval = 3 * time.Minute
+)
+
 // durableClassFlags select the durable classes and their extensions.
 func durableClassFlags(prefix string) []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringSliceFlag{Name: prefix + "class", Usage: "durable job `CLASS[=EXTENSION]` (e.g. Backfill=20m; * for every class); repeat"},
-		&ucli.DurationFlag{Name: prefix + "extension", Value: durable.DefaultExtension, Usage: "default heartbeat extension"},
+		&ucli.DurationFlag{Name: prefix + "extension", Value: defaultDurableExtension, Usage: "default heartbeat extension"},
 	}
 }
 
@@ -116,7 +124,7 @@ func durableWorkFlags() []ucli.Flag {
 	flags = append(flags, durableDBFlags("durable-")...)
 	flags = append(flags, durableClassFlags("durable-")...)
 	return append(flags,
-		&ucli.DurationFlag{Name: "durable-poll-interval", Value: durable.DefaultPollInterval, Usage: "time between reconcile passes (one process at a time, elected through Redis)"},
+		&ucli.DurationFlag{Name: "durable-poll-interval", Value: defaultDurablePollInterval, Usage: "time between reconcile passes (one process at a time, elected through Redis)"},
 		&ucli.BoolFlag{Name: "durable-no-poll", Usage: "do not reconcile in this process (also when $DISABLE_DURABLE_JOBS_POLL is set, to any value)"},
 		&ucli.BoolFlag{Name: "durable-adopt", Usage: "write the row of a durable job that starts without one (pushed by a producer without gojob's or Amigo's client middleware) instead of running it unprotected"},
 		&ucli.DurationFlag{Name: "durable-relay-lease", Value: 30 * time.Second, Usage: "how long this process holds the outbox rows it pushes before another may take them (see durable.Enqueue)"},
@@ -159,7 +167,7 @@ func setupDurable(c *ucli.Context, srv *sidekiq.Server, client *sidekiq.Client, 
 		return noop, err
 	}
 	if res, err := d.Migrate(c.Context); err != nil {
-		for _, m := range res.Databases {
+		for _, m := range res {
 			if m.Err != nil {
 				log.Warn().Err(m.Err).Str("component", "durable").Str("database", m.Database).Msg("could not create the durable table; the database is skipped while it fails")
 			}
@@ -221,7 +229,7 @@ func stopDurableWrites(ctx context.Context, d *durable.Durable, log zerolog.Logg
 func durablePushFlags() []ucli.Flag {
 	return append([]ucli.Flag{
 		&ucli.BoolFlag{Name: "durable", Usage: "write the job's durable row before the push, in the database of gojob work --durable (same --durable-db flags and environment)"},
-		&ucli.DurationFlag{Name: "durable-extension", Value: durable.DefaultExtension, Usage: "with --durable: the row's heartbeat extension"},
+		&ucli.DurationFlag{Name: "durable-extension", Value: defaultDurableExtension, Usage: "with --durable: the row's heartbeat extension"},
 	}, durableDBFlags("durable-")...)
 }
 
@@ -240,7 +248,7 @@ func openPushDurable(ctx context.Context, c *ucli.Context, log zerolog.Logger, c
 	res, err := d.Migrate(ctx)
 	if err != nil {
 		ok := false
-		for _, m := range res.Databases {
+		for _, m := range res {
 			ok = ok || m.Err == nil
 		}
 		if !ok {

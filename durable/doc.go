@@ -115,7 +115,7 @@
 // # Outbox
 //
 // Enqueue writes a job's row in the caller's transaction, marked to push
-// (locked_by = 'gojob:outbox'); a Relay leases committed marked rows,
+// (locked_by = 'gojob:outbox'); a relay (NewRelay) leases committed marked rows,
 // pushes each job with a Lua step that also sets a marker of its jid, and
 // clears the mark, after which the row is an ordinary WAITING row. A relay
 // that dies after the push and before the clear leaves the marker, so the

@@ -16,8 +16,8 @@ import (
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// DefaultExtension is Amigo's default heartbeat_extension.
-const DefaultExtension = 5 * time.Minute
+// defaultExtension is Amigo's default heartbeat_extension.
+const defaultExtension = 5 * time.Minute
 
 // allClasses, as a key of Config.Classes, makes every job class durable
 // (with that entry's extension) unless it has an entry of its own.
@@ -53,10 +53,10 @@ type Config struct {
 	// and `def self.heartbeat_extension`. An ActiveJob payload matches by
 	// its wrapped class. The key allClasses makes every class durable.
 	Classes map[string]time.Duration
-	// DefaultExtension replaces DefaultExtension (5 minutes): the extension
-	// of classes configured with 0, and the one the reconciler uses for
-	// rows of classes this process does not know (for example written by
-	// Ruby processes sharing the table).
+	// DefaultExtension is the extension of classes configured with 0, and
+	// the one the reconciler uses for rows of classes this process does
+	// not know (for example written by Ruby processes sharing the table).
+	// Default 5 minutes, Amigo's default heartbeat_extension.
 	DefaultExtension time.Duration
 	// ConnectTimeout bounds a PostgreSQL connection attempt. Default 5 s.
 	ConnectTimeout time.Duration
@@ -102,7 +102,7 @@ func (c *Config) withDefaults() *Config {
 	out := *c
 	out.Schema = cmp.Or(out.Schema, "public")
 	out.Table = cmp.Or(out.Table, "durable_jobs")
-	out.DefaultExtension = cmp.Or(out.DefaultExtension, DefaultExtension)
+	out.DefaultExtension = cmp.Or(out.DefaultExtension, defaultExtension)
 	out.ConnectTimeout = cmp.Or(out.ConnectTimeout, 5*time.Second)
 	out.OpTimeout = cmp.Or(out.OpTimeout, 10*time.Second)
 	out.MaxConns = cmp.Or(out.MaxConns, 10)
@@ -300,11 +300,6 @@ func exportRow(r *store.Row, db string) *Row {
 	return out
 }
 
-// MigrateResult reports Migrate per database.
-type MigrateResult struct {
-	Databases []DatabaseMigration
-}
-
 // DatabaseMigration is what Migrate did on one database.
 type DatabaseMigration struct {
 	// Database is the URL without its password.
@@ -320,9 +315,9 @@ type DatabaseMigration struct {
 // Migrate creates the table in every database (CREATE TABLE IF NOT
 // EXISTS, as Amigo's ensure_jobs_tables) and adds missing_at to tables
 // created before it existed. It returns an error joining the failures;
-// the result lists every database either way.
-func (d *Durable) Migrate(ctx context.Context) (*MigrateResult, error) {
-	res := &MigrateResult{}
+// the result lists every database, in order, either way.
+func (d *Durable) Migrate(ctx context.Context) ([]DatabaseMigration, error) {
+	var res []DatabaseMigration
 	var errs []error
 	for _, s := range d.stores {
 		m := DatabaseMigration{Database: s.Name()}
@@ -337,7 +332,7 @@ func (d *Durable) Migrate(ctx context.Context) (*MigrateResult, error) {
 					Msg("added the reconciler's index on assume_dead_at")
 			}
 		}
-		res.Databases = append(res.Databases, m)
+		res = append(res, m)
 	}
 	return res, errors.Join(errs...)
 }

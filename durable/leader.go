@@ -16,17 +16,18 @@ import (
 
 	"github.com/gojob/gojob/internal/lease"
 	"github.com/gojob/gojob/internal/tick"
+	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // defaultLeaseKey is the Redis key of the reconciler's leader lease.
 const defaultLeaseKey = "gojob:durable:reconciler-leader"
 
-// DefaultPollInterval is how often the leader reconciles (webhookdb runs
+// defaultPollInterval is how often the leader reconciles (webhookdb runs
 // its poller every 3 minutes).
-const DefaultPollInterval = 3 * time.Minute
+const defaultPollInterval = 3 * time.Minute
 
-// PollerConfig configures a Poller.
+// PollerConfig configures the poller NewPoller returns.
 type PollerConfig struct {
 	// Reconciler runs the passes. Required.
 	Reconciler *Reconciler
@@ -35,7 +36,7 @@ type PollerConfig struct {
 	// Identity names this process in the lease. Default host:pid:nonce
 	// (pass Server.Identity() to match the Web UI).
 	Identity string
-	// Interval is the time between passes. Default DefaultPollInterval.
+	// Interval is the time between passes. Default 3 minutes.
 	Interval time.Duration
 	// LeaseKey is the lease's Redis key. Default defaultLeaseKey.
 	LeaseKey string
@@ -61,16 +62,8 @@ func (c *PollerConfig) validate() error {
 	return nil
 }
 
-// Poller runs the reconciler periodically in every process that has one,
-// with leader election through a Redis lease, so that one process polls at
-// a time: each interval, a process takes the lease if it is free or renews
-// it if it holds it (time to live: two intervals), and reconciles only
-// while it holds it. During a pass the leader renews the lease every half
-// interval, so a pass longer than the time to live does not let a second
-// process start one; a leader that finds the lease taken stops its pass,
-// and a pass is cancelled after MaxPass. A leader that dies is replaced
-// when its lease expires; one that stops releases it.
-type Poller struct {
+// poller runs the reconciler periodically; see NewPoller.
+type poller struct {
 	cfg  PollerConfig
 	log  zerolog.Logger
 	ttl  time.Duration
@@ -79,8 +72,30 @@ type Poller struct {
 	done chan struct{}
 }
 
-// NewPoller returns a poller.
-func NewPoller(cfg *PollerConfig) (*Poller, error) {
+// NewPoller returns the service that runs the reconciler periodically in
+// every process that has one (srv.Serve(poller)), with leader election
+// through a Redis lease, so that one process polls at a time: each
+// interval, a process takes the lease if it is free or renews it if it
+// holds it (time to live: two intervals), and reconciles only while it
+// holds it. During a pass the leader renews the lease every half interval,
+// so a pass longer than the time to live does not let a second process
+// start one; a leader that finds the lease taken stops its pass, and a
+// pass is cancelled after MaxPass. A leader that dies is replaced when its
+// lease expires; one that stops releases it.
+//
+// Start runs a first pass after a random delay of up to 5 seconds, then
+// one per interval (±10%); Stop ends the loop, waits for a running pass
+// (bounded by its context) and releases the lease if this process holds
+// it.
+func NewPoller(cfg *PollerConfig) (sidekiq.Service, error) {
+	p, err := newPoller(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func newPoller(cfg *PollerConfig) (*poller, error) {
 	if cfg == nil {
 		return nil, errors.New("durable: nil PollerConfig")
 	}
@@ -88,14 +103,14 @@ func NewPoller(cfg *PollerConfig) (*Poller, error) {
 		return nil, err
 	}
 	c := *cfg
-	c.Interval = cmp.Or(c.Interval, DefaultPollInterval)
+	c.Interval = cmp.Or(c.Interval, defaultPollInterval)
 	c.LeaseKey = cmp.Or(c.LeaseKey, defaultLeaseKey)
 	c.MaxPass = cmp.Or(c.MaxPass, 10*c.Interval)
 	if c.Identity == "" {
 		host, _ := os.Hostname()
 		c.Identity = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), wire.NewJID()[:12])
 	}
-	p := &Poller{cfg: c, log: c.Reconciler.log, ttl: 2 * c.Interval}
+	p := &poller{cfg: c, log: c.Reconciler.log, ttl: 2 * c.Interval}
 	if c.Logger != nil {
 		p.log = *c.Logger
 	}
@@ -105,9 +120,8 @@ func NewPoller(cfg *PollerConfig) (*Poller, error) {
 // errPollerRunning is returned by Start on a poller already started.
 var errPollerRunning = errors.New("durable: poller already started")
 
-// Start starts the loop: a first pass after a random delay of up to 5
-// seconds, then one per interval (±10%).
-func (p *Poller) Start(ctx context.Context) error {
+// Start starts the loop (see NewPoller).
+func (p *poller) Start(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stop != nil {
@@ -143,9 +157,8 @@ func (p *Poller) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the loop, waits for a running pass (bounded by ctx) and
-// releases the lease if this process holds it.
-func (p *Poller) Stop(ctx context.Context) error {
+// Stop ends the loop (see NewPoller).
+func (p *poller) Stop(ctx context.Context) error {
 	p.mu.Lock()
 	stop, done := p.stop, p.done
 	p.mu.Unlock()
@@ -186,7 +199,7 @@ var errLeaseLost = errors.New("durable: reconciler lease taken by another proces
 
 // runOnce takes or renews the lease and, as leader, runs one pass while
 // renewing the lease (bounded by MaxPass).
-func (p *Poller) runOnce(ctx context.Context) (*pollOutcome, error) {
+func (p *poller) runOnce(ctx context.Context) (*pollOutcome, error) {
 	held, err := p.acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -219,7 +232,7 @@ func (p *Poller) runOnce(ctx context.Context) (*pollOutcome, error) {
 // keepLease renews the lease every half interval until ctx ends, and
 // cancels the pass if another process holds the lease. A renewal that
 // fails (Redis unreachable) is tried again at the next tick.
-func (p *Poller) keepLease(ctx context.Context, cancel context.CancelCauseFunc) {
+func (p *poller) keepLease(ctx context.Context, cancel context.CancelCauseFunc) {
 	tick.Every(ctx, max(p.cfg.Interval/2, time.Millisecond), func() bool {
 		held, err := p.acquire(ctx)
 		if err != nil {
@@ -235,7 +248,7 @@ func (p *Poller) keepLease(ctx context.Context, cancel context.CancelCauseFunc) 
 	})
 }
 
-func (p *Poller) acquire(ctx context.Context) (bool, error) {
+func (p *poller) acquire(ctx context.Context) (bool, error) {
 	conn, err := p.cfg.Pool.GetContext(ctx)
 	if err != nil {
 		return false, fmt.Errorf("durable: lease: %w", err)

@@ -16,8 +16,8 @@ func TestPollerLeaderElection(t *testing.T) {
 	urls := pgtest.Backends[1].URLs(t)
 	b := setup(t, bundleOpts{urls: urls[:]})
 	ctx := context.Background()
-	newPoller := func(id string) *Poller {
-		p, err := NewPoller(&PollerConfig{Reconciler: b.reconciler(t, nil), Pool: b.pool, Identity: id, Interval: time.Minute})
+	newPoller := func(id string) *poller {
+		p, err := newPoller(&PollerConfig{Reconciler: b.reconciler(t, nil), Pool: b.pool, Identity: id, Interval: time.Minute})
 		require.NoError(t, err)
 		return p
 	}
@@ -67,7 +67,7 @@ func TestPollerLoopReconciles(t *testing.T) {
 	b.clk.Advance(6 * time.Minute)
 	killed := make(chan string, 1)
 	r := b.reconciler(t, func(_ context.Context, j *wire.Job) { killed <- j.JID() })
-	p, err := NewPoller(&PollerConfig{Reconciler: r, Pool: b.pool, Interval: 20 * time.Millisecond})
+	p, err := newPoller(&PollerConfig{Reconciler: r, Pool: b.pool, Interval: 20 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, p.Start(context.Background()))
 	select {
@@ -95,9 +95,9 @@ func TestPollerKeepsLeaseDuringLongPass(t *testing.T) {
 		<-release
 	})
 	const interval = 100 * time.Millisecond // lease time to live: 200 ms
-	p1, err := NewPoller(&PollerConfig{Reconciler: r, Pool: b.pool, Identity: "one", Interval: interval})
+	p1, err := newPoller(&PollerConfig{Reconciler: r, Pool: b.pool, Identity: "one", Interval: interval})
 	require.NoError(t, err)
-	p2, err := NewPoller(&PollerConfig{Reconciler: b.reconciler(t, nil), Pool: b.pool, Identity: "two", Interval: interval})
+	p2, err := newPoller(&PollerConfig{Reconciler: b.reconciler(t, nil), Pool: b.pool, Identity: "two", Interval: interval})
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() {
@@ -128,7 +128,7 @@ func TestPollerStopsPassWhenLeaseIsLost(t *testing.T) {
 		close(entered)
 		<-ctx.Done()
 	})
-	p1, err := NewPoller(&PollerConfig{Reconciler: r, Pool: b.pool, Identity: "one", Interval: 100 * time.Millisecond})
+	p1, err := newPoller(&PollerConfig{Reconciler: r, Pool: b.pool, Identity: "one", Interval: 100 * time.Millisecond})
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() {
@@ -157,7 +157,7 @@ func TestPollerBoundsAStuckPass(t *testing.T) {
 	b.insert(t, job, ptr(testNow))
 	b.clk.Advance(6 * time.Minute)
 	r := b.reconciler(t, func(ctx context.Context, _ *wire.Job) { <-ctx.Done() })
-	p1, err := NewPoller(&PollerConfig{Reconciler: r, Pool: b.pool, Identity: "one", Interval: time.Minute, MaxPass: 200 * time.Millisecond})
+	p1, err := newPoller(&PollerConfig{Reconciler: r, Pool: b.pool, Identity: "one", Interval: time.Minute, MaxPass: 200 * time.Millisecond})
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() {

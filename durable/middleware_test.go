@@ -37,8 +37,8 @@ func TestMigrateCreatesTableInEachDatabase(t *testing.T) {
 		defer d.Close()
 		res, err := d.Migrate(context.Background())
 		require.NoError(t, err)
-		require.Len(t, res.Databases, 2)
-		for _, m := range res.Databases {
+		require.Len(t, res, 2)
+		for _, m := range res {
 			require.True(t, m.Created, m.Database)
 		}
 		st, err := d.Status(context.Background())

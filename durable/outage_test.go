@@ -400,7 +400,7 @@ func TestLockAppliesThePendingRemovalFirst(t *testing.T) {
 		rw := b.rowIn(t, 0, again.JID)
 		require.NotNil(t, rw, "the new push's row")
 		require.Nil(t, rw.LockedBy)
-		require.True(t, micro(b.clk.Now().Add(DefaultExtension)).Equal(rw.AssumeDeadAt))
+		require.True(t, micro(b.clk.Now().Add(defaultExtension)).Equal(rw.AssumeDeadAt))
 	})
 }
 

@@ -39,7 +39,7 @@ func SQLOutbox(d *Durable) *Outbox[*sql.Tx] {
 
 // Enqueue writes job as a row to push in tx, the caller's transaction on
 // the first database of the outbox's Durable. When tx commits,
-// a Relay pushes the job to Redis once (within milliseconds: PostgreSQL
+// a relay (NewRelay) pushes the job to Redis once (within milliseconds: PostgreSQL
 // notifies the relays at commit, SQLite is polled); when tx rolls back,
 // the job never existed. Once pushed, the row is the job's durable row,
 // as if the client had written it.

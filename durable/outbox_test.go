@@ -77,8 +77,8 @@ func queueJIDs(t testing.TB, b *testBundle, queue string) []string {
 	return jids
 }
 
-func newRelay(t testing.TB, b *testBundle) *Relay {
-	r, err := NewRelay(&RelayConfig{Durable: b.d, Client: b.client, Lease: time.Minute, Logger: b.log})
+func testRelay(t testing.TB, b *testBundle) *relay {
+	r, err := newRelay(&RelayConfig{Durable: b.d, Client: b.client, Lease: time.Minute, Logger: b.log})
 	require.NoError(t, err)
 	return r
 }
@@ -124,7 +124,7 @@ func TestOutboxPushesCommittedOnce(t *testing.T) {
 		leased, err := s.OutboxLease(ctx, store.OutboxLeaseParams{Now: b.clk.Now(), Until: b.clk.Now().Add(time.Minute), Limit: 1})
 		require.NoError(t, err)
 		require.Len(t, leased, 1)
-		r := newRelay(t, b)
+		r := testRelay(t, b)
 		pushed, err := r.push(ctx, s, leased[0])
 		require.NoError(t, err)
 		require.True(t, pushed)
@@ -178,7 +178,7 @@ func TestOutboxScheduledAndBadInput(t *testing.T) {
 	bad.Set("queue", rubyjson.FloatValue(1))
 	require.Error(t, enqueue(bad))
 	commit()
-	out, err := newRelay(t, b).runOnce(ctx)
+	out, err := testRelay(t, b).runOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, out.Pushed)
 	require.Equal(t, 1, b.zcard(t, contract.KeySchedule))
@@ -194,7 +194,7 @@ func TestOutboxNotifyLatency(t *testing.T) {
 	b := setup(t, bundleOpts{urls: urls[:1]})
 	b.clk.Set(time.Now())
 	ctx := context.Background()
-	r, err := NewRelay(&RelayConfig{Durable: b.d, Client: b.client, PollInterval: time.Hour, Logger: b.log})
+	r, err := newRelay(&RelayConfig{Durable: b.d, Client: b.client, PollInterval: time.Hour, Logger: b.log})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, r.Stop(context.Background())) })

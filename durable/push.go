@@ -23,7 +23,7 @@ import (
 // legacy durable_reenqueued_at marker are not recorded.
 func (d *Durable) BeforePush(ctx context.Context, jobs []*wire.Job) error {
 	if ctx.Value(outboxKey{}) != nil {
-		return nil // a Relay's push: the rows exist
+		return nil // a relay's push: the rows exist
 	}
 	ctx = context.WithoutCancel(ctx)
 	var bulk *bulkInsert

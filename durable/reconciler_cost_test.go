@@ -39,7 +39,7 @@ func (s dueScenario) build(t testing.TB, b *testBundle) {
 	ctx := context.Background()
 	conn := b.pool.Get()
 	defer conn.Close()
-	ext := DefaultExtension
+	ext := defaultExtension
 	var ps []*insertParams
 	flush := func() {
 		_, errs := b.d.insertMany(ctx, ps)

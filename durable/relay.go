@@ -37,7 +37,7 @@ const outboxBatch = 100
 // outboxKey is the context key a relay's pushes carry: their rows exist.
 type outboxKey struct{}
 
-// RelayConfig configures a Relay.
+// RelayConfig configures the relay NewRelay returns.
 type RelayConfig struct {
 	// Durable holds the rows Enqueue wrote. Required.
 	Durable *Durable
@@ -56,14 +56,8 @@ type RelayConfig struct {
 	Logger zerolog.Logger
 }
 
-// Relay pushes the jobs that Enqueue wrote in committed transactions to
-// Redis, each once, and makes their rows ordinary durable rows. Several
-// relays (one per `gojob work --durable` process) share the work: a row is
-// leased by one relay at a time (FOR UPDATE SKIP LOCKED on PostgreSQL), and
-// a push and a marker of its jid are one Redis step, so a relay that dies
-// between the push and the update of the row leaves a row the next relay
-// clears without pushing it again. See docs/durable.md, "Outbox".
-type Relay struct {
+// relay pushes the outbox's committed rows; see NewRelay.
+type relay struct {
 	cfg  RelayConfig
 	log  zerolog.Logger
 	wake chan struct{}
@@ -73,8 +67,26 @@ type Relay struct {
 	done   sync.WaitGroup
 }
 
-// NewRelay checks cfg and returns a Relay; Start runs it.
-func NewRelay(cfg *RelayConfig) (*Relay, error) {
+// NewRelay checks cfg and returns the relay, a service (srv.Serve(relay))
+// that pushes the jobs that Enqueue wrote in committed transactions to
+// Redis, each once, and makes their rows ordinary durable rows. Start
+// runs it in the background until Stop or the end of Start's context;
+// Stop ends it and waits for its pass in progress, within its context.
+// Several relays (one per `gojob work --durable` process) share the work:
+// a row is leased by one relay at a time (FOR UPDATE SKIP LOCKED on
+// PostgreSQL), and a push and a marker of its jid are one Redis step, so
+// a relay that dies between the push and the update of the row leaves a
+// row the next relay clears without pushing it again. See
+// docs/durable.md, "Outbox".
+func NewRelay(cfg *RelayConfig) (sidekiq.Service, error) {
+	r, err := newRelay(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func newRelay(cfg *RelayConfig) (*relay, error) {
 	if cfg == nil || cfg.Durable == nil || cfg.Client == nil {
 		return nil, errors.New("durable: RelayConfig needs Durable and Client")
 	}
@@ -91,11 +103,11 @@ func NewRelay(cfg *RelayConfig) (*Relay, error) {
 			}
 		}
 	}
-	return &Relay{cfg: c, log: c.Logger, wake: make(chan struct{}, 1)}, nil
+	return &relay{cfg: c, log: c.Logger, wake: make(chan struct{}, 1)}, nil
 }
 
-// Start runs the relay in the background until Stop or the end of ctx.
-func (r *Relay) Start(ctx context.Context) error {
+// Start runs the relay (see NewRelay).
+func (r *relay) Start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cancel != nil {
@@ -120,8 +132,8 @@ func (r *Relay) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the relay and waits for its pass in progress, within ctx.
-func (r *Relay) Stop(ctx context.Context) error {
+// Stop ends the relay (see NewRelay).
+func (r *relay) Stop(ctx context.Context) error {
 	r.mu.Lock()
 	cancel := r.cancel
 	r.mu.Unlock()
@@ -139,7 +151,7 @@ func (r *Relay) Stop(ctx context.Context) error {
 	}
 }
 
-func (r *Relay) signal() {
+func (r *relay) signal() {
 	select {
 	case r.wake <- struct{}{}:
 	default:
@@ -148,7 +160,7 @@ func (r *Relay) signal() {
 
 // listen wakes the relay at each notification of a database, and once
 // each time it (re)connects, for the commits it may have missed.
-func (r *Relay) listen(ctx context.Context, s store.Store) {
+func (r *relay) listen(ctx context.Context, s store.Store) {
 	delay := time.Second
 	for ctx.Err() == nil {
 		err := s.OutboxListen(ctx, func() { delay = time.Second; r.signal() }, r.signal)
@@ -165,7 +177,7 @@ func (r *Relay) listen(ctx context.Context, s store.Store) {
 	}
 }
 
-func (r *Relay) loop(ctx context.Context) {
+func (r *relay) loop(ctx context.Context) {
 	t := time.NewTicker(r.cfg.PollInterval)
 	defer t.Stop()
 	backoff := time.Duration(0)
@@ -209,7 +221,7 @@ type relayResult struct {
 }
 
 // runOnce pushes every row to push it can lease, in every database.
-func (r *Relay) runOnce(ctx context.Context) (*relayResult, error) {
+func (r *relay) runOnce(ctx context.Context) (*relayResult, error) {
 	res := &relayResult{}
 	var errs []error
 	for _, s := range r.cfg.Durable.stores {
@@ -229,7 +241,7 @@ func (r *Relay) runOnce(ctx context.Context) (*relayResult, error) {
 
 // batch leases up to outboxBatch rows of s, pushes them and clears their
 // mark. It returns how many rows it leased.
-func (r *Relay) batch(ctx context.Context, s store.Store, res *relayResult) (int, error) {
+func (r *relay) batch(ctx context.Context, s store.Store, res *relayResult) (int, error) {
 	now := r.cfg.Durable.cfg.Clock.Now()
 	rows, err := s.OutboxLease(ctx, store.OutboxLeaseParams{Now: now, Until: now.Add(r.cfg.Lease), Limit: outboxBatch})
 	if err != nil || len(rows) == 0 {
@@ -271,7 +283,7 @@ func (r *Relay) batch(ctx context.Context, s store.Store, res *relayResult) (int
 // cannot be read keeps its mark and is reported at each lease (nothing
 // is lost; an operator fixes or deletes it); a row whose push a client
 // middleware stopped is deleted, as the client drops such a job.
-func (r *Relay) push(ctx context.Context, s store.Store, row *store.OutboxRow) (pushed bool, err error) {
+func (r *relay) push(ctx context.Context, s store.Store, row *store.OutboxRow) (pushed bool, err error) {
 	job, err := wire.ParseJob([]byte(row.ItemJSON))
 	if err == nil && job.JID() != row.JobID {
 		err = fmt.Errorf("jid %q differs from job_id", job.JID())

@@ -96,7 +96,7 @@ func TestRubyAmigoSharesTheTable(t *testing.T) {
 	b := setup(t, bundleOpts{urls: []string{url}, table: table})
 	res, err := b.d.Migrate(context.Background())
 	require.NoError(t, err)
-	require.Equal(t, []DatabaseMigration{{Database: b.d.stores[0].Name()}}, res.Databases)
+	require.Equal(t, []DatabaseMigration{{Database: b.d.stores[0].Name()}}, res)
 	goTable := uniqueTable()
 	setup(t, bundleOpts{urls: []string{url}, table: goTable})
 	require.Equal(t, columnsOf(t, url, table), columnsOf(t, url, goTable))

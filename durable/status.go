@@ -26,7 +26,7 @@ type Status struct {
 // exactly one state, so the five counts add up to Total:
 //
 //   - ToPush: written by Enqueue in a committed transaction, its job not
-//     yet pushed by a Relay.
+//     yet pushed by a relay (NewRelay).
 //   - Missing: the reconciler did not find the job once (missing_at set);
 //     it is killed into the dead set at its next check unless found.
 //   - Overdue: assume_dead_at has passed; the next pass checks it.

@@ -26,7 +26,7 @@ type insertParams struct {
 	Job *wire.Job
 	// Queue defaults to the job's queue.
 	Queue string
-	// Extension defaults to the class's, or DefaultExtension.
+	// Extension defaults to the class's, or Config.DefaultExtension.
 	Extension time.Duration
 
 	missingAt *time.Time // tests: a row that already had its first strike
