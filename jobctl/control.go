@@ -39,19 +39,12 @@ func (e *CancelledError) Unwrap() error { return e.Err }
 // ErrorClass is the job's error_class in the dead set.
 func (e *CancelledError) ErrorClass() string { return "Gojob::Cancelled" }
 
-// Runner is the server whose running jobs a Control cancels: a
-// *sidekiq.Server.
-type Runner interface {
-	RunningJIDs() []string
-	CancelRunning(jid string, cause error, outcome func(error) error) bool
-}
-
-// Config configures a Control.
+// Config configures the job control New returns.
 type Config struct {
 	// Pool is the Redis pool. Required.
 	Pool *redis.Pool
 	// Server is the server whose jobs are cancelled. Required.
-	Server Runner
+	Server *sidekiq.Server
 	// PollInterval is how often the cancel keys of the running jobs are
 	// checked, besides the channel's wake-ups. Default one second.
 	PollInterval time.Duration
@@ -72,12 +65,8 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Control cancels this process's jobs on request: it runs a
-// subscription to the cancel channel and a check of the running jobs'
-// cancel keys between Start and Stop, and asks the server to cancel the
-// jobs asked for (sidekiq.Server.CancelRunning). A job it does not cancel
-// costs it nothing.
-type Control struct {
+// control is the job control; see New.
+type control struct {
 	cfg Config
 
 	mu   sync.Mutex
@@ -85,15 +74,28 @@ type Control struct {
 	done chan struct{}
 }
 
-// New returns a Control.
-func New(cfg *Config) (*Control, error) {
+// New returns the job control of cfg.Server, a service (srv.Serve(ctl))
+// that cancels the server's jobs on request: between its Start and Stop it
+// runs a subscription to the cancel channel and a check of the running
+// jobs' cancel keys, and asks the server to cancel the jobs asked for
+// (sidekiq.Server.CancelRunning). A job it does not cancel costs it
+// nothing.
+func New(cfg *Config) (sidekiq.Service, error) {
+	c, err := newControl(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func newControl(cfg *Config) (*control, error) {
 	if cfg == nil {
 		cfg = &Config{}
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := &Control{cfg: *cfg}
+	c := &control{cfg: *cfg}
 	if c.cfg.PollInterval == 0 {
 		c.cfg.PollInterval = time.Second
 	}
@@ -105,7 +107,7 @@ func New(cfg *Config) (*Control, error) {
 // returns an error ends as a *CancelledError through sidekiq.Kill: the
 // dead set, no retry. A handler that returns nil despite the cancellation
 // succeeded.
-func (c *Control) cancel(jid string) bool {
+func (c *control) cancel(jid string) bool {
 	return c.cfg.Server.CancelRunning(jid, &CancelledError{JID: jid}, func(err error) error {
 		// Done with: a retry of the job from the dead set must not be
 		// cancelled again by the same request. A cancelled iterable job's
@@ -123,7 +125,7 @@ func (c *Control) cancel(jid string) bool {
 
 // Start starts the subscription to the cancel channel and the check of
 // the running jobs' cancel keys.
-func (c *Control) Start(ctx context.Context) error {
+func (c *control) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stop != nil {
@@ -140,7 +142,7 @@ func (c *Control) Start(ctx context.Context) error {
 }
 
 // Stop stops the loops, waiting for them within ctx.
-func (c *Control) Stop(ctx context.Context) error {
+func (c *control) Stop(ctx context.Context) error {
 	c.mu.Lock()
 	stop, done := c.stop, c.done
 	c.mu.Unlock()
@@ -158,7 +160,7 @@ func (c *Control) Stop(ctx context.Context) error {
 
 // subscribe listens on the cancel channel, resubscribing after a lost
 // connection.
-func (c *Control) subscribe(ctx context.Context) {
+func (c *control) subscribe(ctx context.Context) {
 	log := c.cfg.Logger.With().Str("component", "jobctl").Logger()
 	for ctx.Err() == nil {
 		err := c.subscribeOnce(ctx)
@@ -173,7 +175,7 @@ func (c *Control) subscribe(ctx context.Context) {
 	}
 }
 
-func (c *Control) subscribeOnce(ctx context.Context) error {
+func (c *control) subscribeOnce(ctx context.Context) error {
 	conn, err := c.cfg.Pool.GetContext(ctx)
 	if err != nil {
 		return err
@@ -198,7 +200,7 @@ func (c *Control) subscribeOnce(ctx context.Context) error {
 }
 
 // poll checks the cancel keys of the running jobs every PollInterval.
-func (c *Control) poll(ctx context.Context) {
+func (c *control) poll(ctx context.Context) {
 	tick.Every(ctx, c.cfg.PollInterval, func() bool {
 		if _, err := c.runOnce(ctx); err != nil && ctx.Err() == nil {
 			c.cfg.Logger.Warn().Str("component", "jobctl").Err(err).Msg("check of cancel requests failed")
@@ -209,7 +211,7 @@ func (c *Control) poll(ctx context.Context) {
 
 // runOnce cancels the running jobs that have a cancel key; it returns
 // their jids.
-func (c *Control) runOnce(ctx context.Context) ([]string, error) {
+func (c *control) runOnce(ctx context.Context) ([]string, error) {
 	jids := c.cfg.Server.RunningJIDs()
 	if len(jids) == 0 {
 		return nil, nil

@@ -23,7 +23,7 @@ import (
 type testBundle struct {
 	rs      *redistest.Server
 	pool    *redis.Pool
-	ctl     *Control
+	ctl     *control
 	api     *api.API
 	conn    redis.Conn
 	started chan string
@@ -36,7 +36,7 @@ func setup(t *testing.T, poll time.Duration) *testBundle {
 	pool := rs.Pool(t)
 	srv, err := sidekiq.NewServer(&sidekiq.ServerConfig{Pool: pool, Concurrency: 2, Logger: zerolog.Nop()})
 	require.NoError(t, err)
-	ctl, err := New(&Config{Pool: pool, Server: srv, PollInterval: poll})
+	ctl, err := newControl(&Config{Pool: pool, Server: srv, PollInterval: poll})
 	require.NoError(t, err)
 	tb := &testBundle{rs: rs, pool: pool, ctl: ctl, started: make(chan string, 4)}
 	srv.Handle("Block", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {

@@ -6,7 +6,7 @@
 //
 // A cancel request is the key gojob-cancel:<jid> (kept a day) plus a
 // message on the channel gojob-cancel. The channel wakes the process at
-// once; the key makes the request durable: a Control also checks the keys
+// once; the key makes the request durable: the control also checks the keys
 // of its running jobs every PollInterval, so a request made while its
 // subscription was down, or before the job started, is not lost. The
 // same check honours Sidekiq's cancel of an iterable job (7.3+:
@@ -16,7 +16,7 @@
 // the handler returns an error the job goes to the dead set as
 // Gojob::Cancelled and is not retried.
 //
-// A Control asks its server to cancel a job (sidekiq.Server.CancelRunning)
+// The control (New) asks its server to cancel a job (sidekiq.Server.CancelRunning)
 // and costs the jobs it does not cancel nothing:
 //
 //	ctl, err := jobctl.New(&jobctl.Config{Pool: pool, Server: srv})
