@@ -15,6 +15,7 @@ import (
 
 	"github.com/gojob/gojob/internal/orderedstore"
 	"github.com/gojob/gojob/ordered"
+	"github.com/gojob/gojob/sidekiq"
 )
 
 // orderedWorkCommand is gojob ordered work QUEUE: one ordered queue per
@@ -46,8 +47,8 @@ See docs/ordered.md.`,
 			&ucli.IntFlag{Name: "concurrency", Aliases: []string{"c"}, Value: 10, Usage: "slots: shards worked at once, one batch each"},
 			&ucli.IntFlag{Name: "timeout", Aliases: []string{"t"}, Value: 25, Usage: "shutdown timeout in seconds"},
 			&ucli.IntFlag{Name: "shards", Usage: "the queue's shard count (default: the queue's own, 16 for a new queue; it cannot change)"},
-			&ucli.DurationFlag{Name: "lease", Value: ordered.DefaultLeaseTTL, Usage: "shard lease TTL; a dead process's shards are taken over after at most this long"},
-			&ucli.IntFlag{Name: "max-retry-count", Value: ordered.DefaultMaxRetryCount, Usage: "failures of a key before its oldest job goes to the morgue (Lowkiq's max_retry_count)"},
+			&ucli.DurationFlag{Name: "lease", Value: 10 * time.Second, Usage: "shard lease TTL; a dead process's shards are taken over after at most this long"},
+			&ucli.IntFlag{Name: "max-retry-count", Value: 25, Usage: "failures of a key before its oldest job goes to the morgue (Lowkiq's max_retry_count)"},
 			&ucli.IntFlag{Name: "batch-keys", Value: 1, Usage: "due keys of one shard taken per fetch (Lowkiq's batch_size)"},
 			&ucli.StringSliceFlag{Name: "exec", Usage: "run `CLASS=COMMAND` (sh -c) for each job of CLASS; repeat"},
 			&ucli.StringSliceFlag{Name: "http", Usage: "POST each job of CLASS to URL: `CLASS=URL`; repeat"},
@@ -101,15 +102,37 @@ func runOrdered(c *ucli.Context, o *options, log zerolog.Logger) error {
 		}
 		return err
 	}
-	log.Info().Str("identity", w.Identity()).Str("queue", queue).Msg("working ordered queue")
+	log.Info().Str("queue", queue).Msg("working ordered queue")
 	<-ctx.Done()
 	log.Info().Msg("stopping: running batches finish, then the leases are given back")
 	return w.Stop(context.Background())
 }
 
+// classHandlers runs each job of an ordered batch with the sidekiq.Handler
+// of its class, in order, stopping at the first failure (a
+// *ordered.PartialError).
+type classHandlers map[string]sidekiq.Handler
+
+// errNoHandler fails a job whose class has no handler.
+var errNoHandler = errors.New("ordered: no handler for class")
+
+// Perform runs the batch job by job.
+func (m classHandlers) Perform(ctx context.Context, b *ordered.Batch) error {
+	for i, job := range b.Jobs {
+		h := m[job.Class()]
+		if h == nil {
+			return &ordered.PartialError{Done: i, Err: fmt.Errorf("%w %q", errNoHandler, job.Class())}
+		}
+		if err := h.Perform(ctx, job); err != nil {
+			return &ordered.PartialError{Done: i, Err: err}
+		}
+	}
+	return nil
+}
+
 // orderedHandlers maps job classes to the Go, --exec and --http handlers.
-func orderedHandlers(o *options, execs, https []string, log zerolog.Logger) (ordered.ClassHandlers, error) {
-	m := ordered.ClassHandlers{}
+func orderedHandlers(o *options, execs, https []string, log zerolog.Logger) (classHandlers, error) {
+	m := classHandlers{}
 	for _, h := range o.handlers {
 		m[h.class] = h.h
 	}

@@ -16,7 +16,7 @@ import (
 // expireLease makes worker w's lease of shard s lapse in Redis, as if w
 // had stopped beating (a hung or partitioned process), and drops w from
 // the members.
-func expireLease(t *testing.T, b *testBundle, w *Worker, s int) {
+func expireLease(t *testing.T, b *testBundle, w *worker, s int) {
 	t.Helper()
 	conn := b.pool.Get()
 	defer conn.Close()
@@ -61,7 +61,7 @@ func TestTakenOverProcessCannotCommit(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 0, st.Processed)
 	require.EqualValues(t, 2, st.Pending)
-	require.Equal(t, nb.Identity(), st.ShardSet[s].Owner)
+	require.Equal(t, nb.cfg.Identity, st.ShardSet[s].Owner)
 
 	// The old owner cannot fetch from it either, and forgets it.
 	b.push(t, "q", "k", "v3", 3, time.Time{})
@@ -135,7 +135,7 @@ func TestLeasesAreSharedAndHandedOver(t *testing.T) {
 	defer conn.Close()
 	members, err := redis.Strings(conn.Do("ZRANGE", c.keys.Members(), 0, -1))
 	require.NoError(t, err)
-	require.Equal(t, []string{c.Identity()}, members)
+	require.Equal(t, []string{c.cfg.Identity}, members)
 }
 
 // A worker that cannot reach Redis for half its lease TTL cancels its

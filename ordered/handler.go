@@ -9,7 +9,6 @@ import (
 	"strconv"
 
 	"github.com/gojob/gojob/internal/contract"
-	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -58,27 +57,6 @@ func (e *PartialError) Error() string {
 }
 
 func (e *PartialError) Unwrap() error { return e.Err }
-
-// ClassHandlers runs each job of a batch with the sidekiq.Handler of its
-// class, in order, stopping at the first failure (a *PartialError).
-type ClassHandlers map[string]sidekiq.Handler
-
-// errNoHandler fails a job whose class has no handler.
-var errNoHandler = errors.New("ordered: no handler for class")
-
-// Perform runs the batch job by job.
-func (m ClassHandlers) Perform(ctx context.Context, b *Batch) error {
-	for i, job := range b.Jobs {
-		h := m[job.Class()]
-		if h == nil {
-			return &PartialError{Done: i, Err: fmt.Errorf("%w %q", errNoHandler, job.Class())}
-		}
-		if err := h.Perform(ctx, job); err != nil {
-			return &PartialError{Done: i, Err: err}
-		}
-	}
-	return nil
-}
 
 // deliveredJob decodes a stored payload and adds what a handler needs.
 func deliveredJob(queue, key string, payload []byte, score float64, retryCount int) (*wire.Job, error) {

@@ -25,7 +25,7 @@ type beatResult struct {
 // take them: a lease's TTL runs on Redis's clock from the last renewal
 // Redis received, which is later than the beat's start measured here on
 // the monotonic clock (real time on purpose: the TTL is real time too).
-func (w *Worker) beatLoop() {
+func (w *worker) beatLoop() {
 	defer close(w.beatDone)
 	tick := time.NewTicker(w.cfg.LeaseTTL / 4)
 	defer tick.Stop()
@@ -39,7 +39,7 @@ func (w *Worker) beatLoop() {
 	}
 }
 
-func (w *Worker) beatOnce() {
+func (w *worker) beatOnce() {
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.LeaseTTL/4)
 	defer cancel()
 	res, err := w.beat(ctx)
@@ -66,7 +66,7 @@ func (w *Worker) beatOnce() {
 
 // beat runs one heartbeat: renew, release above the fair share, lease up
 // to it (internal/orderedstore/lua/beat.lua).
-func (w *Worker) beat(ctx context.Context) (*beatResult, error) {
+func (w *worker) beat(ctx context.Context) (*beatResult, error) {
 	start := time.Now()
 	w.mu.Lock()
 	args := []any{w.keys.Prefix(), w.cfg.Identity, w.cfg.LeaseTTL.Milliseconds(), w.cfg.Clock.Now().UnixMilli(),

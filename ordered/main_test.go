@@ -3,6 +3,7 @@ package ordered
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/gojob/gojob/internal/clocktest"
 	"github.com/gojob/gojob/internal/orderedstore"
 	"github.com/gojob/gojob/internal/redistest"
+	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -53,7 +55,7 @@ func (b *testBundle) push(t *testing.T, queue, key, payload string, score float6
 
 // worker builds a worker driven by hand (no slots, no heartbeat loop):
 // the test calls beat, fetch and work itself.
-func (b *testBundle) worker(t *testing.T, cfg Config) *Worker {
+func (b *testBundle) worker(t *testing.T, cfg Config) *worker {
 	t.Helper()
 	cfg.Pool = b.pool
 	cfg.Queue = cmpOr(cfg.Queue, "q")
@@ -62,7 +64,7 @@ func (b *testBundle) worker(t *testing.T, cfg Config) *Worker {
 	if cfg.RetryIn == nil {
 		cfg.RetryIn = func(count int) time.Duration { return 10 * time.Second }
 	}
-	w, err := NewWorker(&cfg)
+	w, err := newWorker(&cfg)
 	require.NoError(t, err)
 	w.shards, err = declare(context.Background(), b.pool, w.cfg.Queue, 4, b.clock.Now())
 	require.NoError(t, err)
@@ -80,7 +82,7 @@ func cmpOr(a, b string) string {
 }
 
 // runOnce fetches one batch and works it; it reports whether there was one.
-func (w *Worker) runOnce(t *testing.T) bool {
+func (w *worker) runOnce(t *testing.T) bool {
 	t.Helper()
 	b, err := w.fetch(context.Background())
 	require.NoError(t, err)
@@ -140,4 +142,22 @@ func mustJob(t *testing.T, class string, args ...any) *wire.Job {
 	j, err := wire.NewJob(class, args...)
 	require.NoError(t, err)
 	return j
+}
+
+// classHandlers runs each job of a batch with the sidekiq.Handler of its
+// class, in order, stopping at the first failure (a *PartialError), as
+// gojob ordered work does.
+type classHandlers map[string]sidekiq.Handler
+
+func (m classHandlers) Perform(ctx context.Context, b *Batch) error {
+	for i, job := range b.Jobs {
+		h := m[job.Class()]
+		if h == nil {
+			return &PartialError{Done: i, Err: fmt.Errorf("ordered: no handler for class %q", job.Class())}
+		}
+		if err := h.Perform(ctx, job); err != nil {
+			return &PartialError{Done: i, Err: err}
+		}
+	}
+	return nil
 }

@@ -92,7 +92,7 @@ func TestFailedBatchMergedWithJobPushedMeanwhileKeepsFailedState(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	var w *Worker
+	var w *worker
 	pushed := false
 	w = b.worker(t, Config{Handler: HandlerFunc(func(ctx context.Context, batch *Batch) error {
 		if !pushed {
@@ -113,7 +113,7 @@ func TestFailedBatchMergedWithJobPushedMeanwhileKeepsFailedState(t *testing.T) {
 }
 
 // A *PartialError acknowledges the jobs before the failing one: only the
-// rest goes back (ClassHandlers stops at the first failing job).
+// rest goes back (classHandlers stops at the first failing job).
 func TestPartialFailureAcknowledgesTheJobsThatRan(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// DefaultMaxRetryCount is Lowkiq's default max_retry_count.
-const DefaultMaxRetryCount = 25
+// defaultMaxRetryCount is Lowkiq's default max_retry_count.
+const defaultMaxRetryCount = 25
 
 // defaultRetryIn is Lowkiq's default retry_in: count⁴ + 15 + rand(30) ×
 // (count + 1) seconds (15, 16, 31, 96, 271, … plus jitter), from

@@ -16,13 +16,14 @@ import (
 
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/orderedstore"
+	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // Defaults of Config.
 const (
 	defaultConcurrency  = 10
-	DefaultLeaseTTL     = 10 * time.Second
+	defaultLeaseTTL     = 10 * time.Second
 	defaultPollInterval = 100 * time.Millisecond
 	defaultMaxBatch     = 1000
 )
@@ -30,7 +31,7 @@ const (
 // errClosed is returned by Start on a worker that was stopped.
 var errClosed = errors.New("ordered: worker closed")
 
-// Config configures a Worker.
+// Config configures the worker NewWorker returns.
 type Config struct {
 	Pool  *redis.Pool
 	Queue string
@@ -43,7 +44,8 @@ type Config struct {
 	Concurrency int
 	Handler     Handler
 	// MaxRetryCount is Lowkiq's max_retry_count: a key whose batch failed
-	// this many times sends its oldest payload to the morgue.
+	// this many times sends its oldest payload to the morgue (default 25,
+	// Lowkiq's).
 	MaxRetryCount int
 	// RetryIn is Lowkiq's retry_in(count): the delay before a key that
 	// failed with retry_count count runs again (default Lowkiq's:
@@ -57,7 +59,7 @@ type Config struct {
 	MaxBatch int
 	// LeaseTTL is how long a shard lease lasts without a heartbeat: a
 	// process that dies has its shards taken over after at most this long
-	// (default DefaultLeaseTTL). Heartbeats run every LeaseTTL/4.
+	// (default 10 s). Heartbeats run every LeaseTTL/4.
 	LeaseTTL time.Duration
 	// PollInterval is the wait of a slot that found nothing due (default
 	// 100 ms).
@@ -74,13 +76,13 @@ type Config struct {
 func (c *Config) withDefaults() Config {
 	out := *c
 	out.Concurrency = cmp.Or(out.Concurrency, defaultConcurrency)
-	out.MaxRetryCount = cmp.Or(out.MaxRetryCount, DefaultMaxRetryCount)
+	out.MaxRetryCount = cmp.Or(out.MaxRetryCount, defaultMaxRetryCount)
 	if out.RetryIn == nil {
 		out.RetryIn = defaultRetryIn
 	}
 	out.BatchKeys = cmp.Or(out.BatchKeys, 1)
 	out.MaxBatch = cmp.Or(out.MaxBatch, defaultMaxBatch)
-	out.LeaseTTL = cmp.Or(out.LeaseTTL, DefaultLeaseTTL)
+	out.LeaseTTL = cmp.Or(out.LeaseTTL, defaultLeaseTTL)
 	out.PollInterval = cmp.Or(out.PollInterval, defaultPollInterval)
 	out.ShutdownTimeout = cmp.Or(out.ShutdownTimeout, 25*time.Second)
 	if out.Identity == "" {
@@ -105,10 +107,8 @@ func (c *Config) validate() error {
 	return orderedstore.ValidQueue(c.Queue)
 }
 
-// Worker processes one ordered queue: it leases a fair share of the
-// queue's shards (renewed by a heartbeat, taken over when it dies) and
-// works each leased shard with one slot at a time.
-type Worker struct {
+// worker processes one ordered queue; see NewWorker.
+type worker struct {
 	cfg  Config
 	keys orderedstore.Keys
 	log  zerolog.Logger
@@ -136,8 +136,26 @@ type inflight struct {
 	lost   bool
 }
 
-// NewWorker checks cfg and returns a worker.
-func NewWorker(cfg *Config) (*Worker, error) {
+// NewWorker checks cfg and returns the worker of one ordered queue, a
+// service (srv.Serve(w), or Start and Stop of its own): it leases a fair
+// share of the queue's shards (renewed by a heartbeat, taken over when it
+// dies) and works each leased shard with one slot at a time.
+//
+// Start declares the queue, takes a first share of shards and starts the
+// heartbeat and the slots; it fails with an error matching
+// ErrShardsMismatch when Config.Shards is not the queue's count. Stop
+// stops fetching, waits up to ShutdownTimeout (or its context) for running
+// batches, cancels the rest (their unfinished jobs go back to the queue
+// unchanged), and gives the leases back.
+func NewWorker(cfg *Config) (sidekiq.Service, error) {
+	w, err := newWorker(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+func newWorker(cfg *Config) (*worker, error) {
 	if cfg == nil {
 		return nil, errors.New("ordered: nil Config")
 	}
@@ -145,18 +163,15 @@ func NewWorker(cfg *Config) (*Worker, error) {
 		return nil, err
 	}
 	c := cfg.withDefaults()
-	w := &Worker{cfg: c, keys: orderedstore.KeysOf(c.Queue), held: map[int]string{}, running: map[int]*inflight{},
+	w := &worker{cfg: c, keys: orderedstore.KeysOf(c.Queue), held: map[int]string{}, running: map[int]*inflight{},
 		quit: make(chan struct{}), beatQuit: make(chan struct{}), beatDone: make(chan struct{}),
 		log: c.Logger.With().Str("component", "ordered").Str("queue", c.Queue).Logger()}
 	w.hardCtx, w.hardStop = context.WithCancel(context.Background())
 	return w, nil
 }
 
-// Identity returns the name this worker leases shards under.
-func (w *Worker) Identity() string { return w.cfg.Identity }
-
 // heldShards returns the shards this worker holds a lease on.
-func (w *Worker) heldShards() []int {
+func (w *worker) heldShards() []int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := make([]int, 0, len(w.held))
@@ -167,7 +182,7 @@ func (w *Worker) heldShards() []int {
 }
 
 // swapState moves the worker to state st and returns the one it was in.
-func (w *Worker) swapState(st int) int {
+func (w *worker) swapState(st int) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	old := w.state
@@ -175,9 +190,8 @@ func (w *Worker) swapState(st int) int {
 	return old
 }
 
-// Start declares the queue, takes a first share of shards and starts the
-// heartbeat and the slots.
-func (w *Worker) Start(ctx context.Context) error {
+// Start starts the worker (see NewWorker).
+func (w *worker) Start(ctx context.Context) error {
 	if w.swapState(1) != 0 {
 		return errClosed
 	}
@@ -199,10 +213,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops fetching, waits up to ShutdownTimeout (or ctx) for running
-// batches, cancels the rest (their unfinished jobs go back to the queue
-// unchanged), and gives the leases back.
-func (w *Worker) Stop(ctx context.Context) error {
+// Stop stops the worker (see NewWorker).
+func (w *worker) Stop(ctx context.Context) error {
 	if w.swapState(2) != 1 {
 		return nil
 	}
@@ -229,7 +241,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 
 // release gives the leases back (those with no batch in flight) and
 // leaves the member set.
-func (w *Worker) release(ctx context.Context) error {
+func (w *worker) release(ctx context.Context) error {
 	w.mu.Lock()
 	args := []any{w.keys.Prefix(), w.cfg.Identity}
 	for s, tok := range w.held {
@@ -249,7 +261,7 @@ func (w *Worker) release(ctx context.Context) error {
 }
 
 // sleep waits d or until Stop; it reports false on Stop.
-func (w *Worker) sleep(d time.Duration) bool {
+func (w *worker) sleep(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -260,7 +272,7 @@ func (w *Worker) sleep(d time.Duration) bool {
 	}
 }
 
-func (w *Worker) slotLoop() {
+func (w *worker) slotLoop() {
 	defer w.slots.Done()
 	for {
 		select {
@@ -302,7 +314,7 @@ type fetched struct {
 
 // fetch takes the next batch of the owned shard whose oldest key is the
 // most overdue, or returns nil.
-func (w *Worker) fetch(ctx context.Context) (*fetched, error) {
+func (w *worker) fetch(ctx context.Context) (*fetched, error) {
 	w.mu.Lock()
 	if len(w.held) == 0 {
 		w.mu.Unlock()
@@ -371,7 +383,7 @@ func (w *Worker) fetch(ctx context.Context) (*fetched, error) {
 
 // dropLost forgets shards whose lease is no longer ours and cancels their
 // running batches (whose commits the new token fences off anyway).
-func (w *Worker) dropLost(shards []int) {
+func (w *worker) dropLost(shards []int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, s := range shards {
@@ -388,7 +400,7 @@ func (w *Worker) dropLost(shards []int) {
 }
 
 // work runs a batch's keys through the handler and commits the outcome.
-func (w *Worker) work(b *fetched) {
+func (w *worker) work(b *fetched) {
 	outcomes := make([]outcome, 0, len(b.keys))
 	for _, t := range b.keys {
 		stopped := b.ctx.Err() != nil
@@ -427,7 +439,7 @@ func (w *Worker) work(b *fetched) {
 // into an error. A payload that is not a job (not a JSON object, or no
 // class) cannot be handled, so retrying it is pointless: the jobs before
 // it run, and it goes to the morgue at once, unchanged (a *malformedError).
-func (w *Worker) perform(b *fetched, t *taken) (n int, err error) {
+func (w *worker) perform(b *fetched, t *taken) (n int, err error) {
 	batch := &Batch{Queue: w.cfg.Queue, Key: t.key, Shard: b.shard, RetryCount: t.rc, Scores: t.scores}
 	var bad *malformedError
 	for i, p := range t.payloads {
@@ -448,7 +460,7 @@ func (w *Worker) perform(b *fetched, t *taken) (n int, err error) {
 	return len(t.payloads), err
 }
 
-func (w *Worker) callHandler(ctx context.Context, batch *Batch) (err error) {
+func (w *worker) callHandler(ctx context.Context, batch *Batch) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("ordered: handler panic: %v\n%s", r, debug.Stack())
@@ -459,7 +471,7 @@ func (w *Worker) callHandler(ctx context.Context, batch *Batch) (err error) {
 
 // commit writes the batch's outcomes, retrying on Redis errors until it is
 // written, fenced off, or the shard is no longer ours.
-func (w *Worker) commit(b *fetched, outcomes []outcome) {
+func (w *worker) commit(b *fetched, outcomes []outcome) {
 	args := []any{w.keys.Prefix(), b.shard, w.cfg.Identity, b.token, w.cfg.Clock.Now().UnixMilli()}
 	for _, o := range outcomes {
 		args = append(args, o.args()...)
@@ -493,7 +505,7 @@ func (w *Worker) commit(b *fetched, outcomes []outcome) {
 	}
 }
 
-func (w *Worker) commitOnce(args []any) (bool, error) {
+func (w *worker) commitOnce(args []any) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	conn, err := w.cfg.Pool.GetContext(ctx)

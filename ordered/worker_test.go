@@ -65,10 +65,10 @@ func TestTwoWorkersRunEachKeyInPushOrder(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	check := newOrderCheck()
-	var workers []*Worker
+	var workers []*worker
 	for range 2 {
-		w, err := NewWorker(&Config{Pool: b.pool, Queue: "q", Shards: 4, Concurrency: 3, LeaseTTL: 4 * time.Second,
-			PollInterval: 5 * time.Millisecond, Handler: ClassHandlers{"T": check.handler()},
+		w, err := newWorker(&Config{Pool: b.pool, Queue: "q", Shards: 4, Concurrency: 3, LeaseTTL: 4 * time.Second,
+			PollInterval: 5 * time.Millisecond, Handler: classHandlers{"T": check.handler()},
 			Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
 		require.NoError(t, err)
 		require.NoError(t, w.Start(ctx))
@@ -129,7 +129,7 @@ func TestStopPutsUnfinishedJobsBack(t *testing.T) {
 	started := make(chan struct{})
 	w, err := NewWorker(&Config{Pool: b.pool, Queue: "q", Shards: 4, Concurrency: 1, ShutdownTimeout: 50 * time.Millisecond,
 		PollInterval: 5 * time.Millisecond, Clock: clock.Or(nil),
-		Handler: ClassHandlers{"V": sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
+		Handler: classHandlers{"V": sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 			if s, _ := job.Args()[0].Str(); s == "v2" {
 				close(started)
 				<-ctx.Done()

@@ -136,13 +136,17 @@ func runOrderedBench(ctx context.Context, pool *redis.Pool, n, keys, shards, con
 		}
 		return nil
 	})
-	classes := ordered.ClassHandlers{"BenchJob": perJob}
 	w, err := ordered.NewWorker(&ordered.Config{
 		Pool: pool, Queue: queue, Shards: shards, Concurrency: conc, BatchKeys: batchKeys, Logger: zerolog.Nop(),
 		PollInterval: 5 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
 		Handler: ordered.HandlerFunc(func(ctx context.Context, b *ordered.Batch) error {
 			batches.Add(1)
-			return classes.Perform(ctx, b)
+			for i, job := range b.Jobs {
+				if err := perJob.Perform(ctx, job); err != nil {
+					return &ordered.PartialError{Done: i, Err: err}
+				}
+			}
+			return nil
 		}),
 	})
 	if err != nil {
