@@ -134,7 +134,7 @@ func TestBatchSuccessFiresCallbacksOnce(t *testing.T) {
 	require.ErrorIs(t, err, ErrComplete)
 	_, _, err = tb.batches.Push(ctx, "nosuchbatch", newJob(t, "Work"))
 	require.ErrorIs(t, err, ErrNotFound)
-	list, err := tb.batches.List(ctx, nil)
+	list, err := tb.batches.List(ctx, 0, 0)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 }

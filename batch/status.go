@@ -75,19 +75,10 @@ func epoch(s string) (time.Time, bool) {
 	return contract.FromEpochSeconds(f), true
 }
 
-// ListParams pages List.
-type ListParams struct {
-	// Offset and Limit page the batches, newest first. Limit 0 means 25.
-	Offset, Limit int
-}
-
-// List returns batches, newest first. Batches whose hash has expired are
-// dropped from the list as they are met.
-func (b *Batches) List(ctx context.Context, p *ListParams) ([]*Status, error) {
-	if p == nil {
-		p = &ListParams{}
-	}
-	limit := p.Limit
+// List returns a page of batches, newest first: at most limit (25 when
+// limit is not positive) after the first offset. Batches whose hash has
+// expired are dropped from the list as they are met.
+func (b *Batches) List(ctx context.Context, offset, limit int) ([]*Status, error) {
 	if limit <= 0 {
 		limit = 25
 	}
@@ -96,7 +87,7 @@ func (b *Batches) List(ctx context.Context, p *ListParams) ([]*Status, error) {
 		return nil, fmt.Errorf("batch: list: %w", err)
 	}
 	defer conn.Close()
-	bids, err := redis.Strings(redis.DoContext(conn, ctx, "ZREVRANGE", contract.KeyBatches, p.Offset, p.Offset+limit-1))
+	bids, err := redis.Strings(redis.DoContext(conn, ctx, "ZREVRANGE", contract.KeyBatches, offset, offset+limit-1))
 	if err != nil {
 		return nil, fmt.Errorf("batch: list: %w", err)
 	}

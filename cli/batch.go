@@ -222,7 +222,7 @@ func batchListAction(ctx context.Context, e *adminEnv) error {
 	if err != nil {
 		return err
 	}
-	list, err := b.List(ctx, &batch.ListParams{Offset: e.c.Int("offset"), Limit: e.c.Int("limit")})
+	list, err := b.List(ctx, e.c.Int("offset"), e.c.Int("limit"))
 	if err != nil {
 		return err
 	}

@@ -45,7 +45,7 @@ func (h *handler) batchList(w http.ResponseWriter, r *http.Request) {
 	}
 	page, _ := strconv.Atoi(r.URL.Query().Get("page"))
 	page = max(page, 1)
-	list, err := b.List(r.Context(), &batch.ListParams{Offset: (page - 1) * pageSize, Limit: pageSize})
+	list, err := b.List(r.Context(), (page-1)*pageSize, pageSize)
 	if err != nil {
 		h.fail(w, r, err)
 		return
