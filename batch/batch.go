@@ -18,9 +18,8 @@ import (
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// PayloadKey is the payload key that names a job's batch (a Ruby client
-// that adds a job to a batch sets it; contrib/ruby/gojob_batch.rb).
-const PayloadKey = "gojob_bid"
+// payloadKey is the payload key that names a job's batch.
+const payloadKey = contract.BatchPayloadKey
 
 // proBatchKey is Sidekiq Pro's payload key for a job's batch.
 const proBatchKey = "bid"
@@ -157,7 +156,7 @@ func (b *Batches) Push(ctx context.Context, bid string, job *wire.Job) (jid stri
 	if bid == "" {
 		return "", false, errors.New("batch: push: batch id is required")
 	}
-	job.Set(PayloadKey, rubyjson.StringValue(bid))
+	job.Set(payloadKey, rubyjson.StringValue(bid))
 	queue, payload, ok, err := b.cfg.Client.PushPayload(ctx, job)
 	if err != nil || !ok {
 		return "", ok, err
@@ -219,14 +218,14 @@ func (b *Batches) script(ctx context.Context, s *redis.Script, keys, args []any)
 // PayloadKeys are the payload keys of the jobs Run concerns: a batch's
 // jobs and Sidekiq Pro's (sidekiq.ScopedExtension). The server runs other
 // jobs without calling Run.
-func (b *Batches) PayloadKeys() []string { return []string{PayloadKey, proBatchKey} }
+func (b *Batches) PayloadKeys() []string { return []string{payloadKey, proBatchKey} }
 
 // Run runs a job and, when it belongs to a batch and succeeds, records
 // its success and pushes the callbacks that became due, before the job is
 // acknowledged (sidekiq.RunHook). A job of a Sidekiq Pro batch is
 // refused: the dead set, not run.
 func (b *Batches) Run(ctx context.Context, run *sidekiq.Run, next func(context.Context) error) error {
-	bid, ok := stringField(run.Job, PayloadKey)
+	bid, ok := stringField(run.Job, payloadKey)
 	if !ok {
 		if pro, isPro := stringField(run.Job, proBatchKey); isPro {
 			return sidekiq.Kill(sidekiq.WithErrorClass("Gojob::UnsupportedBatch", fmt.Errorf(
@@ -257,7 +256,7 @@ func (b *Batches) Run(ctx context.Context, run *sidekiq.Run, next func(context.C
 // jobs killed through the api package, set b.JobDied in
 // api.Config.DeathHandlers).
 func (b *Batches) JobDied(ctx context.Context, job *wire.Job, _ error) {
-	bid, ok := stringField(job, PayloadKey)
+	bid, ok := stringField(job, payloadKey)
 	if !ok {
 		return
 	}

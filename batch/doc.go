@@ -9,12 +9,12 @@
 // created with a Parent is a member of it, and succeeds or dies there when
 // it succeeds or completes with deaths.
 //
-// A job of a batch carries the batch id in its payload under "gojob_bid"
-// (PayloadKey). Batches is a sidekiq.Extension: on a job's success it
-// records the success and pushes the callbacks that became due in one Lua
-// step, before the job is acknowledged; a job run again after a crash
-// changes nothing, so a kill -9 anywhere neither loses a callback nor
-// fires one twice. Deaths are recorded by JobDied. Jobs of no batch skip
+// A job of a batch carries the batch id in its payload under "gojob_bid".
+// Batches is a sidekiq.Extension: on a job's success it records the
+// success and pushes the callbacks that became due in one Lua step,
+// before the job is acknowledged; a job run again after a crash changes
+// nothing, so a kill -9 anywhere neither loses a callback nor fires one
+// twice. Deaths are recorded by JobDied. Jobs of no batch skip
 // the extension (PayloadKeys): batches cost them nothing.
 //
 // A job carrying Sidekiq Pro's "bid" is refused: it goes to the dead set

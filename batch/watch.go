@@ -83,14 +83,14 @@ func (b *Batches) watchPass(ctx context.Context, ttl time.Duration) (int, error)
 			return recorded, err
 		}
 		for _, raw := range entries {
-			if !bytes.Contains(raw, []byte(`"`+PayloadKey+`"`)) {
+			if !bytes.Contains(raw, []byte(`"`+payloadKey+`"`)) {
 				continue
 			}
 			job, err := wire.ParseJob(raw)
 			if err != nil {
 				continue
 			}
-			bid, ok := stringField(job, PayloadKey)
+			bid, ok := stringField(job, payloadKey)
 			if !ok {
 				continue
 			}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/gojob/gojob/batch"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/jobctl"
 	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -131,10 +132,10 @@ func (h *handler) fillJobPage(ctx context.Context, d *jobPageData) error {
 	return nil
 }
 
-// jobBatch is the batch a job belongs to (batch.PayloadKey), "" when
+// jobBatch is the batch a job belongs to (contract.BatchPayloadKey), "" when
 // none.
 func jobBatch(j *wire.Job) string {
-	v, ok := j.Get(batch.PayloadKey)
+	v, ok := j.Get(contract.BatchPayloadKey)
 	if !ok {
 		return ""
 	}

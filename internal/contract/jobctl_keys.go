@@ -15,6 +15,10 @@ const (
 	// KeyBatches is the sorted set of batch ids, scored by creation time
 	// (epoch seconds).
 	KeyBatches = "gojob-batches"
+	// BatchPayloadKey is the payload key that names a job's batch (a Ruby
+	// client that adds a job to a batch sets it;
+	// contrib/ruby/gojob_batch.rb).
+	BatchPayloadKey = "gojob_bid"
 )
 
 // CancelKey is the key whose presence asks for the cancellation of the job
