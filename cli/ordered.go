@@ -97,7 +97,7 @@ func runOrdered(c *ucli.Context, o *options, log zerolog.Logger) error {
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := w.Start(ctx); err != nil {
-		if errors.Is(err, ordered.ErrShardsMismatch) || errors.Is(err, ordered.ErrBadQueueName) {
+		if errors.Is(err, ordered.ErrShardsMismatch) || errors.Is(err, orderedstore.ErrBadQueueName) {
 			return ucli.Exit(err.Error(), exitUsage)
 		}
 		return err
@@ -188,7 +188,7 @@ func orderedStatusAction(ctx context.Context, e *adminEnv) error {
 	for _, q := range queues {
 		st, err := orderedstore.Status(ctx, e.pool, q, time.Now())
 		if err != nil {
-			if errors.Is(err, orderedstore.ErrNoQueue) || errors.Is(err, ordered.ErrBadQueueName) {
+			if errors.Is(err, orderedstore.ErrNoQueue) || errors.Is(err, orderedstore.ErrBadQueueName) {
 				return ucli.Exit(fmt.Sprintf("ordered status: no ordered queue %q", q), 2)
 			}
 			return err

@@ -10,6 +10,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/orderedstore"
 	"github.com/gojob/gojob/ordered"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -84,7 +85,7 @@ func pushOrdered(ctx context.Context, e *adminEnv, job *wire.Job) error {
 	}
 	added, err := client.Push(ctx, job, opts)
 	if err != nil {
-		if errors.Is(err, ordered.ErrBadQueueName) {
+		if errors.Is(err, orderedstore.ErrBadQueueName) {
 			return ucli.Exit("push: "+err.Error(), 2)
 		}
 		return err

@@ -20,10 +20,6 @@ import (
 // defaultShards is the shard count of a queue created without one.
 const defaultShards = 16
 
-// ErrBadQueueName is returned for a queue name ordered queues cannot use
-// (empty, or with '{', '}' or whitespace).
-var ErrBadQueueName = orderedstore.ErrBadQueueName
-
 // errNoKey is returned for a push without an ordering key.
 var errNoKey = errors.New("ordered: an ordering key is required")
 

@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"github.com/gojob/gojob/internal/orderedstore"
-	"github.com/gojob/gojob/ordered"
 )
 
 // orderedRow is one ordered queue on the Ordered page.
@@ -52,7 +51,7 @@ func (h *handler) orderedQueue(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := r.PathValue("queue")
 	st, err := orderedstore.Status(ctx, h.cfg.Pool, q, h.clock.Now())
-	if h.failed(w, r, err, "ordered queue "+strconv.Quote(q), orderedstore.ErrNoQueue, ordered.ErrBadQueueName) {
+	if h.failed(w, r, err, "ordered queue "+strconv.Quote(q), orderedstore.ErrNoQueue, orderedstore.ErrBadQueueName) {
 		return
 	}
 	pg, off := newPager(r, int64(st.MorgueKeys))
@@ -85,7 +84,7 @@ func (h *handler) orderedAction(w http.ResponseWriter, r *http.Request) {
 		keys, what = []string{key}, "key "+key
 	}
 	n, err := orderedstore.MorgueApply(ctx, h.cfg.Pool, q, action, keys, h.clock.Now())
-	if h.failed(w, r, err, "ordered queue "+strconv.Quote(q), orderedstore.ErrNoQueue, ordered.ErrBadQueueName) {
+	if h.failed(w, r, err, "ordered queue "+strconv.Quote(q), orderedstore.ErrNoQueue, orderedstore.ErrBadQueueName) {
 		return
 	}
 	verb := "requeued"
