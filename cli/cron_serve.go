@@ -51,8 +51,8 @@ func cronLayoutChoice(ctx context.Context, c *ucli.Context, pool *redis.Pool) (l
 		return l, false, err
 	}
 	defer conn.Close()
-	conn.Send("SCARD", cron.Layout{V1: true}.SetKey())
-	conn.Send("SCARD", l.SetKey())
+	conn.Send("SCARD", contract.CronSetKey(true, ""))
+	conn.Send("SCARD", contract.CronSetKey(false, l.Namespace))
 	n, err := redis.Ints(redis.DoContext(conn, ctx, ""))
 	if err != nil {
 		return l, false, err

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/cronschedule"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
@@ -34,13 +35,8 @@ func (l Layout) ns() string {
 	return l.Namespace
 }
 
-// SetKey is the set of the jobs' hash keys.
-func (l Layout) SetKey() string {
-	if l.V1 {
-		return "cron_jobs"
-	}
-	return "cron_jobs:" + l.ns()
-}
+// setKey is the set of the jobs' hash keys.
+func (l Layout) setKey() string { return contract.CronSetKey(l.V1, l.Namespace) }
 
 // jobKey is the hash of job name.
 func (l Layout) jobKey(name string) string {

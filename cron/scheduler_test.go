@@ -52,7 +52,7 @@ func TestTwoSchedulersEnqueueEachTickOnce(t *testing.T) {
 			if !l.V1 {
 				fields = append(fields, "namespace", "default", "source", "dynamic", "retry", "true")
 			}
-			_, err := conn.Do("SADD", l.SetKey(), key)
+			_, err := conn.Do("SADD", l.setKey(), key)
 			require.NoError(t, err)
 			_, err = conn.Do("HSET", fields...)
 			require.NoError(t, err)

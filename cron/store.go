@@ -73,7 +73,7 @@ func (s *Store) Save(ctx context.Context, j *Job) error {
 	defer conn.Close()
 	now := s.clock().Now()
 	key := s.Layout.jobKey(j.Name)
-	conn.Send("SADD", s.Layout.SetKey(), key)
+	conn.Send("SADD", s.Layout.setKey(), key)
 	conn.Send("HSET", append([]any{key}, j.fields(s.Layout)...)...)
 	if tick, ok := latestTick(sched, now, s.Location); ok {
 		// EXISTS-then-ZADD as the gem does, as one step.
@@ -105,7 +105,7 @@ func (s *Store) List(ctx context.Context) ([]*Job, error) {
 		return nil, err
 	}
 	defer conn.Close()
-	keys, err := redis.Strings(redis.DoContext(conn, ctx, "SMEMBERS", s.Layout.SetKey()))
+	keys, err := redis.Strings(redis.DoContext(conn, ctx, "SMEMBERS", s.Layout.setKey()))
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +183,7 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 		return err
 	}
 	defer conn.Close()
-	conn.Send("SREM", s.Layout.SetKey(), s.Layout.jobKey(name))
+	conn.Send("SREM", s.Layout.setKey(), s.Layout.jobKey(name))
 	conn.Send("DEL", s.Layout.enqueuedKey(name))
 	conn.Send("DEL", s.Layout.historyKey(name))
 	conn.Send("DEL", s.Layout.jobKey(name))

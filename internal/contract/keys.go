@@ -64,3 +64,16 @@ const (
 // gojob processes stop fetching from them within a second; Ruby processes
 // only when they load contrib/ruby/gojob.rb.
 const KeyPausedQueues = "gojob-paused-queues"
+
+// CronSetKey is sidekiq-cron's set of its jobs' hash keys: cron_jobs in
+// the gem's 1.x layout, cron_jobs:<namespace> in 2.x ("default" when
+// namespace is empty).
+func CronSetKey(v1 bool, namespace string) string {
+	if v1 {
+		return "cron_jobs"
+	}
+	if namespace == "" {
+		namespace = "default"
+	}
+	return "cron_jobs:" + namespace
+}
