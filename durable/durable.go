@@ -31,10 +31,6 @@ var errNoDatabase = errors.New("durable: no database available")
 // database does not answer.
 const defaultMaxPendingWrites = 100_000
 
-// ErrPendingWrites reports that writes finishing jobs' rows were still
-// waiting for their database when the Durable stopped.
-var ErrPendingWrites = store.ErrPendingWrites
-
 // Config configures a Durable.
 type Config struct {
 	// URLs are the storage databases, in order: postgres:// (or
@@ -184,8 +180,9 @@ func New(cfg *Config) (*Durable, error) {
 // Stop ends the background retry of the writes that finish jobs' rows
 // and failed because their database did not answer: it tries each once
 // more within ctx, logs those still pending at error level (jid, database,
-// write) for an operator to act on, and then returns an error wrapping
-// ErrPendingWrites. Writes that fail later are logged, not retried. Call
+// write) for an operator to act on, and then returns an error saying how
+// many were left (nil when none was). Writes that fail later are logged,
+// not retried. Call
 // it at shutdown, after the server stopped running jobs and before Close.
 // The retry loop starts by itself when a write is first queued.
 func (d *Durable) Stop(ctx context.Context) error {

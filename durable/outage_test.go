@@ -428,7 +428,7 @@ func TestStopTriesPendingWritesOnceAndLogsTheRest(t *testing.T) {
 		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		err := b.d.Stop(stopCtx)
-		require.ErrorIs(t, err, ErrPendingWrites)
+		require.ErrorIs(t, err, store.ErrPendingWrites)
 		require.Equal(t, 1, b.logs.Count("error", "still pending at shutdown"))
 		require.Equal(t, 1, b.logs.Count("error", `"jid":"`+jid+`"`))
 		require.Equal(t, 1, b.logs.Count("error", `"database":"`+b.d.stores[0].Name()+`"`))
