@@ -97,7 +97,7 @@ func runOrdered(c *ucli.Context, o *options, log zerolog.Logger) error {
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := w.Start(ctx); err != nil {
-		if errors.Is(err, ordered.ErrShardsMismatch) || errors.Is(err, orderedstore.ErrBadQueueName) {
+		if errors.Is(err, orderedstore.ErrShardsMismatch) || errors.Is(err, orderedstore.ErrBadQueueName) {
 			return ucli.Exit(err.Error(), exitUsage)
 		}
 		return err

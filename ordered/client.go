@@ -23,13 +23,10 @@ const defaultShards = 16
 // errNoKey is returned for a push without an ordering key.
 var errNoKey = errors.New("ordered: an ordering key is required")
 
-// ErrShardsMismatch is matched (errors.Is) by the error of a worker
-// configured with another shard count than its queue has. Changing the
-// count would send a key's later jobs to another shard, where they could
-// overtake its earlier ones; see docs/ordered.md for a migration.
-var ErrShardsMismatch = errors.New("ordered: a queue's shard count cannot change")
-
-// shardsMismatchError is the ErrShardsMismatch of one queue.
+// shardsMismatchError fails a worker configured with another shard count
+// than its queue has. Changing the count would send a key's later jobs to
+// another shard, where they could overtake its earlier ones; see
+// docs/ordered.md for a migration.
 type shardsMismatchError struct {
 	Queue      string
 	Shards     int // the queue's
@@ -41,7 +38,7 @@ func (e *shardsMismatchError) Error() string {
 		e.Queue, e.Shards, e.Configured)
 }
 
-func (e *shardsMismatchError) Is(target error) bool { return target == ErrShardsMismatch }
+func (e *shardsMismatchError) Is(target error) bool { return target == orderedstore.ErrShardsMismatch }
 
 // ClientConfig configures a Client.
 type ClientConfig struct {

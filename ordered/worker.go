@@ -35,9 +35,8 @@ var errClosed = errors.New("ordered: worker closed")
 type Config struct {
 	Pool  *redis.Pool
 	Queue string
-	// Shards is the queue's shard count: 0 adopts the queue's (or
-	// 16 for a new queue); another count than the queue's is an
-	// error (ErrShardsMismatch).
+	// Shards is the queue's shard count: 0 adopts the queue's (or 16 for
+	// a new queue); another count than the queue's fails Start.
 	Shards int
 	// Concurrency is the number of slots (default 10); each works one shard
 	// at a time.
@@ -142,11 +141,10 @@ type inflight struct {
 // dies) and works each leased shard with one slot at a time.
 //
 // Start declares the queue, takes a first share of shards and starts the
-// heartbeat and the slots; it fails with an error matching
-// ErrShardsMismatch when Config.Shards is not the queue's count. Stop
-// stops fetching, waits up to ShutdownTimeout (or its context) for running
-// batches, cancels the rest (their unfinished jobs go back to the queue
-// unchanged), and gives the leases back.
+// heartbeat and the slots; it fails when Config.Shards is not the queue's
+// count. Stop stops fetching, waits up to ShutdownTimeout (or its context)
+// for running batches, cancels the rest (their unfinished jobs go back to
+// the queue unchanged), and gives the leases back.
 func NewWorker(cfg *Config) (sidekiq.Service, error) {
 	w, err := newWorker(cfg)
 	if err != nil {

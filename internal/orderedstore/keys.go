@@ -21,6 +21,10 @@ const KeyQueues = "gojob:ordered:queues"
 // ErrBadQueueName is returned for a queue name ordered queues cannot use.
 var ErrBadQueueName = errors.New("ordered: queue name must be non-empty and contain no '{', '}' or whitespace")
 
+// ErrShardsMismatch is matched (errors.Is) by the error of a worker
+// configured with another shard count than its queue has.
+var ErrShardsMismatch = errors.New("ordered: a queue's shard count cannot change")
+
 // ValidQueue checks a queue name: its keys carry it as a hash tag.
 func ValidQueue(q string) error {
 	if q == "" || strings.ContainsAny(q, "{} \t\r\n") {
