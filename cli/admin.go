@@ -1,11 +1,9 @@
 package cli
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -88,14 +86,10 @@ func statsAction(ctx context.Context, e *adminEnv) error {
 			Processed int64  `json:"processed"`
 			Failed    int64  `json:"failed"`
 		}
-		// Largest first, then by name, as Ruby's Stats#queues.
 		queues := make([]queueRow, 0, len(st.Queues))
-		for name, size := range st.Queues {
-			queues = append(queues, queueRow{name, size})
+		for _, q := range st.Queues {
+			queues = append(queues, queueRow{q.Name, q.Size})
 		}
-		slices.SortFunc(queues, func(x, y queueRow) int {
-			return cmp.Or(cmp.Compare(y.Size, x.Size), cmp.Compare(x.Name, y.Name))
-		})
 		days := make([]dayRow, 0, len(hist))
 		for _, d := range hist {
 			days = append(days, dayRow{d.Date, d.Processed, d.Failed})

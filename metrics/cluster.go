@@ -59,13 +59,13 @@ func (c *cluster) collect(ctx context.Context, ch chan<- prometheus.Metric) erro
 	ch <- prometheus.MustNewConstMetric(descSetSize, prometheus.GaugeValue, float64(st.Retries), "retry")
 	ch <- prometheus.MustNewConstMetric(descSetSize, prometheus.GaugeValue, float64(st.Scheduled), "schedule")
 	ch <- prometheus.MustNewConstMetric(descSetSize, prometheus.GaugeValue, float64(st.Dead), "dead")
-	for name, size := range st.Queues {
-		ch <- prometheus.MustNewConstMetric(descQueueSize, prometheus.GaugeValue, float64(size), name)
-		lat, err := c.admin.Queue(name).Latency(ctx)
+	for _, q := range st.Queues {
+		ch <- prometheus.MustNewConstMetric(descQueueSize, prometheus.GaugeValue, float64(q.Size), q.Name)
+		lat, err := c.admin.Queue(q.Name).Latency(ctx)
 		if err != nil {
 			return err
 		}
-		ch <- prometheus.MustNewConstMetric(descQueueLat, prometheus.GaugeValue, lat.Seconds(), name)
+		ch <- prometheus.MustNewConstMetric(descQueueLat, prometheus.GaugeValue, lat.Seconds(), q.Name)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,9 +35,15 @@ type Stats struct {
 	// from its enqueued_at or else created_at read by lexical type (0 when
 	// the queue is empty or its tail is not a JSON object).
 	DefaultQueueLatency time.Duration
-	// Queues holds the length of every queue of the queues set, by name
-	// (Ruby's Stats#queues).
-	Queues map[string]int64
+	// Queues holds every queue of the queues set with its length, largest
+	// first, then by name (Ruby's Stats#queues).
+	Queues []QueueSize
+}
+
+// QueueSize is a queue name with its length.
+type QueueSize struct {
+	Name string
+	Size int64
 }
 
 // Stats reads the dashboard numbers in two pipelined round trips (plus more
@@ -104,7 +111,6 @@ func (a *API) Stats(ctx context.Context) (*Stats, error) {
 	if err := conn.Flush(); err != nil {
 		return nil, fmt.Errorf("sidekiq: stats: %w", err)
 	}
-	st.Queues = make(map[string]int64, len(queues))
 	for range procs {
 		r, err := redis.ReceiveContext(conn, ctx)
 		if err != nil {
@@ -118,8 +124,11 @@ func (a *API) Stats(ctx context.Context) (*Stats, error) {
 			return nil, fmt.Errorf("sidekiq: stats: %w", err)
 		}
 		st.Enqueued += n
-		st.Queues[q] = n
+		st.Queues = append(st.Queues, QueueSize{Name: q, Size: n})
 	}
+	slices.SortFunc(st.Queues, func(x, y QueueSize) int {
+		return cmp.Or(cmp.Compare(y.Size, x.Size), cmp.Compare(x.Name, y.Name))
+	})
 	return st, nil
 }
 

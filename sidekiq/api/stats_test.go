@@ -42,7 +42,9 @@ func TestAPIStats(t *testing.T) {
 		Processed: 120, Failed: 7,
 		Scheduled: 2, Retries: 1, Dead: 3,
 		Processes: 3, Busy: 5, Enqueued: 8,
-		Queues: map[string]int64{"big": 3, "low": 3, "default": 2, "empty": 0},
+		Queues: []api.QueueSize{
+			{Name: "big", Size: 3}, {Name: "low", Size: 3}, {Name: "default", Size: 2}, {Name: "empty", Size: 0},
+		},
 	}, st)
 }
 
@@ -86,7 +88,7 @@ func TestAPIStatsManyProcessesAndQueues(t *testing.T) {
 	require.EqualValues(t, 2500, st.Busy)
 	require.EqualValues(t, 2500, st.Enqueued)
 	require.Len(t, st.Queues, 2500)
-	require.EqualValues(t, 1, st.Queues["q0000"])
+	require.Equal(t, "q0000", st.Queues[0].Name)
 }
 
 func TestAPIHistory(t *testing.T) {

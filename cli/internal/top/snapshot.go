@@ -136,16 +136,16 @@ func (s *APISource) Snapshot(ctx context.Context) (*Snapshot, error) {
 	for _, q := range paused {
 		isPaused[q] = true
 	}
-	for name, size := range st.Queues {
-		lat, err := s.API.Queue(name).Latency(ctx)
+	for _, q := range st.Queues {
+		lat, err := s.API.Queue(q.Name).Latency(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, err
 			}
 			lat = -1 // its oldest job is not JSON: shown as unknown
 		}
-		snap.Queues = append(snap.Queues, Queue{Name: name, Size: size, Latency: lat, Paused: isPaused[name]})
-		delete(isPaused, name)
+		snap.Queues = append(snap.Queues, Queue{Name: q.Name, Size: q.Size, Latency: lat, Paused: isPaused[q.Name]})
+		delete(isPaused, q.Name)
 	}
 	// A paused queue that is not in the queues set (emptied) stays listed,
 	// to be unpaused.
