@@ -100,7 +100,7 @@ func queueJobsAction(ctx context.Context, e *adminEnv) error {
 				continue
 			}
 			out := row{JID: r.Job.JID(), Class: jobClass(r.Job), Args: displayArgsJSON(r.Job), JobID: contract.ActiveJobID(r.Job), Payload: json.RawMessage(r.Value)}
-			if t, ok := r.Job.EnqueuedAt(); ok {
+			if t, ok := r.Job.Time("enqueued_at"); ok {
 				t = t.UTC()
 				out.EnqueuedAt = &t
 			}
@@ -127,7 +127,7 @@ func queueJobsAction(ctx context.Context, e *adminEnv) error {
 			fmt.Fprintf(tw, "-\t-\t-\t(unparsable payload) %s\n", firstLine(string(r.Value), 60))
 			continue
 		}
-		at, _ := r.Job.EnqueuedAt()
+		at, _ := r.Job.Time("enqueued_at")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", textTime(at), r.Job.JID(), jobClass(r.Job), firstLine(string(displayArgsJSON(r.Job)), 60))
 	}
 	return tw.Flush()

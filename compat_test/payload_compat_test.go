@@ -209,13 +209,13 @@ func pcRequireAccessors(t *testing.T, job *wire.Job, r pcRec) {
 		t.Fatalf("%s: unexpected backtrace %v", jid, r.Backtrace)
 	}
 
-	ca, ok := job.CreatedAt()
+	ca, ok := job.Time("created_at")
 	pcRequireTimeNear(t, r.CreatedAt, ca, ok, jid+" created_at")
 	if r.EnqueuedAt == nil {
-		_, ok := job.EnqueuedAt()
+		_, ok := job.Time("enqueued_at")
 		require.False(t, ok, "%s: Go reads an enqueued_at Ruby does not see", jid)
 	} else {
-		ea, ok := job.EnqueuedAt()
+		ea, ok := job.Time("enqueued_at")
 		pcRequireTimeNear(t, r.EnqueuedAt, ea, ok, jid+" enqueued_at")
 	}
 }

@@ -133,7 +133,7 @@ const repushSlack = time.Second
 // scheduler's and the retry poller's re-pushes, a retry from the API, a
 // push of the same jid from inside the job.
 func isRepush(job *wire.Job, now time.Time) bool {
-	created, ok := job.CreatedAt()
+	created, ok := job.Time("created_at")
 	return ok && created.Before(now.Add(-repushSlack))
 }
 

@@ -368,7 +368,7 @@ func backtraceOf(err error) []string {
 // would on the same payload.
 func failedAtFor(msg *wire.Job, v wire.Version) (time.Time, bool) {
 	if contract.MillisecondTimestamps(v) {
-		return msg.FailedAt()
+		return msg.Time("failed_at")
 	}
 	raw, ok := msg.Get("failed_at")
 	if !ok {

@@ -154,7 +154,7 @@ func pollerPushAsRubyDid(t *testing.T, dir string, v wire.Version) {
 	raw := rubyfixtures.Read(t, dir, "poller_enqueued.json")
 	j, err := wire.ParseJob(raw)
 	require.NoError(t, err)
-	enq, _ := j.EnqueuedAt()
+	enq, _ := j.Time("enqueued_at")
 	j.Delete("enqueued_at") // the schedule member Ruby's poller popped
 	member, err := wire.ParseJob(j.Encode())
 	require.NoError(t, err)
@@ -215,7 +215,7 @@ func failuresWriteRubysEntries(t *testing.T, dir string, v wire.Version, jitter 
 	require.NoError(t, err)
 	frames, err := want.ErrorBacktrace()
 	require.NoError(t, err)
-	failedAt, _ := want.FailedAt()
+	failedAt, _ := want.Time("failed_at")
 	reg := &registration{opts: HandlerOptions{Retry: 2}}
 	failure := &rubyError{class: "ArgumentError", msg: want.ErrorMessage(), frames: frames}
 	plan := s.proc.planRetry("default", capturedOriginal(t, retryRaw), reg, failure, failedAt, func(int) int { return jitter })
@@ -239,7 +239,7 @@ func failuresWriteRubysEntries(t *testing.T, dir string, v wire.Version, jitter 
 	deadRaw := rubyfixtures.Read(t, dir, "dead_retry_0.json")
 	dead, err := wire.ParseJob(deadRaw)
 	require.NoError(t, err)
-	failedAt, _ = dead.FailedAt()
+	failedAt, _ = dead.Time("failed_at")
 	plan = s.proc.planRetry("default", capturedOriginal(t, deadRaw), &registration{opts: HandlerOptions{Retry: 0}},
 		&rubyError{class: "RuntimeError", msg: "ruby dies"}, failedAt, func(int) int { return 0 })
 	require.True(t, plan.toDead)

@@ -591,8 +591,8 @@ func TestPushMatchesRubyCapture(t *testing.T) {
 	raw := rubyfixtures.Read(t, "7.3.10", "client_activejob.json")
 	want, err := wire.ParseJob(raw)
 	require.NoError(t, err)
-	created, _ := want.CreatedAt()
-	enqueued, _ := want.EnqueuedAt()
+	created, _ := want.Time("created_at")
+	enqueued, _ := want.Time("enqueued_at")
 	c, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: redistest.Start(t).Pool(t), Version: wire.Version7,
 		Clock: clocktest.NewSequence(created, enqueued)})
 	require.NoError(t, err)
@@ -617,8 +617,8 @@ func TestPushMatchesRuby8Capture(t *testing.T) {
 	raw := rubyfixtures.Read(t, "8.1.7", "client_activejob.json")
 	want, err := wire.ParseJob(raw)
 	require.NoError(t, err)
-	created, _ := want.CreatedAt()
-	enqueued, _ := want.EnqueuedAt()
+	created, _ := want.Time("created_at")
+	enqueued, _ := want.Time("enqueued_at")
 	c, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: redistest.Start(t).Pool(t), Version: wire.Version8,
 		Clock: clocktest.NewSequence(created, enqueued)})
 	require.NoError(t, err)

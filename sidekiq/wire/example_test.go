@@ -25,7 +25,7 @@ func ExampleParseJob() {
 		panic(err)
 	}
 	fmt.Println(job.Class(), job.Queue(), job.JID())
-	enq, _ := job.EnqueuedAt()
+	enq, _ := job.Time("enqueued_at")
 	fmt.Println(job.Latency(enq.Add(2 * time.Second)))
 	// Output:
 	// HardJob critical b4a577edbccf1d805744efa9

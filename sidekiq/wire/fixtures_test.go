@@ -428,14 +428,14 @@ func checkTimestamps(t *testing.T, m *fixtureManifest, j *wire.Job, e jobExpect)
 		require.True(t, ok, key)
 		require.Equal(t, te.UnixNS, got.UnixNano(), "%s: Go reads %s, Ruby %s", key, got.UTC(), time.Unix(0, te.UnixNS).UTC())
 	}
-	if ca, ok := j.CreatedAt(); ok {
+	if ca, ok := j.Time("created_at"); ok {
 		ct, _ := j.Time("created_at")
 		require.Equal(t, ct, ca)
 	}
 	if _, ok := e.Timestamps["failed_at"]; ok {
-		fa, ok := j.FailedAt()
+		fa, ok := j.Time("failed_at")
 		require.True(t, ok)
-		ca, ok := j.CreatedAt()
+		ca, ok := j.Time("created_at")
 		require.True(t, ok)
 		require.False(t, fa.Before(ca), "failed_at after created_at")
 	}
@@ -487,7 +487,7 @@ func checkScore(t *testing.T, m *fixtureManifest, f fixtureEntry, j *wire.Job) {
 		require.True(t, ok)
 		last, ok := j.Time("retried_at")
 		if !ok {
-			last, ok = j.FailedAt()
+			last, ok = j.Time("failed_at")
 			require.True(t, ok)
 		}
 		base := float64(count*count*count*count + 15)
@@ -499,7 +499,7 @@ func checkScore(t *testing.T, m *fixtureManifest, f fixtureEntry, j *wire.Job) {
 		require.GreaterOrEqual(t, delay, base-0.001, "retry delay")
 		require.LessOrEqual(t, delay, base+jitter+1, "retry delay")
 	case "schedule":
-		ca, ok := j.CreatedAt()
+		ca, ok := j.Time("created_at")
 		require.True(t, ok)
 		require.False(t, j.Has("enqueued_at"), "scheduled jobs have no enqueued_at")
 		require.False(t, j.Has("at"), "at is removed from the stored job")
@@ -511,7 +511,7 @@ func checkScore(t *testing.T, m *fixtureManifest, f fixtureEntry, j *wire.Job) {
 	case "dead":
 		last, ok := j.Time("retried_at")
 		if !ok {
-			last, ok = j.FailedAt()
+			last, ok = j.Time("failed_at")
 		}
 		require.True(t, ok)
 		require.False(t, at.Before(last.Add(-time.Millisecond)), "died after its last failure")
@@ -606,7 +606,7 @@ func checkWork(t *testing.T, f fixtureEntry, data []byte) {
 	require.Equal(t, e.JID, j.JID())
 	require.Equal(t, e.Queue, j.Queue())
 	n, _ := runAt.Int()
-	ea, ok := j.EnqueuedAt()
+	ea, ok := j.Time("enqueued_at")
 	require.True(t, ok)
 	require.InDelta(t, float64(ea.Unix()), float64(n), 60, "run_at is seconds, near enqueued_at")
 }

@@ -266,21 +266,12 @@ func (j *Job) Time(key string) (time.Time, bool) {
 // SetTime writes a timestamp field in the format of version v.
 func (j *Job) SetTime(key string, t time.Time, v Version) { j.Set(key, timestampValue(t, v)) }
 
-// CreatedAt returns "created_at".
-func (j *Job) CreatedAt() (time.Time, bool) { return j.Time("created_at") }
-
-// EnqueuedAt returns "enqueued_at".
-func (j *Job) EnqueuedAt() (time.Time, bool) { return j.Time("enqueued_at") }
-
-// FailedAt returns "failed_at".
-func (j *Job) FailedAt() (time.Time, bool) { return j.Time("failed_at") }
-
 // Latency returns how long the job has waited: now - (enqueued_at ||
 // created_at), or 0 when neither is set (Sidekiq's calculate_latency).
 func (j *Job) Latency(now time.Time) time.Duration {
-	t, ok := j.EnqueuedAt()
+	t, ok := j.Time("enqueued_at")
 	if !ok {
-		if t, ok = j.CreatedAt(); !ok {
+		if t, ok = j.Time("created_at"); !ok {
 			return 0
 		}
 	}

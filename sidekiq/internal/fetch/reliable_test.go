@@ -538,7 +538,7 @@ func TestRecoveryBuriesPoisonPills(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "Gojob::PoisonPill", j.ErrorClass())
 		require.Contains(t, j.ErrorMessage(), "died 3 times")
-		_, ok := j.FailedAt()
+		_, ok := j.Time("failed_at")
 		require.True(t, ok)
 	}
 	require.Len(t, died, 2)

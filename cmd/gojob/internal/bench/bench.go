@@ -281,7 +281,7 @@ func runBench(ctx context.Context, pool *redis.Pool, spec benchSpec) (*Result, e
 	hooks.server(srv)
 	srv.Handle("BenchJob", sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 		if measuring.Load() {
-			if t, ok := job.EnqueuedAt(); ok {
+			if t, ok := job.Time("enqueued_at"); ok {
 				d := time.Since(t)
 				latMu.Lock()
 				latencies = append(latencies, d)

@@ -71,7 +71,7 @@ func WorkerCommand() *ucli.Command {
 				return err
 			})
 			benchPickup := sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
-				t, ok := job.EnqueuedAt()
+				t, ok := job.Time("enqueued_at")
 				if !ok {
 					return errors.New("BenchPickup without enqueued_at")
 				}
