@@ -11,6 +11,7 @@ import (
 
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -31,10 +32,10 @@ func TestMembersListPendingAndDeadJobsWithErrors(t *testing.T) {
 	}
 	pass := push(newJob(t, "Pass"))
 	flaky := newJob(t, "Flaky")
-	require.NoError(t, flaky.SetRetry(5))
+	flaky.Set("retry", rubyjson.IntValue(5))
 	flakyJID := push(flaky)
 	fatal := newJob(t, "Fatal")
-	require.NoError(t, fatal.SetRetry(0))
+	fatal.Set("retry", rubyjson.IntValue(0))
 	fatalJID := push(fatal)
 	waiting := newJob(t, "Waiting")
 	waiting.SetQueue("elsewhere")

@@ -13,6 +13,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -185,7 +186,7 @@ func pushDemo(ctx context.Context, c *sidekiq.Client) error {
 		if err != nil {
 			return err
 		}
-		j.SetRetry(3)
+		j.Set("retry", rubyjson.IntValue(3))
 		if _, err := c.Push(ctx, j, nil); err != nil {
 			return err
 		}

@@ -65,15 +65,15 @@ func (s *pushSpec) build() (*wire.Job, *sidekiq.PushOpts, error) {
 	switch s.retry {
 	case "":
 	case "true":
-		job.SetRetry(true)
+		job.Set("retry", rubyjson.BoolValue(true))
 	case "false":
-		job.SetRetry(false)
+		job.Set("retry", rubyjson.BoolValue(false))
 	default:
 		n, err := strconv.Atoi(s.retry)
 		if err != nil || n < 0 {
 			return nil, nil, fmt.Errorf("%s must be true, false or a number", s.name("retry"))
 		}
-		job.SetRetry(n)
+		job.Set("retry", rubyjson.IntValue(int64(n)))
 	}
 	if s.jid != "" {
 		job.SetJID(s.jid)

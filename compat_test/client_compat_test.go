@@ -141,7 +141,7 @@ func TestClientCompatGoPushRubyReads(t *testing.T) {
 	opts, err := wire.NewJob("PcGoWorker", 1, 2.0, "ü")
 	require.NoError(t, err)
 	opts.SetQueue("pc_push")
-	require.NoError(t, opts.SetRetry(3))
+	opts.Set("retry", rubyjson.IntValue(3))
 	opts.Set("backtrace", rubyjson.BoolValue(true))
 	opts.Set("tags", rubyjson.ArrayValue(rubyjson.StringValue("t1"), rubyjson.StringValue("ü")))
 	opts.Set("pc_custom", rubyjson.ArrayValue(rubyjson.FloatValue(1), rubyjson.StringValue("v"), rubyjson.NullValue()))

@@ -142,7 +142,9 @@ func uiPush(t *testing.T, e *env, queue, class string, retry any, args ...any) s
 	require.NoError(t, err)
 	job.SetQueue(queue)
 	if retry != nil {
-		require.NoError(t, job.SetRetry(retry))
+		v, err := rubyjson.FromGo(retry)
+		require.NoError(t, err)
+		job.Set("retry", v)
 	}
 	res, err := e.client.Push(context.Background(), job, nil)
 	require.NoError(t, err)
@@ -521,7 +523,7 @@ func TestWebUICompatDeadPage(t *testing.T) {
 	jobA, err := wire.NewJob("SvDoomedJob", "A")
 	require.NoError(t, err)
 	jobA.SetQueue("svdead")
-	require.NoError(t, jobA.SetRetry(0))
+	jobA.Set("retry", rubyjson.IntValue(0))
 	jobA.Set("backtrace", rubyjson.BoolValue(true))
 	resA, err := e.client.Push(context.Background(), jobA, nil)
 	require.NoError(t, err)

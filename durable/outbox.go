@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -60,7 +61,7 @@ func (o *Outbox[T]) Enqueue(ctx context.Context, tx T, job *wire.Job) error {
 		return errors.New("durable: enqueue: nil job")
 	}
 	if !job.Has("retry") {
-		job.SetRetry(true)
+		job.Set("retry", rubyjson.BoolValue(true))
 	}
 	if !job.Has("queue") {
 		job.SetQueue("default")

@@ -23,6 +23,7 @@ import (
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/api"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -132,7 +133,7 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 		require.NoError(t, err)
 	}
 	bad, _ := wire.NewJob("Bad")
-	bad.SetRetry(false)
+	bad.Set("retry", rubyjson.BoolValue(false))
 	_, err = c.Push(ctx, bad, nil)
 	require.NoError(t, err)
 	_, err = c.Enqueue(ctx, "mail", "Limited")

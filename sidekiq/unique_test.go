@@ -139,7 +139,7 @@ func TestUniqueLockReleasedAtSuccessStartOrDeath(t *testing.T) {
 	wait.For(t, "the success to release its lock", func() bool { return !locked(succ) })
 
 	retried := uniqueJob(t, "Fails", 60, "", "r")
-	retried.SetRetry(3)
+	retried.Set("retry", rubyjson.IntValue(3))
 	_, err = c.Push(ctx, retried, nil)
 	require.NoError(t, err)
 	wait.For(t, "the retry", func() bool {
@@ -149,7 +149,7 @@ func TestUniqueLockReleasedAtSuccessStartOrDeath(t *testing.T) {
 	require.True(t, locked(retried), "a retry keeps the lock")
 
 	dies := uniqueJob(t, "Fails", 60, "", "d")
-	dies.SetRetry(0) // straight to the dead set
+	dies.Set("retry", rubyjson.IntValue(0)) // straight to the dead set
 	_, err = c.Push(ctx, dies, nil)
 	require.NoError(t, err)
 	wait.For(t, "the death", func() bool {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/api"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -35,7 +36,7 @@ func main() {
 
 	later, err := wire.NewJob("ReportJob", "daily")
 	check(err)
-	later.SetRetry(3)
+	later.Set("retry", rubyjson.IntValue(3))
 	_, err = client.Push(ctx, later, &sidekiq.PushOpts{In: time.Hour})
 	check(err)
 

@@ -2,8 +2,10 @@ package typed
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
 
 // Args is an arguments type that names its job class, as River's JobArgs
@@ -44,8 +46,13 @@ func Push[T Args](ctx context.Context, c *sidekiq.Client, args T, opts *sidekiq.
 			job.SetQueue(jo.Queue)
 		}
 		if jo.Retry != nil {
-			if err := job.SetRetry(jo.Retry); err != nil {
-				return nil, err
+			switch r := jo.Retry.(type) {
+			case bool:
+				job.Set("retry", rubyjson.BoolValue(r))
+			case int:
+				job.Set("retry", rubyjson.IntValue(int64(r)))
+			default:
+				return nil, fmt.Errorf("sidekiq: retry must be a bool or an int, got %T", jo.Retry)
 			}
 		}
 	}

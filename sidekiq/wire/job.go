@@ -228,19 +228,6 @@ func (j *Job) ErrorMessage() string { return j.str("error_message") }
 // ErrorClass returns "error_class".
 func (j *Job) ErrorClass() string { return j.str("error_class") }
 
-// SetRetry sets "retry" to true/false (bool) or a count (int).
-func (j *Job) SetRetry(v any) error {
-	switch t := v.(type) {
-	case bool:
-		j.Set("retry", rubyjson.BoolValue(t))
-	case int:
-		j.Set("retry", rubyjson.IntValue(int64(t)))
-	default:
-		return fmt.Errorf("sidekiq: retry must be a bool or an int, got %T", v)
-	}
-	return nil
-}
-
 // RetryCount returns "retry_count" (which may be -1 after a manual retry)
 // and whether it is present.
 func (j *Job) RetryCount() (int, bool) {
