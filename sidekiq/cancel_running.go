@@ -1,6 +1,10 @@
 package sidekiq
 
-import "github.com/gojob/gojob/sidekiq/wire"
+import (
+	"github.com/gojob/gojob/sidekiq/wire"
+
+	"github.com/gojob/gojob/internal/fetchedjob"
+)
 
 // outcomeFunc turns what a cancelled job's chain returned into its outcome.
 type outcomeFunc func(error) error
@@ -18,7 +22,7 @@ func (s *Server) RunningJIDs() []string {
 		if w.state.Load() != workRunning {
 			return
 		}
-		if job, err := wire.ParseFetchedJob(w.unit.Raw); err == nil && job.JID() != "" {
+		if job, err := fetchedjob.Parse[wire.Job](w.unit.Raw); err == nil && job.JID() != "" {
 			out = append(out, job.JID())
 		}
 	})
@@ -43,7 +47,7 @@ func (s *Server) CancelRunning(jid string, cause error, outcome func(error) erro
 		if w.state.Load() != workRunning {
 			return
 		}
-		job, err := wire.ParseFetchedJob(w.unit.Raw)
+		job, err := fetchedjob.Parse[wire.Job](w.unit.Raw)
 		if err != nil || job.JID() != jid {
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gojob/gojob/internal/fetchedjob"
 	"github.com/gojob/gojob/internal/fetchmode"
 	"github.com/gojob/gojob/sidekiq/internal/fetch"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -266,7 +267,7 @@ func (p *processor) fetchAhead(u *fetch.Unit) bool {
 // prepareAhead parses a job fetched ahead and has the extensions prepare
 // it, on the goroutine that fetched it.
 func (p *processor) prepareAhead(next *fetch.Unit) {
-	job, err := wire.ParseFetchedJob(next.Raw)
+	job, err := fetchedjob.Parse[wire.Job](next.Raw)
 	if err != nil {
 		return // the processor sends it to the dead set
 	}

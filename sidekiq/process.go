@@ -7,6 +7,7 @@ import (
 
 	"github.com/gojob/gojob/internal/callers"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/fetchedjob"
 	"github.com/gojob/gojob/internal/monoclock"
 	"github.com/gojob/gojob/sidekiq/internal/fetch"
 	"github.com/gojob/gojob/sidekiq/internal/maintenance"
@@ -71,7 +72,7 @@ func (p *processor) take(slot int, u fetch.Unit) *workItem {
 		job = parsed
 	default:
 		job = &w.parsed // in the work item's allocation
-		err = wire.ParseFetchedJobInto(job, u.Raw)
+		err = fetchedjob.ParseInto(job, u.Raw)
 	}
 	if err != nil {
 		// Unparsable: to the dead set unchanged, no stats (docs/sidekiq-wire.md#unparsable-payloads).

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/fetchedjob"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -17,7 +18,7 @@ func TestMergeDefaultsPutsTheDefaultsFirst(t *testing.T) {
 	d := rubyjson.NewMap()
 	d.Set("retry", rubyjson.BoolValue(true))
 	d.Set("queue", rubyjson.StringValue("default"))
-	for _, parse := range []func([]byte) (*wire.Job, error){wire.ParseJob, wire.ParseFetchedJob} {
+	for _, parse := range []func([]byte) (*wire.Job, error){wire.ParseJob, fetchedjob.Parse[wire.Job]} {
 		j, err := parse([]byte(`{"class":"X","queue":"q"}`))
 		require.NoError(t, err)
 		contract.MergeDefaults(j, d)

@@ -3,6 +3,7 @@ package typed_test
 import (
 	"testing"
 
+	"github.com/gojob/gojob/internal/fetchedjob"
 	"github.com/gojob/gojob/sidekiq/typed"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -16,7 +17,7 @@ func BenchmarkDecode(b *testing.B) {
 	b.Run("positional", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			j, _ := wire.ParseFetchedJob(pos)
+			j, _ := fetchedjob.Parse[wire.Job](pos)
 			if _, err := typed.Decode[Charge](j); err != nil {
 				b.Fatal(err)
 			}
@@ -25,7 +26,7 @@ func BenchmarkDecode(b *testing.B) {
 	b.Run("hash", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			j, _ := wire.ParseFetchedJob(hash)
+			j, _ := fetchedjob.Parse[wire.Job](hash)
 			if _, err := typed.Decode[Signup](j); err != nil {
 				b.Fatal(err)
 			}
@@ -34,7 +35,7 @@ func BenchmarkDecode(b *testing.B) {
 	b.Run("parse-only", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			j, _ := wire.ParseFetchedJob(hash)
+			j, _ := fetchedjob.Parse[wire.Job](hash)
 			_ = j.Args()
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gojob/gojob/internal/fetchedjob"
 	"github.com/gojob/gojob/sidekiq/internal/lazyjson"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
@@ -24,7 +25,7 @@ var lazyDec = lazyjson.Installed[rubyjson.Value, *rubyjson.Map]()
 // modification.
 type Job struct {
 	m *rubyjson.Map
-	// lazy is a fetched job not decoded yet (ParseFetchedJob), in lz:
+	// lazy is a fetched job not decoded yet (fetchedjob.Parse), in lz:
 	// reads decode the field they ask for; the first change, or Map,
 	// decodes the whole payload into m.
 	lazy  *lazyjson.Object
@@ -47,24 +48,11 @@ func ParseJob(data []byte) (*Job, error) {
 	return &Job{m: m, raw: data}, nil
 }
 
-// ParseFetchedJob is ParseJob for a payload the caller owns and never
-// modifies again (a fetched job's bytes, kept for its acknowledgement): the
-// job's strings share data's memory instead of a copy of it. The payload
-// is checked as ParseJob checks it, but its fields are decoded only when
-// they are read: a job that runs and succeeds is read a few times and
-// never re-encoded.
-func ParseFetchedJob(data []byte) (*Job, error) {
-	j := new(Job)
-	if err := ParseFetchedJobInto(j, data); err != nil {
-		return nil, err
-	}
-	return j, nil
-}
+func init() { fetchedjob.Install(parseFetched) }
 
-// ParseFetchedJobInto is ParseFetchedJob into j, which it resets: a Job
-// inside a larger struct costs no allocation of its own. On error j is
-// left empty.
-func ParseFetchedJobInto(j *Job, data []byte) error {
+// parseFetched decodes a fetched payload into j, which it resets
+// (fetchedjob.ParseInto): the lazy scan only, fields are decoded when read.
+func parseFetched(j *Job, data []byte) error {
 	// Field by field: the scan resets lz, the bulk of a Job.
 	j.m, j.lazy, j.raw, j.dirty, j.class = nil, nil, data, false, ""
 	if err := lazyDec.Scan(&j.lz, data); err != nil {

@@ -3,6 +3,7 @@ package wire_test
 import (
 	"testing"
 
+	"github.com/gojob/gojob/internal/fetchedjob"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -56,13 +57,13 @@ func BenchmarkNewJob(b *testing.B) {
 	}
 }
 
-// BenchmarkParseFetchedJobTypical is the fetch path's decode, whose strings
+// BenchmarkParseFetchedTypical is the fetch path's decode, whose strings
 // share the reply buffer instead of copying it.
-func BenchmarkParseFetchedJobTypical(b *testing.B) {
+func BenchmarkParseFetchedTypical(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(typicalPayload)))
 	for b.Loop() {
-		if _, err := wire.ParseFetchedJob(typicalPayload); err != nil {
+		if _, err := fetchedjob.Parse[wire.Job](typicalPayload); err != nil {
 			b.Fatal(err)
 		}
 	}
