@@ -291,14 +291,14 @@ func setProviderJobID(job *wire.Job) {
 // JobTimeout) and "heartbeat_timeout". A value that is not a positive
 // number fails the job with an ArgumentError, before it runs.
 func (p *processor) limitsOf(job *wire.Job) (jobLimits, error) {
-	t, err := job.Timeout()
+	t, err := contract.Timeout(job)
 	if err != nil {
 		return jobLimits{}, WithErrorClass("ArgumentError", err)
 	}
 	if t == 0 {
 		t = p.cfg.JobTimeout
 	}
-	hb, err := job.HeartbeatTimeout()
+	hb, err := contract.HeartbeatTimeout(job)
 	if err != nil {
 		return jobLimits{}, WithErrorClass("ArgumentError", err)
 	}
