@@ -33,7 +33,7 @@ type Config struct {
 	// writing Version's format.
 	Sidekiq *sidekiq.Client
 	// Version is the Sidekiq wire format of pushed items when Sidekiq is nil.
-	// Default wire.DefaultVersion.
+	// Default wire.Version6.
 	Version wire.Version
 	// Clock is the time source. Default the system clock.
 	Clock clock.Clock

@@ -1,6 +1,7 @@
 package sidekiq
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,7 +32,7 @@ type ClientConfig struct {
 	// Pool is the Redis connection pool. Required.
 	Pool *redis.Pool
 	// Version is the Sidekiq release whose format is written (timestamps).
-	// Default DefaultVersion.
+	// Default wire.Version6.
 	Version wire.Version
 	// Clock is the time source. Default the system clock.
 	Clock clock.Clock
@@ -72,10 +73,7 @@ func NewClient(cfg *ClientConfig) (*Client, error) {
 	if cfg == nil {
 		return nil, errors.New("sidekiq: nil ClientConfig")
 	}
-	v := cfg.Version
-	if v.IsZero() {
-		v = wire.DefaultVersion
-	}
+	v := cmp.Or(cfg.Version, contract.DefaultVersion)
 	return newClient(cfg, contract.FixedFormat(v))
 }
 

@@ -1,6 +1,7 @@
 package sidekiq
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/fetchmode"
 	"github.com/gojob/gojob/internal/tuning"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -109,7 +111,7 @@ type ServerConfig struct {
 	// and it is left running. Default 5 s.
 	CancelGrace time.Duration
 	// Version is the Sidekiq release whose format is written. Default
-	// wire.DefaultVersion. Ignored with FollowVersion.
+	// wire.Version6. Ignored with FollowVersion.
 	Version wire.Version
 	// FollowVersion makes the server follow the cluster: it decides its
 	// format at Start and again before every heartbeat (contract.DecideFormat:
@@ -176,9 +178,7 @@ func (c *ServerConfig) withDefaults() *ServerConfig {
 	if out.ShutdownTimeout <= 0 {
 		out.ShutdownTimeout = 25 * time.Second
 	}
-	if out.Version.IsZero() {
-		out.Version = wire.DefaultVersion
-	}
+	out.Version = cmp.Or(out.Version, contract.DefaultVersion)
 	if out.CancelGrace <= 0 {
 		out.CancelGrace = tuning.CancelGrace
 	}

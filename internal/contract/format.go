@@ -62,20 +62,20 @@ func (f Format) String() string {
 // LiveFormat holds the Format a running process writes, which may change
 // while it runs when the process follows the cluster's version. Readers load
 // it at each write, so a change applies to the next one. The zero value
-// holds wire.DefaultVersion's format. Safe for concurrent use.
+// holds DefaultVersion's format. Safe for concurrent use.
 type LiveFormat struct {
 	p atomic.Pointer[Format]
 }
 
-// Format returns the format written now; a nil holder holds wire.DefaultVersion's.
+// Format returns the format written now; a nil holder holds DefaultVersion's.
 func (l *LiveFormat) Format() Format {
 	if l == nil {
-		return Format{Version: wire.DefaultVersion}
+		return Format{Version: DefaultVersion}
 	}
 	if f := l.p.Load(); f != nil {
 		return *f
 	}
-	return Format{Version: wire.DefaultVersion}
+	return Format{Version: DefaultVersion}
 }
 
 // Version returns the version whose layout is written now.

@@ -2,6 +2,9 @@ package contract
 
 import "github.com/gojob/gojob/sidekiq/wire"
 
+// DefaultVersion is the target when none is configured: Debian's 6.4.1.
+var DefaultVersion = wire.Version6
+
 // Breaks reports whether what v writes breaks a reader of version r: 8.x
 // millisecond timestamps are seconds to 6.x and 7.x (far-future dates,
 // negative latencies, a Busy page that fails; docs/sidekiq-wire.md#timestamps).

@@ -143,7 +143,7 @@ func (r *RecordedFormat) Format() (Format, bool) {
 // no Ruby process is live.
 func LiveRuby(ctx context.Context, pool *redis.Pool) (Decision, error) {
 	d, _, err := liveRuby(ctx, pool)
-	if err == nil && !d.Oldest.IsZero() {
+	if err == nil && d.Oldest != (wire.Version{}) {
 		d.Format, d.Source = Format{Version: d.Oldest}, SourceLive
 	}
 	return d, err
@@ -200,7 +200,7 @@ func liveRuby(ctx context.Context, pool *redis.Pool) (d Decision, stale []string
 			}
 		}
 		d.Ruby = append(d.Ruby, id+"="+pv.String())
-		if d.Oldest.IsZero() || !pv.AtLeast(d.Oldest.Major, d.Oldest.Minor, d.Oldest.Patch) {
+		if d.Oldest == (wire.Version{}) || !pv.AtLeast(d.Oldest.Major, d.Oldest.Minor, d.Oldest.Patch) {
 			d.Oldest = pv
 		}
 	}
@@ -235,7 +235,7 @@ func DecideFormat(ctx context.Context, pool *redis.Pool, now time.Time) (Decisio
 		return d, err
 	}
 	switch {
-	case !d.Oldest.IsZero():
+	case d.Oldest != (wire.Version{}):
 		d.Format, d.Source = Format{Version: d.Oldest}, SourceLive
 		return d, nil
 	case d.Recorded != nil:

@@ -192,7 +192,7 @@ type Params struct {
 	// the client's clock.
 	EnqueuedAt time.Time
 	// Version picks the wrapper class and key order (Rails' JobWrapper up to 7.x, Sidekiq::ActiveJob::Wrapper from 8.0).
-	// Default DefaultVersion; Push defaults it to the client's.
+	// Default wire.Version6; Push defaults it to the client's.
 	Version wire.Version
 }
 
@@ -230,10 +230,7 @@ func New(p *Params) (*wire.Job, error) {
 		return nil, fmt.Errorf("activejob: %s: %w", p.Class, err)
 	}
 	queue := cmp.Or(p.Queue, "default")
-	v := p.Version
-	if v.IsZero() {
-		v = wire.DefaultVersion
-	}
+	v := cmp.Or(p.Version, contract.DefaultVersion)
 	jobID := cmp.Or(p.JobID, newJobID())
 	priority := rubyjson.NullValue()
 	if p.Priority != nil {
@@ -282,9 +279,7 @@ func Push(ctx context.Context, c *sidekiq.Client, p *Params, opts *sidekiq.PushO
 		return nil, errors.New("activejob: nil Params")
 	}
 	q := *p
-	if q.Version.IsZero() {
-		q.Version = c.Version()
-	}
+	q.Version = cmp.Or(q.Version, c.Version())
 	if q.EnqueuedAt.IsZero() {
 		q.EnqueuedAt = c.Clock().Now()
 	}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,7 +35,7 @@ type Config struct {
 	Pool *redis.Pool
 	// Version is the Sidekiq release whose wire format is written (it
 	// reaches the re-pushed jobs' enqueued_at through Client). Default
-	// DefaultVersion.
+	// wire.Version6.
 	Version wire.Version
 	// Clock is the time source. Default the system clock.
 	Clock clock.Clock
@@ -89,10 +90,7 @@ func New(cfg *Config) (*API, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	v := cfg.Version
-	if v.IsZero() {
-		v = wire.DefaultVersion
-	}
+	v := cmp.Or(cfg.Version, contract.DefaultVersion)
 	clk := clock.Or(cfg.Clock)
 	cl := cfg.Client
 	if cl == nil {

@@ -90,7 +90,7 @@ func TestNewAPIValidates(t *testing.T) {
 	a, err := api.New(&api.Config{Pool: &redis.Pool{}})
 	require.NoError(t, err)
 	require.NotNil(t, a.Client())
-	require.Equal(t, wire.DefaultVersion, a.Client().Version())
+	require.Equal(t, wire.Version6, a.Client().Version())
 }
 
 func TestAPIUsesGivenClient(t *testing.T) {

@@ -21,9 +21,6 @@ var (
 	Version8 = Version{8, 1, 7}
 )
 
-// DefaultVersion is the target when none is configured: Debian's 6.4.1.
-var DefaultVersion = Version6
-
 // ParseVersion reads "6", "7", "8" (the reference release of that
 // major) or a full "x.y.z".
 func ParseVersion(s string) (Version, error) {
@@ -67,9 +64,6 @@ func (v Version) AtLeast(major, minor, patch int) bool {
 	}
 	return v.Patch >= patch
 }
-
-// IsZero reports whether v is unset.
-func (v Version) IsZero() bool { return v == Version{} }
 
 // millisecondTimestamps reports whether job timestamps are integer
 // milliseconds (8.0+) rather than float seconds.

@@ -14,6 +14,7 @@ import (
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/redisreply"
+	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // VersionFollowerConfig configures a VersionFollower.
@@ -106,7 +107,7 @@ func (f *VersionFollower) Check(ctx context.Context) (contract.Decision, error) 
 		return d, nil
 	}
 	fixed := f.cfg.Format.Version()
-	if d.Oldest.IsZero() || d.Oldest.AtLeast(fixed.Major, fixed.Minor, fixed.Patch) || !(first || changed) {
+	if d.Oldest == (wire.Version{}) || d.Oldest.AtLeast(fixed.Major, fixed.Minor, fixed.Patch) || !(first || changed) {
 		return d, nil
 	}
 	if contract.Breaks(fixed, d.Oldest) {
