@@ -41,3 +41,15 @@ func ParseScore(s string) (float64, error) { return strconv.ParseFloat(s, 64) }
 // FormatScore writes a score as Ruby's Float#to_s; Redis reads it back as
 // the same double.
 func FormatScore(f float64) string { return rubyfloat.Format(f) }
+
+// Latency returns how long the job has waited: now - (enqueued_at ||
+// created_at), or 0 when neither is set (Sidekiq's calculate_latency).
+func Latency(j *wire.Job, now time.Time) time.Duration {
+	t, ok := j.Time("enqueued_at")
+	if !ok {
+		if t, ok = j.Time("created_at"); !ok {
+			return 0
+		}
+	}
+	return now.Sub(t)
+}

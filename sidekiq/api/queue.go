@@ -128,7 +128,7 @@ func (q *Queue) Latency(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("sidekiq: latency of queue %s: %w", q.name, err)
 	}
-	return job.Latency(q.api.clock.Now()), nil
+	return contract.Latency(job, q.api.clock.Now()), nil
 }
 
 // page is Page without a filter: it reads limit jobs (0 means 25) after

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 )
@@ -87,7 +88,7 @@ func TestAPIQueuePage(t *testing.T) {
 	require.Len(t, page, 6)
 	require.Equal(t, "j005", page[0].JID())
 	require.Equal(t, "j000", page[5].JID())
-	require.InDelta(t, 572.6651707, page[5].Job.Latency(apiNow).Seconds(), 1e-6)
+	require.InDelta(t, 572.6651707, contract.Latency(page[5].Job, apiNow).Seconds(), 1e-6)
 
 	_, _, err = b.api.Queue("default").Page(ctx, nil, -1, 0)
 	require.Error(t, err)

@@ -88,7 +88,7 @@ func (a *API) Stats(ctx context.Context) (*Stats, error) {
 	}
 	if tail, ok := replies[6].([]byte); ok {
 		if job, perr := wire.ParseJob(tail); perr == nil {
-			st.DefaultQueueLatency = job.Latency(a.clock.Now())
+			st.DefaultQueueLatency = contract.Latency(job, a.clock.Now())
 		}
 	}
 	procs, err := redisx.SScanContinue(ctx, conn, contract.KeyProcesses, replies[7])

@@ -26,8 +26,8 @@ func ExampleParseJob() {
 	}
 	fmt.Println(job.Class(), job.Queue(), job.JID())
 	enq, _ := job.Time("enqueued_at")
-	fmt.Println(job.Latency(enq.Add(2 * time.Second)))
+	fmt.Println(enq.UTC().Format(time.RFC3339Nano))
 	// Output:
 	// HardJob critical b4a577edbccf1d805744efa9
-	// 2s
+	// 2023-11-14T22:13:21.25Z
 }

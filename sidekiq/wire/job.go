@@ -241,18 +241,6 @@ func (j *Job) Time(key string) (time.Time, bool) {
 // SetTime writes a timestamp field in the format of version v.
 func (j *Job) SetTime(key string, t time.Time, v Version) { j.Set(key, timestampValue(t, v)) }
 
-// Latency returns how long the job has waited: now - (enqueued_at ||
-// created_at), or 0 when neither is set (Sidekiq's calculate_latency).
-func (j *Job) Latency(now time.Time) time.Duration {
-	t, ok := j.Time("enqueued_at")
-	if !ok {
-		if t, ok = j.Time("created_at"); !ok {
-			return 0
-		}
-	}
-	return now.Sub(t)
-}
-
 // NewJID returns a Sidekiq jid: 24 lowercase hex characters
 // (SecureRandom.hex(12)).
 func NewJID() string {
