@@ -160,8 +160,8 @@ TcAj.perform_later(Person.new(9), :welcome, Time.utc(2024, 1, 2, 3, 4, 5), 5.min
 		t.Helper()
 		for _, k := range []string{"jid", "created_at", "enqueued_at"} {
 			require.True(t, ruby.Has(k) && goM.Has(k), k)
-			ruby.Set(k, rubyjson.NullValue())
-			goM.Set(k, rubyjson.NullValue())
+			ruby.Set(k, rubyjson.Value{})
+			goM.Set(k, rubyjson.Value{})
 		}
 		require.Equal(t, string(ruby.Encode()), string(goM.Encode()))
 	}

@@ -61,7 +61,7 @@ func decodeData(raw []byte) (*Data, error) {
 func toValue(x any) (rubyjson.Value, error) {
 	if d, ok := x.(*Data); ok {
 		if d == nil {
-			return rubyjson.NullValue(), nil
+			return rubyjson.Value{}, nil
 		}
 		return d.Value, nil
 	}

@@ -55,7 +55,7 @@ func (c *Client) Queue(ctx context.Context, queue, class string, o *QueueOpts) (
 	if cfg == nil {
 		return nil, fmt.Errorf("%w: no worker registered for %s in queue %s", errNotRegistered, class, queue)
 	}
-	args := rubyjson.NullValue()
+	args := rubyjson.Value{}
 	if o.Args != nil {
 		if args, err = rubyjson.FromGo(o.Args); err != nil {
 			return nil, fmt.Errorf("sidejob: queue %s args: %w", class, err)

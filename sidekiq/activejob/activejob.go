@@ -232,11 +232,11 @@ func New(p *Params) (*wire.Job, error) {
 	queue := cmp.Or(p.Queue, "default")
 	v := cmp.Or(p.Version, contract.DefaultVersion)
 	jobID := cmp.Or(p.JobID, newJobID())
-	priority := rubyjson.NullValue()
+	priority := rubyjson.Value{}
 	if p.Priority != nil {
 		priority = rubyjson.IntValue(int64(*p.Priority))
 	}
-	timezone := rubyjson.NullValue()
+	timezone := rubyjson.Value{}
 	if p.Timezone != "" {
 		timezone = rubyjson.StringValue(p.Timezone)
 	}
@@ -247,7 +247,7 @@ func New(p *Params) (*wire.Job, error) {
 	data := rubyjson.NewMap()
 	data.Set("job_class", rubyjson.StringValue(p.Class))
 	data.Set("job_id", rubyjson.StringValue(jobID))
-	data.Set("provider_job_id", rubyjson.NullValue())
+	data.Set("provider_job_id", rubyjson.Value{})
 	data.Set("queue_name", rubyjson.StringValue(queue))
 	data.Set("priority", priority)
 	data.Set("arguments", rubyjson.ArrayValue(args...))

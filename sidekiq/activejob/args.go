@@ -181,7 +181,7 @@ type argValue interface {
 func serializeArgument(x any) (rubyjson.Value, error) {
 	switch t := x.(type) {
 	case nil:
-		return rubyjson.NullValue(), nil
+		return rubyjson.Value{}, nil
 	case rubyjson.Value:
 		return t, nil
 	case *rubyjson.Map:
@@ -190,19 +190,19 @@ func serializeArgument(x any) (rubyjson.Value, error) {
 		return Time{Time: t}.rubyJSON()
 	case *time.Time:
 		if t == nil {
-			return rubyjson.NullValue(), nil
+			return rubyjson.Value{}, nil
 		}
 		return Time{Time: *t}.rubyJSON()
 	case time.Duration:
 		return newDuration(t).rubyJSON()
 	case *Hash:
 		if t == nil {
-			return rubyjson.NullValue(), nil
+			return rubyjson.Value{}, nil
 		}
 		return t.rubyJSON()
 	case argValue:
 		if rv := reflect.ValueOf(t); rv.Kind() == reflect.Pointer && rv.IsNil() {
-			return rubyjson.NullValue(), nil
+			return rubyjson.Value{}, nil
 		}
 		return t.rubyJSON()
 	case bool, string, []byte, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64,
@@ -234,7 +234,7 @@ func serializeReflect(rv reflect.Value) (rubyjson.Value, error) {
 	switch rv.Kind() {
 	case reflect.Pointer, reflect.Interface:
 		if rv.IsNil() {
-			return rubyjson.NullValue(), nil
+			return rubyjson.Value{}, nil
 		}
 		return serializeArgument(rv.Elem().Interface())
 	case reflect.Bool:
@@ -266,7 +266,7 @@ func serializeReflect(rv reflect.Value) (rubyjson.Value, error) {
 		return h.rubyJSON()
 	}
 	if !rv.IsValid() {
-		return rubyjson.NullValue(), nil
+		return rubyjson.Value{}, nil
 	}
 	return rubyjson.Value{}, fmt.Errorf("unsupported argument type %s", rv.Type())
 }

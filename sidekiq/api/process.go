@@ -165,7 +165,7 @@ func (a *API) newProcess(f []any) (*Process, error) {
 	m.Set("busy", rubyjson.IntValue(p.Busy))
 	m.Set("beat", rubyjson.FloatValue(beat))
 	if f[3] == nil {
-		m.Set("quiet", rubyjson.NullValue())
+		m.Set("quiet", rubyjson.Value{})
 	} else {
 		quiet := redisx.OptString(f[3])
 		p.Stopping = quiet == "true"

@@ -85,9 +85,6 @@ func (v Value) floatText() string {
 	return shapeFloat(v.s)
 }
 
-// NullValue returns the JSON null.
-func NullValue() Value { return Value{} }
-
 // BoolValue returns a JSON boolean.
 func BoolValue(b bool) Value { return Value{kind: Bool, b: b} }
 
@@ -96,9 +93,6 @@ func StringValue(s string) Value { return Value{kind: String, s: s} }
 
 // IntValue returns a JSON integer.
 func IntValue(i int64) Value { return Value{kind: Integer, s: strconv.FormatInt(i, 10)} }
-
-// BigIntValue returns a JSON integer of any size.
-func BigIntValue(i *big.Int) Value { return Value{kind: Integer, s: i.String()} }
 
 // FloatValue returns a JSON float written as Ruby's Float#to_s writes it
 // (always with a fraction or an exponent). NaN and infinities, which Ruby's
@@ -338,7 +332,7 @@ func FromGo(x any) (Value, error) {
 	case float64:
 		return FloatValue(t), nil
 	case *big.Int:
-		return BigIntValue(t), nil
+		return Value{kind: Integer, s: t.String()}, nil
 	case []any:
 		out := make([]Value, len(t))
 		for i, e := range t {

@@ -66,7 +66,7 @@ func encode(rv reflect.Value) (rubyjson.Value, error) {
 		return rv.Interface().(rubyjson.Value), nil
 	case mapPtrType:
 		if rv.IsNil() {
-			return rubyjson.NullValue(), nil
+			return rubyjson.Value{}, nil
 		}
 		return rubyjson.ObjectValue(rv.Interface().(*rubyjson.Map)), nil
 	case timeType:
@@ -81,14 +81,14 @@ func encode(rv reflect.Value) (rubyjson.Value, error) {
 		return rubyjson.FloatValue(d.Seconds()), nil
 	case bigIntType:
 		if rv.IsNil() {
-			return rubyjson.NullValue(), nil
+			return rubyjson.Value{}, nil
 		}
-		return rubyjson.BigIntValue(rv.Interface().(*big.Int)), nil
+		return rubyjson.FromGo(rv.Interface().(*big.Int))
 	}
 	switch t.Kind() {
 	case reflect.Pointer, reflect.Interface:
 		if rv.IsNil() {
-			return rubyjson.NullValue(), nil
+			return rubyjson.Value{}, nil
 		}
 		return encode(rv.Elem())
 	case reflect.Bool:
@@ -96,7 +96,7 @@ func encode(rv reflect.Value) (rubyjson.Value, error) {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		return rubyjson.IntValue(rv.Int()), nil
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		return rubyjson.BigIntValue(new(big.Int).SetUint64(rv.Uint())), nil
+		return rubyjson.FromGo(rv.Uint())
 	case reflect.Float32, reflect.Float64:
 		return rubyjson.FloatValue(rv.Float()), nil
 	case reflect.String:
@@ -116,7 +116,7 @@ func encode(rv reflect.Value) (rubyjson.Value, error) {
 			break
 		}
 		if rv.IsNil() {
-			return rubyjson.NullValue(), nil
+			return rubyjson.Value{}, nil
 		}
 		keys := rv.MapKeys()
 		slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
