@@ -241,8 +241,9 @@ func readBeats(ctx context.Context, r *os.File, rep *execReport, exited *atomic.
 func limitEnv(job *wire.Job) []string {
 	var env []string
 	for _, kv := range [][2]string{{contract.KeyHeartbeatTimeout, "GOJOB_HEARTBEAT_TIMEOUT"}, {contract.KeyTimeout, "GOJOB_TIMEOUT"}} {
-		if v, ok := job.Get(kv[0]); ok && v.IsNumber() {
-			env = append(env, kv[1]+"="+v.NumberText())
+		v, _ := job.Get(kv[0])
+		if _, ok := v.Float(); ok {
+			env = append(env, kv[1]+"="+string(v.Encode()))
 		}
 	}
 	return env
@@ -338,8 +339,9 @@ func (h *httpHandler) Perform(ctx context.Context, job *wire.Job) error {
 		req.Header.Set("traceparent", tp)
 	}
 	for _, kv := range [][2]string{{contract.KeyHeartbeatTimeout, "X-Gojob-Heartbeat-Timeout"}, {contract.KeyTimeout, "X-Gojob-Timeout"}} {
-		if v, ok := job.Get(kv[0]); ok && v.IsNumber() {
-			req.Header.Set(kv[1], v.NumberText())
+		v, _ := job.Get(kv[0])
+		if _, ok := v.Float(); ok {
+			req.Header.Set(kv[1], string(v.Encode()))
 		}
 	}
 	if h.Heartbeats != nil {

@@ -191,8 +191,8 @@ func (s *pushSpec) setField(k string, v rubyjson.Value) error {
 			return fmt.Errorf(`"retry" must be true, false or a number of retries, not %s`, v.Encode())
 		}
 	case "at":
-		if v.IsNumber() {
-			s.at = v.NumberText()
+		if _, ok := v.Float(); ok {
+			s.at = string(v.Encode())
 		} else if err := str(&s.at); err != nil {
 			return fmt.Errorf(`"at" must be epoch seconds or an RFC 3339 time, not %s`, v.Encode())
 		}

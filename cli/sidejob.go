@@ -156,7 +156,7 @@ func checkPortsJSON(s string) error {
 	if err != nil {
 		return fmt.Errorf("sidejob: ports: %w", err)
 	}
-	if _, ok := v.Map(); !ok && !v.IsNull() {
+	if _, ok := v.Map(); !ok && v.Kind() != rubyjson.Null {
 		return fmt.Errorf("sidejob: ports must be an object, got %s", v.Kind())
 	}
 	return nil

@@ -102,9 +102,9 @@ func pcTypeTree(v rubyjson.Value) []any {
 		}
 		return []any{"false"}
 	case rubyjson.Integer:
-		return []any{"Integer", v.NumberText()}
+		return []any{"Integer", string(v.Encode())}
 	case rubyjson.Float:
-		return []any{"Float", v.NumberText()}
+		return []any{"Float", string(v.Encode())}
 	case rubyjson.String:
 		s, _ := v.Str()
 		return []any{"String", s}
@@ -343,8 +343,8 @@ puts JSON.generate({"jids" => jids, "recs" => pc_all_recs})
 		require.NoError(t, err)
 		ca, _ := j.Get("created_at")
 		ea, _ := j.Get("enqueued_at")
-		created = append(created, ca.NumberText())
-		enqueued = append(enqueued, ea.NumberText())
+		created = append(created, string(ca.Encode()))
+		enqueued = append(enqueued, string(ea.Encode()))
 		require.Equal(t, []string{"retry", "queue", "class", "args", "jid", "created_at", "enqueued_at"}, j.Clone().Map().Keys())
 	}
 	require.Len(t, slices.Compact(created), 1, "Ruby's push_bulk jobs share created_at")

@@ -270,7 +270,7 @@ func retryField(msg string) string {
 		b, _ := v.Bool()
 		return strconv.FormatBool(b)
 	case rubyjson.Integer, rubyjson.Float:
-		return v.NumberText()
+		return string(v.Encode())
 	case rubyjson.String:
 		s, _ := v.Str()
 		return s

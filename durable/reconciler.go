@@ -573,7 +573,7 @@ func (r *Reconciler) kill(ctx context.Context, st store.Store, rw *store.Row, no
 		return nil, nil
 	}
 	job := wire.JobFromMap(m)
-	if v, ok := job.Get("jid"); !ok || v.IsNull() {
+	if v, ok := job.Get("jid"); !ok || v.Kind() == rubyjson.Null {
 		job.SetJID(rw.JobID)
 	}
 	job.Set("durable_killed_at", contract.TimestampValue(now, r.api.Client().Version()))

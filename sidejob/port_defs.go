@@ -30,7 +30,7 @@ type portDef struct {
 // portDefsFromJSON reads a ports object of a worker config or the web API:
 // {"name": {"default": v, "channels": [..]}, …}. Keys stay in order.
 func portDefsFromJSON(v rubyjson.Value) ([]portDef, error) {
-	if v.IsNull() {
+	if v.Kind() == rubyjson.Null {
 		return nil, nil
 	}
 	m, ok := v.Map()

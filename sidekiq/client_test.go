@@ -97,8 +97,11 @@ func TestPushBulkPerJobAt(t *testing.T) {
 	t.Parallel()
 	var seen []string
 	c, pool, _ := newClient(t, wire.Version7, func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
-		v, _ := job.Get("at")
-		seen = append(seen, v.NumberText())
+		at := ""
+		if v, ok := job.Get("at"); ok {
+			at = string(v.Encode())
+		}
+		seen = append(seen, at)
 		return next(ctx)
 	})
 	now := float64(fixedNow.UnixNano()) / 1e9
@@ -145,8 +148,11 @@ func TestMiddlewareSeesAt(t *testing.T) {
 	t.Parallel()
 	var seen []string
 	c, pool, _ := newClient(t, wire.Version6, func(ctx context.Context, job *wire.Job, next func(context.Context) error) error {
-		v, _ := job.Get("at")
-		seen = append(seen, v.NumberText())
+		at := ""
+		if v, ok := job.Get("at"); ok {
+			at = string(v.Encode())
+		}
+		seen = append(seen, at)
 		return next(ctx)
 	})
 	job, _ := wire.NewJob("Later")

@@ -54,7 +54,7 @@ func (p *processor) planRetry(queue string, raw []byte, reg *registration, failu
 		return retryPlan{payload: raw, toDead: true, why: "unparsable payload"}
 	}
 	rs := contract.Retry(msg)
-	if rv, ok := msg.Get("retry"); reg != nil && (!ok || rv.IsNull()) {
+	if rv, ok := msg.Get("retry"); reg != nil && (!ok || rv.Kind() == rubyjson.Null) {
 		// JobRetry#local: a missing retry takes the class option (default true).
 		def := rubyjson.BoolValue(true)
 		switch r := reg.opts.Retry.(type) {

@@ -77,7 +77,7 @@ func TestRetryPlanPerVersion(t *testing.T) {
 		{name: "jitter 8.x", version: wire.Version8, payload: base + `,"retry_count":2,"failed_at":1500}`, reg: &registration{}, err: errors.New("x"), rnd: nine, wantRetry: (81 + 15 + 39) * time.Second,
 			check: func(t *testing.T, j *wire.Job) {
 				v, _ := j.Get("retried_at")
-				require.Equal(t, "1795296600000", v.NumberText())
+				require.Equal(t, "1795296600000", string(v.Encode()))
 			}},
 		{name: "retry_count -1 after manual retry", version: wire.Version6, payload: base + `,"retry_count":-1,"failed_at":1.5}`, reg: &registration{}, err: errors.New("x"), rnd: zero, wantRetry: 15 * time.Second,
 			check: func(t *testing.T, j *wire.Job) {
@@ -240,7 +240,7 @@ func TestDiscardFromRetryInSetsDiscardedAt(t *testing.T) {
 		v, ok := p.job.Get("discarded_at")
 		require.Equal(t, c.want, ok, c.v.String())
 		if ok {
-			require.Equal(t, strconv.FormatInt(now.UnixMilli(), 10), v.NumberText())
+			require.Equal(t, strconv.FormatInt(now.UnixMilli(), 10), string(v.Encode()))
 		}
 	}
 }

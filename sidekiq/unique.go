@@ -9,6 +9,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -31,14 +32,14 @@ var (
 // uniqueFor reads the job's unique_for: ok is false when the job has none.
 func uniqueFor(j *wire.Job) (time.Duration, bool, error) {
 	v, ok := j.Get("unique_for")
-	if !ok || v.IsNull() {
+	if !ok || v.Kind() == rubyjson.Null {
 		return 0, false, nil
 	}
 	f, isNum := v.Float()
 	if !isNum || f <= 0 {
 		return 0, false, fmt.Errorf("sidekiq: unique_for must be a positive number of seconds, got %s", v.Encode())
 	}
-	if u, ok := j.Get("unique_until"); ok && !u.IsNull() {
+	if u, ok := j.Get("unique_until"); ok && u.Kind() != rubyjson.Null {
 		s, _ := u.Str()
 		if s != "start" && s != "success" {
 			return 0, false, fmt.Errorf(`sidekiq: unique_until must be "start" or "success", got %s`, u.Encode())

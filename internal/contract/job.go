@@ -52,7 +52,7 @@ func RetryMax(r RetrySetting, defaultMax int) int {
 // it is set.
 func RetryFor(j *wire.Job) (time.Duration, bool) {
 	v, ok := j.Get("retry_for")
-	if !ok || v.IsNull() {
+	if !ok || v.Kind() == rubyjson.Null {
 		return 0, false
 	}
 	f, ok := v.Float()

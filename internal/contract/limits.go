@@ -42,7 +42,7 @@ func limit(j *wire.Job, key string) (time.Duration, error) {
 // KeyHeartbeatTimeout) of a job: a JSON number of seconds, greater than
 // zero and at most 1e9, or null for no limit (0).
 func LimitSeconds(key string, v rubyjson.Value) (time.Duration, error) {
-	if v.IsNull() {
+	if v.Kind() == rubyjson.Null {
 		return 0, nil
 	}
 	f, ok := v.Float()

@@ -3,6 +3,7 @@ package contract
 import (
 	"fmt"
 
+	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -39,7 +40,7 @@ func Validate(job *wire.Job) error {
 			return invalid("sidekiq: job %s: tags must be an array", job.Class())
 		}
 	}
-	if rf, ok := job.Get("retry_for"); ok && !rf.IsNull() {
+	if rf, ok := job.Get("retry_for"); ok && rf.Kind() != rubyjson.Null {
 		f, isNum := rf.Float()
 		if !isNum {
 			return invalid("sidekiq: job %s: retry_for must be a number of seconds", job.Class())

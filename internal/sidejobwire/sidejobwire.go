@@ -107,7 +107,7 @@ func DecodeChannels(s string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if v.IsNull() {
+	if v.Kind() == rubyjson.Null {
 		return nil, nil
 	}
 	arr, ok := v.Array()

@@ -110,7 +110,7 @@ func Decode(j *wire.Job) (*Job, error) {
 			aj.Priority = &p
 		}
 	}
-	if v, _ := data.Get("executions"); v.IsNumber() {
+	if v, _ := data.Get("executions"); v.Kind() == rubyjson.Integer || v.Kind() == rubyjson.Float {
 		n, _ := v.Int()
 		aj.Executions = int(n)
 	}
@@ -127,7 +127,7 @@ func Decode(j *wire.Job) (*Job, error) {
 	aj.ScheduledAt = ajMetaTime(data, "scheduled_at")
 	av, _ := data.Get("arguments")
 	vals, ok := av.Array()
-	if !ok && !av.IsNull() {
+	if !ok && av.Kind() != rubyjson.Null {
 		return nil, fmt.Errorf("activejob: %s: arguments is a %s, not an array", j.JID(), av.Kind())
 	}
 	var err error

@@ -123,12 +123,6 @@ func ObjectValue(m *Map) Value {
 // Kind returns the JSON kind of v.
 func (v Value) Kind() Kind { return v.kind }
 
-// IsNull reports whether v is null.
-func (v Value) IsNull() bool { return v.kind == Null }
-
-// IsNumber reports whether v is an Integer or a Float.
-func (v Value) IsNumber() bool { return v.kind == Integer || v.kind == Float }
-
 // Truthy reports whether Ruby treats v as true: everything but null and false.
 func (v Value) Truthy() bool { return !(v.kind == Null || (v.kind == Bool && !v.b)) }
 
@@ -141,14 +135,6 @@ func (v Value) Str() (string, bool) {
 		return "", false
 	}
 	return v.s, true
-}
-
-// NumberText returns the number's JSON text ("" when v is not a number).
-func (v Value) NumberText() string {
-	if !v.IsNumber() {
-		return ""
-	}
-	return v.floatText()
 }
 
 // Int returns v as an int64 when it is an Integer that fits, or a Float with
@@ -170,7 +156,7 @@ func (v Value) Int() (int64, bool) {
 
 // Float returns v as a float64 when it is a number.
 func (v Value) Float() (float64, bool) {
-	if !v.IsNumber() {
+	if v.kind != Integer && v.kind != Float {
 		return 0, false
 	}
 	f, err := strconv.ParseFloat(v.s, 64)

@@ -140,9 +140,9 @@ func describe(v any) string {
 			s, _ := x.Str()
 			return "string " + q(s)
 		case rubyjson.Integer:
-			return "integer " + x.NumberText()
+			return "integer " + string(x.Encode())
 		case rubyjson.Float:
-			return "float " + x.NumberText()
+			return "float " + string(x.Encode())
 		case rubyjson.Bool:
 			b, _ := x.Bool()
 			return strconv.FormatBool(b)
@@ -201,9 +201,7 @@ func smallInt(v any) (int64, bool) {
 func floatOf(v any) (float64, bool) {
 	switch x := v.(type) {
 	case rubyjson.Value:
-		if x.IsNumber() {
-			return x.Float()
-		}
+		return x.Float()
 	case int64:
 		return float64(x), true
 	case *big.Int:
@@ -240,7 +238,7 @@ func strOf(v any) (string, bool) {
 
 func isNull(v any) bool {
 	if x, ok := v.(rubyjson.Value); ok {
-		return x.IsNull()
+		return x.Kind() == rubyjson.Null
 	}
 	return v == nil
 }

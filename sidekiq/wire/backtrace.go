@@ -17,7 +17,7 @@ import (
 // returns nil, nil when the field is absent.
 func (j *Job) ErrorBacktrace() ([]string, error) {
 	v, ok := j.Get("error_backtrace")
-	if !ok || v.IsNull() {
+	if !ok || v.Kind() == rubyjson.Null {
 		return nil, nil
 	}
 	if a, ok := v.Array(); ok {

@@ -322,7 +322,7 @@ func TestFixtureGroups(t *testing.T) {
 			require.NoError(t, err)
 			v, ok := j.Get("created_at")
 			require.True(t, ok)
-			created[f.Group] = append(created[f.Group], v.NumberText())
+			created[f.Group] = append(created[f.Group], string(v.Encode()))
 			n++
 		}
 		for g, ts := range created {

@@ -195,10 +195,14 @@ func (j *Job) Args() []rubyjson.Value {
 // decimal text.
 func (j *Job) JID() string {
 	v, _ := j.Get("jid")
-	if s, ok := v.Str(); ok {
+	switch v.Kind() {
+	case rubyjson.String:
+		s, _ := v.Str()
 		return s
+	case rubyjson.Integer, rubyjson.Float:
+		return string(v.Encode())
 	}
-	return v.NumberText()
+	return ""
 }
 
 // SetJID sets "jid".
