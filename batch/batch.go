@@ -101,7 +101,7 @@ func (b *Batches) Create(ctx context.Context, p *CreateParams) (*Status, error) 
 	if p == nil {
 		p = &CreateParams{}
 	}
-	bid := wire.NewJID()
+	bid := contract.NewJID()
 	queue := p.CallbackQueue
 	if queue == "" {
 		queue = "default"
@@ -126,8 +126,8 @@ func (b *Batches) Create(ctx context.Context, p *CreateParams) (*Status, error) 
 		}
 		job.SetQueue(queue)
 		job.Set("retry", rubyjson.BoolValue(true))
-		job.SetJID(wire.NewJID())
-		job.SetTime("created_at", now, v)
+		job.Set("jid", rubyjson.StringValue(contract.NewJID()))
+		job.Set("created_at", contract.TimestampValue(now, v))
 		fields = append(fields, cb.field, job.Encode())
 	}
 	keys := []any{contract.BatchKey(bid), contract.KeyBatches, contract.BatchKey(p.Parent), contract.BatchJobsKey(p.Parent)}

@@ -27,6 +27,7 @@ import (
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -101,7 +102,7 @@ func (e *hbEnv) push(t *testing.T, jid, class string, timeout, heartbeat float64
 	t.Helper()
 	job, err := wire.NewJob(class, args...)
 	require.NoError(t, err)
-	job.SetJID(jid)
+	job.Set("jid", rubyjson.StringValue(jid))
 	if timeout > 0 {
 		require.NoError(t, job.SetTimeout(time.Duration(timeout*float64(time.Second))))
 	}
@@ -406,7 +407,7 @@ func TestDeadProcessJobIsRecoveredNotTimedOutNorKilled(t *testing.T) {
 	require.NoError(t, err)
 	job, err := wire.NewJob("GoForever", log)
 	require.NoError(t, err)
-	job.SetJID("dead1")
+	job.Set("jid", rubyjson.StringValue("dead1"))
 	require.NoError(t, job.SetHeartbeatTimeout(hbTimeout))
 
 	args := []string{"--durable", "--durable-db", db, "--durable-class", "GoForever=1s", "--durable-poll-interval", "200ms"}

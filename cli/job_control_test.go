@@ -218,7 +218,7 @@ func TestCancelThroughSidekiqIterationKey(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n, "the cancelled job's state is gone, as Sidekiq unlinks it")
 
-	elsewhere := wire.NewJID()
+	elsewhere := contract.NewJID()
 	before := time.Now().Unix()
 	_, errOut, code := runBinary(t, "cancel", "-r", rs.URL(), elsewhere)
 	require.Equal(t, exitNotFound, code, errOut)

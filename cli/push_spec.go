@@ -76,7 +76,7 @@ func (s *pushSpec) build() (*wire.Job, *sidekiq.PushOpts, error) {
 		job.Set("retry", rubyjson.IntValue(int64(n)))
 	}
 	if s.jid != "" {
-		job.SetJID(s.jid)
+		job.Set("jid", rubyjson.StringValue(s.jid))
 	}
 	if s.uniqueFor != nil {
 		job.Set("unique_for", rubyjson.FloatValue(*s.uniqueFor))

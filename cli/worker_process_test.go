@@ -15,6 +15,7 @@ import (
 	"github.com/gojob/gojob/internal/gojobtest"
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -76,7 +77,7 @@ func pushJobs(t *testing.T, pool *redis.Pool, class, prefix string, n int, queue
 		j, err := wire.NewJob(class, i)
 		require.NoError(t, err)
 		jid := fmt.Sprintf("%s%06d", prefix, i)
-		j.SetJID(jid)
+		j.Set("jid", rubyjson.StringValue(jid))
 		if len(queues) > 0 {
 			j.SetQueue(queues[i%len(queues)])
 		}

@@ -14,10 +14,10 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/rs/zerolog"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/lease"
 	"github.com/gojob/gojob/internal/tick"
 	"github.com/gojob/gojob/sidekiq"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // defaultLeaseKey is the Redis key of the reconciler's leader lease.
@@ -108,7 +108,7 @@ func newPoller(cfg *PollerConfig) (*poller, error) {
 	c.MaxPass = cmp.Or(c.MaxPass, 10*c.Interval)
 	if c.Identity == "" {
 		host, _ := os.Hostname()
-		c.Identity = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), wire.NewJID()[:12])
+		c.Identity = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), contract.NewJID()[:12])
 	}
 	p := &poller{cfg: c, log: c.Reconciler.log, ttl: 2 * c.Interval}
 	if c.Logger != nil {

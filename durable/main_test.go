@@ -21,6 +21,7 @@ import (
 	"github.com/gojob/gojob/internal/testlog"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/api"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -152,7 +153,7 @@ func newJob(t testing.TB, class string, args ...any) *wire.Job {
 	j, err := wire.NewJob(class, args...)
 	require.NoError(t, err)
 	if j.JID() == "" {
-		j.SetJID(wire.NewJID())
+		j.Set("jid", rubyjson.StringValue(contract.NewJID()))
 	}
 	if j.Queue() == "" {
 		j.SetQueue("default")

@@ -67,7 +67,7 @@ func (o *Outbox[T]) Enqueue(ctx context.Context, tx T, job *wire.Job) error {
 		job.SetQueue("default")
 	}
 	if !job.Has("jid") {
-		job.SetJID(wire.NewJID())
+		job.Set("jid", rubyjson.StringValue(contract.NewJID()))
 	}
 	if v, ok := job.Get("at"); ok {
 		if _, isNum := v.Float(); !isNum {

@@ -574,7 +574,7 @@ func (r *Reconciler) kill(ctx context.Context, st store.Store, rw *store.Row, no
 	}
 	job := wire.JobFromMap(m)
 	if v, ok := job.Get("jid"); !ok || v.Kind() == rubyjson.Null {
-		job.SetJID(rw.JobID)
+		job.Set("jid", rubyjson.StringValue(rw.JobID))
 	}
 	job.Set("durable_killed_at", contract.TimestampValue(now, r.api.Client().Version()))
 	ok, err := st.Claim(ctx, store.ClaimParams{JobID: rw.JobID, Expect: rw.AssumeDeadAt})

@@ -84,7 +84,7 @@ func (s dueScenario) build(t testing.TB, b *testBundle) {
 		job := newJob(t, "DurableJob", i)
 		job.SetQueue("due")
 		add(job)
-		job.SetTime("enqueued_at", base, wire.Version7)
+		job.Set("enqueued_at", contract.TimestampValue(base, wire.Version7))
 		send("LPUSH", contract.QueueKey("due"), job.Encode())
 	}
 	for i := range s.dead {

@@ -29,7 +29,7 @@ func filler(n int, class string) []any {
 	out := make([]any, 0, n)
 	for i := range n {
 		j, _ := wire.NewJob(class, i)
-		j.SetJID(wire.NewJID())
+		j.Set("jid", rubyjson.StringValue(contract.NewJID()))
 		j.SetQueue("default")
 		out = append(out, j.Encode())
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/api"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -109,12 +110,12 @@ func TestCancelKeySurvivesWithoutSubscription(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, 50*time.Millisecond)
 	ctx := context.Background()
-	jid := wire.NewJID()
+	jid := contract.NewJID()
 	_, err := tb.conn.Do("SET", contract.CancelKey(jid), 1, "EX", 60)
 	require.NoError(t, err)
 	job, err := wire.NewJob("Block")
 	require.NoError(t, err)
-	job.SetJID(jid)
+	job.Set("jid", rubyjson.StringValue(jid))
 	_, err = tb.api.Client().Push(ctx, job, nil)
 	require.NoError(t, err)
 	require.Equal(t, jid, <-tb.started)

@@ -111,7 +111,7 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 	// one recovers it at start, runs it, and counts the recovery.
 	orphan, _ := wire.NewJob("Ok")
 	orphan.SetQueue("default")
-	orphan.SetJID("0123456789abcdef01234567")
+	orphan.Set("jid", rubyjson.StringValue("0123456789abcdef01234567"))
 	conn := pool.Get()
 	list := contract.WorkingListKey("default", "gone-host:4242:aaaaaaaaaaaa")
 	_, err = conn.Do("LPUSH", list, orphan.Encode())

@@ -69,7 +69,7 @@ func deliveredJob(queue, key string, payload []byte, score float64, retryCount i
 	}
 	sum := sha1.Sum(append(append([]byte(key), 0), payload...))
 	job.SetQueue(queue)
-	job.SetJID(hex.EncodeToString(sum[:12]))
+	job.Set("jid", rubyjson.StringValue(hex.EncodeToString(sum[:12])))
 	job.Set("ordered_key", rubyjson.StringValue(key))
 	job.Set("ordered_score", scoreValue(score))
 	if retryCount >= 0 {

@@ -15,9 +15,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/orderedstore"
 	"github.com/gojob/gojob/sidekiq"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // Defaults of Config.
@@ -86,7 +86,7 @@ func (c *Config) withDefaults() Config {
 	out.ShutdownTimeout = cmp.Or(out.ShutdownTimeout, 25*time.Second)
 	if out.Identity == "" {
 		host, _ := os.Hostname()
-		out.Identity = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), wire.NewJID()[:8])
+		out.Identity = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), contract.NewJID()[:8])
 	}
 	out.Clock = clock.Or(out.Clock)
 	return out

@@ -262,7 +262,7 @@ func (c *Client) push(ctx context.Context, job *wire.Job, opts *PushOpts, lock b
 	} else {
 		// Ruby takes enqueued_at at the push (Client#atomic_push), after
 		// created_at (normalize_item) and the middleware.
-		job.SetTime("enqueued_at", c.clock.Now(), c.Version())
+		job.Set("enqueued_at", contract.TimestampValue(c.clock.Now(), c.Version()))
 		payload = job.Encode()
 	}
 	if unique {
@@ -498,7 +498,7 @@ func (c *Client) PushPayload(ctx context.Context, job *wire.Job) (queue string, 
 	if err != nil || !ok {
 		return "", nil, false, err
 	}
-	job.SetTime("enqueued_at", c.clock.Now(), c.Version())
+	job.Set("enqueued_at", contract.TimestampValue(c.clock.Now(), c.Version()))
 	return job.Queue(), job.Encode(), true, nil
 }
 
@@ -516,10 +516,10 @@ func (c *Client) normalize(job *wire.Job, now time.Time, setCreated bool) error 
 		return err
 	}
 	if !job.Has("jid") {
-		job.SetJID(wire.NewJID())
+		job.Set("jid", rubyjson.StringValue(contract.NewJID()))
 	}
 	if setCreated && !job.Has("created_at") {
-		job.SetTime("created_at", now, c.Version())
+		job.Set("created_at", contract.TimestampValue(now, c.Version()))
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gojob/gojob/internal/clocktest"
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -49,7 +50,7 @@ func ExamplePushOpts() {
 	c, closeAll := exampleClient()
 	defer closeAll()
 	job, _ := wire.NewJob("DigestJob", 7)
-	job.SetJID("0123456789abcdef01234567")
+	job.Set("jid", rubyjson.StringValue("0123456789abcdef01234567"))
 	res, err := c.Push(context.Background(), job, &sidekiq.PushOpts{In: time.Hour, ExpiresIn: 30 * time.Minute})
 	if err != nil {
 		panic(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gojob/gojob/internal/clocktest"
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -41,7 +42,7 @@ func ExampleClient_Push() {
 	if err != nil {
 		panic(err)
 	}
-	job.SetJID("0123456789abcdef01234567")
+	job.Set("jid", rubyjson.StringValue("0123456789abcdef01234567"))
 	res, err := client.Push(context.Background(), job, nil)
 	if err != nil {
 		panic(err)
@@ -89,7 +90,7 @@ func ExampleServer() {
 	}
 	client := srv.Client()
 	job, _ := wire.NewJob("HardJob", 1, "two")
-	job.SetJID("0123456789abcdef01234567")
+	job.Set("jid", rubyjson.StringValue("0123456789abcdef01234567"))
 	if _, err := client.Push(ctx, job, nil); err != nil {
 		panic(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gojob/gojob/internal/redistest"
 	"github.com/gojob/gojob/internal/wait"
+	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -103,17 +104,17 @@ func TestExtensionSeesEveryPushBeforeRedis(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	one := newJob(t, "X")
-	one.SetJID("one")
+	one.Set("jid", rubyjson.StringValue("one"))
 	_, err = c.Push(ctx, one, nil)
 	require.NoError(t, err)
 	later := newJob(t, "X")
-	later.SetJID("later")
+	later.Set("jid", rubyjson.StringValue("later"))
 	_, err = c.Push(ctx, later, &PushOpts{In: time.Hour})
 	require.NoError(t, err)
 	var bulk []*wire.Job
 	for _, jid := range []string{"b1", "stopped", "b2"} {
 		j := newJob(t, "X")
-		j.SetJID(jid)
+		j.Set("jid", rubyjson.StringValue(jid))
 		bulk = append(bulk, j)
 	}
 	_, err = c.PushBulk(ctx, bulk, nil)

@@ -81,9 +81,9 @@ func (p *processor) planRetry(queue string, raw []byte, reg *registration, failu
 	count := 0
 	if c, ok := msg.RetryCount(); ok {
 		count = c + 1
-		msg.SetTime("retried_at", now, v)
+		msg.Set("retried_at", contract.TimestampValue(now, v))
 	} else {
-		msg.SetTime("failed_at", now, v)
+		msg.Set("failed_at", contract.TimestampValue(now, v))
 	}
 	contract.SetRetryCount(msg, count)
 	if bt, ok := msg.Get("backtrace"); ok && bt.Truthy() {

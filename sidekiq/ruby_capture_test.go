@@ -109,7 +109,7 @@ func clientPushesAsRubyDid(t *testing.T, dir string, v wire.Version) {
 		t.Run(c.file, func(t *testing.T) {
 			raw := rubyfixtures.Read(t, dir, c.file)
 			j := c.job()
-			j.SetJID(capturedJID(t, raw))
+			j.Set("jid", rubyjson.StringValue(capturedJID(t, raw)))
 			var opts *PushOpts
 			if c.opts != nil {
 				opts = c.opts(t, rubyfixtures.Find(t, dir, c.file))
@@ -128,7 +128,7 @@ func clientPushesAsRubyDid(t *testing.T, dir string, v wire.Version) {
 		raw := rubyfixtures.Read(t, dir, fmt.Sprintf("client_push_bulk_%d.json", i))
 		want = append(want, string(raw))
 		j := mustJob(wire.NewJob("RecJob", i+1))
-		j.SetJID(capturedJID(t, raw))
+		j.Set("jid", rubyjson.StringValue(capturedJID(t, raw)))
 		jobs = append(jobs, j)
 	}
 	_, err := client(capturedTimes(t, []byte(want[0]), "created_at", "enqueued_at")).PushBulk(ctx, jobs, nil)

@@ -21,7 +21,6 @@ import (
 	"github.com/gojob/gojob/sidekiq/internal/fetch"
 	"github.com/gojob/gojob/sidekiq/internal/maintenance"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // errClosed is returned by Start on a server that has already run (a
@@ -157,7 +156,7 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 		cfg:      c,
 		log:      c.Logger,
 		client:   client,
-		identity: fmt.Sprintf("%s:%d:%s", strings.ReplaceAll(c.Hostname, ":", "-"), os.Getpid(), wire.NewJID()[:12]),
+		identity: fmt.Sprintf("%s:%d:%s", strings.ReplaceAll(c.Hostname, ":", "-"), os.Getpid(), contract.NewJID()[:12]),
 		format:   format,
 	}
 	s.fetch.order = fetch.NewOrder(c.Queues, format.Version())

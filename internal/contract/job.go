@@ -1,6 +1,8 @@
 package contract
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"time"
 
 	"github.com/gojob/gojob/sidekiq/rubyjson"
@@ -181,4 +183,14 @@ func str(j *wire.Job, key string) string {
 	v, _ := j.Get(key)
 	s, _ := v.Str()
 	return s
+}
+
+// NewJID returns a Sidekiq jid: 24 lowercase hex characters
+// (SecureRandom.hex(12)).
+func NewJID() string {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("sidekiq: crypto/rand failed: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
 }

@@ -599,7 +599,7 @@ func TestPushMatchesRubyCapture(t *testing.T) {
 	job, err := New(&Params{Class: "AjJob", Args: []any{1, "x"}, JobID: "89c94c75-7239-4dc5-a691-12325327a1b0",
 		EnqueuedAt: time.Date(2026, 11, 23, 14, 22, 59, 0, time.UTC), Version: wire.Version7})
 	require.NoError(t, err)
-	job.SetJID(want.JID())
+	job.Set("jid", rubyjson.StringValue(want.JID()))
 	res, err := c.Push(context.Background(), job, nil)
 	require.NoError(t, err)
 	require.Equal(t, string(raw), string(res.Payload))
@@ -626,7 +626,7 @@ func TestPushMatchesRuby8Capture(t *testing.T) {
 	require.NoError(t, err)
 	capturedArgs, _ := want.Get("args")
 	job.Set("args", capturedArgs)
-	job.SetJID(want.JID())
+	job.Set("jid", rubyjson.StringValue(want.JID()))
 	res, err := c.Push(context.Background(), job, nil)
 	require.NoError(t, err)
 	require.Equal(t, string(raw), string(res.Payload))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq/api"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -57,7 +58,7 @@ func TestCancelRefreshesTheIterationExpiryAsSidekiq7(t *testing.T) {
 	t.Parallel()
 	b := apiSetup(t, func(c *api.Config) { c.Version = wire.Version7 })
 	ctx := context.Background()
-	jid := wire.NewJID()
+	jid := contract.NewJID()
 	key := "it-" + jid
 	b.do(t, "HSET", key, "ex", "1", "c", "25", "rt", "0")
 	b.do(t, "EXPIRE", key, 100)

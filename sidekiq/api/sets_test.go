@@ -202,7 +202,7 @@ func TestAPISetScheduleDeleteClear(t *testing.T) {
 	ss := b.api.ScheduledSet()
 	job, err := wire.NewJob("Later", 1)
 	require.NoError(t, err)
-	job.SetJID("s1")
+	job.Set("jid", rubyjson.StringValue("s1"))
 	require.NoError(t, ss.Schedule(ctx, time.Unix(1795300000, 250000000), job))
 	require.Equal(t, []string{`{"class":"Later","args":[1],"jid":"s1"}`, "1795300000.25"}, b.strings(t, "ZRANGE", "schedule", 0, -1, "WITHSCORES"))
 

@@ -1,8 +1,6 @@
 package wire
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -205,9 +203,6 @@ func (j *Job) JID() string {
 	return ""
 }
 
-// SetJID sets "jid".
-func (j *Job) SetJID(s string) { j.setStr("jid", s) }
-
 // Queue returns "queue".
 func (j *Job) Queue() string { return j.str("queue") }
 
@@ -240,17 +235,4 @@ func (j *Job) Time(key string) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return readTimestamp(v)
-}
-
-// SetTime writes a timestamp field in the format of version v.
-func (j *Job) SetTime(key string, t time.Time, v Version) { j.Set(key, timestampValue(t, v)) }
-
-// NewJID returns a Sidekiq jid: 24 lowercase hex characters
-// (SecureRandom.hex(12)).
-func NewJID() string {
-	var b [12]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("sidekiq: crypto/rand failed: " + err.Error())
-	}
-	return hex.EncodeToString(b[:])
 }

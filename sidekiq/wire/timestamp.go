@@ -33,18 +33,3 @@ func fromEpochSeconds(f float64) time.Time {
 	sec, frac := math.Modf(f)
 	return time.Unix(int64(sec), int64(math.Round(frac*1e9)))
 }
-
-// epochSeconds converts t to float epoch seconds, as Ruby's Time#to_f.
-func epochSeconds(t time.Time) float64 {
-	return float64(t.Unix()) + float64(t.Nanosecond())/1e9
-}
-
-// timestampValue returns t in the job-timestamp format of version v: float
-// seconds that always carry a fraction (6.x, 7.x) or integer milliseconds
-// (8.x).
-func timestampValue(t time.Time, v Version) rubyjson.Value {
-	if v.millisecondTimestamps() {
-		return rubyjson.IntValue(t.UnixMilli())
-	}
-	return rubyjson.FloatValue(epochSeconds(t))
-}

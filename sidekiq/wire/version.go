@@ -64,7 +64,3 @@ func (v Version) AtLeast(major, minor, patch int) bool {
 	}
 	return v.Patch >= patch
 }
-
-// millisecondTimestamps reports whether job timestamps are integer
-// milliseconds (8.0+) rather than float seconds.
-func (v Version) millisecondTimestamps() bool { return v.AtLeast(8, 0, 0) }

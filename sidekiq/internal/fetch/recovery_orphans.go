@@ -287,9 +287,9 @@ func poisonPayload(job *wire.Job, pill *PoisonPillError, now time.Time, v wire.V
 	j.Set("error_message", rubyjson.StringValue(pill.Error()))
 	j.Set("error_class", rubyjson.StringValue(pill.ErrorClass()))
 	if _, ok := j.RetryCount(); ok {
-		j.SetTime("retried_at", now, v)
+		j.Set("retried_at", contract.TimestampValue(now, v))
 	} else {
-		j.SetTime("failed_at", now, v)
+		j.Set("failed_at", contract.TimestampValue(now, v))
 	}
 	return j.Encode()
 }

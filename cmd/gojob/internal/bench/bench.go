@@ -248,7 +248,7 @@ func runOneBench(ctx context.Context, pool *redis.Pool, spec benchSpec) (*Result
 // runBench drains with a sidekiq.Server inside this process.
 func runBench(ctx context.Context, pool *redis.Pool, spec benchSpec) (*Result, error) {
 	n, conc, latencyJobs, mode := spec.jobs, spec.conc, spec.latencyJobs, spec.mode
-	queues := spec.shape.queueWeights("gojob-bench-" + wire.NewJID()[:8])
+	queues := spec.shape.queueWeights("gojob-bench-" + contract.NewJID()[:8])
 	defer cleanupBench(pool, queues)
 	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: wire.Version6})
 	if err != nil {
@@ -513,7 +513,7 @@ func runRubyBench(ctx context.Context, pool *redis.Pool, redisURL string, n, con
 	if err != nil {
 		return 0, ucli.Exit("--ruby needs Debian's ruby-sidekiq (apt-get install ruby-sidekiq)", exitFailed)
 	}
-	queue := "gojob-bench-ruby-" + wire.NewJID()[:8]
+	queue := "gojob-bench-ruby-" + contract.NewJID()[:8]
 	qs := []wire.QueueWeight{{Name: queue}}
 	defer cleanupBench(pool, qs)
 	client, err := sidekiq.NewClient(&sidekiq.ClientConfig{Pool: pool, Version: wire.Version6})

@@ -16,8 +16,8 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/gojob/gojob/durable"
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 // `gojob bench --durable URL` runs the plain bench and the same bench with
@@ -166,7 +166,7 @@ func runDurableBench(ctx context.Context, pool *redis.Pool, url string, window t
 	mode string, pipeline int, profile io.Writer) (*DurableRound, string, error) {
 	d, err := durable.New(&durable.Config{
 		URLs:        []string{url},
-		Table:       "gojob_bench_" + wire.NewJID()[:8],
+		Table:       "gojob_bench_" + contract.NewJID()[:8],
 		Classes:     map[string]time.Duration{"BenchJob": 0},
 		MaxConns:    conc,
 		BatchWindow: window,

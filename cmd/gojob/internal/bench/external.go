@@ -189,7 +189,7 @@ func (w *workerProcess) stop() error {
 // (the worker) and INFO cpu (Redis), over that window.
 func runExternalBench(ctx context.Context, pool *redis.Pool, spec benchSpec) (*Result, error) {
 	n := spec.jobs
-	prefix := "gojob-bench-" + wire.NewJID()[:8]
+	prefix := "gojob-bench-" + contract.NewJID()[:8]
 	queues := spec.shape.queueWeights(prefix)
 	doneKey, pickupKey := prefix+":done", prefix+":pickup"
 	staging := make([]wire.QueueWeight, len(queues))

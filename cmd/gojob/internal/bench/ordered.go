@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/orderedstore"
 	"github.com/gojob/gojob/ordered"
 	"github.com/gojob/gojob/sidekiq"
@@ -85,7 +86,7 @@ func runOrderedBenchCommand(c *ucli.Context, pool *redis.Pool, mode string) erro
 }
 
 func runOrderedBench(ctx context.Context, pool *redis.Pool, n, keys, shards, conc, batchKeys int) (*OrderedResult, error) {
-	queue := "gojob-bench-ordered-" + wire.NewJID()[:8]
+	queue := "gojob-bench-ordered-" + contract.NewJID()[:8]
 	defer cleanupOrderedBench(pool, queue)
 	res := &OrderedResult{Jobs: n, Keys: keys, Shards: shards, Concurrency: conc, BatchKeys: batchKeys}
 	client, err := ordered.NewClient(&ordered.ClientConfig{Pool: pool, Shards: shards})
