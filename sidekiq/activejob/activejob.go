@@ -169,7 +169,22 @@ type Params struct {
 	// Class is the ActiveJob class name ("job_class" and "wrapped").
 	// Required.
 	Class string
-	// Args are the perform arguments, converted by SerializeArguments.
+	// Args are the perform arguments, converted to ActiveJob's serialized
+	// form as ActiveJob::Arguments.serialize does:
+	//   - nil, bool, integers, floats, *big.Int and strings pass through;
+	//   - slices and arrays become arrays, each element serialized;
+	//   - the types of this package write their markers (Time, Date,
+	//     Symbol, ...);
+	//   - time.Time is a Ruby Time (TimeSerializer, nine fractional digits);
+	//   - time.Duration is an ActiveSupport::Duration (the largest parts
+	//     first, as ActiveSupport::Duration.build);
+	//   - a map with string keys is a Ruby Hash with String keys (keys
+	//     sorted, "_aj_symbol_keys": []); a map keyed by Symbol has Symbol
+	//     keys;
+	//   - rubyjson.Value and *rubyjson.Map are taken as already serialized
+	//     (an application's custom serializer is written as Serialized or as
+	//     a rubyjson.Value).
+	// Anything else is an error.
 	Args []any
 	// Queue is the queue ("queue" and "queue_name"). Default "default".
 	Queue string
@@ -225,7 +240,7 @@ func New(p *Params) (*wire.Job, error) {
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
-	args, err := SerializeArguments(p.Args...)
+	args, err := serializeArguments(p.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("activejob: %s: %w", p.Class, err)
 	}

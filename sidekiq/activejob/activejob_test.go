@@ -76,7 +76,7 @@ func TestActiveJobCapturedPayload(t *testing.T) {
 
 	// Re-encoding the decoded arguments gives Ruby's bytes back.
 	raw, _ := aj.Data.Get("arguments")
-	enc, err := SerializeArguments(aj.Arguments...)
+	enc, err := serializeArguments(aj.Arguments...)
 	require.NoError(t, err)
 	require.Equal(t, string(raw.Encode()), string(rubyjson.ArrayValue(enc...).Encode()))
 }
@@ -162,7 +162,7 @@ func TestDeserializeArgument(t *testing.T) {
 				require.Equal(t, c.want, got)
 			}
 			// Byte-identical round trip.
-			enc, err := SerializeArguments(got)
+			enc, err := serializeArguments(got)
 			require.NoError(t, err)
 			require.Equal(t, c.json, string(enc[0].Encode()))
 		})
@@ -247,7 +247,7 @@ func TestArgumentsRoundTripRubyBytes(t *testing.T) {
 	args, err := deserializeArguments(vals)
 	require.NoError(t, err)
 	require.Len(t, args, 21)
-	enc, err := SerializeArguments(args...)
+	enc, err := serializeArguments(args...)
 	require.NoError(t, err)
 	require.Equal(t, ajRubyArgs, string(rubyjson.ArrayValue(enc...).Encode()))
 }
@@ -302,7 +302,7 @@ func TestSerializeArgumentErrors(t *testing.T) {
 		"struct":           struct{ A int }{1},
 	}
 	for name, in := range cases {
-		_, err := SerializeArguments(in)
+		_, err := serializeArguments(in)
 		require.Error(t, err, name)
 		require.Contains(t, err.Error(), "sidekiq: activejob argument 0:", name)
 	}
@@ -548,7 +548,7 @@ func TestSerializeArgumentNilPointers(t *testing.T) {
 	var tm *Time
 	var h *Hash
 	var st *time.Time
-	enc, err := SerializeArguments(tm, h, st)
+	enc, err := serializeArguments(tm, h, st)
 	require.NoError(t, err)
 	require.Equal(t, `[null,null,null]`, string(rubyjson.ArrayValue(enc...).Encode()))
 }

@@ -17,7 +17,7 @@ import (
 // ActiveJob (rails activejob/lib/active_job/arguments.rb) writes Ruby values
 // that JSON cannot hold as objects carrying "_aj_*" markers. Decode turns
 // them into the types of types.go (and Hash below), which a handler can
-// type-switch on, and SerializeArguments turns them back into exactly the
+// type-switch on, and New (Params.Args) turns them back into exactly the
 // JSON Ruby writes.
 //
 // JSON scalars decode to nil, bool, int64 (*big.Int when it does not fit),
@@ -81,12 +81,12 @@ type HashEntry struct {
 	// Symbol is true for a Symbol key (:key), false for a String key.
 	Symbol bool
 	// Value is the decoded value (or, when building, any value
-	// SerializeArguments accepts).
+	// Params.Args accepts).
 	Value any
 }
 
 // Keywords returns keyword arguments from m, keys sorted: perform(x, a: 1)
-// is SerializeArguments(x, Keywords(map[string]any{"a": 1})).
+// is Params.Args []any{x, Keywords(map[string]any{"a": 1})}.
 func Keywords(m map[string]any) *Hash { return ajHashFrom(HashKeywords, m, true) }
 
 func ajHashFrom(kind HashKind, m map[string]any, sym bool) *Hash {
@@ -144,22 +144,9 @@ func ajSerializedValue(serializer, key string, v rubyjson.Value) rubyjson.Value 
 	return rubyjson.ObjectValue(m)
 }
 
-// SerializeArguments converts Go values to ActiveJob's serialized form, as
-// ActiveJob::Arguments.serialize does:
-//   - nil, bool, integers, floats, *big.Int and strings pass through;
-//   - slices and arrays become arrays, each element serialized;
-//   - the types of this package write their markers (Time, Date, Symbol, ...);
-//   - time.Time is a Ruby Time (TimeSerializer, nine fractional digits);
-//   - time.Duration is an ActiveSupport::Duration (the largest parts first,
-//     as ActiveSupport::Duration.build);
-//   - a map with string keys is a Ruby Hash with String keys (keys sorted,
-//     "_aj_symbol_keys": []); a map keyed by Symbol has Symbol keys;
-//   - rubyjson.Value and *rubyjson.Map are taken as already serialized (an
-//     application's custom serializer is written as Serialized or as a
-//     rubyjson.Value).
-//
-// Anything else is an error.
-func SerializeArguments(args ...any) ([]rubyjson.Value, error) {
+// serializeArguments converts Go values to ActiveJob's serialized form, as
+// ActiveJob::Arguments.serialize does (the rules are on Params.Args).
+func serializeArguments(args ...any) ([]rubyjson.Value, error) {
 	out := make([]rubyjson.Value, len(args))
 	for i, a := range args {
 		v, err := serializeArgument(a)
@@ -177,7 +164,7 @@ type argValue interface {
 	rubyJSON() (rubyjson.Value, error)
 }
 
-// serializeArgument converts one Go value (see SerializeArguments).
+// serializeArgument converts one Go value (see serializeArguments).
 func serializeArgument(x any) (rubyjson.Value, error) {
 	switch t := x.(type) {
 	case nil:

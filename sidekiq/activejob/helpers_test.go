@@ -2,7 +2,7 @@ package activejob
 
 // Builders and accessors of argument values that the tests use; the
 // package itself reads and writes them through Decode and
-// SerializeArguments.
+// serializeArguments.
 
 import (
 	"errors"

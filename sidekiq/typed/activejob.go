@@ -37,7 +37,7 @@ func ActiveJobArgs[T any](args T) ([]any, error) {
 	return []any{x}, nil
 }
 
-// ajValue converts a Go value for activejob.SerializeArguments: structs
+// ajValue converts a Go value for activejob.Params.Args: structs
 // (but the activejob types and time.Time) become symbol-keyed hashes.
 func ajValue(rv reflect.Value) (any, error) {
 	t := rv.Type()
