@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -70,7 +71,7 @@ run the worker and demo against a real Redis instead. --durable
 			}
 			if isAuto(c.String("sidekiq-version")) {
 				cfg.FollowVersion = true
-			} else if cfg.Version, err = wire.ParseVersion(c.String("sidekiq-version")); err != nil {
+			} else if cfg.Version, err = contract.ParseVersion(c.String("sidekiq-version")); err != nil {
 				return ucli.Exit(err.Error(), exitUsage)
 			}
 			cfg.PollIntervalAverage = 2 * time.Second

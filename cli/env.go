@@ -75,7 +75,7 @@ func resolveVersion(ctx context.Context, pool *redis.Pool, flag string, log zero
 		log.Info().Str("sidekiq_version", d.Format.Version.String()).Str("source", d.Source).Strs("processes", d.Ruby).Msg(d.Reason())
 		return d.Format.Version, nil
 	}
-	v, err := wire.ParseVersion(flag)
+	v, err := contract.ParseVersion(flag)
 	if err != nil {
 		return wire.Version{}, ucli.Exit(err.Error(), exitUsage)
 	}

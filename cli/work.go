@@ -7,8 +7,8 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/tuning"
-	"github.com/gojob/gojob/sidekiq/wire"
 )
 
 func workCommand(o *options) *ucli.Command {
@@ -83,7 +83,7 @@ ordered work (docs/ordered.md).`,
 			cfg.Pool = pool
 			if isAuto(c.String("sidekiq-version")) {
 				cfg.FollowVersion = true
-			} else if cfg.Version, err = wire.ParseVersion(c.String("sidekiq-version")); err != nil {
+			} else if cfg.Version, err = contract.ParseVersion(c.String("sidekiq-version")); err != nil {
 				return ucli.Exit(err.Error(), exitUsage)
 			}
 			cfg.ForceVersion = c.Bool("force-version")

@@ -131,7 +131,7 @@ func (r *RecordedFormat) Aged(now time.Time) bool {
 
 // Format returns the recorded format, or false when it does not parse.
 func (r *RecordedFormat) Format() (Format, bool) {
-	v, err := wire.ParseVersion(r.Version)
+	v, err := ParseVersion(r.Version)
 	if err != nil {
 		return Format{}, false
 	}
@@ -193,7 +193,7 @@ func liveRuby(ctx context.Context, pool *redis.Pool) (d Decision, stale []string
 		if m, err := rubyjson.ParseObject(info); err == nil {
 			if v, ok := m.Get("version"); ok {
 				if s, ok := v.Str(); ok {
-					if p, err := wire.ParseVersion(s); err == nil {
+					if p, err := ParseVersion(s); err == nil {
 						pv = p
 					}
 				}

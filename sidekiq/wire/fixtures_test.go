@@ -136,7 +136,7 @@ func loadManifests(t *testing.T) []*fixtureManifest {
 		require.NoError(t, err)
 		m := &fixtureManifest{dir: filepath.Dir(p)}
 		require.NoError(t, json.Unmarshal(data, m), p)
-		m.version, err = wire.ParseVersion(m.SidekiqVersion)
+		m.version, err = contract.ParseVersion(m.SidekiqVersion)
 		require.NoError(t, err, p)
 		require.Equal(t, filepath.Base(m.dir), m.SidekiqVersion, "directory name is the version")
 		out = append(out, m)
