@@ -17,7 +17,7 @@ import (
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
-// ErrNotActiveJob is returned by Job.ActiveJob for a job whose class is not
+// ErrNotActiveJob is returned by Decode for a job whose class is not
 // an ActiveJob wrapper.
 var ErrNotActiveJob = errors.New("activejob: not an ActiveJob payload")
 
@@ -190,7 +190,7 @@ type Params struct {
 	Queue string
 	// Priority is "priority"; nil writes null.
 	Priority *int
-	// JobID is "job_id". Default a new random UUID (NewActiveJobID).
+	// JobID is "job_id". Default a new random UUID.
 	JobID string
 	// Locale is "locale". Default "en".
 	Locale string
