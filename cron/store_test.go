@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/monoclock"
 	"github.com/gojob/gojob/internal/redistest"
 )
 
@@ -15,7 +15,7 @@ import (
 func TestSaveFailsWhenRedisRefusesTheWrite(t *testing.T) {
 	t.Parallel()
 	rs := redistest.StartWith(t, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", "1"}})
-	st := newStore(t, rs.Pool(t), clock.Or(nil), Layout{})
+	st := newStore(t, rs.Pool(t), monoclock.Or(nil), Layout{})
 	err := st.Save(context.Background(), &Job{Name: "nightly", Cron: "0 3 * * *", Class: "Report", Enabled: true})
 	require.ErrorContains(t, err, "READONLY")
 }

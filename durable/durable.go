@@ -13,6 +13,7 @@ import (
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/durable/internal/store"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/monoclock"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -104,7 +105,7 @@ func (c *Config) withDefaults() *Config {
 	out.MaxConns = cmp.Or(out.MaxConns, 10)
 	out.MaxBatch = cmp.Or(out.MaxBatch, 1000)
 	out.MaxPendingWrites = cmp.Or(out.MaxPendingWrites, defaultMaxPendingWrites)
-	out.Clock = clock.Or(out.Clock)
+	out.Clock = monoclock.Or(out.Clock)
 	return &out
 }
 

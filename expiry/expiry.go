@@ -20,6 +20,7 @@ import (
 
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/monoclock"
 	"github.com/gojob/gojob/sidekiq"
 )
 
@@ -53,7 +54,7 @@ type Extension struct {
 
 // New returns the extension.
 func New(cfg Config) *Extension {
-	cfg.Clock = clock.Or(cfg.Clock)
+	cfg.Clock = monoclock.Or(cfg.Clock)
 	return &Extension{cfg: cfg, byClass: map[string]int64{}}
 }
 

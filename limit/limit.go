@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/monoclock"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -65,9 +66,9 @@ type Options struct {
 
 func (o *Options) clock() clock.Clock {
 	if o == nil {
-		return clock.Or(nil)
+		return monoclock.Or(nil)
 	}
-	return clock.Or(o.Clock)
+	return monoclock.Or(o.Clock)
 }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }

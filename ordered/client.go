@@ -13,6 +13,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/monoclock"
 	"github.com/gojob/gojob/internal/orderedstore"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -67,7 +68,7 @@ func NewClient(cfg *ClientConfig) (*Client, error) {
 	if cfg.Shards < 0 {
 		return nil, errors.New("ordered: ClientConfig.Shards must not be negative")
 	}
-	return &Client{pool: cfg.Pool, shards: cmp.Or(cfg.Shards, defaultShards), clock: clock.Or(cfg.Clock), known: map[string]int{}}, nil
+	return &Client{pool: cfg.Pool, shards: cmp.Or(cfg.Shards, defaultShards), clock: monoclock.Or(cfg.Clock), known: map[string]int{}}, nil
 }
 
 // PushOpts are the ordering options of one push.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/monoclock"
 	"github.com/gojob/gojob/internal/orderedstore"
 	"github.com/gojob/gojob/sidekiq"
 )
@@ -88,7 +89,7 @@ func (c *Config) withDefaults() Config {
 		host, _ := os.Hostname()
 		out.Identity = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), contract.NewJID()[:8])
 	}
-	out.Clock = clock.Or(out.Clock)
+	out.Clock = monoclock.Or(out.Clock)
 	return out
 }
 

@@ -11,7 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/monoclock"
 	"github.com/gojob/gojob/internal/orderedstore"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq"
@@ -128,7 +128,7 @@ func TestStopPutsUnfinishedJobsBack(t *testing.T) {
 	ctx := context.Background()
 	started := make(chan struct{})
 	w, err := NewWorker(&Config{Pool: b.pool, Queue: "q", Shards: 4, Concurrency: 1, ShutdownTimeout: 50 * time.Millisecond,
-		PollInterval: 5 * time.Millisecond, Clock: clock.Or(nil),
+		PollInterval: 5 * time.Millisecond, Clock: monoclock.Or(nil),
 		Handler: classHandlers{"V": sidekiq.HandlerFunc(func(ctx context.Context, job *wire.Job) error {
 			if s, _ := job.Args()[0].Str(); s == "v2" {
 				close(started)

@@ -11,6 +11,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/monoclock"
 	"github.com/gojob/gojob/internal/redisreply"
 	"github.com/gojob/gojob/internal/sidejobwire"
 	"github.com/gojob/gojob/sidekiq"
@@ -76,7 +77,7 @@ func NewClient(cfg *Config) (*Client, error) {
 	c := &Client{
 		pool:      cfg.Pool,
 		sk:        cfg.Sidekiq,
-		clock:     clock.Or(cfg.Clock),
+		clock:     monoclock.Or(cfg.Clock),
 		lockTTL:   cfg.LockExpiration,
 		maxPerMin: cfg.MaxRunsPerMinute,
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/monoclock"
 	"github.com/gojob/gojob/internal/redisreply"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -88,7 +89,7 @@ func newClient(cfg *ClientConfig, f *contract.LiveFormat) (*Client, error) {
 	if q == "" {
 		q = "default"
 	}
-	c := &Client{pool: cfg.Pool, format: f, clock: clock.Or(cfg.Clock), mw: cfg.Middleware, queue: q}
+	c := &Client{pool: cfg.Pool, format: f, clock: monoclock.Or(cfg.Clock), mw: cfg.Middleware, queue: q}
 	c.Extend(cfg.Extensions...)
 	return c, nil
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/monoclock"
 	"github.com/gojob/gojob/internal/wait"
 	"github.com/gojob/gojob/sidekiq/internal/fetch"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -113,7 +113,7 @@ func TestProcessReportsHowLongTheJobRan(t *testing.T) {
 	for _, system := range []bool{false, true} {
 		cfg := ServerConfig{}
 		if system {
-			cfg.Clock = clock.Or(nil)
+			cfg.Clock = monoclock.Or(nil)
 		}
 		b := newTestServer(t, cfg)
 		b.srv.Handle("Sleeps", HandlerFunc(func(ctx context.Context, job *wire.Job) error {

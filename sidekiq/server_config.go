@@ -15,6 +15,7 @@ import (
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/fetchmode"
+	"github.com/gojob/gojob/internal/monoclock"
 	"github.com/gojob/gojob/internal/tuning"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -185,7 +186,7 @@ func (c *ServerConfig) withDefaults() *ServerConfig {
 	if out.MaxRetries <= 0 {
 		out.MaxRetries = 25
 	}
-	out.Clock = clock.Or(out.Clock)
+	out.Clock = monoclock.Or(out.Clock)
 	out.QueueConcurrency = maps.Clone(out.QueueConcurrency)
 	if out.Hostname == "" {
 		out.Hostname = os.Getenv("DYNO")

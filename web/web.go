@@ -22,7 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/monoclock"
 	"github.com/gojob/gojob/metrics"
 	"github.com/gojob/gojob/sidejob"
 	"github.com/gojob/gojob/sidekiq/api"
@@ -36,7 +36,7 @@ func New(cfg *Config) (http.Handler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	h := &handler{cfg: *cfg, api: cfg.API, sj: cfg.SideJob, clock: clock.Or(cfg.Clock), base: cfg.BasePath}
+	h := &handler{cfg: *cfg, api: cfg.API, sj: cfg.SideJob, clock: monoclock.Or(cfg.Clock), base: cfg.BasePath}
 	if h.api == nil {
 		a, err := api.New(&api.Config{Pool: cfg.Pool, Clock: cfg.Clock})
 		if err != nil {

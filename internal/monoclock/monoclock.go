@@ -10,10 +10,24 @@ import (
 	"github.com/gojob/gojob/clock"
 )
 
-// system is the system clock, clock.Or(nil).
-var system = clock.Or(nil)
+// systemClock is the system clock (time.Now).
+type systemClock struct{}
 
-// IsSystem reports whether c is the system clock (clock.Or(nil)).
+func (systemClock) Now() time.Time { return time.Now() }
+
+// system is the system clock, Or(nil).
+var system clock.Clock = systemClock{}
+
+// Or returns c, or the system clock when c is nil: Or(nil) is the real
+// clock, what a nil Clock in a config means.
+func Or(c clock.Clock) clock.Clock {
+	if c == nil {
+		return system
+	}
+	return c
+}
+
+// IsSystem reports whether c is the system clock (Or(nil)).
 func IsSystem(c clock.Clock) bool { return c == system }
 
 // Since returns the time elapsed on c since t. On the system clock it

@@ -3,8 +3,6 @@ package monoclock
 import (
 	"testing"
 	"time"
-
-	"github.com/gojob/gojob/clock"
 )
 
 type fixed struct{ t time.Time }
@@ -15,7 +13,7 @@ func (f fixed) Now() time.Time { return f.t }
 // reading, or a test's clock.
 func TestSinceReadsItsClock(t *testing.T) {
 	start := time.Now().Add(-time.Second)
-	if d := Since(clock.Or(nil), start); d < time.Second || d > time.Minute {
+	if d := Since(Or(nil), start); d < time.Second || d > time.Minute {
 		t.Fatalf("system clock: %v since a second ago", d)
 	}
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -35,7 +33,7 @@ func TestStampReadsItsClock(t *testing.T) {
 	var last time.Time
 	for i := range 3 {
 		before := time.Now()
-		s := Stamp(clock.Or(nil))
+		s := Stamp(Or(nil))
 		after := time.Now()
 		// A reused reading is late by the wall clock's slew at most.
 		if s.Round(0).Before(before.Round(0).Add(-time.Millisecond)) || s.Round(0).After(after.Round(0).Add(time.Millisecond)) {
@@ -44,7 +42,7 @@ func TestStampReadsItsClock(t *testing.T) {
 		if s.Before(last) || s.Equal(last) && i > 0 {
 			t.Fatalf("stamp %d: %v not after %v", i, s, last)
 		}
-		if d := Since(clock.Or(nil), s); d < 0 || d > time.Minute {
+		if d := Since(Or(nil), s); d < 0 || d > time.Minute {
 			t.Fatalf("stamp %d: %v since it", i, d)
 		}
 		last = s
@@ -53,7 +51,7 @@ func TestStampReadsItsClock(t *testing.T) {
 	// An old reading is replaced by the wall clock's.
 	old := time.Now().Add(-2 * stampRefresh)
 	stampBase.Store(&old)
-	if s := Stamp(clock.Or(nil)); time.Since(s) > stampRefresh {
+	if s := Stamp(Or(nil)); time.Since(s) > stampRefresh {
 		t.Fatalf("stamp %v kept a reading older than %v", s, stampRefresh)
 	}
 }

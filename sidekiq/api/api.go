@@ -11,6 +11,7 @@ import (
 
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/monoclock"
 	"github.com/gojob/gojob/sidekiq"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -91,7 +92,7 @@ func New(cfg *Config) (*API, error) {
 		return nil, err
 	}
 	v := cmp.Or(cfg.Version, contract.DefaultVersion)
-	clk := clock.Or(cfg.Clock)
+	clk := monoclock.Or(cfg.Clock)
 	cl := cfg.Client
 	if cl == nil {
 		var err error

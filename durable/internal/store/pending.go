@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gojob/gojob/clock"
+	"github.com/gojob/gojob/internal/monoclock"
 )
 
 // ErrPendingWrites reports that writes finishing jobs' rows were still
@@ -162,7 +163,7 @@ func NewPending(c PendingConfig) *Pending {
 	minDelay := cmp.Or(c.MinDelay, pendingRetryMin)
 	return &Pending{
 		log:      c.Log,
-		clock:    clock.Or(c.Clock),
+		clock:    monoclock.Or(c.Clock),
 		max:      c.Max,
 		minDelay: minDelay,
 		maxDelay: max(cmp.Or(c.MaxDelay, pendingRetryMax), minDelay),

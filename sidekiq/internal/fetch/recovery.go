@@ -11,8 +11,8 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/monoclock"
 	"github.com/gojob/gojob/internal/procstat"
 	"github.com/gojob/gojob/internal/redisreply"
 )
@@ -126,7 +126,7 @@ func newReliableLife(cfg *Config, ids *idents) *reliableLife {
 		l.interval = DefaultRecoveryInterval
 	}
 	l.lastScan = time.Now().Add(firstScanAfter - scanInterval)
-	cfg.Clock = clock.Or(cfg.Clock)
+	cfg.Clock = monoclock.Or(cfg.Clock)
 	return l
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/monoclock"
 	"github.com/gojob/gojob/internal/procstat"
 	"github.com/gojob/gojob/internal/redisreply"
 	"github.com/gojob/gojob/internal/rubyfloat"
@@ -113,7 +114,7 @@ func NewHeartbeat(cfg *HeartbeatConfig) (*Heartbeat, error) {
 		return nil, err
 	}
 	c := *cfg
-	c.Clock = clock.Or(c.Clock)
+	c.Clock = monoclock.Or(c.Clock)
 	if c.OnSignal == nil {
 		c.OnSignal = func(string) {}
 	}

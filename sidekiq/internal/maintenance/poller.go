@@ -12,6 +12,7 @@ import (
 
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/monoclock"
 	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/rubyjson"
 	"github.com/gojob/gojob/sidekiq/wire"
@@ -92,7 +93,7 @@ func NewPoller(cfg *PollerConfig) (*Poller, error) {
 		return nil, err
 	}
 	c := *cfg
-	c.Clock = clock.Or(c.Clock)
+	c.Clock = monoclock.Or(c.Clock)
 	cleaner, err := NewProcessCleaner(&ProcessCleanerConfig{Pool: c.Pool, Format: c.Format, Logger: c.Logger})
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gojob/gojob/clock"
 	"github.com/gojob/gojob/internal/contract"
+	"github.com/gojob/gojob/internal/monoclock"
 	"github.com/gojob/gojob/internal/redisreply"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
@@ -54,7 +55,7 @@ func NewVersionFollower(cfg *VersionFollowerConfig) (*VersionFollower, error) {
 		return nil, errors.New("sidekiq: VersionFollowerConfig needs Pool, Identity and Format")
 	}
 	c := *cfg
-	c.Clock = clock.Or(c.Clock)
+	c.Clock = monoclock.Or(c.Clock)
 	return &VersionFollower{cfg: c}, nil
 }
 
