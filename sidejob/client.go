@@ -190,8 +190,9 @@ type cmd struct {
 
 func command(name string, args ...any) cmd { return cmd{name, args} }
 
-// multi runs cmds in one MULTI/EXEC and returns their replies.
-func (c *Client) multi(ctx context.Context, cmds ...cmd) ([]any, error) {
+// onConn runs send with a connection for cmds; nothing when there are
+// none.
+func (c *Client) onConn(ctx context.Context, cmds []cmd, send func(redis.Conn) ([]any, error)) ([]any, error) {
 	if len(cmds) == 0 {
 		return nil, nil
 	}
@@ -200,24 +201,30 @@ func (c *Client) multi(ctx context.Context, cmds ...cmd) ([]any, error) {
 		return nil, err
 	}
 	defer conn.Close()
-	conn.Send("MULTI")
-	for _, cm := range cmds {
-		conn.Send(cm.name, cm.args...)
-	}
-	return redisreply.Check(redis.Values(redis.DoContext(conn, ctx, "EXEC")))
+	return send(conn)
+}
+
+// multi runs cmds in one MULTI/EXEC and returns their replies.
+func (c *Client) multi(ctx context.Context, cmds ...cmd) ([]any, error) {
+	return c.onConn(ctx, cmds, func(conn redis.Conn) ([]any, error) {
+		conn.Send("MULTI")
+		for _, cm := range cmds {
+			conn.Send(cm.name, cm.args...)
+		}
+		return redisreply.Check(redis.Values(redis.DoContext(conn, ctx, "EXEC")))
+	})
 }
 
 // pipeline sends cmds in one round trip (no transaction) and returns their
 // replies; the first error reply is returned as the error.
 func (c *Client) pipeline(ctx context.Context, cmds ...cmd) ([]any, error) {
-	if len(cmds) == 0 {
-		return nil, nil
-	}
-	conn, err := c.conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
+	return c.onConn(ctx, cmds, func(conn redis.Conn) ([]any, error) {
+		return pipelined(ctx, conn, cmds)
+	})
+}
+
+// pipelined sends cmds on conn, then reads their replies.
+func pipelined(ctx context.Context, conn redis.Conn, cmds []cmd) ([]any, error) {
 	for _, cm := range cmds {
 		if err := conn.Send(cm.name, cm.args...); err != nil {
 			return nil, err

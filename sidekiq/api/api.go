@@ -13,6 +13,7 @@ import (
 	"github.com/gojob/gojob/internal/contract"
 	"github.com/gojob/gojob/internal/monoclock"
 	"github.com/gojob/gojob/sidekiq"
+	"github.com/gojob/gojob/sidekiq/internal/redisx"
 	"github.com/gojob/gojob/sidekiq/wire"
 )
 
@@ -120,6 +121,21 @@ func (a *API) conn(ctx context.Context, op string) (redis.Conn, error) {
 		return nil, fmt.Errorf("sidekiq: %s: %w", op, err)
 	}
 	return c, nil
+}
+
+// connMembers returns a connection and the members of the set key, read
+// with SSCAN; the connection is closed when it returns an error.
+func (a *API) connMembers(ctx context.Context, op, key string) (redis.Conn, []string, error) {
+	conn, err := a.conn(ctx, op)
+	if err != nil {
+		return nil, nil, err
+	}
+	members, err := redisx.SScanAll(ctx, conn, key)
+	if err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("sidekiq: %s: %w", op, err)
+	}
+	return conn, members, nil
 }
 
 // pageBounds checks the offset and limit of a page; limit 0 means 25 (the

@@ -115,15 +115,11 @@ func (a *API) Processes(ctx context.Context) ([]*Process, error) {
 	if _, err := a.cleanupProcesses(ctx); err != nil {
 		return nil, err
 	}
-	conn, err := a.conn(ctx, "list processes")
+	conn, ids, err := a.connMembers(ctx, "list processes", contract.KeyProcesses)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	ids, err := redisx.SScanAll(ctx, conn, contract.KeyProcesses)
-	if err != nil {
-		return nil, fmt.Errorf("sidekiq: list processes: %w", err)
-	}
 	for _, id := range ids {
 		conn.Send("HMGET", id, "info", "busy", "beat", "quiet", "rss", "rtt_us", "concurrency")
 	}
@@ -286,15 +282,11 @@ var (
 // Ruby's WorkSet#size, the busy counts of the last heartbeats, is
 // Stats.Busy. Running is what runs now, to the millisecond.
 func (a *API) WorkSet(ctx context.Context) ([]*Work, error) {
-	conn, err := a.conn(ctx, "work set")
+	conn, ids, err := a.connMembers(ctx, "work set", contract.KeyProcesses)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	ids, err := redisx.SScanAll(ctx, conn, contract.KeyProcesses)
-	if err != nil {
-		return nil, fmt.Errorf("sidekiq: work set: %w", err)
-	}
 	for _, id := range ids {
 		conn.Send("EXISTS", id)
 		conn.Send("HGETALL", contract.WorkKey(id, workersLayout))

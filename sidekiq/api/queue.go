@@ -74,15 +74,11 @@ func (a *API) Queue(name string) *Queue { return &Queue{api: a, name: name} }
 // Queues returns every queue of the queues set, sorted by name (Ruby's
 // Queue.all).
 func (a *API) Queues(ctx context.Context) ([]*Queue, error) {
-	conn, err := a.conn(ctx, "list queues")
+	conn, names, err := a.connMembers(ctx, "list queues", contract.KeyQueues)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	names, err := redisx.SScanAll(ctx, conn, contract.KeyQueues)
-	if err != nil {
-		return nil, fmt.Errorf("sidekiq: list queues: %w", err)
-	}
 	out := make([]*Queue, len(names))
 	for i, n := range names {
 		out[i] = a.Queue(n)

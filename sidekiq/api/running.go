@@ -53,15 +53,11 @@ type runningView struct {
 // readRunning reads the processes, their work hashes and the registered
 // in-progress lists in one pipeline (see Running).
 func (a *API) readRunning(ctx context.Context) (*runningView, error) {
-	conn, err := a.conn(ctx, "running jobs")
+	conn, ids, err := a.connMembers(ctx, "running jobs", contract.KeyProcesses)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	ids, err := redisx.SScanAll(ctx, conn, contract.KeyProcesses)
-	if err != nil {
-		return nil, fmt.Errorf("sidekiq: running jobs: %w", err)
-	}
 	lists, err := redisx.SScanAll(ctx, conn, contract.KeyWorkingLists)
 	if err != nil {
 		return nil, fmt.Errorf("sidekiq: running jobs: %w", err)
