@@ -128,7 +128,7 @@ func (b *Batches) Create(ctx context.Context, p *CreateParams) (*Status, error) 
 		job.Set("retry", rubyjson.BoolValue(true))
 		job.Set("jid", rubyjson.StringValue(contract.NewJID()))
 		job.Set("created_at", contract.TimestampValue(now, v))
-		fields = append(fields, cb.field, job.Encode())
+		fields = append(fields, cb.field, job.Bytes())
 	}
 	keys := []any{contract.BatchKey(bid), contract.KeyBatches, contract.BatchKey(p.Parent), contract.BatchJobsKey(p.Parent)}
 	args := append([]any{bid, contract.Score(now), p.Parent}, fields...)

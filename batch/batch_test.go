@@ -179,7 +179,7 @@ func TestBatchDeathCompletesWithoutSuccess(t *testing.T) {
 	fail.Store(false)
 	_, err = tb.conn.Do("DEL", contract.KeyDead)
 	require.NoError(t, err)
-	_, err = tb.conn.Do("LPUSH", "queue:work", bad.Encode())
+	_, err = tb.conn.Do("LPUSH", "queue:work", bad.Bytes())
 	require.NoError(t, err)
 	wait.For(t, "success", func() bool { return len(tb.callbacks(t, "Done")) == 1 })
 	require.Len(t, tb.callbacks(t, "Finished"), 1, "complete fired once")

@@ -186,12 +186,7 @@ func setupDurable(c *ucli.Context, srv *sidekiq.Server, client *sidekiq.Client, 
 	}
 	// The relay and the reconciler's poller run for the server's life
 	// (sidekiq.Service); the rows' last writes settle after it stopped.
-	stop = func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		stopDurableWrites(ctx, d, log)
-		d.Close()
-	}
+	stop = func() { closeDurable(d, log) }
 	srv.Serve(relay)
 	if durableNoPoll(c) {
 		return stop, nil
@@ -216,10 +211,11 @@ func setupDurable(c *ucli.Context, srv *sidekiq.Server, client *sidekiq.Client, 
 	return stop, nil
 }
 
-// stopDurableWrites tries the row writes still waiting for a database once
-// more; durable.Stop logs each one left at error level.
-func stopDurableWrites(ctx context.Context, d *durable.Durable, log zerolog.Logger) {
-	if err := d.Stop(ctx); err != nil {
+// closeDurable tries the row writes still waiting for a database once
+// more and closes the databases; Durable.Close logs each write left at
+// error level.
+func closeDurable(d *durable.Durable, log zerolog.Logger) {
+	if err := d.Close(); err != nil {
 		log.Error().Err(err).Str("component", "durable").Msg("durable rows left to settle by hand (see the lines above)")
 	}
 }

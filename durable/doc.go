@@ -22,7 +22,7 @@
 //	poller, _ := durable.NewPoller(&durable.PollerConfig{Reconciler: rec, Pool: pool, Identity: srv.Identity()})
 //	srv.Serve(poller)                                // one leader at a time, every 3 minutes, for the server's life
 //	…                                                // at shutdown, after the server stopped:
-//	d.Stop(ctx); d.Close()                           // Stop retries the writes an outage held back
+//	d.Close()                                        // retries the writes an outage held back
 //
 // A long job calls sidekiq.Heartbeat(ctx) more often than its extension:
 // each moves its row's deadline (at most once a quarter of the extension).
@@ -89,8 +89,8 @@
 // order. An SQL error drops the write (logged):
 // the database answered. The queue holds Config.MaxPendingWrites writes
 // (100,000); beyond that a write is dropped and logged at error level.
-// Durable.Stop, at shutdown (`gojob work` calls it), tries the queue once
-// more within its deadline and logs each write left at error level, with
+// Durable.Close, at shutdown (`gojob work` calls it), tries the queue once
+// more within Config.OpTimeout and logs each write left at error level, with
 // jid and database, for an operator to delete the row by hand.
 //
 // The reconciler of the process that holds a pending write for a row

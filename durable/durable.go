@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -143,6 +144,8 @@ type Durable struct {
 	log    zerolog.Logger
 	stores []store.Store
 	pend   *store.Pending
+
+	closeOnce sync.Once
 }
 
 // New opens the storage databases lazily: nothing is dialed until the
@@ -178,30 +181,26 @@ func New(cfg *Config) (*Durable, error) {
 	return d, nil
 }
 
-// Stop ends the background retry of the writes that finish jobs' rows
-// and failed because their database did not answer: it tries each once
-// more within ctx, logs those still pending at error level (jid, database,
-// write) for an operator to act on, and then returns an error saying how
-// many were left (nil when none was). Writes that fail later are logged,
-// not retried. Call
-// it at shutdown, after the server stopped running jobs and before Close.
-// The retry loop starts by itself when a write is first queued.
-func (d *Durable) Stop(ctx context.Context) error {
-	return d.pend.Stop(ctx)
-}
-
-// Close stops the retry of pending writes as Stop does (bounded by
-// Config.OpTimeout) when Stop was not called, and closes the databases.
+// Close ends the durable side at shutdown, after the server stopped
+// running jobs: it ends the background retry of the writes that finish
+// jobs' rows and failed because their database did not answer, tries each
+// once more within Config.OpTimeout, logs those still pending at error
+// level (jid, database, write) for an operator to act on, and closes the
+// databases. Its error says how many writes were left (nil when none was
+// and every database closed). Writes that fail later are logged, not
+// retried; a second Close does nothing.
 func (d *Durable) Close() error {
 	var errs []error
-	if d.pend != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.OpTimeout)
-		errs = append(errs, d.pend.Stop(ctx))
-		cancel()
-	}
-	for _, s := range d.stores {
-		errs = append(errs, s.Close())
-	}
+	d.closeOnce.Do(func() {
+		if d.pend != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), d.cfg.OpTimeout)
+			errs = append(errs, d.pend.Stop(ctx))
+			cancel()
+		}
+		for _, s := range d.stores {
+			errs = append(errs, s.Close())
+		}
+	})
 	return errors.Join(errs...)
 }
 

@@ -404,7 +404,7 @@ func TestInsertJob(t *testing.T) {
 		require.Equal(t, b.d.stores[0].Name(), res.Database)
 		r := b.row(t, job.JID())
 		require.Equal(t, "DurableJob", r.JobClass)
-		require.Equal(t, string(job.Encode()), r.ItemJSON)
+		require.Equal(t, string(job.Bytes()), r.ItemJSON)
 		require.Contains(t, r.ItemJSON, `{"class":"DurableJob"`)
 		require.Empty(t, r.LockedBy)
 		require.Nil(t, r.LockedAt)

@@ -404,9 +404,9 @@ func TestLockAppliesThePendingRemovalFirst(t *testing.T) {
 	})
 }
 
-// Stop tries the pending writes once more: those whose database answers
+// Close tries the pending writes once more: those whose database answers
 // land, the others are logged at error level with jid and database.
-func TestStopTriesPendingWritesOnceAndLogsTheRest(t *testing.T) {
+func TestCloseTriesPendingWritesOnceAndLogsTheRest(t *testing.T) {
 	t.Parallel()
 	pgtest.EachBackend(t, func(t *testing.T, be pgtest.Backend) {
 		o := newOutage(t, be)
@@ -421,31 +421,33 @@ func TestStopTriesPendingWritesOnceAndLogsTheRest(t *testing.T) {
 			require.Equal(t, 1, b.d.pend.Len())
 			return res.JID
 		}
+		// Close closed the bundle's databases: read through a new Durable.
+		rowAfterClose := func(jid string) *store.Row {
+			return setup(t, bundleOpts{urls: o.urls, table: table, configure: noRetry}).rowIn(t, 0, jid)
+		}
 
 		// DB1 still down at shutdown.
 		b := setup(t, bundleOpts{urls: o.urls, table: table, configure: noRetry})
 		jid := complete(b)
-		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		err := b.d.Stop(stopCtx)
+		err := b.d.Close()
 		require.ErrorIs(t, err, store.ErrPendingWrites)
 		require.Equal(t, 1, b.logs.Count("error", "still pending at shutdown"))
 		require.Equal(t, 1, b.logs.Count("error", `"jid":"`+jid+`"`))
 		require.Equal(t, 1, b.logs.Count("error", `"database":"`+b.d.stores[0].Name()+`"`))
-		require.NoError(t, b.d.Stop(stopCtx), "a second Stop does nothing")
+		require.NoError(t, b.d.Close(), "a second Close does nothing")
 		// A write that fails after Stop is logged, not queued.
 		b.d.pend.Add(&store.PendingWrite{Store: b.d.stores[0], JID: "late", Kind: store.PendingRemove})
 		require.Zero(t, b.d.pend.Len())
 		require.Equal(t, 1, b.logs.Count("error", "after shutdown"))
 		require.NoError(t, o.up())
-		require.NotNil(t, b.rowIn(t, 0, jid), "left for the operator")
+		require.NotNil(t, rowAfterClose(jid), "left for the operator")
 
-		// DB1 back before shutdown: Stop applies the write.
+		// DB1 back before shutdown: Close applies the write.
 		b2 := setup(t, bundleOpts{urls: o.urls, table: table, configure: noRetry})
 		jid2 := complete(b2)
 		require.NoError(t, o.up())
-		require.NoError(t, b2.d.Stop(stopCtx))
-		require.Nil(t, b2.rowIn(t, 0, jid2))
+		require.NoError(t, b2.d.Close())
+		require.Nil(t, rowAfterClose(jid2))
 		require.Equal(t, 0, b2.logs.Count("error", ""))
 	})
 }

@@ -585,7 +585,7 @@ func (r *Reconciler) kill(ctx context.Context, st store.Store, rw *store.Row, no
 		dr.Changed++
 		return nil, nil
 	}
-	payload := job.Encode()
+	payload := job.Bytes()
 	if err := r.killToDeadSet(ctx, rw.JobID, payload); err != nil {
 		if rerr := st.Restore(context.WithoutCancel(ctx), rw); rerr != nil {
 			r.log.Error().Err(rerr).Str("component", "durable-reconciler").Str("jid", rw.JobID).Str("database", st.Name()).

@@ -71,27 +71,27 @@ func (s dueScenario) build(t testing.TB, b *testBundle) {
 		add(job)
 		j := job.Clone()
 		j.Delete("at")
-		send("ZADD", contract.KeyRetry, contract.Score(at), j.Encode())
+		send("ZADD", contract.KeyRetry, contract.Score(at), j.Bytes())
 	}
 	for i := range s.retryFailed {
 		job := newJob(t, "DurableJob", i)
 		job.Set("retry_count", rubyjson.IntValue(2))
 		job.Set("error_class", rubyjson.StringValue("RuntimeError"))
 		add(job) // deadline = failure time (now) + ext
-		send("ZADD", contract.KeyRetry, contract.Score(base.Add(3*3*3*3*time.Second+15*time.Second+time.Duration(i%30)*time.Second)), job.Encode())
+		send("ZADD", contract.KeyRetry, contract.Score(base.Add(3*3*3*3*time.Second+15*time.Second+time.Duration(i%30)*time.Second)), job.Bytes())
 	}
 	for i := range s.queued {
 		job := newJob(t, "DurableJob", i)
 		job.SetQueue("due")
 		add(job)
 		job.Set("enqueued_at", contract.TimestampValue(base, wire.Version7))
-		send("LPUSH", contract.QueueKey("due"), job.Encode())
+		send("LPUSH", contract.QueueKey("due"), job.Bytes())
 	}
 	for i := range s.dead {
 		job := newJob(t, "DurableJob", i)
 		job.Set("error_class", rubyjson.StringValue("RuntimeError"))
 		add(job)
-		send("ZADD", contract.KeyDead, contract.Score(base.Add(10*time.Millisecond)), job.Encode())
+		send("ZADD", contract.KeyDead, contract.Score(base.Add(10*time.Millisecond)), job.Bytes())
 	}
 	for i := range s.missing {
 		add(newJob(t, "DurableJob", i))

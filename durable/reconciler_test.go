@@ -20,7 +20,7 @@ import (
 
 func (b *testBundle) zadd(t testing.TB, key string, at time.Time, job *wire.Job) {
 	t.Helper()
-	_, err := b.conn.Do("ZADD", key, contract.Score(at), job.Encode())
+	_, err := b.conn.Do("ZADD", key, contract.Score(at), job.Bytes())
 	require.NoError(t, err)
 }
 
@@ -31,7 +31,7 @@ func filler(n int, class string) []any {
 		j, _ := wire.NewJob(class, i)
 		j.Set("jid", rubyjson.StringValue(contract.NewJID()))
 		j.SetQueue("default")
-		out = append(out, j.Encode())
+		out = append(out, j.Bytes())
 	}
 	return out
 }
@@ -305,7 +305,7 @@ func (b *testBundle) fakeProcess(t testing.TB, identity string, job *wire.Job) {
 	t.Helper()
 	w := rubyjson.NewMap()
 	w.Set("queue", rubyjson.StringValue("default"))
-	w.Set("payload", rubyjson.StringValue(string(job.Encode())))
+	w.Set("payload", rubyjson.StringValue(string(job.Bytes())))
 	w.Set("run_at", rubyjson.IntValue(testNow.Unix()))
 	_, err := b.conn.Do("SADD", contract.KeyProcesses, identity)
 	require.NoError(t, err)

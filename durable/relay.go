@@ -308,7 +308,7 @@ func (r *relay) push(ctx context.Context, s store.Store, row *store.OutboxRow) (
 	}
 	if score != "" {
 		job.Delete("enqueued_at")
-		payload = job.Encode()
+		payload = job.Bytes()
 	}
 	conn, err := r.cfg.Client.Pool().GetContext(ctx)
 	if err != nil {

@@ -84,7 +84,7 @@ func (d *Durable) rowFor(p *insertParams) (store.UpsertParams, error) {
 	return store.UpsertParams{
 		JobID:        jid,
 		JobClass:     job.Class(),
-		ItemJSON:     string(job.Encode()),
+		ItemJSON:     string(job.Bytes()),
 		Queue:        cmp.Or(p.Queue, job.Queue(), "default"),
 		InsertedAt:   now,
 		AssumeDeadAt: runAt.Add(ext),
@@ -278,7 +278,7 @@ func errorItem(job *wire.Job, failure error) string {
 	}
 	j.Set("error_class", rubyjson.StringValue(sidekiq.ErrorClassOf(failure)))
 	j.Set("error_message", rubyjson.StringValue(truncateMessage(failure.Error())))
-	return string(j.Encode())
+	return string(j.Bytes())
 }
 
 // truncateMessage keeps Sidekiq's 10,000-character limit of error_message.

@@ -114,7 +114,7 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 	orphan.Set("jid", rubyjson.StringValue("0123456789abcdef01234567"))
 	conn := pool.Get()
 	list := contract.WorkingListKey("default", "gone-host:4242:aaaaaaaaaaaa")
-	_, err = conn.Do("LPUSH", list, orphan.Encode())
+	_, err = conn.Do("LPUSH", list, orphan.Bytes())
 	require.NoError(t, err)
 	_, err = conn.Do("SADD", contract.KeyWorkingLists, list)
 	require.NoError(t, err)

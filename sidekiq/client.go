@@ -259,12 +259,12 @@ func (c *Client) push(ctx context.Context, job *wire.Job, opts *PushOpts, lock b
 	var payload []byte
 	if scheduled {
 		job.Delete("enqueued_at")
-		payload = job.Encode()
+		payload = job.Bytes()
 	} else {
 		// Ruby takes enqueued_at at the push (Client#atomic_push), after
 		// created_at (normalize_item) and the middleware.
 		job.Set("enqueued_at", contract.TimestampValue(c.clock.Now(), c.Version()))
-		payload = job.Encode()
+		payload = job.Bytes()
 	}
 	if unique {
 		var runAt time.Time
@@ -426,7 +426,7 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 			jids[i] = j.JID()
 			if at, scheduled := runAt(i); scheduled {
 				j.Delete("enqueued_at")
-				zadd = append(zadd, contract.Score(at), j.Encode())
+				zadd = append(zadd, contract.Score(at), j.Bytes())
 				continue
 			}
 			j.Set("enqueued_at", enq)
@@ -434,7 +434,7 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 			if _, seen := byQueue[q]; !seen {
 				queues = append(queues, q)
 			}
-			byQueue[q] = append(byQueue[q], j.Encode())
+			byQueue[q] = append(byQueue[q], j.Bytes())
 		}
 		for _, u := range uniques {
 			// Its own lock-and-push step; a duplicate keeps "".
@@ -446,7 +446,7 @@ func (c *Client) PushBulk(ctx context.Context, jobs []*wire.Job, opts *PushOpts)
 				at = time.Time{}
 				j.Set("enqueued_at", enq)
 			}
-			pushed, err := pushUnique(ctx, conn, j, u.ttl, j.Encode(), at, now)
+			pushed, err := pushUnique(ctx, conn, j, u.ttl, j.Bytes(), at, now)
 			if err != nil {
 				return jids, err
 			}
@@ -500,7 +500,7 @@ func (c *Client) PushPayload(ctx context.Context, job *wire.Job) (queue string, 
 		return "", nil, false, err
 	}
 	job.Set("enqueued_at", contract.TimestampValue(c.clock.Now(), c.Version()))
-	return job.Queue(), job.Encode(), true, nil
+	return job.Queue(), job.Bytes(), true, nil
 }
 
 // normalize applies Ruby's normalize_item and validate.

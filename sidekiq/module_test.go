@@ -18,7 +18,7 @@ import (
 // exportedBudget bounds the module's public surface, as counted by
 // publicSurface: every exported name is a promise to users, so a new one
 // should replace an old one or earn a raise of the budget here.
-const exportedBudget = 452
+const exportedBudget = 450
 
 // publicSurface counts the exported identifiers of the packages a user of
 // the module can import: every package except those under an internal/

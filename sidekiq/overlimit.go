@@ -73,7 +73,7 @@ func (p *processor) rescheduleOverLimit(u fetch.Unit, job *wire.Job, err error) 
 		delay = time.Duration(300*n+rand.Int64N(300)+1) * time.Second
 	}
 	at := p.cfg.Clock.Now().Add(delay)
-	p.fetcher.Finish(u, &fetch.Outcome{Set: contract.KeySchedule, At: at, Payload: job.Encode()})
+	p.fetcher.Finish(u, &fetch.Outcome{Set: contract.KeySchedule, At: at, Payload: job.Bytes()})
 	ev := p.log.Info()
 	if ol.NotCounted {
 		ev = p.log.Debug() // a busy limit's turn: routine, often

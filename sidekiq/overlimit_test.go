@@ -51,7 +51,7 @@ func TestOverLimitReschedulesThenFails(t *testing.T) {
 	_, err = b.conn.Do("DEL", contract.KeySchedule)
 	require.NoError(t, err)
 	job.Set("overrated", rubyjson.IntValue(maxOverrated))
-	b.push(t, "default", string(job.Encode()))
+	b.push(t, "default", string(job.Bytes()))
 	wait.For(t, "the failure", func() bool {
 		n, _ := redis.Int(b.conn.Do("ZCARD", contract.KeyRetry))
 		return n == 1

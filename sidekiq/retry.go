@@ -130,7 +130,7 @@ func (p *processor) planRetry(queue string, raw []byte, reg *registration, failu
 				delay = time.Duration(math.Pow(float64(count), 4)+15) * time.Second
 			}
 			delay += time.Duration(jitter(v, count, rnd)) * time.Second
-			return retryPlan{payload: msg.Encode(), job: msg, retryAt: now.Add(delay), retryCount: count, maxRetries: max}
+			return retryPlan{payload: msg.Bytes(), job: msg, retryAt: now.Add(delay), retryCount: count, maxRetries: max}
 		}
 	}
 	// Exhausted (or killed): the retries_exhausted hook, the dead set unless
@@ -155,7 +155,7 @@ func (p *processor) planRetry(queue string, raw []byte, reg *registration, failu
 	if !toDead && v.AtLeast(8, 0, 8) {
 		msg.Set("discarded_at", rubyjson.IntValue(now.UnixMilli()))
 	}
-	return retryPlan{payload: msg.Encode(), job: msg, toDead: toDead, died: true, why: why}
+	return retryPlan{payload: msg.Bytes(), job: msg, toDead: toDead, died: true, why: why}
 }
 
 // callRetryIn calls the class's RetryIn hook and returns the delay and

@@ -166,7 +166,7 @@ func TestBatchPageListsPendingAndDeadJobs(t *testing.T) {
 			if set == "dead" {
 				score = now.Add(-time.Minute).Unix()
 			}
-			_, err = conn.Do("ZADD", set, score, j.Encode())
+			_, err = conn.Do("ZADD", set, score, j.Bytes())
 			require.NoError(t, err)
 		}
 	}

@@ -94,12 +94,10 @@ func run(ctx context.Context, redisURL, dbURL string, demo bool, out io.Writer) 
 	if err != nil {
 		return err
 	}
-	defer d.Close()
 	defer func() {
-		// Row writes an outage held back, once more after the server stopped.
-		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := d.Stop(stopCtx); err != nil {
+		// After the server stopped: row writes an outage held back, once
+		// more, then the databases close.
+		if err := d.Close(); err != nil {
 			log.Error().Err(err).Msg("durable rows left to settle by hand")
 		}
 	}()

@@ -455,13 +455,13 @@ func TestNewActiveJobShape(t *testing.T) {
 	p6 := base
 	job, err := New(&p6)
 	require.NoError(t, err)
-	require.Equal(t, `{"class":"ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper","wrapped":"MyAjJob","queue":"mailers","args":[`+aj+`]}`, string(job.Encode()))
+	require.Equal(t, `{"class":"ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper","wrapped":"MyAjJob","queue":"mailers","args":[`+aj+`]}`, string(job.Bytes()))
 
 	p8 := base
 	p8.Version = wire.Version8
 	job, err = New(&p8)
 	require.NoError(t, err)
-	require.Equal(t, `{"wrapped":"MyAjJob","queue":"mailers","args":[`+aj+`],"class":"Sidekiq::ActiveJob::Wrapper"}`, string(job.Encode()))
+	require.Equal(t, `{"wrapped":"MyAjJob","queue":"mailers","args":[`+aj+`],"class":"Sidekiq::ActiveJob::Wrapper"}`, string(job.Bytes()))
 
 	p7 := base
 	p7.Version = wire.Version7

@@ -21,7 +21,7 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(string(job.Encode()))
+	fmt.Println(string(job.Bytes()))
 	// Output:
 	// {"class":"ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper","wrapped":"NotifyJob","queue":"mailers","args":[{"job_class":"NotifyJob","job_id":"0b1e6a2e-1f7c-4a55-9d0e-6f1b3f0c2a77","provider_job_id":null,"queue_name":"mailers","priority":null,"arguments":[{"_aj_serialized":"ActiveJob::Serializers::SymbolSerializer","value":"welcome"},{"_aj_serialized":"ActiveJob::Serializers::DurationSerializer","value":300,"parts":[[{"_aj_serialized":"ActiveJob::Serializers::SymbolSerializer","value":"minutes"},5]]}],"executions":0,"exception_executions":{},"locale":"en","timezone":null,"enqueued_at":"2024-01-02T03:04:05Z"}]}
 }

@@ -392,7 +392,7 @@ func (e *SortedEntry) Reschedule(ctx context.Context, at time.Time) error {
 	}
 	defer conn.Close()
 	delta := contract.EpochSeconds(at) - e.Score
-	if _, err := redis.DoContext(conn, ctx, "ZINCRBY", e.set.name, contract.FormatScore(delta), e.Job.Encode()); err != nil {
+	if _, err := redis.DoContext(conn, ctx, "ZINCRBY", e.set.name, contract.FormatScore(delta), e.Job.Clone().Bytes()); err != nil {
 		return fmt.Errorf("sidekiq: reschedule %s in %s: %w", e.JID(), e.set.name, err)
 	}
 	return nil

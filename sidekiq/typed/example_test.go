@@ -78,9 +78,9 @@ func ExampleNewJob() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(string(job.Encode()))
+	fmt.Println(string(job.Bytes()))
 	job, _ = typed.NewJob("SignupJob", SignupArgs{UserID: 7, Plan: "pro"})
-	fmt.Println(string(job.Encode()))
+	fmt.Println(string(job.Bytes()))
 	// Output:
 	// {"args":[42,9.5],"class":"ChargeJob"}
 	// {"args":[{"user_id":7,"plan":"pro","labels":[]}],"class":"SignupJob"}
@@ -150,7 +150,7 @@ func ExamplePush() {
 	job.Delete("jid")
 	job.Delete("created_at")
 	job.Delete("enqueued_at")
-	fmt.Println(string(job.Encode()))
+	fmt.Println(string(job.Bytes()))
 	// Output:
 	// {"retry":3,"queue":"reports","args":["2024-01-02"],"class":"ReportJob"}
 }

@@ -132,16 +132,16 @@ func TestHandlerFailsWithoutCallingFn(t *testing.T) {
 func TestEncodeRubyBytes(t *testing.T) {
 	j, err := typed.NewJob("ChargeJob", Charge{AccountID: 7, Amount: 20, Currency: "eur"})
 	require.NoError(t, err)
-	require.Equal(t, `{"args":[7,20.0,"eur"],"class":"ChargeJob"}`, string(j.Encode()))
+	require.Equal(t, `{"args":[7,20.0,"eur"],"class":"ChargeJob"}`, string(j.Bytes()))
 
 	zip := "0150"
 	j, err = typed.NewJob("SignupJob", Signup{UserID: 1, Plan: "pro", Price: 1e20, Tags: nil,
 		Address: Address{City: "Oslo", Zip: &zip}, Seen: time.Unix(1700000000, 500000000)})
 	require.NoError(t, err)
-	require.Equal(t, `{"args":[{"user_id":1,"plan":"pro","price":1.0e+20,"tags":[],"address":{"city":"Oslo","zip":"0150"},"extra":null,"seen_at":1700000000.5}],"class":"SignupJob"}`, string(j.Encode()))
+	require.Equal(t, `{"args":[{"user_id":1,"plan":"pro","price":1.0e+20,"tags":[],"address":{"city":"Oslo","zip":"0150"},"extra":null,"seen_at":1700000000.5}],"class":"SignupJob"}`, string(j.Bytes()))
 
 	// And back.
-	back, err := typed.Decode[Signup](job(t, string(j.Encode())))
+	back, err := typed.Decode[Signup](job(t, string(j.Bytes())))
 	require.NoError(t, err)
 	require.Equal(t, "0150", *back.Address.Zip)
 	require.Equal(t, 1e20, back.Price)
@@ -171,7 +171,7 @@ func TestDecodeActiveJob(t *testing.T) {
 		EnqueuedAt: at,
 	})
 	require.NoError(t, err)
-	j, err = wire.ParseJob(j.Encode())
+	j, err = wire.ParseJob(j.Bytes())
 	require.NoError(t, err)
 	got, err := typed.Decode[Notify](j)
 	require.NoError(t, err)
@@ -215,7 +215,7 @@ func TestActiveJobArgsRoundTrip(t *testing.T) {
 	m, _ := j.Args()[0].Map()
 	a, _ := m.Get("arguments")
 	require.Contains(t, string(a.Encode()), `{"count":2,"_aj_symbol_keys":["count"]}`)
-	out, err := typed.Decode[Notify](job(t, string(j.Encode())))
+	out, err := typed.Decode[Notify](job(t, string(j.Bytes())))
 	require.NoError(t, err)
 	require.True(t, in.At.Equal(out.At))
 	out.At = in.At
@@ -264,8 +264,8 @@ func TestEmbeddedStructsFlatten(t *testing.T) {
 	}
 	j, err := typed.NewJob("ExportJob", Export{Tenant: Tenant{TenantID: 3, Region: "inner"}, Format: "csv", Region: "eu"})
 	require.NoError(t, err)
-	require.Equal(t, `{"args":[{"tenant_id":3,"format":"csv","region":"eu"}],"class":"ExportJob"}`, string(j.Encode()))
-	back, err := typed.Decode[Export](job(t, string(j.Encode())))
+	require.Equal(t, `{"args":[{"tenant_id":3,"format":"csv","region":"eu"}],"class":"ExportJob"}`, string(j.Bytes()))
+	back, err := typed.Decode[Export](job(t, string(j.Bytes())))
 	require.NoError(t, err)
 	require.Equal(t, Export{Tenant: Tenant{TenantID: 3}, Format: "csv", Region: "eu"}, back)
 
@@ -276,7 +276,7 @@ func TestEmbeddedStructsFlatten(t *testing.T) {
 	}
 	j, err = typed.NewJob("MoveJob", Move{Tenant: Tenant{1, "us"}, To: "eu"})
 	require.NoError(t, err)
-	require.Equal(t, `{"args":[1,"us","eu"],"class":"MoveJob"}`, string(j.Encode()))
+	require.Equal(t, `{"args":[1,"us","eu"],"class":"MoveJob"}`, string(j.Bytes()))
 	m, err := typed.Decode[Move](job(t, `{"class":"MoveJob","args":[1,"us","eu"]}`))
 	require.NoError(t, err)
 	require.Equal(t, Move{Tenant: Tenant{1, "us"}, To: "eu"}, m)

@@ -13,7 +13,7 @@ func ExampleNewJob() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(string(job.Encode()))
+	fmt.Println(string(job.Bytes()))
 	// Output:
 	// {"class":"HardJob","args":[1,"two",3.0]}
 }

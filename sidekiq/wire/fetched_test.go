@@ -19,7 +19,7 @@ func TestFetchedJobClassFollowsChanges(t *testing.T) {
 	require.Equal(t, "AB", j.Class())
 	j.Set("class", rubyjson.StringValue("C"))
 	require.Equal(t, "C", j.Class())
-	require.Contains(t, string(j.Encode()), `"class":"C"`)
+	require.Contains(t, string(j.Bytes()), `"class":"C"`)
 
 	require.NoError(t, fetchedjob.ParseInto(&j, []byte(`{"jid":"2","class":7}`)))
 	require.Equal(t, "", j.Class(), "a class that is not a string")

@@ -115,9 +115,6 @@ func (j *Job) Bytes() []byte {
 	return j.decoded().Encode()
 }
 
-// Encode returns the Ruby-exact encoding of the current payload.
-func (j *Job) Encode() []byte { return j.decoded().Encode() }
-
 // Clone returns a deep copy that shares nothing with j and has no raw bytes.
 func (j *Job) Clone() *Job {
 	if j.m == nil && j.lazy != nil {

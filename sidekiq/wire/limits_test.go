@@ -14,7 +14,7 @@ func TestLimitsWriteSecondsAndRefuseNonPositiveDurations(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, j.SetTimeout(2*time.Second))
 	require.NoError(t, j.SetHeartbeatTimeout(300*time.Millisecond))
-	require.Equal(t, `{"class":"Limited","args":[],"timeout":2,"heartbeat_timeout":0.3}`, string(j.Encode()))
+	require.Equal(t, `{"class":"Limited","args":[],"timeout":2,"heartbeat_timeout":0.3}`, string(j.Bytes()))
 
 	require.Error(t, j.SetTimeout(0))
 	require.Error(t, j.SetHeartbeatTimeout(-time.Second))

@@ -291,7 +291,7 @@ func poisonPayload(job *wire.Job, pill *PoisonPillError, now time.Time, v wire.V
 	} else {
 		j.Set("failed_at", contract.TimestampValue(now, v))
 	}
-	return j.Encode()
+	return j.Bytes()
 }
 
 // sameHostGone reports whether the owner of a live-looking heartbeat is a

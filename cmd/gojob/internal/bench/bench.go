@@ -393,7 +393,7 @@ func pushBenchJobs(ctx context.Context, client *sidekiq.Client, queues []wire.Qu
 			return err
 		}
 		j.SetQueue(queues[0].Name)
-		filler = strings.Repeat("x", max(payloadBytes-len(j.Encode()), 0))
+		filler = strings.Repeat("x", max(payloadBytes-len(j.Bytes()), 0))
 	}
 	for q, qw := range queues {
 		for i := q; i < n; i += batch * len(queues) {
