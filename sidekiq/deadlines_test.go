@@ -245,7 +245,7 @@ func TestWorkHashShowsTheLastHeartbeat(t *testing.T) {
 	b.push(t, "default", `{"class":"Shows","args":[],"jid":"w1","queue":"default","heartbeat_timeout":60}`)
 	b.push(t, "default", `{"class":"Shows","args":[],"jid":"w2","queue":"default"}`)
 	at := <-beaten
-	wait.For(t, "both jobs running", func() bool { return b.srv.proc.busy.Load() == 2 })
+	wait.For(t, "both jobs running", func() bool { return b.srv.proc.busy() == 2 })
 	b.beat(t)
 	key := contract.WorkKey(b.srv.Identity(), b.srv.format.Version())
 	vals, err := redis.StringMap(b.conn.Do("HGETALL", key))

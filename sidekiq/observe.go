@@ -32,7 +32,7 @@ const stuckAfter = 5 * time.Second
 // trip failed, and none has succeeded since); or slots are free and jobs
 // wait in its unpaused queues, yet no job has started for stuckAfter. It
 // is ready again after a successful fetch round trip.
-func (s *Server) Ready(ctx context.Context) error { return s.readyAt(ctx, s.proc.started.Load()) }
+func (s *Server) Ready(ctx context.Context) error { return s.readyAt(ctx, s.proc.started()) }
 
 // readyAt is Ready with the count of jobs started so far.
 func (s *Server) readyAt(ctx context.Context, started int64) error {
@@ -52,7 +52,7 @@ func (s *Server) readyAt(ctx context.Context, started int64) error {
 		return errors.New("redis unavailable")
 	}
 	idle := s.fetch.progress.idle(started)
-	if idle < stuckAfter || int(s.proc.busy.Load()) >= s.cfg.Concurrency {
+	if idle < stuckAfter || s.proc.busy() >= s.cfg.Concurrency {
 		return nil
 	}
 	waiting, queue, err := s.waitingJobs(ctx)
@@ -131,7 +131,7 @@ func (s *Server) Status() Status {
 		Running:       s.running(),
 		Quiet:         s.isQuiet(),
 		RedisDown:     s.redisDown(),
-		Busy:          int(s.proc.busy.Load()),
+		Busy:          s.proc.busy(),
 		Concurrency:   s.cfg.Concurrency,
 		Recovered:     s.fetch.stats.Recovered.Load(),
 		PoisonPills:   s.fetch.stats.PoisonPills.Load(),

@@ -61,7 +61,7 @@ func (p *processor) take(slot int, u fetch.Unit) *workItem {
 	}
 	// The fetch's reply is this job's own buffer, kept unchanged for its
 	// acknowledgement: the job's strings can share it.
-	w := &workItem{unit: u}
+	w := &workItem{unit: u, slot: int32(slot)}
 	var job *wire.Job
 	var err error
 	ahead, _ := u.Prepared.(*preparedAhead)
@@ -109,17 +109,15 @@ func (p *processor) take(slot int, u fetch.Unit) *workItem {
 		p.fetcher.Requeue([]fetch.Unit{u})
 		return nil
 	}
-	p.work[slot].Store(w)
+	p.slots[slot].work.Store(w)
 	p.workMu.RUnlock()
-	p.started.Add(1)
-	p.busy.Add(1)
+	p.slots[slot].started.Add(1)
 	return w
 }
 
 // leave frees a slot.
 func (p *processor) leave(slot int) {
-	p.work[slot].Store(nil)
-	p.busy.Add(-1)
+	p.slots[slot].work.Store(nil)
 }
 
 // run runs a taken job through the extensions, the middleware and its
@@ -185,25 +183,25 @@ func (p *processor) finish(w *workItem, err error) (took time.Duration) {
 		defer p.observe(u.Queue, job.Class(), took, err)
 	}
 	if w.class != "" {
-		p.metrics.Record(w.class, took, err != nil && !isOverLimit(err) && !snoozed && !interrupted)
+		p.metrics.Record(int(w.slot), w.class, took, err != nil && !isOverLimit(err) && !snoozed && !interrupted)
 	}
 	switch {
 	case err == nil:
-		p.counters.Add(1, 0)
+		p.counters.Add(int(w.slot), 1, 0)
 		p.ack(w)
 		if !uniqueUntilStart(job) {
 			p.releaseUnique(job)
 		}
 	case p.rescheduleOverLimit(u, job, err), p.snooze(u, job, err):
-		p.counters.Add(1, 0)
+		p.counters.Add(int(w.slot), 1, 0)
 	case interrupted:
 		// As Sidekiq's InterruptHandler: processed and failed, not retried.
-		p.counters.Add(1, 1)
+		p.counters.Add(int(w.slot), 1, 1)
 		p.fetcher.Requeue([]fetch.Unit{u})
 		p.log.Debug().Str("component", "processor").Str("queue", u.Queue).Str("jid", job.JID()).Str("class", job.Class()).
 			Msg("job interrupted; back to its queue to resume")
 	default:
-		p.counters.Add(1, 1)
+		p.counters.Add(int(w.slot), 1, 1)
 		p.handleFailure(u, job, w.reg, err)
 	}
 	return took

@@ -46,23 +46,54 @@ type processor struct {
 	deaths    []DeathHook
 	observers []JobObserver
 
-	work []atomic.Pointer[workItem] // by slot: the job it runs, or nil
+	slots []slotCell // by slot: the job it runs and the jobs it started
 	// workMu orders starting a job against the hard shutdown's sweep of
 	// the running jobs: a job is either seen by the sweep or, once
 	// abandoning is set, pushed back instead of started.
 	workMu     sync.RWMutex
 	abandoning bool
-	busy       atomic.Int64
-	started    atomic.Int64
 	// leftBehind counts the handlers still running after their job was
 	// cancelled for a missed deadline and given up (deadlines.go).
 	leftBehind atomic.Int64
 	// held counts successful jobs whose acknowledgement an extension holds
 	// back (Run.HoldAck).
 	held     sync.WaitGroup
-	counters maintenance.Counters    // processed and failed, not yet flushed
+	counters *maintenance.Counters   // processed and failed, not yet flushed
 	metrics  *maintenance.JobMetrics // job metrics, written by 7.0+ formats
 	caps     *queueCaps              // ServerConfig.QueueConcurrency; nil: none
+}
+
+// slotCell is one slot's running job (nil when idle) and the count of
+// jobs it started, alone on its cache lines: with one counter shared by
+// every slot, each job would move that counter's line between the cores.
+type slotCell struct {
+	work    atomic.Pointer[workItem]
+	started atomic.Int64
+	_       [cacheLine - 16]byte
+}
+
+// cacheLine is the size of a CPU cache line on the usual 64-bit targets
+// (128 covers the adjacent-line prefetch of x86 and Apple's cores).
+const cacheLine = 128
+
+// busy is the number of slots running a job.
+func (p *processor) busy() int {
+	n := 0
+	for i := range p.slots {
+		if p.slots[i].work.Load() != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// started is the number of jobs started so far.
+func (p *processor) started() int64 {
+	var n int64
+	for i := range p.slots {
+		n += p.slots[i].started.Load()
+	}
+	return n
 }
 
 // workItem is one running job, shown in the work hash of the heartbeat.
@@ -72,6 +103,7 @@ type workItem struct {
 	unit  fetch.Unit
 	runAt time.Time
 	state atomic.Int32 // workRunning, workFinished, workAbandoned
+	slot  int32        // the slot running it
 	job   *wire.Job
 	reg   *registration // nil when no handler takes the class
 	// limErr fails the job before it runs: its limits are not numbers.
@@ -149,18 +181,18 @@ func (p *processor) abandonRunning() []fetch.Unit {
 			units = append(units, w.unit)
 			if w.class != "" {
 				// The metrics middleware sees Sidekiq::Shutdown too.
-				p.metrics.Record(w.class, 0, true)
+				p.metrics.Record(int(w.slot), w.class, 0, true)
 			}
 		}
 	})
-	p.counters.Add(int64(len(units)), int64(len(units)))
+	p.counters.Add(0, int64(len(units)), int64(len(units)))
 	return units
 }
 
 // eachRunning calls f with each slot's running job.
 func (p *processor) eachRunning(f func(w *workItem)) {
-	for i := range p.work {
-		if w := p.work[i].Load(); w != nil {
+	for i := range p.slots {
+		if w := p.slots[i].work.Load(); w != nil {
 			f(w)
 		}
 	}
@@ -169,8 +201,8 @@ func (p *processor) eachRunning(f func(w *workItem)) {
 // runningWork lists the running jobs for the heartbeat's work hash.
 func (p *processor) runningWork() []maintenance.Work {
 	var out []maintenance.Work
-	for slot := range p.work {
-		w := p.work[slot].Load()
+	for slot := range p.slots {
+		w := p.slots[slot].work.Load()
 		if w == nil {
 			continue
 		}

@@ -67,9 +67,13 @@ func TestServerWithJobsWaitingAndNoneStartingIsNotReady(t *testing.T) {
 	require.NoError(t, s.readyAt(ctx, 0), "the first look: no job started yet, but none was due")
 	s.fetch.progress.seen = time.Now().Add(-time.Minute) // nothing started for a minute
 	require.ErrorContains(t, s.readyAt(ctx, 0), "2 jobs wait in queue b with slots free, but no job has started for 1m")
-	s.proc.busy.Store(2)
+	for i := range s.proc.slots {
+		s.proc.slots[i].work.Store(&workItem{})
+	}
 	require.NoError(t, s.readyAt(ctx, 0), "every slot busy")
-	s.proc.busy.Store(0)
+	for i := range s.proc.slots {
+		s.proc.slots[i].work.Store(nil)
+	}
 	s.fetch.order.SetPaused([]string{"b"})
 	require.NoError(t, s.readyAt(ctx, 0), "the waiting queue is paused")
 	s.fetch.order.SetPaused(nil)

@@ -177,8 +177,9 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 		jobBase:  context.WithoutCancel(hard),
 		handlers: map[string]*registration{},
 		quiet:    s.life.quietCh,
-		work:     make([]atomic.Pointer[workItem], c.Concurrency),
-		metrics:  maintenance.NewJobMetrics(),
+		slots:    make([]slotCell, c.Concurrency),
+		counters: maintenance.NewCounters(c.Concurrency),
+		metrics:  maintenance.NewJobMetrics(c.Concurrency),
 		caps:     newQueueCaps(c.QueueConcurrency, s.fetch.order),
 	}
 	s.proc.extend(c.Extensions...)
@@ -214,7 +215,7 @@ func NewServer(cfg *ServerConfig) (*Server, error) {
 		Outage:   &s.redis.outage,
 		Interval: c.HeartbeatInterval,
 		Info:     s.maint.info,
-		Counters: &s.proc.counters,
+		Counters: s.proc.counters,
 		Metrics:  s.proc.metrics,
 		Work:     s.proc.runningWork,
 		Quiet:    s.isQuiet,

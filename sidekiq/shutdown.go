@@ -36,9 +36,9 @@ func (s *Server) Stop(ctx context.Context) error {
 	case <-fetchersDone:
 		hard = false
 	case <-timer.C:
-		s.log.Warn().Int64("busy", s.proc.busy.Load()).Msg("shutdown timeout: requeueing unfinished jobs")
+		s.log.Warn().Int("busy", s.proc.busy()).Msg("shutdown timeout: requeueing unfinished jobs")
 	case <-ctx.Done():
-		s.log.Warn().Int64("busy", s.proc.busy.Load()).Msg("shutdown cancelled: requeueing unfinished jobs")
+		s.log.Warn().Int("busy", s.proc.busy()).Msg("shutdown cancelled: requeueing unfinished jobs")
 	}
 	// The caller's ctx may be spent by now; the requeue and the goodbye
 	// still get a few seconds of their own, since skipping them loses jobs.

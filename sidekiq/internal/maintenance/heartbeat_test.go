@@ -48,7 +48,7 @@ func newBeatBundle(t *testing.T, v wire.Version, mod func(*HeartbeatConfig)) *be
 		Info: &ProcessInfo{Identity: "host:1:abc", Hostname: "host", Concurrency: 4,
 			Queues: []wire.QueueWeight{{Name: "a", Weight: 3}, {Name: "b"}}},
 		Counters: b.counters,
-		Metrics:  NewJobMetrics(),
+		Metrics:  NewJobMetrics(1),
 		Work:     func() []Work { return b.work },
 		Quiet:    b.quiet.Load,
 		OnSignal: func(sig string) { b.signals <- sig },
@@ -100,7 +100,7 @@ func TestHeartbeatTrafficPerVersion(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.v.String(), func(t *testing.T) {
 			b := newBeatBundle(t, c.v, nil)
-			b.counters.Add(1, 0)
+			b.counters.Add(0, 1, 0)
 			mon := b.rs.StartMonitor(t)
 			require.NoError(t, b.hb.Beat(context.Background()))
 			require.Equal(t, c.cmds, redistest.Names(mon.Lines(t)))
@@ -170,7 +170,7 @@ func TestHeartbeatDeliversSignalsAndReportsQuiet(t *testing.T) {
 func TestHeartbeatKeepsCountsOnFailedBeat(t *testing.T) {
 	t.Parallel()
 	b := newBeatBundle(t, wire.Version7, nil)
-	b.counters.Add(3, 1)
+	b.counters.Add(0, 3, 1)
 	b.rs.Kill()
 	require.Error(t, b.hb.Beat(context.Background()))
 	p, f := b.counters.Pending()
@@ -183,7 +183,7 @@ func TestHeartbeatUnregister(t *testing.T) {
 	t.Parallel()
 	b := newBeatBundle(t, wire.Version7, nil)
 	require.NoError(t, b.hb.Beat(context.Background()))
-	b.counters.Add(2, 1)
+	b.counters.Add(0, 2, 1)
 	require.NoError(t, b.hb.Unregister(context.Background()))
 	st, err := redis.Strings(b.conn.Do("MGET", "stat:processed", "stat:failed"))
 	require.NoError(t, err)
@@ -316,7 +316,7 @@ func heartbeatMatchesCapture(t *testing.T, c capturedProcess) {
 	conn := pool.Get()
 	defer conn.Close()
 	clk := clocktest.NewFake(contract.FromEpochSeconds(c.startedAt + 0.0015))
-	counters, metrics := &Counters{}, NewJobMetrics()
+	counters, metrics := &Counters{}, NewJobMetrics(1)
 	var work []Work
 	log := zerolog.New(zerolog.NewTestWriter(t))
 	hb, err := NewHeartbeat(&HeartbeatConfig{Pool: pool, Format: contract.FixedFormat(c.v), Clock: clk, Logger: log,
@@ -332,11 +332,11 @@ func heartbeatMatchesCapture(t *testing.T, c capturedProcess) {
 	}
 	require.NoError(t, json.Unmarshal(rubyfixtures.Read(t, c.version, "work.json"), &slow))
 	work = []Work{{TID: c.tid, Queue: "slow", Raw: []byte(slow.Payload), RunAt: time.Unix(c.runAt, 0)}}
-	counters.Add(4, 3)
-	metrics.Record("RecJob", time.Millisecond, false)
-	metrics.Record("BtFailJob", 0, true)
-	metrics.Record("DieJob", 0, true)
-	metrics.Record("NoRetryJob", 0, true)
+	counters.Add(0, 4, 3)
+	metrics.Record(0, "RecJob", time.Millisecond, false)
+	metrics.Record(0, "BtFailJob", 0, true)
+	metrics.Record(0, "DieJob", 0, true)
+	metrics.Record(0, "NoRetryJob", 0, true)
 	clk.Set(contract.FromEpochSeconds(c.beat))
 	mon := rs.StartMonitor(t)
 	require.NoError(t, hb.Beat(ctx))

@@ -1,8 +1,11 @@
 package maintenance
 
 import (
+	"cmp"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gojob/gojob/internal/contract"
@@ -108,15 +111,35 @@ func (m *metricsSnap) merge(o *metricsSnap) {
 // JobMetrics accumulates the per-class metrics between flushes. A nil
 // *JobMetrics records nothing. A job's Record costs one map lookup by
 // class and no allocation: the counters' names are built at the flush.
+// Records go to shards (the server's slots), each with its own lock on
+// its own cache lines, so that slots on different cores do not contend
+// for one lock on every job; a global sequence taken at each first touch
+// of a counter keeps Ruby's key order across the shards at the flush.
 type JobMetrics struct {
-	mu  sync.Mutex
-	cur *tracker
-	// pending is a failed flush's counts, older than cur's.
+	shards []metricsShard
+	// seq numbers the first touches of counters and histograms.
+	seq atomic.Int64
+
+	mu sync.Mutex
+	// pending is a failed flush's counts, older than the shards'.
 	pending *metricsSnap
 }
 
-// NewJobMetrics returns an empty recorder.
-func NewJobMetrics() *JobMetrics { return &JobMetrics{cur: newTracker()} }
+// metricsShard is one shard's tracker, padded to its own cache lines.
+type metricsShard struct {
+	mu  sync.Mutex
+	cur *tracker
+	_   [112]byte
+}
+
+// NewJobMetrics returns an empty recorder with n shards (at least one).
+func NewJobMetrics(n int) *JobMetrics {
+	m := &JobMetrics{shards: make([]metricsShard, max(n, 1))}
+	for i := range m.shards {
+		m.shards[i].cur = newTracker()
+	}
+	return m
+}
 
 // The counters of a class, in the order of their names' suffixes.
 const (
@@ -133,12 +156,14 @@ type classCounts struct {
 	n       [3]int64
 	touched [3]bool
 	gram    *[histogramBuckets]int64
+	gramSeq int64 // the histogram's first touch (JobMetrics.seq)
 }
 
-// counterRef names one counter of a class, in the order of first touch.
+// counterRef names one counter of a class, with its first touch.
 type counterRef struct {
 	c    *classCounts
 	kind int
+	seq  int64
 }
 
 // tracker is what Record writes into.
@@ -150,25 +175,38 @@ type tracker struct {
 
 func newTracker() *tracker { return &tracker{classes: map[string]*classCounts{}} }
 
-func (t *tracker) add(c *classCounts, kind int, n int64) {
+func (t *tracker) add(c *classCounts, kind int, n int64, seq *atomic.Int64) {
 	if !c.touched[kind] {
 		c.touched[kind] = true
-		t.order = append(t.order, counterRef{c, kind})
+		t.order = append(t.order, counterRef{c, kind, seq.Add(1)})
 	}
 	c.n[kind] += n
 }
 
-// snap returns the tracker's counts with their names, nil when empty.
-func (t *tracker) snap() *metricsSnap {
-	if len(t.order) == 0 {
+// snapOf returns the trackers' counts with their names, nil when empty:
+// the counters and the histograms in the order of their first touch in
+// any tracker, a name's counts summed across them.
+func snapOf(ts []*tracker) *metricsSnap {
+	var order []counterRef
+	var grams []*classCounts
+	for _, t := range ts {
+		order = append(order, t.order...)
+		grams = append(grams, t.gramOrder...)
+	}
+	if len(order) == 0 {
 		return nil
 	}
+	slices.SortFunc(order, func(a, b counterRef) int { return cmp.Compare(a.seq, b.seq) })
+	slices.SortFunc(grams, func(a, b *classCounts) int { return cmp.Compare(a.gramSeq, b.gramSeq) })
 	s := newMetricsSnap()
-	for _, r := range t.order {
+	for _, r := range order {
 		s.count(r.c.name+kindSuffix[r.kind], r.c.n[r.kind])
 	}
-	for _, c := range t.gramOrder {
-		*s.gram(c.name) = *c.gram
+	for _, c := range grams {
+		g := s.gram(c.name)
+		for i, v := range c.gram {
+			g[i] += v
+		}
 	}
 	return s
 }
@@ -188,30 +226,35 @@ func MetricsClass(job *wire.Job) string {
 // "|f" and, as in Ruby, adds neither time nor a histogram entry. Durations
 // are whole milliseconds, truncated. The keys are touched in Ruby's order
 // (ExecutionTracker#track): "|ms" and the histogram, or "|f"; then "|p".
-func (m *JobMetrics) Record(class string, d time.Duration, failed bool) {
+func (m *JobMetrics) Record(shard int, class string, d time.Duration, failed bool) {
 	if m == nil {
 		return
 	}
 	ms := max(d.Milliseconds(), 0)
-	m.mu.Lock()
-	t := m.cur
+	sh := &m.shards[0]
+	if shard > 0 && shard < len(m.shards) {
+		sh = &m.shards[shard]
+	}
+	sh.mu.Lock()
+	t := sh.cur
 	c := t.classes[class]
 	if c == nil {
 		c = &classCounts{name: class}
 		t.classes[class] = c
 	}
 	if failed {
-		t.add(c, kindF, 1)
+		t.add(c, kindF, 1, &m.seq)
 	} else {
 		if c.gram == nil {
 			c.gram = &[histogramBuckets]int64{}
+			c.gramSeq = m.seq.Add(1)
 			t.gramOrder = append(t.gramOrder, c)
 		}
 		c.gram[histogramBucket(ms)]++
-		t.add(c, kindMS, ms)
+		t.add(c, kindMS, ms, &m.seq)
 	}
-	t.add(c, kindP, 1)
-	m.mu.Unlock()
+	t.add(c, kindP, 1, &m.seq)
+	sh.mu.Unlock()
 }
 
 // take returns the counts since the last take and starts afresh; nil when
@@ -220,11 +263,19 @@ func (m *JobMetrics) take() *metricsSnap {
 	if m == nil {
 		return nil
 	}
-	m.mu.Lock()
-	cur, old := m.cur.snap(), m.pending
-	if cur != nil {
-		m.cur = newTracker()
+	var ts []*tracker
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		if len(sh.cur.order) > 0 {
+			ts = append(ts, sh.cur)
+			sh.cur = newTracker()
+		}
+		sh.mu.Unlock()
 	}
+	cur := snapOf(ts)
+	m.mu.Lock()
+	old := m.pending
 	m.pending = nil
 	m.mu.Unlock()
 	switch {

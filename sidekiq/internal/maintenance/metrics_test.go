@@ -72,16 +72,16 @@ func TestMetricsKeyFormats(t *testing.T) {
 func TestJobMetricsKeepRubysOrder(t *testing.T) {
 	t.Parallel()
 	var none *JobMetrics // every method is a no-op
-	none.Record("A", time.Second, false)
+	none.Record(0, "A", time.Second, false)
 	none.restore(newMetricsSnap())
 	require.Nil(t, none.take())
 
-	m := NewJobMetrics()
+	m := NewJobMetrics(1)
 	require.Nil(t, m.take(), "nothing recorded")
-	m.Record("A", 1500*time.Microsecond, false) // 1 ms, truncated
-	m.Record("B", time.Minute, true)            // failures add no time
-	m.Record("A", -time.Second, false)          // clock went back: 0 ms
-	m.Record("B", 25*time.Millisecond, false)
+	m.Record(0, "A", 1500*time.Microsecond, false) // 1 ms, truncated
+	m.Record(0, "B", time.Minute, true)            // failures add no time
+	m.Record(0, "A", -time.Second, false)          // clock went back: 0 ms
+	m.Record(0, "B", 25*time.Millisecond, false)
 	snap := m.take()
 	require.Nil(t, m.take())
 	require.Equal(t, []string{"A|ms", "A|p", "B|f", "B|p", "B|ms"}, snap.order)
@@ -90,13 +90,52 @@ func TestJobMetricsKeepRubysOrder(t *testing.T) {
 	require.Equal(t, int64(2), snap.grams["A"][0])
 	require.Equal(t, int64(1), snap.grams["B"][1])
 
-	m.Record("C", 0, true)
-	m.Record("A", 0, false)
+	m.Record(0, "C", 0, true)
+	m.Record(0, "A", 0, false)
 	m.restore(snap)
 	got := m.take()
 	require.Equal(t, []string{"A|ms", "A|p", "B|f", "B|p", "B|ms", "C|f", "C|p"}, got.order)
 	require.Equal(t, int64(3), got.counters["A|p"])
 	require.Equal(t, int64(3), got.grams["A"][0])
+}
+
+// Slots record into shards of their own; a flush sums a name's counts
+// across the shards and keeps the order of the first touch in any of
+// them, as one recorder would have.
+func TestJobMetricsShardsKeepOneOrder(t *testing.T) {
+	t.Parallel()
+	m := NewJobMetrics(3)
+	m.Record(2, "A", 20*time.Millisecond, false)
+	m.Record(0, "B", 0, true)
+	m.Record(1, "A", 0, true)
+	m.Record(0, "A", 0, false)
+	m.Record(1, "B", 0, false)
+	m.Record(7, "C", 0, false) // beyond the shards: the first one
+	snap := m.take()
+	require.Equal(t, []string{"A|ms", "A|p", "B|f", "B|p", "A|f", "B|ms", "C|ms", "C|p"}, snap.order)
+	require.Equal(t, map[string]int64{"A|ms": 20, "A|p": 3, "B|f": 1, "B|p": 2, "A|f": 1, "B|ms": 0, "C|ms": 0, "C|p": 1}, snap.counters)
+	require.Equal(t, []string{"A", "B", "C"}, snap.gramOrder)
+	require.Equal(t, int64(1), snap.grams["A"][0])
+	require.Equal(t, int64(1), snap.grams["A"][1])
+	require.Nil(t, m.take())
+}
+
+// Counters kept per slot add up at the flush and in Pending.
+func TestCountersAddUpAcrossShards(t *testing.T) {
+	t.Parallel()
+	c := NewCounters(2)
+	c.Add(0, 1, 0)
+	c.Add(1, 2, 1)
+	c.Add(5, 1, 1) // beyond the shards: counted all the same
+	p, f := c.Pending()
+	require.Equal(t, [2]int64{4, 2}, [2]int64{p, f})
+	p, f = c.take()
+	require.Equal(t, [2]int64{4, 2}, [2]int64{p, f})
+	c.restore(p, f)
+	p, f = c.take()
+	require.Equal(t, [2]int64{4, 2}, [2]int64{p, f})
+	p, f = c.take()
+	require.Zero(t, p+f)
 }
 
 // Ruby Sidekiq here is 6.4.1, which has no metrics, so this reads gojob's
@@ -118,10 +157,10 @@ func TestMetricsKeysReadWithRubyFormats(t *testing.T) {
 	var epochs []string
 	for i, at := range times {
 		for _, v := range []wire.Version{wire.Version7, wire.Version8} {
-			m := NewJobMetrics()
-			m.Record("HardJob", time.Duration(i+1)*time.Millisecond, false)
-			m.Record("HardJob", 21*time.Millisecond, false)
-			m.Record("HardJob", 0, true)
+			m := NewJobMetrics(1)
+			m.Record(0, "HardJob", time.Duration(i+1)*time.Millisecond, false)
+			m.Record(0, "HardJob", 21*time.Millisecond, false)
+			m.Record(0, "HardJob", 0, true)
 			sendMetrics(conn, contract.Format{Version: v}, at, m.take())
 			_, err := conn.Do("")
 			require.NoError(t, err)
@@ -163,10 +202,10 @@ print JSON.generate(res)
 
 // The hot path: one mutex and a map lookup per job.
 func BenchmarkJobMetricsRecord(b *testing.B) {
-	m := NewJobMetrics()
+	m := NewJobMetrics(1)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			m.Record("HardJob", 3*time.Millisecond, false)
+			m.Record(0, "HardJob", 3*time.Millisecond, false)
 		}
 	})
 }
@@ -200,28 +239,28 @@ var (
 func flushCaptured(t *testing.T, conn redis.Conn, f contract.Format, r rubyMetrics) {
 	t.Helper()
 	flush := func(at float64, record func(m *JobMetrics)) {
-		m := NewJobMetrics()
+		m := NewJobMetrics(1)
 		record(m)
 		sendMetrics(conn, f, contract.FromEpochSeconds(at), m.take())
 		_, err := conn.Do("")
 		require.NoError(t, err)
 	}
 	flush(r.beats[0], func(m *JobMetrics) {
-		m.Record("RecJob", time.Millisecond, false)
-		m.Record("BtFailJob", 0, true)
-		m.Record("DieJob", 0, true)
-		m.Record("NoRetryJob", 0, true)
+		m.Record(0, "RecJob", time.Millisecond, false)
+		m.Record(0, "BtFailJob", 0, true)
+		m.Record(0, "DieJob", 0, true)
+		m.Record(0, "NoRetryJob", 0, true)
 	})
 	flush(r.beats[1], func(m *JobMetrics) {
 		for _, class := range r.second {
 			switch class {
 			case "RecJob":
-				m.Record("RecJob", 0, false)
+				m.Record(0, "RecJob", 0, false)
 			case "SlowJob":
 				ms := time.Duration(map[string]int{"7.3.10": 12001, "8.1.7": 12000}[r.version])
-				m.Record("SlowJob", ms*time.Millisecond, false)
+				m.Record(0, "SlowJob", ms*time.Millisecond, false)
 			case "BtFailJob":
-				m.Record("BtFailJob", 0, true)
+				m.Record(0, "BtFailJob", 0, true)
 			}
 		}
 	})

@@ -11,27 +11,56 @@ import (
 // Counters are the processed and failed counts not yet written to the
 // stat:* keys. The server adds to them as jobs end; the heartbeat takes them
 // and writes them in its stats pipeline, and puts them back when the write
-// fails.
+// fails. The counts are kept per shard (the server's slots), each on its
+// own cache lines, so that slots running on different cores do not pass
+// one counter's line back and forth on every job; the zero value has one
+// shard.
 type Counters struct {
-	processed atomic.Int64
-	failed    atomic.Int64
+	shards []countShard
+	first  countShard
 }
 
-// Add counts jobs processed and failed.
-func (c *Counters) Add(processed, failed int64) {
+// countShard is one shard's counts, padded to its own cache lines.
+type countShard struct {
+	processed atomic.Int64
+	failed    atomic.Int64
+	_         [112]byte
+}
+
+// NewCounters returns counters with n shards (at least one).
+func NewCounters(n int) *Counters {
+	return &Counters{shards: make([]countShard, max(n, 1))}
+}
+
+func (c *Counters) shard(i int) *countShard {
+	if i >= 0 && i < len(c.shards) {
+		return &c.shards[i]
+	}
+	return &c.first
+}
+
+// Add counts jobs processed and failed in shard (any shard counts the
+// same; each slot keeps to its own).
+func (c *Counters) Add(shard int, processed, failed int64) {
+	s := c.shard(shard)
 	if processed != 0 {
-		c.processed.Add(processed)
+		s.processed.Add(processed)
 	}
 	if failed != 0 {
-		c.failed.Add(failed)
+		s.failed.Add(failed)
 	}
 }
 
 func (c *Counters) take() (processed, failed int64) {
-	return c.processed.Swap(0), c.failed.Swap(0)
+	processed, failed = c.first.processed.Swap(0), c.first.failed.Swap(0)
+	for i := range c.shards {
+		processed += c.shards[i].processed.Swap(0)
+		failed += c.shards[i].failed.Swap(0)
+	}
+	return processed, failed
 }
 
-func (c *Counters) restore(processed, failed int64) { c.Add(processed, failed) }
+func (c *Counters) restore(processed, failed int64) { c.Add(-1, processed, failed) }
 
 // sendStats queues the six stat commands of a flush
 // (docs/sidekiq-wire.md#stats).
@@ -48,5 +77,10 @@ func sendStats(conn redis.Conn, processed, failed int64, date string) {
 
 // Pending returns the counts not yet flushed.
 func (c *Counters) Pending() (processed, failed int64) {
-	return c.processed.Load(), c.failed.Load()
+	processed, failed = c.first.processed.Load(), c.first.failed.Load()
+	for i := range c.shards {
+		processed += c.shards[i].processed.Load()
+		failed += c.shards[i].failed.Load()
+	}
+	return processed, failed
 }
