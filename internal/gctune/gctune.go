@@ -10,7 +10,7 @@
 // (runtime/debug.SetMemoryLimit) is the memory the runtime holds besides
 // the heap (stacks, its own structures) plus max(HeapFloor, LiveFactor x
 // live heap), set again after every collection: small heaps grow up to
-// HeapFloor, larger ones up to four times what is live, and a live heap
+// HeapFloor, larger ones up to three times what is live, and a live heap
 // that grows moves the limit with it, so the collector never runs
 // continuously to hold a limit the program has outgrown. The memory
 // besides the heap is counted apart because the limit covers all of the
@@ -33,7 +33,7 @@ const (
 	// HeapFloor is the heap the limit allows at the least, in bytes.
 	HeapFloor = 12 << 20
 	// LiveFactor is the heap the limit allows over the live heap.
-	LiveFactor = 4
+	LiveFactor = 3
 )
 
 var once sync.Once
