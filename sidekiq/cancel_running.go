@@ -53,7 +53,7 @@ func (s *Server) CancelRunning(jid string, cause error, outcome func(error) erro
 		}
 		if w.outcome.CompareAndSwap(nil, &f) {
 			found = true
-			w.cancel(cause)
+			w.ctx.cancelJob(cause)
 		}
 	})
 	return found

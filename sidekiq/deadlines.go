@@ -144,7 +144,7 @@ type jobWatch struct {
 	// offset from begin (on the monotonic clock) plus one, otherwise Unix
 	// nanoseconds; 0 means none yet.
 	last    atomic.Int64
-	cancel  context.CancelCauseFunc
+	ctx     *jobCtx // cancelled when a limit is missed
 	expired chan struct{}
 
 	// hooks are the extensions' heartbeat functions (Run.OnHeartbeat).
@@ -158,9 +158,9 @@ type jobWatch struct {
 	cause   error // set before expired is closed
 }
 
-// start starts watching a job whose context cancel ends.
-func (w *jobWatch) start(lim jobLimits, cancel context.CancelCauseFunc) {
-	w.lim, w.cancel = lim, cancel
+// start starts watching the job of ctx.
+func (w *jobWatch) start(lim jobLimits, ctx *jobCtx) {
+	w.lim, w.ctx = lim, ctx
 	if !w.limited() {
 		return
 	}
@@ -173,17 +173,73 @@ func (w *jobWatch) start(lim jobLimits, cancel context.CancelCauseFunc) {
 
 // jobCtx is a job's context: its cancellation, and its watch for
 // Heartbeat. It lives in the job's workItem, so that a job costs no
-// allocation for it (context.WithValue would make one).
+// allocation for it (context.WithValue would make one). Its cancellation
+// (a context.WithCancelCause of base) is made the first time anything
+// needs it: Done, Err, a value base does not hold (context.Cause and
+// child contexts ask for one), or a cancel. A short job whose handler
+// never looks costs neither its two allocations nor its cancel; one
+// made after the job ended is born cancelled, as it would have been.
 type jobCtx struct {
-	context.Context
-	w *jobWatch
+	base context.Context // the processor's jobBase: never cancelled, no deadline
+	w    *jobWatch
+
+	made   atomic.Bool // ctx and cancel are set
+	mu     sync.Mutex  // making them, and ended
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	ended  bool
 }
+
+func (c *jobCtx) Deadline() (time.Time, bool) { return c.base.Deadline() }
+func (c *jobCtx) Done() <-chan struct{}       { return c.inner().Done() }
+func (c *jobCtx) Err() error                  { return c.inner().Err() }
 
 func (c *jobCtx) Value(key any) any {
 	if key == (watchKey{}) {
 		return c.w
 	}
-	return c.Context.Value(key)
+	if v := c.base.Value(key); v != nil {
+		return v
+	}
+	// Absent from base, or the key of context.Cause and of child contexts,
+	// which only the cancellation holds.
+	return c.inner().Value(key)
+}
+
+// inner returns the cancellation, made on first use.
+func (c *jobCtx) inner() context.Context {
+	if c.made.Load() {
+		return c.ctx
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.made.Load() {
+		c.ctx, c.cancel = context.WithCancelCause(c.base)
+		if c.ended {
+			c.cancel(nil)
+		}
+		c.made.Store(true)
+	}
+	return c.ctx
+}
+
+// cancelJob cancels the job's context with cause (nil: context.Canceled).
+func (c *jobCtx) cancelJob(cause error) {
+	c.inner()
+	c.cancel(cause)
+}
+
+// end cancels the context when the job is done, or marks it ended when
+// nothing has made its cancellation yet.
+func (c *jobCtx) end() {
+	c.mu.Lock()
+	if !c.made.Load() {
+		c.ended = true
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	c.cancel(nil)
 }
 
 func (w *jobWatch) limited() bool { return w.lim.timeout > 0 || w.lim.heartbeat > 0 }
@@ -256,7 +312,7 @@ func (w *jobWatch) check() {
 func (w *jobWatch) expireLocked(cause error) {
 	w.stopped = true
 	w.cause = cause
-	w.cancel(cause)
+	w.ctx.cancelJob(cause)
 	close(w.expired)
 }
 

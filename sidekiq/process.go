@@ -90,11 +90,9 @@ func (p *processor) take(slot int, u fetch.Unit) *workItem {
 	// contend for its lock on every job. The hard shutdown cancels the
 	// running jobs' contexts itself (cancelRunning), after abandonRunning
 	// has made sure no job starts any more.
-	cctx, cancel := context.WithCancelCause(p.jobBase)
-	w.cancel = cancel
+	w.ctx.base, w.ctx.w = p.jobBase, &w.watch
 	w.watch.quiet = p.quiet
-	w.watch.start(lim, cancel)
-	w.ctx = jobCtx{Context: cctx, w: &w.watch}
+	w.watch.start(lim, &w.ctx)
 	w.run = Run{Job: job, Identity: p.identity, p: p, w: w}
 	if w.reg != nil && p.format.Version().AtLeast(7, 0, 0) {
 		w.class = maintenance.MetricsClass(job)
@@ -105,7 +103,7 @@ func (p *processor) take(slot int, u fetch.Unit) *workItem {
 		// as the shutdown did with the running jobs.
 		p.workMu.RUnlock()
 		w.watch.stop()
-		cancel(nil)
+		w.ctx.end()
 		p.fetcher.Requeue([]fetch.Unit{u})
 		return nil
 	}
@@ -136,7 +134,7 @@ func (p *processor) run(w *workItem) error {
 		err = (*f)(err)
 	}
 	w.watch.stop()
-	w.cancel(nil)
+	w.ctx.end()
 	if cause := w.watch.expiredCause(); cause != nil {
 		err = p.missedDeadline(w, err, cause)
 	}

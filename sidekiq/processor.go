@@ -112,11 +112,10 @@ type workItem struct {
 	// metrics are kept for it (a 6.x format, or no handler).
 	class string
 	// watch follows its heartbeats and deadlines, and ctx is the job's
-	// context (deadlines.go); cancel ends it (a missed deadline, the end of
-	// the job, or the hard shutdown through cancelRunning).
-	watch  jobWatch
-	ctx    jobCtx
-	cancel context.CancelCauseFunc
+	// context (deadlines.go), cancelled by a missed deadline, the end of
+	// the job, or the hard shutdown through cancelRunning.
+	watch jobWatch
+	ctx   jobCtx
 	// gate is where an extension may hold back the acknowledgement of a
 	// success (Run.HoldAck); reliable fetches only. It is made by the
 	// first HoldAck: most jobs never need one, and a work item is
@@ -163,7 +162,7 @@ func (p *processor) handlerFor(job *wire.Job) (*registration, string) {
 // hardCtx would cancel its children. Called at hard shutdown after
 // abandonRunning, when no job can start any more.
 func (p *processor) cancelRunning() {
-	p.eachRunning(func(w *workItem) { w.cancel(nil) })
+	p.eachRunning(func(w *workItem) { w.ctx.cancelJob(nil) })
 }
 
 // abandonRunning marks every running job abandoned and returns them. From
