@@ -131,26 +131,37 @@ type jobLimits struct {
 	heartbeat time.Duration
 }
 
+// badLimits marks a job whose limits are not numbers of seconds: it fails
+// without running (the error is limitsOf's; keeping it in the work item
+// would cost every job its room).
+var badLimits = jobLimits{timeout: -1, heartbeat: -1}
+
 // jobWatch follows one running job: its heartbeats, and with limits a
 // timer that fires at the next deadline (no polling: a missed deadline is
 // acted on when it passes). It cancels the job's context with the limit's
 // error as the cause and closes expired.
 type jobWatch struct {
 	lim jobLimits
-	// begin is when a job with limits started (zero for a job without:
-	// reading the clock costs a job on the fetch path).
-	begin time.Time
 	// last is the time of the last heartbeat: for a job with limits an
-	// offset from begin (on the monotonic clock) plus one, otherwise Unix
-	// nanoseconds; 0 means none yet.
-	last    atomic.Int64
-	ctx     *jobCtx // cancelled when a limit is missed
-	expired chan struct{}
-
+	// offset from dl.begin (on the monotonic clock) plus one, otherwise
+	// Unix nanoseconds; 0 means none yet.
+	last atomic.Int64
 	// hooks are the extensions' heartbeat functions (Run.OnHeartbeat).
 	hooks []func(context.Context) error
 	// quiet is closed when the server stops taking jobs (Stopping).
 	quiet <-chan struct{}
+	// dl is the timer of a job with limits; nil for a job without, most
+	// of them, whose work item then carries none of it.
+	dl *deadlineTimer
+}
+
+// deadlineTimer is the state of a job with limits.
+type deadlineTimer struct {
+	// begin is when the job started (reading the clock costs a job
+	// without limits on the fetch path, so only these read it).
+	begin   time.Time
+	ctx     *jobCtx // cancelled when a limit is missed
+	expired chan struct{}
 
 	mu      sync.Mutex
 	timer   *time.Timer
@@ -160,15 +171,15 @@ type jobWatch struct {
 
 // start starts watching the job of ctx.
 func (w *jobWatch) start(lim jobLimits, ctx *jobCtx) {
-	w.lim, w.ctx = lim, ctx
+	w.lim = lim
 	if !w.limited() {
 		return
 	}
-	w.begin = time.Now()
-	w.expired = make(chan struct{})
-	w.mu.Lock()
-	w.timer = time.AfterFunc(w.next(0), w.check)
-	w.mu.Unlock()
+	dl := &deadlineTimer{begin: time.Now(), ctx: ctx, expired: make(chan struct{})}
+	w.dl = dl
+	dl.mu.Lock()
+	dl.timer = time.AfterFunc(w.next(0), w.check)
+	dl.mu.Unlock()
 }
 
 // jobCtx is a job's context: its cancellation, and its watch for
@@ -183,10 +194,10 @@ type jobCtx struct {
 	base context.Context // the processor's jobBase: never cancelled, no deadline
 	w    *jobWatch
 
-	made   atomic.Bool // ctx and cancel are set
-	mu     sync.Mutex  // making them, and ended
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	mu     sync.Mutex  // making them, and ended
+	made   atomic.Bool // ctx and cancel are set
 	ended  bool
 }
 
@@ -245,11 +256,11 @@ func (c *jobCtx) end() {
 func (w *jobWatch) limited() bool { return w.lim.timeout > 0 || w.lim.heartbeat > 0 }
 
 func (w *jobWatch) beat() {
-	if w.begin.IsZero() {
+	if w.dl == nil {
 		w.last.Store(time.Now().UnixNano())
 		return
 	}
-	w.last.Store(int64(time.Since(w.begin)) + 1)
+	w.last.Store(int64(time.Since(w.dl.begin)) + 1)
 }
 
 // lastBeat returns the wall time of the last heartbeat, zero when none.
@@ -258,10 +269,10 @@ func (w *jobWatch) lastBeat() time.Time {
 	if n == 0 {
 		return time.Time{}
 	}
-	if w.begin.IsZero() {
+	if w.dl == nil {
 		return time.Unix(0, n)
 	}
-	return w.begin.Add(time.Duration(n - 1))
+	return w.dl.begin.Add(time.Duration(n - 1))
 }
 
 // silence returns the time since the last heartbeat (or the start) at
@@ -290,12 +301,13 @@ func (w *jobWatch) next(now time.Duration) time.Duration {
 // check runs at a deadline: it expires the job or re-arms the timer for
 // the deadline a heartbeat moved.
 func (w *jobWatch) check() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.stopped {
+	dl := w.dl
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	if dl.stopped {
 		return
 	}
-	now := time.Since(w.begin)
+	now := time.Since(dl.begin)
 	if w.lim.timeout > 0 && now >= w.lim.timeout {
 		w.expireLocked(&TimeoutError{Limit: w.lim.timeout})
 		return
@@ -306,37 +318,40 @@ func (w *jobWatch) check() {
 			return
 		}
 	}
-	w.timer.Reset(w.next(now))
+	dl.timer.Reset(w.next(now))
 }
 
 func (w *jobWatch) expireLocked(cause error) {
-	w.stopped = true
-	w.cause = cause
-	w.ctx.cancelJob(cause)
-	close(w.expired)
+	dl := w.dl
+	dl.stopped = true
+	dl.cause = cause
+	dl.ctx.cancelJob(cause)
+	close(dl.expired)
 }
 
 // stop ends the watch when the job is done.
 func (w *jobWatch) stop() {
-	if !w.limited() {
+	dl := w.dl
+	if dl == nil {
 		return // no timer
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.stopped = true
-	if w.timer != nil {
-		w.timer.Stop()
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	dl.stopped = true
+	if dl.timer != nil {
+		dl.timer.Stop()
 	}
 }
 
 // expiredCause returns the limit error when the job missed a deadline.
 func (w *jobWatch) expiredCause() error {
-	if w.expired == nil {
+	dl := w.dl
+	if dl == nil {
 		return nil
 	}
 	select {
-	case <-w.expired:
-		return w.cause
+	case <-dl.expired:
+		return dl.cause
 	default:
 		return nil
 	}

@@ -85,7 +85,9 @@ func (p *processor) take(slot int, u fetch.Unit) *workItem {
 	w.runAt, w.job = monoclock.Stamp(p.cfg.Clock), job
 	w.reg, _ = p.handlerFor(job)
 	lim, limErr := p.limitsOf(job)
-	w.limErr = limErr
+	if limErr != nil {
+		lim = badLimits // run fails the job with limitsOf's error
+	}
 	// Not a child of hardCtx: 25 workers registering with one parent
 	// contend for its lock on every job. The hard shutdown cancels the
 	// running jobs' contexts itself (cancelRunning), after abandonRunning
@@ -126,8 +128,10 @@ func (p *processor) run(w *workItem) error {
 	if uniqueUntilStart(job) {
 		p.releaseUnique(job)
 	}
-	err := w.limErr // not run: a limit that is not a number of seconds
-	if err == nil {
+	var err error
+	if w.watch.lim == badLimits {
+		_, err = p.limitsOf(job) // not run: a limit that is not a number of seconds
+	} else {
 		err = p.execute(&w.ctx, w)
 	}
 	if f := w.outcome.Swap(&ranOutcome); f != nil {
@@ -310,9 +314,10 @@ func (p *processor) limitsOf(job *wire.Job) (jobLimits, error) {
 // reliable fetch, taken it out of the in-progress list) exactly once.
 func (p *processor) perform(ctx context.Context, job *wire.Job, reg *registration) error {
 	w, _ := ctx.Value(watchKey{}).(*jobWatch)
-	if w == nil || !w.limited() {
+	if w == nil || w.dl == nil { // no limits
 		return reg.h.Perform(ctx, job)
 	}
+	dl := w.dl
 	done := make(chan error, 1)
 	go func() {
 		var err error
@@ -327,7 +332,7 @@ func (p *processor) perform(ctx context.Context, job *wire.Job, reg *registratio
 	select {
 	case err := <-done:
 		return err
-	case <-w.expired:
+	case <-dl.expired:
 	}
 	grace := time.NewTimer(p.cfg.CancelGrace)
 	defer grace.Stop()
@@ -336,17 +341,17 @@ func (p *processor) perform(ctx context.Context, job *wire.Job, reg *registratio
 		return err // the caller replaces it with the limit's error
 	case <-grace.C:
 	}
-	cause := leftRunning(w.cause, p.cfg.CancelGrace)
+	cause := leftRunning(dl.cause, p.cfg.CancelGrace)
 	n := p.leftBehind.Add(1)
 	p.log.Error().Str("component", "processor").Str("jid", job.JID()).Str("class", job.Class()).
-		Str("grace", redisx.LogDuration(p.cfg.CancelGrace)).Int64("left_running", n).Str("cause", w.cause.Error()).
+		Str("grace", redisx.LogDuration(p.cfg.CancelGrace)).Int64("left_running", n).Str("cause", dl.cause.Error()).
 		Msg("a cancelled handler did not return: its slot is freed and the job goes to the retry path; the handler goroutine is left running")
 	jid, class := job.JID(), job.Class()
 	go func() {
 		err := <-done
 		left := p.leftBehind.Add(-1)
 		ev := p.log.Warn().Str("component", "processor").Str("jid", jid).Str("class", class).
-			Str("after", redisx.LogDuration(time.Since(w.begin))).Int64("left_running", left)
+			Str("after", redisx.LogDuration(time.Since(dl.begin))).Int64("left_running", left)
 		if err != nil {
 			ev = ev.Str("error", err.Error())
 		}

@@ -106,8 +106,6 @@ type workItem struct {
 	slot  int32        // the slot running it
 	job   *wire.Job
 	reg   *registration // nil when no handler takes the class
-	// limErr fails the job before it runs: its limits are not numbers.
-	limErr error
 	// class is the job's metrics class (`wrapped || class`), or "" when no
 	// metrics are kept for it (a 6.x format, or no handler).
 	class string

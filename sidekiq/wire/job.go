@@ -23,12 +23,12 @@ var lazyDec = lazyjson.Installed[rubyjson.Value, *rubyjson.Map]()
 // modification.
 type Job struct {
 	m *rubyjson.Map
-	// lazy is a fetched job not decoded yet (fetchedjob.Parse), in lz:
-	// reads decode the field they ask for; the first change, or Map,
-	// decodes the whole payload into m.
-	lazy  *lazyjson.Object
+	// lz holds a fetched job not decoded yet (fetchedjob.Parse) while lazy
+	// is set: reads decode the field they ask for; the first change, or
+	// Map, decodes the whole payload into m.
 	lz    lazyjson.Object
 	raw   []byte
+	lazy  bool
 	dirty bool
 	// class is a lazy job's "class", read once when it was scanned: the
 	// processor asks for it several times per job. Valid while lazy is
@@ -52,13 +52,13 @@ func init() { fetchedjob.Install(parseFetched) }
 // (fetchedjob.ParseInto): the lazy scan only, fields are decoded when read.
 func parseFetched(j *Job, data []byte) error {
 	// Field by field: the scan resets lz, the bulk of a Job.
-	j.m, j.lazy, j.raw, j.dirty, j.class = nil, nil, data, false, ""
+	j.m, j.lazy, j.raw, j.dirty, j.class = nil, false, data, false, ""
 	if err := lazyDec.Scan(&j.lz, data); err != nil {
 		*j = Job{}
 		return fmt.Errorf("sidekiq: parse job: %w", err)
 	}
-	j.lazy = &j.lz
-	j.class, _ = lazyDec.String(j.lazy, "class")
+	j.lazy = true
+	j.class, _ = lazyDec.String(&j.lz, "class")
 	return nil
 }
 
@@ -66,9 +66,9 @@ func parseFetched(j *Job, data []byte) error {
 // is empty).
 func (j *Job) decoded() *rubyjson.Map {
 	if j.m == nil {
-		if j.lazy != nil {
-			j.m = lazyDec.Map(j.lazy)
-			j.lazy = nil
+		if j.lazy {
+			j.m = lazyDec.Map(&j.lz)
+			j.lazy = false
 			j.lz = lazyjson.Object{}
 		} else {
 			j.m = rubyjson.NewMap()
@@ -117,7 +117,7 @@ func (j *Job) Bytes() []byte {
 
 // Clone returns a deep copy that shares nothing with j and has no raw bytes.
 func (j *Job) Clone() *Job {
-	if j.m == nil && j.lazy != nil {
+	if j.m == nil && j.lazy {
 		m, _ := rubyjson.ParseObject(j.raw) // a copy, not shared
 		return &Job{m: m, dirty: true}
 	}
@@ -126,22 +126,22 @@ func (j *Job) Clone() *Job {
 
 // Get returns any field.
 func (j *Job) Get(key string) (rubyjson.Value, bool) {
-	if j.m == nil && j.lazy != nil {
+	if j.m == nil && j.lazy {
 		// An absent key (most lookups on the run path: unique_until,
 		// limit…) is answered here: the decoder's (Value, bool) result
 		// comes back through memory in a way that stalls the CPU.
-		if !j.lazy.Has(key) {
+		if !j.lz.Has(key) {
 			return rubyjson.Value{}, false
 		}
-		return lazyDec.Get(j.lazy, key)
+		return lazyDec.Get(&j.lz, key)
 	}
 	return j.m.Get(key)
 }
 
 // Has reports whether the payload has key.
 func (j *Job) Has(key string) bool {
-	if j.m == nil && j.lazy != nil {
-		return j.lazy.Has(key)
+	if j.m == nil && j.lazy {
+		return j.lz.Has(key)
 	}
 	return j.m.Has(key)
 }
@@ -160,8 +160,8 @@ func (j *Job) Delete(key string) {
 }
 
 func (j *Job) str(key string) string {
-	if j.m == nil && j.lazy != nil {
-		s, _ := lazyDec.String(j.lazy, key)
+	if j.m == nil && j.lazy {
+		s, _ := lazyDec.String(&j.lz, key)
 		return s
 	}
 	v, _ := j.m.Get(key)
@@ -173,7 +173,7 @@ func (j *Job) setStr(key, s string) { j.Set(key, rubyjson.StringValue(s)) }
 
 // Class returns "class".
 func (j *Job) Class() string {
-	if j.m == nil && j.lazy != nil {
+	if j.m == nil && j.lazy {
 		return j.class
 	}
 	return j.str("class")
