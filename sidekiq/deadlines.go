@@ -196,10 +196,16 @@ type jobCtx struct {
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	mu     sync.Mutex  // making them, and ended
-	made   atomic.Bool // ctx and cancel are set
-	ended  bool
+	mu     sync.Mutex   // making ctx and cancel
+	state  atomic.Int32 // ctxNone, ctxEnded, ctxMade
 }
+
+// The states of a jobCtx's cancellation.
+const (
+	ctxNone  int32 = iota // not made, the job runs
+	ctxEnded              // not made, the job ended: made cancelled
+	ctxMade               // ctx and cancel are set
+)
 
 func (c *jobCtx) Deadline() (time.Time, bool) { return c.base.Deadline() }
 func (c *jobCtx) Done() <-chan struct{}       { return c.inner().Done() }
@@ -219,17 +225,19 @@ func (c *jobCtx) Value(key any) any {
 
 // inner returns the cancellation, made on first use.
 func (c *jobCtx) inner() context.Context {
-	if c.made.Load() {
+	if c.state.Load() == ctxMade {
 		return c.ctx
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.made.Load() {
+	if c.state.Load() != ctxMade {
 		c.ctx, c.cancel = context.WithCancelCause(c.base)
-		if c.ended {
+		// The job may end meanwhile (end sets ctxEnded without the lock):
+		// then the cancellation is born cancelled.
+		if !c.state.CompareAndSwap(ctxNone, ctxMade) {
 			c.cancel(nil)
+			c.state.Store(ctxMade)
 		}
-		c.made.Store(true)
 	}
 	return c.ctx
 }
@@ -241,15 +249,12 @@ func (c *jobCtx) cancelJob(cause error) {
 }
 
 // end cancels the context when the job is done, or marks it ended when
-// nothing has made its cancellation yet.
+// nothing has made its cancellation yet (without a lock: most jobs).
 func (c *jobCtx) end() {
-	c.mu.Lock()
-	if !c.made.Load() {
-		c.ended = true
-		c.mu.Unlock()
+	if c.state.CompareAndSwap(ctxNone, ctxEnded) {
 		return
 	}
-	c.mu.Unlock()
+	c.inner() // made, or being made
 	c.cancel(nil)
 }
 

@@ -31,7 +31,7 @@ func TestJobContextActsAsACancelCauseContext(t *testing.T) {
 		require.Same(t, w, c.Value(watchKey{}))
 		_, ok := c.Deadline()
 		require.False(t, ok)
-		require.False(t, c.made.Load())
+		require.Equal(t, ctxNone, c.state.Load())
 		c.end()
 		require.ErrorIs(t, c.Err(), context.Canceled, "looked at after the job ended")
 		require.ErrorIs(t, context.Cause(c), context.Canceled)
@@ -69,6 +69,17 @@ func TestJobContextActsAsACancelCauseContext(t *testing.T) {
 		<-child.Done()
 		require.ErrorIs(t, child.Err(), context.Canceled)
 		fired.Wait()
+	})
+
+	t.Run("a first look racing the end of the job", func(t *testing.T) {
+		for range 200 {
+			c, _ := newTestJobCtx()
+			looked := make(chan (<-chan struct{}))
+			go func() { looked <- c.Done() }()
+			c.end()
+			<-<-looked // closed, whichever came first
+			require.ErrorIs(t, c.Err(), context.Canceled)
+		}
 	})
 
 	t.Run("concurrent first looks and a cancel", func(t *testing.T) {
