@@ -2,7 +2,6 @@ package rubyjson
 
 import (
 	"strings"
-	"unsafe"
 
 	"github.com/gojob/gojob/sidekiq/internal/lazyjson"
 )
@@ -29,12 +28,12 @@ func scanLazy(l *lazyjson.Object, data []byte) error {
 }
 
 func scanLazyInto(l *lazyjson.Object, data []byte) error {
-	l.Data, l.Src = data, unsafe.String(unsafe.SliceData(data), len(data))
+	l.Data = data
 	l.Members = l.Inline[:0]
 	if len(data) > maxLazy {
 		return errLazyTooLarge
 	}
-	p := parser{data: data, src: l.Src}
+	p := parser{data: data, src: l.Text()}
 	p.skipSpace()
 	if p.pos >= len(data) {
 		return p.errorf("unexpected end of input")
@@ -46,7 +45,8 @@ func scanLazyInto(l *lazyjson.Object, data []byte) error {
 	}
 	if start := p.pos; !scanFlat(l, &p) {
 		// Something the fast path leaves alone: scan it all again.
-		l.Members, l.Keys, l.Inline = l.Inline[:0], 0, [len(l.Inline)]lazyjson.Member{}
+		*l = lazyjson.Object{Data: data}
+		l.Members = l.Inline[:0]
 		p.pos = start
 		if err := scanLazyObject(l, &p); err != nil {
 			return err
@@ -87,6 +87,7 @@ func scanFlat(l *lazyjson.Object, p *parser) bool {
 			return false // an escape, a control character, the end
 		}
 		k := p.src[pos+1 : ke]
+		ks := pos + 1
 		pos = ke + 1
 		if pos+1 >= n || data[pos] != ':' {
 			return false
@@ -120,7 +121,7 @@ func scanFlat(l *lazyjson.Object, p *parser) bool {
 		default:
 			return false
 		}
-		l.Add(lazyjson.Member{Key: k, Start: int32(start), End: int32(pos)})
+		l.Add(k, lazyjson.Member{KeyStart: int32(ks), KeyEnd: int32(ke), Start: int32(start), End: int32(pos)})
 		if pos >= n {
 			return false
 		}
@@ -145,6 +146,7 @@ func scanLazyObject(l *lazyjson.Object, p *parser) error {
 	}
 	for {
 		p.skipSpace()
+		ks := p.pos + 1 // after the key's opening quote
 		k, err := p.memberKey()
 		if err != nil {
 			return err
@@ -153,7 +155,11 @@ func scanLazyObject(l *lazyjson.Object, p *parser) error {
 		if err := p.skip(1); err != nil {
 			return err
 		}
-		l.Add(lazyjson.Member{Key: k, Start: int32(start), End: int32(p.pos)})
+		m := lazyjson.Member{KeyStart: -1, Start: int32(start), End: int32(p.pos)}
+		if ke := ks + len(k); ke < len(p.data) && p.data[ke] == '"' && p.src[ks:ke] == k {
+			m.KeyStart, m.KeyEnd = int32(ks), int32(ke) // written without escapes
+		}
+		l.Add(k, m)
 		p.skipSpace()
 		if p.pos >= len(p.data) {
 			return p.errorf("unexpected end of input in object")
@@ -257,7 +263,7 @@ func lazyGet(l *lazyjson.Object, k string) (Value, bool) {
 		return Value{}, false
 	}
 	m := l.Members[i]
-	v, err := parse(l.Data[m.Start:m.End], l.Src[m.Start:m.End])
+	v, err := parse(l.Data[m.Start:m.End], l.Text()[m.Start:m.End])
 	if err != nil {
 		// Checked by scanLazy: cannot happen.
 		return Value{}, false
@@ -277,10 +283,11 @@ func lazyString(l *lazyjson.Object, k string) (string, bool) {
 	if m.End-m.Start < 2 || l.Data[m.Start] != '"' {
 		return "", false
 	}
-	if s := l.Src[m.Start+1 : m.End-1]; strings.IndexByte(s, '\\') < 0 {
+	src := l.Text()
+	if s := src[m.Start+1 : m.End-1]; strings.IndexByte(s, '\\') < 0 {
 		return s, true // checked by the scan, and nothing to unescape
 	}
-	p := parser{data: l.Data[:m.End], src: l.Src[:m.End], pos: int(m.Start)}
+	p := parser{data: l.Data[:m.End], src: src[:m.End], pos: int(m.Start)}
 	s, err := p.str()
 	return s, err == nil
 }

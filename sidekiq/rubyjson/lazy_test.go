@@ -18,6 +18,10 @@ func TestLazyAgreesWithParseObject(t *testing.T) {
 		// Left by scanFlat part way, accepted.
 		`{"a":1,"b" :2}`, `{"a":1 }`, `{"a\u0062":1,"c":"d"}`, `{"a":"x","b":"\\y"}`, `{"a":1,"a":2,"b":[1],"a":3}`,
 		`{"t":true,"f":false,"n":null,"z":0,"m":-0.5e-3,"o":{},"l":[]}`, `{"long":"` + strings.Repeat("y", 17) + `\u00e9"}`,
+		// Keys written with escapes (kept decoded apart), repeated in both
+		// spellings; more members than an Object holds inline.
+		`{"a\u0062":1,"ab":2,"c":3}`, `{"ab":1,"a\u0062":2}`, `{"a\"b":1,"\\":2,"":3,"x\\":4}`,
+		`{"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k\u0031":10,"k10":11}`,
 		// Refused.
 		``, `[]`, `"s"`, `1`, `{`, `{"a"}`, `{"a":}`, `{"a":1,}`, `{"a":1]`, `{"a":[1,}`, `{"a":"` + "\x01" + `"}`,
 		`{"a":tru}`, `{"a":01}`, `{"a":1} x`, `{"a":"\u12"}`, `{"a":` + strings.Repeat("[", 101) + strings.Repeat("]", 101) + `}`,

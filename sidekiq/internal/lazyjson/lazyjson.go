@@ -11,13 +11,14 @@
 // without an allocation of its own.
 package lazyjson
 
+import "unsafe"
+
 // Object is a checked JSON object: Data and the spans of its members.
 // Reading an Object keeps nothing, so it is safe to read from several
 // goroutines.
 type Object struct {
-	// Data is the document; Src is Data as a string sharing its memory.
+	// Data is the document.
 	Data []byte
-	Src  string
 	// Members are in order of first appearance (a repeated key keeps its
 	// first position and its last value, as rubyjson.ParseObject does);
 	// Inline holds the first eight without an allocation of their own:
@@ -25,12 +26,18 @@ type Object struct {
 	// error fields take one more allocation, on the retry path).
 	Members []Member
 	Inline  [8]Member
+	// escaped holds the keys written with escapes, decoded (Member.KeyStart
+	// < 0); nil for the others, all of a job's.
+	escaped *[]string
 	// Keys has the KeyBit of every member's key set, so that Index finds
 	// most absent keys (a job's unique_for, timeout, wrapped…) without a
 	// comparison. 0 when the object was built without it: Index then
 	// compares every key.
 	Keys uint64
 }
+
+// Text is Data as a string sharing its memory.
+func (o *Object) Text() string { return unsafe.String(unsafe.SliceData(o.Data), len(o.Data)) }
 
 // KeyBit is k's bit in Object.Keys: one of 64, from its length and three
 // of its bytes.
@@ -45,10 +52,24 @@ func KeyBit(k string) uint64 {
 	return 1 << (h & 63)
 }
 
-// Member is a top-level key and the span of its value in Data.
+// Member is a top-level key and the span of its value in Data: offsets,
+// not strings, so that an Object holds no pointer per member (the
+// collector scans none, writing one needs no barrier) and a member takes
+// 16 bytes. The key is Data[KeyStart:KeyEnd], the text between its
+// quotes; a key written with escapes is the decoded string at index
+// KeyEnd of the object's escaped keys, with KeyStart -1.
 type Member struct {
-	Key        string
-	Start, End int32
+	KeyStart, KeyEnd int32
+	Start, End       int32
+}
+
+// Key returns the key of member i.
+func (o *Object) Key(i int) string {
+	m := &o.Members[i]
+	if m.KeyStart < 0 {
+		return (*o.escaped)[m.KeyEnd]
+	}
+	return o.Text()[m.KeyStart:m.KeyEnd]
 }
 
 // Index returns the position of key k, or -1.
@@ -57,21 +78,30 @@ func (o *Object) Index(k string) int {
 		return -1
 	}
 	for i := range o.Members {
-		if o.Members[i].Key == k {
+		if o.Key(i) == k {
 			return i
 		}
 	}
 	return -1
 }
 
-// Add adds member m as the scan finds it: a repeated key keeps its first
-// position and takes m's value.
-func (o *Object) Add(m Member) {
-	if bit := KeyBit(m.Key); o.Keys&bit == 0 {
+// Add adds a member as the scan finds it, with its key k and the spans
+// in m: a repeated key keeps its first position and takes m's value.
+// When the key's text in Data is not k (it has escapes), m.KeyStart must
+// be negative and k is kept apart.
+func (o *Object) Add(k string, m Member) {
+	if m.KeyStart < 0 {
+		if o.escaped == nil {
+			o.escaped = new([]string)
+		}
+		m.KeyEnd = int32(len(*o.escaped))
+		*o.escaped = append(*o.escaped, k)
+	}
+	if bit := KeyBit(k); o.Keys&bit == 0 {
 		o.Members = append(o.Members, m) // a key not seen yet
 		o.Keys |= bit
-	} else if i := o.Index(m.Key); i >= 0 {
-		o.Members[i] = m
+	} else if i := o.Index(k); i >= 0 {
+		o.Members[i].Start, o.Members[i].End = m.Start, m.End
 	} else {
 		o.Members = append(o.Members, m)
 	}
