@@ -635,9 +635,9 @@ func printBench(w io.Writer, r *Result, asJSON bool) error {
 		fmt.Fprintf(w, "redis commands:  %.3f per job while draining (all clients)\n", r.RedisCalls)
 	}
 	if r.CPUPerJobUS > 0 {
-		fmt.Fprintf(w, "cpu per job:     gojob %.1f µs", r.CPUPerJobUS)
+		fmt.Fprintf(w, "cpu per job:     gojob %.2f µs", r.CPUPerJobUS)
 		if r.RedisCPUPerJobUS > 0 {
-			fmt.Fprintf(w, ", redis-server %.1f µs", r.RedisCPUPerJobUS)
+			fmt.Fprintf(w, ", redis-server %.2f µs", r.RedisCPUPerJobUS)
 		}
 		fmt.Fprintln(w, " while draining")
 	}
