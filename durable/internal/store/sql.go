@@ -105,8 +105,14 @@ WHERE job_id = ? AND locked_by = ? AND locked_at = ?`)
 	notOutbox := ` AND COALESCE(locked_by, '') <> '` + OutboxMark + `'`
 	s.qListFirst = r(`SELECT ` + rowColumns + ` FROM ` + t + ` WHERE assume_dead_at <= ?` + notOutbox + `
 ORDER BY assume_dead_at, job_id LIMIT ?`)
+	// The page after a row is a row-value comparison, which both engines
+	// read as a range of the due index that stops at the limit. Spelled
+	// `assume_dead_at > ? OR (assume_dead_at = ? AND job_id > ?)`, it made
+	// PostgreSQL filter every due row before the cursor and SQLite sort
+	// every due row after it, on every page: a pass grew with the square
+	// of the rows due.
 	s.qListAfter = r(`SELECT ` + rowColumns + ` FROM ` + t + ` WHERE assume_dead_at <= ?` + notOutbox + `
-AND (assume_dead_at > ? OR (assume_dead_at = ? AND job_id > ?))
+AND (assume_dead_at, job_id) > (?, ?)
 ORDER BY assume_dead_at, job_id LIMIT ?`)
 	s.qClaim = r(`DELETE FROM ` + t + ` WHERE job_id = ? AND assume_dead_at = ?`)
 	s.qRestore = r(`INSERT INTO ` + t + ` (` + rowColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -324,8 +330,7 @@ func (s *sqlStore) ListDue(ctx context.Context, p ListDueParams) ([]*Row, error)
 	if p.After == nil {
 		return s.rows(ctx, s.qListFirst, s.t(p.Now), p.Limit)
 	}
-	a := s.t(p.After.AssumeDeadAt)
-	return s.rows(ctx, s.qListAfter, s.t(p.Now), a, a, p.After.JobID, p.Limit)
+	return s.rows(ctx, s.qListAfter, s.t(p.Now), s.t(p.After.AssumeDeadAt), p.After.JobID, p.Limit)
 }
 
 func (s *sqlStore) Get(ctx context.Context, jobID string) (*Row, error) {

@@ -124,20 +124,23 @@ func TestStoreSuite(t *testing.T) {
 				upsert(t, s, UpsertParams{JobID: fmt.Sprintf("j%d", i), JobClass: "C", ItemJSON: "{}", Queue: "q",
 					InsertedAt: t0, AssumeDeadAt: t0.Add(dd * time.Minute)})
 			}
-			var got []string
-			var after *Row
-			for {
-				page, err := s.ListDue(ctx, ListDueParams{Now: t0, Limit: 3, After: after})
-				require.NoError(t, err)
-				for _, r := range page {
-					got = append(got, r.JobID)
+			// Pages of 2 end between the rows of each pair.
+			for limit := 1; limit <= 4; limit++ {
+				var got []string
+				var after *Row
+				for {
+					page, err := s.ListDue(ctx, ListDueParams{Now: t0, Limit: limit, After: after})
+					require.NoError(t, err)
+					for _, r := range page {
+						got = append(got, r.JobID)
+					}
+					if len(page) < limit {
+						break
+					}
+					after = page[len(page)-1]
 				}
-				if len(page) < 3 {
-					break
-				}
-				after = page[len(page)-1]
+				require.Equal(t, []string{"j0", "j1", "j2", "j3", "j4", "j5", "j6"}, got, "pages of %d", limit)
 			}
-			require.Equal(t, []string{"j0", "j1", "j2", "j3", "j4", "j5", "j6"}, got)
 		})
 
 		t.Run("touch_and_claim_compare_and_set", func(t *testing.T) {
