@@ -34,13 +34,20 @@ type Window struct {
 // first, so a member is read once however many windows hold it: a call
 // reads at most the set, and usually far less. Each merged window is read
 // in pages of setWindowLimit members, all windows' pages in one pipeline
-// per round, until its jids are found or it is exhausted.
+// per round, until its jids are found or it is exhausted. A page starts at
+// the score where the last one ended, past the members of that score it
+// read (span.next): with the offset of the page instead, Redis would walk
+// every member before it again, and a window of M members would cost
+// M²/(2·setWindowLimit) steps.
 func InWindows(ctx context.Context, conn redis.Conn, key string, wins []Window, want map[string]bool) (map[string]contract.SetMember, error) {
 	found := map[string]contract.SetMember{}
 	spans := mergeWindows(wins)
-	for round := 0; len(spans) > 0; round++ {
+	for len(spans) > 0 {
 		for _, sp := range spans {
-			if err := conn.Send("ZRANGEBYSCORE", key, contract.Score(sp.lo), contract.Score(sp.hi), "WITHSCORES", "LIMIT", round*setWindowLimit, setWindowLimit); err != nil {
+			if sp.from == "" {
+				sp.from = contract.Score(sp.lo)
+			}
+			if err := conn.Send("ZRANGEBYSCORE", key, sp.from, contract.Score(sp.hi), "WITHSCORES", "LIMIT", sp.skip, setWindowLimit); err != nil {
 				return nil, fmt.Errorf("durable: look up %s: %w", key, err)
 			}
 		}
@@ -72,6 +79,7 @@ func InWindows(ctx context.Context, conn redis.Conn, key string, wins []Window, 
 				found[jid] = contract.SetMember{Value: vals[i], Score: score}
 			}
 			if len(vals) == 2*setWindowLimit && !sp.allFound(found) {
+				sp.next(vals)
 				more = append(more, sp)
 			}
 		}
@@ -87,6 +95,34 @@ func InWindows(ctx context.Context, conn redis.Conn, key string, wins []Window, 
 type span struct {
 	lo, hi time.Time
 	jids   []string
+	// from is the score the next page starts at (inclusive; "" for lo),
+	// and skip how many members of that score the pages before it read.
+	from string
+	skip int
+}
+
+// next sets where the page after page (members and scores, as
+// ZRANGEBYSCORE … WITHSCORES returns them) starts: at its last score,
+// past the members of that score read so far. A score is passed back to
+// Redis as Redis wrote it, so that it compares equal to the members'.
+func (sp *span) next(page [][]byte) {
+	last := page[len(page)-1]
+	tied := 0
+	for i := len(page) - 1; i > 0 && bytes.Equal(page[i], last); i -= 2 {
+		tied++
+	}
+	if tied == len(page)/2 && sp.from != "" && sameScore(sp.from, last) {
+		sp.skip += tied // the whole page had the score the page began at
+		return
+	}
+	sp.from, sp.skip = string(last), tied
+}
+
+// sameScore reports whether two scores, as text, are the same number.
+func sameScore(a string, b []byte) bool {
+	x, err1 := strconv.ParseFloat(a, 64)
+	y, err2 := strconv.ParseFloat(string(b), 64)
+	return err1 == nil && err2 == nil && x == y
 }
 
 func (sp *span) allFound(found map[string]contract.SetMember) bool {
