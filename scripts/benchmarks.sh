@@ -170,7 +170,31 @@ settings.
 | \`gojob work\` from exec to its first heartbeat in Redis, median of $((ROUNDS * 2)) starts | $startup_ms |
 | Redis commands of one \`gojob push\` on a Redis holding 8 hours of Ruby metrics keys | $push_cmds |
 
+## Ordered queues
+
+An ordered queue (docs/ordered.md) drained by an ordered worker inside the
+bench's process, $JOBS jobs over 1000 keys at concurrency 25 (25 shards),
+each key's jobs checked to have run once, in push order, never two at once;
+beside it, in the same invocation, the plain reliable drain of the same jobs
+by a server inside the bench's process:
+
+\`\`\`
+gojob bench -r REDIS -n $JOBS -c 25 --ordered --json
+\`\`\`
+
+| round | ordered jobs/s | plain jobs/s | ordered/plain |
+|---|---|---|---|
 EOF
+  oratios=()
+  for i in $(seq "$ROUNDS"); do
+    row=$("$work/gojob" bench -r "$url" -n "$JOBS" -c 25 --latency-jobs 10 --ordered --json |
+      python3 -c 'import json,sys; r=json.load(sys.stdin); assert r["order_verified"]; print("%d %d %.2f" % (r["jobs_per_sec"], r["plain_jobs_per_sec"], r["ratio_vs_plain"]))')
+    read -r o p q <<<"$row"
+    oratios+=("$q")
+    echo "| $i | $o | $p | ${q}x |"
+  done
+  printf '%s\n' "${oratios[@]}" | sort -n |
+    awk '{a[NR]=$1} END {printf "\nMedian %.2fx, lowest %.2fx.\n\n", a[int((NR+1)/2)], a[1]}'
   if [ -n "${DATABASE_URL:-}" ]; then
     echo "## Durable jobs"
     echo
