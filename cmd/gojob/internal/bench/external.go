@@ -251,7 +251,7 @@ func runExternalBench(ctx context.Context, pool *redis.Pool, spec benchSpec) (*R
 	if _, err := conn.Do("EXEC"); err != nil {
 		return nil, err
 	}
-	if err := waitList(ctx, pool, w, doneKey, 1, 30*time.Minute); err != nil {
+	if err := waitMark(ctx, pool, w, doneKey, 30*time.Minute); err != nil {
 		return nil, err
 	}
 	elapsed := time.Since(start)
@@ -297,6 +297,36 @@ func runExternalBench(ctx context.Context, pool *redis.Pool, spec benchSpec) (*R
 		return nil, fmt.Errorf("gojob work: %v\n%s", err, w.stderr)
 	}
 	return res, nil
+}
+
+// waitMark waits for the mark pushed to list key (and takes it), or for
+// the worker to exit. It blocks in Redis rather than polls: a bench that
+// asked Redis every few hundred microseconds during the drain would add
+// to the Redis CPU it measures and take a core's share from the worker.
+func waitMark(ctx context.Context, pool *redis.Pool, w *workerProcess, key string, limit time.Duration) error {
+	conn := pool.Get()
+	defer conn.Close()
+	deadline := time.Now().Add(limit)
+	for {
+		select {
+		case err := <-w.exited:
+			w.exited <- err
+			return fmt.Errorf("gojob work exited while measured: %v\n%s", err, w.stderr)
+		default:
+		}
+		// A blocking pop of a second at most, so that a worker that died
+		// is noticed.
+		v, err := redis.Values(redis.DoContext(conn, ctx, "BLPOP", key, 1))
+		if err != nil && err != redis.ErrNil {
+			return err
+		}
+		if len(v) > 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("gojob work did not finish the measured jobs in %s\n%s", limit, w.stderr)
+		}
+	}
 }
 
 // waitList waits until list key holds n entries, or the worker exits.
