@@ -155,7 +155,7 @@ EOF
 Peak RSS of \`gojob work -c 25\` is the last column of the tables above. About
 20 MB of it is the binary's own pages. The heap is bounded by the garbage
 collector's settings (internal/gctune): GOGC 400 under a soft memory limit of
-the runtime's memory besides the heap plus max(12 MiB, 3x the live heap), set
+the runtime's memory besides the heap plus max(14 MiB, 3x the live heap), set
 again after every collection. The live
 heap holds the running jobs, the jobs each busy slot has fetched ahead (at
 most 16 and 64 KB, fewer the longer or the larger its last job: docs/reliable-fetch.md) and the
