@@ -33,8 +33,8 @@ const (
 	// HeapFloor is the heap the limit allows at the least, in bytes. A
 	// worker of small jobs has a live heap of a few MB, so this floor sets
 	// how often it collects: at 14 MiB rather than 12, `gojob work` spent
-	// about 5% less CPU per job for about 2 MB more peak RSS (37-38 MB of
-	// which 20 MB are the binary's pages); 16 MiB saved no more CPU
+	// about 5% less CPU per job for about 2 MB more peak RSS, 20 MB of
+	// which are the binary's pages; 16 MiB saved no more CPU
 	// (docs/benchmarks.md, "Memory").
 	HeapFloor = 14 << 20
 	// LiveFactor is the heap the limit allows over the live heap.
