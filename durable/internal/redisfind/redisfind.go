@@ -111,7 +111,7 @@ func (sp *span) next(page [][]byte) {
 	for i := len(page) - 1; i > 0 && bytes.Equal(page[i], last); i -= 2 {
 		tied++
 	}
-	if tied == len(page)/2 && sp.from != "" && sameScore(sp.from, last) {
+	if tied == len(page)/2 && sameScore(sp.from, last) {
 		sp.skip += tied // the whole page had the score the page began at
 		return
 	}

@@ -299,6 +299,18 @@ func runExternalBench(ctx context.Context, pool *redis.Pool, spec benchSpec) (*R
 	return res, nil
 }
 
+// exitedErr is the error of a worker that has exited (nil while it runs);
+// the exit stays in w.exited for the next look.
+func (w *workerProcess) exitedErr() error {
+	select {
+	case err := <-w.exited:
+		w.exited <- err
+		return fmt.Errorf("gojob work exited while measured: %v\n%s", err, w.stderr)
+	default:
+		return nil
+	}
+}
+
 // waitMark waits for the mark pushed to list key (and takes it), or for
 // the worker to exit. It blocks in Redis rather than polls: a bench that
 // asked Redis every few hundred microseconds during the drain would add
@@ -308,11 +320,8 @@ func waitMark(ctx context.Context, pool *redis.Pool, w *workerProcess, key strin
 	defer conn.Close()
 	deadline := time.Now().Add(limit)
 	for {
-		select {
-		case err := <-w.exited:
-			w.exited <- err
-			return fmt.Errorf("gojob work exited while measured: %v\n%s", err, w.stderr)
-		default:
+		if err := w.exitedErr(); err != nil {
+			return err
 		}
 		// A blocking pop of a second at most, so that a worker that died
 		// is noticed.
@@ -335,11 +344,8 @@ func waitList(ctx context.Context, pool *redis.Pool, w *workerProcess, key strin
 	defer conn.Close()
 	deadline := time.Now().Add(limit)
 	for {
-		select {
-		case err := <-w.exited:
-			w.exited <- err
-			return fmt.Errorf("gojob work exited while measured: %v\n%s", err, w.stderr)
-		default:
+		if err := w.exitedErr(); err != nil {
+			return err
 		}
 		l, err := redis.Int(conn.Do("LLEN", key))
 		if err != nil {
